@@ -1,0 +1,230 @@
+"""A dataset: column directories of IPC shards with the same names and rows.
+
+::
+
+    root/
+      audio/        shard-000000.wsds  shard-000001.wsds ...   (__key__, audio)
+      audio_info/   shard-000000.wsds  shard-000001.wsds ...   (__key__, codec, ...)
+      <any other>/  same shard names, same rows, same order
+
+This is the wsds layout. The audio column directory defines the shard list;
+every other column directory must hold the same shard names, and its
+``__key__`` column is checked against the audio one the first time a shard of
+it is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import CompressedShardWarning, LayoutError, ShardError
+from .blob import BlobHandle
+from .ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
+
+__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset"]
+
+AUDIO_COLUMN = "audio"
+INFO_DIR = "audio_info"
+
+
+class Dataset:
+    """A local dataset directory, opened lazily: shards open on first use.
+
+    ``audio_dir`` names the column directory that holds ``audio_column``;
+    by default it is ``audio/`` when present, else the first column
+    directory whose shards have that column.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        audio_column: str = AUDIO_COLUMN,
+        audio_dir: str | None = None,
+    ) -> None:
+        self.root = os.fspath(root)
+        if not os.path.isdir(self.root):
+            raise LayoutError("dataset directory does not exist", shard=self.root)
+        self.audio_column = audio_column
+        self.column_dirs = _column_dirs(self.root)
+        if not self.column_dirs:
+            raise LayoutError(
+                f"no column directories holding {'/'.join(SHARD_SUFFIXES)} shards",
+                shard=self.root,
+            )
+        self.audio_dir = audio_dir or self._find_audio_dir()
+        if self.audio_dir not in self.column_dirs:
+            raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.root)
+        self.shard_names = sorted(self.column_dirs[self.audio_dir])
+        self._shards: dict[tuple[str, str], Shard] = {}
+        self._warned_compressed = False
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.root!r}, shards={len(self.shard_names)})"
+
+    # -- shards -------------------------------------------------------------
+
+    def shard(self, name: str, column_dir: str | None = None) -> Shard:
+        """The shard ``name`` of a column directory, opened and key-checked once."""
+        column_dir = column_dir or self.audio_dir
+        cached = self._shards.get((column_dir, name))
+        if cached is not None:
+            return cached
+        if column_dir not in self.column_dirs:
+            raise LayoutError(f"missing column directory {column_dir!r}", shard=self.root)
+        path = self.column_dirs[column_dir].get(name)
+        if path is None:
+            raise LayoutError(
+                f"column directory {column_dir!r} has no shard {name!r}",
+                shard=os.path.join(self.root, column_dir),
+            )
+        shard = Shard(path, column_dir=column_dir)
+        if column_dir == self.audio_dir:
+            self._check_audio(shard)
+        else:
+            _check_keys_aligned(shard, self.shard(name))
+        self._shards[(column_dir, name)] = shard
+        return shard
+
+    def _check_audio(self, shard: Shard) -> None:
+        if self.audio_column not in shard.schema.names:
+            raise ShardError(f"no {self.audio_column!r} column", shard=shard.path)
+        if not self._warned_compressed and not shard.is_addressable(self.audio_column):
+            self._warned_compressed = True
+            warnings.warn(
+                f"{shard.path}: the {self.audio_column!r} column is IPC-compressed; it is "
+                "decompressed a record batch at a time, so byte-range reads are lost "
+                "(repack with `streamer pack` for crop-sized reads)",
+                CompressedShardWarning,
+                stacklevel=3,
+            )
+
+    # -- keys ---------------------------------------------------------------
+
+    @cached_property
+    def _rows(self) -> np.ndarray:
+        """Row number of each shard's first row in the whole dataset, plus the total."""
+        counts = [self.shard(name).num_rows for name in self.shard_names]
+        return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+    @cached_property
+    def _key_rows(self) -> dict[str, int]:
+        rows: dict[str, int] = {}
+        for index, name in enumerate(self.shard_names):
+            first = int(self._rows[index])
+            for j, key in enumerate(self.shard(name).keys.to_pylist()):
+                if key in rows:
+                    other = self.shard_names[self.shard_index(rows[key])]
+                    raise LayoutError(
+                        f"duplicate key, also in shard {other!r}", shard=name, key=key
+                    )
+                rows[key] = first + j
+        return rows
+
+    def __len__(self) -> int:
+        return int(self._rows[-1])
+
+    @property
+    def num_rows(self) -> int:
+        return len(self)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._key_rows
+
+    def keys(self) -> Iterator[str]:
+        """Every key, in shard order."""
+        for name in self.shard_names:
+            yield from self.shard(name).keys.to_pylist()
+
+    def shard_index(self, row: int) -> int:
+        """Which shard (an index into ``shard_names``) holds a dataset row."""
+        return int(np.searchsorted(self._rows, row, side="right")) - 1
+
+    def locate(self, key: str) -> tuple[str, int]:
+        """(shard name, row within the shard) of a key."""
+        try:
+            row = self._key_rows[key]
+        except KeyError:
+            raise KeyError(f"no episode with key {key!r} in {self.root}") from None
+        index = self.shard_index(row)
+        return self.shard_names[index], row - int(self._rows[index])
+
+    # -- episodes -----------------------------------------------------------
+
+    def blob(self, key: str) -> BlobHandle:
+        """A handle on an episode's encoded bytes; reads nothing yet."""
+        name, row = self.locate(key)
+        return self.shard(name).blob(self.audio_column, row)
+
+    def info(self, key: str) -> dict[str, Any]:
+        """The episode's ``audio_info`` row (codec, sample_rate, duration, ...)."""
+        name, row = self.locate(key)
+        shard = self.shard(name, INFO_DIR)
+        return {
+            field: shard.column(field).slice(row, 1).to_pylist()[0]
+            for field in shard.schema.names
+            if field != KEY_COLUMN
+        }
+
+    def info_table(self) -> pa.Table:
+        """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""
+        tables = []
+        for name in self.shard_names:
+            shard = self.shard(name, INFO_DIR)
+            table = pa.table({field: shard.column(field) for field in shard.schema.names})
+            tables.append(table.append_column("shard", pa.array([name] * table.num_rows)))
+        return pa.concat_tables(tables)
+
+    def _find_audio_dir(self) -> str:
+        if AUDIO_COLUMN in self.column_dirs:
+            return AUDIO_COLUMN
+        for column_dir, shards in sorted(self.column_dirs.items()):
+            first = Shard(next(iter(sorted(shards.values()))), column_dir=column_dir)
+            if self.audio_column in first.schema.names:
+                return column_dir
+        raise LayoutError(
+            f"no column directory has an {self.audio_column!r} column", shard=self.root
+        )
+
+
+def _column_dirs(root: str) -> dict[str, dict[str, str]]:
+    """``{column_dir: {shard_name: path}}`` for every subdirectory holding shards."""
+    found: dict[str, dict[str, str]] = {}
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        shards = {}
+        for file in os.scandir(entry.path):
+            if file.name.startswith(".") or not file.is_file():
+                continue
+            for suffix in SHARD_SUFFIXES:
+                if file.name.endswith(suffix):
+                    shards[file.name[: -len(suffix)]] = file.path
+        if shards:
+            found[entry.name] = shards
+    return found
+
+
+def _check_keys_aligned(shard: Shard, audio: Shard) -> None:
+    """Fail unless ``shard`` has exactly the rows of its audio shard, in order."""
+    if shard.keys.equals(audio.keys):
+        return
+    ours, theirs = shard.keys.to_pylist(), audio.keys.to_pylist()
+    if len(ours) != len(theirs):
+        raise ShardError(
+            f"{len(ours)} rows, but {audio.label} has {len(theirs)}", shard=shard.path
+        )
+    row = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
+    raise ShardError(
+        f"__key__ mismatch with {audio.label}: {ours[row]!r} here, {theirs[row]!r} there",
+        shard=shard.path,
+        key=theirs[row],
+        offset=row,
+    )

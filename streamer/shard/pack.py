@@ -1,0 +1,270 @@
+"""``streamer pack``: turn a folder of audio files into a dataset.
+
+Files are keyed by their path relative to the source folder without the
+extension (``SRC/a/b.mp3`` -> ``a/b``) and written, unchanged and
+uncompressed, into ``audio/`` shards, with a matching ``audio_info/`` shard
+per audio shard. Memory is bounded by one record batch (``batch_size``
+files): a batch's bytes are read straight into the buffer Arrow writes from.
+
+Every shard file is written under a hidden temporary name and renamed when
+complete, ``audio_info/`` before ``audio/``; the dataset's shard list comes
+from ``audio/``, so an interrupted run never leaves a half-written shard in
+the dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from tqdm import tqdm
+
+from ..errors import PackError
+from .dataset import AUDIO_COLUMN, INFO_DIR
+from .ipc import KEY_COLUMN, SHARD_SUFFIXES
+from .probe import AudioInfo, ProbeError, probe
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PackReport", "pack"]
+
+DEFAULT_SHARD_SIZE = 1 << 30
+DEFAULT_BATCH_SIZE = 16
+SHARD_SUFFIX = ".wsds"
+_TEMP_MARK = ".tmp-"
+
+AUDIO_SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), (AUDIO_COLUMN, pa.large_binary())])
+INFO_SCHEMA = pa.schema(
+    [
+        (KEY_COLUMN, pa.string()),
+        ("codec", pa.string()),
+        ("container", pa.string()),
+        ("sample_rate", pa.int32()),
+        ("channels", pa.int32()),
+        ("duration", pa.float64()),
+        ("num_bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("source", pa.string()),
+    ]
+)
+
+
+@dataclass
+class PackReport:
+    """What a ``pack`` run did: counts, shard names, and every skipped file's reason."""
+
+    out: str
+    files: int = 0
+    bytes: int = 0
+    shards: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    key: str
+    source: str  # path relative to SRC, with extension
+    path: str
+    size: int
+    info: AudioInfo
+
+
+def pack(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    strict: bool = False,
+    progress: bool = True,
+) -> PackReport:
+    """Pack every audio file under ``src`` into a new dataset at ``out``.
+
+    A file PyAV cannot probe is skipped and listed in ``report.skipped``, or,
+    with ``strict``, fails the run (``PackError``) before anything is renamed
+    into place.
+    """
+    src, out = os.fspath(src), os.fspath(out)
+    if not os.path.isdir(src):
+        raise PackError(f"source folder {src!r} does not exist")
+    _prepare_output(out)
+    report = PackReport(out=out)
+    candidates = sorted(_walk(src))
+    total = sum(size for _, _, size in candidates)
+    seen: dict[str, str] = {}
+    writer = _ShardWriter(out, batch_size=batch_size, shard_size=shard_size, report=report)
+    bar = tqdm(
+        total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="pack", disable=not progress
+    )
+    writer.on_batch = lambda files, nbytes: (
+        bar.update(nbytes),
+        bar.set_postfix(files=report.files, skipped=len(report.skipped)),
+    )
+    try:
+        for source, path, size in candidates:
+            entry, reason = _entry(source, path, size, seen)
+            if entry is None:
+                if strict:
+                    raise PackError(f"{source}: {reason}")
+                report.skipped.append((source, reason))
+                bar.update(size)
+                continue
+            seen[entry.key] = source
+            writer.add(entry)
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    return report
+
+
+def _entry(source: str, path: str, size: int, seen: dict[str, str]) -> tuple[_Entry | None, str]:
+    key = os.path.splitext(source)[0].replace(os.sep, "/")
+    if key in seen:
+        return None, f"key {key!r} is already taken by {seen[key]}"
+    try:
+        info = probe(path)
+    except ProbeError as exc:
+        return None, str(exc)
+    return _Entry(key=key, source=source, path=path, size=size, info=info), ""
+
+
+def _walk(src: str) -> Iterator[tuple[str, str, int]]:
+    """(relative path, path, size) of every visible regular file under ``src``."""
+    for folder, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.startswith(".") or not os.path.isfile(path):
+                continue
+            yield os.path.relpath(path, src), path, os.path.getsize(path)
+
+
+def _prepare_output(out: str) -> None:
+    """Refuse to mix with an existing dataset; clear temp files of a killed run."""
+    for column_dir in (AUDIO_COLUMN, INFO_DIR):
+        folder = os.path.join(out, column_dir)
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if name.startswith(".") and _TEMP_MARK in name:
+                os.remove(os.path.join(folder, name))
+            elif name.endswith(SHARD_SUFFIXES):
+                raise PackError(f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT")
+    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
+    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
+
+
+class _ShardWriter:
+    """Writes batches of entries into paired ``audio/`` + ``audio_info/`` shards."""
+
+    def __init__(self, out: str, *, batch_size: int, shard_size: int, report: PackReport) -> None:
+        if batch_size < 1 or shard_size < 1:
+            raise PackError("batch_size and shard_size must be positive")
+        self.out = out
+        self.batch_size = batch_size
+        self.shard_size = shard_size
+        self.report = report
+        self.on_batch = lambda files, nbytes: None
+        self._pending: list[_Entry] = []
+        self._open: list[tuple[pa.ipc.RecordBatchFileWriter, str, str]] = []
+        self._shard_bytes = 0
+
+    def add(self, entry: _Entry) -> None:
+        self._pending.append(entry)
+        if len(self._pending) >= self.batch_size:
+            self._write_batch()
+
+    def finish(self) -> None:
+        self._write_batch()
+        self._close_shard()
+
+    def abort(self) -> None:
+        """Close and delete the shard being written; finished shards stay."""
+        for writer, temp, _ in self._open:
+            try:
+                writer.close()
+            finally:
+                if os.path.exists(temp):
+                    os.remove(temp)
+        self._open = []
+
+    def _write_batch(self) -> None:
+        if not self._pending:
+            return
+        if not self._open:
+            self._open_shard()
+        entries, self._pending = self._pending, []
+        offsets = np.zeros(len(entries) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([e.size for e in entries])
+        values = np.empty(int(offsets[-1]), dtype=np.uint8)
+        digests = [_read_into(e, values[offsets[i] : offsets[i + 1]]) for i, e in enumerate(entries)]
+        keys = pa.array([e.key for e in entries], pa.string())
+        audio = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(entries), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+        )
+        info = _info_batch(keys, entries, digests)
+        (audio_writer, _, _), (info_writer, _, _) = self._open
+        info_writer.write_batch(info)
+        audio_writer.write_batch(pa.record_batch([keys, audio], schema=AUDIO_SCHEMA))
+        self.report.files += len(entries)
+        self.report.bytes += int(offsets[-1])
+        self._shard_bytes += int(offsets[-1])
+        self.on_batch(len(entries), int(offsets[-1]))
+        if self._shard_bytes >= self.shard_size:
+            self._close_shard()
+
+    def _open_shard(self) -> None:
+        name = f"shard-{len(self.report.shards):06d}"
+        metadata = {"batch_size": str(self.batch_size)}
+        options = pa.ipc.IpcWriteOptions(compression=None)
+        for column_dir, schema in ((AUDIO_COLUMN, AUDIO_SCHEMA), (INFO_DIR, INFO_SCHEMA)):
+            final = os.path.join(self.out, column_dir, name + SHARD_SUFFIX)
+            temp = os.path.join(
+                self.out, column_dir, f".{name}{SHARD_SUFFIX}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+            )
+            writer = pa.ipc.new_file(temp, schema.with_metadata(metadata), options=options)
+            self._open.append((writer, temp, final))
+        self._shard_bytes = 0
+
+    def _close_shard(self) -> None:
+        if not self._open:
+            return
+        for writer, _, _ in self._open:
+            writer.close()
+        # audio_info first: a shard is part of the dataset once audio/ has it.
+        for _, temp, final in reversed(self._open):
+            os.replace(temp, final)
+        self.report.shards.append(os.path.basename(self._open[0][2])[: -len(SHARD_SUFFIX)])
+        self._open = []
+
+
+def _read_into(entry: _Entry, target: np.ndarray) -> str:
+    """Read a file into its slot of the batch buffer; returns its sha256."""
+    with open(entry.path, "rb") as file:
+        got = file.readinto(memoryview(target))
+        if got != entry.size or file.read(1):
+            raise PackError(f"{entry.source}: file changed size while packing")
+    return hashlib.sha256(memoryview(target)).hexdigest()
+
+
+def _info_batch(keys: pa.Array, entries: list[_Entry], digests: list[str]) -> pa.RecordBatch:
+    columns = {
+        "codec": [e.info.codec for e in entries],
+        "container": [e.info.container for e in entries],
+        "sample_rate": [e.info.sample_rate for e in entries],
+        "channels": [e.info.channels for e in entries],
+        "duration": [e.info.duration for e in entries],
+        "num_bytes": [e.size for e in entries],
+        "sha256": digests,
+        "source": [e.source.replace(os.sep, "/") for e in entries],
+    }
+    arrays = [keys] + [
+        pa.array(values, INFO_SCHEMA.field(name).type) for name, values in columns.items()
+    ]
+    return pa.record_batch(arrays, schema=INFO_SCHEMA)

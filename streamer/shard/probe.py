@@ -1,0 +1,52 @@
+"""What an audio file is, as far as FFmpeg (PyAV) can tell from its header."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import av
+
+__all__ = ["AudioInfo", "ProbeError", "probe"]
+
+
+class ProbeError(Exception):
+    """The file is not audio PyAV can open; ``str()`` is the reason."""
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """One row of ``audio_info/`` (the content hash is added by the writer)."""
+
+    codec: str
+    container: str
+    sample_rate: int
+    channels: int
+    duration: float
+
+
+def probe(path: str | os.PathLike[str]) -> AudioInfo:
+    """Open ``path`` with PyAV and describe its first audio stream."""
+    try:
+        with av.open(os.fspath(path), "r") as container:
+            if not container.streams.audio:
+                raise ProbeError("no audio stream")
+            stream = container.streams.audio[0]
+            context = stream.codec_context
+            if stream.duration is not None and stream.time_base is not None:
+                duration = float(stream.duration * stream.time_base)
+            elif container.duration is not None:
+                duration = container.duration / av.time_base
+            else:
+                duration = float("nan")
+            return AudioInfo(
+                codec=context.name,
+                container=container.format.name,
+                sample_rate=int(context.sample_rate),
+                channels=int(context.channels),
+                duration=duration,
+            )
+    except ProbeError:
+        raise
+    except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ProbeError(f"PyAV cannot open it: {exc}") from exc

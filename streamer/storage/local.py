@@ -1,0 +1,74 @@
+"""Local files, memory-mapped: reads are zero-copy slices of the mapping."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from ..errors import StorageError
+from ._bounds import check_range
+from .base import RangeReader
+
+__all__ = ["LocalFileReader", "MemoryReader"]
+
+
+class MemoryReader(RangeReader):
+    """Bytes already in memory, behind the same interface as a store.
+
+    Used where a buffer had to be materialised anyway (an IPC-compressed
+    column is decompressed whole) and as the backing of a local mapping.
+    """
+
+    def __init__(self, buffer: pa.Buffer | bytes | memoryview, url: str = "memory://") -> None:
+        if not isinstance(buffer, pa.Buffer):
+            buffer = pa.py_buffer(buffer)
+        self._view = memoryview(buffer)
+        self.url = url
+
+    @property
+    def view(self) -> memoryview:
+        """The whole object as one read-only view."""
+        return self._view
+
+    async def size(self) -> int:
+        return len(self._view)
+
+    async def read(self, offset: int, length: int) -> memoryview:
+        return self.read_sync(offset, length)
+
+    def size_sync(self) -> int:
+        return len(self._view)
+
+    def read_sync(self, offset: int, length: int) -> memoryview:
+        check_range(self.url, offset, length, len(self._view))
+        return self._view[offset : offset + length]
+
+
+class LocalFileReader(MemoryReader):
+    """A local file mapped read-only into memory.
+
+    Only the pages a caller touches are faulted in, so reading 64 KiB out of a
+    multi-GB shard costs about 64 KiB of I/O. ``mapping`` is the pyarrow
+    memory map, which ``pyarrow.ipc`` can open without copying.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        path = os.fspath(path)
+        try:
+            self.mapping = pa.memory_map(path, "r")
+        except (OSError, pa.ArrowException) as exc:
+            raise StorageError(f"cannot map {path}: {exc}") from exc
+        self.path = path
+        super().__init__(_whole(self.mapping), url=path)
+
+    @property
+    def base_address(self) -> int:
+        """Address of the first mapped byte, for zero-copy checks."""
+        return pa.py_buffer(self.view).address
+
+
+def _whole(mapping: pa.MemoryMappedFile) -> pa.Buffer:
+    """The entire mapping as one zero-copy buffer (position-independent slices)."""
+    mapping.seek(0)
+    return mapping.read_buffer()
