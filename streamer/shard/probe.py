@@ -40,7 +40,7 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
             else:
                 duration = float("nan")
             return AudioInfo(
-                codec=context.name,
+                codec=context.codec.canonical_name,
                 container=container.format.name,
                 sample_rate=int(context.sample_rate),
                 channels=int(context.channels),
@@ -48,5 +48,7 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
             )
     except ProbeError:
         raise
-    except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ProbeError(f"PyAV cannot open it: {exc}") from exc
+    except av.FFmpegError as exc:
+        raise ProbeError(f"not audio PyAV can open ({exc.strerror})") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ProbeError(f"not audio PyAV can open ({exc})") from exc

@@ -1,0 +1,64 @@
+"""``streamer pack SRC OUT``: a folder of audio files -> a dataset."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from ..shard.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("pack", help="pack a folder of audio files into a dataset")
+    parser.add_argument("src", metavar="SRC", help="folder to walk for audio files")
+    parser.add_argument("out", metavar="OUT", help="dataset directory to create")
+    parser.add_argument(
+        "--shard-size",
+        type=_size,
+        default=DEFAULT_SHARD_SIZE,
+        help="target bytes per shard, e.g. 512M, 2G (default 1G)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"files per record batch; bounds memory (default {DEFAULT_BATCH_SIZE})",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="fail on the first file that is not audio"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C, so the temporary shard files are removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    report = pack(
+        args.src,
+        args.out,
+        shard_size=args.shard_size,
+        batch_size=args.batch_size,
+        strict=args.strict,
+        progress=not args.no_progress,
+    )
+    for source, reason in report.skipped:
+        print(f"skipped {source}: {reason}", file=sys.stderr)
+    print(
+        f"packed {report.files} files ({report.bytes / 1e6:.1f} MB) into "
+        f"{len(report.shards)} shards in {report.out}; skipped {len(report.skipped)}"
+    )
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
