@@ -69,7 +69,7 @@ def _box_header(data: bytes, at: int, limit: int) -> _Box:
     elif size == 0:
         size = limit - at
     if size < body - at or at + size > limit:
-        raise NoIndex(f"mp4 box {kind.decode('latin-1')!r} of {size} bytes does not fit")
+        raise NoIndex("mp4 box does not fit in its parent")
     return _Box(kind, at, body, at + size)
 
 
@@ -101,11 +101,11 @@ def _top_level(reader: Reader) -> tuple[dict[bytes, tuple[int, int]], bytes]:
             if kind == b"mdat" and b"moov" in found:
                 size = reader.size - start  # a truncated file: its samples are cut short
             else:
-                raise NoIndex(f"mp4 box {kind!r} of {size} bytes runs past the end of the file")
+                raise NoIndex("truncated mp4: a box runs past the end of the file")
         found.setdefault(kind, (start, size))
         if kind == b"moov":
             if size > MAX_MOOV:
-                raise NoIndex(f"mp4 moov box of {size} bytes is too large")
+                raise NoIndex("mp4 moov box too large")
             moov = reader.read_exact(size, "mp4 moov box")
         else:
             reader.seek(start + size)
@@ -217,7 +217,7 @@ def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
     count = struct.unpack_from(">I", payload, 4)[0]
     dtype = np.dtype(entry)
     if 8 + count * dtype.itemsize > len(payload):
-        raise NoIndex(f"truncated mp4 {name}: {count} entries do not fit")
+        raise NoIndex(f"truncated mp4 {name}")
     return np.frombuffer(payload, dtype=dtype, count=count, offset=8)
 
 
@@ -230,7 +230,7 @@ def _sizes(track: dict[bytes, bytes]) -> np.ndarray:
         if size:
             return np.full(count, size, dtype=np.int64)
         if 12 + 4 * count > len(payload):
-            raise NoIndex(f"truncated mp4 stsz: {count} entries do not fit")
+            raise NoIndex("truncated mp4 stsz")
         return np.frombuffer(payload, ">u4", count, 12).astype(np.int64)
     if b"stz2" in track:
         payload = track[b"stz2"]

@@ -25,6 +25,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..errors import PackError
+from ..index.build import IndexReport, build_index
 from .dataset import AUDIO_COLUMN, INFO_DIR
 from .ipc import KEY_COLUMN, SHARD_SUFFIXES
 from .probe import AudioInfo, ProbeError, probe
@@ -61,6 +62,7 @@ class PackReport:
     bytes: int = 0
     shards: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    index: IndexReport | None = None  # the seek_index/ build, unless index=False
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,14 @@ def pack(
     batch_size: int = DEFAULT_BATCH_SIZE,
     strict: bool = False,
     progress: bool = True,
+    index: bool = True,
 ) -> PackReport:
     """Pack every audio file under ``src`` into a new dataset at ``out``.
 
     A file PyAV cannot probe is skipped and listed in ``report.skipped``, or,
     with ``strict``, fails the run (``PackError``) before anything is renamed
-    into place.
+    into place. With ``index`` (the default) the ``seek_index/`` column
+    directory is built once the audio shards are in place.
     """
     src, out = os.fspath(src), os.fspath(out)
     if not os.path.isdir(src):
@@ -120,6 +124,8 @@ def pack(
         raise
     finally:
         bar.close()
+    if index and report.shards:
+        report.index = build_index(out, progress=progress)
     return report
 
 
