@@ -247,7 +247,9 @@ class _AudioScan:
         self._sequence = -1
 
     def add(self, page: Page) -> None:
-        lost = page.after_gap or (self._sequence >= 0 and page.sequence != self._sequence + 1)
+        # Garbage between pages costs nothing; a break in the page numbering
+        # means pages (and their samples) went missing.
+        lost = self._sequence >= 0 and page.sequence != self._sequence + 1
         self._sequence = page.sequence
         if self.start is None:
             if page.granule < 0:
