@@ -92,21 +92,24 @@ def encode_with_pts(codec: str, sample_rate: int, channels: int, seconds: float 
     spec = synth.CODECS[codec]
     samples = synth.signal(seconds, sample_rate, channels)
     layout = {1: "mono", 2: "stereo"}[channels]
-    out = io.BytesIO()
-    with av.open(out, "w", format=spec.container, options=container_options or {}) as container:
-        stream = container.add_stream(spec.encoder, rate=sample_rate, options=dict(spec.options))
-        stream.layout = layout
-        for name, value in stream_options.items():
-            setattr(stream.codec_context, name, value)
-        for start in range(0, samples.shape[1], 1024):
-            frame = synth._frame(samples[:, start : start + 1024], spec, layout, sample_rate)
-            frame.pts = start
-            frame.time_base = Fraction(1, sample_rate)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode(None):
-            container.mux(packet)
-    return out.getvalue()
+    with tempfile.TemporaryDirectory() as folder:
+        # A real file: mp4's faststart rewrites it in a second pass by name.
+        path = os.path.join(folder, f"out.{spec.extension}")
+        with av.open(path, "w", format=spec.container, options=container_options or {}) as out:
+            stream = out.add_stream(spec.encoder, rate=sample_rate, options=dict(spec.options))
+            stream.layout = layout
+            for name, value in stream_options.items():
+                setattr(stream.codec_context, name, value)
+            for start in range(0, samples.shape[1], 1024):
+                frame = synth._frame(samples[:, start : start + 1024], spec, layout, sample_rate)
+                frame.pts = start
+                frame.time_base = Fraction(1, sample_rate)
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+        with open(path, "rb") as file:
+            return file.read()
 
 
 def assert_points_are_packets(index: SeekIndex, reference: dict[int, int], offset: int = 0) -> None:

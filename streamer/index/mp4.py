@@ -17,8 +17,11 @@ outputs a whole frame for the last packet even when stts says less). FFmpeg repo
 packet timestamps with the edit applied (``pts = dts - media_time``). Without
 an edit list nothing is trimmed. iTunes' ``iTunSMPB`` gapless tag is not read.
 
-The header is ``ftyp`` and ``moov`` (which holds every table a demuxer needs,
-whether it sits before or after ``mdat``). AAC frames overlap: decoding from a
+The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
+demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
+16-byte header of every other top-level box, ``mdat`` included: a demuxer
+walking the top level needs those to find ``moov``. A sparse view of the blob
+holding only the header ranges and the bytes of the crop opens in FFmpeg. AAC frames overlap: decoding from a
 seek point needs at least one earlier packet (1024 samples) of pre-roll.
 """
 
@@ -73,10 +76,11 @@ def _box_header(data: bytes, at: int, limit: int) -> _Box:
     return _Box(kind, at, body, at + size)
 
 
-def _top_level(reader: Reader) -> tuple[dict[bytes, tuple[int, int]], bytes]:
-    """Walk the top-level boxes: ``{kind: (offset, size)}`` of the first of
-    each, and the bytes of ``moov``. ``mdat`` is skipped, not read."""
-    found: dict[bytes, tuple[int, int]] = {}
+def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
+    """Walk the top-level boxes: the header ranges (every box's header, and
+    ``ftyp`` and ``moov`` whole) and the bytes of ``moov``. ``mdat`` is
+    skipped, not read."""
+    header: list[tuple[int, int]] = []
     moov = b""
     while True:
         start = reader.pos
@@ -86,24 +90,25 @@ def _top_level(reader: Reader) -> tuple[dict[bytes, tuple[int, int]], bytes]:
         if len(buf) - i < 8:
             raise NoIndex("truncated mp4 box header")
         size, kind = struct.unpack_from(">I4s", buf, i)
-        header = 8
+        header_size = 8
         if size == 1:
             if len(buf) - i < 16:
                 raise NoIndex("truncated mp4 box header")
-            size, header = struct.unpack_from(">Q", buf, i + 8)[0], 16
+            size, header_size = struct.unpack_from(">Q", buf, i + 8)[0], 16
         elif size == 0:
             if reader.size is None:
                 raise NoIndex("mp4 box of unknown size")
             size = reader.size - start
-        if size < header:
+        if size < header_size:
             raise NoIndex("invalid mp4 box size")
         if reader.size is not None and start + size > reader.size:
-            if kind == b"mdat" and b"moov" in found:
+            if kind == b"mdat" and moov:
                 size = reader.size - start  # a truncated file: its samples are cut short
             else:
                 raise NoIndex("truncated mp4: a box runs past the end of the file")
-        found.setdefault(kind, (start, size))
-        if kind == b"moov":
+        whole = kind in (b"ftyp", b"moov") and not (kind == b"moov" and moov)
+        header.append((start, size if whole else header_size))
+        if kind == b"moov" and not moov:
             if size > MAX_MOOV:
                 raise NoIndex("mp4 moov box too large")
             moov = reader.read_exact(size, "mp4 moov box")
@@ -111,7 +116,7 @@ def _top_level(reader: Reader) -> tuple[dict[bytes, tuple[int, int]], bytes]:
             reader.seek(start + size)
     if not moov:
         raise NoIndex("no moov box in mp4")
-    return found, moov
+    return header, moov
 
 
 def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
@@ -301,7 +306,7 @@ def _edit(track: dict[bytes, bytes]) -> tuple[int, int] | None:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    boxes, moov = _top_level(reader)
+    header, moov = _top_level(reader)
     movie_timescale, tracks = _tracks(moov)
     track = _audio_track(tracks)
     if b"mdhd" not in track or b"stsd" not in track:
@@ -336,7 +341,6 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         end = int(times[shown - 1] + (times[1] - times[0]))
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
-    header = tuple(boxes[kind] for kind in (b"ftyp", b"moov") if kind in boxes)
     return SeekIndex(
         status=OK,
         codec=entry.codec,
@@ -348,7 +352,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample=first_sample,
         num_samples=num_samples,
         encoder_delay=delay,
-        header=header,
+        header=tuple(header),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
