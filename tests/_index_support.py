@@ -24,7 +24,9 @@ from streamer.index import SeekIndex, extract
 EVERY = float("inf")
 
 
-def encoded(codec: str, sample_rate: int = 44100, channels: int = 1, seconds: float = 2.0, **kw) -> bytes:
+def encoded(
+    codec: str, sample_rate: int = 44100, channels: int = 1, seconds: float = 2.0, **kw
+) -> bytes:
     return synth.encode(synth.signal(seconds, sample_rate, channels), sample_rate, codec, **kw)
 
 
@@ -85,8 +87,14 @@ def cli_encode(command: list[str], sample_rate: int, channels: int, seconds: flo
             return file.read()
 
 
-def encode_with_pts(codec: str, sample_rate: int, channels: int, seconds: float = 2.0,
-                    container_options: dict[str, str] | None = None, **stream_options) -> bytes:
+def encode_with_pts(
+    codec: str,
+    sample_rate: int,
+    channels: int,
+    seconds: float = 2.0,
+    container_options: dict[str, str] | None = None,
+    **stream_options,
+) -> bytes:
     """Like ``synth.encode`` but with frame timestamps, so FFmpeg records the
     encoder's priming (mp4 edit lists) and honours container options."""
     spec = synth.CODECS[codec]
@@ -119,4 +127,6 @@ def assert_points_are_packets(index: SeekIndex, reference: dict[int, int], offse
     assert np.all(np.diff(index.sample_pos) > 0) and np.all(np.diff(index.byte_pos) > 0)
     for sample, pos in zip(index.sample_pos.tolist(), index.byte_pos.tolist(), strict=True):
         assert pos in reference, f"no packet at byte {pos}"
-        assert sample - offset == reference[pos], f"byte {pos}: {sample - offset} != {reference[pos]}"
+        assert sample - offset == reference[pos], (
+            f"byte {pos}: {sample - offset} != {reference[pos]}"
+        )

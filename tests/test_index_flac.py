@@ -16,7 +16,9 @@ from _index_support import (
 from streamer.index import flac
 
 
-@pytest.mark.parametrize(("sample_rate", "channels"), [(44100, 1), (48000, 2), (96000, 2), (8000, 1)])
+@pytest.mark.parametrize(
+    ("sample_rate", "channels"), [(44100, 1), (48000, 2), (96000, 2), (8000, 1)]
+)
 def test_pyav_flac_every_frame(sample_rate: int, channels: int) -> None:
     data = encoded("flac", sample_rate, channels)
     index = index_of(data)

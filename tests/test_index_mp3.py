@@ -8,7 +8,6 @@ import struct
 import numpy as np
 import pytest
 from _index_support import (
-    EVERY,
     assert_points_are_packets,
     cli_encode,
     decoded_length,
@@ -94,7 +93,10 @@ def test_garbage_in_the_middle_resyncs() -> None:
     shifted = np.where(clean.byte_pos >= cut, clean.byte_pos + len(garbage), clean.byte_pos)
     np.testing.assert_array_equal(index.byte_pos, shifted)
     before = first_packet_per_position(data[:cut])
-    assert all(before[p] == s for p, s in zip(index.byte_pos[:40].tolist(), index.sample_pos[:40].tolist()))
+    assert all(
+        before[p] == s
+        for p, s in zip(index.byte_pos[:40].tolist(), index.sample_pos[:40].tolist(), strict=True)
+    )
 
 
 def test_density_thins_points_to_about_one_per_second() -> None:
@@ -118,6 +120,7 @@ def test_sync_needs_a_confirming_successor() -> None:
     # A lone valid-looking header followed by noise is not audio.
     header = struct.pack(">I", 0xFFFB9064)
     noise = np.random.default_rng(2).integers(0, 255, 4000, dtype=np.uint8).tobytes()
-    assert extract(io.BytesIO(header + noise.replace(b"\xff", b"\0"))).reason == "no mpeg audio frames"
+    assert (
+        extract(io.BytesIO(header + noise.replace(b"\xff", b"\0"))).reason == "no mpeg audio frames"
+    )
     assert not mp3.matches(b"\xff\xff\xff\xff")
-    assert EVERY == float("inf")

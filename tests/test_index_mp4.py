@@ -22,7 +22,13 @@ from streamer.index import extract
 
 @pytest.mark.parametrize(
     ("codec", "sample_rate", "channels"),
-    [("aac", 44100, 1), ("aac", 48000, 2), ("aac", 16000, 1), ("alac", 44100, 2), ("alac", 96000, 1)],
+    [
+        ("aac", 44100, 1),
+        ("aac", 48000, 2),
+        ("aac", 16000, 1),
+        ("alac", 44100, 2),
+        ("alac", 96000, 1),
+    ],
 )
 def test_every_sample_matches_ffmpeg(codec: str, sample_rate: int, channels: int) -> None:
     data = encoded(codec, sample_rate, channels)

@@ -45,7 +45,9 @@ def test_oggenc_vorbis(sample_rate: int, channels: int) -> None:
     assert index.first_sample == 0 and index.sample_pos[0] < 0  # first packet only primes
 
 
-@pytest.mark.parametrize(("sample_rate", "channels"), [(48000, 1), (48000, 2), (16000, 2), (8000, 1)])
+@pytest.mark.parametrize(
+    ("sample_rate", "channels"), [(48000, 1), (48000, 2), (16000, 2), (8000, 1)]
+)
 def test_pyav_opus(sample_rate: int, channels: int) -> None:
     data = encoded("opus", sample_rate, channels, seconds=3.0)
     index = index_of(data)
@@ -82,7 +84,10 @@ def test_corrupt_page_is_skipped_and_points_resume_after_a_granule() -> None:
     kept = set(index.byte_pos.tolist())
     assert kept == set(clean.byte_pos.tolist()) - {victim, int(clean.byte_pos[4])}
     good = {p: s for s, p in zip(clean.sample_pos.tolist(), clean.byte_pos.tolist(), strict=True)}
-    assert all(good[p] == s for s, p in zip(index.sample_pos.tolist(), index.byte_pos.tolist()))
+    assert all(
+        good[p] == s
+        for s, p in zip(index.sample_pos.tolist(), index.byte_pos.tolist(), strict=True)
+    )
 
 
 def test_garbage_between_pages_resyncs() -> None:

@@ -18,7 +18,11 @@ def test_pcm_wav(sample_rate: int, channels: int) -> None:
     data = encoded("wav", sample_rate, channels)
     index = index_of(data)
     assert (index.codec, index.container, index.block_align) == ("pcm_s16le", "wav", 2 * channels)
-    assert index.num_samples == decoded_length(data) == (len(data) - index.data_start) // (2 * channels)
+    assert (
+        index.num_samples
+        == decoded_length(data)
+        == (len(data) - index.data_start) // (2 * channels)
+    )
     assert index.header == ((0, index.data_start),)
     assert data[index.data_start - 8 : index.data_start - 4] == b"data"
     assert index.byte_pos.tolist() == [index.data_start]
@@ -36,13 +40,20 @@ def _wav(fmt: bytes, frames: bytes, *, rf64: bool = False, extra: bytes = b"") -
 
 def _extensible(channels: int, rate: int, bits: int, subformat: int) -> bytes:
     align = channels * bits // 8
-    guid = struct.pack("<H", subformat) + b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
-    return struct.pack("<HHIIHHHHI", 0xFFFE, channels, rate, rate * align, align, bits, 22, bits, 3) + guid
+    guid = (
+        struct.pack("<H", subformat) + b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+    )
+    return (
+        struct.pack("<HHIIHHHHI", 0xFFFE, channels, rate, rate * align, align, bits, 22, bits, 3)
+        + guid
+    )
 
 
 def test_extensible_24_bit_with_a_list_chunk() -> None:
     frames = np.random.default_rng(0).integers(0, 256, 6 * 1000, dtype=np.uint8).tobytes()
-    data = _wav(_extensible(2, 48000, 24, 1), frames, extra=b"LIST" + struct.pack("<I", 5) + b"abcde\0")
+    data = _wav(
+        _extensible(2, 48000, 24, 1), frames, extra=b"LIST" + struct.pack("<I", 5) + b"abcde\0"
+    )
     index = index_of(data)
     assert (index.codec, index.block_align, index.num_samples) == ("pcm_s24le", 6, 1000)
     with av.open(io.BytesIO(data)) as container:
@@ -59,5 +70,8 @@ def test_rf64_float() -> None:
 
 def test_unsupported_and_broken() -> None:
     adpcm = struct.pack("<HHIIHH", 2, 1, 8000, 4000, 256, 4)
-    assert extract(io.BytesIO(_wav(adpcm, bytes(512)))).reason == "unsupported wav format 0x0002 with 4 bits"
+    assert (
+        extract(io.BytesIO(_wav(adpcm, bytes(512)))).reason
+        == "unsupported wav format 0x0002 with 4 bits"
+    )
     assert not extract(io.BytesIO(b"RIFF\x10\0\0\0WAVEfmt ")).ok
