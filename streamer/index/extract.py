@@ -33,12 +33,15 @@ def sniff(head: bytes) -> str | None:
 
 
 def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
-    """Index one episode read front to back from a binary file-like object.
+    """Index one episode read front to back from a binary file-like object
+    (a seekable one is read from its first byte, wherever it was left).
 
     ``density`` is seek points per second (``math.inf``: every frame/page).
     Storage errors propagate; anything wrong with the bytes themselves
     becomes a "no index" record.
     """
+    if stream.seekable():
+        stream.seek(0)
     reader = Reader(stream)
     buf, i = reader.window(_SNIFF_BYTES)
     head = buf[i : i + _SNIFF_BYTES]

@@ -22,8 +22,8 @@ demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
 16-byte header of every other top-level box, ``mdat`` included: a demuxer
 walking the top level needs those to find ``moov``. A sparse view of the blob
 holding only the header ranges and the bytes of the crop opens in FFmpeg.
-AAC frames overlap: decoding from a
-seek point needs at least one earlier packet (1024 samples) of pre-roll.
+AAC frames overlap: decoding from a seek point needs at least one earlier
+packet (1024 samples) of pre-roll.
 """
 
 from __future__ import annotations
