@@ -12,6 +12,10 @@ mp3 needs no header: every frame carries its own. A decoder must *not* be
 fed the Xing frame (FFmpeg would apply the whole-file gapless trim to a
 crop). Frames use the bit reservoir (up to 511 bytes of earlier frames), so
 decoding from a seek point needs at least one earlier frame of pre-roll.
+
+After garbage the positions count only real frames (a sync is believed only
+when the next header confirms it); FFmpeg's parser may decode spurious frames
+out of such garbage, so its timestamps past damage are not the reference.
 """
 
 from __future__ import annotations
