@@ -28,28 +28,36 @@ def decode_range(source: BinaryIO, start: float, end: float) -> tuple[np.ndarray
     Returns float32 ``(channels, samples)`` and the native sample rate. The
     result is shorter than asked only when the episode ends first.
     """
+    for backoff in _SEEK_BACKOFFS:
+        target = start - backoff
+        pieces, covered, rate, channels = _decode_from(source, target, start, end)
+        if covered:
+            break
+    if not pieces:
+        return np.zeros((channels, 0), dtype=np.float32), rate
+    return np.concatenate(pieces, axis=1), rate
+
+
+def _decode_from(
+    source: BinaryIO, target: float, start: float, end: float
+) -> tuple[list[np.ndarray], bool, int, int]:
+    """Open, seek to ``target`` (or stay at the start), decode ``[start, end)``.
+
+    The container is opened afresh each time: seeking back to 0 would lose
+    the codec's start-up trimming (AAC priming), a fresh open does not.
+    """
     source.seek(0)
     with av.open(source, "r") as container:
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate
         # The full decode's sample 0 is the first frame's, at the stream's start time.
         origin = stream.start_time or 0
+        if target > 0:
+            container.seek(origin + int(target / stream.time_base), stream=stream, backward=True)
         first, last = round(start * rate), round(end * rate)
-        for backoff in _SEEK_BACKOFFS:
-            target = start - backoff
-            if target > 0:
-                pts = origin + int(target / stream.time_base)
-                container.seek(pts, stream=stream, backward=True)
-            else:
-                container.seek(0)
-            frames = container.decode(stream)
-            pieces, covered = _collect(frames, origin, rate, first, last, retry=target > 0)
-            if covered:
-                break
-        channels = stream.codec_context.channels
-    if not pieces:
-        return np.zeros((channels, 0), dtype=np.float32), rate
-    return np.concatenate(pieces, axis=1), rate
+        frames = container.decode(stream)
+        pieces, covered = _collect(frames, origin, rate, first, last, retry=target > 0)
+        return pieces, covered, rate, stream.codec_context.channels
 
 
 def _collect(
