@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import ShardError, StorageError
 from ..storage.local import LocalFileReader, MemoryReader
+from ..timing import record
 from .blob import BlobHandle
 
 __all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
@@ -39,10 +40,11 @@ class Shard:
         self.column_dir = column_dir or os.path.basename(os.path.dirname(self.path))
         self.label = f"{self.column_dir}/{self.name}"
         try:
-            self.reader = LocalFileReader(self.path)
-            ipc = pa.ipc.open_file(self.reader.mapping)
-            self.schema: pa.Schema = ipc.schema
-            self._batches = [ipc.get_batch(i) for i in range(ipc.num_record_batches)]
+            with record("shard_open"):
+                self.reader = LocalFileReader(self.path)
+                ipc = pa.ipc.open_file(self.reader.mapping)
+                self.schema: pa.Schema = ipc.schema
+                self._batches = [ipc.get_batch(i) for i in range(ipc.num_record_batches)]
         except (StorageError, pa.ArrowException, OSError) as exc:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         rows = np.fromiter((b.num_rows for b in self._batches), dtype=np.int64)
