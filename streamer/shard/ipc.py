@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import ShardError, StorageError
 from ..storage.local import LocalFileReader, MemoryReader
+from ..timing import record
 from .blob import BlobHandle
 
 __all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
@@ -39,10 +40,11 @@ class Shard:
         self.column_dir = column_dir or os.path.basename(os.path.dirname(self.path))
         self.label = f"{self.column_dir}/{self.name}"
         try:
-            self.reader = LocalFileReader(self.path)
-            ipc = pa.ipc.open_file(self.reader.mapping)
-            self.schema: pa.Schema = ipc.schema
-            self._batches = [ipc.get_batch(i) for i in range(ipc.num_record_batches)]
+            with record("shard_open"):
+                self.reader = LocalFileReader(self.path)
+                ipc = pa.ipc.open_file(self.reader.mapping)
+                self.schema: pa.Schema = ipc.schema
+                self._batches = [ipc.get_batch(i) for i in range(ipc.num_record_batches)]
         except (StorageError, pa.ArrowException, OSError) as exc:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         rows = np.fromiter((b.num_rows for b in self._batches), dtype=np.int64)
@@ -71,7 +73,9 @@ class Shard:
             raise ShardError(
                 f"no column {name!r} (columns: {', '.join(self.schema.names)})", shard=self.path
             )
-        return pa.chunked_array([b.column(name) for b in self._batches], self.schema.field(name).type)
+        return pa.chunked_array(
+            [b.column(name) for b in self._batches], self.schema.field(name).type
+        )
 
     @cached_property
     def keys(self) -> pa.Array:
@@ -121,7 +125,7 @@ class Shard:
         if values is None or values.size == 0:
             return True
         start = values.address - self.reader.base_address
-        return 0 <= start and start + values.size <= self.reader.size_sync()
+        return start >= 0 and start + values.size <= self.reader.size_sync()
 
     def _memory_reader(self, batch: int, column: str, values: pa.Buffer) -> MemoryReader:
         """A reader over a decompressed values buffer (IPC-compressed shards)."""
