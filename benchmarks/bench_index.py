@@ -30,7 +30,7 @@ from streamer import open_dataset, synth
 from streamer.index import INDEX_DIR, extract
 from streamer.index.build import build_index
 from streamer.index.table import INDEX_COLUMN
-from streamer.shard import pack
+from streamer.shard.pack import pack
 
 CODECS = {
     "mp3": 44100,

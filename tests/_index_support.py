@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import tempfile
 import wave
-from fractions import Fraction
 
 import av
 import numpy as np
@@ -95,8 +94,8 @@ def encode_with_pts(
     container_options: dict[str, str] | None = None,
     **stream_options,
 ) -> bytes:
-    """Like ``synth.encode`` but with frame timestamps, so FFmpeg records the
-    encoder's priming (mp4 edit lists) and honours container options."""
+    """Like ``synth.encode``, plus container options (mp4 faststart) and codec
+    context settings (``qscale`` for VBR mp3)."""
     spec = synth.CODECS[codec]
     samples = synth.signal(seconds, sample_rate, channels)
     layout = {1: "mono", 2: "stereo"}[channels]
@@ -109,9 +108,8 @@ def encode_with_pts(
             for name, value in stream_options.items():
                 setattr(stream.codec_context, name, value)
             for start in range(0, samples.shape[1], 1024):
-                frame = synth._frame(samples[:, start : start + 1024], spec, layout, sample_rate)
-                frame.pts = start
-                frame.time_base = Fraction(1, sample_rate)
+                block = samples[:, start : start + 1024]
+                frame = synth._frame(block, spec, layout, sample_rate, start)
                 for packet in stream.encode(frame):
                     out.mux(packet)
             for packet in stream.encode(None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -29,10 +30,53 @@ def test_pyav_vorbis_pages_match_ffmpeg(sample_rate: int) -> None:
     index = index_of(data)
     assert (index.codec, index.container, index.timescale) == ("vorbis", "ogg", sample_rate)
     assert_points_are_packets(index, first_packet_per_position(data))
-    # FFmpeg's experimental encoder writes pages that end inside a packet:
-    # such continued pages are never seek points.
-    continued = [p.offset for p in _pages(data) if p.flags & 1]
-    assert continued and not set(continued) & set(index.byte_pos.tolist())
+    assert index.num_samples == decoded_length(data)
+
+
+def _page_bytes(
+    page: ogg.Page, flags: int, granule: int, sequence: int, lacing: bytes, body: bytes
+) -> bytes:
+    head = bytearray(
+        struct.pack("<4sBBqIIIB", b"OggS", 0, flags, granule, page.serial, sequence, 0, len(lacing))
+    )
+    raw = bytes(head) + lacing + body
+    return raw[:22] + struct.pack("<I", ogg.ogg_crc(raw)) + raw[26:]
+
+
+def _split_inside_a_packet(data: bytes) -> tuple[bytes, int]:
+    """Split an audio page whose first packet is longer than one segment in
+    two, inside that packet: the second half is a continued page. Returns the
+    new file and the second page's offset."""
+    pages = _pages(data)
+    which = next(n for n, p in enumerate(pages) if n > 3 and p.lacing[0] == 255)
+    page = pages[which]
+    k = page.lacing.index(255) + 1  # the first packet goes on past this segment
+    cut = sum(page.lacing[:k])
+    first = _page_bytes(page, page.flags, -1, page.sequence, page.lacing[:k], page.body[:cut])
+    second = _page_bytes(
+        page, page.flags | 1, page.granule, page.sequence + 1, page.lacing[k:], page.body[cut:]
+    )
+    out = [data[: page.offset], first, second]
+    for later in pages[which + 1 :]:
+        raw = data[later.offset : later.end]
+        out.append(
+            _page_bytes(
+                later, later.flags, later.granule, later.sequence + 1, later.lacing, later.body
+            )
+        )
+        assert len(out[-1]) == len(raw)
+    return b"".join(out), page.offset + len(first)
+
+
+def test_packets_continued_across_pages() -> None:
+    data = cli_encode(["oggenc", "-Q", "-q", "10", "-o", "{out}", "-"], 44100, 2, seconds=4.0)
+    clean = index_of(data)
+    split, continued = _split_inside_a_packet(data)
+    index = index_of(split)
+    assert continued not in index.byte_pos.tolist()  # starts inside a packet
+    np.testing.assert_array_equal(index.sample_pos, clean.sample_pos)
+    assert_points_are_packets(index, first_packet_per_position(split))
+    assert index.num_samples == decoded_length(split)
 
 
 @pytest.mark.parametrize(("sample_rate", "channels"), [(44100, 1), (22050, 2), (8000, 1)])

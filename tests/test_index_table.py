@@ -15,7 +15,8 @@ from streamer.cli import main
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex, extract
 from streamer.index.build import SCHEMA, build_index, select_shards
 from streamer.index.table import to_struct_array
-from streamer.shard import Shard, pack
+from streamer.shard import Shard
+from streamer.shard.pack import pack
 
 
 def _same(a: SeekIndex, b: SeekIndex) -> None:
