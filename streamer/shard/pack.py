@@ -153,6 +153,22 @@ def _walk(src: str) -> Iterator[tuple[str, str, int]]:
 
 def _prepare_output(out: str) -> None:
     """Refuse to mix with an existing dataset; clear temp files of a killed run."""
+    _remove_temp_files(out)
+    for column_dir in (AUDIO_COLUMN, INFO_DIR):
+        folder = os.path.join(out, column_dir)
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if name.endswith(SHARD_SUFFIXES):
+                raise PackError(
+                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
+                )
+    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
+    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
+
+
+def _remove_temp_files(out: str) -> None:
+    """Delete the hidden shards-in-progress that ``pack`` writes before renaming."""
     for column_dir in (AUDIO_COLUMN, INFO_DIR):
         folder = os.path.join(out, column_dir)
         if not os.path.isdir(folder):
@@ -160,12 +176,6 @@ def _prepare_output(out: str) -> None:
         for name in os.listdir(folder):
             if name.startswith(".") and _TEMP_MARK in name:
                 os.remove(os.path.join(folder, name))
-            elif name.endswith(SHARD_SUFFIXES):
-                raise PackError(
-                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
-                )
-    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
-    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
 
 
 class _ShardWriter:
@@ -193,14 +203,16 @@ class _ShardWriter:
         self._close_shard()
 
     def abort(self) -> None:
-        """Close and delete the shard being written; finished shards stay."""
-        for writer, temp, _ in self._open:
-            try:
-                writer.close()
-            finally:
-                if os.path.exists(temp):
-                    os.remove(temp)
+        """Close and delete the shard being written; finished shards stay.
+
+        Deletes every temporary file in the column directories rather than
+        the ones on record, so a signal that lands between creating a file
+        and recording it leaves nothing behind either.
+        """
+        for writer, _, _ in self._open:
+            writer.close()
         self._open = []
+        _remove_temp_files(self.out)
 
     def _write_batch(self) -> None:
         if not self._pending:
