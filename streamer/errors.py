@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "CompressedShardWarning",
+    "CropError",
     "DataError",
     "LayoutError",
     "PackError",
@@ -48,6 +49,10 @@ class DataError(StreamerError):
         ]
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
         self.reason = message
+
+
+class CropError(DataError):
+    """A crop cannot be produced: its range decodes to nothing, or the decoder fails."""
 
 
 class LayoutError(DataError):

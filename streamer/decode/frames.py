@@ -5,7 +5,7 @@ from __future__ import annotations
 import av
 import numpy as np
 
-__all__ = ["frame_to_float32"]
+__all__ = ["concat", "frame_to_float32"]
 
 # Full-scale value of each integer sample format, so ints map into [-1, 1).
 _SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
@@ -28,3 +28,10 @@ def frame_to_float32(frame: av.AudioFrame) -> np.ndarray:
     if name in _SCALE:
         return (data.astype(np.float64) / _SCALE[name]).astype(np.float32)
     return np.ascontiguousarray(data, dtype=np.float32)
+
+
+def concat(pieces: list[np.ndarray], channels: int) -> np.ndarray:
+    """Decoded pieces joined along time; an empty ``(channels, 0)`` array for none."""
+    if not pieces:
+        return np.zeros((channels, 0), dtype=np.float32)
+    return np.concatenate(pieces, axis=1)

@@ -15,12 +15,14 @@ it is opened.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Iterator
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +30,9 @@ from ..errors import CompressedShardWarning, LayoutError, ShardError
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from .blob import BlobHandle
 from .ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
+
+if TYPE_CHECKING:
+    from ..decode.stats import DecodeStats
 
 __all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset"]
 
@@ -67,6 +72,7 @@ class Dataset:
         self._shards: dict[tuple[str, str], Shard] = {}
         self._index_readers: dict[str, IndexReader] = {}
         self._warned_compressed = False
+        self._decode_stats: DecodeStats | None = None
 
     def __repr__(self) -> str:
         return f"Dataset({self.root!r}, shards={len(self.shard_names)})"
@@ -186,6 +192,58 @@ class Dataset:
         if reader is None:
             reader = self._index_readers[name] = IndexReader(self.shard(name, INDEX_DIR))
         return reader.read(row)
+
+    @property
+    def decode_stats(self) -> DecodeStats:
+        """What ``read_crop`` did so far: crops, fallbacks, planned bytes, bad packets."""
+        if self._decode_stats is None:
+            from ..decode.stats import DecodeStats
+
+            self._decode_stats = DecodeStats()
+        return self._decode_stats
+
+    def read_crop(
+        self,
+        key: str,
+        start: float,
+        end: float,
+        sample_rate: int | None = None,
+        mono: bool = False,
+        *,
+        pad: bool = False,
+    ) -> np.ndarray:
+        """Seconds ``[start, end)`` of an episode as float32 ``(channels, samples)``.
+
+        Sample-exact against the full decode (see docs/decoding.md); resampled
+        to ``sample_rate`` and downmixed to the channel mean with ``mono``. A
+        crop past the end is clipped, or zero-padded with ``pad``.
+        """
+        from ..decode.crop import read_crop, source_for
+
+        crop = read_crop(
+            source_for(self, key),
+            start,
+            end,
+            sample_rate=sample_rate,
+            mono=mono,
+            pad=pad,
+            stats=self.decode_stats,
+        )
+        return crop.audio
+
+    async def aread_crop(
+        self,
+        key: str,
+        start: float,
+        end: float,
+        sample_rate: int | None = None,
+        mono: bool = False,
+        *,
+        pad: bool = False,
+    ) -> np.ndarray:
+        """``read_crop`` in a worker thread, for event loops."""
+        call = functools.partial(self.read_crop, key, start, end, sample_rate, mono, pad=pad)
+        return await anyio.to_thread.run_sync(call)
 
     def info_table(self) -> pa.Table:
         """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""

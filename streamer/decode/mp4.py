@@ -1,0 +1,78 @@
+"""MP4/M4A (AAC, ALAC): FFmpeg's demuxer over the planned ranges only.
+
+The demuxer reads ``moov`` (the header ranges) and seeks natively on its own
+sample table, then demuxes the samples in the data range; everything comes
+from memory through a ``SparseFile``. Frames are placed by their
+timestamps: FFmpeg's pts is the decode time less the edit list's media time,
+which is exactly the gapless sample index when the timescale is the sample
+rate. AAC's decoder needs the frames before the crop to converge (and the
+first frame after a cold start is garbage), hence its pre-roll.
+"""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+
+from ..index.table import SeekIndex
+from .frames import concat, frame_to_float32
+from .plan import CropPlan, Fetched, to_gapless
+from .sparse import SparseFile
+from .stats import DecodeStats
+
+__all__ = ["decode", "preroll"]
+
+
+#: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
+#: frames to converge after a cold start; ALAC frames are independent.
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
+
+
+#: ``moov`` already says everything about the stream; without these limits
+#: FFmpeg's stream probing reads the first 64 KiB of sample data, outside the plan.
+_NO_PROBING = {"probesize": "32", "analyzeduration": "0"}
+
+
+def preroll(index: SeekIndex) -> int:
+    return round(PREROLL_SECONDS[index.codec] * index.timescale)
+
+
+def decode(
+    index: SeekIndex,
+    plan: CropPlan,
+    fetched: Fetched,
+    stats: DecodeStats,
+    where: dict[str, object],
+) -> tuple[np.ndarray, int]:
+    """Decoded samples and the gapless index of their first sample."""
+    source = SparseFile(fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats)
+    with av.open(source, "r", format="mp4", options=_NO_PROBING) as container:
+        stream = container.streams.audio[0]
+        seek_to = plan.start_native - index.first_sample
+        if seek_to > 0:  # a fresh demuxer is at the start; seeking there loses priming
+            container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+        out: list[np.ndarray] = []
+        first = None
+        end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
+        for packet in container.demux(stream):
+            if packet.pts is None:
+                continue
+            try:
+                frames = packet.decode()
+            except (av.FFmpegError, ValueError):
+                stats.bad_packets += 1
+                continue
+            for frame in frames:
+                if first is None:
+                    first = frame.pts
+                    expected = first
+                if frame.pts != expected:  # a gap: a packet failed, keep timing
+                    missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
+                    out.append(np.zeros((index.channels, max(missing, 0)), np.float32))
+                samples = frame_to_float32(frame)
+                out.append(samples)
+                expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
+            if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
+                break  # the next packet would start past the plan
+    start = to_gapless(index, (first or 0) + index.first_sample)
+    return concat(out, index.channels), start

@@ -1,0 +1,101 @@
+"""The byte plan of a crop: which bytes of the blob a decoder needs, from the index.
+
+Timelines: a crop asks for *gapless* samples ``[first, last)`` at the native
+rate, the indices of FFmpeg's full gapless decode. The seek index counts on
+the codec's *native* timeline (``timescale`` units): gapless sample ``g`` is
+native ``first_sample + g * timescale / sample_rate``.
+
+The plan covers the header ranges plus the data from the last seek point at
+or before ``first - preroll`` to the first seek point at or after ``last``
+(or the end of the data): whole frames or pages, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..index.table import SeekIndex
+
+__all__ = ["CropPlan", "Fetched", "plan_crop", "to_gapless", "to_native"]
+
+_PLACED_BY_GRANULE = {"vorbis", "opus"}
+
+
+@dataclass(frozen=True)
+class CropPlan:
+    """What to fetch and where decoding starts, for gapless samples ``[first, last)``."""
+
+    first: int
+    last: int
+    #: Index of the seek point decoding starts from (-1 for PCM: arithmetic).
+    point: int
+    #: Native position of the first sample of the frame/page at ``data[0]``.
+    start_native: int
+    #: ``(offset, length)`` in the blob: the header ranges, then the data range.
+    header: tuple[tuple[int, int], ...]
+    data: tuple[int, int]
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        return (*self.header, self.data)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(length for _, length in self.ranges)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The planned bytes, in memory: what a codec module decodes from."""
+
+    header: bytes  # the header ranges, concatenated
+    data: memoryview  # the data range
+    pieces: tuple[tuple[int, memoryview], ...]  # every planned range at its blob offset
+    blob_length: int
+    #: Reads bytes outside the plan (counted by the caller as a bug signal).
+    read_unplanned: Callable[[int, int], bytes]
+
+
+def to_native(index: SeekIndex, sample: int) -> int:
+    """Native position of gapless sample ``sample``."""
+    if index.timescale == index.sample_rate:
+        return index.first_sample + sample
+    return index.first_sample + round(sample * index.timescale / index.sample_rate)
+
+
+def to_gapless(index: SeekIndex, native: int) -> int:
+    """Gapless sample index of native position ``native``."""
+    if index.timescale == index.sample_rate:
+        return native - index.first_sample
+    return round((native - index.first_sample) * index.sample_rate / index.timescale)
+
+
+def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan:
+    """The plan for gapless samples ``[first, last)`` (``last`` already clipped),
+    decoding from at least ``preroll`` native units before ``first``."""
+    if index.block_align:
+        start = index.data_start + first * index.block_align
+        end = min(index.data_start + last * index.block_align, index.data_end)
+        return CropPlan(first, last, -1, to_native(index, first), (), (start, end - start))
+    want_from = to_native(index, first) - preroll
+    want_to = to_native(index, last)
+    points = index.sample_pos
+    point = max(int(np.searchsorted(points, want_from, side="right")) - 1, 0)
+    if index.codec in _PLACED_BY_GRANULE and point == len(points) - 1:
+        # Ogg output is placed by a page granule other than the last page's
+        # (which may trim the stream): make sure an earlier page is decoded.
+        point = max(point - 1, 0)
+    after = int(np.searchsorted(points, want_to, side="left"))
+    start = int(index.byte_pos[point])
+    end = int(index.byte_pos[after]) if after < len(points) else index.data_end
+    return CropPlan(
+        first=first,
+        last=last,
+        point=point,
+        start_native=int(points[point]),
+        header=tuple(index.header),
+        data=(start, end - start),
+    )

@@ -1,0 +1,81 @@
+"""A file object that holds only the planned ranges of a blob.
+
+The MP4 demuxer wants a whole file to seek in. This one reports the blob's
+full length but serves bytes only from the ranges the plan fetched; a read
+anywhere else is served by ``fallback`` (a real read of the blob) and counted,
+because it means the plan missed something the demuxer needed.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from .stats import DecodeStats
+
+__all__ = ["UNPLANNED_READ", "SparseFile"]
+
+#: Most bytes one read outside the plan fetches (reads stay short, as above).
+UNPLANNED_READ = 4096
+
+
+class SparseFile(io.RawIOBase):
+    """Read-only view of ``length`` bytes of which only ``pieces`` are held."""
+
+    def __init__(
+        self,
+        length: int,
+        pieces: list[tuple[int, memoryview]],
+        fallback: Callable[[int, int], bytes],
+        stats: DecodeStats,
+    ) -> None:
+        super().__init__()
+        self.length = length
+        self._pieces = sorted(pieces, key=lambda piece: piece[0])
+        self._fallback = fallback
+        self._stats = stats
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.length}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes, stopping at the end of a held piece: a short
+        read, so a reader that only wanted part of a buffer's worth (FFmpeg
+        reads 32 KiB at a time) never pulls in bytes beyond the plan."""
+        if size is None or size < 0:
+            size = self.length - self._pos
+        size = max(0, min(size, self.length - self._pos))
+        if size == 0:
+            return b""
+        chunk = self._from_pieces(self._pos, size)
+        if chunk is None:
+            chunk = self._unplanned(self._pos, min(size, UNPLANNED_READ))
+        self._pos += len(chunk)
+        return bytes(chunk)
+
+    def _from_pieces(self, position: int, size: int) -> memoryview | None:
+        for start, view in self._pieces:
+            if start <= position < start + len(view):
+                return view[position - start : position - start + size]
+        return None
+
+    def _unplanned(self, position: int, size: int) -> bytes:
+        """Bytes outside the plan, up to the next held piece."""
+        following = [start for start, _ in self._pieces if start > position]
+        if following:
+            size = min(size, following[0] - position)
+        self._stats.unplanned_reads += 1
+        self._stats.unplanned_bytes += size
+        return self._fallback(position, size)
