@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from .errors import DataError, LayoutError, ShardError, StorageError, StreamerError
-from .shard import BlobHandle, Dataset, pack
+from .shard import BlobHandle, Dataset
+from .shard.pack import pack
 
 __all__ = [
     "BlobHandle",
@@ -32,7 +33,9 @@ def open_dataset(url: str | os.PathLike[str], **storage_options: object) -> Data
     if url.startswith("file://"):
         url = url[len("file://") :]
     elif "://" in url:
-        raise StorageError(f"unsupported URL scheme in {url.split('://')[0]}://… (local paths only)")
+        raise StorageError(
+            f"unsupported URL scheme in {url.split('://')[0]}://… (local paths only)"
+        )
     if storage_options:
         raise TypeError(f"local datasets take no storage options: {sorted(storage_options)}")
     return Dataset(url)

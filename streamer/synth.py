@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -49,7 +50,7 @@ CODECS: dict[str, EncoderSpec] = {
 
 def signal(seconds: float, sample_rate: int, channels: int = 1, seed: int = 0) -> np.ndarray:
     """A float32 ``(channels, samples)`` test signal in [-0.5, 0.5]."""
-    n = int(round(seconds * sample_rate))
+    n = round(seconds * sample_rate)
     rng = np.random.default_rng(seed)
     t = np.arange(n, dtype=np.float64) / sample_rate
     out = np.empty((channels, n), dtype=np.float32)
@@ -63,7 +64,9 @@ def signal(seconds: float, sample_rate: int, channels: int = 1, seed: int = 0) -
     return out
 
 
-def _frame(block: np.ndarray, spec: EncoderSpec, layout: str, sample_rate: int) -> av.AudioFrame:
+def _frame(
+    block: np.ndarray, spec: EncoderSpec, layout: str, sample_rate: int, pts: int
+) -> av.AudioFrame:
     planar = spec.sample_format.endswith("p")
     as_int = spec.sample_format.startswith("s16")
     data = block if planar else block.T.reshape(1, -1)
@@ -75,6 +78,9 @@ def _frame(block: np.ndarray, spec: EncoderSpec, layout: str, sample_rate: int) 
         np.ascontiguousarray(data), format=spec.sample_format, layout=layout
     )
     frame.sample_rate = sample_rate
+    # Explicit timestamps: without them FFmpeg's vorbis encoder writes wrong granules.
+    frame.pts = pts
+    frame.time_base = Fraction(1, sample_rate)
     return frame
 
 
@@ -109,7 +115,7 @@ def encode(
             stream.bit_rate = bit_rate
         block = 4096
         for start in range(0, samples.shape[1], block):
-            frame = _frame(samples[:, start : start + block], spec, layout, sample_rate)
+            frame = _frame(samples[:, start : start + block], spec, layout, sample_rate, start)
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode(None):

@@ -17,7 +17,7 @@ from ..errors import StreamerError
 
 __all__ = ["main"]
 
-COMMANDS = ["pack", "inspect"]
+COMMANDS = ["demo", "pack", "inspect"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,5 @@
 from .blob import BlobHandle
 from .dataset import Dataset
 from .ipc import Shard
-from .pack import PackReport, pack
 
-__all__ = ["BlobHandle", "Dataset", "PackReport", "Shard", "pack"]
+__all__ = ["BlobHandle", "Dataset", "Shard"]

@@ -138,6 +138,9 @@ class Dataset:
     def __contains__(self, key: object) -> bool:
         return key in self._key_rows
 
+    def __iter__(self) -> Iterator[str]:
+        return self.keys()
+
     def keys(self) -> Iterator[str]:
         """Every key, in shard order."""
         for name in self.shard_names:
@@ -218,9 +221,7 @@ def _check_keys_aligned(shard: Shard, audio: Shard) -> None:
         return
     ours, theirs = shard.keys.to_pylist(), audio.keys.to_pylist()
     if len(ours) != len(theirs):
-        raise ShardError(
-            f"{len(ours)} rows, but {audio.label} has {len(theirs)}", shard=shard.path
-        )
+        raise ShardError(f"{len(ours)} rows, but {audio.label} has {len(theirs)}", shard=shard.path)
     row = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
     raise ShardError(
         f"__key__ mismatch with {audio.label}: {ours[row]!r} here, {theirs[row]!r} there",

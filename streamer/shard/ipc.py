@@ -71,7 +71,9 @@ class Shard:
             raise ShardError(
                 f"no column {name!r} (columns: {', '.join(self.schema.names)})", shard=self.path
             )
-        return pa.chunked_array([b.column(name) for b in self._batches], self.schema.field(name).type)
+        return pa.chunked_array(
+            [b.column(name) for b in self._batches], self.schema.field(name).type
+        )
 
     @cached_property
     def keys(self) -> pa.Array:
@@ -121,7 +123,7 @@ class Shard:
         if values is None or values.size == 0:
             return True
         start = values.address - self.reader.base_address
-        return 0 <= start and start + values.size <= self.reader.size_sync()
+        return start >= 0 and start + values.size <= self.reader.size_sync()
 
     def _memory_reader(self, batch: int, column: str, values: pa.Buffer) -> MemoryReader:
         """A reader over a decompressed values buffer (IPC-compressed shards)."""

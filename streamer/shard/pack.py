@@ -155,7 +155,9 @@ def _prepare_output(out: str) -> None:
             if name.startswith(".") and _TEMP_MARK in name:
                 os.remove(os.path.join(folder, name))
             elif name.endswith(SHARD_SUFFIXES):
-                raise PackError(f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT")
+                raise PackError(
+                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
+                )
     os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
     os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
 
@@ -203,7 +205,9 @@ class _ShardWriter:
         offsets = np.zeros(len(entries) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([e.size for e in entries])
         values = np.empty(int(offsets[-1]), dtype=np.uint8)
-        digests = [_read_into(e, values[offsets[i] : offsets[i + 1]]) for i, e in enumerate(entries)]
+        digests = [
+            _read_into(e, values[offsets[i] : offsets[i + 1]]) for i, e in enumerate(entries)
+        ]
         keys = pa.array([e.key for e in entries], pa.string())
         audio = pa.LargeBinaryArray.from_buffers(
             pa.large_binary(), len(entries), [None, pa.py_buffer(offsets), pa.py_buffer(values)]

@@ -1,0 +1,54 @@
+"""The `streamer` command end to end: pack, inspect, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamer.cli import main
+from streamer.demo import DEMO_EPISODES
+
+
+def test_pack_then_inspect(audio_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "ds"
+    assert main(["pack", str(audio_dir), str(out), "--shard-size", "1M", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "packed 7 files" in printed and "skipped 0" in printed
+    assert main(["inspect", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "rows      7" in report
+    assert "columns   audio/  __key__: string, audio: large_binary" in report
+    assert "hours     0.01" in report  # 7 x 3 s
+    for codec in ("mp3", "vorbis", "opus", "flac", "aac", "alac", "pcm_s16le"):
+        assert f"{codec} 1" in report
+
+
+def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["inspect", str(tmp_path / "missing")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("streamer inspect: error: dataset directory does not exist")
+    assert "Traceback" not in error
+
+
+def test_pack_size_units(audio_dir: Path, tmp_path: Path) -> None:
+    from streamer.cli.pack import _size
+
+    assert _size("512M") == 512 << 20 and _size("2GiB") == 2 << 30 and _size("1000") == 1000
+
+
+def test_demo_builds_once_and_reads_crops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cache = tmp_path / "cache"
+    assert main(["demo", "--cache-dir", str(cache), "--crops", "14", "--duration", "2"]) == 0
+    first = capsys.readouterr().out
+    assert "crops       14 x 2 s" in first
+    assert "bytes read" in first
+    dataset = cache / "demo-v1"
+    assert len(list((dataset / "audio").iterdir())) >= 1
+    stamp = (dataset / "audio" / "shard-000000.wsds").stat().st_mtime_ns
+    assert main(["demo", "--cache-dir", str(cache), "--crops", "3"]) == 0
+    assert (dataset / "audio" / "shard-000000.wsds").stat().st_mtime_ns == stamp
+    assert "crops       3 x 4 s" in capsys.readouterr().out
+    from streamer import open_dataset
+
+    assert len(open_dataset(dataset)) == len(DEMO_EPISODES)

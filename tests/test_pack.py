@@ -1,0 +1,172 @@
+"""`streamer pack`: round trip, layout, skipping, strictness, bounded memory, interruption."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import FIXTURE_FILES
+from helpers import write_audio
+
+from streamer import open_dataset
+from streamer.errors import PackError
+from streamer.shard.pack import pack
+from streamer.synth import CODECS
+
+
+def test_blobs_are_the_source_files_byte_for_byte(audio_dir: Path, packed: Path) -> None:
+    dataset = open_dataset(packed)
+    sources = sorted(p for p in audio_dir.rglob("*") if p.is_file())
+    assert len(dataset) == len(sources) == len(FIXTURE_FILES)
+    for path in sources:
+        key = str(path.relative_to(audio_dir).with_suffix(""))
+        assert bytes(dataset.blob(key).view()) == path.read_bytes()
+
+
+def test_audio_info_describes_each_file(audio_dir: Path, packed: Path) -> None:
+    dataset = open_dataset(packed)
+    expected_codec = {"wav": "pcm_s16le"}
+    for index, (codec, rate, channels) in enumerate(FIXTURE_FILES):
+        key = f"set{index % 2}/{codec}"
+        info = dataset.info(key)
+        source = audio_dir / f"{key}.{CODECS[codec].extension}"
+        assert info["codec"] == expected_codec.get(codec, codec)
+        assert info["sample_rate"] == rate
+        assert info["channels"] == channels
+        assert info["duration"] == pytest.approx(3.0, abs=0.1)
+        assert info["num_bytes"] == source.stat().st_size
+        assert info["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+        assert info["source"] == f"{key}.{CODECS[codec].extension}"
+
+
+def test_shards_follow_the_wsds_layout(packed: Path) -> None:
+    audio = sorted((packed / "audio").iterdir())
+    info = sorted((packed / "audio_info").iterdir())
+    assert [p.name for p in audio] == [p.name for p in info]
+    assert len(audio) > 1, "a 600 kB shard size must cut several shards"
+    for path in audio:
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        batch_size = int(reader.schema.metadata[b"batch_size"])
+        assert batch_size == 2
+        rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+        assert all(r == batch_size for r in rows[:-1]) and 0 < rows[-1] <= batch_size
+        assert reader.schema.field("audio").type == pa.large_binary()
+        assert reader.schema.field("__key__").type == pa.string()
+        assert open_dataset(packed).shard(path.stem).is_addressable("audio")
+
+
+def test_files_pyav_cannot_probe_are_skipped_with_a_reason(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_audio(src, "good", "flac", 16000, 1, 0.5)
+    (src / "notes.txt").write_text("not audio")
+    (src / "empty.mp3").write_bytes(b"")
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    reasons = dict(report.skipped)
+    assert set(reasons) == {"notes.txt", "empty.mp3"}
+    assert all("PyAV" in reason for reason in reasons.values())
+    assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
+def test_two_files_with_one_key_keep_the_first(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_audio(src, "a/b", "flac", 16000, 1, 0.5)
+    write_audio(src, "a/b", "wav", 16000, 1, 0.5)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [("a/b.wav", "key 'a/b' is already taken by a/b.flac")]
+
+
+def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    (src / "z.txt").write_text("not audio")
+    with pytest.raises(PackError, match=r"z\.txt"):
+        pack(src, tmp_path / "out", strict=True, progress=False)
+    assert _all_files(tmp_path / "out") == []
+
+
+def test_refuses_to_pack_over_an_existing_dataset(tmp_path: Path, packed: Path) -> None:
+    with pytest.raises(PackError, match="already holds a dataset"):
+        pack(tmp_path, packed, progress=False)
+
+
+def test_a_failure_mid_run_removes_the_shard_being_written(tmp_path: Path, monkeypatch) -> None:
+    src = tmp_path / "src"
+    for i in range(6):
+        write_audio(src, f"ep{i}", "wav", 8000, 1, 0.5, seed=i)
+    import streamer.shard.pack as pack_module
+
+    real = pack_module._read_into
+    calls = []
+
+    def failing_read(entry, target):  # the 5th file "changes size" while packing
+        calls.append(entry.key)
+        if len(calls) == 5:
+            raise PackError(f"{entry.source}: file changed size while packing")
+        return real(entry, target)
+
+    monkeypatch.setattr(pack_module, "_read_into", failing_read)
+    with pytest.raises(PackError, match="changed size"):
+        pack(src, tmp_path / "out", batch_size=1, shard_size=10_000, progress=False)
+    # Two complete shards (two files each) survive; nothing else is left behind.
+    assert [p.name for p in sorted((tmp_path / "out" / "audio").iterdir())] == [
+        "shard-000000.wsds",
+        "shard-000001.wsds",
+    ]
+    assert _hidden_files(tmp_path / "out") == []
+    assert list(open_dataset(tmp_path / "out").keys()) == ["ep0", "ep1", "ep2", "ep3"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_pack_leaves_only_complete_shards(tmp_path: Path, signum: int) -> None:
+    src = tmp_path / "src"
+    for i in range(150):
+        write_audio(src, f"ep{i:03d}", "wav", 8000, 1, 0.2, seed=i)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "streamer.cli", "pack", str(src), str(out)]
+    command += ["--batch-size", "1", "--shard-size", "1", "--no-progress"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list((out / "audio").glob("shard-000002.wsds")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr.decode()
+    assert b"interrupted" in stderr
+    assert _hidden_files(out) == []
+    dataset = open_dataset(out)
+    assert 3 <= len(dataset) < 150
+    for key in dataset:
+        assert dataset.info(key)["num_bytes"] == len(dataset.blob(key))
+
+
+def test_memory_is_bounded_by_the_batch_not_the_dataset(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for i in range(12):
+        write_audio(src, f"ep{i:02d}", "wav", 48000, 2, 5.0, seed=i)  # ~0.96 MB each
+    total = sum(p.stat().st_size for p in src.iterdir())
+    tracemalloc.start()
+    try:
+        pack(src, tmp_path / "out", batch_size=2, progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total > 11e6
+    assert peak < 3.5e6, f"peak {peak / 1e6:.1f} MB for a {total / 1e6:.1f} MB source"
+
+
+def _all_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _hidden_files(folder: Path) -> list[str]:
+    return [name for name in _all_files(folder) if os.path.basename(name).startswith(".")]
