@@ -61,6 +61,12 @@ class RangeReader(abc.ABC):
         """Blocking form of ``read_many``."""
         return [self.read_sync(offset, length) for offset, length in ranges]
 
+    def fetch_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Exactly these ranges, past any block cache: for one-off reads (shard
+        metadata) that should cost what they read and not displace cached data.
+        Remote readers still group nearby ranges into one request."""
+        return self.read_many_sync(ranges)
+
     def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
         """The last ``min(length, size)`` bytes and the offset they start at.
 

@@ -30,6 +30,9 @@ from .stats import StoreStats
 
 __all__ = ["RemoteReader", "RemoteStore"]
 
+#: Uncached reads this close together share one request.
+EXACT_GAP = 4096
+
 _CACHE_OPTIONS = {f.name for f in dataclasses.fields(CacheConfig)}
 _RETRY_OPTIONS = {f.name for f in dataclasses.fields(RetryPolicy)}
 _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
@@ -214,6 +217,9 @@ class RemoteReader(RangeReader):
     def read_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         return run_sync(self._read_on_loop(ranges))
 
+    def fetch_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        return run_sync(self._fetch_on_loop(ranges))
+
     def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
         start, _, body = run_sync(self._tail_on_loop(length))
         return start, memoryview(body).toreadonly()
@@ -229,10 +235,39 @@ class RemoteReader(RangeReader):
         return start, size, body
 
     async def _read_on_loop(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        size = await self._checked(ranges)
+        return await self.store._read(self.path, size, ranges)
+
+    async def _fetch_on_loop(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        await self._checked(ranges)
+        groups = _group(sorted(set(ranges)), EXACT_GAP)
+        bodies = await asyncio.gather(
+            *(self.store._fetch(self.path, start, end) for start, end, _ in groups)
+        )
+        found = {}
+        for (start, _, members), body in zip(groups, bodies, strict=True):
+            view = memoryview(body).toreadonly()
+            for offset, length in members:
+                found[offset, length] = view[offset - start : offset - start + length]
+        return [found[r] for r in ranges]
+
+    async def _checked(self, ranges: Sequence[tuple[int, int]]) -> int:
         size = await self._size_on_loop()
         for offset, length in ranges:
             check_range(self.url, offset, length, size)
-        return await self.store._read(self.path, size, ranges)
+        return size
+
+
+def _group(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Sorted ranges -> (start, end, members) groups whose members are at most ``gap`` apart."""
+    groups: list[tuple[int, int, list[tuple[int, int]]]] = []
+    for offset, length in ranges:
+        if groups and offset - groups[-1][1] <= gap:
+            start, end, members = groups[-1]
+            groups[-1] = (start, max(end, offset + length), [*members, (offset, length)])
+        else:
+            groups.append((offset, offset + length, [(offset, length)]))
+    return groups
 
 
 def _pop(options: dict[str, Any], names: set[str]) -> dict[str, Any]:
