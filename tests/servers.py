@@ -108,6 +108,10 @@ class LoopbackServer:
         close = getattr(self.handler, "close", None)
         if close is not None:
             await close()
+        stalled = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(
@@ -143,7 +147,8 @@ class LoopbackServer:
             faults.overlong -= 1
             return _overlong(headers, body)
         response = web.StreamResponse(status=status, headers=headers)
-        response.content_length = len(body)
+        if "Content-Length" not in headers:  # HEAD answers keep the object's length
+            response.content_length = len(body)
         await response.prepare(request)
         if targeted and faults.truncations and len(body) > 1:
             faults.truncations -= 1
@@ -211,10 +216,10 @@ def _parse_range(spec: str, size: int) -> tuple[int, int] | None:
     return (start, end) if start < size and start < end else None
 
 
-class proxy_handler:  # noqa: N801 - used like the function-style file_handler
+class proxy_handler:
     """Forward requests unchanged to ``upstream`` (moto), keeping the signed Host."""
 
-    _skip = {"content-length", "transfer-encoding", "connection", "content-encoding"}
+    _skip = frozenset({"content-length", "transfer-encoding", "connection", "content-encoding"})
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -231,7 +236,8 @@ class proxy_handler:  # noqa: N801 - used like the function-style file_handler
             allow_redirects=False,
         ) as answer:
             payload = await answer.read()
-            headers = {k: v for k, v in answer.headers.items() if k.lower() not in self._skip}
+            skip = self._skip - ({"content-length"} if request.method == "HEAD" else set())
+            headers = {k: v for k, v in answer.headers.items() if k.lower() not in skip}
             return answer.status, headers, payload
 
     async def close(self) -> None:

@@ -30,13 +30,13 @@ def remote(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyp
 
 
 def test_remote_dataset_matches_local(remote, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
-    open_remote, server = remote
+    open_remote, _ = remote
     local = open_dataset(storage_root / "packed")
     dataset = open_remote("packed")
     assert dataset.shard_names == local.shard_names
     assert list(dataset.column_dirs) == list(local.column_dirs)
     assert list(dataset.keys()) == list(local.keys())
-    for key in local.keys():
+    for key in local:
         assert bytes(dataset.blob(key).view()) == bytes(local.blob(key).view())
         assert dataset.info(key) == local.info(key)
 
@@ -59,7 +59,7 @@ def test_opening_a_shard_costs_two_small_requests_and_no_audio(remote, storage_r
 
 
 def test_each_record_batch_costs_one_metadata_request(remote) -> None:  # type: ignore[no-untyped-def]
-    open_remote, server = remote
+    open_remote, _ = remote
     dataset = open_remote("batches")
     shard = dataset.shard("s")
     assert len(shard.layout.batches) == 4

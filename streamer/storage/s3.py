@@ -109,7 +109,7 @@ class S3Store(RemoteStore):
 
     async def _connect(self) -> Any:
         config = Config(
-            retries={"max_attempts": 1, "mode": "standard"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=self.retry.timeout,
             read_timeout=self.retry.timeout,
             max_pool_connections=self.max_concurrency,
