@@ -96,7 +96,9 @@ class LoopbackServer:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._serve)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=0.5, access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -13,7 +13,10 @@ one daemon thread with one asyncio loop, and all store I/O happens there:
 * code already on the background loop awaits directly.
 
 After ``fork`` the child has no such thread; the loop is recreated lazily in
-the child, and stores drop their per-process state (see ``ProcessLocal``).
+the child, and stores get new per-process state (see ``ProcessLocal``). The
+inherited loop and state are never finalized in the child: the child shares
+the parent's epoll instance, and closing an inherited transport would
+unregister the *parent's* sockets from it (its requests would then hang).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_pid = 0
+#: What a forked child inherited from its parent's store loop: kept alive, never closed.
+_inherited: list[object] = []
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
@@ -52,6 +57,21 @@ def background_loop() -> asyncio.AbstractEventLoop:
             ready.wait()
             _loop, _loop_pid = loop, os.getpid()
         return _loop
+
+
+def _forget_parent_loop() -> None:
+    """In a forked child: retire the parent's loop without touching its file descriptors."""
+    global _loop, _lock
+    _lock = threading.Lock()  # the parent's may have been held by another thread
+    if _loop is not None:
+        # Marked closed, the loop's transports skip unregistering from the
+        # shared epoll instance should they ever be finalized here.
+        _loop._closed = True  # type: ignore[attr-defined]
+        _inherited.append(_loop)
+        _loop = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_loop)
 
 
 def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
@@ -124,6 +144,8 @@ class ProcessLocal(Generic[T]):
 
     def get(self) -> T:
         if self._value is None or self._pid != os.getpid():
+            if self._value is not None:
+                _inherited.append(self._value)  # the parent's: see the module docstring
             self._value, self._pid = self._factory(), os.getpid()
         return self._value
 
