@@ -5,7 +5,7 @@ The naive path copies the whole binary cell out of the shard
 Both run in this process on the same shard, page cache warm, and the table
 shows their ratio.
 
-    python benchmarks/bench_blob.py [--episode-mb 200] [--read-kb 64] [--reads 200]
+    python -m benchmarks.bench_blob [--episode-mb 200] [--read-kb 64] [--reads 200]
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _report import write_json  # noqa: E402
-
-from streamer.shard.ipc import Shard  # noqa: E402
+from benchmarks._report import write_json
+from streamer.shard.ipc import Shard
 
 
 def build_shard(path: str, episode_bytes: int) -> None:

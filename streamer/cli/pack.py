@@ -7,6 +7,7 @@ import signal
 import sys
 
 from ..shard.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
+from .index import print_index_report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,6 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--strict", action="store_true", help="fail on the first file that is not audio"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-index", action="store_true", help="do not build seek_index/ (see `streamer index`)"
+    )
     return parser
 
 
@@ -42,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         strict=args.strict,
         progress=not args.no_progress,
+        index=not args.no_index,
     )
     for source, reason in report.skipped:
         print(f"skipped {source}: {reason}", file=sys.stderr)
@@ -49,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         f"packed {report.files} files ({report.bytes / 1e6:.1f} MB) into "
         f"{len(report.shards)} shards in {report.out}; skipped {len(report.skipped)}"
     )
+    if report.index is not None:
+        print_index_report(report.index)
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 import av
 import numpy as np
 
+from ..timing import record
 from .frames import frame_to_float32
 
 __all__ = ["decode_range"]
@@ -47,7 +48,9 @@ def _decode_from(
     the codec's start-up trimming (AAC priming), a fresh open does not.
     """
     source.seek(0)
-    with av.open(source, "r") as container:
+    with record("decoder_open"):
+        container = av.open(source, "r")
+    with container:
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate
         # The full decode's sample 0 is the first frame's, at the stream's start time.
@@ -55,8 +58,9 @@ def _decode_from(
         if target > 0:
             container.seek(origin + int(target / stream.time_base), stream=stream, backward=True)
         first, last = round(start * rate), round(end * rate)
-        frames = container.decode(stream)
-        pieces, covered = _collect(frames, origin, rate, first, last, retry=target > 0)
+        with record("decode"):
+            frames = container.decode(stream)
+            pieces, covered = _collect(frames, origin, rate, first, last, retry=target > 0)
         return pieces, covered, rate, stream.codec_context.channels
 
 

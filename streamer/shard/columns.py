@@ -70,15 +70,13 @@ def _count(kind: pa.DataType) -> tuple[int, int]:
     return nodes, buffers
 
 
-def decode_buffer(raw: memoryview, compression: str | None) -> pa.Buffer | None:
-    """One body buffer as pyarrow wants it: ``None`` when empty, decompressed if needed.
+def decode_buffer(raw: memoryview, compression: str | None) -> pa.Buffer:
+    """One body buffer as a pyarrow buffer, decompressed if needed.
 
     Compressed bodies prefix each buffer with its uncompressed length (-1:
     stored uncompressed).
     """
-    if len(raw) == 0:
-        return None
-    if compression is None:
+    if compression is None or len(raw) == 0:
         return pa.py_buffer(raw)
     (length,) = struct.unpack_from("<q", raw)
     if length == -1:
@@ -87,13 +85,15 @@ def decode_buffer(raw: memoryview, compression: str | None) -> pa.Buffer | None:
 
 
 def build_array(
-    kind: pa.DataType, nodes: Iterator[tuple[int, int]], buffers: Iterator[pa.Buffer | None]
+    kind: pa.DataType, nodes: Iterator[tuple[int, int]], buffers: Iterator[pa.Buffer]
 ) -> pa.Array:
     """Rebuild one node (and its children) from depth-first node and buffer iterators."""
     length, null_count = next(nodes)
-    own = [next(buffers) for _ in range(_own_buffers(kind))]
+    own: list[pa.Buffer | None] = [next(buffers) for _ in range(_own_buffers(kind))]
     if pa.types.is_null(kind) or pa.types.is_union(kind) or pa.types.is_run_end_encoded(kind):
         own = [None, *own]  # no validity bitmap in IPC; pyarrow wants the slot
+    elif own[0] is not None and own[0].size == 0:
+        own[0] = None  # an empty validity bitmap: no nulls
     children = [build_array(kind.field(i).type, nodes, buffers) for i in range(kind.num_fields)]
     if pa.types.is_null(kind):
         null_count = length

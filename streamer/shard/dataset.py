@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageError
+from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..storage.base import Store
 from ..storage.local import LocalStore
 from .blob import BlobHandle
@@ -71,6 +72,7 @@ class Dataset:
             raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.url)
         self.shard_names = sorted(self.column_dirs[self.audio_dir])
         self._shards: dict[tuple[str, str], Shard] = {}
+        self._index_readers: dict[str, IndexReader] = {}
         self._warned_compressed = False
 
     def __repr__(self) -> str:
@@ -182,6 +184,15 @@ class Dataset:
             for field in shard.schema.names
             if field != KEY_COLUMN
         }
+
+    def seek_index(self, key: str) -> SeekIndex:
+        """The episode's seek index from ``seek_index/``: its arrays are views
+        onto the shard's memory map (``streamer index`` builds the directory)."""
+        name, row = self.locate(key)
+        reader = self._index_readers.get(name)
+        if reader is None:
+            reader = self._index_readers[name] = IndexReader(self.shard(name, INDEX_DIR))
+        return reader.read(row)
 
     def info_table(self) -> pa.Table:
         """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""

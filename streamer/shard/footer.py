@@ -76,6 +76,8 @@ class Pieces:
 
     def get(self, offset: int, length: int) -> memoryview | None:
         """``[offset, offset + length)`` if one piece holds it whole, else ``None``."""
+        if length == 0:
+            return memoryview(b"")
         for start, data in self._pieces:
             if start <= offset and offset + length <= start + len(data):
                 return data[offset - start : offset - start + length]

@@ -20,6 +20,7 @@ import pyarrow as pa
 from ..errors import ShardError, StorageError
 from ..storage.base import RangeReader
 from ..storage.local import LocalFileReader, MemoryReader
+from ..timing import record
 from .blob import BlobHandle
 from .columns import build_array, column_slots, decode_buffer, unsupported
 from .footer import read_layout
@@ -47,8 +48,9 @@ class Shard:
         self.column_dir = column_dir or _parent_name(self.path)
         self.label = f"{self.column_dir}/{self.name}"
         try:
-            self.reader = source if isinstance(source, RangeReader) else LocalFileReader(source)
-            self.layout, self._pieces = read_layout(self.reader, self.path)
+            with record("shard_open"):
+                self.reader = source if isinstance(source, RangeReader) else LocalFileReader(source)
+                self.layout, self._pieces = read_layout(self.reader, self.path)
         except StorageError as exc:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         self.schema: pa.Schema = self.layout.schema
@@ -122,7 +124,7 @@ class Shard:
         batch, j = self.locate(row)
         key = self.keys[row].as_py()
         validity, offsets_buffer = self._buffers(batch, (0, 1), column)
-        if validity is not None and not (validity[j >> 3] >> (j & 7)) & 1:
+        if validity.size and not (validity[j >> 3] >> (j & 7)) & 1:
             raise ShardError(f"{column!r} is null", shard=self.path, key=key)
         offsets = np.frombuffer(offsets_buffer, dtype=_BINARY_OFFSET_TYPES[self._type(column)])
         start, end = int(offsets[j]), int(offsets[j + 1])
@@ -152,13 +154,14 @@ class Shard:
     def _buffer_range(self, batch: int, column: str, index: int) -> tuple[int, int]:
         return self.layout.batches[batch].buffers[self._slots[column].first_buffer + index]
 
-    def _buffers(self, batch: int, indices: range | tuple[int, ...], column: str) -> list:
-        """Buffers ``indices`` of a column's slot in one batch, decoded (``None`` if empty)."""
+    def _buffers(
+        self, batch: int, indices: range | tuple[int, ...], column: str
+    ) -> list[pa.Buffer]:
+        """Buffers ``indices`` of a column's slot in one batch, decoded."""
         ranges = [self._buffer_range(batch, column, i) for i in indices]
-        views = self._pieces.read(self.reader, [r for r in ranges if r[1]])
+        views = self._pieces.read(self.reader, ranges)
         compression = self.layout.batches[batch].compression
-        found = iter(views)
-        return [decode_buffer(next(found), compression) if r[1] else None for r in ranges]
+        return [decode_buffer(view, compression) for view in views]
 
     def _type(self, column: str) -> pa.DataType:
         return self.schema.field(column).type
@@ -178,7 +181,7 @@ class Shard:
             (raw,) = self.reader.fetch_many_sync([(offset, length)])
             values = decode_buffer(raw, self.layout.batches[batch].compression)
             url = f"{self.path}#batch={batch},column={column}"
-            self._memory_readers[cache_key] = MemoryReader(values or b"", url=url)
+            self._memory_readers[cache_key] = MemoryReader(values, url=url)
         return self._memory_readers[cache_key]
 
 

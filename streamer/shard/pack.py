@@ -25,6 +25,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..errors import PackError
+from ..index.build import IndexReport, build_index
 from .dataset import AUDIO_COLUMN, INFO_DIR
 from .ipc import KEY_COLUMN, SHARD_SUFFIXES
 from .probe import AudioInfo, ProbeError, probe
@@ -61,6 +62,7 @@ class PackReport:
     bytes: int = 0
     shards: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    index: IndexReport | None = None  # the seek_index/ build, unless index=False
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,14 @@ def pack(
     batch_size: int = DEFAULT_BATCH_SIZE,
     strict: bool = False,
     progress: bool = True,
+    index: bool = True,
 ) -> PackReport:
     """Pack every audio file under ``src`` into a new dataset at ``out``.
 
     A file PyAV cannot probe is skipped and listed in ``report.skipped``, or,
     with ``strict``, fails the run (``PackError``) before anything is renamed
-    into place.
+    into place. With ``index`` (the default) the ``seek_index/`` column
+    directory is built once the audio shards are in place.
     """
     src, out = os.fspath(src), os.fspath(out)
     if not os.path.isdir(src):
@@ -120,6 +124,8 @@ def pack(
         raise
     finally:
         bar.close()
+    if index and report.shards:
+        report.index = build_index(out, progress=progress)
     return report
 
 
@@ -147,6 +153,22 @@ def _walk(src: str) -> Iterator[tuple[str, str, int]]:
 
 def _prepare_output(out: str) -> None:
     """Refuse to mix with an existing dataset; clear temp files of a killed run."""
+    _remove_temp_files(out)
+    for column_dir in (AUDIO_COLUMN, INFO_DIR):
+        folder = os.path.join(out, column_dir)
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if name.endswith(SHARD_SUFFIXES):
+                raise PackError(
+                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
+                )
+    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
+    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
+
+
+def _remove_temp_files(out: str) -> None:
+    """Delete the hidden shards-in-progress that ``pack`` writes before renaming."""
     for column_dir in (AUDIO_COLUMN, INFO_DIR):
         folder = os.path.join(out, column_dir)
         if not os.path.isdir(folder):
@@ -154,12 +176,6 @@ def _prepare_output(out: str) -> None:
         for name in os.listdir(folder):
             if name.startswith(".") and _TEMP_MARK in name:
                 os.remove(os.path.join(folder, name))
-            elif name.endswith(SHARD_SUFFIXES):
-                raise PackError(
-                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
-                )
-    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
-    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
 
 
 class _ShardWriter:
@@ -187,14 +203,16 @@ class _ShardWriter:
         self._close_shard()
 
     def abort(self) -> None:
-        """Close and delete the shard being written; finished shards stay."""
-        for writer, temp, _ in self._open:
-            try:
-                writer.close()
-            finally:
-                if os.path.exists(temp):
-                    os.remove(temp)
+        """Close and delete the shard being written; finished shards stay.
+
+        Deletes every temporary file in the column directories rather than
+        the ones on record, so a signal that lands between creating a file
+        and recording it leaves nothing behind either.
+        """
+        for writer, _, _ in self._open:
+            writer.close()
         self._open = []
+        _remove_temp_files(self.out)
 
     def _write_batch(self) -> None:
         if not self._pending:

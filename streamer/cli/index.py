@@ -1,0 +1,67 @@
+"""``streamer index URL``: build the seek_index/ column directory of a dataset."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from .. import open_dataset
+from ..index.build import IndexReport, build_index
+from ..index.extract import DEFAULT_DENSITY
+from ._options import add_url_arguments, storage_options
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("index", help="build seek indexes (seek_index/) for a dataset")
+    add_url_arguments(parser)
+    parser.add_argument("--force", action="store_true", help="rebuild shards already indexed")
+    parser.add_argument(
+        "--shards",
+        metavar="SPEC",
+        help="only some shards: i/n (every n-th from the i-th, 0-based) or a comma list of names",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes, one shard at a time each (default: CPU count)",
+    )
+    parser.add_argument(
+        "--density",
+        type=float,
+        default=DEFAULT_DENSITY,
+        help=f"seek points per second of audio (default {DEFAULT_DENSITY:g})",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C, so temporary index shards are removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    dataset = open_dataset(args.url, **storage_options(args))
+    report = build_index(
+        dataset.root,
+        shards=args.shards,
+        force=args.force,
+        workers=args.workers,
+        density=args.density,
+        progress=not args.no_progress,
+    )
+    print_index_report(report)
+    return 0
+
+
+def print_index_report(report: IndexReport) -> None:
+    """The closing summary: shards, episodes, and counts per "no index" reason."""
+    print(
+        f"indexed {len(report.indexed)} shards ({len(report.skipped)} already indexed), "
+        f"{report.episodes} episodes: {report.ok} ok, {sum(report.reasons.values())} without index"
+    )
+    for reason, count in report.reasons.most_common():
+        print(f"  no index ({count}): {reason}")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,25 @@
+"""``streamer timing report FILES...``: merge phase-profiler files into one table."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..timing_report import merge, render_table, write_chart
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("timing", help="phase profiler reports (STREAMER_TIMING=1)")
+    actions = parser.add_subparsers(dest="timing_command", required=True, metavar="ACTION")
+    report = actions.add_parser("report", help="merge per-process timing files")
+    report.add_argument("files", nargs="+", metavar="FILE", help="streamer-timing.<pid> files")
+    report.add_argument("--png", metavar="PATH", help="also write a bar chart (matplotlib)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    phases, wall, processes = merge(args.files)
+    print(render_table(phases, wall, processes))
+    if args.png:
+        write_chart(phases, args.png)
+        print(f"wrote {args.png}")
+    return 0

@@ -1,0 +1,259 @@
+"""FLAC: ``fLaC`` + metadata blocks, then frame headers found by sync and CRC-8.
+
+Native timeline: the decoded samples from the first frame on (FLAC has no
+encoder delay). Every frame header states its position: a frame number for
+fixed-blocksize streams (position = number x the stream's block size) or a
+sample number for variable-blocksize ones; ``sample_pos`` is that position,
+which is also FFmpeg's packet timestamp. ``num_samples`` runs to the end of
+the last frame found.
+
+The header range is everything before the first frame (``fLaC`` and all
+metadata blocks, cover art included), which is a valid FLAC header as it
+stands. A decoder wanting less can send ``fLaC`` plus the STREAMINFO block
+(offset 4, 38 bytes) with bit 7 of its first byte set (last metadata block).
+FLAC frames are independent: no pre-roll is needed.
+
+Frames carry no length, so every header is found by scanning for the sync
+code and validated by its CRC-8 and by agreeing with the stream (blocking
+strategy, channels, sample size, rate) and continuing its numbering. A header
+that breaks the numbering (frames lost to garbage) is believed only when the
+next frame confirms it. Seek points always come from frame headers; a
+SEEKTABLE is never trusted (encoders write placeholders, editors leave stale
+tables).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import BinaryIO, NamedTuple
+
+from ._common import NoIndex, Points, Reader, interval
+from .table import OK, SeekIndex
+
+__all__ = ["matches", "parse"]
+
+_SYNC = re.compile(rb"\xff[\xf8\xf9]")
+_MAX_HEADER = 16
+_RATES = (0, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44100, 48000, 96000)
+_SAMPLE_SIZES = (0, 8, 12, 0, 16, 20, 24, 32)
+#: How far past a header that breaks the numbering its successor is looked for.
+_CONFIRM_WINDOW = 1 << 20
+
+
+def _crc8_table() -> bytes:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+        table.append(crc)
+    return bytes(table)
+
+
+_CRC8 = _crc8_table()
+
+
+def crc8(data: bytes) -> int:
+    """FLAC's header CRC-8 (polynomial 0x07, init 0)."""
+    crc = 0
+    for byte in data:
+        crc = _CRC8[crc ^ byte]
+    return crc
+
+
+def matches(head: bytes) -> bool:
+    return head.startswith(b"fLaC")
+
+
+class StreamInfo(NamedTuple):
+    min_block: int
+    max_block: int
+    max_frame: int
+    sample_rate: int
+    channels: int
+    bits: int
+    total: int
+
+
+class FrameHeader(NamedTuple):
+    variable: bool
+    number: int  # frame number (fixed blocksize) or first sample (variable)
+    block: int
+    shape: tuple[int, int, int]  # (rate code, channel count, sample size code)
+
+
+def frame_header(buf: bytes, i: int) -> FrameHeader | None:
+    """The frame header at ``buf[i]`` if it is well formed and its CRC-8 holds."""
+    if len(buf) - i < 6:
+        return None
+    b2, b3 = buf[i + 2], buf[i + 3]
+    block_code, rate_code = b2 >> 4, b2 & 15
+    assignment, size_code = b3 >> 4, (b3 >> 1) & 7
+    if block_code == 0 or rate_code == 15 or assignment > 10 or size_code == 3 or b3 & 1:
+        return None
+    variable = bool(buf[i + 1] & 1)
+    number, j = _utf8(buf, i + 4, 7 if variable else 6)
+    if number < 0:
+        return None
+    if block_code == 1:
+        block = 192
+    elif block_code <= 5:
+        block = 576 << (block_code - 2)
+    elif block_code <= 7:
+        width = block_code - 5
+        block = int.from_bytes(buf[j : j + width], "big") + 1
+        j += width
+    else:
+        block = 256 << (block_code - 8)
+    j += (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 2)[rate_code]
+    if j >= len(buf) or crc8(buf[i:j]) != buf[j]:
+        return None
+    channels = assignment + 1 if assignment < 8 else 2
+    return FrameHeader(variable, number, block, (rate_code, channels, size_code))
+
+
+def _utf8(buf: bytes, i: int, longest: int) -> tuple[int, int]:
+    """FLAC's UTF-8-style coded number at ``buf[i]``: (value, end) or (-1, i)."""
+    if i >= len(buf):
+        return -1, i
+    first = buf[i]
+    if first < 0x80:
+        return first, i + 1
+    length = 8 - (first ^ 0xFF).bit_length()  # leading ones
+    if length < 2 or length > longest or i + length > len(buf):
+        return -1, i
+    value = first & (0x7F >> length)
+    for byte in buf[i + 1 : i + length]:
+        if byte & 0xC0 != 0x80:
+            return -1, i
+        value = (value << 6) | (byte & 0x3F)
+    return value, i + length
+
+
+def _metadata(reader: Reader) -> tuple[StreamInfo, int]:
+    """STREAMINFO and the offset of the first frame (the end of the metadata)."""
+    reader.read_exact(4, "flac marker")
+    info = None
+    while True:
+        head = reader.read_exact(4, "flac metadata")
+        kind, length = head[0] & 0x7F, int.from_bytes(head[1:4], "big")
+        if reader.size is not None and reader.pos + length > reader.size:
+            raise NoIndex("truncated flac metadata")
+        if kind == 0:
+            body = reader.read_exact(length, "flac streaminfo")
+            if length < 34:
+                raise NoIndex("invalid flac streaminfo")
+            info = _streaminfo(body)
+        elif kind == 127:
+            raise NoIndex("invalid flac metadata block")
+        else:
+            reader.seek(reader.pos + length)
+        if head[0] & 0x80:
+            break
+    if info is None:
+        raise NoIndex("flac without streaminfo")
+    return info, reader.pos
+
+
+def _streaminfo(body: bytes) -> StreamInfo:
+    packed = int.from_bytes(body[10:18], "big")
+    info = StreamInfo(
+        min_block=int.from_bytes(body[0:2], "big"),
+        max_block=int.from_bytes(body[2:4], "big"),
+        max_frame=int.from_bytes(body[7:10], "big"),
+        sample_rate=packed >> 44,
+        channels=((packed >> 41) & 7) + 1,
+        bits=((packed >> 36) & 31) + 1,
+        total=packed & ((1 << 36) - 1),
+    )
+    if not info.sample_rate:
+        raise NoIndex("invalid flac streaminfo")
+    return info
+
+
+def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
+    """Index a native FLAC stream; raises ``NoIndex`` when it has no frames."""
+    reader = stream if isinstance(stream, Reader) else Reader(stream)
+    info, audio_start = _metadata(reader)
+    points = Points(interval(info.sample_rate, density))
+    end_sample = _scan(reader, audio_start, info, points)
+    sample_pos, byte_pos = points.arrays()
+    return SeekIndex(
+        status=OK,
+        codec="flac",
+        container="flac",
+        sample_rate=info.sample_rate,
+        channels=info.channels,
+        timescale=info.sample_rate,
+        num_samples=end_sample,
+        header=((0, audio_start),),
+        data_start=audio_start,
+        data_end=reader.size if reader.size is not None else reader.pos,
+        sample_pos=sample_pos,
+        byte_pos=byte_pos,
+    )
+
+
+class _Stream:
+    """What every frame must agree with, and where the next one must start."""
+
+    def __init__(self, first: FrameHeader, info: StreamInfo) -> None:
+        self.variable = first.variable
+        self.shape = first.shape
+        self.block = first.block  # a fixed-blocksize stream's block size
+        self.expected = first.number
+        if first.shape[1] != info.channels:
+            raise NoIndex("flac frame disagrees with streaminfo")
+
+    def fits(self, header: FrameHeader) -> bool:
+        return header.variable == self.variable and header.shape == self.shape
+
+    def position(self, header: FrameHeader) -> int:
+        return header.number if self.variable else header.number * self.block
+
+    def advance(self, header: FrameHeader) -> None:
+        self.expected = header.number + (header.block if self.variable else 1)
+
+
+def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
+    """Walk the frames; returns the sample just past the last one."""
+    reader.seek(start)
+    buf, i = reader.window(_MAX_HEADER)
+    first = frame_header(buf, i) if buf.startswith((b"\xff\xf8", b"\xff\xf9"), i) else None
+    if first is None:
+        raise NoIndex("no flac frame after the metadata")
+    stream = _Stream(first, info)
+    points.add(stream.position(first), start)
+    stream.advance(first)
+    end_sample = stream.position(first) + first.block
+    position = start + 2
+    while True:
+        reader.seek(position)
+        buf, i = reader.window(_CONFIRM_WINDOW + _MAX_HEADER)
+        base, end = reader.pos - i, len(buf)
+        eof = reader.ends_at(base + end)
+        limit = end if eof else end - _CONFIRM_WINDOW
+        for match in _SYNC.finditer(buf, i, min(end, limit + 1)):
+            j = match.start()
+            header = frame_header(buf, j)
+            if header is None or not stream.fits(header) or header.number < stream.expected:
+                continue
+            if header.number > stream.expected and not _confirmed(buf, j, header, stream):
+                continue
+            points.add(stream.position(header), base + j)
+            stream.advance(header)
+            end_sample = stream.position(header) + header.block
+        if eof:
+            return end_sample
+        position = base + limit
+
+
+def _confirmed(buf: bytes, j: int, header: FrameHeader, stream: _Stream) -> bool:
+    """Whether a header that skips frames is followed by its own successor."""
+    after = header.number + (header.block if stream.variable else 1)
+    for match in _SYNC.finditer(buf, j + 2, min(len(buf), j + _CONFIRM_WINDOW)):
+        successor = frame_header(buf, match.start())
+        if successor is not None and stream.fits(successor) and successor.number == after:
+            return True
+    # The last frame of the stream has no successor to confirm it.
+    return False

@@ -1,0 +1,361 @@
+"""MP4 / M4A (AAC, ALAC, and any other audio track): box walk and sample tables.
+
+Native timeline: the audio track's decode timestamps from ``stts``, in the
+track's media timescale (``mdhd``; ``timescale`` in the index), starting at 0
+with the first sample, before the edit list is applied. Sample ``k`` starts
+at byte ``chunk offset + sizes of the samples before it in its chunk``; the
+seek points are those per-sample (position, byte) pairs, thinned to the
+requested density (every sample with ``density=inf``).
+
+Gapless: the first edit with a media time (``elst``) gives the priming
+(``encoder_delay``, AAC's 1024 or 2112 samples) and the length of the
+presentation, converted from the movie timescale: the gapless decode is the
+native timeline from ``first_sample = media_time`` for ``num_samples``, which
+runs, as FFmpeg decodes it, to the end of the last packet that starts before
+the edit ends (FFmpeg does not cut into a packet at the end; an AAC decoder
+outputs a whole frame for the last packet even when stts says less). FFmpeg reports
+packet timestamps with the edit applied (``pts = dts - media_time``). Without
+an edit list nothing is trimmed. iTunes' ``iTunSMPB`` gapless tag is not read.
+
+The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
+demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
+16-byte header of every other top-level box, ``mdat`` included: a demuxer
+walking the top level needs those to find ``moov``. A sparse view of the blob
+holding only the header ranges and the bytes of the crop opens in FFmpeg.
+AAC frames overlap: decoding from a seek point needs at least one earlier
+packet (1024 samples) of pre-roll.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO, NamedTuple
+
+import numpy as np
+
+from ._common import NoIndex, Reader, interval, thin
+from .table import OK, SeekIndex
+
+__all__ = ["matches", "parse"]
+
+#: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
+#: 60 MB; a header claiming more than this is corrupt, not big.
+MAX_MOOV = 1 << 30
+_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
+_TOP_LEVEL = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"uuid", b"pnot", b"meta"}
+_CODECS = {b"alac": "alac", b"Opus": "opus", b"fLaC": "flac", b"ac-3": "ac3", b"ec-3": "eac3"}
+#: MPEG-4 object type indications (esds) of ``mp4a`` entries.
+_OBJECT_TYPES = {0x40: "aac", 0x66: "aac", 0x67: "aac", 0x68: "aac", 0x69: "mp3", 0x6B: "mp3"}
+
+
+def matches(head: bytes) -> bool:
+    return len(head) >= 8 and head[4:8] in _TOP_LEVEL
+
+
+class _Box(NamedTuple):
+    kind: bytes
+    start: int  # offset of the box header
+    body: int  # offset of the payload
+    end: int
+
+
+def _box_header(data: bytes, at: int, limit: int) -> _Box:
+    """The box at ``data[at:]``, checked to fit inside ``limit``."""
+    if limit - at < 8:
+        raise NoIndex("truncated mp4 box header")
+    size, kind = struct.unpack_from(">I4s", data, at)
+    body = at + 8
+    if size == 1:
+        if limit - at < 16:
+            raise NoIndex("truncated mp4 box header")
+        size = struct.unpack_from(">Q", data, at + 8)[0]
+        body = at + 16
+    elif size == 0:
+        size = limit - at
+    if size < body - at or at + size > limit:
+        raise NoIndex("mp4 box does not fit in its parent")
+    return _Box(kind, at, body, at + size)
+
+
+def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
+    """Walk the top-level boxes: the header ranges (every box's header, and
+    ``ftyp`` and ``moov`` whole) and the bytes of ``moov``. ``mdat`` is
+    skipped, not read."""
+    header: list[tuple[int, int]] = []
+    moov = b""
+    while True:
+        start = reader.pos
+        buf, i = reader.window(16)
+        if len(buf) - i == 0:
+            break
+        if len(buf) - i < 8:
+            raise NoIndex("truncated mp4 box header")
+        size, kind = struct.unpack_from(">I4s", buf, i)
+        header_size = 8
+        if size == 1:
+            if len(buf) - i < 16:
+                raise NoIndex("truncated mp4 box header")
+            size, header_size = struct.unpack_from(">Q", buf, i + 8)[0], 16
+        elif size == 0:
+            if reader.size is None:
+                raise NoIndex("mp4 box of unknown size")
+            size = reader.size - start
+        if size < header_size:
+            raise NoIndex("invalid mp4 box size")
+        if reader.size is not None and start + size > reader.size:
+            if kind == b"mdat" and moov:
+                size = reader.size - start  # a truncated file: its samples are cut short
+            else:
+                raise NoIndex("truncated mp4: a box runs past the end of the file")
+        whole = kind in (b"ftyp", b"moov") and not (kind == b"moov" and moov)
+        header.append((start, size if whole else header_size))
+        if kind == b"moov" and not moov:
+            if size > MAX_MOOV:
+                raise NoIndex("mp4 moov box too large")
+            moov = reader.read_exact(size, "mp4 moov box")
+        else:
+            reader.seek(start + size)
+    if not moov:
+        raise NoIndex("no moov box in mp4")
+    return header, moov
+
+
+def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
+    """The movie timescale and, per ``trak``, the payloads of its leaf boxes."""
+    movie_timescale = 0
+    tracks: list[dict[bytes, bytes]] = []
+
+    def walk(start: int, end: int, into: dict[bytes, bytes] | None) -> None:
+        nonlocal movie_timescale
+        at = start
+        while at < end:
+            box = _box_header(moov, at, end)
+            if box.kind == b"trak":
+                leaves: dict[bytes, bytes] = {}
+                tracks.append(leaves)
+                walk(box.body, box.end, leaves)
+            elif box.kind in _CONTAINERS:
+                walk(box.body, box.end, into)
+            elif box.kind == b"mvhd":
+                movie_timescale = _timescale(moov[box.body : box.end])
+            elif into is not None:
+                into.setdefault(box.kind, moov[box.body : box.end])
+            at = box.end
+
+    top = _box_header(moov, 0, len(moov))
+    walk(top.body, top.end, None)
+    return movie_timescale, tracks
+
+
+def _timescale(full_box: bytes) -> int:
+    """Timescale of an ``mvhd`` or ``mdhd`` payload (version 0 or 1)."""
+    offset = 20 if full_box[:1] == b"\x01" else 12
+    if len(full_box) < offset + 4:
+        raise NoIndex("truncated mp4 header box")
+    return struct.unpack_from(">I", full_box, offset)[0]
+
+
+def _audio_track(tracks: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    for track in tracks:
+        handler = track.get(b"hdlr", b"")
+        if handler[8:12] == b"soun":
+            return track
+    raise NoIndex("no audio track in mp4")
+
+
+class _Entry(NamedTuple):
+    codec: str
+    channels: int
+    sample_rate: int
+
+
+def _sample_entry(stsd: bytes) -> _Entry:
+    if len(stsd) < 8 + 36 or struct.unpack_from(">I", stsd, 4)[0] < 1:
+        raise NoIndex("mp4 track without a sample description")
+    size, fourcc = struct.unpack_from(">I4s", stsd, 8)
+    entry = stsd[8 : 8 + size]
+    channels = struct.unpack_from(">H", entry, 24)[0]
+    sample_rate = struct.unpack_from(">I", entry, 32)[0] >> 16
+    if fourcc == b"mp4a":
+        object_type = _esds_object_type(entry)
+        if object_type not in _OBJECT_TYPES:
+            raise NoIndex(f"unsupported codec in mp4: mp4a object type 0x{object_type:02x}")
+        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate)
+    if fourcc in _CODECS:
+        return _Entry(_CODECS[fourcc], channels, sample_rate)
+    raise NoIndex(f"unsupported codec in mp4: {fourcc.decode('latin-1')!r}")
+
+
+def _esds_object_type(entry: bytes) -> int:
+    """The DecoderConfigDescriptor's object type in an ``mp4a`` entry's ``esds``."""
+    at = entry.find(b"esds")
+    if at < 4:
+        raise NoIndex("mp4a without esds")
+    data, i = entry[at + 8 :], 0  # past the box type and full-box header
+    while i < len(data):
+        tag = data[i]
+        i += 1
+        length = 0
+        for _ in range(4):
+            if i >= len(data):
+                break
+            length = (length << 7) | (data[i] & 0x7F)
+            i += 1
+            if not data[i - 1] & 0x80:
+                break
+        if tag == 0x03:  # ES_Descriptor: id (2), flags (1), optional fields
+            flags = data[i + 2] if i + 2 < len(data) else 0
+            i += 3 + (2 if flags & 0x80 else 0) + (2 if flags & 0x20 else 0)
+            if flags & 0x40:
+                i += 1 + (data[i] if i < len(data) else 0)
+        elif tag == 0x04:  # DecoderConfigDescriptor
+            return data[i] if i < len(data) else -1
+        else:
+            i += length
+    raise NoIndex("mp4a esds without a decoder config")
+
+
+def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
+    """A full box's ``count`` entries of big-endian ``entry`` structs, zero-copy,
+    after checking the count fits in the box (no allocation from a lying count)."""
+    if len(payload) < 8:
+        raise NoIndex(f"truncated mp4 {name}")
+    count = struct.unpack_from(">I", payload, 4)[0]
+    dtype = np.dtype(entry)
+    if 8 + count * dtype.itemsize > len(payload):
+        raise NoIndex(f"truncated mp4 {name}")
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=8)
+
+
+def _sizes(track: dict[bytes, bytes]) -> np.ndarray:
+    if b"stsz" in track:
+        payload = track[b"stsz"]
+        if len(payload) < 12:
+            raise NoIndex("truncated mp4 stsz")
+        size, count = struct.unpack_from(">II", payload, 4)
+        if size:
+            return np.full(count, size, dtype=np.int64)
+        if 12 + 4 * count > len(payload):
+            raise NoIndex("truncated mp4 stsz")
+        return np.frombuffer(payload, ">u4", count, 12).astype(np.int64)
+    if b"stz2" in track:
+        payload = track[b"stz2"]
+        field, count = payload[7], struct.unpack_from(">I", payload, 8)[0]
+        if field not in (4, 8, 16) or 12 + (count * field + 7) // 8 > len(payload):
+            raise NoIndex("invalid mp4 stz2")
+        if field == 4:
+            packed = np.frombuffer(payload, np.uint8, (count + 1) // 2, 12)
+            return np.stack([packed >> 4, packed & 15], axis=1).ravel()[:count].astype(np.int64)
+        return np.frombuffer(payload, f">u{field // 8}", count, 12).astype(np.int64)
+    raise NoIndex("mp4 track without sample sizes")
+
+
+def _chunk_offsets(track: dict[bytes, bytes]) -> np.ndarray:
+    if b"stco" in track:
+        return _table(track[b"stco"], ">u4", "stco").astype(np.int64)
+    if b"co64" in track:
+        return _table(track[b"co64"], ">u8", "co64").astype(np.int64)
+    raise NoIndex("mp4 track without chunk offsets")
+
+
+def sample_offsets(track: dict[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(byte offset, size) of every sample, from stsc/stsz/stco, all in numpy."""
+    sizes = _sizes(track)
+    chunks = _chunk_offsets(track)
+    stsc = _table(track.get(b"stsc", b""), ">u4,>u4,>u4", "stsc")
+    if not len(stsc) or not len(chunks):
+        raise NoIndex("empty mp4 sample tables")
+    first_chunk = stsc["f0"].astype(np.int64)
+    per_chunk_entry = stsc["f1"].astype(np.int64)
+    entry_of_chunk = np.searchsorted(first_chunk, np.arange(1, len(chunks) + 1), side="right") - 1
+    if entry_of_chunk[0] < 0:
+        raise NoIndex("invalid mp4 stsc")
+    per_chunk = per_chunk_entry[entry_of_chunk]
+    if per_chunk.sum() < len(sizes):
+        raise NoIndex("mp4 chunks hold fewer samples than stsz lists")
+    chunk_first = np.concatenate([[0], np.cumsum(per_chunk)])[:-1]
+    chunk_of_sample = np.repeat(np.arange(len(chunks)), per_chunk)[: len(sizes)]
+    before = np.concatenate([[0], np.cumsum(sizes)])[:-1]  # bytes of all earlier samples
+    within = before - before[np.minimum(chunk_first, len(sizes) - 1)][chunk_of_sample]
+    return chunks[chunk_of_sample] + within, sizes
+
+
+def decode_times(track: dict[bytes, bytes], count: int) -> np.ndarray:
+    """Decode timestamp of every sample, from stts."""
+    stts = _table(track.get(b"stts", b""), ">u4,>u4", "stts")
+    deltas = np.repeat(stts["f1"].astype(np.int64), stts["f0"].astype(np.int64))
+    if len(deltas) < count:
+        raise NoIndex("mp4 stts covers fewer samples than stsz lists")
+    times = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(deltas[:count], out=times[1:])
+    return times
+
+
+def _edit(track: dict[bytes, bytes]) -> tuple[int, int] | None:
+    """(segment duration in the movie timescale, media time) of the first
+    edit that shows media, or None without an edit list."""
+    payload = track.get(b"elst")
+    if payload is None:
+        return None
+    entry = ">u8,>i8,>i4" if payload[:1] == b"\x01" else ">u4,>i4,>i4"
+    for duration, media_time, _ in _table(payload, entry, "elst").tolist():
+        if media_time >= 0:
+            return duration, media_time
+    return None
+
+
+def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
+    """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
+    reader = stream if isinstance(stream, Reader) else Reader(stream)
+    header, moov = _top_level(reader)
+    movie_timescale, tracks = _tracks(moov)
+    track = _audio_track(tracks)
+    if b"mdhd" not in track or b"stsd" not in track:
+        raise NoIndex("mp4 audio track without mdhd/stsd")
+    timescale = _timescale(track[b"mdhd"])
+    if not timescale:
+        raise NoIndex("mp4 audio track with a zero timescale")
+    entry = _sample_entry(track[b"stsd"])
+    offsets, sizes = sample_offsets(track)
+    times = decode_times(track, len(sizes))
+    if reader.size is not None:
+        # A truncated file: only the samples that are all there.
+        whole = offsets + sizes <= reader.size
+        count = int(np.argmin(whole)) if not whole.all() else len(sizes)
+        offsets, sizes = offsets[:count], sizes[:count]
+        times = times[: count + 1]
+    if not len(sizes):
+        raise NoIndex("mp4 audio track without samples")
+    first_sample, delay, shown = 0, 0, len(sizes)
+    edit = _edit(track)
+    if edit is not None and movie_timescale:
+        duration, delay = edit
+        first_sample = delay
+        # FFmpeg drops the packets that start after the edit ends but does
+        # not cut into the last one it keeps.
+        edit_end = delay + round(duration * timescale / movie_timescale)
+        shown = max(1, int(np.searchsorted(times[:-1], edit_end, side="left")))
+    end = int(times[shown])
+    if entry.codec == "aac":
+        # An AAC decoder outputs a whole frame for the last packet, whatever
+        # duration stts gives it.
+        end = int(times[shown - 1] + (times[1] - times[0]))
+    num_samples = max(0, end - first_sample)
+    keep = thin(times[:-1], interval(timescale, density))
+    return SeekIndex(
+        status=OK,
+        codec=entry.codec,
+        container="mp4",
+        # The sample entry's 16.16 rate cannot say 96 kHz; audio timescales are the rate.
+        sample_rate=timescale,
+        channels=entry.channels,
+        timescale=timescale,
+        first_sample=first_sample,
+        num_samples=num_samples,
+        encoder_delay=delay,
+        header=tuple(header),
+        data_start=int(offsets.min()),
+        data_end=int((offsets + sizes).max()),
+        sample_pos=times[keep],
+        byte_pos=offsets[keep],
+    )

@@ -1,0 +1,224 @@
+"""The ``SeekIndex`` of one episode and its Arrow form in ``seek_index/`` shards.
+
+On disk an index is one row of a struct column ``seek_index`` (beside
+``__key__``), in a shard with the same name and rows as the audio shard. The
+seek points are two ``list<int64>`` children, so reading an episode's points
+is offsets arithmetic on the list values buffer: two numpy views, no Python
+object per point. ``IndexReader`` keeps those views per record batch, which is
+what makes a lookup a few microseconds regardless of the index's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import ShardError
+
+__all__ = [
+    "INDEX_COLUMN",
+    "INDEX_DIR",
+    "INDEX_TYPE",
+    "NO_INDEX",
+    "OK",
+    "IndexReader",
+    "SeekIndex",
+    "to_struct_array",
+]
+
+INDEX_DIR = "seek_index"
+INDEX_COLUMN = "seek_index"
+OK = "ok"
+NO_INDEX = "no index"
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class SeekIndex:
+    """Where an episode's audio is, and how to start decoding anywhere in it.
+
+    Positions on the *native timeline* count in ``timescale`` units per second
+    from the start of the encoded stream, before any gapless trimming; see
+    ``docs/index.md`` for what the native timeline is per codec. The gapless
+    decode (what FFmpeg yields for the whole file) is the native timeline from
+    ``first_sample`` for ``num_samples`` units.
+
+    ``sample_pos[i]`` / ``byte_pos[i]``: a decoder that starts reading the
+    blob at ``byte_pos[i]`` (after feeding it the ``header`` ranges) gets the
+    frame or page whose first sample is at native position ``sample_pos[i]``.
+    Both ascend strictly. Decoders still need their pre-roll: start one or
+    more points earlier than the crop (bit reservoir, MDCT overlap, Opus
+    convergence).
+    """
+
+    status: str
+    reason: str = ""
+    codec: str = ""
+    container: str = ""
+    sample_rate: int = 0
+    channels: int = 0
+    #: Native-timeline units per second (== sample_rate except Opus: 48000;
+    #: mp4: the track's media timescale).
+    timescale: int = 0
+    #: Native position of the first sample of the gapless decode.
+    first_sample: int = 0
+    #: Length of the gapless decode in native units; -1 when unknown.
+    num_samples: int = -1
+    #: Encoder delay as the file states it (LAME tag, Opus pre-skip, mp4 edit
+    #: list media time); already folded into ``first_sample``.
+    encoder_delay: int = 0
+    #: Padding at the end as the file states it (LAME tag); already folded
+    #: into ``num_samples``.
+    padding: int = 0
+    #: Bytes per sample frame for PCM (wav): a sample's byte is
+    #: ``data_start + sample * block_align``; 0 for compressed codecs.
+    block_align: int = 0
+    #: (offset, length) byte ranges in the blob a decoder needs before any audio.
+    header: tuple[tuple[int, int], ...] = ()
+    #: Byte range of the audio data: first frame/page to the end of the last.
+    data_start: int = 0
+    data_end: int = 0
+    sample_pos: np.ndarray = field(default_factory=lambda: _EMPTY)
+    byte_pos: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @classmethod
+    def unavailable(cls, reason: str, container: str = "") -> SeekIndex:
+        """The "no index" record: the episode stays readable by a full decode."""
+        return cls(status=NO_INDEX, reason=reason, container=container)
+
+    def __repr__(self) -> str:
+        if not self.ok:
+            return f"SeekIndex({self.status}: {self.reason!r}, container={self.container!r})"
+        return (
+            f"SeekIndex({self.codec}/{self.container}, {self.sample_rate} Hz x{self.channels}, "
+            f"{len(self.sample_pos)} points, first_sample={self.first_sample}, "
+            f"num_samples={self.num_samples})"
+        )
+
+
+_SCALARS: dict[str, pa.DataType] = {
+    "status": pa.string(),
+    "reason": pa.string(),
+    "codec": pa.string(),
+    "container": pa.string(),
+    "sample_rate": pa.int32(),
+    "channels": pa.int32(),
+    "timescale": pa.int32(),
+    "first_sample": pa.int64(),
+    "num_samples": pa.int64(),
+    "encoder_delay": pa.int32(),
+    "padding": pa.int32(),
+    "block_align": pa.int32(),
+    "data_start": pa.int64(),
+    "data_end": pa.int64(),
+}
+_LISTS = ("header_offset", "header_length", "sample_pos", "byte_pos")
+
+INDEX_TYPE = pa.struct(
+    [pa.field(name, kind, nullable=False) for name, kind in _SCALARS.items()]
+    + [pa.field(name, pa.list_(pa.int64()), nullable=False) for name in _LISTS]
+)
+
+
+def _list_values(index: SeekIndex) -> dict[str, np.ndarray]:
+    header = np.asarray(index.header, dtype=np.int64).reshape(-1, 2)
+    return {
+        "header_offset": header[:, 0],
+        "header_length": header[:, 1],
+        "sample_pos": np.asarray(index.sample_pos, dtype=np.int64),
+        "byte_pos": np.asarray(index.byte_pos, dtype=np.int64),
+    }
+
+
+def to_struct_array(indexes: list[SeekIndex]) -> pa.StructArray:
+    """Many indexes as one ``INDEX_TYPE`` array; list children are built from
+    concatenated numpy arrays, never point by point."""
+    children: list[pa.Array] = [
+        pa.array([getattr(i, name) for i in indexes], kind) for name, kind in _SCALARS.items()
+    ]
+    values = [_list_values(i) for i in indexes]
+    for name in _LISTS:
+        parts = [v[name] for v in values]
+        offsets = np.zeros(len(parts) + 1, dtype=np.int32)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        flat = np.concatenate(parts) if parts else _EMPTY
+        children.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)))
+    return pa.StructArray.from_arrays(children, fields=list(INDEX_TYPE))
+
+
+class _BatchViews:
+    """One record batch of ``seek_index`` as numpy views over its buffers."""
+
+    def __init__(self, array: pa.StructArray) -> None:
+        if array.null_count:
+            raise ValueError("null seek_index rows")
+        children = dict(zip([f.name for f in INDEX_TYPE], array.flatten(), strict=True))
+        self.strings: dict[str, list[str]] = {}
+        self.ints: dict[str, np.ndarray] = {}
+        for name, kind in _SCALARS.items():
+            if pa.types.is_string(kind):
+                self.strings[name] = children[name].to_pylist()  # short, and few per row
+            else:
+                self.ints[name] = _values(children[name], kind.bit_width // 8)
+        self.lists = {name: _list_views(children[name]) for name in _LISTS}
+
+
+def _values(array: pa.Array, width: int) -> np.ndarray:
+    dtype = np.dtype(f"<i{width}")
+    return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + len(array)]
+
+
+def _list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)
+    offsets = offsets[array.offset : array.offset + len(array) + 1]
+    values = array.values
+    flat = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset :]
+    return offsets, flat
+
+
+class IndexReader:
+    """Reads ``SeekIndex`` rows out of one open ``seek_index/`` shard.
+
+    The returned arrays are read-only views onto the shard's memory map.
+    """
+
+    def __init__(self, shard: Any) -> None:
+        if INDEX_COLUMN not in shard.schema.names:
+            raise ShardError(f"no {INDEX_COLUMN!r} column", shard=shard.path)
+        if shard.schema.field(INDEX_COLUMN).type != INDEX_TYPE:
+            raise ShardError(
+                f"{INDEX_COLUMN!r} has type {shard.schema.field(INDEX_COLUMN).type}, "
+                "not the one this version writes (rebuild with `streamer index --force`)",
+                shard=shard.path,
+            )
+        self.shard = shard
+        self._chunks = shard.column(INDEX_COLUMN).chunks
+        self._views: dict[int, _BatchViews] = {}
+
+    def read(self, row: int) -> SeekIndex:
+        batch, j = self.shard.locate(row)
+        views = self._views.get(batch)
+        if views is None:
+            views = self._views[batch] = _BatchViews(self._chunks[batch])
+        values: dict[str, Any] = {name: column[j] for name, column in views.strings.items()}
+        values.update((name, int(column[j])) for name, column in views.ints.items())
+        arrays = {
+            name: flat[offsets[j] : offsets[j + 1]] for name, (offsets, flat) in views.lists.items()
+        }
+        header = tuple(
+            zip(arrays["header_offset"].tolist(), arrays["header_length"].tolist(), strict=True)
+        )
+        return SeekIndex(
+            **values,
+            header=header,
+            sample_pos=arrays["sample_pos"],
+            byte_pos=arrays["byte_pos"],
+        )

@@ -1,0 +1,130 @@
+"""Fixture makers and reference readings shared by the seek-index tests.
+
+The reference is always FFmpeg (through PyAV): its demuxer's packet byte
+positions and timestamps, and the length of its full decode.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+import wave
+
+import av
+import numpy as np
+import pytest
+
+from streamer import synth
+from streamer.index import SeekIndex, extract
+
+EVERY = float("inf")
+
+
+def encoded(
+    codec: str, sample_rate: int = 44100, channels: int = 1, seconds: float = 2.0, **kw
+) -> bytes:
+    return synth.encode(synth.signal(seconds, sample_rate, channels), sample_rate, codec, **kw)
+
+
+def index_of(data: bytes, density: float = EVERY) -> SeekIndex:
+    index = extract(io.BytesIO(data), density=density)
+    assert index.ok, index.reason
+    return index
+
+
+def packets(data: bytes) -> list[tuple[int, int]]:
+    """(byte position, pts in the stream's sample units) of every audio packet."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        scale = stream.time_base * stream.codec_context.sample_rate
+        found = []
+        for packet in container.demux(stream):
+            if packet.size and packet.pos is not None and packet.pts is not None:
+                found.append((packet.pos, int(packet.pts * scale)))
+    return found
+
+
+def first_packet_per_position(data: bytes) -> dict[int, int]:
+    """pos -> pts of the first packet FFmpeg reports at each byte position
+    (Ogg packets are reported at the position of their page)."""
+    out: dict[int, int] = {}
+    for pos, pts in packets(data):
+        out.setdefault(pos, pts)
+    return out
+
+
+def decoded_length(data: bytes) -> int:
+    with av.open(io.BytesIO(data)) as container:
+        return sum(frame.samples for frame in container.decode(audio=0))
+
+
+def wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as file:
+        file.setnchannels(samples.shape[0])
+        file.setsampwidth(2)
+        file.setframerate(sample_rate)
+        file.writeframes((np.clip(samples.T, -1, 1) * 32767).astype("<i2").tobytes())
+    return out.getvalue()
+
+
+def cli_encode(command: list[str], sample_rate: int, channels: int, seconds: float = 2.0) -> bytes:
+    """Encode with a Debian command-line encoder reading WAV on stdin; it
+    writes to the ``{out}`` argument (a seekable file, so tags written last,
+    like LAME's, are there). Skips the test when the tool is not installed."""
+    if shutil.which(command[0]) is None:
+        pytest.skip(f"{command[0]} is not installed")
+    source = wav_bytes(synth.signal(seconds, sample_rate, channels), sample_rate)
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "out")
+        argv = [out if arg == "{out}" else arg for arg in command]
+        subprocess.run(argv, input=source, capture_output=True, check=True)
+        with open(out, "rb") as file:
+            return file.read()
+
+
+def encode_with_pts(
+    codec: str,
+    sample_rate: int,
+    channels: int,
+    seconds: float = 2.0,
+    container_options: dict[str, str] | None = None,
+    **stream_options,
+) -> bytes:
+    """Like ``synth.encode``, plus container options (mp4 faststart) and codec
+    context settings (``qscale`` for VBR mp3)."""
+    spec = synth.CODECS[codec]
+    samples = synth.signal(seconds, sample_rate, channels)
+    layout = {1: "mono", 2: "stereo"}[channels]
+    with tempfile.TemporaryDirectory() as folder:
+        # A real file: mp4's faststart rewrites it in a second pass by name.
+        path = os.path.join(folder, f"out.{spec.extension}")
+        with av.open(path, "w", format=spec.container, options=container_options or {}) as out:
+            stream = out.add_stream(spec.encoder, rate=sample_rate, options=dict(spec.options))
+            stream.layout = layout
+            for name, value in stream_options.items():
+                setattr(stream.codec_context, name, value)
+            for start in range(0, samples.shape[1], 1024):
+                block = samples[:, start : start + 1024]
+                frame = synth._frame(block, spec, layout, sample_rate, start)
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+        with open(path, "rb") as file:
+            return file.read()
+
+
+def assert_points_are_packets(index: SeekIndex, reference: dict[int, int], offset: int = 0) -> None:
+    """Every seek point is a packet FFmpeg reports, at the same position and
+    timestamp (``offset``: native position minus FFmpeg's pts)."""
+    assert len(index.sample_pos) == len(index.byte_pos) > 0
+    assert np.all(np.diff(index.sample_pos) > 0) and np.all(np.diff(index.byte_pos) > 0)
+    for sample, pos in zip(index.sample_pos.tolist(), index.byte_pos.tolist(), strict=True):
+        assert pos in reference, f"no packet at byte {pos}"
+        assert sample - offset == reference[pos], (
+            f"byte {pos}: {sample - offset} != {reference[pos]}"
+        )

@@ -1,0 +1,101 @@
+"""MP4/M4A seek points against FFmpeg's demuxer; moov placement, priming, bad boxes."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import av
+import numpy as np
+import pytest
+from _index_support import (
+    assert_points_are_packets,
+    decoded_length,
+    encode_with_pts,
+    encoded,
+    first_packet_per_position,
+    index_of,
+)
+
+from streamer.index import extract
+
+
+@pytest.mark.parametrize(
+    ("codec", "sample_rate", "channels"),
+    [
+        ("aac", 44100, 1),
+        ("aac", 48000, 2),
+        ("aac", 16000, 1),
+        ("alac", 44100, 2),
+        ("alac", 96000, 1),
+    ],
+)
+def test_every_sample_matches_ffmpeg(codec: str, sample_rate: int, channels: int) -> None:
+    data = encoded(codec, sample_rate, channels)
+    index = index_of(data)
+    reference = first_packet_per_position(data)
+    assert_points_are_packets(index, reference, offset=index.first_sample)
+    assert len(index.byte_pos) == len(reference)
+    assert (index.codec, index.container) == (codec, "mp4")
+    assert (index.sample_rate, index.channels) == (sample_rate, channels)
+    assert index.num_samples == decoded_length(data)
+    kinds = [data[o + 4 : o + 8] for o, _ in index.header]
+    assert kinds[0] == b"ftyp" and b"moov" in kinds and b"mdat" in kinds
+    moov = index.header[kinds.index(b"moov")]
+    assert struct.unpack_from(">I", data, moov[0])[0] == moov[1]
+
+
+@pytest.mark.parametrize("faststart", [False, True])
+def test_aac_priming_from_the_edit_list(faststart: bool) -> None:
+    options = {"movflags": "+faststart"} if faststart else None
+    data = encode_with_pts("aac", 44100, 2, container_options=options)
+    index = index_of(data)
+    moov, mdat = data.find(b"moov"), data.find(b"mdat")
+    assert (moov < mdat) == faststart
+    assert index.encoder_delay == index.first_sample == 1024
+    # FFmpeg's timestamps have the edit applied: pts = dts - media_time.
+    assert_points_are_packets(index, first_packet_per_position(data), offset=1024)
+    assert index.num_samples == decoded_length(data)
+
+
+def test_truncated_with_moov_first_keeps_whole_samples() -> None:
+    data = encode_with_pts("aac", 44100, 1, container_options={"movflags": "+faststart"})
+    whole = index_of(data)
+    cut = len(data) * 2 // 3
+    index = index_of(data[:cut])
+    assert 0 < len(index.byte_pos) < len(whole.byte_pos)
+    assert index.data_end <= cut
+
+
+def test_truncated_with_moov_last_has_no_index() -> None:
+    data = encoded("aac", 44100, 1)
+    assert not extract(io.BytesIO(data[: len(data) // 2])).ok
+
+
+def test_absurd_box_sizes_are_rejected_without_allocating() -> None:
+    ftyp = struct.pack(">I4s4sI4s", 20, b"ftyp", b"M4A ", 0, b"isom")
+    huge_moov = struct.pack(">I4sQ", 1, b"moov", 1 << 40) + bytes(64)
+    index = extract(io.BytesIO(ftyp + huge_moov))
+    assert index.status == "no index" and "truncated mp4" in index.reason
+    huge_mdat = struct.pack(">I4sQ", 1, b"mdat", 1 << 40)
+    assert not extract(io.BytesIO(ftyp + huge_mdat + bytes(100))).ok
+
+
+def test_lying_table_count_is_rejected() -> None:
+    data = bytearray(encoded("aac", 44100, 1))
+    at = data.find(b"stsz")
+    struct.pack_into(">I", data, at + 12, 1 << 31)  # sample count
+    assert extract(io.BytesIO(bytes(data))).reason == "truncated mp4 stsz"
+
+
+def test_moov_range_is_enough_for_ffmpeg() -> None:
+    # The header ranges plus the data range rebuild a file FFmpeg opens.
+    data = encoded("alac", 44100, 1)
+    index = index_of(data)
+    rebuilt = bytearray(len(data))
+    for offset, length in index.header:
+        rebuilt[offset : offset + length] = data[offset : offset + length]
+    rebuilt[index.data_start : index.data_end] = data[index.data_start : index.data_end]
+    with av.open(io.BytesIO(bytes(rebuilt))) as container:
+        assert container.streams.audio[0].codec_context.name == "alac"
+    assert np.all(index.byte_pos >= index.data_start)

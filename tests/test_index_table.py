@@ -1,0 +1,132 @@
+"""seek_index/ on disk: Arrow round-trip, zero-copy reads, the build and the CLI."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _index_support import encoded
+
+import streamer
+from streamer.cli import main
+from streamer.index import INDEX_DIR, IndexReader, SeekIndex, extract
+from streamer.index.build import SCHEMA, build_index, select_shards
+from streamer.index.table import to_struct_array
+from streamer.shard import Shard
+from streamer.shard.pack import pack
+
+
+def _same(a: SeekIndex, b: SeekIndex) -> None:
+    for name in SeekIndex.__dataclass_fields__:
+        left, right = getattr(a, name), getattr(b, name)
+        if isinstance(left, np.ndarray):
+            np.testing.assert_array_equal(left, right)
+        else:
+            assert left == right, name
+
+
+def test_round_trip_and_zero_copy(tmp_path) -> None:
+    indexes = [
+        extract(io.BytesIO(encoded("mp3", 44100, 1))),
+        SeekIndex.unavailable("unknown container"),
+        extract(io.BytesIO(encoded("aac", 48000, 2))),
+    ]
+    path = str(tmp_path / "seek_index" / "s.wsds")
+    os.makedirs(os.path.dirname(path))
+    keys = pa.array(["a", "b", "c"])
+    with pa.ipc.new_file(path, SCHEMA) as writer:
+        writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
+    shard = Shard(path)
+    reader = IndexReader(shard)
+    for row, expected in enumerate(indexes):
+        got = reader.read(row)
+        _same(got, expected)
+    points = reader.read(2).sample_pos
+    assert not points.flags.writeable and not points.flags.owndata
+    start = points.__array_interface__["data"][0] - shard.reader.base_address
+    assert 0 <= start < os.path.getsize(path)  # a view onto the memory map
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> str:
+    src = tmp_path_factory.mktemp("src")
+    for codec in ("mp3", "opus", "flac", "aac", "wav"):
+        for n in range(2):
+            data = encoded(codec, 48000, 1 + n, seconds=1.0)
+            (src / f"{codec}{n}.bin").write_bytes(data)  # sniffed, not named
+    opus = encoded("opus", 48000, 1, seconds=0.5)
+    (src / "chained.opus").write_bytes(opus + opus)
+    return str(src)
+
+
+def test_pack_builds_the_index(folder, tmp_path) -> None:
+    report = pack(folder, tmp_path / "ds", shard_size=20_000, batch_size=2, progress=False)
+    assert report.index is not None and report.index.reasons == {"chained ogg streams": 1}
+    dataset = streamer.open_dataset(tmp_path / "ds")
+    assert sorted(os.listdir(tmp_path / "ds" / INDEX_DIR)) == sorted(
+        os.listdir(tmp_path / "ds" / "audio")
+    )
+    for key in list(dataset.keys()):
+        stored = dataset.seek_index(key)
+        _same(stored, extract(dataset.blob(key)))
+    assert dataset.seek_index("chained").reason == "chained ogg streams"
+    assert dataset.seek_index("flac1").codec == "flac"
+
+
+def test_pack_without_index(folder, tmp_path) -> None:
+    pack(folder, tmp_path / "ds", progress=False, index=False)
+    assert not (tmp_path / "ds" / INDEX_DIR).exists()
+
+
+def test_cli_skips_indexed_shards_and_splits_work(folder, tmp_path, capsys) -> None:
+    out = tmp_path / "ds"
+    assert (
+        main(
+            [
+                "pack",
+                folder,
+                str(out),
+                "--shard-size",
+                "20000",
+                "--batch-size",
+                "2",
+                "--no-progress",
+                "--no-index",
+            ]
+        )
+        == 0
+    )
+    names = streamer.open_dataset(out).shard_names
+    assert len(names) >= 3
+    capsys.readouterr()
+    assert main(["index", str(out), "--shards", "0/2", "--no-progress", "--workers", "2"]) == 0
+    first = sorted(os.listdir(out / INDEX_DIR))
+    assert first == sorted(n + ".wsds" for n in names[0::2])
+    assert main(["index", str(out), "--no-progress", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert f"({len(names[0::2])} already indexed)" in text
+    assert "no index (1): chained ogg streams" in text
+    before = os.path.getmtime(out / INDEX_DIR / (names[1] + ".wsds"))
+    assert main(["index", str(out), "--shards", names[1], "--force", "--no-progress"]) == 0
+    assert os.path.getmtime(out / INDEX_DIR / (names[1] + ".wsds")) >= before
+    assert not [n for n in os.listdir(out / INDEX_DIR) if n.startswith(".")]
+
+
+def test_select_shards() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    assert select_shards(names, "1/2") == ["b", "d"]
+    assert select_shards(names, "e,a") == ["e", "a"]
+    assert select_shards(names, None) == names
+    with pytest.raises(streamer.StreamerError):
+        select_shards(names, "2/2")
+    with pytest.raises(streamer.StreamerError):
+        select_shards(names, "a,zz")
+
+
+def test_build_index_report(folder, tmp_path) -> None:
+    pack(folder, tmp_path / "ds", progress=False, index=False)
+    report = build_index(tmp_path / "ds", progress=False)
+    assert (report.episodes, report.ok) == (11, 10)
