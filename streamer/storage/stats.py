@@ -16,9 +16,9 @@ __all__ = ["StoreStats"]
 class StoreStats:
     """Counters for one store (one connection pool), since it was created.
 
-    ``requests``/``bytes_fetched`` count successful ranged GETs and their
-    bodies; ``hits``/``misses`` count cache blocks (memory or disk tier);
-    ``deduplicated`` counts blocks a reader got by joining a fetch already in
+    ``requests`` counts every attempt sent (listings and size queries too),
+    ``bytes_fetched`` the bodies of successful reads; ``hits`` (memory),
+    ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts blocks a reader got by joining a fetch already in
     flight; ``retries`` counts attempts repeated after a transient failure.
     """
 
