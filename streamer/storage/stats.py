@@ -18,8 +18,9 @@ class StoreStats:
 
     ``requests`` counts every attempt sent (listings and size queries too),
     ``bytes_fetched`` the bodies of successful reads; ``hits`` (memory),
-    ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts blocks a reader got by joining a fetch already in
-    flight; ``retries`` counts attempts repeated after a transient failure.
+    ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts
+    blocks a reader got by joining a fetch already in flight; ``retries``
+    counts attempts repeated after a transient failure.
     """
 
     requests: int = 0
