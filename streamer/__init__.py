@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .errors import DataError, LayoutError, ShardError, StorageError, StreamerError
 from .shard import BlobHandle, Dataset
 from .shard.pack import pack
+from .storage import open_url
 
 __all__ = [
     "BlobHandle",
@@ -23,19 +25,14 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def open_dataset(url: str | os.PathLike[str], **storage_options: object) -> Dataset:
-    """Open a dataset by URL or path. Only local paths (and ``file://``) so far.
+def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:
+    """Open a dataset by path or URL: ``/data/set``, ``file://``, ``s3://bucket/prefix``,
+    ``b2://``, ``http(s)://`` (a server with directory listings) or any fsspec protocol.
 
-    ``storage_options`` are passed to the store (endpoint URL, credentials);
-    local datasets take none.
+    ``storage_options`` go to the store (see docs/storage.md): ``endpoint_url``,
+    credentials, cache and retry settings. Datasets opened with the same
+    scheme and options share one store: one connection pool, cache and
+    ``dataset.store.stats``. Local paths take no options.
     """
-    url = os.fspath(url)
-    if url.startswith("file://"):
-        url = url[len("file://") :]
-    elif "://" in url:
-        raise StorageError(
-            f"unsupported URL scheme in {url.split('://')[0]}://… (local paths only)"
-        )
-    if storage_options:
-        raise TypeError(f"local datasets take no storage options: {sorted(storage_options)}")
-    return Dataset(url)
+    store, root = open_url(url, **storage_options)
+    return Dataset(root, store=store)

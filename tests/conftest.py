@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
-from helpers import write_audio
+from helpers import write_audio, write_blob_dataset
+from servers import LoopbackServer, file_handler, proxy_handler
 
 from streamer.shard.pack import pack
 
@@ -36,3 +41,110 @@ def packed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("packed") / "dataset"
     pack(audio_dir, out, batch_size=2, shard_size=600_000, progress=False)
     return out
+
+
+# -- storage: real servers on loopback -------------------------------------------
+
+#: A credential the storage tests hunt for in logs, reprs and error text.
+SECRET = "sekrit-0xC0FFEE-never-log-me"
+BUCKET = "data"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A real S3 protocol server (moto's server mode) on a free loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_proxy(moto_endpoint: str) -> Iterator[LoopbackServer]:
+    """moto behind the fault-injecting, request-logging proxy."""
+    server = LoopbackServer(proxy_handler(moto_endpoint)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_proxy: LoopbackServer) -> Iterator[LoopbackServer]:
+    """The S3 proxy with faults and request log cleared around the test."""
+    s3_proxy.reset()
+    yield s3_proxy
+    s3_proxy.reset()
+
+
+@pytest.fixture(scope="session")
+def storage_root(packed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the stores serve: the packed dataset, shards with a big blob, random bytes."""
+    root = tmp_path_factory.mktemp("served")
+    shutil.copytree(packed, root / "packed")
+    write_blob_dataset(root / "big", blob_sizes=(3000, 1_500_000), batches=1)
+    write_blob_dataset(root / "batches", blob_sizes=(2000, 400_000, 300_000, 500_000), batches=4)
+    (root / "random.bin").write_bytes(np.random.default_rng(7).bytes(700_001))
+    return root
+
+
+@pytest.fixture(scope="session")
+def s3_uploaded(moto_endpoint: str, storage_root: Path) -> str:
+    """``storage_root`` uploaded to ``s3://data/`` (with boto3, straight to moto)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        aws_access_key_id="test-key-id",
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    for path in sorted(storage_root.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, path.relative_to(storage_root).as_posix())
+    return BUCKET
+
+
+@pytest.fixture(scope="session")
+def http_files(storage_root: Path) -> Iterator[LoopbackServer]:
+    """An aiohttp file server over ``storage_root`` (Range, listings, fault switches)."""
+    server = LoopbackServer(file_handler(storage_root)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def http(http_files: LoopbackServer) -> Iterator[LoopbackServer]:
+    http_files.reset()
+    yield http_files
+    http_files.reset()
+
+
+@pytest.fixture
+def make_store() -> Iterator[Callable[..., Any]]:
+    """``make_store(kind, endpoint="", **options)``: a new, unshared store (own pool,
+    cache and stats) of kind ``s3``, ``http`` or an fsspec protocol; closed after the test."""
+    from streamer.storage._loop import run_sync
+    from streamer.storage.fsspec import FsspecStore
+    from streamer.storage.http import HTTPStore
+    from streamer.storage.s3 import S3Store
+
+    made = []
+
+    def make(kind: str, endpoint: str = "", **options: Any) -> Any:
+        if kind == "s3":
+            credentials = {"key": "test-key-id", "secret": SECRET, "region_name": "us-east-1"}
+            store = S3Store("s3", {"endpoint_url": endpoint, **credentials, **options})
+        elif kind == "http":
+            store = HTTPStore("http", options)
+        else:
+            store = FsspecStore(kind, options)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        run_sync(store._close_on_loop())

@@ -26,3 +26,26 @@ def rss_kib() -> int:
             name, _, value = line.partition(":")
             fields[name] = value
     return int(fields["RssAnon"].split()[0]) + int(fields["RssFile"].split()[0])
+
+
+def write_blob_dataset(root: Path, blob_sizes: tuple[int, ...], batches: int) -> list[bytes]:
+    """A dataset of one ``audio/`` shard of random blobs (not audio) split in ``batches``.
+
+    Returns the blobs. Keys are ``k0``, ``k1``, ...; shard is ``audio/s.wsds``.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(len(blob_sizes))
+    blobs = [rng.bytes(size) for size in blob_sizes]
+    table = pa.table(
+        {
+            "__key__": [f"k{i}" for i in range(len(blobs))],
+            "audio": pa.array(blobs, pa.large_binary()),
+        }
+    )
+    (root / "audio").mkdir(parents=True)
+    per_batch = -(-len(blobs) // batches)
+    with pa.ipc.new_file(str(root / "audio" / "s.wsds"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=per_batch)
+    return blobs

@@ -18,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.url, **storage_options(args))
-    print(f"dataset   {dataset.root}")
+    print(f"dataset   {dataset.url}")
     print(f"shards    {len(dataset.shard_names)}")
     print(f"rows      {len(dataset)}")
     for column_dir in dataset.column_dirs:

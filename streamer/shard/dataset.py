@@ -26,8 +26,10 @@ import anyio
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CompressedShardWarning, LayoutError, ShardError
+from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageError
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
+from ..storage.base import Store
+from ..storage.local import LocalStore
 from .blob import BlobHandle
 from .ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 
@@ -41,7 +43,11 @@ INFO_DIR = "audio_info"
 
 
 class Dataset:
-    """A local dataset directory, opened lazily: shards open on first use.
+    """A dataset directory or prefix in a store, opened lazily: shards open on first use.
+
+    ``store`` is where it lives (default: the local file system) and ``root``
+    its path there; ``open_dataset(url)`` picks both from a URL. Column
+    directories and shards are found by listing the store.
 
     ``audio_dir`` names the column directory that holds ``audio_column``;
     by default it is ``audio/`` when present, else the first column
@@ -54,20 +60,21 @@ class Dataset:
         *,
         audio_column: str = AUDIO_COLUMN,
         audio_dir: str | None = None,
+        store: Store | None = None,
     ) -> None:
+        self.store = store or LocalStore()
         self.root = os.fspath(root)
-        if not os.path.isdir(self.root):
-            raise LayoutError("dataset directory does not exist", shard=self.root)
+        self.url = self.store.display(self.root)
         self.audio_column = audio_column
-        self.column_dirs = _column_dirs(self.root)
+        self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
         if not self.column_dirs:
             raise LayoutError(
                 f"no column directories holding {'/'.join(SHARD_SUFFIXES)} shards",
-                shard=self.root,
+                shard=self.url,
             )
         self.audio_dir = audio_dir or self._find_audio_dir()
         if self.audio_dir not in self.column_dirs:
-            raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.root)
+            raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.url)
         self.shard_names = sorted(self.column_dirs[self.audio_dir])
         self._shards: dict[tuple[str, str], Shard] = {}
         self._index_readers: dict[str, IndexReader] = {}
@@ -75,7 +82,7 @@ class Dataset:
         self._decode_stats: DecodeStats | None = None
 
     def __repr__(self) -> str:
-        return f"Dataset({self.root!r}, shards={len(self.shard_names)})"
+        return f"Dataset({self.url!r}, shards={len(self.shard_names)})"
 
     # -- shards -------------------------------------------------------------
 
@@ -86,14 +93,14 @@ class Dataset:
         if cached is not None:
             return cached
         if column_dir not in self.column_dirs:
-            raise LayoutError(f"missing column directory {column_dir!r}", shard=self.root)
+            raise LayoutError(f"missing column directory {column_dir!r}", shard=self.url)
         path = self.column_dirs[column_dir].get(name)
         if path is None:
             raise LayoutError(
                 f"column directory {column_dir!r} has no shard {name!r}",
-                shard=os.path.join(self.root, column_dir),
+                shard=self.store.display(self.store.join(self.root, column_dir)),
             )
-        shard = Shard(path, column_dir=column_dir)
+        shard = self._open_shard(path, column_dir)
         if column_dir == self.audio_dir:
             self._check_audio(shard)
         else:
@@ -163,7 +170,7 @@ class Dataset:
         try:
             row = self._key_rows[key]
         except KeyError:
-            raise KeyError(f"no episode with key {key!r} in {self.root}") from None
+            raise KeyError(f"no episode with key {key!r} in {self.url}") from None
         index = self.shard_index(row)
         return self.shard_names[index], row - int(self._rows[index])
 
@@ -258,30 +265,44 @@ class Dataset:
         if AUDIO_COLUMN in self.column_dirs:
             return AUDIO_COLUMN
         for column_dir, shards in sorted(self.column_dirs.items()):
-            first = Shard(next(iter(sorted(shards.values()))), column_dir=column_dir)
+            first = self._open_shard(shards[min(shards)], column_dir)
             if self.audio_column in first.schema.names:
                 return column_dir
         raise LayoutError(
-            f"no column directory has an {self.audio_column!r} column", shard=self.root
+            f"no column directory has an {self.audio_column!r} column", shard=self.url
         )
 
+    def _open_shard(self, path: str, column_dir: str) -> Shard:
+        return Shard(self.store.reader(path, self._sizes.get(path)), column_dir=column_dir)
 
-def _column_dirs(root: str) -> dict[str, dict[str, str]]:
-    """``{column_dir: {shard_name: path}}`` for every subdirectory holding shards."""
+
+def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
+    """``{column_dir: {shard_name: path}}`` for every subdirectory holding shards,
+    and the size of every shard the listing told."""
+    try:
+        children = store.list_sync(root)
+    except StorageError as exc:
+        raise LayoutError(
+            f"dataset directory does not exist or cannot be listed: {exc}", shard=root
+        ) from exc
     found: dict[str, dict[str, str]] = {}
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir() or entry.name.startswith("."):
+    sizes: dict[str, int] = {}
+    for child in children:
+        if not child.is_dir or child.name.startswith("."):
             continue
+        folder = store.join(root, child.name)
         shards = {}
-        for file in os.scandir(entry.path):
-            if file.name.startswith(".") or not file.is_file():
+        for file in store.list_sync(folder):
+            if file.name.startswith(".") or file.is_dir:
                 continue
             for suffix in SHARD_SUFFIXES:
                 if file.name.endswith(suffix):
-                    shards[file.name[: -len(suffix)]] = file.path
+                    path = shards[file.name[: -len(suffix)]] = store.join(folder, file.name)
+                    if file.size is not None:
+                        sizes[path] = file.size
         if shards:
-            found[entry.name] = shards
-    return found
+            found[child.name] = shards
+    return found, sizes
 
 
 def _check_keys_aligned(shard: Shard, audio: Shard) -> None:

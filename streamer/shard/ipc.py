@@ -1,10 +1,12 @@
 """Opening one Arrow IPC file shard without reading its data.
 
-A local shard is memory-mapped and opened with ``pyarrow.ipc``: that parses
-only the footer and the record-batch metadata, and every column becomes a view
-onto the mapping. Binary cells are handed out as ``BlobHandle`` objects whose
-offsets come from the array's offsets buffer, never through ``column[j]``
-(which would materialise a scalar and copy the whole episode).
+A shard is opened over any ``RangeReader`` — a local memory map or a remote
+object — by reading only its footer and record-batch metadata
+(``footer.py``), then the ``__key__`` column and the offsets buffers of its
+binary columns. Binary cells are handed out as ``BlobHandle`` objects over
+the same reader, at absolute file offsets computed from the metadata, never
+through ``column[j]`` (which would materialise a scalar and copy the whole
+episode). Over a local mapping every buffer is a zero-copy view into it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ShardError, StorageError
+from ..storage.base import RangeReader
 from ..storage.local import LocalFileReader, MemoryReader
 from ..timing import record
 from .blob import BlobHandle
+from .columns import build_array, column_slots, decode_buffer, unsupported
+from .footer import read_layout
 
 __all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
 
@@ -31,28 +36,32 @@ _BINARY_OFFSET_TYPES = {pa.binary(): np.int32, pa.large_binary(): np.int64}
 class Shard:
     """One IPC file shard of one column directory, opened lazily.
 
+    ``source`` is a local path or a ``RangeReader`` (a remote object).
     ``label`` (``column_dir/name``) is what errors and logs call the shard.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, column_dir: str | None = None) -> None:
-        self.path = os.fspath(path)
+    def __init__(
+        self, source: str | os.PathLike[str] | RangeReader, *, column_dir: str | None = None
+    ) -> None:
+        self.path = source.url if isinstance(source, RangeReader) else os.fspath(source)
         self.name = _shard_name(self.path)
-        self.column_dir = column_dir or os.path.basename(os.path.dirname(self.path))
+        self.column_dir = column_dir or _parent_name(self.path)
         self.label = f"{self.column_dir}/{self.name}"
         try:
             with record("shard_open"):
-                self.reader = LocalFileReader(self.path)
-                ipc = pa.ipc.open_file(self.reader.mapping)
-                self.schema: pa.Schema = ipc.schema
-                self._batches = [ipc.get_batch(i) for i in range(ipc.num_record_batches)]
-        except (StorageError, pa.ArrowException, OSError) as exc:
+                self.reader = source if isinstance(source, RangeReader) else LocalFileReader(source)
+                self.layout, self._pieces = read_layout(self.reader, self.path)
+        except StorageError as exc:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
-        rows = np.fromiter((b.num_rows for b in self._batches), dtype=np.int64)
+        self.schema: pa.Schema = self.layout.schema
+        self._slots = column_slots(self.schema)
+        rows = np.fromiter((b.num_rows for b in self.layout.batches), dtype=np.int64)
         #: Row number of the first row of each record batch, plus the total.
         self.batch_starts = np.concatenate([[0], np.cumsum(rows)])
         self._memory_readers: dict[tuple[int, str], MemoryReader] = {}
         if KEY_COLUMN not in self.schema.names:
             raise ShardError(f"shard has no {KEY_COLUMN!r} column", shard=self.path)
+        self._prefetch()
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, rows={self.num_rows})"
@@ -68,14 +77,26 @@ class Shard:
         return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
 
     def column(self, name: str) -> pa.ChunkedArray:
-        """A whole column, zero-copy (for small columns: keys, metadata)."""
+        """A whole column (for small columns: keys, metadata). Zero-copy when local;
+        a remote shard fetches it once and keeps it."""
         if name not in self.schema.names:
             raise ShardError(
                 f"no column {name!r} (columns: {', '.join(self.schema.names)})", shard=self.path
             )
-        return pa.chunked_array(
-            [b.column(name) for b in self._batches], self.schema.field(name).type
-        )
+        kind = self.schema.field(name).type
+        reason = unsupported(kind)
+        if reason:
+            raise ShardError(
+                f"column {name!r} is {reason}, which is not supported", shard=self.path
+            )
+        slot = self._slots[name]
+        chunks = []
+        for batch in range(len(self.layout.batches)):
+            layout = self.layout.batches[batch]
+            nodes = layout.nodes[slot.first_node : slot.first_node + slot.nodes]
+            buffers = self._buffers(batch, range(slot.buffers), name)
+            chunks.append(build_array(kind, iter(nodes), iter(buffers)))
+        return pa.chunked_array(chunks, kind)
 
     @cached_property
     def keys(self) -> pa.Array:
@@ -94,50 +115,82 @@ class Shard:
 
     def is_addressable(self, column: str) -> bool:
         """True when the column's bytes sit uncompressed in the file itself."""
-        return all(self._values_in_file(b.column(column)) for b in self._batches if b.num_rows)
+        self._binary_column(column)
+        return all(b.compression is None for b in self.layout.batches if b.num_rows)
 
     def blob(self, column: str, row: int) -> BlobHandle:
         """A handle on the binary cell ``column[row]``; reads nothing."""
-        batch_index, j = self.locate(row)
-        array = self._batches[batch_index].column(self._binary_column(column))
+        self._binary_column(column)
+        batch, j = self.locate(row)
         key = self.keys[row].as_py()
-        if array.null_count and array.slice(j, 1).null_count:
+        validity, offsets_buffer = self._buffers(batch, (0, 1), column)
+        if validity.size and not (validity[j >> 3] >> (j & 7)) & 1:
             raise ShardError(f"{column!r} is null", shard=self.path, key=key)
-        _, offsets_buffer, values = array.buffers()[:3]
-        offsets = np.frombuffer(offsets_buffer, dtype=_BINARY_OFFSET_TYPES[array.type])
-        start, end = int(offsets[array.offset + j]), int(offsets[array.offset + j + 1])
-        if self._values_in_file(array):
-            base = values.address - self.reader.base_address
-            return BlobHandle(self.reader, base + start, end - start, shard=self.path, key=key)
-        reader = self._memory_reader(batch_index, column, values)
+        offsets = np.frombuffer(offsets_buffer, dtype=_BINARY_OFFSET_TYPES[self._type(column)])
+        start, end = int(offsets[j]), int(offsets[j + 1])
+        if self.layout.batches[batch].compression is None:
+            values_offset, _ = self._buffer_range(batch, column, 2)
+            return BlobHandle(
+                self.reader, values_offset + start, end - start, shard=self.path, key=key
+            )
+        reader = self._memory_reader(batch, column)
         return BlobHandle(reader, start, end - start, shard=self.path, key=key)
 
-    def _binary_column(self, column: str) -> str:
+    # -- buffers ----------------------------------------------------------------
+
+    def _prefetch(self) -> None:
+        """Read, in one batch, ``__key__`` and every binary column's validity + offsets."""
+        wanted = [(KEY_COLUMN, i) for i in range(self._slots[KEY_COLUMN].buffers)]
+        wanted += [
+            (f.name, i) for f in self.schema if f.type in _BINARY_OFFSET_TYPES for i in (0, 1)
+        ]
+        ranges = [
+            self._buffer_range(batch, column, index)
+            for batch in range(len(self.layout.batches))
+            for column, index in wanted
+        ]
+        self._pieces.read(self.reader, [r for r in ranges if r[1]])
+
+    def _buffer_range(self, batch: int, column: str, index: int) -> tuple[int, int]:
+        return self.layout.batches[batch].buffers[self._slots[column].first_buffer + index]
+
+    def _buffers(
+        self, batch: int, indices: range | tuple[int, ...], column: str
+    ) -> list[pa.Buffer]:
+        """Buffers ``indices`` of a column's slot in one batch, decoded."""
+        ranges = [self._buffer_range(batch, column, i) for i in indices]
+        views = self._pieces.read(self.reader, ranges)
+        compression = self.layout.batches[batch].compression
+        return [decode_buffer(view, compression) for view in views]
+
+    def _type(self, column: str) -> pa.DataType:
+        return self.schema.field(column).type
+
+    def _binary_column(self, column: str) -> None:
         if column not in self.schema.names:
             raise ShardError(f"no column {column!r}", shard=self.path)
-        kind = self.schema.field(column).type
+        kind = self._type(column)
         if kind not in _BINARY_OFFSET_TYPES:
             raise ShardError(f"{column!r} is {kind}, not binary or large_binary", shard=self.path)
-        return column
 
-    def _values_in_file(self, array: pa.Array) -> bool:
-        values = array.buffers()[2]
-        if values is None or values.size == 0:
-            return True
-        start = values.address - self.reader.base_address
-        return start >= 0 and start + values.size <= self.reader.size_sync()
-
-    def _memory_reader(self, batch: int, column: str, values: pa.Buffer) -> MemoryReader:
+    def _memory_reader(self, batch: int, column: str) -> MemoryReader:
         """A reader over a decompressed values buffer (IPC-compressed shards)."""
         cache_key = (batch, column)
         if cache_key not in self._memory_readers:
+            offset, length = self._buffer_range(batch, column, 2)
+            (raw,) = self.reader.fetch_many_sync([(offset, length)])
+            values = decode_buffer(raw, self.layout.batches[batch].compression)
             url = f"{self.path}#batch={batch},column={column}"
             self._memory_readers[cache_key] = MemoryReader(values, url=url)
         return self._memory_readers[cache_key]
 
 
+def _parent_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 2)[-2] if "/" in path else ""
+
+
 def _shard_name(path: str) -> str:
-    base = os.path.basename(path)
+    base = path.rstrip("/").rsplit("/", 1)[-1]
     for suffix in SHARD_SUFFIXES:
         if base.endswith(suffix):
             return base[: -len(suffix)]

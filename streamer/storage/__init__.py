@@ -1,6 +1,26 @@
-"""Byte range readers: the only way the rest of streamer reaches stored bytes."""
+"""Byte range readers and the stores they come from: the only way the rest of
+streamer reaches stored bytes.
 
-from .base import RangeReader
-from .local import LocalFileReader, MemoryReader
+``open_url(url, **options)`` picks the store by URL scheme (``registry.py``)
+and returns it with the path inside it; ``store.reader(path)`` is a
+``RangeReader``. Network stores share ``remote.py``: block cache
+(``cache.py``, ``disk.py``), retries (``retry.py``), ``stats``.
+"""
 
-__all__ = ["LocalFileReader", "MemoryReader", "RangeReader"]
+from .base import Entry, RangeReader, Store
+from .local import LocalFileReader, LocalStore, MemoryReader
+from .registry import open_url
+from .retry import RetryPolicy
+from .stats import StoreStats
+
+__all__ = [
+    "Entry",
+    "LocalFileReader",
+    "LocalStore",
+    "MemoryReader",
+    "RangeReader",
+    "RetryPolicy",
+    "Store",
+    "StoreStats",
+    "open_url",
+]

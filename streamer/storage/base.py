@@ -1,15 +1,20 @@
-"""The one interface every store implements: a random-access byte range reader.
+"""The interfaces every store implements: byte range readers and the stores they come from.
 
 Everything above the storage layer (shards, indexes, decoders) reads bytes only
-through a ``RangeReader``, so local files, object stores and HTTP servers are
-interchangeable. Nothing in this package knows about audio.
+through a ``RangeReader``, and finds objects only through a ``Store``, so local
+files, object stores and HTTP servers are interchangeable. Nothing in this
+package knows about audio.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+from collections.abc import Sequence
 
-__all__ = ["RangeReader"]
+from .stats import StoreStats
+
+__all__ = ["Entry", "RangeReader", "Store"]
 
 
 class RangeReader(abc.ABC):
@@ -43,6 +48,79 @@ class RangeReader(abc.ABC):
     @abc.abstractmethod
     def read_sync(self, offset: int, length: int) -> memoryview:
         """Blocking form of ``read``."""
+
+    async def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Several ``(offset, length)`` ranges at once, in order.
+
+        Remote readers plan them together, so nearby ranges share requests
+        and the rest are fetched concurrently.
+        """
+        return [await self.read(offset, length) for offset, length in ranges]
+
+    def read_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Blocking form of ``read_many``."""
+        return [self.read_sync(offset, length) for offset, length in ranges]
+
+    def fetch_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Exactly these ranges, past any block cache: for one-off reads (shard
+        metadata) that should cost what they read and not displace cached data.
+        Remote readers still group nearby ranges into one request."""
+        return self.read_many_sync(ranges)
+
+    def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
+        """The last ``min(length, size)`` bytes and the offset they start at.
+
+        Remote readers do this in one suffix request (``bytes=-N``) that also
+        tells them the object's size: how a shard is opened in one round trip.
+        """
+        size = self.size_sync()
+        start = max(0, size - length)
+        return start, self.read_sync(start, size - start)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One child of a listed directory or prefix. ``size`` is ``None`` when unknown."""
+
+    name: str
+    is_dir: bool
+    size: int | None = None
+
+
+class Store(abc.ABC):
+    """Where readers come from: one connection pool, cache and ``stats`` per store.
+
+    Paths are the store's own (``bucket/key`` for S3, a full URL for HTTP, a
+    file path locally), joined with ``/``. One store serves every shard of
+    every dataset opened through it, so they share connections and cache.
+    """
+
+    #: The store itself (scheme and endpoint), safe to log.
+    url: str
+    stats: StoreStats
+
+    @abc.abstractmethod
+    def reader(self, path: str, size: int | None = None) -> RangeReader:
+        """A reader of the object at ``path``; ``size`` spares a request when known."""
+
+    @abc.abstractmethod
+    def list_sync(self, path: str) -> list[Entry]:
+        """The children of a directory or prefix, sorted by name."""
+
+    def path_of(self, scheme: str, rest: str) -> str:
+        """The store path of the URL ``scheme://rest``."""
+        return rest
+
+    def join(self, path: str, *names: str) -> str:
+        """``path/name/...``: store paths are ``/``-separated everywhere."""
+        return "/".join([path.rstrip("/"), *names])
+
+    def display(self, path: str) -> str:
+        """``path`` as a URL that is safe to log (what errors and reprs show)."""
+        return path
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

@@ -8,9 +8,10 @@ import pyarrow as pa
 
 from ..errors import StorageError
 from ._bounds import check_range
-from .base import RangeReader
+from .base import Entry, RangeReader, Store
+from .stats import StoreStats
 
-__all__ = ["LocalFileReader", "MemoryReader"]
+__all__ = ["LocalFileReader", "LocalStore", "MemoryReader"]
 
 
 class MemoryReader(RangeReader):
@@ -62,10 +63,47 @@ class LocalFileReader(MemoryReader):
         self.path = path
         super().__init__(_whole(self.mapping), url=path)
 
+    def __reduce__(self) -> tuple[type[LocalFileReader], tuple[str]]:
+        # A mapping cannot be pickled; a worker process maps the file itself.
+        return LocalFileReader, (self.path,)
+
     @property
     def base_address(self) -> int:
         """Address of the first mapped byte, for zero-copy checks."""
         return pa.py_buffer(self.view).address
+
+
+class LocalStore(Store):
+    """The local file system (and ``file://``). The page cache is its cache.
+
+    ``stats`` stays at zero: mapped reads are page faults, not requests.
+    """
+
+    url = "file://"
+
+    def __init__(self, scheme: str = "file", options: dict[str, object] | None = None) -> None:
+        if options:
+            raise TypeError(f"local files take no storage options: {sorted(options)}")
+        self.stats = StoreStats()
+
+    def reader(self, path: str, size: int | None = None) -> LocalFileReader:
+        return LocalFileReader(path)
+
+    def list_sync(self, path: str) -> list[Entry]:
+        try:
+            with os.scandir(path) as entries:
+                found = [_entry(e) for e in entries]
+        except OSError as exc:
+            raise StorageError(f"cannot list {path}: {exc.strerror or exc}") from exc
+        return sorted(found, key=lambda e: e.name)
+
+    def join(self, path: str, *names: str) -> str:
+        return os.path.join(path, *names)
+
+
+def _entry(entry: os.DirEntry[str]) -> Entry:
+    is_dir = entry.is_dir()
+    return Entry(entry.name, is_dir, None if is_dir else entry.stat().st_size)
 
 
 def _whole(mapping: pa.MemoryMappedFile) -> pa.Buffer:

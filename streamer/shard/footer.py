@@ -1,0 +1,203 @@
+"""The layout of an Arrow IPC file, learned from a few small reads.
+
+An IPC file is ``ARROW1\\0\\0``, a schema message, dictionary and record
+batch messages (each: flatbuffer metadata, then a body of buffers), a
+flatbuffer footer listing every message's position, the footer's length and
+``ARROW1``. ``read_layout`` reads:
+
+1. one suffix range (``TAIL_BYTES``, which remote readers fetch together
+   with the object size in one request): the footer, and for small files
+   everything else too;
+2. in one batch of ranges (one request when the file has one record batch):
+   the schema message, every record batch's metadata plus the first
+   ``PREFETCH_BYTES`` of its body, where the first columns' buffers (often
+   ``__key__`` and the binary offsets) usually sit.
+
+Nothing else is read: no column data, in particular none of a binary
+column's values. The bytes read are kept (``Pieces``) so later buffer reads
+inside them cost nothing.
+
+Only the few flatbuffer tables this needs (Footer, Block, Message,
+RecordBatch, FieldNode, Buffer, BodyCompression) are decoded, by the small
+reader below, instead of depending on the ``flatbuffers`` runtime and
+generated code; the schema message is handed to ``pyarrow.ipc.read_schema``,
+which knows every Arrow type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pyarrow as pa
+
+from ..errors import ShardError
+from ..storage.base import RangeReader
+
+__all__ = ["PREFETCH_BYTES", "TAIL_BYTES", "BatchLayout", "FileLayout", "Pieces", "read_layout"]
+
+TAIL_BYTES = 64 * 1024
+PREFETCH_BYTES = 4 * 1024
+
+MAGIC = b"ARROW1"
+_CONTINUATION = 0xFFFFFFFF
+_BLOCK = struct.Struct("<qi4xq")  # offset, metaDataLength, (padding), bodyLength
+_PAIR = struct.Struct("<qq")  # FieldNode (length, null_count) and Buffer (offset, length)
+_SCHEMA_HEADER, _RECORD_BATCH_HEADER = 1, 3
+_CODECS = {0: "lz4", 1: "zstd"}
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchLayout:
+    """One record batch: its rows, field nodes, and buffers at absolute file offsets."""
+
+    num_rows: int
+    nodes: list[tuple[int, int]]  # (length, null_count), depth-first over the schema
+    buffers: list[tuple[int, int]]  # (file offset, length), depth-first over the schema
+    compression: str | None  # "lz4" / "zstd" when the body's buffers are compressed
+    variadic_counts: list[int]  # extra buffers of view columns (unsupported for now)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLayout:
+    schema: pa.Schema
+    size: int
+    batches: list[BatchLayout]
+
+
+class Pieces:
+    """Byte ranges of one object already in memory, to serve reads inside them."""
+
+    def __init__(self) -> None:
+        self._pieces: list[tuple[int, memoryview]] = []
+
+    def add(self, offset: int, data: memoryview) -> None:
+        self._pieces.append((offset, data))
+
+    def get(self, offset: int, length: int) -> memoryview | None:
+        """``[offset, offset + length)`` if one piece holds it whole, else ``None``."""
+        if length == 0:
+            return memoryview(b"")
+        for start, data in self._pieces:
+            if start <= offset and offset + length <= start + len(data):
+                return data[offset - start : offset - start + length]
+        return None
+
+    def read(self, reader: RangeReader, ranges: list[tuple[int, int]]) -> list[memoryview]:
+        """Every range, from the pieces where possible, else in one uncached batch."""
+        missing = sorted({r for r in ranges if self.get(*r) is None})
+        for (offset, _), data in zip(missing, reader.fetch_many_sync(missing), strict=True):
+            self.add(offset, data)
+        found = [self.get(*r) for r in ranges]
+        assert all(view is not None for view in found)
+        return found  # type: ignore[return-value]
+
+
+def read_layout(reader: RangeReader, label: str) -> tuple[FileLayout, Pieces]:
+    """Parse the IPC file behind ``reader``; ``label`` names it in errors."""
+    pieces = Pieces()
+    tail_start, tail = reader.read_tail_sync(TAIL_BYTES)
+    pieces.add(tail_start, tail)
+    size = tail_start + len(tail)
+    try:
+        if size < 2 * len(MAGIC) + 8 or bytes(tail[-len(MAGIC) :]) != MAGIC:
+            raise _invalid("no ARROW1 trailer", label)
+        (footer_length,) = struct.unpack_from("<i", tail, len(tail) - len(MAGIC) - 4)
+        footer_start = size - len(MAGIC) - 4 - footer_length
+        if not len(MAGIC) + 2 <= footer_start < size:
+            raise _invalid(f"bad footer length {footer_length}", label)
+        (footer,) = pieces.read(reader, [(footer_start, footer_length)])
+        blocks, dictionaries = _parse_footer(footer)
+        if dictionaries:
+            raise _invalid("dictionary-encoded columns are not supported", label)
+        first = min((b[0] for b in blocks), default=footer_start)
+        heads = [(b[0], b[1] + min(PREFETCH_BYTES, b[2])) for b in blocks]
+        schema_bytes, *_ = pieces.read(reader, [(0, first), *heads])
+        if bytes(schema_bytes[: len(MAGIC)]) != MAGIC:
+            raise _invalid("no ARROW1 header", label)
+        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes[8:]))
+        batches = [_parse_batch(pieces.get(b[0], b[1]), b) for b in blocks]  # type: ignore[arg-type]
+    except (struct.error, IndexError, ValueError, pa.ArrowException) as exc:
+        raise _invalid(f"corrupt metadata ({exc})", label) from exc
+    return FileLayout(schema=schema, size=size, batches=batches), pieces
+
+
+def _invalid(reason: str, label: str) -> ShardError:
+    return ShardError(f"cannot open as an Arrow IPC file: {reason}", shard=label)
+
+
+def _parse_footer(footer: memoryview) -> tuple[list[tuple[int, int, int]], int]:
+    """(record batch blocks, number of dictionary blocks) of a Footer table."""
+    table = _Table.root(footer)
+    return table.structs(3, _BLOCK), len(table.structs(2, _BLOCK))
+
+
+def _parse_batch(message: memoryview, block: tuple[int, int, int]) -> BatchLayout:
+    """A record batch message (its metadata) at ``block`` -> its layout."""
+    offset, metadata_length, _ = block
+    if struct.unpack_from("<I", message)[0] == _CONTINUATION:
+        (length,) = struct.unpack_from("<i", message, 4)
+        flatbuffer = message[8 : 8 + length]
+    else:  # pre-1.0 files: no continuation marker
+        (length,) = struct.unpack_from("<i", message)
+        flatbuffer = message[4 : 4 + length]
+    root = _Table.root(flatbuffer)
+    header = root.table(2)
+    if root.scalar(1, "<B") != _RECORD_BATCH_HEADER or header is None:
+        raise ValueError(f"message at {offset} is not a record batch")
+    compression = header.table(3)
+    body = offset + metadata_length
+    return BatchLayout(
+        num_rows=header.scalar(0, "<q"),
+        nodes=header.structs(1, _PAIR),
+        buffers=[(body + start, length) for start, length in header.structs(2, _PAIR)],
+        compression=None if compression is None else _CODECS[compression.scalar(0, "<b")],
+        variadic_counts=[count for (count,) in header.structs(4, struct.Struct("<q"))],
+    )
+
+
+class _Table:
+    """A flatbuffer table: a vtable of field offsets, fields by index."""
+
+    __slots__ = ("_buffer", "_position", "_vtable", "_vtable_size")
+
+    def __init__(self, buffer: memoryview, position: int) -> None:
+        self._buffer = buffer
+        self._position = position
+        self._vtable = position - struct.unpack_from("<i", buffer, position)[0]
+        self._vtable_size = struct.unpack_from("<H", buffer, self._vtable)[0]
+
+    @classmethod
+    def root(cls, buffer: memoryview) -> _Table:
+        return cls(buffer, struct.unpack_from("<I", buffer)[0])
+
+    def _field(self, index: int) -> int:
+        """Absolute position of field ``index``, or 0 when it is absent."""
+        entry = 4 + 2 * index
+        if entry + 2 > self._vtable_size:
+            return 0
+        relative = struct.unpack_from("<H", self._buffer, self._vtable + entry)[0]
+        return self._position + relative if relative else 0
+
+    def _target(self, index: int) -> int:
+        at = self._field(index)
+        return at + struct.unpack_from("<I", self._buffer, at)[0] if at else 0
+
+    def scalar(self, index: int, fmt: str, default: int = 0) -> int:
+        at = self._field(index)
+        return struct.unpack_from(fmt, self._buffer, at)[0] if at else default
+
+    def table(self, index: int) -> _Table | None:
+        at = self._target(index)
+        return _Table(self._buffer, at) if at else None
+
+    def structs(self, index: int, layout: struct.Struct) -> list[tuple[int, ...]]:
+        """A vector of structs (``[Block]``, ``[Buffer]``, ...), unpacked."""
+        at = self._target(index)
+        if not at:
+            return []
+        (count,) = struct.unpack_from("<I", self._buffer, at)
+        end = at + 4 + count * layout.size
+        if end > len(self._buffer):
+            raise ValueError("vector runs past the end of its buffer")
+        return list(layout.iter_unpack(self._buffer[at + 4 : end]))

@@ -1,0 +1,154 @@
+"""The background event loop every network store runs its I/O on.
+
+Connection pools (aiohttp sessions, aiobotocore clients) and the block
+cache's in-flight futures belong to one event loop. Callers, though, come
+from anywhere: a training loop's asyncio or trio loop, DataLoader worker
+threads, FFmpeg's file callbacks in a decode process. So each process runs
+one daemon thread with one asyncio loop, and all store I/O happens there:
+
+* sync callers (``read_sync``) submit a coroutine and block on its result;
+* async callers on another loop submit it and await completion without
+  blocking their own loop (``asyncio.wrap_future``, or an anyio event for
+  trio and other backends);
+* code already on the background loop awaits directly.
+
+After ``fork`` the child has no such thread; the loop is recreated lazily in
+the child, and stores get new per-process state (see ``ProcessLocal``). The
+inherited loop and state are never finalized in the child: the child shares
+the parent's epoll instance, and closing an inherited transport would
+unregister the *parent's* sockets from it (its requests would then hang).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.lowlevel
+import sniffio
+
+__all__ = ["ProcessLocal", "background_loop", "run_async", "run_sync"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid = 0
+#: What a forked child inherited from its parent's store loop: kept alive, never closed.
+_inherited: list[object] = []
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """This process's store loop, started on first use."""
+    global _loop, _loop_pid
+    with _lock:
+        if _loop is None or _loop_pid != os.getpid():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+            thread = threading.Thread(
+                target=_serve, args=(loop, ready), name="streamer-storage", daemon=True
+            )
+            thread.start()
+            ready.wait()
+            _loop, _loop_pid = loop, os.getpid()
+        return _loop
+
+
+def _forget_parent_loop() -> None:
+    """In a forked child: retire the parent's loop without touching its file descriptors."""
+    global _loop, _lock
+    _lock = threading.Lock()  # the parent's may have been held by another thread
+    if _loop is not None:
+        # Marked closed, the loop's transports skip unregistering from the
+        # shared epoll instance should they ever be finalized here.
+        _loop._closed = True  # type: ignore[attr-defined]
+        _inherited.append(_loop)
+        _loop = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_loop)
+
+
+def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(ready.set)
+    loop.run_forever()
+
+
+def _on_store_loop() -> bool:
+    try:
+        return asyncio.get_running_loop() is _loop and _loop_pid == os.getpid()
+    except RuntimeError:
+        return False
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the store loop and block until it finishes.
+
+    Must not be called from the store loop itself (it would deadlock); that
+    is a programming error and raises ``RuntimeError``.
+    """
+    if _on_store_loop():
+        coroutine.close()
+        raise RuntimeError("blocking storage call made on the storage event loop")
+    future = asyncio.run_coroutine_threadsafe(coroutine, background_loop())
+    return future.result()
+
+
+async def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Await ``coroutine`` on the store loop from whatever loop the caller runs.
+
+    Cancelling the caller cancels the work on the store loop too.
+    """
+    if _on_store_loop():
+        return await coroutine
+    future = asyncio.run_coroutine_threadsafe(coroutine, background_loop())
+    try:
+        if sniffio.current_async_library() == "asyncio":
+            return await asyncio.wrap_future(future)
+        return await _await_foreign(future)
+    except BaseException:
+        future.cancel()
+        raise
+
+
+async def _await_foreign(future: concurrent.futures.Future[T]) -> T:
+    """Wait for a store-loop future on trio (anyio's only other backend).
+
+    The store loop must never block on the caller's loop, so completion is
+    handed over with trio's non-blocking ``run_sync_soon``.
+    """
+    done = anyio.Event()
+    trio_token = anyio.lowlevel.current_token().native_token
+    future.add_done_callback(lambda _: trio_token.run_sync_soon(done.set))
+    await done.wait()
+    return future.result()
+
+
+class ProcessLocal(Generic[T]):
+    """A value built on first use in each process (it is dropped by ``fork``).
+
+    Stores keep their client sessions and caches in one, so a forked worker
+    builds its own instead of sharing sockets with its parent.
+    """
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._value: T | None = None
+        self._pid = 0
+
+    def get(self) -> T:
+        if self._value is None or self._pid != os.getpid():
+            if self._value is not None:
+                _inherited.append(self._value)  # the parent's: see the module docstring
+            self._value, self._pid = self._factory(), os.getpid()
+        return self._value
+
+    def peek(self) -> T | None:
+        """The value if this process built it already, else ``None``."""
+        return self._value if self._pid == os.getpid() else None

@@ -1,0 +1,277 @@
+"""The block cache between readers and a store's requests.
+
+Objects are cut into aligned blocks (``block_size``, default 256 KiB). A read
+becomes the set of blocks it touches; each block comes from, in order:
+
+1. the in-memory LRU (a byte budget shared by every object of the store);
+2. a fetch already in flight for it (N concurrent readers -> 1 request);
+3. the optional disk tier (``disk.py``);
+4. a new request. Missing blocks are coalesced: consecutive ones, and ones
+   separated by at most ``coalesce_gap`` bytes of blocks that are not needed
+   (fetched anyway, since a request costs more than a few KiB), become one
+   ranged GET of at most ``max_request`` bytes.
+
+Alignment makes overlapping and adjacent reads share blocks, and makes a
+block a stable unit for the disk tier. A read inside one block returns a
+zero-copy view of it. The cache lives on the store's event loop thread
+(``_loop.py``), so it needs no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+from .disk import DiskCache
+from .stats import StoreStats
+
+__all__ = ["BlockCache", "CacheConfig"]
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+#: ``fetch(path, start, end)``: exactly the bytes ``[start, end)`` of one object.
+Fetch = Callable[[str, int, int], Awaitable[bytes]]
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """Block cache settings (all are store options of the same name)."""
+
+    block_size: int = 256 * KiB
+    cache_bytes: int = 256 * MiB
+    coalesce_gap: int = 256 * KiB
+    max_request: int = 16 * MiB
+    cache_dir: str | None = None
+    cache_dir_bytes: int = 16 * GiB
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.max_request < self.block_size:
+            raise ValueError("block_size must be positive and at most max_request")
+
+
+class BlockCache:
+    """Aligned blocks of every object of one store, fetched through ``fetch``.
+
+    ``namespace`` (the store's URL) keeps disk entries of different stores
+    apart; objects are keyed by (path, size), so an object rewritten with a
+    new size is never served from stale blocks.
+    """
+
+    def __init__(
+        self, fetch: Fetch, *, config: CacheConfig, stats: StoreStats, namespace: str
+    ) -> None:
+        self.config = config
+        self._fetch = fetch
+        self._stats = stats
+        self._namespace = namespace
+        self._blocks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
+        self._background: set[asyncio.Future[None]] = set()
+        self._disk = (
+            DiskCache(config.cache_dir, max_bytes=config.cache_dir_bytes)
+            if config.cache_dir
+            else None
+        )
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held by the in-memory tier."""
+        return self._bytes
+
+    async def read(
+        self, path: str, size: int, ranges: Sequence[tuple[int, int]]
+    ) -> list[memoryview]:
+        """The bytes of each ``(offset, length)`` range (already bounds-checked)."""
+        wanted = sorted({b for offset, length in ranges for b in self._span(offset, length)})
+        found: dict[int, bytes] = {}
+        waiting: dict[int, asyncio.Future[bytes]] = {}
+        missing = []
+        for block in wanted:
+            key = (path, size, block)
+            if key in self._blocks:
+                self._blocks.move_to_end(key)
+                found[block] = self._blocks[key]
+                self._stats.hits += 1
+            elif key in self._inflight:
+                waiting[block] = self._inflight[key]
+                self._stats.deduplicated += 1
+            else:
+                missing.append(block)
+        if missing and self._disk is not None:
+            missing = await self._from_disk(path, size, missing, found)
+        self._stats.misses += len(missing)
+        for first, last in self._runs(missing):
+            waiting.update(self._start_fetch(path, size, first, last))
+        for block, future in waiting.items():
+            # shield: a cancelled reader must not cancel a fetch others share.
+            found[block] = await asyncio.shield(future)
+        return [self._assemble(found, offset, length) for offset, length in ranges]
+
+    def insert(self, path: str, size: int, offset: int, data: bytes | memoryview) -> None:
+        """Keep the whole blocks inside bytes fetched some other way (a suffix read)."""
+        bs = self.config.block_size
+        end = offset + len(data)
+        for block in range(-(-offset // bs), (end + bs - 1) // bs):
+            start, stop = block * bs, min(size, (block + 1) * bs)
+            if stop <= end:
+                self._keep((path, size, block), bytes(data[start - offset : stop - offset]))
+
+    async def drain(self) -> None:
+        """Wait for pending disk-tier writes (before exit, or in tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- planning -------------------------------------------------------------
+
+    def _span(self, offset: int, length: int) -> range:
+        if length == 0:
+            return range(0)
+        bs = self.config.block_size
+        return range(offset // bs, (offset + length - 1) // bs + 1)
+
+    def _runs(self, blocks: list[int]) -> Iterator[tuple[int, int]]:
+        """Coalesce sorted block numbers into (first, last) request runs."""
+        bs = self.config.block_size
+        gap, longest = self.config.coalesce_gap // bs, self.config.max_request // bs
+        run: list[int] = []
+        for block in blocks:
+            if run and (block - run[-1] - 1 > gap or block - run[0] + 1 > longest):
+                yield run[0], run[-1]
+                run = []
+            run.append(block)
+        if run:
+            yield run[0], run[-1]
+
+    def _assemble(self, found: dict[int, bytes], offset: int, length: int) -> memoryview:
+        bs = self.config.block_size
+        blocks = self._span(offset, length)
+        if len(blocks) <= 1:
+            if not blocks:
+                return memoryview(b"")
+            start = offset - blocks[0] * bs
+            return memoryview(found[blocks[0]])[start : start + length]
+        out = bytearray(length)
+        for block in blocks:
+            start = max(offset, block * bs)
+            stop = min(offset + length, (block + 1) * bs)
+            out[start - offset : stop - offset] = memoryview(found[block])[
+                start - block * bs : stop - block * bs
+            ]
+        return memoryview(out).toreadonly()
+
+    # -- fetching -------------------------------------------------------------
+
+    def _start_fetch(
+        self, path: str, size: int, first: int, last: int
+    ) -> dict[int, asyncio.Future[bytes]]:
+        loop = asyncio.get_running_loop()
+        futures = {}
+        for block in range(first, last + 1):
+            key = (path, size, block)
+            if key not in self._inflight:
+                self._inflight[key] = futures[block] = loop.create_future()
+        task = loop.create_task(self._fetch_run(path, size, first, last, futures))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return futures
+
+    async def _fetch_run(
+        self,
+        path: str,
+        size: int,
+        first: int,
+        last: int,
+        futures: dict[int, asyncio.Future[bytes]],
+    ) -> None:
+        bs = self.config.block_size
+        start, end = first * bs, min(size, (last + 1) * bs)
+        try:
+            data = await self._fetch(path, start, end)
+        except BaseException as exc:
+            for block, future in futures.items():
+                del self._inflight[(path, size, block)]
+                if not future.done():
+                    future.set_exception(exc)
+                    future.add_done_callback(_retrieve)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        pieces = {
+            block: bytes(data[(block - first) * bs : (block - first + 1) * bs])
+            for block in range(first, last + 1)
+        }
+        for block, piece in pieces.items():
+            self._keep((path, size, block), piece)
+        for block, future in futures.items():
+            del self._inflight[(path, size, block)]
+            if not future.done():
+                future.set_result(pieces[block])
+        if self._disk is not None:
+            self._to_disk(path, size, pieces)
+
+    def _keep(self, key: tuple[str, int, int], data: bytes) -> None:
+        """Put a block in the memory tier, evicting least recently used ones."""
+        if len(data) > self.config.cache_bytes:
+            return
+        old = self._blocks.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old)
+        self._blocks[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.config.cache_bytes:
+            _, evicted = self._blocks.popitem(last=False)
+            self._bytes -= len(evicted)
+
+    # -- disk tier ------------------------------------------------------------
+
+    def _disk_key(self, path: str, size: int, block: int) -> str:
+        return f"{self._namespace}\0{path}\0{size}\0{self.config.block_size}\0{block}"
+
+    def _block_length(self, size: int, block: int) -> int:
+        bs = self.config.block_size
+        return min(size, (block + 1) * bs) - block * bs
+
+    async def _from_disk(
+        self, path: str, size: int, blocks: list[int], found: dict[int, bytes]
+    ) -> list[int]:
+        """Move disk-tier hits into ``found`` and memory; return the still missing."""
+        disk = self._disk
+        assert disk is not None
+
+        def lookup() -> dict[int, bytes | None]:
+            return {
+                b: disk.get(self._disk_key(path, size, b), self._block_length(size, b))
+                for b in blocks
+            }
+
+        results = await asyncio.get_running_loop().run_in_executor(None, lookup)
+        missing = []
+        for block, data in results.items():
+            if data is None:
+                missing.append(block)
+                continue
+            found[block] = data
+            self._keep((path, size, block), data)
+            self._stats.disk_hits += 1
+        return missing
+
+    def _to_disk(self, path: str, size: int, pieces: dict[int, bytes]) -> None:
+        disk = self._disk
+        assert disk is not None
+
+        def store() -> None:
+            for block, data in pieces.items():
+                disk.put(self._disk_key(path, size, block), data)
+
+        future = asyncio.get_running_loop().run_in_executor(None, store)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+
+def _retrieve(future: asyncio.Future[bytes]) -> None:
+    """Mark a failed shared fetch's error as seen when no reader is left to see it."""
+    if not future.cancelled():
+        future.exception()

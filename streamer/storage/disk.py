@@ -1,0 +1,159 @@
+"""The on-disk tier of the block cache: a directory several processes share.
+
+Each cached block is one file, named by a hash of (store, object, object
+size, block size, block number), under 256 fan-out subdirectories. Safety
+with many processes (DataLoader workers, a ``streamer warmup`` next to a
+training run) comes from the file system, not from locks:
+
+* a block is written to a private temporary file and ``os.replace``d into
+  place, so a reader sees a whole entry or none;
+* every entry starts with a header (magic, payload length, CRC-32); an entry
+  that fails the check (torn by a crash, truncated, bit rot) is deleted and
+  reported as a miss, so the block is fetched again;
+* a hit bumps the entry's mtime; when this process estimates the directory
+  is over ``max_bytes`` it rescans and deletes the least recently used
+  entries down to 90 %. Deleting an entry another process has open is
+  harmless on POSIX, and a lost race is just a later miss.
+
+The methods block on file I/O; the block cache calls them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import struct
+import time
+import uuid
+import zlib
+
+__all__ = ["DiskCache"]
+
+log = logging.getLogger("streamer.storage")
+
+_MAGIC = b"STRMBLK1"
+_HEADER = struct.Struct("<8sQI")  # magic, payload length, crc32(payload)
+_SUFFIX = ".blk"
+_TEMP_MAX_AGE = 3600.0  # temporary files older than this belong to a dead writer
+
+
+class DiskCache:
+    """Blocks on local disk, bounded by ``max_bytes`` (checked approximately)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
+        self.directory = os.fspath(directory)
+        self.max_bytes = max_bytes
+        os.makedirs(self.directory, exist_ok=True)
+        self._estimate: int | None = None
+
+    def __repr__(self) -> str:
+        return f"DiskCache({self.directory!r}, max_bytes={self.max_bytes})"
+
+    def path(self, key: str) -> str:
+        """The entry file for a cache key (any string naming one block)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return os.path.join(self.directory, digest[:2], digest[2:] + _SUFFIX)
+
+    def get(self, key: str, length: int) -> bytes | None:
+        """The block's bytes if a valid entry of ``length`` bytes exists, else ``None``."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as file:
+                data = file.read(_HEADER.size + length + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("disk cache: cannot read %s: %s", path, exc)
+            return None
+        payload = _payload(data, length)
+        if payload is None:
+            log.warning("disk cache: dropping corrupt entry %s", path)
+            _remove(path)
+            return None
+        _touch(path)
+        return payload
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        """Store a block atomically; failures (disk full, ...) only cost a later miss."""
+        path = self.path(key)
+        temp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        header = _HEADER.pack(_MAGIC, len(data), zlib.crc32(data))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(temp, "wb") as file:
+                file.write(header)
+                file.write(data)
+            os.replace(temp, path)
+        except OSError as exc:
+            log.warning("disk cache: cannot write %s: %s", path, exc)
+            _remove(temp)
+            return
+        self._account(_HEADER.size + len(data))
+
+    def usage(self) -> int:
+        """Bytes held by entries right now (a full scan)."""
+        return sum(size for _, size, _ in self._scan())
+
+    def _account(self, added: int) -> None:
+        if self._estimate is None:
+            self._estimate = self.usage()
+        else:
+            self._estimate += added
+        if self._estimate > self.max_bytes:
+            self._evict()
+
+    def _evict(self) -> None:
+        entries = sorted(self._scan(), key=lambda entry: entry[2])
+        total = sum(size for _, size, _ in entries)
+        target = int(self.max_bytes * 0.9)
+        for path, size, _ in entries:
+            if total <= target:
+                break
+            if _remove(path):
+                total -= size
+        self._estimate = total
+
+    def _scan(self) -> list[tuple[str, int, float]]:
+        """(path, size, mtime) of every entry; stale temporary files are removed."""
+        found = []
+        now = time.time()
+        for folder, _, files in os.walk(self.directory):
+            for name in files:
+                path = os.path.join(folder, name)
+                try:
+                    status = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                if name.endswith(_SUFFIX):
+                    found.append((path, status.st_size, status.st_mtime))
+                elif ".tmp-" in name and now - status.st_mtime > _TEMP_MAX_AGE:
+                    _remove(path)
+        return found
+
+
+def _payload(data: bytes, length: int) -> bytes | None:
+    if len(data) != _HEADER.size + length:
+        return None
+    magic, size, crc = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size :]
+    if magic != _MAGIC or size != length or zlib.crc32(payload) != crc:
+        return None
+    return payload
+
+
+def _touch(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("disk cache: cannot remove %s: %s", path, exc)
+        return False
+    return True

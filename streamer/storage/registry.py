@@ -1,0 +1,66 @@
+"""URL scheme -> store implementation, imported only when a URL needs it.
+
+Each entry is a ``"module:Class"`` string, so ``import streamer`` does not
+import aiobotocore or aiohttp; a scheme missing here is tried as an fsspec
+protocol. Stores are shared: every URL of one scheme with the same options
+gets the same store (one connection pool and cache per process).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import StorageError
+from .base import Store
+
+__all__ = ["SCHEMES", "get_store", "open_url"]
+
+SCHEMES: dict[str, str] = {
+    "file": "streamer.storage.local:LocalStore",
+    "s3": "streamer.storage.s3:S3Store",
+    "b2": "streamer.storage.s3:B2Store",
+    "http": "streamer.storage.http:HTTPStore",
+    "https": "streamer.storage.http:HTTPStore",
+}
+FSSPEC_STORE = "streamer.storage.fsspec:FsspecStore"
+
+_stores: dict[tuple[str, str], Store] = {}
+_lock = threading.Lock()
+
+
+def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:
+    """The store serving ``url`` and the path of ``url`` inside it.
+
+    A plain path (no ``scheme://``) is a local file or directory.
+    """
+    url = os.fspath(url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "file", url
+    scheme = scheme.lower()
+    store = get_store(scheme, options)
+    return store, store.path_of(scheme, rest)
+
+
+def get_store(scheme: str, options: Mapping[str, Any]) -> Store:
+    """The process's store for ``scheme`` with exactly these options."""
+    target = SCHEMES.get(scheme, FSSPEC_STORE)
+    key = (scheme if target == FSSPEC_STORE else target, repr(sorted(options.items())))
+    with _lock:
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = _load(target)(scheme, dict(options))
+        return store
+
+
+def _load(target: str) -> type[Store]:
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StorageError(f"{module_name} cannot be imported ({exc}); is it installed?") from exc
+    return getattr(module, class_name)

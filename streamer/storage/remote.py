@@ -1,0 +1,290 @@
+"""What every network store shares: readers, the block cache, retries, limits.
+
+A backend (``s3.py``, ``http.py``, ``fsspec.py``) subclasses ``RemoteStore``
+and implements a handful of async primitives — one ranged GET, one suffix
+GET, a size query, a listing — against its client. Everything else is here,
+once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
+block cache and concurrency limit, request timeouts and retries, body length
+checks, and stats. All of it runs on the background store loop
+(``_loop.py``), which is how one connection pool serves every shard, every
+caller's event loop and every blocking caller of the process.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._bounds import check_range
+from ._loop import ProcessLocal, run_async, run_sync
+from .base import Entry, RangeReader, Store
+from .cache import BlockCache, CacheConfig
+from .retry import RetryPolicy, TransientError, call_with_retries
+from .stats import StoreStats
+
+__all__ = ["RemoteReader", "RemoteStore"]
+
+#: Uncached reads this close together share one request.
+EXACT_GAP = 4096
+
+_CACHE_OPTIONS = {f.name for f in dataclasses.fields(CacheConfig)}
+_RETRY_OPTIONS = {f.name for f in dataclasses.fields(RetryPolicy)}
+_live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
+
+
+@dataclasses.dataclass
+class _ProcessState:
+    """A store's per-process, per-loop machinery (rebuilt after ``fork``)."""
+
+    cache: BlockCache
+    limit: asyncio.Semaphore
+    client: Any = None
+    connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+
+
+class RemoteStore(Store):
+    """Base of network stores. Generic options (any backend):
+
+    * cache: ``block_size``, ``cache_bytes``, ``coalesce_gap``,
+      ``max_request``, ``cache_dir``, ``cache_dir_bytes`` (``CacheConfig``);
+    * faults: ``attempts``, ``timeout``, ``backoff``, ``max_backoff``,
+      ``max_retry_after`` (``RetryPolicy``);
+    * ``max_concurrency``: requests in flight at once for this store.
+
+    Every other option goes to the backend.
+    """
+
+    def __init__(self, scheme: str, options: Mapping[str, Any]) -> None:
+        self.scheme = scheme
+        self._options = dict(options)
+        rest = dict(options)
+        self.cache_config = CacheConfig(**_pop(rest, _CACHE_OPTIONS))
+        self.retry = RetryPolicy(**_pop(rest, _RETRY_OPTIONS))
+        self.max_concurrency = int(rest.pop("max_concurrency", 32))
+        self.backend_options = rest
+        self.stats = StoreStats()
+        self._state = ProcessLocal(self._new_state)
+        _live_stores.add(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Worker processes rebuild the store (and its pool) from its options.
+        from .registry import get_store
+
+        return get_store, (self.scheme, self._options)
+
+    # -- backend primitives ---------------------------------------------------
+
+    @abc.abstractmethod
+    async def _connect(self) -> Any:
+        """A new client (session, connection pool), made on the store loop."""
+
+    @abc.abstractmethod
+    async def _disconnect(self, client: Any) -> None:
+        """Close a client made by ``_connect``."""
+
+    @abc.abstractmethod
+    async def _get_range(self, client: Any, path: str, start: int, end: int) -> bytes:
+        """One request for the bytes ``[start, end)``; may return the wrong length.
+
+        Raise ``TransientError`` for what is worth retrying, ``StorageError``
+        for what is not (missing object, denied, Range unsupported).
+        """
+
+    @abc.abstractmethod
+    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, int, bytes]:
+        """One request for the last ``length`` bytes: (start, object size, body)."""
+
+    @abc.abstractmethod
+    async def _get_size(self, client: Any, path: str) -> int:
+        """The object's size in bytes."""
+
+    @abc.abstractmethod
+    async def _list(self, client: Any, path: str) -> list[Entry]:
+        """Children of a directory or prefix (any order)."""
+
+    # -- Store ----------------------------------------------------------------
+
+    def reader(self, path: str, size: int | None = None) -> RemoteReader:
+        return RemoteReader(self, path, size)
+
+    def list_sync(self, path: str) -> list[Entry]:
+        entries = run_sync(self._call(lambda c: self._list(c, path), f"list {self.display(path)}"))
+        return sorted(entries, key=lambda e: e.name)
+
+    async def aclose(self) -> None:
+        """Close this process's client; the store reconnects if used again."""
+        await run_async(self._close_on_loop())
+
+    # -- machinery (runs on the store loop) -----------------------------------
+
+    def _new_state(self) -> _ProcessState:
+        cache = BlockCache(
+            self._fetch, config=self.cache_config, stats=self.stats, namespace=self.url
+        )
+        return _ProcessState(cache=cache, limit=asyncio.Semaphore(self.max_concurrency))
+
+    async def _client(self) -> Any:
+        state = self._state.get()
+        if state.client is None:
+            async with state.connecting:
+                if state.client is None:
+                    state.client = await self._connect()
+        return state.client
+
+    async def _call(self, request: Any, what: str) -> Any:
+        """``request(client)`` under the concurrency limit, timeout and retries."""
+        client = await self._client()
+        state = self._state.get()
+
+        async def attempt() -> Any:
+            async with state.limit:
+                self.stats.requests += 1
+                return await request(client)
+
+        return await call_with_retries(attempt, policy=self.retry, what=what, stats=self.stats)
+
+    async def _fetch(self, path: str, start: int, end: int) -> bytes:
+        """Exactly ``[start, end)``; wrong-length bodies count as transient failures."""
+
+        async def request(client: Any) -> bytes:
+            body = await self._get_range(client, path, start, end)
+            _check_length(len(body), end - start)
+            return body
+
+        what = f"GET {self.display(path)} bytes={start}-{end - 1}"
+        body = await self._call(request, what)
+        self.stats.bytes_fetched += len(body)
+        return body
+
+    async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
+        async def request(client: Any) -> tuple[int, int, bytes]:
+            start, size, body = await self._get_tail(client, path, length)
+            _check_length(len(body), size - start)
+            return start, size, body
+
+        start, size, body = await self._call(request, f"GET {self.display(path)} bytes=-{length}")
+        self.stats.bytes_fetched += len(body)
+        self._state.get().cache.insert(path, size, start, body)
+        return start, size, body
+
+    async def _size(self, path: str) -> int:
+        return await self._call(lambda c: self._get_size(c, path), f"size {self.display(path)}")
+
+    async def _read(self, path: str, size: int, ranges: Sequence[tuple[int, int]]) -> list:
+        return await self._state.get().cache.read(path, size, ranges)
+
+    async def _close_on_loop(self) -> None:
+        state = self._state.peek()
+        if state is not None and state.client is not None:
+            await state.cache.drain()
+            client, state.client = state.client, None
+            await self._disconnect(client)
+
+
+class RemoteReader(RangeReader):
+    """One object of a ``RemoteStore``, read through the store's block cache."""
+
+    def __init__(self, store: RemoteStore, path: str, size: int | None = None) -> None:
+        self.store = store
+        self.path = path
+        self.url = store.display(path)
+        self._known_size = size
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RemoteReader, (self.store, self.path, self._known_size)
+
+    async def size(self) -> int:
+        return await run_async(self._size_on_loop())
+
+    def size_sync(self) -> int:
+        return run_sync(self._size_on_loop())
+
+    async def read(self, offset: int, length: int) -> memoryview:
+        return (await self.read_many([(offset, length)]))[0]
+
+    def read_sync(self, offset: int, length: int) -> memoryview:
+        return self.read_many_sync([(offset, length)])[0]
+
+    async def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        return await run_async(self._read_on_loop(ranges))
+
+    def read_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        return run_sync(self._read_on_loop(ranges))
+
+    def fetch_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        return run_sync(self._fetch_on_loop(ranges))
+
+    def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
+        start, _, body = run_sync(self._tail_on_loop(length))
+        return start, memoryview(body).toreadonly()
+
+    async def _size_on_loop(self) -> int:
+        if self._known_size is None:
+            self._known_size = await self.store._size(self.path)
+        return self._known_size
+
+    async def _tail_on_loop(self, length: int) -> tuple[int, int, bytes]:
+        start, size, body = await self.store._tail(self.path, length)
+        self._known_size = size
+        return start, size, body
+
+    async def _read_on_loop(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        size = await self._checked(ranges)
+        return await self.store._read(self.path, size, ranges)
+
+    async def _fetch_on_loop(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        await self._checked(ranges)
+        groups = _group(sorted(set(ranges)), EXACT_GAP)
+        bodies = await asyncio.gather(
+            *(self.store._fetch(self.path, start, end) for start, end, _ in groups)
+        )
+        found = {}
+        for (start, _, members), body in zip(groups, bodies, strict=True):
+            view = memoryview(body).toreadonly()
+            for offset, length in members:
+                found[offset, length] = view[offset - start : offset - start + length]
+        return [found[r] for r in ranges]
+
+    async def _checked(self, ranges: Sequence[tuple[int, int]]) -> int:
+        size = await self._size_on_loop()
+        for offset, length in ranges:
+            check_range(self.url, offset, length, size)
+        return size
+
+
+def _group(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Sorted ranges -> (start, end, members) groups whose members are at most ``gap`` apart."""
+    groups: list[tuple[int, int, list[tuple[int, int]]]] = []
+    for offset, length in ranges:
+        if groups and offset - groups[-1][1] <= gap:
+            start, end, members = groups[-1]
+            groups[-1] = (start, max(end, offset + length), [*members, (offset, length)])
+        else:
+            groups.append((offset, offset + length, [(offset, length)]))
+    return groups
+
+
+def _pop(options: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    return {name: options.pop(name) for name in names & options.keys()}
+
+
+def _check_length(got: int, expected: int) -> None:
+    if got != expected:
+        kind = "short" if got < expected else "over-long"
+        raise TransientError(f"{kind} body: {got} bytes instead of {expected}")
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close open clients at exit, so aiohttp does not warn about open sessions."""
+    for store in list(_live_stores):
+        if store._state.peek() is not None:
+            # Exiting anyway: a failed close must not mask the exit status.
+            with contextlib.suppress(Exception):
+                run_sync(store._close_on_loop())

@@ -1,0 +1,42 @@
+"""Per-store I/O counters: what the network actually cost.
+
+Every store owns one ``StoreStats``; the block cache and the retry loop
+update it on the store's event loop thread, so plain integers suffice.
+``snapshot()`` is what the pipeline and ``streamer bench`` report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["StoreStats"]
+
+
+@dataclasses.dataclass
+class StoreStats:
+    """Counters for one store (one connection pool), since it was created.
+
+    ``requests`` counts every attempt sent (listings and size queries too),
+    ``bytes_fetched`` the bodies of successful reads; ``hits`` (memory),
+    ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts
+    blocks a reader got by joining a fetch already in flight; ``retries``
+    counts attempts repeated after a transient failure.
+    """
+
+    requests: int = 0
+    bytes_fetched: int = 0
+    hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+    deduplicated: int = 0
+    retries: int = 0
+    failures: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        """The counters as a plain dict (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+    def reset(self) -> None:
+        """Zero every counter (benchmarks measure one phase at a time)."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0)

@@ -1,0 +1,247 @@
+"""Real servers on loopback for the storage tests: S3 (moto) and a fault-injecting HTTP server.
+
+``LoopbackServer`` is an aiohttp server in its own thread. It either serves a
+directory (honouring ``Range``, with HTML directory listings) or forwards
+every request to an upstream server (moto), and in both modes can inject
+faults — latency, 5xx bursts with ``Retry-After``, connection resets,
+truncated or over-long bodies, stalls — while logging every request it gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import html
+import re
+import threading
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+__all__ = ["S3_SLOWDOWN", "Faults", "LoopbackServer", "Seen", "file_handler", "proxy_handler"]
+
+Handler = Callable[[web.Request], Awaitable[tuple[int, dict[str, str], bytes]]]
+
+S3_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+@dataclasses.dataclass
+class Faults:
+    """Switches; each counter applies to that many next matching requests."""
+
+    latency: float = 0.0
+    errors: int = 0
+    error_status: int = 503
+    error_body: bytes = b""
+    retry_after: str | None = None
+    resets: int = 0
+    truncations: int = 0
+    overlong: int = 0
+    stalls: int = 0
+    stall_seconds: float = 30.0
+    ignore_range: bool = False
+    only_ranged: bool = True  # faults hit only requests with a Range header
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    range: str | None
+    headers: dict[str, str]
+
+
+class LoopbackServer:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.faults = Faults()
+        self.requests: list[Seen] = []
+        self.in_flight = self.max_in_flight = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LoopbackServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+
+    def reset(self) -> None:
+        self.faults = Faults()
+        self.requests.clear()
+        self.max_in_flight = 0
+
+    def ranged(self) -> list[Seen]:
+        """The GETs that asked for a byte range."""
+        return [r for r in self.requests if r.method == "GET" and r.range]
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._serve)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=0.5, access_log=None
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _stop(self) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+        close = getattr(self.handler, "close", None)
+        if close is not None:
+            await close()
+        stalled = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(
+            Seen(
+                request.method, request.path_qs, request.headers.get("Range"), dict(request.headers)
+            )
+        )
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        faults = self.faults
+        targeted = not faults.only_ranged or "Range" in request.headers
+        if faults.latency:
+            await asyncio.sleep(faults.latency)
+        if targeted and faults.errors:
+            faults.errors -= 1
+            headers = {"Retry-After": faults.retry_after} if faults.retry_after else {}
+            return web.Response(status=faults.error_status, body=faults.error_body, headers=headers)
+        if targeted and faults.resets:
+            faults.resets -= 1
+            request.transport.abort()
+            return web.Response()
+        status, headers, body = await self.handler(request)
+        if faults.ignore_range and status == 206:
+            status, body = 200, await _whole(request, self.handler)
+            headers = {k: v for k, v in headers.items() if k != "Content-Range"}
+        if targeted and status == 206 and faults.overlong:
+            faults.overlong -= 1
+            return _overlong(headers, body)
+        response = web.StreamResponse(status=status, headers=headers)
+        if "Content-Length" not in headers:  # HEAD answers keep the object's length
+            response.content_length = len(body)
+        await response.prepare(request)
+        if targeted and faults.truncations and len(body) > 1:
+            faults.truncations -= 1
+            await response.write(body[: len(body) // 2])
+            request.transport.close()
+            return response
+        if targeted and faults.stalls:
+            faults.stalls -= 1
+            await response.write(body[: len(body) // 2])
+            await asyncio.sleep(faults.stall_seconds)
+        await response.write(body)
+        await response.write_eof()
+        return response
+
+
+def _overlong(headers: dict[str, str], body: bytes) -> web.Response:
+    """A 206 that claims (and sends) one byte more than asked."""
+    first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
+    extended = {**headers, "Content-Range": f"bytes {first}-{last + 1}/{total}"}
+    return web.Response(status=206, body=body + b"\0", headers=extended)
+
+
+async def _whole(request: web.Request, handler: Handler) -> bytes:
+    clone = request.clone(headers={k: v for k, v in request.headers.items() if k != "Range"})
+    return (await handler(clone))[2]
+
+
+def file_handler(root: Path) -> Handler:
+    """Serve files under ``root`` with Range support and HTML directory indexes."""
+
+    async def handle(request: web.Request) -> tuple[int, dict[str, str], bytes]:
+        relative = urllib.parse.unquote(request.path).lstrip("/")
+        path = root / relative
+        if path.is_dir():
+            links = "".join(
+                f'<a href="{html.escape(p.name)}{"/" if p.is_dir() else ""}">{p.name}</a>\n'
+                for p in sorted(path.iterdir())
+            )
+            return 200, {"Content-Type": "text/html"}, f"<html><body>{links}</body></html>".encode()
+        if not path.is_file():
+            return 404, {}, b"not found"
+        data = path.read_bytes()
+        spec = request.headers.get("Range")
+        if spec is None:
+            return 200, {}, data
+        span = _parse_range(spec, len(data))
+        if span is None:
+            return 416, {"Content-Range": f"bytes */{len(data)}"}, b""
+        start, end = span
+        headers = {"Content-Range": f"bytes {start}-{end - 1}/{len(data)}"}
+        return 206, headers, data[start:end]
+
+    return handle
+
+
+def _parse_range(spec: str, size: int) -> tuple[int, int] | None:
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", spec.strip())
+    if not match or not (match[1] or match[2]):
+        return None
+    if not match[1]:
+        start = max(0, size - int(match[2]))
+        return (start, size) if size else None
+    start = int(match[1])
+    end = min(size, int(match[2]) + 1) if match[2] else size
+    return (start, end) if start < size and start < end else None
+
+
+class proxy_handler:
+    """Forward requests unchanged to ``upstream`` (moto), keeping the signed Host."""
+
+    _skip = frozenset({"content-length", "transfer-encoding", "connection", "content-encoding"})
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __call__(self, request: web.Request) -> tuple[int, dict[str, str], bytes]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(auto_decompress=False)
+        async with self._session.request(
+            request.method,
+            self.upstream + request.path_qs,
+            headers=dict(request.headers),
+            data=await request.read(),
+            allow_redirects=False,
+        ) as answer:
+            payload = await answer.read()
+            skip = self._skip - ({"content-length"} if request.method == "HEAD" else set())
+            headers = {k: v for k, v in answer.headers.items() if k.lower() not in skip}
+            return answer.status, headers, payload
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

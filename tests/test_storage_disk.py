@@ -1,0 +1,95 @@
+"""The disk tier: shared by processes, bounded, self-repairing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from streamer.storage.disk import DiskCache
+
+BLOCK = 64 * 1024
+
+#: A child process: read ranges of random.bin over HTTP through a disk tier, print stats.
+CHILD = """
+import hashlib, json, sys
+from streamer.storage.http import HTTPStore
+url, cache_dir, ranges = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+BLOCK = int(sys.argv[4])
+store = HTTPStore("http", {"block_size": BLOCK, "cache_dir": cache_dir})
+reader = store.reader(url, size=700_001)
+digest = [hashlib.sha256(v).hexdigest() for v in reader.read_many_sync(ranges)]
+import asyncio
+asyncio.run(store.aclose())  # waits for pending disk writes
+print(json.dumps({"stats": store.stats.snapshot(), "digest": digest}))
+"""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_child(url: str, cache_dir: Path, ranges: list[tuple[int, int]]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-c", CHILD, url, str(cache_dir), json.dumps(ranges), str(BLOCK)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
+
+
+def result(process: subprocess.Popen) -> dict:
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    return json.loads(out)
+
+
+def test_two_processes_share_the_disk_tier(http, tmp_path: Path, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
+    data = (storage_root / "random.bin").read_bytes()
+    url = f"{http.url}/random.bin"
+    ranges = [(0, 100), (5 * BLOCK + 7, 2 * BLOCK), (700_000, 1)]
+    expected = [sha256(data[o : o + n]) for o, n in ranges]
+    # Two writers at once, racing on the same entries.
+    first, second = (run_child(url, tmp_path, ranges) for _ in range(2))
+    for outcome in (result(first), result(second)):
+        assert outcome["digest"] == expected
+    fetched = len(http.ranged())
+    assert 1 <= fetched <= 2  # one request per process at most (coalesced)
+    # A third process finds every block on disk and asks the server nothing.
+    outcome = result(run_child(url, tmp_path, ranges))
+    assert outcome["digest"] == expected
+    assert outcome["stats"]["disk_hits"] == 5 and outcome["stats"]["requests"] == 0
+    assert len(http.ranged()) == fetched
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_corrupt_entries_are_dropped_and_refetched(
+    http, tmp_path: Path, storage_root: Path
+) -> None:  # type: ignore[no-untyped-def]
+    data = (storage_root / "random.bin").read_bytes()
+    url = f"{http.url}/random.bin"
+    result(run_child(url, tmp_path, [(0, 10)]))
+    (entry,) = tmp_path.rglob("*.blk")
+    raw = bytearray(entry.read_bytes())
+    raw[100] ^= 0xFF  # bit rot
+    entry.write_bytes(bytes(raw))
+    outcome = result(run_child(url, tmp_path, [(0, 10)]))
+    assert outcome["digest"] == [sha256(data[:10])]
+    assert outcome["stats"]["disk_hits"] == 0 and outcome["stats"]["requests"] == 1
+    entry.write_bytes(bytes(raw[:50]))  # torn write
+    outcome = result(run_child(url, tmp_path, [(0, 10)]))
+    assert outcome["stats"]["requests"] == 1
+    assert result(run_child(url, tmp_path, [(0, 10)]))["stats"]["disk_hits"] == 1  # repaired
+
+
+def test_size_limit_evicts_least_recently_used(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path, max_bytes=5 * 1000 + 200)
+    for i in range(5):
+        cache.put(f"block{i}", bytes([i]) * 1000)
+        os.utime(cache.path(f"block{i}"), (i, i))  # distinct ages, oldest first
+    assert cache.get("block0", 1000) is not None  # a hit makes block0 the newest
+    cache.put("block5", b"x" * 1000)
+    assert cache.usage() <= 5 * 1000 + 200
+    assert cache.get("block0", 1000) == b"\0" * 1000
+    assert cache.get("block1", 1000) is None  # the least recently used went first
+    assert cache.get("block5", 1000) == b"x" * 1000

@@ -1,0 +1,129 @@
+"""Timeouts, retries and clear failures, injected by real servers on loopback."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from servers import S3_SLOWDOWN
+
+from streamer.errors import StorageError
+
+FAST = {"backoff": 0.01, "max_backoff": 0.05}
+
+
+@pytest.fixture
+def data(storage_root: Path) -> bytes:
+    return (storage_root / "random.bin").read_bytes()
+
+
+@pytest.fixture(params=["s3", "http"])
+def served(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """(open a reader of random.bin with options, its server) for S3 and HTTP."""
+    kind = request.param
+    server = s3 if kind == "s3" else http
+
+    def open_reader(**options):  # type: ignore[no-untyped-def]
+        if kind == "s3":
+            reader = make_store("s3", s3.url, **options).reader(f"{s3_uploaded}/random.bin")
+        else:
+            reader = make_store("http", **options).reader(f"{http.url}/random.bin")
+        reader.size_sync()
+        server.reset()
+        reader.store.stats.reset()
+        return reader
+
+    return open_reader, server
+
+
+def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.errors, server.faults.retry_after = 2, "0.3"
+    server.faults.error_body = S3_SLOWDOWN  # what S3 and B2 say (an HTTP client ignores it)
+    started = time.monotonic()
+    assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+    assert time.monotonic() - started >= 0.6
+    assert len(server.ranged()) == 3
+    assert reader.store.stats.retries == 2
+
+
+def test_connection_resets_are_retried(served, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.resets = 2
+    assert bytes(reader.read_sync(300_000, 5000)) == data[300_000:305_000]
+    assert len(server.ranged()) == 3
+    # aiobotocore re-sends once by itself when a pooled connection was dropped.
+    assert reader.store.stats.retries >= 1
+
+
+def test_truncated_bodies_are_detected_and_retried(served, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.truncations = 1
+    assert bytes(reader.read_sync(10, 200_000)) == data[10:200_010]
+    assert reader.store.stats.retries == 1 and len(server.ranged()) == 2
+
+
+def test_over_long_bodies_are_detected_and_retried(served, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.overlong = 1
+    assert bytes(reader.read_sync(0, 100)) == data[:100]
+    assert reader.store.stats.retries == 1
+
+
+def test_a_stall_times_out_and_is_retried(served, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(timeout=0.5, **FAST)
+    server.faults.stalls, server.faults.stall_seconds = 1, 5
+    started = time.monotonic()
+    assert bytes(reader.read_sync(5, 10)) == data[5:15]
+    assert time.monotonic() - started < 3
+    assert reader.store.stats.retries == 1
+
+
+def test_giving_up_names_url_range_and_cause(served) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(attempts=3, **FAST)
+    server.faults.errors = 10
+    with pytest.raises(StorageError) as caught:
+        reader.read_sync(70_000, 10)
+    message = str(caught.value)
+    assert reader.url in message and "random.bin" in message
+    assert "bytes=0-262143" in message  # the block-aligned request that failed
+    assert "503" in message and "gave up after 3 attempts" in message
+    assert len(server.ranged()) == 3
+
+
+def test_persistent_stalls_fail_with_a_timeout(served) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = served
+    reader = open_reader(attempts=2, timeout=0.3, **FAST)
+    server.faults.stalls, server.faults.stall_seconds = 5, 5
+    with pytest.raises(StorageError, match=r"no complete response within 0\.3 s"):
+        reader.read_sync(0, 10)
+
+
+def test_a_server_ignoring_range_is_a_clear_error(http, make_store) -> None:  # type: ignore[no-untyped-def]
+    reader = make_store("http").reader(f"{http.url}/random.bin", size=700_001)
+    http.faults.ignore_range = True
+    with pytest.raises(StorageError, match=r"ignored Range .* answered 200 with the whole object"):
+        reader.read_sync(0, 10)
+    assert len(http.ranged()) == 1  # not retried: it would never work
+
+
+def test_416_is_a_clear_error(http, make_store) -> None:  # type: ignore[no-untyped-def]
+    reader = make_store("http").reader(f"{http.url}/random.bin", size=10**9)  # a wrong size
+    with pytest.raises(StorageError, match="range not satisfiable"):
+        reader.read_sync(900_000_000, 10)
+
+
+def test_missing_objects_are_not_retried(served, make_store, http, s3, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
+    s3_reader = make_store("s3", s3.url).reader(f"{s3_uploaded}/nope.bin")
+    http_reader = make_store("http").reader(f"{http.url}/nope.bin")
+    for reader in (s3_reader, http_reader):
+        with pytest.raises(StorageError, match="not found"):
+            reader.size_sync()
+        assert reader.store.stats.retries == 0

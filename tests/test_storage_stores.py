@@ -1,0 +1,102 @@
+"""Picking stores by URL, B2 defaults, the CLI's --endpoint-url, and the
+event-loop bridge (trio callers, threads, forked and spawned workers)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import SECRET
+
+from streamer.cli import main
+from streamer.errors import StorageError
+from streamer.storage import LocalStore, open_url
+from streamer.storage.fsspec import FsspecStore
+from streamer.storage.http import HTTPStore
+from streamer.storage.s3 import B2Store, S3Store
+
+
+def test_the_scheme_picks_the_store(tmp_path: Path) -> None:
+    assert isinstance(open_url(tmp_path)[0], LocalStore)
+    assert open_url(f"file://{tmp_path}") == (open_url(tmp_path)[0], str(tmp_path))
+    store, path = open_url("s3://bucket/some/prefix/", endpoint_url="http://127.0.0.1:9")
+    assert (type(store), path) == (S3Store, "bucket/some/prefix")
+    store, path = open_url("https://example.invalid/a/b?sig=1")
+    assert (type(store), path) == (HTTPStore, "https://example.invalid/a/b?sig=1")
+    assert type(open_url("memory://x")[0]) is FsspecStore
+    with pytest.raises(StorageError, match="nosuch"):
+        open_url("nosuch://x")
+    with pytest.raises(TypeError, match="unknown s3:// options"):
+        open_url("s3://bucket", endpoint_url="http://127.0.0.1:9", secrett="typo")
+
+
+def test_b2_needs_an_endpoint_and_says_where_to_put_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for name in ("B2_ENDPOINT_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError, match=r"endpoint_url=.*--endpoint-url.*B2_ENDPOINT_URL"):
+        open_url("b2://bucket/prefix")
+
+
+def test_b2_sends_no_flexible_checksums(s3, s3_uploaded, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("B2_ENDPOINT_URL", s3.url)
+    credentials = {"key": "test-key-id", "secret": SECRET, "region_name": "us-east-1"}
+    b2, path = open_url(f"b2://{s3_uploaded}/random.bin", **credentials)
+    s3_store, _ = open_url(f"s3://{s3_uploaded}/random.bin", endpoint_url=s3.url, **credentials)
+    assert isinstance(b2, B2Store) and b2.url == f"b2:// at {s3.url}"
+    s3.reset()
+    b2.reader(path).read_sync(0, 10)
+    s3_store.reader(path).read_sync(0, 10)
+    b2_get, s3_get = (r.headers for r in s3.ranged())
+    assert not any(h.lower().startswith("x-amz-checksum") for h in b2_get)
+    assert any(h.lower().startswith("x-amz-checksum") for h in s3_get)  # botocore's default
+
+
+def test_cli_takes_endpoint_url_and_aws_environment(s3, s3_uploaded, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert main(["inspect", f"s3://{s3_uploaded}/packed", "--endpoint-url", s3.url]) == 0
+    out = capsys.readouterr().out
+    assert f"s3://{s3_uploaded}/packed" in out and "codecs" in out
+
+
+def test_trio_callers_share_the_store_loop(http, make_store, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
+    data = (storage_root / "random.bin").read_bytes()
+    reader = make_store("http").reader(f"{http.url}/random.bin")
+
+    async def main() -> list[bytes]:
+        results: list[bytes] = []
+        async with anyio.create_task_group() as group:
+            for offset in (0, 400_000):
+                group.start_soon(lambda o=offset: _append(results, reader, o))
+        return sorted(results)
+
+    assert anyio.run(main, backend="trio") == sorted([data[:100], data[400_000:400_100]])
+
+
+async def _append(results: list[bytes], reader, offset: int) -> None:  # type: ignore[no-untyped-def]
+    results.append(bytes(await reader.read(offset, 100)))
+
+
+def _read_in_worker(reader) -> bytes:  # type: ignore[no-untyped-def]
+    return bytes(reader.read_sync(123, 50))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_readers_work_in_worker_processes(http, storage_root: Path, method: str) -> None:  # type: ignore[no-untyped-def]
+    data = (storage_root / "random.bin").read_bytes()
+    store, path = open_url(f"{http.url}/random.bin")
+    reader = store.reader(path)
+    assert bytes(reader.read_sync(0, 10)) == data[:10]  # the parent's loop thread is running
+    assert pickle.loads(pickle.dumps(reader)).store is store  # same options -> same store
+    with multiprocessing.get_context(method).Pool(1) as pool:
+        assert pool.apply(_read_in_worker, (reader,)) == data[123:173]
+    # The parent's pooled connections still work (a forked child must not
+    # unregister them from the epoll instance it shares).
+    fresh = store.reader(path)
+    started = time.monotonic()
+    assert fresh.size_sync() == len(data) and time.monotonic() - started < 5
