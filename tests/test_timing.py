@@ -114,7 +114,8 @@ def test_report_merges_files_sorted_by_total(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("enabled", [False, True])
-def test_record_returns_a_context_manager(monkeypatch, enabled: bool) -> None:
+def test_record_returns_a_context_manager(monkeypatch, tmp_path: Path, enabled: bool) -> None:
     monkeypatch.setattr(timing, "_enabled", enabled)
+    monkeypatch.setattr(timing, "_out", str(tmp_path / "t"))
     with timing.record("x") as phase:
         assert phase is not None

@@ -6,10 +6,16 @@ The contract (docs/decoding.md): for an episode whose full FFmpeg decode
 full decode (downmixed first, with ``mono``) resampled in one pass and
 sliced at ``round(start*target)`` for ``round((end-start)*target)`` samples.
 A crop that runs past the end is clipped, or zero-padded with ``pad=True``.
+
+The work splits in three so a pipeline can put each where it belongs:
+``prepare`` (plan from the index; cheap), ``fetch`` / ``afetch`` (I/O) and
+``decode_job`` (CPU only, no I/O: it can run in a worker process on shipped
+bytes). ``read_crop`` does all three in a row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from types import ModuleType
@@ -27,7 +33,18 @@ from .plan import CropPlan, Fetched, plan_crop
 from .resample import downmix, resample, window
 from .stats import DecodeStats
 
-__all__ = ["Crop", "CropSource", "read_crop"]
+__all__ = [
+    "Crop",
+    "CropJob",
+    "CropRequest",
+    "CropSource",
+    "afetch",
+    "decode_job",
+    "fetch",
+    "prepare",
+    "read_crop",
+    "source_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +56,7 @@ _CODEC_MODULES: dict[str, ModuleType] = {
     "aac": mp4,
     "alac": mp4,
 }
+_NO_POINTS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -53,85 +71,159 @@ class Crop:
     shard: str | None = None
 
 
+@dataclass(frozen=True)
+class CropRequest:
+    """What the caller asked for. ``preroll`` (seconds) overrides the codec's."""
+
+    key: str
+    start: float
+    end: float
+    sample_rate: int | None = None
+    mono: bool = False
+    pad: bool = False
+    preroll: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"crop range [{self.start}, {self.end}) needs 0 <= start < end")
+
+
 @dataclass
 class CropSource:
-    """What ``read_crop`` needs of an episode: its blob and its seek index."""
+    """What ``prepare`` needs of an episode: its blob and its seek index."""
 
     key: str
     blob: BlobHandle
     index: SeekIndex | None  # None: no seek_index/ for this episode
 
 
-def read_crop(
-    source: CropSource,
-    start: float,
-    end: float,
-    *,
-    sample_rate: int | None = None,
-    mono: bool = False,
-    pad: bool = False,
-    preroll: float | None = None,
-    stats: DecodeStats | None = None,
-) -> Crop:
-    """Decode ``[start, end)`` seconds of one episode."""
-    stats = stats if stats is not None else DecodeStats()
-    where = {"shard": source.blob.shard, "key": source.key}
-    if not (0 <= start < end):
-        raise ValueError(f"crop range [{start}, {end}) must have 0 <= start < end")
-    stats.crops += 1
-    index = source.index
+@dataclass(frozen=True)
+class CropJob:
+    """One planned crop: small and picklable (the index travels without its
+    seek points). ``plan`` is None when the episode has no usable index and
+    must go through the FFmpeg fallback, for ``fallback_reason``."""
+
+    request: CropRequest
+    shard: str | None
+    index: SeekIndex | None
+    plan: CropPlan | None
+    fallback_reason: str = ""
+
+    @property
+    def where(self) -> dict[str, object]:
+        return {"shard": self.shard, "key": self.request.key}
+
+
+def source_for(dataset: object, key: str) -> CropSource:
+    """The blob and seek index of ``key`` in a dataset (no index: ``None``)."""
+    blob = dataset.blob(key)  # type: ignore[attr-defined]
+    try:
+        index = dataset.seek_index(key)  # type: ignore[attr-defined]
+    except LayoutError:
+        index = None
+    return CropSource(key=key, blob=blob, index=index)
+
+
+def prepare(source: CropSource, request: CropRequest) -> CropJob:
+    """Plan the crop from the episode's index (raises ``CropError`` past the end)."""
+    index, shard = source.index, source.blob.shard
     if index is None or not index.ok:
         reason = "no seek index" if index is None else index.reason
-        stats.count_fallback(reason)
-        if stats.fallback == 1:
-            log.warning(
-                "%s: decoding without a seek index (%s): FFmpeg seeks over the blob, "
-                "reading more bytes and not sample-exact for lossy codecs; run "
-                "`streamer index` on the dataset",
-                source.blob.shard,
-                reason,
-            )
-        with record("decode_fallback"):
-            audio, rate = decode_range(source.blob, start, end)
-        return _finish(source, audio, rate, start, end, sample_rate, mono, pad, where, None)
-    rate = index.sample_rate
-    first, last = _native_span(index, start, end, sample_rate)
+        return CropJob(request, shard, None, None, fallback_reason=reason)
+    where = {"shard": shard, "key": request.key}
+    first, last = _native_span(index, request)
     if first >= last:
-        raise CropError(f"range [{start}, {end}) s is past the end of the episode", **where)
+        raise CropError(
+            f"range [{request.start}, {request.end}) s is past the end of the episode", **where
+        )
     module = codec_module(index, where)
-    units = module.preroll(index) if preroll is None else round(preroll * index.timescale)
+    if request.preroll is None:
+        preroll = module.preroll(index)
+    else:
+        preroll = round(request.preroll * index.timescale)
     with record("plan"):
-        plan = plan_crop(index, first, last, units)
+        plan = plan_crop(index, first, last, preroll, extra=module.extra_ranges(index))
+    light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
+    return CropJob(request, shard, light, plan)
+
+
+def fetch(job: CropJob, blob: BlobHandle) -> Fetched:
+    """The planned bytes (zero-copy views for local shards)."""
+    assert job.plan is not None
+    with record("fetch"):
+        views = blob.read_ranges(job.plan.ranges)
+    return _fetched(job.plan, views, blob)
+
+
+async def afetch(job: CropJob, blob: BlobHandle) -> Fetched:
+    """``fetch`` for event loops: every range in one batch through the store."""
+    assert job.plan is not None
+    with record("fetch"):
+        views = await blob.aread_ranges(job.plan.ranges)
+    return _fetched(job.plan, views, blob)
+
+
+def _fetched(plan: CropPlan, views: list[memoryview], blob: BlobHandle) -> Fetched:
+    pieces = tuple(zip((offset for offset, _ in plan.ranges), views, strict=True))
+    return Fetched(
+        header=b"".join(bytes(view) for view in views[: len(plan.header)]),
+        data=views[-1],
+        pieces=pieces,
+        blob_length=blob.length,
+        read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length)),
+    )
+
+
+def decode_job(job: CropJob, fetched: Fetched, stats: DecodeStats) -> Crop:
+    """Decode a planned crop from its fetched bytes: CPU only, no storage I/O
+    (unless the decoder strays outside the plan, which ``stats`` counts)."""
+    assert job.index is not None and job.plan is not None
+    index, plan = job.index, job.plan
+    stats.crops += 1
     stats.planned_bytes += plan.nbytes
-    fetched = fetch(plan, source.blob, stats)
+    module = codec_module(index, job.where)
     with record("decode"):
-        samples, at = _decode(module, index, plan, fetched, stats, where)
-    audio = samples[:, first - at : last - at]
+        samples, at = _decode(module, index, plan, fetched, stats, job.where)
+    audio = samples[:, plan.first - at : plan.last - at]
     reached_end = sum(plan.data) >= index.data_end
-    if at > first or (audio.shape[1] < last - first and not reached_end):
+    if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
         raise CropError(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
-            f"but the crop needs [{first}, {last})",
-            **where,
+            f"but the crop needs [{plan.first}, {plan.last})",
+            **job.where,
         )
-    return _finish(source, audio, rate, start, end, sample_rate, mono, pad, where, first)
+    return _finish(job, audio, index.sample_rate, plan.first)
 
 
-def _native_span(index: SeekIndex, start: float, end: float, target: int | None) -> tuple[int, int]:
-    """Gapless samples to decode: the crop itself, or the resampler's window."""
-    rate = index.sample_rate
-    if target and target != rate:
-        span = window(round(start * target), round((end - start) * target), rate, target)
-        first, last = span.input_first, span.input_last
-    else:
-        first, last = round(start * rate), round(end * rate)
-    if index.num_samples >= 0:
-        last = min(last, index.num_samples)
-    return first, last
+def decode_fallback(job: CropJob, blob: BlobHandle, stats: DecodeStats) -> Crop:
+    """The episode has no usable index: FFmpeg seeks over the blob itself."""
+    stats.crops += 1
+    stats.count_fallback(job.fallback_reason)
+    if stats.fallback == 1:
+        log.warning(
+            "%s: decoding without a seek index (%s): FFmpeg seeks over the blob, "
+            "reading more bytes and not sample-exact for lossy codecs; run "
+            "`streamer index` on the dataset",
+            job.shard,
+            job.fallback_reason,
+        )
+    with record("decode_fallback"):
+        audio, rate = decode_range(blob, job.request.start, job.request.end)
+    return _finish(job, audio, rate, None)
+
+
+def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
+    """Decode one crop: ``prepare``, ``fetch`` and ``decode_job`` in a row."""
+    stats = stats if stats is not None else DecodeStats()
+    job = prepare(source, request)
+    if job.plan is None:
+        return decode_fallback(job, source.blob, stats)
+    return decode_job(job, fetch(job, source.blob), stats)
 
 
 def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
-    """The module that decodes this index's codec: one per codec family."""
+    """The module that decodes this index's codec: one per codec family, each
+    with ``preroll(index)``, ``extra_ranges(index)`` and ``decode(...)``."""
     if index.block_align:
         return pcm
     module = _CODEC_MODULES.get(index.codec)
@@ -140,17 +232,18 @@ def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     return module
 
 
-def fetch(plan: CropPlan, blob: BlobHandle, stats: DecodeStats) -> Fetched:
-    """Read the plan's ranges (zero-copy views for local shards)."""
-    with record("fetch"):
-        pieces = tuple((offset, blob.read_range(offset, length)) for offset, length in plan.ranges)
-    return Fetched(
-        header=b"".join(bytes(view) for _, view in pieces[:-1]),
-        data=pieces[-1][1],
-        pieces=pieces,
-        blob_length=blob.length,
-        read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length)),
-    )
+def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int]:
+    """Gapless samples to decode: the crop itself, or the resampler's window."""
+    rate, target = index.sample_rate, request.sample_rate
+    if target and target != rate:
+        length = round((request.end - request.start) * target)
+        span = window(round(request.start * target), length, rate, target)
+        first, last = span.input_first, span.input_last
+    else:
+        first, last = round(request.start * rate), round(request.end * rate)
+    if index.num_samples >= 0:
+        last = min(last, index.num_samples)
+    return first, last
 
 
 def _decode(
@@ -170,54 +263,39 @@ def _decode(
         raise CropError(f"cannot decode {index.codec}: {exc}", **where) from exc
 
 
-def _finish(
-    source: CropSource,
-    audio: np.ndarray,
-    rate: int,
-    start: float,
-    end: float,
-    target: int | None,
-    mono: bool,
-    pad: bool,
-    where: dict[str, object],
-    first: int | None,
-) -> Crop:
-    """Downmix, resample and pad a native-rate crop into the caller's form."""
-    if mono:
+def _finish(job: CropJob, audio: np.ndarray, rate: int, first: int | None) -> Crop:
+    """Downmix, resample and pad a native-rate crop into the caller's form.
+
+    ``first`` is the gapless index of ``audio[:, 0]`` on the indexed path
+    (decoded from the resampler's window), None on the fallback path
+    (decoded exactly ``[start, end)``).
+    """
+    request = job.request
+    if request.mono:
         with record("downmix"):
             audio = downmix(audio)
     out_rate = rate
+    target = request.sample_rate
     if target and target != rate:
         out_rate = target
-        length = round((end - start) * target)
+        expected = round((request.end - request.start) * target)
         with record("resample"):
-            if first is None:  # fallback path: decoded exactly [start, end)
-                audio = resample(audio, rate, target)[:, :length]
-            else:
-                span = window(round(start * target), length, rate, target)
-                audio = resample(audio, rate, target)[:, span.skip : span.skip + length]
-        expected = length
+            resampled = resample(audio, rate, target)
+            skip = 0
+            if first is not None:
+                skip = window(round(request.start * target), expected, rate, target).skip
+            audio = resampled[:, skip : skip + expected]
     else:
-        expected = round(end * rate) - round(start * rate)
+        expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:
-        raise CropError(f"range [{start}, {end}) s decodes to nothing", **where)
-    if pad and audio.shape[1] < expected:
+        raise CropError(f"range [{request.start}, {request.end}) s decodes to nothing", **job.where)
+    if request.pad and audio.shape[1] < expected:
         audio = np.pad(audio, ((0, 0), (0, expected - audio.shape[1])))
     return Crop(
         audio=np.ascontiguousarray(audio, dtype=np.float32),
-        key=source.key,
-        start=start,
-        end=end,
+        key=request.key,
+        start=request.start,
+        end=request.end,
         sample_rate=out_rate,
-        shard=source.blob.shard,
+        shard=job.shard,
     )
-
-
-def source_for(dataset: object, key: str) -> CropSource:
-    """The blob and seek index of ``key`` in a dataset (no index: ``None``)."""
-    blob = dataset.blob(key)  # type: ignore[attr-defined]
-    try:
-        index = dataset.seek_index(key)  # type: ignore[attr-defined]
-    except LayoutError:
-        index = None
-    return CropSource(key=key, blob=blob, index=index)

@@ -17,7 +17,7 @@ from .packets import decode_packets, split_packets
 from .plan import CropPlan, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["decode", "preroll"]
+__all__ = ["decode", "extra_ranges", "preroll"]
 
 _STREAMINFO = 34
 
@@ -32,6 +32,11 @@ def streaminfo(header: bytes, where: dict[str, object]) -> bytes:
 def preroll(index: SeekIndex) -> int:
     """FLAC frames are independent: none."""
     return 0
+
+
+def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """Nothing beyond the index's header ranges."""
+    return ()
 
 
 def decode(

@@ -21,7 +21,7 @@ from .packets import decode_packets, split_packets
 from .plan import CropPlan, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "preroll"]
+__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "extra_ranges", "preroll"]
 
 PREROLL_FRAMES = 5
 DECODERS = {"mp3": "mp3float", "mp2": "mp2float", "mp1": "mp1float"}
@@ -39,6 +39,11 @@ def samples_per_frame(index: SeekIndex) -> int:
 def preroll(index: SeekIndex) -> int:
     """``PREROLL_FRAMES`` frames, in native units."""
     return PREROLL_FRAMES * samples_per_frame(index)
+
+
+def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """Nothing beyond the index's header ranges."""
+    return ()
 
 
 def decode(

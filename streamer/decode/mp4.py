@@ -20,12 +20,15 @@ from .plan import CropPlan, Fetched, to_gapless
 from .sparse import SparseFile
 from .stats import DecodeStats
 
-__all__ = ["decode", "preroll"]
+__all__ = ["decode", "extra_ranges", "preroll"]
 
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent.
 PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
+#: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
+#: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
+PROBE_BYTES = {"aac": 4096, "alac": 32768}
 
 
 #: ``moov`` already says everything about the stream; without these limits
@@ -37,6 +40,13 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
+def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """The first bytes of sample data: opening the demuxer probes the first
+    packet there, wherever the crop is."""
+    length = min(PROBE_BYTES[index.codec], index.data_end - index.data_start)
+    return ((index.data_start, length),)
+
+
 def decode(
     index: SeekIndex,
     plan: CropPlan,
@@ -45,7 +55,9 @@ def decode(
     where: dict[str, object],
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    source = SparseFile(fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats)
+    source = SparseFile(
+        fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats, where
+    )
     with av.open(source, "r", format="mp4", options=_NO_PROBING) as container:
         stream = container.streams.audio[0]
         seek_to = plan.start_native - index.first_sample

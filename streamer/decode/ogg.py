@@ -26,7 +26,7 @@ from .packets import decode_packets
 from .plan import CropPlan, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["decode", "preroll"]
+__all__ = ["decode", "extra_ranges", "preroll"]
 
 _PAGE = struct.Struct("<4sBBqIIIB")
 _EOS = 0x04
@@ -82,6 +82,11 @@ PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5}
 
 def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
+
+
+def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """Nothing beyond the index's header ranges."""
+    return ()
 
 
 def decode(

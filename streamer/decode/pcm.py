@@ -15,7 +15,7 @@ from ..index.table import SeekIndex
 from .plan import CropPlan, Fetched
 from .stats import DecodeStats
 
-__all__ = ["CODECS", "decode", "preroll"]
+__all__ = ["CODECS", "decode", "extra_ranges", "preroll"]
 
 #: codec -> (numpy dtype of one sample, full scale or 0 for float)
 CODECS = {
@@ -32,6 +32,11 @@ CODECS = {
 def preroll(index: SeekIndex) -> int:
     """Samples stand alone: none."""
     return 0
+
+
+def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """Nothing beyond the index's header ranges."""
+    return ()
 
 
 def decode(

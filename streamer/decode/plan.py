@@ -55,8 +55,29 @@ class Fetched:
     data: memoryview  # the data range
     pieces: tuple[tuple[int, memoryview], ...]  # every planned range at its blob offset
     blob_length: int
-    #: Reads bytes outside the plan (counted by the caller as a bug signal).
-    read_unplanned: Callable[[int, int], bytes]
+    #: Reads bytes outside the plan (counted as a bug signal); None once the
+    #: bytes have been shipped away from the blob (``portable``).
+    read_unplanned: Callable[[int, int], bytes] | None
+
+    def portable(self) -> Fetched:
+        """A copy that owns its bytes and can be pickled to a worker process."""
+        pieces = tuple((offset, bytes(view)) for offset, view in self.pieces)
+        return Fetched(
+            header=self.header,
+            data=memoryview(pieces[-1][1]),
+            pieces=tuple((offset, memoryview(data)) for offset, data in pieces),
+            blob_length=self.blob_length,
+            read_unplanned=None,
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        pieces = tuple((offset, bytes(view)) for offset, view in self.pieces)
+        return (_rebuild, (self.header, pieces, self.blob_length))
+
+
+def _rebuild(header: bytes, pieces: tuple[tuple[int, bytes], ...], blob_length: int) -> Fetched:
+    views = tuple((offset, memoryview(data)) for offset, data in pieces)
+    return Fetched(header, views[-1][1], views, blob_length, None)
 
 
 def to_native(index: SeekIndex, sample: int) -> int:
@@ -73,9 +94,20 @@ def to_gapless(index: SeekIndex, native: int) -> int:
     return round((native - index.first_sample) * index.sample_rate / index.timescale)
 
 
-def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan:
+def plan_crop(
+    index: SeekIndex,
+    first: int,
+    last: int,
+    preroll: int,
+    *,
+    extra: tuple[tuple[int, int], ...] = (),
+) -> CropPlan:
     """The plan for gapless samples ``[first, last)`` (``last`` already clipped),
-    decoding from at least ``preroll`` native units before ``first``."""
+    decoding from at least ``preroll`` native units before ``first``.
+
+    ``extra`` ranges join the header: bytes a codec's decoder reads up front
+    beyond what the index lists (the MP4 demuxer's stream probe).
+    """
     if index.block_align:
         start = index.data_start + first * index.block_align
         end = min(index.data_start + last * index.block_align, index.data_end)
@@ -96,6 +128,6 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
         last=last,
         point=point,
         start_native=int(points[point]),
-        header=tuple(index.header),
+        header=(*index.header, *extra),
         data=(start, end - start),
     )

@@ -3,7 +3,8 @@
 The MP4 demuxer wants a whole file to seek in. This one reports the blob's
 full length but serves bytes only from the ranges the plan fetched; a read
 anywhere else is served by ``fallback`` (a real read of the blob) and counted,
-because it means the plan missed something the demuxer needed.
+because it means the plan missed something the demuxer needed; with no
+``fallback`` (bytes shipped to a worker) it is a ``CropError``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
+from ..errors import CropError
 from .stats import DecodeStats
 
 __all__ = ["UNPLANNED_READ", "SparseFile"]
@@ -26,14 +28,16 @@ class SparseFile(io.RawIOBase):
         self,
         length: int,
         pieces: list[tuple[int, memoryview]],
-        fallback: Callable[[int, int], bytes],
+        fallback: Callable[[int, int], bytes] | None,
         stats: DecodeStats,
+        where: dict[str, object],
     ) -> None:
         super().__init__()
         self.length = length
         self._pieces = sorted(pieces, key=lambda piece: piece[0])
         self._fallback = fallback
         self._stats = stats
+        self._where = where
         self._pos = 0
 
     def readable(self) -> bool:
@@ -78,4 +82,9 @@ class SparseFile(io.RawIOBase):
             size = min(size, following[0] - position)
         self._stats.unplanned_reads += 1
         self._stats.unplanned_bytes += size
+        if self._fallback is None:
+            raise CropError(
+                f"the decoder needs bytes [{position}, {position + size}) outside its plan",
+                **self._where,
+            )
         return self._fallback(position, size)

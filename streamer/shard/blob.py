@@ -9,6 +9,7 @@ are zero-copy views; remote shards give the same handle over a remote reader.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 from ..errors import DataError
 from ..storage.base import RangeReader
@@ -74,6 +75,20 @@ class BlobHandle(io.RawIOBase):
         self._check(start, length)
         self.bytes_read += length
         return await self.reader.read(self.offset + start, length)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Several sub-ranges in one batch (remote stores share requests)."""
+        for start, length in ranges:
+            self._check(start, length)
+        self.bytes_read += sum(length for _, length in ranges)
+        return self.reader.read_many_sync([(self.offset + s, n) for s, n in ranges])
+
+    async def aread_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Async form of ``read_ranges``."""
+        for start, length in ranges:
+            self._check(start, length)
+        self.bytes_read += sum(length for _, length in ranges)
+        return await self.reader.read_many([(self.offset + s, n) for s, n in ranges])
 
     def view(self) -> memoryview:
         """The whole blob (zero-copy for local shards: it reads every byte you touch)."""

@@ -225,18 +225,10 @@ class Dataset:
         to ``sample_rate`` and downmixed to the channel mean with ``mono``. A
         crop past the end is clipped, or zero-padded with ``pad``.
         """
-        from ..decode.crop import read_crop, source_for
+        from ..decode.crop import CropRequest, read_crop, source_for
 
-        crop = read_crop(
-            source_for(self, key),
-            start,
-            end,
-            sample_rate=sample_rate,
-            mono=mono,
-            pad=pad,
-            stats=self.decode_stats,
-        )
-        return crop.audio
+        request = CropRequest(key, start, end, sample_rate=sample_rate, mono=mono, pad=pad)
+        return read_crop(source_for(self, key), request, self.decode_stats).audio
 
     async def aread_crop(
         self,
