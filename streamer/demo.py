@@ -15,7 +15,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .decode.fallback import decode_range
 from .shard.dataset import Dataset
 from .shard.pack import pack
 from .synth import CODECS, encode, signal
@@ -32,7 +31,7 @@ DEMO_EPISODES = (
     ("studio/alac-stereo", "alac", 48000, 2, 90.0),
     ("studio/wav-mono-16k", "wav", 16000, 1, 180.0),
 )
-DEMO_VERSION = 1
+DEMO_VERSION = 2
 
 
 @dataclass
@@ -98,14 +97,15 @@ def run_demo(
         plan.append((key, start))
     began = time.perf_counter()
     for key, start in plan:
-        blob = dataset.blob(key)
-        audio, rate = decode_range(blob, start, start + duration)
-        codec = dataset.info(key)["codec"]
+        info = dataset.info(key)
+        before = dataset.decode_stats.planned_bytes
+        audio = dataset.read_crop(key, start, start + duration)
+        nbytes = dataset.decode_stats.planned_bytes - before
         summary.crops += 1
-        summary.audio_seconds += audio.shape[1] / rate
-        summary.bytes_read += blob.bytes_read
-        summary.blob_bytes += blob.length
-        summary.per_codec[codec][0] += 1
-        summary.per_codec[codec][1] += blob.bytes_read
+        summary.audio_seconds += audio.shape[1] / info["sample_rate"]
+        summary.bytes_read += nbytes
+        summary.blob_bytes += info["num_bytes"]
+        summary.per_codec[info["codec"]][0] += 1
+        summary.per_codec[info["codec"]][1] += nbytes
     summary.seconds = time.perf_counter() - began
     return summary

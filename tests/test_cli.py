@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamer.cli import main
-from streamer.demo import DEMO_EPISODES
+from streamer.demo import DEMO_EPISODES, DEMO_VERSION
 
 
 def test_pack_then_inspect(audio_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -43,7 +43,7 @@ def test_demo_builds_once_and_reads_crops(tmp_path: Path, capsys: pytest.Capture
     first = capsys.readouterr().out
     assert "crops       14 x 2 s" in first
     assert "bytes read" in first
-    dataset = cache / "demo-v1"
+    dataset = cache / f"demo-v{DEMO_VERSION}"
     assert len(list((dataset / "audio").iterdir())) >= 1
     stamp = (dataset / "audio" / "shard-000000.wsds").stat().st_mtime_ns
     assert main(["demo", "--cache-dir", str(cache), "--crops", "3"]) == 0
