@@ -29,22 +29,29 @@ PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
 PROBE_BYTES = {"aac": 4096, "alac": 32768}
+#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
+#: plus its short-seek threshold (32 KiB each).
+READ_THROUGH = 65536
 
 
 #: ``moov`` already says everything about the stream; without these limits
 #: FFmpeg's stream probing reads the first 64 KiB of sample data, outside the plan.
-_NO_PROBING = {"probesize": "32", "analyzeduration": "0"}
+_NO_PROBING = {"probesize": "32", "analyzeduration": "1"}
 
 
 def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """The first bytes of sample data: opening the demuxer probes the first
-    packet there, wherever the crop is."""
-    length = min(PROBE_BYTES[index.codec], index.data_end - index.data_start)
-    return ((index.data_start, length),)
+    packet there, wherever the crop is. And when the crop's data starts
+    less than ``READ_THROUGH`` bytes after the probe, everything in between:
+    FFmpeg reads a short forward gap instead of seeking over it."""
+    start, data = index.data_start, plan.data[0]
+    probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
+    end = data if data - probe_end <= READ_THROUGH else probe_end
+    return ((start, end - start),) if end > start else ()
 
 
 def decode(

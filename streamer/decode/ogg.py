@@ -84,7 +84,7 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """Nothing beyond the index's header ranges."""
     return ()
 

@@ -12,6 +12,7 @@ or before ``first - preroll`` to the first seek point at or after ``last``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,10 @@ class CropPlan:
     #: ``(offset, length)`` in the blob: the header ranges, then the data range.
     header: tuple[tuple[int, int], ...]
     data: tuple[int, int]
+
+    def with_header(self, extra: tuple[tuple[int, int], ...]) -> CropPlan:
+        """The same plan with more ranges read up front (a codec's own needs)."""
+        return dataclasses.replace(self, header=(*self.header, *extra)) if extra else self
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
@@ -94,20 +99,9 @@ def to_gapless(index: SeekIndex, native: int) -> int:
     return round((native - index.first_sample) * index.sample_rate / index.timescale)
 
 
-def plan_crop(
-    index: SeekIndex,
-    first: int,
-    last: int,
-    preroll: int,
-    *,
-    extra: tuple[tuple[int, int], ...] = (),
-) -> CropPlan:
+def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan:
     """The plan for gapless samples ``[first, last)`` (``last`` already clipped),
-    decoding from at least ``preroll`` native units before ``first``.
-
-    ``extra`` ranges join the header: bytes a codec's decoder reads up front
-    beyond what the index lists (the MP4 demuxer's stream probe).
-    """
+    decoding from at least ``preroll`` native units before ``first``."""
     if index.block_align:
         start = index.data_start + first * index.block_align
         end = min(index.data_start + last * index.block_align, index.data_end)
@@ -128,6 +122,6 @@ def plan_crop(
         last=last,
         point=point,
         start_native=int(points[point]),
-        header=(*index.header, *extra),
+        header=tuple(index.header),
         data=(start, end - start),
     )
