@@ -11,6 +11,10 @@ first frame after a cold start is garbage), hence its pre-roll.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from typing import Any
+
 import av
 import numpy as np
 
@@ -54,6 +58,42 @@ def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...
     return ((start, end - start),) if end > start else ()
 
 
+class _Demuxers:
+    """Open demuxers by episode, so ``moov`` (megabytes of sample tables for
+    a long audiobook) is parsed once per process rather than once per crop.
+
+    A demuxer is checked out while a crop uses it, so two threads never
+    share one. Episodes are immutable, so bytes FFmpeg still buffers from an
+    earlier crop are still right.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._idle: OrderedDict[tuple[object, ...], tuple[Any, SparseFile]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def checkout(self, key: tuple[object, ...]) -> tuple[Any, SparseFile] | None:
+        with self._lock:
+            return self._idle.pop(key, None)
+
+    def checkin(self, key: tuple[object, ...], entry: tuple[Any, SparseFile]) -> None:
+        with self._lock:
+            self._idle[key] = entry
+            while len(self._idle) > self.size:
+                _, (container, _) = self._idle.popitem(last=False)
+                container.close()
+
+
+_DEMUXERS = _Demuxers()
+
+
+def _open(fetched: Fetched, stats: DecodeStats, where: dict[str, object]) -> tuple[Any, SparseFile]:
+    source = SparseFile(
+        fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats, where
+    )
+    return av.open(source, "r", format="mp4", options=_NO_PROBING), source
+
+
 def decode(
     index: SeekIndex,
     plan: CropPlan,
@@ -62,36 +102,51 @@ def decode(
     where: dict[str, object],
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    source = SparseFile(
-        fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats, where
-    )
-    with av.open(source, "r", format="mp4", options=_NO_PROBING) as container:
-        stream = container.streams.audio[0]
-        seek_to = plan.start_native - index.first_sample
-        if seek_to > 0:  # a fresh demuxer is at the start; seeking there loses priming
-            container.seek(seek_to, stream=stream, backward=True, any_frame=True)
-        out: list[np.ndarray] = []
-        first = None
-        end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
-        for packet in container.demux(stream):
-            if packet.pts is None:
-                continue
-            try:
-                frames = packet.decode()
-            except (av.FFmpegError, ValueError):
-                stats.bad_packets += 1
-                continue
-            for frame in frames:
-                if first is None:
-                    first = frame.pts
-                    expected = first
-                if frame.pts != expected:  # a gap: a packet failed, keep timing
-                    missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
-                    out.append(np.zeros((index.channels, max(missing, 0)), np.float32))
-                samples = frame_to_float32(frame)
-                out.append(samples)
-                expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
-            if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
-                break  # the next packet would start past the plan
+    seek_to = plan.start_native - index.first_sample
+    episode = (where.get("shard"), where.get("key"), fetched.blob_length)
+    # From the very start, a fresh demuxer: seeking back to 0 loses priming.
+    entry = _DEMUXERS.checkout(episode) if seek_to > 0 else None
+    if entry is None:
+        entry = _open(fetched, stats, where)
+    else:
+        entry[1].refill(list(fetched.pieces), fetched.read_unplanned, stats, where)
+    container, _ = entry
+    try:
+        samples, first = _demux_decode(container, index, plan, seek_to, stats)
+    except BaseException:
+        container.close()
+        raise
+    _DEMUXERS.checkin(episode, entry)
+    return samples, first
+
+
+def _demux_decode(
+    container: Any, index: SeekIndex, plan: CropPlan, seek_to: int, stats: DecodeStats
+) -> tuple[np.ndarray, int]:
+    stream = container.streams.audio[0]
+    if seek_to > 0:
+        container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+    out: list[np.ndarray] = []
+    first = None
+    end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
+    for packet in container.demux(stream):
+        if packet.pts is None:
+            continue
+        try:
+            frames = packet.decode()
+        except (av.FFmpegError, ValueError):
+            stats.bad_packets += 1
+            continue
+        for frame in frames:
+            if first is None:
+                first = expected = frame.pts
+            if frame.pts != expected:  # a gap: a packet failed, keep timing
+                missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
+                out.append(np.zeros((index.channels, max(missing, 0)), np.float32))
+            samples = frame_to_float32(frame)
+            out.append(samples)
+            expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
+        if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
+            break  # the next packet would start past the plan
     start = to_gapless(index, (first or 0) + index.first_sample)
     return concat(out, index.channels), start
