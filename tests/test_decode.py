@@ -212,3 +212,23 @@ def test_no_index_falls_back_counted_and_warned_once(
     assert dataset.decode_stats.fallback_reasons == {"no seek index": len(keys)}
     warnings = [r for r in caplog.records if "without a seek index" in r.message]
     assert len(warnings) == 1
+
+
+def test_planned_jobs_and_bytes_pickle_for_worker_processes(dataset_dir: Path) -> None:
+    """What a pipeline ships to a decode worker: the job and only its bytes."""
+    import pickle
+
+    from streamer.decode.crop import CropRequest, decode_job, fetch, prepare, source_for
+    from streamer.decode.stats import DecodeStats
+
+    dataset = open_dataset(dataset_dir)
+    for key in ("pyav/mp3-2", "pyav/aac-2", "pyav/opus-1", "pyav/wav-1"):
+        source = source_for(dataset, key)
+        job = prepare(source, CropRequest(key, 2.0, 3.0, sample_rate=16000))
+        fetched = fetch(job, source.blob)
+        shipped_job, shipped = pickle.loads(pickle.dumps((job, fetched)))
+        assert shipped.read_unplanned is None
+        assert len(pickle.dumps(shipped)) < 1.2 * job.plan.nbytes + 1024
+        assert len(shipped_job.index.sample_pos) == 0  # the seek points stay home
+        crop = decode_job(shipped_job, shipped, DecodeStats())
+        np.testing.assert_array_equal(crop.audio, dataset.read_crop(key, 2.0, 3.0, 16000))

@@ -165,11 +165,8 @@ async def afetch(job: CropJob, blob: BlobHandle) -> Fetched:
 
 
 def _fetched(plan: CropPlan, views: list[memoryview], blob: BlobHandle) -> Fetched:
-    pieces = tuple(zip((offset for offset, _ in plan.ranges), views, strict=True))
     return Fetched(
-        header=b"".join(bytes(view) for view in views[: len(plan.header)]),
-        data=views[-1],
-        pieces=pieces,
+        pieces=tuple(zip((offset for offset, _ in plan.ranges), views, strict=True)),
         blob_length=blob.length,
         read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length)),
     )
