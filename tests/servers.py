@@ -192,16 +192,19 @@ def file_handler(root: Path) -> Handler:
             return 200, {"Content-Type": "text/html"}, f"<html><body>{links}</body></html>".encode()
         if not path.is_file():
             return 404, {}, b"not found"
-        data = path.read_bytes()
+        size = path.stat().st_size
         spec = request.headers.get("Range")
         if spec is None:
-            return 200, {}, data
-        span = _parse_range(spec, len(data))
+            return 200, {}, path.read_bytes()
+        span = _parse_range(spec, size)
         if span is None:
-            return 416, {"Content-Range": f"bytes */{len(data)}"}, b""
+            return 416, {"Content-Range": f"bytes */{size}"}, b""
         start, end = span
-        headers = {"Content-Range": f"bytes {start}-{end - 1}/{len(data)}"}
-        return 206, headers, data[start:end]
+        with open(path, "rb") as file:  # only the range: big shards stay cheap to serve
+            file.seek(start)
+            body = file.read(end - start)
+        headers = {"Content-Range": f"bytes {start}-{end - 1}/{size}"}
+        return 206, headers, body
 
     return handle
 

@@ -143,7 +143,7 @@ def prepare(source: CropSource, request: CropRequest) -> CropJob:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):
         plan = plan_crop(index, first, last, preroll)
-        plan = plan.with_header(module.extra_ranges(index, plan))
+        plan = module.refine_plan(index, plan, (shard, request.key, source.blob.length))
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
     return CropJob(request, shard, light, plan)
 
@@ -221,7 +221,8 @@ def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | Non
 
 def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     """The module that decodes this index's codec: one per codec family, each
-    with ``preroll(index)``, ``extra_ranges(index, plan)`` and ``decode(...)``."""
+    with ``preroll(index)``, ``refine_plan(index, plan, episode)`` and
+    ``decode(...)``."""
     if index.block_align:
         return pcm
     module = _CODEC_MODULES.get(index.codec)

@@ -14,10 +14,10 @@ from ..errors import CropError
 from ..index.table import SeekIndex
 from .frames import concat
 from .packets import decode_packets, split_packets
-from .plan import CropPlan, Fetched, to_gapless
+from .plan import CropPlan, Episode, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["decode", "extra_ranges", "preroll"]
+__all__ = ["decode", "preroll", "refine_plan"]
 
 _STREAMINFO = 34
 
@@ -34,9 +34,9 @@ def preroll(index: SeekIndex) -> int:
     return 0
 
 
-def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
-    """Nothing beyond the index's header ranges."""
-    return ()
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+    """The index's plan is all this codec needs."""
+    return plan
 
 
 def decode(

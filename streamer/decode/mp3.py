@@ -18,10 +18,10 @@ import numpy as np
 from ..index.table import SeekIndex
 from .frames import concat
 from .packets import decode_packets, split_packets
-from .plan import CropPlan, Fetched, to_gapless
+from .plan import CropPlan, Episode, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "extra_ranges", "preroll"]
+__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "preroll", "refine_plan"]
 
 PREROLL_FRAMES = 5
 DECODERS = {"mp3": "mp3float", "mp2": "mp2float", "mp1": "mp1float"}
@@ -41,9 +41,9 @@ def preroll(index: SeekIndex) -> int:
     return PREROLL_FRAMES * samples_per_frame(index)
 
 
-def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
-    """Nothing beyond the index's header ranges."""
-    return ()
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+    """The index's plan is all this codec needs."""
+    return plan
 
 
 def decode(

@@ -21,11 +21,11 @@ import numpy as np
 from ..index.table import SeekIndex
 from ..timing import record
 from .frames import concat, frame_to_float32
-from .plan import CropPlan, Fetched, to_gapless
+from .plan import CropPlan, Episode, Fetched, to_gapless
 from .sparse import SparseFile
 from .stats import DecodeStats
 
-__all__ = ["decode", "extra_ranges", "preroll"]
+__all__ = ["decode", "preroll", "refine_plan"]
 
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
@@ -37,6 +37,9 @@ PROBE_BYTES = {"aac": 4096, "alac": 32768}
 #: FFmpeg reads forward instead of seeking over gaps up to its buffer size
 #: plus its short-seek threshold (32 KiB each).
 READ_THROUGH = 65536
+#: How far before the planned seek point FFmpeg's own seek may land (it
+#: searches its sample index, which can pick a few packets earlier).
+SEEK_SLACK = 16384
 
 
 #: ``moov`` already says everything about the stream; without these limits
@@ -48,15 +51,31 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
-    """The first bytes of sample data: opening the demuxer probes the first
-    packet there, wherever the crop is. And when the crop's data starts
-    less than ``READ_THROUGH`` bytes after the probe, everything in between:
-    FFmpeg reads a short forward gap instead of seeking over it."""
-    start, data = index.data_start, plan.data[0]
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+    """Add the first bytes of sample data: opening a demuxer probes the first
+    packet there, wherever the crop is; and, when the crop's data starts less
+    than ``READ_THROUGH`` bytes after it, everything in between (FFmpeg reads
+    a short forward gap instead of seeking over it).
+
+    When this process already holds an open demuxer for the episode, the
+    header (``moov``: megabytes for a long audiobook) is left out: the
+    demuxer parsed it once and will not read it again; the short gap it may
+    read through starts where it stopped reading last time.
+    """
+    data = plan.data[0]
+    position = _DEMUXERS.position(episode)
+    fresh = plan.start_native <= index.first_sample  # from the start: a fresh demuxer
+    if position is not None and not fresh:
+        # An open demuxer reads on from where it stopped, and its seek can land
+        # a few packets before our seek point: cover both, without the header.
+        lead = max(index.data_start, data - SEEK_SLACK)
+        if 0 <= data - position <= READ_THROUGH:
+            lead = min(lead, position)
+        return plan.without_header().with_header(((lead, data - lead),) if data > lead else ())
+    start = index.data_start
     probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
     end = data if data - probe_end <= READ_THROUGH else probe_end
-    return ((start, end - start),) if end > start else ()
+    return plan.with_header(((start, end - start),) if end > start else ())
 
 
 class _Demuxers:
@@ -72,6 +91,12 @@ class _Demuxers:
         self.size = size
         self._idle: OrderedDict[tuple[object, ...], tuple[Any, SparseFile]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def position(self, key: Episode) -> int | None:
+        """Where the idle demuxer of ``key`` last read, or None if there is none."""
+        with self._lock:
+            entry = self._idle.get(key)
+            return None if entry is None else entry[1].tell()
 
     def checkout(self, key: tuple[object, ...]) -> tuple[Any, SparseFile] | None:
         with self._lock:

@@ -23,10 +23,10 @@ from ..errors import CropError
 from ..index.table import SeekIndex
 from .frames import concat
 from .packets import decode_packets
-from .plan import CropPlan, Fetched, to_gapless
+from .plan import CropPlan, Episode, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["decode", "extra_ranges", "preroll"]
+__all__ = ["decode", "preroll", "refine_plan"]
 
 _PAGE = struct.Struct("<4sBBqIIIB")
 _EOS = 0x04
@@ -81,9 +81,9 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
-    """Nothing beyond the index's header ranges."""
-    return ()
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+    """The index's plan is all this codec needs."""
+    return plan
 
 
 def decode(

@@ -12,10 +12,10 @@ import numpy as np
 
 from ..errors import CropError
 from ..index.table import SeekIndex
-from .plan import CropPlan, Fetched
+from .plan import CropPlan, Episode, Fetched
 from .stats import DecodeStats
 
-__all__ = ["CODECS", "decode", "extra_ranges", "preroll"]
+__all__ = ["CODECS", "decode", "preroll", "refine_plan"]
 
 #: codec -> (numpy dtype of one sample, full scale or 0 for float)
 CODECS = {
@@ -34,9 +34,9 @@ def preroll(index: SeekIndex) -> int:
     return 0
 
 
-def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
-    """Nothing beyond the index's header ranges."""
-    return ()
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+    """The index's plan is all this codec needs."""
+    return plan
 
 
 def decode(

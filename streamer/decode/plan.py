@@ -20,9 +20,12 @@ import numpy as np
 
 from ..index.table import SeekIndex
 
-__all__ = ["CropPlan", "Fetched", "plan_crop", "to_gapless", "to_native"]
+__all__ = ["CropPlan", "Episode", "Fetched", "plan_crop", "to_gapless", "to_native"]
 
 _PLACED_BY_GRANULE = {"vorbis", "opus"}
+
+#: What identifies an episode's bytes within a process: (shard, key, blob length).
+Episode = tuple[object, ...]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ class CropPlan:
     def with_header(self, extra: tuple[tuple[int, int], ...]) -> CropPlan:
         """The same plan with more ranges read up front (a codec's own needs)."""
         return dataclasses.replace(self, header=(*self.header, *extra)) if extra else self
+
+    def without_header(self) -> CropPlan:
+        """The same plan without its header ranges (the decoder has them already)."""
+        return dataclasses.replace(self, header=())
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
