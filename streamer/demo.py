@@ -31,7 +31,7 @@ DEMO_EPISODES = (
     ("studio/alac-stereo", "alac", 48000, 2, 90.0),
     ("studio/wav-mono-16k", "wav", 16000, 1, 180.0),
 )
-DEMO_VERSION = 2
+DEMO_VERSION = 3
 
 
 @dataclass

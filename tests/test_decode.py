@@ -32,7 +32,7 @@ TOLERANCE = 1e-4
 #: encoder uses it by default) fills bands with noise from a generator whose
 #: state carries over from the very first frame, so no decoder that starts
 #: at a seek point can reproduce it: those files are tested apart, below.
-OPTIONS = {"pyav/aac-1": {"aac_pns": "0"}, "pyav/aac-2": {"aac_pns": "0"}}
+OPTIONS = {"pyav/aac-pns-2": {"aac_pns": "1"}}
 
 #: key -> how to make the file: (codec, rate, channels, CLI command or None for PyAV)
 FILES = {

@@ -153,6 +153,9 @@ def _demux_decode(
     stream = container.streams.audio[0]
     if seek_to > 0:
         container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+    # A reused demuxer's decoder still holds the previous crop's state (its
+    # overlap buffer, frames not yet returned): start clean, like a fresh one.
+    stream.codec_context.flush_buffers()
     out: list[np.ndarray] = []
     first = None
     end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
