@@ -232,3 +232,41 @@ def test_planned_jobs_and_bytes_pickle_for_worker_processes(dataset_dir: Path) -
         assert len(shipped_job.index.sample_pos) == 0  # the seek points stay home
         crop = decode_job(shipped_job, shipped, DecodeStats())
         np.testing.assert_array_equal(crop.audio, dataset.read_crop(key, 2.0, 3.0, 16000))
+
+
+@pytest.mark.parametrize("key", ["pyav/mp3-2", "pyav/flac-2", "pyav/opus-2", "pyav/aac-2"])
+def test_damaged_bytes_mid_episode_are_skipped_or_a_crop_error(
+    dataset_dir: Path, tmp_path: Path, key: str
+) -> None:
+    """Garbage over a second of audio: crops around it still come out (bad
+    packets counted) or fail with a CropError naming the episode; nothing
+    else escapes and the crops elsewhere are untouched."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset_dir, copy)
+    dataset = open_dataset(copy)
+    blob = dataset.blob(key)
+    index = dataset.seek_index(key)
+    shard_file = Path(blob.shard)
+    middle = int(index.byte_pos[len(index.byte_pos) // 2])
+    with open(shard_file, "r+b") as file:
+        file.seek(blob.offset + middle + 100)
+        file.write(np.random.default_rng(0).bytes(3000))
+    dataset = open_dataset(copy)
+    clean = open_dataset(dataset_dir)
+    rate = index.sample_rate
+    middle_s = float(index.sample_pos[len(index.sample_pos) // 2]) / index.timescale
+    outcomes = []
+    for start in (middle_s - 1.0, middle_s - 0.2, middle_s + 0.1):
+        try:
+            got = dataset.read_crop(key, start, start + 1.0)
+        except CropError as error:
+            assert error.key == key and error.shard == blob.shard
+            outcomes.append("error")
+        else:
+            assert got.shape == (index.channels, round((start + 1) * rate) - round(start * rate))
+            outcomes.append("audio")
+    assert dataset.decode_stats.bad_packets > 0, "the damage went unnoticed"
+    assert "audio" in outcomes, "a damaged packet must not sink every crop near it"
+    np.testing.assert_array_equal(dataset.read_crop(key, 0.0, 1.0), clean.read_crop(key, 0.0, 1.0))

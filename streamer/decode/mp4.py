@@ -19,6 +19,7 @@ import av
 import numpy as np
 
 from ..index.table import SeekIndex
+from ..timing import record
 from .frames import concat, frame_to_float32
 from .plan import CropPlan, Fetched, to_gapless
 from .sparse import SparseFile
@@ -91,7 +92,8 @@ def _open(fetched: Fetched, stats: DecodeStats, where: dict[str, object]) -> tup
     source = SparseFile(
         fetched.blob_length, list(fetched.pieces), fetched.read_unplanned, stats, where
     )
-    return av.open(source, "r", format="mp4", options=_NO_PROBING), source
+    with record("decoder_open"):
+        return av.open(source, "r", format="mp4", options=_NO_PROBING), source
 
 
 def decode(

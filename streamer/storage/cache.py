@@ -24,6 +24,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
+from ..timing import record
 from .disk import DiskCache
 from .stats import StoreStats
 
@@ -100,8 +101,12 @@ class BlockCache:
                 self._stats.deduplicated += 1
             else:
                 missing.append(block)
+        if not missing and not waiting:
+            with record("cache_hit"):
+                return [self._assemble(found, offset, length) for offset, length in ranges]
         if missing and self._disk is not None:
-            missing = await self._from_disk(path, size, missing, found)
+            with record("disk_cache"):
+                missing = await self._from_disk(path, size, missing, found)
         self._stats.misses += len(missing)
         for first, last in self._runs(missing):
             waiting.update(self._start_fetch(path, size, first, last))

@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..timing import record
 from ._bounds import check_range
 from ._loop import ProcessLocal, run_async, run_sync
 from .base import Entry, RangeReader, Source, Store
@@ -64,6 +65,7 @@ class RemoteStore(Store):
 
     def __init__(self, scheme: str, options: Mapping[str, Any]) -> None:
         self.scheme = scheme
+        self._phase = f"fetch_{scheme}"  # the profiler times requests per store kind
         self._options = dict(options)
         rest = dict(options)
         self.cache_config = CacheConfig(**_pop(rest, _CACHE_OPTIONS))
@@ -162,7 +164,8 @@ class RemoteStore(Store):
         async def attempt() -> Any:
             async with state.limit:
                 self.stats.requests += 1
-                return await request(client)
+                with record(self._phase):
+                    return await request(client)
 
         return await call_with_retries(attempt, policy=self.retry, what=what, stats=self.stats)
 
