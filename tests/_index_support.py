@@ -35,6 +35,16 @@ def index_of(data: bytes, density: float = EVERY) -> SeekIndex:
     return index
 
 
+def assert_same_index(a: SeekIndex, b: SeekIndex) -> None:
+    """Every field equal, arrays element by element."""
+    for name in SeekIndex.__dataclass_fields__:
+        left, right = getattr(a, name), getattr(b, name)
+        if isinstance(left, np.ndarray):
+            np.testing.assert_array_equal(left, right)
+        else:
+            assert left == right, name
+
+
 def packets(data: bytes) -> list[tuple[int, int]]:
     """(byte position, pts in the stream's sample units) of every audio packet."""
     with av.open(io.BytesIO(data)) as container:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _index_support import encoded
 from helpers import write_audio, write_blob_dataset
 from servers import LoopbackServer, file_handler, proxy_handler
 
@@ -42,6 +43,20 @@ def packed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("packed") / "dataset"
     pack(audio_dir, out, batch_size=2, shard_size=600_000, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def index_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ten 1-second files (two per codec, named without extensions: sniffed)
+    and a chained Opus stream, which cannot be indexed."""
+    src = tmp_path_factory.mktemp("index-src")
+    for codec in ("mp3", "opus", "flac", "aac", "wav"):
+        for n in range(2):
+            data = encoded(codec, 48000, 1 + n, seconds=1.0)
+            (src / f"{codec}{n}.bin").write_bytes(data)
+    opus = encoded("opus", 48000, 1, seconds=0.5)
+    (src / "chained.opus").write_bytes(opus + opus)
+    return src
 
 
 # -- storage: real servers on loopback -------------------------------------------

@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 import os
 
-import numpy as np
 import pyarrow as pa
 import pytest
-from _index_support import encoded
+from _index_support import assert_same_index, encoded
 
 import streamer
 from streamer.cli import main
@@ -17,15 +16,6 @@ from streamer.index.build import SCHEMA, build_index, select_shards
 from streamer.index.table import to_struct_array
 from streamer.shard import Shard
 from streamer.shard.pack import pack
-
-
-def _same(a: SeekIndex, b: SeekIndex) -> None:
-    for name in SeekIndex.__dataclass_fields__:
-        left, right = getattr(a, name), getattr(b, name)
-        if isinstance(left, np.ndarray):
-            np.testing.assert_array_equal(left, right)
-        else:
-            assert left == right, name
 
 
 def test_round_trip_and_zero_copy(tmp_path) -> None:
@@ -43,27 +33,15 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
     reader = IndexReader(shard)
     for row, expected in enumerate(indexes):
         got = reader.read(row)
-        _same(got, expected)
+        assert_same_index(got, expected)
     points = reader.read(2).sample_pos
     assert not points.flags.writeable and not points.flags.owndata
     start = points.__array_interface__["data"][0] - shard.reader.base_address
     assert 0 <= start < os.path.getsize(path)  # a view onto the memory map
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> str:
-    src = tmp_path_factory.mktemp("src")
-    for codec in ("mp3", "opus", "flac", "aac", "wav"):
-        for n in range(2):
-            data = encoded(codec, 48000, 1 + n, seconds=1.0)
-            (src / f"{codec}{n}.bin").write_bytes(data)  # sniffed, not named
-    opus = encoded("opus", 48000, 1, seconds=0.5)
-    (src / "chained.opus").write_bytes(opus + opus)
-    return str(src)
-
-
-def test_pack_builds_the_index(folder, tmp_path) -> None:
-    report = pack(folder, tmp_path / "ds", shard_size=20_000, batch_size=2, progress=False)
+def test_pack_builds_the_index(index_sources, tmp_path) -> None:
+    report = pack(index_sources, tmp_path / "ds", shard_size=20_000, batch_size=2, progress=False)
     assert report.index is not None and report.index.reasons == {"chained ogg streams": 1}
     dataset = streamer.open_dataset(tmp_path / "ds")
     assert sorted(os.listdir(tmp_path / "ds" / INDEX_DIR)) == sorted(
@@ -71,23 +49,23 @@ def test_pack_builds_the_index(folder, tmp_path) -> None:
     )
     for key in list(dataset.keys()):
         stored = dataset.seek_index(key)
-        _same(stored, extract(dataset.blob(key)))
+        assert_same_index(stored, extract(dataset.blob(key)))
     assert dataset.seek_index("chained").reason == "chained ogg streams"
     assert dataset.seek_index("flac1").codec == "flac"
 
 
-def test_pack_without_index(folder, tmp_path) -> None:
-    pack(folder, tmp_path / "ds", progress=False, index=False)
+def test_pack_without_index(index_sources, tmp_path) -> None:
+    pack(index_sources, tmp_path / "ds", progress=False, index=False)
     assert not (tmp_path / "ds" / INDEX_DIR).exists()
 
 
-def test_cli_skips_indexed_shards_and_splits_work(folder, tmp_path, capsys) -> None:
+def test_cli_skips_indexed_shards_and_splits_work(index_sources, tmp_path, capsys) -> None:
     out = tmp_path / "ds"
     assert (
         main(
             [
                 "pack",
-                folder,
+                str(index_sources),
                 str(out),
                 "--shard-size",
                 "20000",
@@ -126,7 +104,7 @@ def test_select_shards() -> None:
         select_shards(names, "a,zz")
 
 
-def test_build_index_report(folder, tmp_path) -> None:
-    pack(folder, tmp_path / "ds", progress=False, index=False)
+def test_build_index_report(index_sources, tmp_path) -> None:
+    pack(index_sources, tmp_path / "ds", progress=False, index=False)
     report = build_index(tmp_path / "ds", progress=False)
     assert (report.episodes, report.ok) == (11, 10)

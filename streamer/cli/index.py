@@ -1,4 +1,5 @@
-"""``streamer index URL``: build the seek_index/ column directory of a dataset."""
+"""``streamer index URL``: build the seek_index/ column directory of a dataset
+(a local path, or a writable store such as ``s3://``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import argparse
 import os
 import signal
 
-from .. import open_dataset
 from ..index.build import IndexReport, build_index
 from ..index.extract import DEFAULT_DENSITY
 from ._options import add_url_arguments, storage_options
@@ -40,9 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     # SIGTERM unwinds like Ctrl-C, so temporary index shards are removed.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    dataset = open_dataset(args.url, **storage_options(args))
     report = build_index(
-        dataset.root,
+        args.url,
+        storage_options=storage_options(args),
         shards=args.shards,
         force=args.force,
         workers=args.workers,

@@ -1,22 +1,25 @@
-"""Build the ``seek_index/`` column directory of a dataset.
+"""Build the ``seek_index/`` column directory of a dataset, local or remote.
 
 One index shard per audio shard, same name, same rows in the same order,
-columns ``__key__`` and ``seek_index`` (``table.INDEX_TYPE``). Each shard is
-written under a hidden temporary name and renamed into place when complete
-(the pattern ``streamer pack`` uses), so an interrupted run leaves either a
-whole index shard or none, and a rerun redoes only what is missing. Shards
-are independent, so they are built in parallel worker processes, and
-``select_shards`` lets an outside scheduler split the work across machines.
+columns ``__key__`` and ``seek_index`` (``table.INDEX_TYPE``). Episodes are
+read through the dataset's store (memory map, S3, ...); each index shard is
+written to a local file and stored whole when complete
+(``Store.staged_sync``: renamed into place locally, one PUT on S3), so an
+interrupted run leaves either a whole index shard or none, and a rerun redoes
+only what is missing. Shards are independent, so they are built in parallel
+worker processes (stores pickle by their options; each worker opens its
+own connections), and ``select_shards`` lets an outside scheduler split the
+work across machines.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -24,6 +27,7 @@ from tqdm import tqdm
 from ..errors import DataError, StreamerError
 from ..shard.dataset import Dataset
 from ..shard.ipc import KEY_COLUMN, Shard
+from ..storage import Store, open_url
 from .extract import DEFAULT_DENSITY, extract
 from .table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE, OK, SeekIndex, to_struct_array
 
@@ -31,7 +35,6 @@ __all__ = ["IndexReport", "build_index", "index_shard", "select_shards"]
 
 #: Episodes per record batch of an index shard: bounds the writer's memory.
 ROWS_PER_BATCH = 256
-_TEMP_MARK = ".tmp-"
 SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), pa.field(INDEX_COLUMN, INDEX_TYPE, nullable=False)])
 
 
@@ -81,28 +84,32 @@ def select_shards(names: Sequence[str], spec: str | None) -> list[str]:
 
 
 def build_index(
-    root: str | os.PathLike[str],
+    url: str | os.PathLike[str],
     *,
+    storage_options: Mapping[str, Any] | None = None,
     shards: str | None = None,
     force: bool = False,
     workers: int = 1,
     density: float = DEFAULT_DENSITY,
     progress: bool = True,
 ) -> IndexReport:
-    """Index the dataset at ``root`` (every shard, or the ``shards`` spec).
+    """Index the dataset at ``url`` (every shard, or the ``shards`` spec).
 
-    Shards already indexed (same keys as their audio shard) are skipped
-    unless ``force``. ``workers`` > 1 builds shards in that many processes.
+    ``url`` is a path or any URL ``open_dataset`` takes, with the same
+    ``storage_options``; the store must be writable (not HTTP), which is
+    checked before any work. Shards already indexed (same keys as their
+    audio shard) are skipped unless ``force``. ``workers`` > 1 builds shards
+    in that many processes.
     """
-    root = os.fspath(root)
-    dataset = Dataset(root)
+    store, root = open_url(url, **(storage_options or {}))
+    store.check_writable(store.join(root, INDEX_DIR))
+    dataset = Dataset(root, store=store)
     names = select_shards(dataset.shard_names, shards)
-    os.makedirs(os.path.join(root, INDEX_DIR), exist_ok=True)
-    report = IndexReport(root=root)
+    report = IndexReport(root=dataset.url)
     total = sum(dataset.shard(name).num_rows for name in names)
     bar = tqdm(total=total, unit="ep", desc="index", disable=not progress)
     try:
-        for result in _run(root, names, force=force, workers=workers, density=density):
+        for result in _run(store, root, names, force=force, workers=workers, density=density):
             report.add(result)
             bar.update(result.episodes)
             bar.set_postfix(shards=len(report.indexed), skipped=len(report.skipped))
@@ -112,46 +119,46 @@ def build_index(
 
 
 def _run(
-    root: str, names: list[str], *, force: bool, workers: int, density: float
+    store: Store, root: str, names: list[str], *, force: bool, workers: int, density: float
 ) -> Iterator[ShardResult]:
+    options = {"force": force, "density": density}
     if workers <= 1 or len(names) <= 1:
         for name in names:
-            yield index_shard(root, name, force=force, density=density)
+            yield index_shard(store, root, name, **options)
         return
     with ProcessPoolExecutor(max_workers=min(workers, len(names))) as pool:
-        futures = [
-            pool.submit(index_shard, root, name, force=force, density=density) for name in names
-        ]
+        futures = [pool.submit(index_shard, store, root, name, **options) for name in names]
         for future in as_completed(futures):
             yield future.result()
 
 
 def index_shard(
-    root: str, name: str, *, force: bool = False, density: float = DEFAULT_DENSITY
+    store: Store, root: str, name: str, *, force: bool = False, density: float = DEFAULT_DENSITY
 ) -> ShardResult:
-    """Build (or, unless ``force``, keep) the index shard of one audio shard."""
-    dataset = Dataset(root)
+    """Build (or, unless ``force``, keep) the index shard of one audio shard
+    of the dataset at ``root`` in ``store``."""
+    dataset = Dataset(root, store=store)
     audio = dataset.shard(name)
-    suffix = audio.path[len(os.path.splitext(audio.path)[0]) :]
-    final = os.path.join(root, INDEX_DIR, name + suffix)
+    final = _index_path(dataset, name)
     result = ShardResult(name=name, episodes=audio.num_rows)
-    if not force and _complete(final, audio):
+    if not force and _complete(dataset, name, final):
         result.skipped = True
         return result
-    temp = os.path.join(root, INDEX_DIR, f".{name}{suffix}{_TEMP_MARK}{uuid.uuid4().hex[:8]}")
-    try:
-        with pa.ipc.new_file(temp, SCHEMA) as writer:
-            for start in range(0, audio.num_rows, ROWS_PER_BATCH):
-                rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
-                indexes = [_index_row(audio, dataset.audio_column, row, density) for row in rows]
-                result.reasons.update(i.reason for i in indexes if i.status != OK)
-                keys = audio.keys.slice(start, len(rows))
-                writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
-        os.replace(temp, final)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
+    with store.staged_sync(final) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
+        for start in range(0, audio.num_rows, ROWS_PER_BATCH):
+            rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
+            indexes = [_index_row(audio, dataset.audio_column, row, density) for row in rows]
+            result.reasons.update(i.reason for i in indexes if i.status != OK)
+            keys = audio.keys.slice(start, len(rows))
+            writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
     return result
+
+
+def _index_path(dataset: Dataset, name: str) -> str:
+    """Where the index shard of ``name`` goes: ``seek_index/`` plus the audio shard's file name."""
+    audio_path = dataset.column_dirs[dataset.audio_dir][name]
+    suffix = os.path.splitext(audio_path)[1]
+    return dataset.store.join(dataset.root, INDEX_DIR, name + suffix)
 
 
 def _index_row(audio: Shard, column: str, row: int, density: float) -> SeekIndex:
@@ -161,13 +168,13 @@ def _index_row(audio: Shard, column: str, row: int, density: float) -> SeekIndex
         return SeekIndex.unavailable(exc.reason)
 
 
-def _complete(path: str, audio: Shard) -> bool:
-    """Whether ``path`` is an index shard of this version for exactly these rows."""
-    if not os.path.exists(path):
+def _complete(dataset: Dataset, name: str, path: str) -> bool:
+    """Whether ``path`` is an index shard of this version for exactly the audio shard's rows."""
+    if dataset.column_dirs.get(INDEX_DIR, {}).get(name) != path:
         return False
     try:
-        existing = Shard(path, column_dir=INDEX_DIR)
+        existing = dataset.shard(name, INDEX_DIR)  # checks its keys against the audio shard
     except DataError:
         return False
-    column = existing.schema.field(INDEX_COLUMN) if INDEX_COLUMN in existing.schema.names else None
-    return column is not None and column.type == INDEX_TYPE and existing.keys.equals(audio.keys)
+    schema = existing.schema
+    return INDEX_COLUMN in schema.names and schema.field(INDEX_COLUMN).type == INDEX_TYPE

@@ -3,11 +3,13 @@ streamer reaches stored bytes.
 
 ``open_url(url, **options)`` picks the store by URL scheme (``registry.py``)
 and returns it with the path inside it; ``store.reader(path)`` is a
-``RangeReader``. Network stores share ``remote.py``: block cache
-(``cache.py``, ``disk.py``), retries (``retry.py``), ``stats``.
+``RangeReader``; ``store.put_sync(path, source)`` stores one whole object
+atomically (how ``streamer index`` writes ``seek_index/``). Network stores
+share ``remote.py``: block cache (``cache.py``, ``disk.py``), retries
+(``retry.py``), ``stats``.
 """
 
-from .base import Entry, RangeReader, Store
+from .base import Entry, RangeReader, Source, Store
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
 from .retry import RetryPolicy
@@ -20,6 +22,7 @@ __all__ = [
     "MemoryReader",
     "RangeReader",
     "RetryPolicy",
+    "Source",
     "Store",
     "StoreStats",
     "open_url",

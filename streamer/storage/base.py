@@ -9,12 +9,19 @@ package knows about audio.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
 
+from ..errors import StorageError
 from .stats import StoreStats
 
-__all__ = ["Entry", "RangeReader", "Store"]
+__all__ = ["Entry", "RangeReader", "Source", "Store"]
+
+#: What ``Store.put_sync`` stores: the bytes themselves, or a finished local file.
+Source = bytes | bytearray | memoryview | str | os.PathLike[str]
 
 
 class RangeReader(abc.ABC):
@@ -96,11 +103,16 @@ class Store(abc.ABC):
     Paths are the store's own (``bucket/key`` for S3, a full URL for HTTP, a
     file path locally), joined with ``/``. One store serves every shard of
     every dataset opened through it, so they share connections and cache.
+
+    Stores are read-mostly: ``put_sync`` writes one whole object (what
+    ``streamer index`` needs for ``seek_index/`` shards), atomically.
     """
 
     #: The store itself (scheme and endpoint), safe to log.
     url: str
     stats: StoreStats
+    #: Why this store cannot be written, or ``None`` when ``put_sync`` works.
+    read_only: str | None = None
 
     @abc.abstractmethod
     def reader(self, path: str, size: int | None = None) -> RangeReader:
@@ -109,6 +121,40 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_sync(self, path: str) -> list[Entry]:
         """The children of a directory or prefix, sorted by name."""
+
+    @abc.abstractmethod
+    def put_sync(self, path: str, source: Source) -> None:
+        """Store ``source`` (bytes, or the path of a finished local file) at ``path``.
+
+        Atomic for readers: they see the previous object or the whole new
+        one, never a part. Afterwards readers made by this store (and new
+        listings) see the new object. Raises ``StorageError`` on a read-only
+        store (``read_only`` says why).
+        """
+
+    @contextlib.contextmanager
+    def staged_sync(self, path: str) -> Iterator[str]:
+        """A local file path to write the object ``path`` into, piece by piece.
+
+        When the ``with`` block ends normally the file is stored at ``path``
+        (``put_sync``); when it raises, nothing is stored. The file is
+        removed either way. Fails before the block runs on a read-only store,
+        so no work is done for an object that could not be stored.
+        """
+        self.check_writable(path)
+        suffix = os.path.splitext(path)[1]
+        handle, temp = tempfile.mkstemp(prefix="streamer-", suffix=suffix)
+        os.close(handle)
+        try:
+            yield temp
+            self.put_sync(path, temp)
+        finally:
+            os.remove(temp)
+
+    def check_writable(self, path: str) -> None:
+        """Raise ``StorageError`` (saying why) unless objects can be stored under ``path``."""
+        if self.read_only is not None:
+            raise StorageError(f"{self.display(path)}: {self.read_only}")
 
     def path_of(self, scheme: str, rest: str) -> str:
         """The store path of the URL ``scheme://rest``."""

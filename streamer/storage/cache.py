@@ -124,6 +124,17 @@ class BlockCache:
             if stop <= end:
                 self._keep((path, size, block), bytes(data[start - offset : stop - offset]))
 
+    async def forget(self, path: str, size: int) -> None:
+        """Drop every cached block of ``path``, which was just rewritten with ``size``
+        bytes: memory blocks of any size, and disk entries that a same-size
+        old version may have left."""
+        for key in [key for key in self._blocks if key[0] == path]:
+            self._bytes -= len(self._blocks.pop(key))
+        disk = self._disk
+        if disk is not None:
+            keys = [self._disk_key(path, size, b) for b in self._span(0, size)]
+            await asyncio.get_running_loop().run_in_executor(None, _discard_all, disk, keys)
+
     async def drain(self) -> None:
         """Wait for pending disk-tier writes (before exit, or in tests)."""
         while self._background:
@@ -274,6 +285,11 @@ class BlockCache:
         future = asyncio.get_running_loop().run_in_executor(None, store)
         self._background.add(future)
         future.add_done_callback(self._background.discard)
+
+
+def _discard_all(disk: DiskCache, keys: list[str]) -> None:
+    for key in keys:
+        disk.discard(key)
 
 
 def _retrieve(future: asyncio.Future[bytes]) -> None:

@@ -92,6 +92,10 @@ class DiskCache:
             return
         self._account(_HEADER.size + len(data))
 
+    def discard(self, key: str) -> None:
+        """Remove a block's entry, if there is one (its object was rewritten)."""
+        _remove(self.path(key))
+
     def usage(self) -> int:
         """Bytes held by entries right now (a full scan)."""
         return sum(size for _, size, _ in self._scan())

@@ -3,7 +3,10 @@
 fsspec implementations with an async API are driven on the store loop
 directly; synchronous ones run each call in a worker thread, so a slow file
 system never blocks the loop. fsspec's ``cat_file`` takes an exclusive
-``end``; the lengths it returns are checked like any other store's.
+``end``; the lengths it returns are checked like any other store's. Writes
+are one ``pipe_file``: atomic on object stores (gcs, abfs, memory), not on
+every file system fsspec wraps; a file system that cannot write raises
+``StorageError``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class FsspecStore(RemoteStore):
             return await asyncio.to_thread(getattr(client, method), *args)
         except FileNotFoundError as exc:
             raise StorageError(f"{self.display(args[0])}: not found") from exc
+        except (NotImplementedError, PermissionError) as exc:
+            raise StorageError(f"{self.display(args[0])}: cannot {method} ({exc})") from exc
         except (ConnectionError, TimeoutError) as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
 
@@ -74,6 +79,11 @@ class FsspecStore(RemoteStore):
 
     async def _get_size(self, client: Any, path: str) -> int:
         return int((await self._call_fs(client, "info", path))["size"])
+
+    async def _put(self, client: Any, path: str, body: bytes) -> None:
+        await self._call_fs(client, "pipe_file", path, body)
+        # The file system's own listing cache must show the new object.
+        client.invalidate_cache(path)
 
     async def _list(self, client: Any, path: str) -> list[Entry]:
         listing = await self._call_fs(client, "ls", path, True)

@@ -9,7 +9,8 @@ query string or user info (see ``_urls.safe_url``).
 
 Listing a directory (for a dataset root) reads the server's HTML index and
 follows its links, as ``python -m http.server``, nginx ``autoindex`` and the
-like produce.
+like produce. HTTP stores are read-only (``read_only``): there is no common
+way to upload to a plain web server.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class HTTPStore(RemoteStore):
     Backend options: ``headers`` (sent with every request, e.g.
     ``{"Authorization": ...}``; never logged).
     """
+
+    read_only = "HTTP stores are read-only: index a local or S3 copy"
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)

@@ -1,14 +1,23 @@
-"""Local files, memory-mapped: reads are zero-copy slices of the mapping."""
+"""Local files, memory-mapped: reads are zero-copy slices of the mapping.
+
+Writes go to a hidden temporary file in the target's own directory, renamed
+over the target when complete: a rename within one file system is atomic, so
+a reader (or a crashed writer's rerun) sees a whole file or the old one.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
 
 from ..errors import StorageError
 from ._bounds import check_range
-from .base import Entry, RangeReader, Store
+from .base import Entry, RangeReader, Source, Store
 from .stats import StoreStats
 
 __all__ = ["LocalFileReader", "LocalStore", "MemoryReader"]
@@ -99,6 +108,29 @@ class LocalStore(Store):
 
     def join(self, path: str, *names: str) -> str:
         return os.path.join(path, *names)
+
+    def put_sync(self, path: str, source: Source) -> None:
+        with self.staged_sync(path) as temp:
+            if isinstance(source, (str, os.PathLike)):
+                shutil.copyfile(source, temp)
+            else:
+                with open(temp, "wb") as file:
+                    file.write(source)
+
+    @contextlib.contextmanager
+    def staged_sync(self, path: str) -> Iterator[str]:
+        """A hidden file beside ``path``, renamed onto it on success (no copy)."""
+        folder, name = os.path.split(path)
+        temp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            os.makedirs(folder or ".", exist_ok=True)
+            yield temp
+            os.replace(temp, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        finally:
+            if os.path.exists(temp):
+                os.remove(temp)
 
 
 def _entry(entry: os.DirEntry[str]) -> Entry:

@@ -2,7 +2,8 @@
 
 A backend (``s3.py``, ``http.py``, ``fsspec.py``) subclasses ``RemoteStore``
 and implements a handful of async primitives — one ranged GET, one suffix
-GET, a size query, a listing — against its client. Everything else is here,
+GET, a size query, a listing and, if it can write, one whole-object PUT —
+against its client. Everything else is here,
 once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
 block cache and concurrency limit, request timeouts and retries, body length
 checks, and stats. All of it runs on the background store loop
@@ -17,6 +18,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import os
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 from ..timing import record
 from ._bounds import check_range
 from ._loop import ProcessLocal, run_async, run_sync
-from .base import Entry, RangeReader, Store
+from .base import Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
@@ -110,6 +112,14 @@ class RemoteStore(Store):
     async def _list(self, client: Any, path: str) -> list[Entry]:
         """Children of a directory or prefix (any order)."""
 
+    async def _put(self, client: Any, path: str, body: bytes) -> None:
+        """Store ``body`` as the whole object ``path`` in one atomic request.
+
+        Backends that can write override this; read-only ones set
+        ``read_only`` instead, so callers are refused before any work.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no write path")
+
     # -- Store ----------------------------------------------------------------
 
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
@@ -118,6 +128,13 @@ class RemoteStore(Store):
     def list_sync(self, path: str) -> list[Entry]:
         entries = run_sync(self._call(lambda c: self._list(c, path), f"list {self.display(path)}"))
         return sorted(entries, key=lambda e: e.name)
+
+    def put_sync(self, path: str, source: Source) -> None:
+        """One request holding the whole object (objects are written once and
+        read in ranges; ``seek_index/`` shards are megabytes, not gigabytes)."""
+        self.check_writable(path)
+        body = _body(source)
+        run_sync(self._store(path, body))
 
     async def aclose(self) -> None:
         """Close this process's client; the store reconnects if used again."""
@@ -178,6 +195,13 @@ class RemoteStore(Store):
 
     async def _size(self, path: str) -> int:
         return await self._call(lambda c: self._get_size(c, path), f"size {self.display(path)}")
+
+    async def _store(self, path: str, body: bytes) -> None:
+        what = f"PUT {self.display(path)} ({len(body)} bytes)"
+        await self._call(lambda c: self._put(c, path, body), what)
+        self.stats.bytes_stored += len(body)
+        # Blocks of an object this store replaced must not be served again.
+        await self._state.get().cache.forget(path, len(body))
 
     async def _read(self, path: str, size: int, ranges: Sequence[tuple[int, int]]) -> list:
         return await self._state.get().cache.read(path, size, ranges)
@@ -271,6 +295,14 @@ def _group(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int, list
         else:
             groups.append((offset, offset + length, [(offset, length)]))
     return groups
+
+
+def _body(source: Source) -> bytes:
+    """The bytes to store: ``source`` itself, or the contents of the file it names."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as file:
+            return file.read()
+    return bytes(source)
 
 
 def _pop(options: dict[str, Any], names: set[str]) -> dict[str, Any]:

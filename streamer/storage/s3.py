@@ -10,6 +10,7 @@ with Backblaze B2 defaults (``B2Store``).
 The aiobotocore client is used directly, one per store and process: every
 GET carries exactly one ``Range`` (S3 serves no multi-range requests), and a
 suffix range ``bytes=-N`` answers the object's size in the same round trip.
+Writes are one PutObject each, which S3 applies atomically (up to 5 GB).
 botocore's own retries are off, so ``retry.py`` alone decides (and counts).
 """
 
@@ -167,6 +168,12 @@ class S3Store(RemoteStore):
                 for item in page.get("Contents", []):
                     entries.append(Entry(item["Key"][len(prefix) :], False, int(item["Size"])))
         return entries
+
+    async def _put(self, client: Any, path: str, body: bytes) -> None:
+        """One PutObject: S3 makes a new object visible only once it is whole."""
+        bucket, key = _split(path)
+        with self._errors(path):
+            await client.put_object(Bucket=bucket, Key=key, Body=body)
 
     def _errors(self, path: str) -> _S3Errors:
         return _S3Errors(self.display(path))

@@ -16,8 +16,9 @@ __all__ = ["StoreStats"]
 class StoreStats:
     """Counters for one store (one connection pool), since it was created.
 
-    ``requests`` counts every attempt sent (listings and size queries too),
-    ``bytes_fetched`` the bodies of successful reads; ``hits`` (memory),
+    ``requests`` counts every attempt sent (listings, size queries and
+    writes too), ``bytes_fetched`` the bodies of successful reads,
+    ``bytes_stored`` those of successful writes; ``hits`` (memory),
     ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts
     blocks a reader got by joining a fetch already in flight; ``retries``
     counts attempts repeated after a transient failure.
@@ -25,6 +26,7 @@ class StoreStats:
 
     requests: int = 0
     bytes_fetched: int = 0
+    bytes_stored: int = 0
     hits: int = 0
     disk_hits: int = 0
     misses: int = 0

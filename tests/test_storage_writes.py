@@ -1,0 +1,88 @@
+"""The write path: whole objects stored atomically, through the same retries,
+stats and cache as reads; refused clearly where a store cannot write."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+import pytest
+from conftest import BUCKET, SECRET
+from test_storage_credentials import everything_said
+
+from streamer.errors import StorageError
+from streamer.storage import LocalStore
+
+
+def test_local_staging_is_renamed_into_place_or_dropped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store, target = LocalStore(), str(tmp_path / "new" / "shard.wsds")
+    with store.staged_sync(target) as temp:
+        assert os.path.dirname(temp) == os.path.dirname(target)  # same file system: rename
+        with open(temp, "wb") as file:
+            file.write(b"first")
+    with pytest.raises(RuntimeError), store.staged_sync(target) as temp:
+        with open(temp, "wb") as file:
+            file.write(b"half of the sec")
+        raise RuntimeError("interrupted")
+    assert (tmp_path / "new" / "shard.wsds").read_bytes() == b"first"
+    assert os.listdir(tmp_path / "new") == ["shard.wsds"]  # no temporary left behind
+    store.put_sync(target, b"second")
+    assert (tmp_path / "new" / "shard.wsds").read_bytes() == b"second"
+
+
+def test_s3_put_retries_counts_and_interrupts_cleanly(s3, s3_uploaded, make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store("s3", s3.url, backoff=0.01)
+    path = f"{s3_uploaded}/writes-{uuid.uuid4().hex[:8]}/object.bin"
+    s3.faults.only_ranged, s3.faults.errors = False, 2
+    store.put_sync(path, b"x" * 1000)
+    assert [r.method for r in s3.requests] == ["PUT"] * 3
+    assert (store.stats.retries, store.stats.requests, store.stats.bytes_stored) == (2, 3, 1000)
+    s3.reset()
+    with pytest.raises(RuntimeError), store.staged_sync(path) as temp:
+        with open(temp, "wb") as file:
+            file.write(b"partial")
+        raise RuntimeError("interrupted")
+    assert s3.requests == []  # nothing was stored
+    assert not os.path.exists(temp)
+    assert bytes(store.reader(path).read_sync(0, 1000)) == b"x" * 1000
+
+
+def test_a_rewritten_object_is_never_read_stale(s3, s3_uploaded, make_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Same path, same size, new bytes: neither the memory nor the disk tier
+    (shared with another store, as by another process) serves the old ones."""
+    cache = {"cache_dir": str(tmp_path / "cache"), "block_size": 4096}
+    writer, other = make_store("s3", s3.url, **cache), make_store("s3", s3.url, **cache)
+    path = f"{s3_uploaded}/writes-{uuid.uuid4().hex[:8]}/index.wsds"
+    writer.put_sync(path, b"a" * 10_000)
+    for store in (writer, other):
+        assert bytes(store.reader(path).read_sync(0, 10_000)) == b"a" * 10_000
+    writer.put_sync(path, b"b" * 10_000)
+    assert bytes(writer.reader(path).read_sync(0, 10_000)) == b"b" * 10_000
+    assert bytes(make_store("s3", s3.url, **cache).reader(path).read_sync(0, 10_000)) == (
+        b"b" * 10_000
+    )
+
+
+def test_http_stores_refuse_writes(http, make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store("http")
+    for write in (
+        lambda: store.put_sync(f"{http.url}/packed/x.wsds", b"data"),
+        lambda: store.staged_sync(f"{http.url}/packed/x.wsds").__enter__(),
+    ):
+        with pytest.raises(StorageError, match="HTTP stores are read-only: index a local or S3"):
+            write()
+    assert http.requests == []
+
+
+def test_failed_puts_keep_the_secret(s3, make_store, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.DEBUG)
+    store = make_store("s3", s3.url, attempts=2, backoff=0.01)
+    with pytest.raises(StorageError) as missing:
+        store.put_sync("no-such-bucket/key", b"data")
+    s3.faults.only_ranged, s3.faults.errors = False, 10
+    with pytest.raises(StorageError) as exhausted:
+        store.put_sync(f"{BUCKET}/key", b"data")
+    said = everything_said(caplog, store, errors=[missing.value, exhausted.value])
+    assert "PUT s3://data/key (4 bytes): 503" in said and "no-such-bucket" in said
+    assert SECRET not in said
