@@ -77,6 +77,11 @@ class BlockCache:
         )
 
     @property
+    def disk(self) -> DiskCache | None:
+        """The disk tier, if the store has one (``cache_dir``)."""
+        return self._disk
+
+    @property
     def memory_bytes(self) -> int:
         """Bytes held by the in-memory tier."""
         return self._bytes
