@@ -124,6 +124,11 @@ class BlockCache:
             if stop <= end:
                 self._keep((path, size, block), bytes(data[start - offset : stop - offset]))
 
+    def clear(self) -> None:
+        """Forget the memory tier (benchmarks start each configuration cold)."""
+        self._blocks.clear()
+        self._bytes = 0
+
     async def drain(self) -> None:
         """Wait for pending disk-tier writes (before exit, or in tests)."""
         while self._background:

@@ -119,6 +119,22 @@ class RemoteStore(Store):
     def list_sync(self, path: str) -> list[Entry]:
         return run_sync(self._listing(path))
 
+    async def drain(self) -> None:
+        """Wait until the blocks bound for the disk tier are written (call on the
+        store loop: the end of a warmup)."""
+        state = self._state.peek()
+        if state is not None:
+            await state.cache.drain()
+
+    def clear_memory_cache(self) -> None:
+        """Drop this process's in-memory blocks (the disk tier stays)."""
+        run_sync(self._clear_on_loop())
+
+    async def _clear_on_loop(self) -> None:
+        state = self._state.peek()
+        if state is not None:
+            state.cache.clear()
+
     async def aclose(self) -> None:
         """Close this process's client; the store reconnects if used again."""
         await run_async(self._close_on_loop())
