@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
+import sniffio
 
 from ..decode.crop import Crop, CropRequest
 from ..shard.dataset import Dataset
@@ -238,16 +239,16 @@ class Streamer:
         return self
 
     async def __anext__(self) -> Crop:
-        item = await run_async(self._next())
+        item = await _awaiting(self._next())
         if item is _END:
             if not self._entered:
-                await run_async(self._shutdown())
+                await _awaiting(self._shutdown())
             raise StopAsyncIteration
         return item  # type: ignore[return-value]
 
     async def __aenter__(self) -> Streamer:
         self._entered = True
-        await run_async(self._start_pool())
+        await _awaiting(self._start_pool())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -256,7 +257,7 @@ class Streamer:
 
     async def aclose(self) -> None:
         """Stop the pipeline and every worker process."""
-        await run_async(self._shutdown())
+        await _awaiting(self._shutdown())
 
     # -- sync use ---------------------------------------------------------------
 
@@ -359,9 +360,21 @@ class _Resources:
             self.pool.close()
 
 
+async def _on_store_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine``, marked as running under asyncio: a task submitted from a
+    trio thread inherits its context, which would make anyio pick trio."""
+    sniffio.current_async_library_cvar.set("asyncio")
+    return await coroutine
+
+
+async def _awaiting(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on the store loop; the caller's loop (asyncio or trio) awaits it."""
+    return await run_async(_on_store_loop(coroutine))
+
+
 def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run on the store loop and wait; an interrupt (Ctrl-C) cancels the coroutine."""
-    future = asyncio.run_coroutine_threadsafe(coroutine, background_loop())
+    future = asyncio.run_coroutine_threadsafe(_on_store_loop(coroutine), background_loop())
     try:
         return future.result()
     except BaseException:
