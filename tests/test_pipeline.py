@@ -146,7 +146,7 @@ def test_partitions_are_disjoint_and_complete(packed: Path, world_size, num_work
         for rank in range(world_size)
         for worker in range(num_workers)
     ]
-    assert sum(parts, []) == whole  # disjoint, complete, and in the global order
+    assert [row for part in parts for row in part] == whole  # disjoint, complete, in order
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 

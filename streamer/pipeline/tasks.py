@@ -10,6 +10,7 @@ shard file itself and reads the planned ranges out of its own mapping.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -96,7 +97,13 @@ def run(task: Task, stats: DecodeStats) -> Crop:
     blob = task.blob.open()
     if task.job.plan is None:
         return decode_fallback(task.job, blob, stats)
-    fetched = task.fetched if task.fetched is not None else fetch(task.job, blob)
+    if task.fetched is None:
+        return decode_job(task.job, fetch(task.job, blob), stats)
+    # Shipped bytes lost their way back to the blob: a decoder straying
+    # outside its plan (counted in ``stats``) reads through this process's store.
+    fetched = dataclasses.replace(
+        task.fetched, read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length))
+    )
     return decode_job(task.job, fetched, stats)
 
 

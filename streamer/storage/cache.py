@@ -177,16 +177,21 @@ class BlockCache:
     def _start_fetch(
         self, path: str, size: int, first: int, last: int
     ) -> dict[int, asyncio.Future[bytes]]:
+        """Fetch blocks ``first..last``; returns a future for each. Blocks another
+        reader started fetching meanwhile (while this one looked on disk) are
+        joined, not fetched twice."""
         loop = asyncio.get_running_loop()
-        futures = {}
+        futures, joined = {}, {}
         for block in range(first, last + 1):
             key = (path, size, block)
-            if key not in self._inflight:
+            if key in self._inflight:
+                joined[block] = self._inflight[key]
+            else:
                 self._inflight[key] = futures[block] = loop.create_future()
         task = loop.create_task(self._fetch_run(path, size, first, last, futures))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        return futures
+        return {**joined, **futures}
 
     async def _fetch_run(
         self,
