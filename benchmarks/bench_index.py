@@ -9,7 +9,7 @@ shared and noisy):
 - index read: the naive Arrow read of the same row (``as_py()`` on the struct
   scalar, then numpy arrays from the Python lists).
 
-Run: ``python benchmarks/bench_index.py [--seconds 120] [--json PATH]``.
+Run: ``python -m benchmarks.bench_index [--seconds 120] [--json PATH]``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from helpers import write_audio, write_blob_dataset
 from servers import LoopbackServer, file_handler, proxy_handler
 
+from streamer.shard.dataset import Dataset
 from streamer.shard.pack import pack
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
@@ -148,3 +149,21 @@ def make_store() -> Iterator[Callable[..., Any]]:
     yield make
     for store in made:
         run_sync(store._close_on_loop())
+
+
+@pytest.fixture(params=["s3", "http"])
+def remote(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """(open a dataset by name, server) for each remote backend; stats start at zero."""
+    kind = request.param
+    server = s3 if kind == "s3" else http
+
+    def open_remote(name: str, **options) -> Dataset:  # type: ignore[no-untyped-def]
+        if kind == "s3":
+            dataset = Dataset(f"{s3_uploaded}/{name}", store=make_store("s3", s3.url, **options))
+        else:
+            dataset = Dataset(f"{http.url}/{name}", store=make_store("http", **options))
+        dataset.store.stats.reset()
+        server.reset()
+        return dataset
+
+    return open_remote, server

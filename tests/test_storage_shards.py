@@ -11,24 +11,6 @@ from streamer.shard.dataset import Dataset
 from streamer.shard.footer import PREFETCH_BYTES, TAIL_BYTES
 
 
-@pytest.fixture(params=["s3", "http"])
-def remote(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
-    """(open a dataset by name, server) for each remote backend; stats start at zero."""
-    kind = request.param
-    server = s3 if kind == "s3" else http
-
-    def open_remote(name: str, **options) -> Dataset:  # type: ignore[no-untyped-def]
-        if kind == "s3":
-            dataset = Dataset(f"{s3_uploaded}/{name}", store=make_store("s3", s3.url, **options))
-        else:
-            dataset = Dataset(f"{http.url}/{name}", store=make_store("http", **options))
-        dataset.store.stats.reset()
-        server.reset()
-        return dataset
-
-    return open_remote, server
-
-
 def test_remote_dataset_matches_local(remote, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
     open_remote, _ = remote
     local = open_dataset(storage_root / "packed")

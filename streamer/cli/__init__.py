@@ -17,7 +17,7 @@ from ..errors import StreamerError
 
 __all__ = ["main"]
 
-COMMANDS = ["demo", "pack", "index", "inspect", "bench", "warmup", "timing"]
+COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except StreamerError as exc:
         print(f"streamer {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyError as exc:  # an unknown episode key: the message says which
+        print(f"streamer {args.command}: error: {exc.args[0]}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)

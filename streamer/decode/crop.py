@@ -142,7 +142,8 @@ def prepare(source: CropSource, request: CropRequest) -> CropJob:
     else:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):
-        plan = plan_crop(index, first, last, preroll, extra=module.extra_ranges(index))
+        plan = plan_crop(index, first, last, preroll)
+        plan = plan.with_header(module.extra_ranges(index, plan))
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
     return CropJob(request, shard, light, plan)
 
@@ -164,11 +165,8 @@ async def afetch(job: CropJob, blob: BlobHandle) -> Fetched:
 
 
 def _fetched(plan: CropPlan, views: list[memoryview], blob: BlobHandle) -> Fetched:
-    pieces = tuple(zip((offset for offset, _ in plan.ranges), views, strict=True))
     return Fetched(
-        header=b"".join(bytes(view) for view in views[: len(plan.header)]),
-        data=views[-1],
-        pieces=pieces,
+        pieces=tuple(zip((offset for offset, _ in plan.ranges), views, strict=True)),
         blob_length=blob.length,
         read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length)),
     )
@@ -223,7 +221,7 @@ def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | Non
 
 def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     """The module that decodes this index's codec: one per codec family, each
-    with ``preroll(index)``, ``extra_ranges(index)`` and ``decode(...)``."""
+    with ``preroll(index)``, ``extra_ranges(index, plan)`` and ``decode(...)``."""
     if index.block_align:
         return pcm
     module = _CODEC_MODULES.get(index.codec)

@@ -34,7 +34,7 @@ def preroll(index: SeekIndex) -> int:
     return 0
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """Nothing beyond the index's header ranges."""
     return ()
 

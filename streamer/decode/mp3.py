@@ -41,7 +41,7 @@ def preroll(index: SeekIndex) -> int:
     return PREROLL_FRAMES * samples_per_frame(index)
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """Nothing beyond the index's header ranges."""
     return ()
 

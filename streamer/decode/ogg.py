@@ -49,18 +49,15 @@ def pages(data: memoryview) -> Iterator[_Page]:
         if capture != b"OggS":
             raise ValueError(f"no Ogg page at data offset {offset}")
         lacing = bytes(data[offset + _PAGE.size : offset + _PAGE.size + count])
-        body = offset + _PAGE.size + count
-        packets, start = [], body
-        for i, value in enumerate(lacing):
-            if value < 255 or i == len(lacing) - 1:
-                end = body + sum(lacing[: i + 1])
-                if value < 255:
-                    packets.append(partial + bytes(data[start:end]))
-                    partial = b""
-                else:
-                    partial += bytes(data[start:end])
-                start = end
-        offset = body + sum(lacing)
+        position = offset + _PAGE.size + count
+        packets, start = [], position
+        for value in lacing:
+            position += value
+            if value < 255:  # a packet ends here
+                packets.append(partial + bytes(data[start:position]))
+                partial, start = b"", position
+        partial += bytes(data[start:position])
+        offset = position
         yield _Page(granule, bool(flags & _EOS), tuple(packets), bool(packets))
 
 
@@ -84,7 +81,7 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """Nothing beyond the index's header ranges."""
     return ()
 

@@ -3,7 +3,7 @@
 Sample ``s`` of a PCM stream is at byte ``data_start + s * block_align``, so
 the plan is the exact byte range and decoding is a dtype view. The float
 scaling matches FFmpeg's decode converted by ``frame_to_float32``: integers
-divide by their full scale (24-bit samples as FFmpeg's s32 with 8 zero bits).
+scale by their full scale (24-bit samples as FFmpeg's s32 with 8 zero bits).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def preroll(index: SeekIndex) -> int:
     return 0
 
 
-def extra_ranges(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+def extra_ranges(index: SeekIndex, plan: CropPlan) -> tuple[tuple[int, int], ...]:
     """Nothing beyond the index's header ranges."""
     return ()
 
@@ -68,8 +68,9 @@ def _samples(index: SeekIndex, data: memoryview, where: dict[str, object]) -> np
         values = wide.reshape(frames, channels).T
     else:
         values = raw.view(dtype).reshape(frames, channels).T
+    out = values.astype(np.float32)
     if dtype == "u1":
-        return ((values.astype(np.float32) - 128.0) / scale).astype(np.float32)
+        out -= 128.0
     if scale:
-        return (values.astype(np.float64) / scale).astype(np.float32)
-    return values.astype(np.float32)
+        out *= np.float32(1.0 / scale)  # a power of two: exact, as float64 division
+    return out

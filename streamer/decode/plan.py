@@ -12,6 +12,7 @@ or before ``first - preroll`` to the first seek point at or after ``last``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +39,10 @@ class CropPlan:
     header: tuple[tuple[int, int], ...]
     data: tuple[int, int]
 
+    def with_header(self, extra: tuple[tuple[int, int], ...]) -> CropPlan:
+        """The same plan with more ranges read up front (a codec's own needs)."""
+        return dataclasses.replace(self, header=(*self.header, *extra)) if extra else self
+
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
         return (*self.header, self.data)
@@ -49,35 +54,43 @@ class CropPlan:
 
 @dataclass(frozen=True)
 class Fetched:
-    """The planned bytes, in memory: what a codec module decodes from."""
+    """The planned bytes, in memory: what a codec module decodes from.
 
-    header: bytes  # the header ranges, concatenated
-    data: memoryview  # the data range
-    pieces: tuple[tuple[int, memoryview], ...]  # every planned range at its blob offset
+    ``pieces`` are the plan's ranges in order (header ranges first, the data
+    range last) at their blob offsets; for local shards they are views of
+    the memory map, so nothing is copied until a codec asks.
+    """
+
+    pieces: tuple[tuple[int, memoryview], ...]
     blob_length: int
     #: Reads bytes outside the plan (counted as a bug signal); None once the
-    #: bytes have been shipped away from the blob (``portable``).
+    #: bytes have been shipped away from the blob (pickled to a worker).
     read_unplanned: Callable[[int, int], bytes] | None
 
+    @property
+    def header(self) -> bytes:
+        """The header ranges, concatenated."""
+        return b"".join(bytes(view) for _, view in self.pieces[:-1])
+
+    @property
+    def data(self) -> memoryview:
+        """The data range."""
+        return self.pieces[-1][1]
+
     def portable(self) -> Fetched:
-        """A copy that owns its bytes and can be pickled to a worker process."""
-        pieces = tuple((offset, bytes(view)) for offset, view in self.pieces)
-        return Fetched(
-            header=self.header,
-            data=memoryview(pieces[-1][1]),
-            pieces=tuple((offset, memoryview(data)) for offset, data in pieces),
-            blob_length=self.blob_length,
-            read_unplanned=None,
+        """A copy that owns its bytes (what a worker process receives)."""
+        return _rebuild(
+            tuple((offset, bytes(view)) for offset, view in self.pieces), self.blob_length
         )
 
     def __reduce__(self) -> tuple[object, ...]:
         pieces = tuple((offset, bytes(view)) for offset, view in self.pieces)
-        return (_rebuild, (self.header, pieces, self.blob_length))
+        return (_rebuild, (pieces, self.blob_length))
 
 
-def _rebuild(header: bytes, pieces: tuple[tuple[int, bytes], ...], blob_length: int) -> Fetched:
+def _rebuild(pieces: tuple[tuple[int, bytes], ...], blob_length: int) -> Fetched:
     views = tuple((offset, memoryview(data)) for offset, data in pieces)
-    return Fetched(header, views[-1][1], views, blob_length, None)
+    return Fetched(views, blob_length, None)
 
 
 def to_native(index: SeekIndex, sample: int) -> int:
@@ -94,20 +107,9 @@ def to_gapless(index: SeekIndex, native: int) -> int:
     return round((native - index.first_sample) * index.sample_rate / index.timescale)
 
 
-def plan_crop(
-    index: SeekIndex,
-    first: int,
-    last: int,
-    preroll: int,
-    *,
-    extra: tuple[tuple[int, int], ...] = (),
-) -> CropPlan:
+def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan:
     """The plan for gapless samples ``[first, last)`` (``last`` already clipped),
-    decoding from at least ``preroll`` native units before ``first``.
-
-    ``extra`` ranges join the header: bytes a codec's decoder reads up front
-    beyond what the index lists (the MP4 demuxer's stream probe).
-    """
+    decoding from at least ``preroll`` native units before ``first``."""
     if index.block_align:
         start = index.data_start + first * index.block_align
         end = min(index.data_start + last * index.block_align, index.data_end)
@@ -128,6 +130,6 @@ def plan_crop(
         last=last,
         point=point,
         start_native=int(points[point]),
-        header=(*index.header, *extra),
+        header=tuple(index.header),
         data=(start, end - start),
     )

@@ -40,6 +40,17 @@ class SparseFile(io.RawIOBase):
         self._where = where
         self._pos = 0
 
+    def refill(
+        self,
+        pieces: list[tuple[int, memoryview]],
+        fallback: Callable[[int, int], bytes] | None,
+        stats: DecodeStats,
+        where: dict[str, object],
+    ) -> None:
+        """Hold another crop's planned ranges (the demuxer stays open)."""
+        self._pieces = sorted(pieces, key=lambda piece: piece[0])
+        self._fallback, self._stats, self._where = fallback, stats, where
+
     def readable(self) -> bool:
         return True
 

@@ -30,6 +30,7 @@ from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageErr
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..storage.base import Store
 from ..storage.local import LocalStore
+from ..timing import record
 from .blob import BlobHandle
 from .ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 
@@ -198,7 +199,8 @@ class Dataset:
         reader = self._index_readers.get(name)
         if reader is None:
             reader = self._index_readers[name] = IndexReader(self.shard(name, INDEX_DIR))
-        return reader.read(row)
+        with record("index_read"):
+            return reader.read(row)
 
     @property
     def decode_stats(self) -> DecodeStats:

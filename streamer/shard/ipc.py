@@ -50,6 +50,7 @@ class Shard:
         try:
             with record("shard_open"):
                 self.reader = source if isinstance(source, RangeReader) else LocalFileReader(source)
+            with record("footer_read"):
                 self.layout, self._pieces = read_layout(self.reader, self.path)
         except StorageError as exc:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc

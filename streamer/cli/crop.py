@@ -1,0 +1,54 @@
+"""``streamer crop URL KEY START END -o FILE``: one crop, to .npy or .wav."""
+
+from __future__ import annotations
+
+import argparse
+import wave
+
+import numpy as np
+
+from .. import open_dataset
+from ..decode.crop import CropRequest, read_crop, source_for
+from ._options import add_url_arguments, storage_options
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("crop", help="decode one crop to a .npy or .wav file")
+    add_url_arguments(parser)
+    parser.add_argument("key", metavar="KEY", help="episode key")
+    parser.add_argument("start", metavar="START", type=float, help="start, seconds")
+    parser.add_argument("end", metavar="END", type=float, help="end, seconds")
+    parser.add_argument("--sample-rate", type=int, help="resample to this rate (Hz)")
+    parser.add_argument("--mono", action="store_true", help="mean of the channels")
+    parser.add_argument("--pad", action="store_true", help="zero-pad a crop past the end")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="FILE.npy (float32) or FILE.wav"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.output.endswith((".npy", ".wav")):
+        raise SystemExit("streamer crop: error: -o must end in .npy or .wav")
+    dataset = open_dataset(args.url, **storage_options(args))
+    request = CropRequest(
+        args.key, args.start, args.end, sample_rate=args.sample_rate, mono=args.mono, pad=args.pad
+    )
+    crop = read_crop(source_for(dataset, args.key), request, dataset.decode_stats)
+    audio, rate = crop.audio, crop.sample_rate
+    if args.output.endswith(".npy"):
+        np.save(args.output, audio)
+    else:
+        write_wav(args.output, audio, rate)
+    print(f"{args.output}: {audio.shape[0]} channel(s) x {audio.shape[1]} samples at {rate} Hz")
+    return 0
+
+
+def write_wav(path: str, audio: np.ndarray, rate: int) -> None:
+    """16-bit PCM WAV (the .npy keeps the exact float32 samples)."""
+    pcm = (np.clip(audio, -1.0, 32767 / 32768) * 32768).round().astype("<i2")
+    with wave.open(path, "wb") as file:
+        file.setnchannels(audio.shape[0])
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(pcm.T.tobytes())

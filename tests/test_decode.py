@@ -1,0 +1,234 @@
+"""Sample-exact crops: every codec, both encoder families, against FFmpeg's full decode.
+
+The reference is PyAV decoding the whole file (FFmpeg's gapless decode)
+sliced at ``round(t * sr)``. Lossless codecs must match bit for bit; lossy
+ones with zero lag and a max abs difference of at most 1e-4.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from _index_support import cli_encode
+
+from streamer import open_dataset
+from streamer.decode.frames import frame_to_float32
+from streamer.decode.resample import downmix, resample
+from streamer.errors import CropError
+from streamer.shard.pack import pack
+from streamer.synth import CODECS, encode, signal
+
+SECONDS = 6.0
+LOSSLESS = {"flac", "alac", "wav"}
+TOLERANCE = 1e-4
+
+#: Encoder options. AAC's perceptual noise substitution (PNS; FFmpeg's
+#: encoder uses it by default) fills bands with noise from a generator whose
+#: state carries over from the very first frame, so no decoder that starts
+#: at a seek point can reproduce it: those files are tested apart, below.
+OPTIONS = {"pyav/aac-1": {"aac_pns": "0"}, "pyav/aac-2": {"aac_pns": "0"}}
+
+#: key -> how to make the file: (codec, rate, channels, CLI command or None for PyAV)
+FILES = {
+    "pyav/mp3-1": ("mp3", 44100, 1, None),
+    "pyav/mp3-2": ("mp3", 48000, 2, None),
+    "pyav/mp3-22k": ("mp3", 22050, 1, None),
+    "pyav/vorbis-2": ("vorbis", 44100, 2, None),
+    "pyav/opus-1": ("opus", 48000, 1, None),
+    "pyav/opus-2": ("opus", 48000, 2, None),
+    "pyav/flac-1": ("flac", 22050, 1, None),
+    "pyav/flac-2": ("flac", 48000, 2, None),
+    "pyav/aac-1": ("aac", 22050, 1, None),
+    "pyav/aac-2": ("aac", 44100, 2, None),
+    "pyav/aac-pns-2": ("aac", 44100, 2, None),
+    "pyav/alac-1": ("alac", 44100, 1, None),
+    "pyav/alac-2": ("alac", 48000, 2, None),
+    "pyav/wav-1": ("wav", 16000, 1, None),
+    "pyav/wav-2": ("wav", 44100, 2, None),
+    "cli/lame-vbr-2": ("mp3", 44100, 2, ["lame", "--quiet", "-V", "2", "-", "{out}"]),
+    "cli/lame-cbr-1": ("mp3", 32000, 1, ["lame", "--quiet", "-b", "64", "-", "{out}"]),
+    "cli/oggenc-1": ("vorbis", 44100, 1, ["oggenc", "-Q", "-o", "{out}", "-"]),
+    "cli/oggenc-2": ("vorbis", 22050, 2, ["oggenc", "-Q", "-o", "{out}", "-"]),
+    "cli/opusenc-1": ("opus", 48000, 1, ["opusenc", "--quiet", "-", "{out}"]),
+    "cli/opusenc-2": ("opus", 44100, 2, ["opusenc", "--quiet", "-", "{out}"]),
+    "cli/flac-1": ("flac", 44100, 1, ["flac", "-s", "-o", "{out}", "-"]),
+    "cli/flac-2": ("flac", 16000, 2, ["flac", "-s", "--blocksize=1152", "-o", "{out}", "-"]),
+}
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every file in ``FILES`` that can be made here, packed (and indexed)."""
+    src = tmp_path_factory.mktemp("decode-src")
+    for key, (codec, rate, channels, command) in FILES.items():
+        if command is None:
+            samples = signal(SECONDS, rate, channels, seed=len(key))
+            data = encode(samples, rate, codec, options=OPTIONS.get(key))
+        else:
+            try:
+                data = cli_encode(command, rate, channels, seconds=SECONDS)
+            except pytest.skip.Exception:
+                continue
+        path = src / f"{key}.{CODECS[codec].extension}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    out = tmp_path_factory.mktemp("decode") / "dataset"
+    pack(src, out, progress=False)
+    return out
+
+
+def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame_to_float32(f) for f in container.decode(stream)]
+        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
+
+
+def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
+    rng = random.Random(seed)
+    edges = [(0.0, 0.25), (0.0, 2.0), (0.001, 1.3), (duration - 1.0, duration)]
+    edges += [(duration - 0.3, duration + 0.5)]  # runs past the end: clipped
+    spans = []
+    for _ in range(20):
+        start = rng.uniform(0, duration - 0.2)
+        spans.append((start, min(start + rng.uniform(0.05, 3.0), duration)))
+    return edges + spans
+
+
+def _compare(key: str, codec: str, got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape, f"{key}: shape {got.shape} != {want.shape}"
+    assert got.dtype == np.float32
+    if codec in LOSSLESS:
+        np.testing.assert_array_equal(got, want, err_msg=key)
+    else:
+        error = float(np.abs(got - want).max()) if got.size else 0.0
+        assert error <= TOLERANCE, f"{key}: max abs error {error:.2e}"
+
+
+@pytest.mark.parametrize("key", sorted(k for k in FILES if "pns" not in k))
+def test_crops_equal_the_full_decode(dataset_dir: Path, key: str) -> None:
+    dataset = open_dataset(dataset_dir)
+    if key not in dataset:
+        pytest.skip(f"{FILES[key][3][0]} is not installed")
+    codec = FILES[key][0]
+    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    assert dataset.seek_index(key).ok
+    for start, end in _crops(full.shape[1] / rate, key):
+        got = dataset.read_crop(key, start, end)
+        _compare(key, codec, got, full[:, round(start * rate) : round(end * rate)])
+    stats = dataset.decode_stats
+    assert stats.fallback == 0 and stats.unplanned_reads == 0 and stats.bad_packets == 0
+
+
+def test_aac_noise_substitution_is_in_place_but_not_exact(dataset_dir: Path) -> None:
+    """PNS bands are noise: a crop has the right samples in the right place
+    (zero lag), but the noise itself differs from a decode from the start."""
+    dataset = open_dataset(dataset_dir)
+    key = "pyav/aac-pns-2"
+    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    for start, end in _crops(full.shape[1] / rate, key)[5:15]:
+        got = dataset.read_crop(key, start, end)
+        first = round(start * rate)
+        errors = {
+            lag: float(np.abs(got - full[:, first + lag : first + lag + got.shape[1]]).mean())
+            for lag in (-2, -1, 0, 1, 2)
+            if first + lag >= 0 and first + lag + got.shape[1] <= full.shape[1]
+        }
+        assert min(errors, key=errors.get) == 0, errors
+        assert float(np.abs(got - full[:, first : first + got.shape[1]]).max()) < 0.15
+
+
+@pytest.mark.parametrize("key", ["pyav/mp3-2", "pyav/opus-2", "pyav/flac-1", "pyav/aac-2"])
+@pytest.mark.parametrize("target", [16000, 24000])
+def test_resampled_mono_crops_match_the_resampled_full_decode(
+    dataset_dir: Path, key: str, target: int
+) -> None:
+    dataset = open_dataset(dataset_dir)
+    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    reference = resample(downmix(full), rate, target)
+    for start, end in _crops(full.shape[1] / rate, key)[:10]:
+        got = dataset.read_crop(key, start, end, sample_rate=target, mono=True)
+        first = round(start * target)
+        want = reference[:, first : first + round((end - start) * target)]
+        assert got.shape[0] == 1
+        _compare(key, FILES[key][0], got, want)
+
+
+def test_exact_output_length_and_padding(dataset_dir: Path) -> None:
+    dataset = open_dataset(dataset_dir)
+    key = "pyav/wav-2"
+    assert dataset.read_crop(key, 1.0, 1.5).shape == (2, 22050)
+    assert dataset.read_crop(key, 1.00001, 1.25001, sample_rate=16000).shape == (2, 4000)
+    clipped = dataset.read_crop(key, SECONDS - 0.5, SECONDS + 0.5)
+    padded = dataset.read_crop(key, SECONDS - 0.5, SECONDS + 0.5, pad=True)
+    assert clipped.shape == (2, 22050) and padded.shape == (2, 44100)
+    np.testing.assert_array_equal(padded[:, :22050], clipped)
+    assert not padded[:, 22050:].any()
+
+
+def test_crops_past_the_end_raise_a_crop_error(dataset_dir: Path) -> None:
+    dataset = open_dataset(dataset_dir)
+    with pytest.raises(CropError, match="past the end") as caught:
+        dataset.read_crop("pyav/flac-1", SECONDS + 1, SECONDS + 2)
+    assert caught.value.key == "pyav/flac-1"
+    assert caught.value.shard.endswith(".wsds")
+    with pytest.raises(ValueError, match="start < end"):
+        dataset.read_crop("pyav/flac-1", 2.0, 1.0)
+
+
+def test_crops_read_only_their_bytes(dataset_dir: Path) -> None:
+    dataset = open_dataset(dataset_dir)
+    # (MP4 is left out: on a file this small, FFmpeg reads through the first
+    # 64 KiB rather than seek; the long-episode tests cover it.)
+    for key in ("pyav/mp3-2", "pyav/flac-2", "pyav/opus-1", "pyav/wav-2"):
+        blob = dataset.blob(key)
+        before = dataset.decode_stats.planned_bytes
+        dataset.read_crop(key, 3.0, 3.5)
+        planned = dataset.decode_stats.planned_bytes - before
+        # Half a second plus pre-roll and index granularity (one point a
+        # second): well under the episode's six seconds.
+        assert planned < 0.5 * blob.length, f"{key}: {planned} of {blob.length} bytes"
+
+
+def test_no_index_falls_back_counted_and_warned_once(
+    audio_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    out = tmp_path / "ds"
+    pack(audio_dir, out, progress=False, index=False)
+    dataset = open_dataset(out)
+    keys = list(dataset)
+    with caplog.at_level(logging.WARNING, logger="streamer.decode.crop"):
+        for key in keys:
+            full, rate = _full_decode(bytes(dataset.blob(key).view()))
+            got = dataset.read_crop(key, 0.5, 1.5)
+            assert got.shape == full[:, round(0.5 * rate) : round(1.5 * rate)].shape
+    assert dataset.decode_stats.fallback == len(keys)
+    assert dataset.decode_stats.fallback_reasons == {"no seek index": len(keys)}
+    warnings = [r for r in caplog.records if "without a seek index" in r.message]
+    assert len(warnings) == 1
+
+
+def test_planned_jobs_and_bytes_pickle_for_worker_processes(dataset_dir: Path) -> None:
+    """What a pipeline ships to a decode worker: the job and only its bytes."""
+    import pickle
+
+    from streamer.decode.crop import CropRequest, decode_job, fetch, prepare, source_for
+    from streamer.decode.stats import DecodeStats
+
+    dataset = open_dataset(dataset_dir)
+    for key in ("pyav/mp3-2", "pyav/aac-2", "pyav/opus-1", "pyav/wav-1"):
+        source = source_for(dataset, key)
+        job = prepare(source, CropRequest(key, 2.0, 3.0, sample_rate=16000))
+        fetched = fetch(job, source.blob)
+        shipped_job, shipped = pickle.loads(pickle.dumps((job, fetched)))
+        assert shipped.read_unplanned is None
+        assert len(pickle.dumps(shipped)) < 1.2 * job.plan.nbytes + 1024
+        assert len(shipped_job.index.sample_pos) == 0  # the seek points stay home
+        crop = decode_job(shipped_job, shipped, DecodeStats())
+        np.testing.assert_array_equal(crop.audio, dataset.read_crop(key, 2.0, 3.0, 16000))
