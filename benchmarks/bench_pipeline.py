@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,11 @@ def small_shards(folder: Path) -> Path:
     return folder / "demo"
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=0.05)
@@ -92,9 +98,18 @@ def main() -> None:
         shown = " ".join(command).replace(proxy.url, "$PROXY")
         print(f"$ {shown} --json  # $PROXY: S3 with {args.latency * 1000:.0f} ms per request")
         module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
+        before = _cpu()
         answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
+        server_cpu = _cpu() - before
         result = json.loads(answer.stdout)
         print_table(result)
+        remote_crops = sum(r["yielded"] for r in result["runs"] if r["url"].startswith("s3://"))
+        print(
+            f"server side (moto + proxy, this process): {server_cpu:.1f} s CPU, "
+            f"{server_cpu * 1000 / max(remote_crops, 1):.1f} ms per remote crop, "
+            f"on the same {os.cpu_count()} CPUs as the bench"
+        )
+        result["server_cpu_s"] = server_cpu
         print("wrote", write_json("pipeline", {"latency_s": args.latency, **result}))
     finally:
         proxy.stop()
