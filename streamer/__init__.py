@@ -5,19 +5,29 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import DataError, LayoutError, ShardError, StorageError, StreamerError
+from .decode.crop import Crop
+from .errors import CropError, DataError, LayoutError, ShardError, StorageError, StreamerError
+from .pipeline import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer, StreamerStats
 from .shard import BlobHandle, Dataset
 from .shard.pack import pack
 from .storage import open_url
 
 __all__ = [
     "BlobHandle",
+    "Crop",
+    "CropError",
     "DataError",
     "Dataset",
     "LayoutError",
+    "Mix",
+    "RandomCrops",
+    "SegmentCrops",
+    "SequentialCrops",
     "ShardError",
     "StorageError",
+    "Streamer",
     "StreamerError",
+    "StreamerStats",
     "open_dataset",
     "pack",
 ]

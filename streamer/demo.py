@@ -1,4 +1,5 @@
-"""``streamer demo``: a small dataset built locally, then crops streamed from it.
+"""``streamer demo``: a small dataset built locally, then crops streamed from it
+through the pipeline (``streamer.Streamer``, decode worker processes).
 
 The dataset is generated and encoded on this machine (no downloads), packed
 with ``streamer pack`` into a cache directory, and reused by later runs. Its
@@ -8,13 +9,15 @@ content is deterministic: the same episodes, byte for byte, every time.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .decode.crop import Crop, CropRequest
+from .pipeline import RandomCrops, Streamer
+from .pipeline.stages import Planned, plan
 from .shard.dataset import Dataset
 from .shard.pack import pack
 from .synth import CODECS, encode, signal
@@ -39,6 +42,7 @@ class DemoSummary:
     """What one demo run read, overall and per codec."""
 
     dataset: str
+    workers: int = 0
     crops: int = 0
     seconds: float = 0.0
     audio_seconds: float = 0.0
@@ -81,31 +85,39 @@ def run_demo(
     crops: int = 48,
     duration: float = 4.0,
     seed: int = 0,
+    workers: int | None = None,
     cache_dir: str | None = None,
     rebuild: bool = False,
 ) -> DemoSummary:
-    """Read ``crops`` random crops of ``duration`` seconds from the demo dataset."""
+    """Stream ``crops`` random crops of ``duration`` seconds from the demo dataset
+    through the pipeline (``streamer.Streamer``: decode worker processes)."""
     dataset = Dataset(demo_dataset(cache_dir, rebuild=rebuild))
     summary = DemoSummary(dataset=dataset.root)
-    rng = random.Random(seed)
-    keys = list(dataset.keys())
-    plan = []
-    for _ in range(crops):
-        key = rng.choice(keys)
-        length = dataset.info(key)["duration"]
-        start = rng.uniform(0.0, max(length - duration, 0.0))
-        plan.append((key, start))
-    began = time.perf_counter()
-    for key, start in plan:
-        info = dataset.info(key)
-        before = dataset.decode_stats.planned_bytes
-        audio = dataset.read_crop(key, start, start + duration)
-        nbytes = dataset.decode_stats.planned_bytes - before
-        summary.crops += 1
-        summary.audio_seconds += audio.shape[1] / info["sample_rate"]
-        summary.bytes_read += nbytes
-        summary.blob_bytes += info["num_bytes"]
-        summary.per_codec[info["codec"]][0] += 1
-        summary.per_codec[info["codec"]][1] += nbytes
-    summary.seconds = time.perf_counter() - began
+    per_episode = -(-crops // len(dataset))
+    streamer = Streamer(
+        dataset,
+        RandomCrops(duration, per_episode=per_episode),
+        seed=seed,
+        workers=workers,
+        max_crops=crops,
+    )
+    with streamer:
+        began = time.perf_counter()
+        for crop in streamer:
+            info = dataset.info(crop.key)
+            nbytes = _planned_bytes(dataset, crop)
+            summary.crops += 1
+            summary.audio_seconds += crop.audio.shape[1] / crop.sample_rate
+            summary.bytes_read += nbytes
+            summary.blob_bytes += info["num_bytes"]
+            summary.per_codec[info["codec"]][0] += 1
+            summary.per_codec[info["codec"]][1] += nbytes
+        summary.seconds = time.perf_counter() - began
+    summary.workers = streamer.workers
     return summary
+
+
+def _planned_bytes(dataset: Dataset, crop: Crop) -> int:
+    """What the crop read: its byte plan (planning again is cheap: index lookups)."""
+    planned = plan(dataset, CropRequest(crop.key, crop.start, crop.end))
+    return planned.nbytes if isinstance(planned, Planned) else 0

@@ -93,3 +93,24 @@ def test_size_limit_evicts_least_recently_used(tmp_path: Path) -> None:
     assert cache.get("block0", 1000) == b"\0" * 1000
     assert cache.get("block1", 1000) is None  # the least recently used went first
     assert cache.get("block5", 1000) == b"x" * 1000
+
+
+def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
+    http, tmp_path: Path, storage_root: Path, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    """A reader that looked on disk (a thread hop) while another started fetching
+    the same blocks joins that fetch instead of losing the blocks."""
+    import asyncio
+
+    from streamer.storage._loop import run_sync
+
+    store = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path / "cache"))
+    reader = store.reader(f"{http.url}/random.bin", size=700_001)
+    data = (storage_root / "random.bin").read_bytes()
+    ranges = [(start, 3 * BLOCK) for start in range(0, 8 * BLOCK, BLOCK // 2)]
+
+    async def together() -> list:
+        return await asyncio.gather(*(reader.read_many([r]) for r in ranges))
+
+    answers = run_sync(together())
+    assert [bytes(a[0]) for a in answers] == [data[s : s + n] for s, n in ranges]

@@ -17,7 +17,7 @@ from ..errors import StreamerError
 
 __all__ = ["main"]
 
-COMMANDS = ["demo", "pack", "index", "inspect", "crop", "timing"]
+COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
 
 
 def build_parser() -> argparse.ArgumentParser:

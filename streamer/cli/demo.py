@@ -12,6 +12,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--crops", type=int, default=48, help="crops to read (default 48)")
     parser.add_argument("--duration", type=float, default=4.0, help="crop seconds (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
+    parser.add_argument("--workers", type=int, help="decode processes (default: one per CPU)")
     parser.add_argument(
         "--cache-dir", help=f"where the demo dataset is kept (default {default_cache_dir()})"
     )
@@ -24,12 +25,16 @@ def run(args: argparse.Namespace) -> int:
         crops=args.crops,
         duration=args.duration,
         seed=args.seed,
+        workers=args.workers,
         cache_dir=args.cache_dir,
         rebuild=args.rebuild,
     )
     rate = summary.crops / summary.seconds if summary.seconds else float("inf")
     print(f"dataset     {summary.dataset}")
-    print(f"crops       {summary.crops} x {args.duration:g} s in {summary.seconds:.2f} s")
+    print(
+        f"crops       {summary.crops} x {args.duration:g} s in {summary.seconds:.2f} s "
+        f"({summary.workers} decode workers)"
+    )
     print(
         f"throughput  {rate:.1f} crops/s ({summary.audio_seconds / summary.seconds:.0f}x real time)"
     )

@@ -78,6 +78,11 @@ class BlockCache:
         )
 
     @property
+    def disk(self) -> DiskCache | None:
+        """The disk tier, if the store has one (``cache_dir``)."""
+        return self._disk
+
+    @property
     def memory_bytes(self) -> int:
         """Bytes held by the in-memory tier."""
         return self._bytes
@@ -135,6 +140,11 @@ class BlockCache:
             keys = [self._disk_key(path, size, b) for b in self._span(0, size)]
             await asyncio.get_running_loop().run_in_executor(None, _discard_all, disk, keys)
 
+    def clear(self) -> None:
+        """Forget the memory tier (benchmarks start each configuration cold)."""
+        self._blocks.clear()
+        self._bytes = 0
+
     async def drain(self) -> None:
         """Wait for pending disk-tier writes (before exit, or in tests)."""
         while self._background:
@@ -183,16 +193,21 @@ class BlockCache:
     def _start_fetch(
         self, path: str, size: int, first: int, last: int
     ) -> dict[int, asyncio.Future[bytes]]:
+        """Fetch blocks ``first..last``; returns a future for each. Blocks another
+        reader started fetching meanwhile (while this one looked on disk) are
+        joined, not fetched twice."""
         loop = asyncio.get_running_loop()
-        futures = {}
+        futures, joined = {}, {}
         for block in range(first, last + 1):
             key = (path, size, block)
-            if key not in self._inflight:
+            if key in self._inflight:
+                joined[block] = self._inflight[key]
+            else:
                 self._inflight[key] = futures[block] = loop.create_future()
         task = loop.create_task(self._fetch_run(path, size, first, last, futures))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        return futures
+        return {**joined, **futures}
 
     async def _fetch_run(
         self,

@@ -1,7 +1,9 @@
 """The on-disk tier of the block cache: a directory several processes share.
 
 Each cached block is one file, named by a hash of (store, object, object
-size, block size, block number), under 256 fan-out subdirectories. Safety
+size, block size, block number), under 256 fan-out subdirectories; the
+store's metadata answers (listings, shard tails and footers, sizes) are
+entries too, so a warmed directory answers a whole run without requests. Safety
 with many processes (DataLoader workers, a ``streamer warmup`` next to a
 training run) comes from the file system, not from locks:
 
@@ -56,12 +58,13 @@ class DiskCache:
         digest = hashlib.sha256(key.encode()).hexdigest()
         return os.path.join(self.directory, digest[:2], digest[2:] + _SUFFIX)
 
-    def get(self, key: str, length: int) -> bytes | None:
-        """The block's bytes if a valid entry of ``length`` bytes exists, else ``None``."""
+    def get(self, key: str, length: int | None = None) -> bytes | None:
+        """The entry's bytes if a valid entry (of ``length`` bytes, when given)
+        exists, else ``None``."""
         path = self.path(key)
         try:
             with open(path, "rb") as file:
-                data = file.read(_HEADER.size + length + 1)
+                data = file.read() if length is None else file.read(_HEADER.size + length + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -137,12 +140,13 @@ class DiskCache:
         return found
 
 
-def _payload(data: bytes, length: int) -> bytes | None:
-    if len(data) != _HEADER.size + length:
+def _payload(data: bytes, length: int | None) -> bytes | None:
+    if len(data) < _HEADER.size:
         return None
     magic, size, crc = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
-    if magic != _MAGIC or size != length or zlib.crc32(payload) != crc:
+    expected = size if length is None else length
+    if magic != _MAGIC or size != expected or len(payload) != size or zlib.crc32(payload) != crc:
         return None
     return payload
 

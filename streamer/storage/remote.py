@@ -18,9 +18,11 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import json
 import os
+import struct
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ..timing import record
@@ -35,6 +37,7 @@ __all__ = ["RemoteReader", "RemoteStore"]
 
 #: Uncached reads this close together share one request.
 EXACT_GAP = 4096
+_TAIL_HEAD = struct.Struct("<qq")  # start, object size: before a remembered tail's body
 
 _CACHE_OPTIONS = {f.name for f in dataclasses.fields(CacheConfig)}
 _RETRY_OPTIONS = {f.name for f in dataclasses.fields(RetryPolicy)}
@@ -126,8 +129,23 @@ class RemoteStore(Store):
         return RemoteReader(self, path, size)
 
     def list_sync(self, path: str) -> list[Entry]:
-        entries = run_sync(self._call(lambda c: self._list(c, path), f"list {self.display(path)}"))
-        return sorted(entries, key=lambda e: e.name)
+        return run_sync(self._listing(path))
+
+    async def drain(self) -> None:
+        """Wait until the blocks bound for the disk tier are written (call on the
+        store loop: the end of a warmup)."""
+        state = self._state.peek()
+        if state is not None:
+            await state.cache.drain()
+
+    def clear_memory_cache(self) -> None:
+        """Drop this process's in-memory blocks (the disk tier stays)."""
+        run_sync(self._clear_on_loop())
+
+    async def _clear_on_loop(self) -> None:
+        state = self._state.peek()
+        if state is not None:
+            state.cache.clear()
 
     def put_sync(self, path: str, source: Source) -> None:
         """One request holding the whole object (objects are written once and
@@ -182,19 +200,62 @@ class RemoteStore(Store):
         self.stats.bytes_fetched += len(body)
         return body
 
+    async def _remembered(self, what: str, ask: Callable[[], Awaitable[bytes]]) -> bytes:
+        """A metadata answer (listing, shard tail, footer read, size), kept in the
+        disk tier when the store has one: a cache directory filled by ``streamer
+        warmup`` then serves whole runs without a request. The disk tier thus
+        treats the dataset as immutable (delete the directory after changing it)."""
+        disk = self._state.get().cache.disk
+        if disk is None:
+            return await ask()
+        key = f"{self.url}\0meta\0{what}"
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, disk.get, key)
+        if found is not None:
+            self.stats.disk_hits += 1
+            return found
+        answer = await ask()
+        await loop.run_in_executor(None, disk.put, key, answer)
+        return answer
+
+    async def _listing(self, path: str) -> list[Entry]:
+        async def ask() -> bytes:
+            entries = await self._call(lambda c: self._list(c, path), f"list {self.display(path)}")
+            return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
+
+        rows = json.loads(await self._remembered(f"list\0{path}", ask))
+        return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
+
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
         async def request(client: Any) -> tuple[int, int, bytes]:
             start, size, body = await self._get_tail(client, path, length)
             _check_length(len(body), size - start)
             return start, size, body
 
-        start, size, body = await self._call(request, f"GET {self.display(path)} bytes=-{length}")
-        self.stats.bytes_fetched += len(body)
+        async def ask() -> bytes:
+            what = f"GET {self.display(path)} bytes=-{length}"
+            start, size, body = await self._call(request, what)
+            self.stats.bytes_fetched += len(body)
+            return _TAIL_HEAD.pack(start, size) + body
+
+        answer = await self._remembered(f"tail\0{path}\0{length}", ask)
+        start, size = _TAIL_HEAD.unpack_from(answer)
+        body = answer[_TAIL_HEAD.size :]
         self._state.get().cache.insert(path, size, start, body)
         return start, size, body
 
     async def _size(self, path: str) -> int:
-        return await self._call(lambda c: self._get_size(c, path), f"size {self.display(path)}")
+        async def ask() -> bytes:
+            size = await self._call(lambda c: self._get_size(c, path), f"size {self.display(path)}")
+            return str(size).encode()
+
+        return int(await self._remembered(f"size\0{path}", ask))
+
+    async def _fetch_exact(self, path: str, start: int, end: int) -> bytes:
+        """``_fetch`` for one-off metadata reads: remembered, never block-cached."""
+        return await self._remembered(
+            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end)
+        )
 
     async def _store(self, path: str, body: bytes) -> None:
         what = f"PUT {self.display(path)} ({len(body)} bytes)"
@@ -269,7 +330,7 @@ class RemoteReader(RangeReader):
         await self._checked(ranges)
         groups = _group(sorted(set(ranges)), EXACT_GAP)
         bodies = await asyncio.gather(
-            *(self.store._fetch(self.path, start, end) for start, end, _ in groups)
+            *(self.store._fetch_exact(self.path, start, end) for start, end, _ in groups)
         )
         found = {}
         for (start, _, members), body in zip(groups, bodies, strict=True):

@@ -1,0 +1,120 @@
+"""The pipeline's throughput locally and over S3 with injected latency: one `streamer bench` run.
+
+The demo dataset (seven 1.5-4 minute episodes, one per codec), repacked
+into small shards (``small_shards``), is uploaded to
+a real S3 protocol server (moto) behind a proxy that delays every request by
+``--latency`` seconds; then one ``streamer bench LOCAL S3 --workers 1 2
+--baseline --json`` run measures both, each worker count from a cold memory cache,
+and the naive whole-blob path on the same crops. The servers run in this
+process; the bench in a child process, so they do not share its CPU time
+accounting.
+
+    python -m benchmarks.bench_pipeline [--latency 0.05] [--crops 200] [--workers 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import streamer
+from benchmarks._report import write_json
+from streamer.cli.bench import print_table
+from streamer.demo import DEMO_EPISODES, demo_dataset
+from streamer.synth import CODECS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from servers import LoopbackServer, proxy_handler
+
+BUCKET = "bench"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
+
+
+def upload(endpoint: str, root: Path) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, f"demo/{path.relative_to(root).as_posix()}")
+
+
+def small_shards(folder: Path) -> Path:
+    """The demo episodes repacked one or two per shard. moto reads a whole
+    object to answer each ranged GET (real S3 does not); small shards keep
+    that server-side cost, which shares this machine's CPUs with the bench,
+    from dominating the remote figures."""
+    demo = streamer.open_dataset(demo_dataset())
+    source = folder / "src"
+    for key, codec, *_ in DEMO_EPISODES:
+        path = source / f"{key}.{CODECS[codec].extension}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(demo.blob(key).view())
+    streamer.pack(source, folder / "demo", shard_size=4 << 20, progress=False)
+    return folder / "demo"
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--crops", type=int, default=200)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--workers", nargs="+", default=["1", "2"])
+    args = parser.parse_args()
+    from moto.server import ThreadedMotoServer
+
+    local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")))
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    proxy = LoopbackServer(proxy_handler(f"http://{host}:{port}")).start()
+    try:
+        upload(f"http://{host}:{port}", local)
+        proxy.faults.latency = args.latency
+        command = [
+            *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),
+            *("--endpoint-url", proxy.url, "--crops", str(args.crops)),
+            *("--duration", str(args.duration), "--workers", *args.workers, "--baseline"),
+        ]
+        env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
+        shown = " ".join(command).replace(proxy.url, "$PROXY")
+        print(f"$ {shown} --json  # $PROXY: S3 with {args.latency * 1000:.0f} ms per request")
+        module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
+        before = _cpu()
+        answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
+        server_cpu = _cpu() - before
+        result = json.loads(answer.stdout)
+        print_table(result)
+        remote_crops = sum(r["yielded"] for r in result["runs"] if r["url"].startswith("s3://"))
+        print(
+            f"server side (moto + proxy, this process): {server_cpu:.1f} s CPU, "
+            f"{server_cpu * 1000 / max(remote_crops, 1):.1f} ms per remote crop, "
+            f"on the same {os.cpu_count()} CPUs as the bench"
+        )
+        result["server_cpu_s"] = server_cpu
+        print("wrote", write_json("pipeline", {"latency_s": args.latency, **result}))
+    finally:
+        proxy.stop()
+        moto.stop()
+
+
+if __name__ == "__main__":
+    main()

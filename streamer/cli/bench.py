@@ -1,0 +1,73 @@
+"""``streamer bench URL [URL ...]``: crops/s, CPU, requests, bytes and latency per crop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import open_dataset
+from ..pipeline.bench import bench
+from ._options import add_crop_arguments, crop_config, options_for, storage_options_with_cache
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "bench", help="measure the pipeline (and, with --baseline, the naive path)"
+    )
+    parser.add_argument(
+        "url", metavar="URL", nargs="+", help="dataset path or URL; several are compared"
+    )
+    parser.add_argument(
+        "--endpoint-url",
+        help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
+    )
+    add_crop_arguments(parser, crops=200)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[2],
+        help="decode processes; several: one run each",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also time whole-blob PyAV decoding of the same crops",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    options = storage_options_with_cache(args)
+    datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
+    result = bench(datasets, args.workers, crop_config(args), baseline=args.baseline)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
+
+
+def print_table(result: dict) -> None:
+    """One row per run: throughput, its ratio to the first URL, cost per crop."""
+    header = (
+        f"{'dataset':<40} {'workers':>7} {'crops/s':>8} {'relative':>8} {'cpu ms':>7} "
+        f"{'req':>5} {'kB':>7} {'p50 ms':>7} {'p99 ms':>7} {'hits':>5} "
+        f"{'baseline':>9} {'speedup':>7}"
+    )
+    print(header)
+    nan = float("nan")
+    for run in result["runs"]:
+        hits = run["cache_hit_rate"]
+        print(
+            f"{run['url'][-40:]:<40} {run['workers']:>7} {run['crops_per_s']:>8.1f} "
+            f"{run['relative']:>8.2f} {run['cpu_ms_per_crop']:>7.1f} "
+            f"{run['requests_per_crop']:>5.2f} {run['bytes_per_crop'] / 1e3:>7.0f} "
+            f"{run['p50_ms'] or 0:>7.1f} {run['p99_ms'] or 0:>7.1f} "
+            f"{'-' if hits is None else f'{hits:.0%}':>5} "
+            f"{run.get('baseline_crops_per_s', nan):>9.1f} {run.get('speedup', nan):>7.1f}"
+        )
+    skipped = {k: v for run in result["runs"] for k, v in run["skipped"].items()}
+    if skipped:
+        print(f"skipped: {skipped}")

@@ -1,0 +1,45 @@
+"""``streamer warmup URL --cache-dir DIR``: fill the disk cache with what a run will read."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from .. import open_dataset
+from ..pipeline.bench import bench_streamer
+from ..pipeline.warmup import warmup
+from ._options import add_crop_arguments, add_url_arguments, crop_config, storage_options_with_cache
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "warmup", help="prefetch a run's bytes into a disk cache (no decoding)"
+    )
+    add_url_arguments(parser)
+    add_crop_arguments(parser, crops=200)
+    parser.set_defaults(cache_dir=None)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.cache_dir:
+        print("streamer warmup: error: --cache-dir is required", file=sys.stderr)
+        return 2
+    dataset = open_dataset(args.url, **storage_options_with_cache(args))
+    streamer = bench_streamer(dataset, crop_config(args), workers=0)
+    with tqdm(
+        unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=args.no_progress
+    ) as bar:
+
+        def total(nbytes: int) -> None:
+            bar.reset(total=nbytes)
+
+        report = warmup(streamer, progress=bar.update, total=total)
+    print(
+        f"warmed {report.crops} crops, {report.bytes / 1e6:.1f} MB in {report.seconds:.1f} s "
+        f"into {args.cache_dir}" + (f" ({report.skipped} skipped)" if report.skipped else "")
+    )
+    return 0

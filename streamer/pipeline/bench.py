@@ -1,0 +1,167 @@
+"""``streamer bench``: the pipeline's throughput and cost per crop, next to the naive path.
+
+Every configuration (dataset URL x worker count) streams the same crops —
+``RandomCrops(duration)``, enough per episode for ``crops`` crops, seed
+``seed`` — from a cold memory cache. The baseline, on the same crops in the
+same run, is what the project replaces: copy the episode's whole blob out of
+the shard (one uncached read of the cell), open it with PyAV, seek, decode,
+slice; one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..decode.crop import CropJob, decode_fallback
+from ..decode.stats import DecodeStats
+from ..shard.blob import BlobHandle
+from ..shard.dataset import Dataset
+from ..storage.local import MemoryReader
+from ..storage.remote import RemoteStore
+from .episodes import Episodes
+from .samplers import RandomCrops
+from .streamer import Streamer
+
+__all__ = ["BenchConfig", "bench", "bench_streamer"]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    duration: float = 8.0
+    crops: int = 200
+    seed: int = 0
+    sample_rate: int | None = None
+
+
+def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Streamer:
+    """The Streamer of a bench (and of the warmup that prepares one): the plan
+    depends only on the dataset and ``config``."""
+    episodes = Episodes.of(dataset)
+    eligible = max(1, int((episodes.duration >= config.duration).sum()))
+    sampler = RandomCrops(config.duration, per_episode=math.ceil(config.crops / eligible))
+    return Streamer(
+        dataset,
+        sampler,
+        seed=config.seed,
+        sample_rate=config.sample_rate,
+        max_crops=config.crops,
+        rank=0,
+        world_size=1,
+        worker=0,
+        num_workers=1,
+        **options,
+    )
+
+
+def bench(
+    datasets: list[Dataset], workers: list[int], config: BenchConfig, *, baseline: bool = False
+) -> dict[str, Any]:
+    """One run per (dataset, worker count), plus the baseline per dataset.
+
+    Returns the first run's figures at the top level and every run in
+    ``runs``; ``relative`` is crops/s over the first dataset's at the same
+    worker count (remote vs local, when the first is local).
+    """
+    runs = []
+    first_rate: dict[int, float] = {}
+    for number, dataset in enumerate(datasets):
+        naive = _baseline(dataset, config) if baseline else None
+        for count in workers:
+            run = _measure(dataset, count, config)
+            if number == 0:
+                first_rate[count] = run["crops_per_s"]
+            run["relative"] = run["crops_per_s"] / first_rate[count] if first_rate[count] else None
+            if naive is not None:
+                run.update(naive)
+                run["speedup"] = run["crops_per_s"] / naive["baseline_crops_per_s"]
+            runs.append(run)
+    return {**runs[0], "config": config.__dict__, "runs": runs}
+
+
+def _cpu_seconds() -> float:
+    me, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cold(dataset: Dataset) -> dict[str, int]:
+    if isinstance(dataset.store, RemoteStore):
+        dataset.store.clear_memory_cache()
+    return dataset.store.stats.snapshot()
+
+
+def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, Any]:
+    streamer = bench_streamer(dataset, config, workers=workers)
+    crops = len(streamer)
+    before = _cold(dataset)
+    cpu = _cpu_seconds()
+    with streamer:  # workers start (and import) before the clock does
+        began = time.perf_counter()
+        for _ in streamer:
+            pass
+        seconds = time.perf_counter() - began
+    cpu = _cpu_seconds() - cpu  # the workers are reaped by now: their CPU counts
+    after = dataset.store.stats.snapshot()
+    stats = streamer.stats
+    blocks = (after["hits"] + after["disk_hits"] + after["misses"]) - (
+        before["hits"] + before["disk_hits"] + before["misses"]
+    )
+    per = max(stats.yielded, 1)
+    return {
+        "url": dataset.url,
+        "workers": workers,
+        "crops": crops,
+        "seconds": seconds,
+        "crops_per_s": stats.yielded / seconds if seconds else 0.0,
+        "cpu_ms_per_crop": cpu * 1000 / per,
+        "yielded": stats.yielded,
+        "skipped": stats.skipped,
+        "requests": stats.requests,
+        "bytes_read": stats.bytes_read,
+        "requests_per_crop": stats.requests / per,
+        "bytes_per_crop": stats.bytes_read / per,
+        "p50_ms": stats.percentile_ms(50),
+        "p99_ms": stats.percentile_ms(99),
+        "cache_hit_rate": stats.cache_hits / blocks if blocks else None,
+        "queue_wait_s": stats.queue_wait_s,
+    }
+
+
+def _baseline(dataset: Dataset, config: BenchConfig) -> dict[str, Any]:
+    """The naive path on the same crops: whole blob out, PyAV seeks, decode, slice."""
+    streamer = bench_streamer(dataset, config, workers=0)
+    _cold(dataset)
+    stats = DecodeStats()
+    began = time.perf_counter()
+    quiet = logging.getLogger("streamer.decode.crop")
+    level, quiet.level = quiet.level, logging.ERROR  # no "decoding without an index" warning
+    try:
+        nbytes = _naive_crops(dataset, streamer, stats)
+    finally:
+        quiet.level = level
+    seconds = time.perf_counter() - began
+    crops = max(len(streamer), 1)
+    return {
+        "baseline_crops_per_s": len(streamer) / seconds if seconds else 0.0,
+        "baseline_bytes_per_crop": nbytes / crops,
+    }
+
+
+def _naive_crops(dataset: Dataset, streamer: Streamer, stats: DecodeStats) -> int:
+    nbytes = 0
+    for position in range(len(streamer)):
+        _, request = streamer.request(position)
+        blob = dataset.blob(request.key)
+        (data,) = blob.reader.fetch_many_sync([(blob.offset, blob.length)])
+        whole = bytes(data)
+        nbytes += len(whole)
+        job = CropJob(request, blob.shard, None, None, fallback_reason="baseline")
+        decode_fallback(job, BlobHandle(MemoryReader(whole), 0, len(whole)), stats)
+    return nbytes

@@ -1,0 +1,66 @@
+"""The episodes a sampler draws crops from: keys, shards and durations, as arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import LayoutError
+from ..shard.dataset import INFO_DIR, Dataset
+
+__all__ = ["Episodes"]
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Every episode of one dataset, in shard order (row ``i`` is episode ``i``).
+
+    ``shard`` holds indices into ``dataset.shard_names``; ``duration`` is in
+    seconds (NaN when unknown: samplers skip those episodes).
+    """
+
+    dataset: Dataset
+    keys: list[str]
+    shard: np.ndarray
+    row: np.ndarray
+    duration: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def of(cls, dataset: Dataset) -> Episodes:
+        """Read from ``audio_info/`` (what ``streamer pack`` writes), else from the seek index."""
+        keys: list[str] = []
+        shards, rows, durations = [], [], []
+        for number, name in enumerate(dataset.shard_names):
+            shard_keys = dataset.shard(name).keys.to_pylist()
+            keys += shard_keys
+            shards.append(np.full(len(shard_keys), number, dtype=np.int32))
+            rows.append(np.arange(len(shard_keys), dtype=np.int64))
+            durations.append(_durations(dataset, name, shard_keys))
+        return cls(
+            dataset=dataset,
+            keys=keys,
+            shard=np.concatenate(shards) if shards else np.zeros(0, np.int32),
+            row=np.concatenate(rows) if rows else np.zeros(0, np.int64),
+            duration=np.concatenate(durations) if durations else np.zeros(0),
+        )
+
+
+def _durations(dataset: Dataset, name: str, keys: list[str]) -> np.ndarray:
+    if INFO_DIR in dataset.column_dirs:
+        info = dataset.shard(name, INFO_DIR)
+        if "duration" in info.schema.names:
+            column = info.column("duration").to_numpy()
+            return np.asarray(column, dtype=np.float64)
+    out = np.full(len(keys), np.nan)
+    for j, key in enumerate(keys):
+        try:
+            index = dataset.seek_index(key)
+        except LayoutError:
+            continue
+        if index.ok and index.num_samples >= 0:
+            out[j] = index.num_samples / index.timescale
+    return out

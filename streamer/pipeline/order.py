@@ -1,0 +1,113 @@
+"""An epoch's crop order: the same on every rank and worker, from (seed, epoch) alone.
+
+1. Each source's sampler draws its crops from a generator seeded with
+   (seed, epoch, source).
+2. Locality: the crops are grouped by shard (shards in a seeded random
+   order), then by episode (random order), then by start time, so a shard's
+   blocks — its footer, seek index, the episodes' headers — are fetched once
+   and reused while they are hot.
+3. Mixing: with several sources, each gets a share of the epoch proportional
+   to its weight (cycling through its crops if the share is larger than what
+   it has), and the sources are interleaved evenly through the epoch.
+4. Shuffling: each crop moves a random distance of less than ``window``
+   places, so neighbours are shuffled while a consumer still stays within a
+   few shards at a time (``window=0``: pure locality order).
+
+The rank/worker partition (``sharding.py``) then takes contiguous slices of
+this one global order, which is why the partitions are disjoint and complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .episodes import Episodes
+from .samplers import Sampler
+
+__all__ = ["EpochPlan", "plan_epoch"]
+
+_SAMPLER, _LOCALITY, _SHUFFLE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The ordered crops of an epoch (or of one partition's slice of it)."""
+
+    source: np.ndarray  # int64: index into the Streamer's sources
+    episode: np.ndarray  # int64: row of that source's Episodes
+    start: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, part: slice) -> EpochPlan:
+        return EpochPlan(self.source[part], self.episode[part], self.start[part], self.end[part])
+
+
+def plan_epoch(
+    sources: Sequence[tuple[Episodes, float]],
+    sampler: Sampler,
+    *,
+    seed: int,
+    epoch: int,
+    window: int,
+    max_crops: int | None = None,
+) -> EpochPlan:
+    """The global order of one epoch (``max_crops``: only its first crops)."""
+    drawn = []
+    for number, (episodes, _) in enumerate(sources):
+        crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER))
+        order = _locality_order(
+            episodes, crops.episode, crops.start, _rng(seed, epoch, number, _LOCALITY)
+        )
+        drawn.append((crops.episode[order], crops.start[order], crops.end[order]))
+    shares = _shares([len(episode) for episode, _, _ in drawn], [w for _, w in sources])
+    parts, progress = [], []
+    for number, ((episode, start, end), share) in enumerate(zip(drawn, shares, strict=True)):
+        if share == 0:
+            continue
+        take = np.arange(share) % len(episode)
+        parts.append((np.full(share, number), episode[take], start[take], end[take]))
+        progress.append((np.arange(share) + 0.5) / share)
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return EpochPlan(empty, empty, empty.astype(float), empty.astype(float))
+    merged = np.argsort(np.concatenate(progress), kind="stable")
+    columns = [np.concatenate(column)[merged] for column in zip(*parts, strict=True)]
+    plan = EpochPlan(*columns)
+    plan = plan[_shuffled(len(plan), window, _rng(seed, epoch, len(sources), _SHUFFLE))]
+    return plan if max_crops is None else plan[:max_crops]
+
+
+def _rng(*words: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([w & 0xFFFFFFFF for w in words]))
+
+
+def _locality_order(
+    episodes: Episodes, episode: np.ndarray, start: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    shard_rank = rng.permutation(len(episodes.dataset.shard_names))[episodes.shard[episode]]
+    episode_rank = rng.permutation(len(episodes))[episode]
+    return np.lexsort((start, episode_rank, shard_rank))
+
+
+def _shares(sizes: list[int], weights: list[float]) -> list[int]:
+    """Crops each source contributes: all of them alone, else by weight."""
+    if len(sizes) == 1:
+        return sizes
+    if any(w < 0 for w in weights) or not sum(weights):
+        raise ValueError("Mix weights must be >= 0 and not all zero")
+    total, weight = sum(sizes), sum(weights)
+    return [
+        round(total * w / weight) if size else 0 for size, w in zip(sizes, weights, strict=True)
+    ]
+
+
+def _shuffled(total: int, window: int, rng: np.random.Generator) -> np.ndarray:
+    if window <= 1:
+        return np.arange(total)
+    return np.argsort(np.arange(total) + rng.uniform(0, window, total), kind="stable")

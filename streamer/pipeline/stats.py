@@ -1,0 +1,77 @@
+"""What a Streamer did: crops yielded and skipped, I/O, waiting, latency."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..decode.stats import DecodeStats
+
+__all__ = ["StreamerStats", "add_decode_stats"]
+
+#: Latencies kept for the percentiles (the most recent ones beyond this).
+MAX_LATENCIES = 100_000
+
+
+@dataclass
+class StreamerStats:
+    """Counters since the Streamer was made.
+
+    ``skipped`` maps a reason (the error's class name: ``CropError``,
+    ``StorageError``, ``WorkerDied``, ...) to a count. ``bytes_read`` is what
+    the crops cost the storage: bytes fetched from remote stores plus the
+    planned bytes read from local mappings. ``requests`` and ``cache_hits``
+    (memory and disk blocks) come from the remote stores' counters, which are
+    shared by everything using the same store in this process.
+    ``queue_wait_s`` is how long the consumer waited for crops: near zero
+    means the pipeline keeps up. ``latencies`` are per-crop seconds from
+    planning to decoded.
+    """
+
+    yielded: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    queue_wait_s: float = 0.0
+    worker_restarts: int = 0
+    decode: DecodeStats = field(default_factory=DecodeStats)
+    latencies: list[float] = field(default_factory=list, repr=False)
+
+    def count_skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def add_latency(self, seconds: float) -> None:
+        if len(self.latencies) >= MAX_LATENCIES:
+            del self.latencies[: MAX_LATENCIES // 2]
+        self.latencies.append(seconds)
+
+    def percentile_ms(self, q: float) -> float | None:
+        if not self.latencies:
+            return None
+        return float(np.percentile(self.latencies, q) * 1000)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: every counter, the decode counters, p50/p99 latency in ms."""
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("latencies", "decode")
+        }
+        out["skipped"] = dict(self.skipped)
+        out["decode"] = self.decode.as_dict()
+        out["p50_ms"] = self.percentile_ms(50)
+        out["p99_ms"] = self.percentile_ms(99)
+        return out
+
+
+def add_decode_stats(total: DecodeStats, more: DecodeStats) -> None:
+    """Fold one crop's decode counters (from a worker) into the running total."""
+    for f in dataclasses.fields(DecodeStats):
+        if f.name == "fallback_reasons":
+            for reason, count in more.fallback_reasons.items():
+                total.fallback_reasons[reason] = total.fallback_reasons.get(reason, 0) + count
+        else:
+            setattr(total, f.name, getattr(total, f.name) + getattr(more, f.name))

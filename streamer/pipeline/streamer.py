@@ -1,0 +1,395 @@
+"""``streamer.Streamer``: crops of an epoch, decoded in worker processes, as an iterator.
+
+The pipeline itself (``run.py``) always runs on the process's store loop, a
+background thread; ``async for`` (asyncio, trio) awaits its results without
+blocking the caller's loop, and ``for`` blocks on them. So the same object
+works in a script, under an async framework and in Jupyter (whose own loop
+is already running).
+
+Lifetime: worker processes start with the first crop (or on entering
+``with`` / ``async with``) and stop when the context exits, when a plain
+``for`` loop ends or is broken out of, or on ``close()`` / ``aclose()``.
+A bare ``async for`` that stops early leaves them idle until ``aclose()``
+(or garbage collection, or exit): prefer ``async with``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, Literal, TypeVar
+
+import anyio.to_thread
+import sniffio
+
+from ..decode.crop import Crop, CropRequest
+from ..shard.dataset import Dataset
+from ..storage._loop import background_loop, run_async
+from ..storage.local import LocalStore
+from ..timing import record
+from .episodes import Episodes
+from .mix import Mix, open_source
+from .order import EpochPlan, plan_epoch
+from .pool import WorkerPool
+from .run import Run
+from .samplers import Sampler
+from .sharding import Partition, resolve_partition
+from .stages import Planned, plan
+from .stats import StreamerStats
+from .tasks import Failure
+
+__all__ = ["Streamer"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_END = object()
+
+
+class Streamer:
+    """An epoch of crops from a dataset (or a ``Mix``), chosen by a sampler.
+
+    ``data`` is a ``Dataset``, a URL (opened with ``storage_options``) or a
+    ``Mix``. Crops are ``Crop`` objects (``audio`` float32 ``(channels,
+    samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
+    ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
+    zero-padded to full length with ``pad``.
+
+    The order is a function of (seed, epoch) and this consumer's partition:
+    ``rank``/``world_size`` (default: torch.distributed, else ``RANK`` /
+    ``WORLD_SIZE``, else one rank) and ``worker``/``num_workers`` (default:
+    the DataLoader worker). ``shuffle_window`` trades locality for mixing
+    (see ``order.py``); ``max_crops`` keeps only the epoch's first crops.
+
+    ``workers`` decode processes (0: decode in threads of this process);
+    ``prefetch`` crops may be planned, fetched or decoded ahead of the
+    consumer, plus ``queue_size`` decoded ones waiting for it.
+    ``on_error="skip"`` logs and counts a failed crop (``stats.skipped``)
+    and goes on; ``"raise"`` raises its error.
+
+    Each completed pass advances ``epoch`` by one; ``state_dict()`` /
+    ``load_state_dict()`` resume in the middle of one (docs/pipeline.md).
+    """
+
+    def __init__(
+        self,
+        data: Dataset | str | os.PathLike[str] | Mix,
+        sampler: Sampler,
+        *,
+        sample_rate: int | None = None,
+        mono: bool = False,
+        pad: bool = False,
+        workers: int | None = None,
+        prefetch: int | None = None,
+        queue_size: int = 16,
+        seed: int = 0,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+        shuffle_window: int = 1000,
+        max_crops: int | None = None,
+        on_error: Literal["skip", "raise"] = "skip",
+        **storage_options: Any,
+    ) -> None:
+        if on_error not in ("skip", "raise"):
+            raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
+        if isinstance(data, Mix):
+            self.sources = data.sources
+        else:
+            self.sources = [(open_source(data, storage_options), 1.0)]
+        self.sampler = sampler
+        self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
+        self.workers = default_workers() if workers is None else workers
+        self.prefetch = prefetch or 4 * max(self.workers, 2)
+        self.queue_size = queue_size
+        self.seed, self.epoch = seed, epoch
+        self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
+        self.shuffle_window = shuffle_window
+        self.max_crops = max_crops
+        self.on_error = on_error
+        self._position = 0
+        self._episodes: list[Episodes] | None = None
+        self._plans: dict[int, EpochPlan] = {}
+        self._stats = StreamerStats()
+        self._stores = _remote_stores(self.sources)
+        self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
+        self._entered = False
+        self._resources = _Resources()
+        weakref.finalize(self, self._resources.close_soon)
+
+    def __repr__(self) -> str:
+        return (
+            f"Streamer({self.sources[0][0].url if len(self.sources) == 1 else 'Mix'}, "
+            f"{self.sampler!r}, epoch={self.epoch}, partition={self.partition})"
+        )
+
+    # -- the plan ---------------------------------------------------------------
+
+    def plan(self, epoch: int | None = None) -> EpochPlan:
+        """This consumer's crops of ``epoch`` (default: the current one), in order."""
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._plans:
+            whole = plan_epoch(
+                [
+                    (episodes, weight)
+                    for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
+                ],
+                self.sampler,
+                seed=self.seed,
+                epoch=epoch,
+                window=self.shuffle_window,
+                max_crops=self.max_crops,
+            )
+            first, last = self.partition.bounds(len(whole))
+            self._plans = {epoch: whole[first:last]}
+        return self._plans[epoch]
+
+    def __len__(self) -> int:
+        """Crops in this consumer's share of the current epoch."""
+        return len(self.plan())
+
+    def episodes(self) -> list[Episodes]:
+        """Each source's episodes (read once: keys, shards, durations)."""
+        if self._episodes is None:
+            self._episodes = [Episodes.of(dataset) for dataset, _ in self.sources]
+        return self._episodes
+
+    def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:
+        """The dataset and crop request at ``position`` of this consumer's plan."""
+        plan = self.plan(epoch)
+        source, row = int(plan.source[position]), int(plan.episode[position])
+        key = self.episodes()[source].keys[row]
+        request = CropRequest(
+            key,
+            float(plan.start[position]),
+            float(plan.end[position]),
+            sample_rate=self.sample_rate,
+            mono=self.mono,
+            pad=self.pad,
+        )
+        return self.sources[source][0], request
+
+    def _plan_at(self, position: int) -> Planned | Failure:
+        dataset, request = self.request(position)
+        return plan(dataset, request)
+
+    # -- state ------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning on the next iteration."""
+        self._require_idle()
+        self.epoch, self._position = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this consumer is: every crop before ``position`` of ``epoch`` was
+        yielded (or skipped), none after. Crops prefetched but not yet consumed
+        are not counted, so resuming repeats none and skips none."""
+        p = self.partition
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self._position,
+            "rank": p.rank,
+            "world_size": p.world_size,
+            "worker": p.worker,
+            "num_workers": p.num_workers,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a ``state_dict()`` taken by the same consumer (same seed
+        and partition; the sampler and data must be the same too)."""
+        self._require_idle()
+        p = self.partition
+        mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
+        mine |= {"worker": p.worker, "num_workers": p.num_workers}
+        theirs = {name: state[name] for name in mine}
+        if theirs != mine:
+            raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
+        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+
+    @property
+    def stats(self) -> StreamerStats:
+        """Counters so far (see ``StreamerStats``)."""
+        requests = bytes_fetched = hits = 0
+        for store in self._stores:
+            now, then = store.stats.snapshot(), self._baseline[id(store)]
+            requests += now["requests"] - then["requests"]
+            bytes_fetched += now["bytes_fetched"] - then["bytes_fetched"]
+            hits += now["hits"] + now["disk_hits"] - then["hits"] - then["disk_hits"]
+        stats = self._stats
+        stats.requests, stats.cache_hits = requests, hits
+        view = StreamerStats(**{**stats.__dict__, "bytes_read": stats.bytes_read + bytes_fetched})
+        return view
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the decode workers running now."""
+        pool = self._resources.pool
+        return pool.pids if pool is not None else []
+
+    # -- async use --------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Crop]:
+        return self
+
+    async def __anext__(self) -> Crop:
+        item = await _awaiting(self._next())
+        if item is _END:
+            if not self._entered:
+                await _awaiting(self._shutdown())
+            raise StopAsyncIteration
+        return item  # type: ignore[return-value]
+
+    async def __aenter__(self) -> Streamer:
+        self._entered = True
+        await _awaiting(self._start_pool())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._entered = False
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the pipeline and every worker process."""
+        await _awaiting(self._shutdown())
+
+    # -- sync use ---------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Crop]:
+        try:
+            while True:
+                item = _blocking(self._next())
+                if item is _END:
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            _blocking(self._shutdown() if not self._entered else self._stop_run())
+
+    def __enter__(self) -> Streamer:
+        self._entered = True
+        _blocking(self._start_pool())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._entered = False
+        self.close()
+
+    def close(self) -> None:
+        """Stop the pipeline and every worker process."""
+        _blocking(self._shutdown())
+
+    # -- on the store loop ------------------------------------------------------
+
+    async def _next(self) -> Crop | object:
+        resources = self._resources
+        if resources.run is None:
+            total = len(await anyio.to_thread.run_sync(self.plan))
+            await self._start_pool()
+            resources.run = Run(
+                self._plan_at,
+                self._position,
+                total,
+                pool=resources.pool,
+                prefetch=self.prefetch,
+                queue_size=self.queue_size,
+                stats=self._stats,
+            )
+            resources.run.start()
+        while True:
+            began = time.perf_counter()
+            with record("queue_wait"):
+                item = await resources.run.next()
+            self._stats.queue_wait_s += time.perf_counter() - began
+            if item is None:
+                await self._stop_run()
+                self.epoch, self._position = self.epoch + 1, 0
+                return _END
+            self._position = item.position + 1
+            if isinstance(item.result, Failure):
+                self._skip(item.result)
+                continue
+            self._stats.yielded += 1
+            self._stats.add_latency(item.latency)
+            return item.result
+
+    def _skip(self, failure: Failure) -> None:
+        if self.on_error == "raise":
+            raise failure.error()
+        self._stats.count_skip(failure.reason)
+        log.warning("skipping crop of %r: %s: %s", failure.key, failure.reason, failure.message)
+
+    async def _start_pool(self) -> None:
+        if self.workers and self._resources.pool is None:
+            pool = WorkerPool(self.workers)
+            self._resources.pool = pool
+            await pool.start()
+
+    async def _stop_run(self) -> None:
+        run, self._resources.run = self._resources.run, None
+        if run is not None:
+            await run.stop()
+
+    async def _shutdown(self) -> None:
+        await self._stop_run()
+        pool, self._resources.pool = self._resources.pool, None
+        if pool is not None:
+            await pool.aclose()
+
+    def _require_idle(self) -> None:
+        if self._resources.run is not None:
+            raise RuntimeError("cannot change the epoch or state while iterating")
+
+
+class _Resources:
+    """What must be stopped when a Streamer is dropped without being closed."""
+
+    def __init__(self) -> None:
+        self.pool: WorkerPool | None = None
+        self.run: Run | None = None
+
+    def close_soon(self) -> None:
+        if self.run is not None:
+            asyncio.run_coroutine_threadsafe(self.run.stop(), background_loop())
+        if self.pool is not None:
+            self.pool.close()
+
+
+async def _on_store_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine``, marked as running under asyncio: a task submitted from a
+    trio thread inherits its context, which would make anyio pick trio."""
+    sniffio.current_async_library_cvar.set("asyncio")
+    return await coroutine
+
+
+async def _awaiting(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on the store loop; the caller's loop (asyncio or trio) awaits it."""
+    return await run_async(_on_store_loop(coroutine))
+
+
+def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on the store loop and wait; an interrupt (Ctrl-C) cancels the coroutine."""
+    future = asyncio.run_coroutine_threadsafe(_on_store_loop(coroutine), background_loop())
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
+
+
+def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Any]:
+    unique = {id(d.store): d.store for d, _ in sources if not isinstance(d.store, LocalStore)}
+    return list(unique.values())
+
+
+def default_workers() -> int:
+    """One decode process per CPU this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1

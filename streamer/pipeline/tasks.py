@@ -1,0 +1,118 @@
+"""What one decode worker gets and gives back: small, picklable messages.
+
+A ``Task`` carries a planned crop (``CropJob``), where the episode's bytes
+are (``BlobRef``) and, for remote shards, the bytes the plan needs
+(``Fetched``). For a local shard no audio bytes travel: the worker maps the
+shard file itself and reads the planned ranges out of its own mapping.
+``run`` is the same function in a worker process and in-process
+(``workers=0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from dataclasses import dataclass
+
+from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
+from ..decode.plan import Fetched
+from ..decode.stats import DecodeStats
+from ..errors import CropError, StreamerError
+from ..shard.blob import BlobHandle
+from ..storage.base import RangeReader
+from ..storage.local import LocalFileReader
+
+__all__ = ["BlobRef", "Failure", "Task", "attempt", "run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """An episode's bytes by address: a local shard path (each process maps it
+    once) or a remote reader (which pickles to its store's options)."""
+
+    source: str | RangeReader
+    offset: int
+    length: int
+    shard: str | None
+    key: str | None
+
+    @classmethod
+    def of(cls, blob: BlobHandle) -> BlobRef:
+        reader = blob.reader
+        source = reader.path if isinstance(reader, LocalFileReader) else reader
+        return cls(source, blob.offset, blob.length, blob.shard, blob.key)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.source, str)
+
+    def open(self) -> BlobHandle:
+        reader = _mapped(self.source) if isinstance(self.source, str) else self.source
+        return BlobHandle(reader, self.offset, self.length, shard=self.shard, key=self.key)
+
+
+@functools.lru_cache(maxsize=64)
+def _mapped(path: str) -> LocalFileReader:
+    return LocalFileReader(path)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One crop to decode. ``fetched`` is None when the worker reads the bytes itself."""
+
+    job: CropJob
+    blob: BlobRef
+    fetched: Fetched | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a crop failed, as text: exceptions with keyword arguments (``DataError``)
+    do not survive pickling between processes, so the reason travels instead.
+    ``reason`` is the exception's class name, what ``Streamer.stats`` counts."""
+
+    reason: str
+    message: str
+    key: str | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException, key: str | None) -> Failure:
+        return cls(type(exc).__name__, str(exc), key)
+
+    def error(self) -> StreamerError:
+        """An exception to raise for ``on_error="raise"``."""
+        from .. import errors
+
+        kind = getattr(errors, self.reason, None)
+        if isinstance(kind, type) and issubclass(kind, StreamerError):
+            return kind(self.message)
+        return CropError(f"{self.reason}: {self.message}")
+
+
+def run(task: Task, stats: DecodeStats) -> Crop:
+    """Decode the task's crop (reading a local shard's planned bytes from the mapping)."""
+    blob = task.blob.open()
+    if task.job.plan is None:
+        return decode_fallback(task.job, blob, stats)
+    if task.fetched is None:
+        return decode_job(task.job, fetch(task.job, blob), stats)
+    # Shipped bytes lost their way back to the blob: a decoder straying
+    # outside its plan (counted in ``stats``) reads through this process's store.
+    fetched = dataclasses.replace(
+        task.fetched, read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length))
+    )
+    return decode_job(task.job, fetched, stats)
+
+
+def attempt(task: Task) -> tuple[Crop | Failure, DecodeStats]:
+    """``run``, with any failure turned into a ``Failure`` (a bad crop must not end a worker)."""
+    stats = DecodeStats()
+    try:
+        return run(task, stats), stats
+    except Exception as exc:
+        if not isinstance(exc, StreamerError):
+            log.debug("crop %s failed unexpectedly", task.job.request.key, exc_info=True)
+        return Failure.of(exc, task.job.request.key), stats

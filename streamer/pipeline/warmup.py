@@ -1,0 +1,90 @@
+"""Prefetch-only runs: the Streamer's planner and prefetch stages, no decoding.
+
+``warmup`` walks the same plan a Streamer would (same sampler, seed, epoch,
+partition, sample rate) and fetches every planned byte through the store's
+block cache; with a ``cache_dir`` the disk tier keeps them, together with
+the listings and shard footers the dataset was opened with, so a later run
+over the same plan and cache directory sends no request to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+
+from ..storage._loop import run_sync
+from ..storage.remote import RemoteStore
+from .stages import Planned, plan, warm
+from .streamer import Streamer
+from .tasks import Failure
+
+__all__ = ["WarmupReport", "warmup"]
+
+
+@dataclass
+class WarmupReport:
+    crops: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def warmup(
+    streamer: Streamer,
+    *,
+    concurrency: int = 16,
+    progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
+) -> WarmupReport:
+    """Fetch the bytes of every crop in ``streamer``'s current epoch (its
+    partition) into the block cache, ``concurrency`` crops at a time.
+
+    ``total(bytes)`` is called once the plan is known, ``progress(bytes)``
+    after each crop: a progress bar's hooks.
+    """
+    return run_sync(_warmup(streamer, concurrency, progress, total))
+
+
+async def _warmup(
+    streamer: Streamer,
+    concurrency: int,
+    progress: Callable[[int], None] | None,
+    total: Callable[[int], None] | None,
+) -> WarmupReport:
+    report = WarmupReport()
+    began = asyncio.get_running_loop().time()
+    planned = await anyio.to_thread.run_sync(_plan_all, streamer)
+    jobs = [p for p in planned if isinstance(p, Planned)]
+    report.skipped = len(planned) - len(jobs)
+    if total is not None:
+        total(sum(job.nbytes for job in jobs))
+    limit = anyio.Semaphore(concurrency)
+
+    async def one(job: Planned) -> None:
+        async with limit:
+            nbytes = 0 if job.is_local else await warm(job)
+        report.crops += 1
+        report.bytes += nbytes
+        if progress is not None:
+            progress(job.nbytes)
+
+    async with anyio.create_task_group() as group:
+        for job in jobs:
+            group.start_soon(one, job)
+    for dataset, _ in streamer.sources:
+        if isinstance(dataset.store, RemoteStore):
+            await dataset.store.drain()
+    report.seconds = asyncio.get_running_loop().time() - began
+    return report
+
+
+def _plan_all(streamer: Streamer) -> list[Planned | Failure]:
+    out = []
+    for position in range(len(streamer)):
+        dataset, request = streamer.request(position)
+        out.append(plan(dataset, request))
+    return out

@@ -1,0 +1,42 @@
+"""The decode worker process: receive a task, decode, send the crop back, repeat.
+
+Started by ``pool.py`` as ``python -m streamer.pipeline.worker FD``, FD
+being its end of a socket pair.
+
+PyAV holds the GIL for the per-frame Python work of a decode, so decoding
+scales with processes, not threads. A worker ignores SIGINT: Ctrl-C reaches
+the whole process group, and it is the parent's job to stop its workers
+(``pool.py``), not each worker's to die with a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+from ..timing import record
+from .tasks import attempt
+
+__all__ = ["serve"]
+
+
+def serve(conn: Connection) -> None:
+    """The worker's main loop: ``Task`` in, ``(crop or Failure, DecodeStats)`` out;
+    ``None`` or a closed pipe ends it. The first message out is the pid (ready)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn.send(os.getpid())
+    while True:
+        try:
+            with record("worker_idle"):
+                task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        conn.send(attempt(task))
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1])))

@@ -1,0 +1,99 @@
+"""The pipeline over S3 (moto on loopback): same crops as local, warmup -> zero requests, bench."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import same_crop_audio
+
+import streamer
+from streamer import RandomCrops, Streamer
+from streamer.cli import main
+from streamer.pipeline.bench import BenchConfig, bench_streamer
+from streamer.pipeline.warmup import warmup
+from streamer.shard.dataset import Dataset
+
+
+@pytest.fixture
+def s3_dataset(s3, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """``open(**store_options)``: the packed dataset on S3, through a new store."""
+
+    def open_remote(**options) -> Dataset:  # type: ignore[no-untyped-def]
+        return Dataset(f"{s3_uploaded}/packed", store=make_store("s3", s3.url, **options))
+
+    return open_remote
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_remote_crops_equal_local_crops(s3_dataset, packed: Path, workers: int) -> None:  # type: ignore[no-untyped-def]
+    sampler = RandomCrops(0.5, per_episode=2)
+    local = list(Streamer(streamer.open_dataset(packed), sampler, seed=4, workers=0))
+    s = Streamer(s3_dataset(), sampler, seed=4, workers=workers)
+    remote = list(s)
+    assert [(c.key, c.start) for c in remote] == [(c.key, c.start) for c in local]
+    assert all(same_crop_audio(a, b) for a, b in zip(local, remote, strict=True))
+    stats = s.stats
+    assert stats.yielded == 14 and stats.requests > 0 and stats.bytes_read > 0
+
+
+def test_remote_storage_failures_are_skipped_and_counted(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]
+    dataset = s3_dataset(attempts=1)
+    s = Streamer(dataset, RandomCrops(0.5), workers=0, prefetch=1)
+    s.plan()  # listing, footers and indexes are read before the faults start
+    for key in dataset:
+        dataset.seek_index(key)
+    s3.faults.errors = 10_000
+    crops = list(s)
+    s3.faults.errors = 0
+    assert crops == [] and s.stats.skipped == {"StorageError": 7}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_remote_async_iteration(s3_dataset, anyio_backend: str) -> None:  # type: ignore[no-untyped-def]
+    async with Streamer(s3_dataset(), RandomCrops(0.5), workers=0) as s:
+        keys = [crop.key async for crop in s]
+    assert len(keys) == 7
+
+
+def test_warmup_then_a_run_sends_no_request(s3_dataset, s3, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cache = str(tmp_path / "cache")
+    config = BenchConfig(duration=0.5, crops=20, seed=1)
+    warmed = bench_streamer(s3_dataset(cache_dir=cache), config, workers=0)
+    report = warmup(warmed)
+    assert report.crops == 20 and report.bytes > 0 and s3.requests
+    s3.reset()
+    dataset = s3_dataset(cache_dir=cache)  # a new store: empty memory, same disk tier
+    s = bench_streamer(dataset, config, workers=1)
+    crops = list(s)
+    assert len(crops) == 20 and not s.stats.skipped
+    assert s3.requests == [] and dataset.store.stats.requests == 0
+    assert s.stats.cache_hits > 0
+
+
+def test_bench_and_warmup_commands(
+    s3, s3_uploaded, packed: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from conftest import SECRET
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    url = f"s3://{s3_uploaded}/packed"
+    cache = str(tmp_path / "cache")
+    common = ["--duration", "0.5", "--crops", "10", "--endpoint-url", s3.url, "--cache-dir", cache]
+    assert main(["warmup", url, *common, "--no-progress"]) == 0
+    assert "warmed 10 crops" in capsys.readouterr().out
+    argv = ["bench", str(packed), url, *common, "--workers", "1", "--baseline", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("crops", "crops_per_s", "yielded", "skipped", "requests", "bytes_read"):
+        assert key in result
+    assert {"p50_ms", "p99_ms", "baseline_crops_per_s"} <= result.keys()
+    local, remote = result["runs"]
+    assert local["yielded"] == remote["yielded"] == 10 and local["requests"] == 0
+    assert remote["url"] == url and remote["relative"] > 0
+    assert main(["bench", str(packed), "--duration", "0.5", "--crops", "4", "--workers", "0"]) == 0
+    assert "crops/s" in capsys.readouterr().out

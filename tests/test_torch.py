@@ -1,0 +1,54 @@
+"""The PyTorch adapter: DataLoader workers split the epoch; collate pads; resumption."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import streamer  # noqa: E402
+from streamer import RandomCrops, Streamer  # noqa: E402
+from streamer.torch import CropDataset, collate, positions_after  # noqa: E402
+
+
+def test_dataloader_workers_cover_the_epoch_once(packed: Path) -> None:
+    sampler = RandomCrops(0.5, per_episode=4, min_duration=0.1)
+    expected = {
+        (c.key, c.start) for c in Streamer(streamer.open_dataset(packed), sampler, workers=0)
+    }
+    dataset = CropDataset(str(packed), sampler)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate)
+    seen = []
+    for batch in loader:
+        assert batch["audio"].dtype == torch.float32 and batch["audio"].ndim == 3
+        assert batch["audio"].shape[0] == len(batch["key"]) == len(batch["lengths"])
+        seen += list(zip(batch["key"], batch["start"].tolist(), strict=True))
+    assert len(seen) == len(set(seen)) == len(expected) and set(seen) == expected
+
+
+def test_collate_pads_to_the_longest(packed: Path) -> None:
+    crops = list(Streamer(streamer.open_dataset(packed), RandomCrops(0.5), mono=True, workers=0))
+    crops[0].audio = crops[0].audio[:, :100]
+    batch = collate(crops[:3])
+    assert batch["audio"].shape[:2] == (3, 1) and batch["lengths"][0] == 100
+    assert float(batch["audio"][0, 0, 100:].abs().sum()) == 0.0
+
+
+def test_resume_a_dataloader(packed: Path) -> None:
+    sampler = RandomCrops(0.5, per_episode=4)
+    dataset = CropDataset(str(packed), sampler)
+
+    def batches(ds: CropDataset) -> list[list[str]]:
+        loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
+        return [
+            [f"{k}@{s}" for k, s in zip(b["key"], b["start"].tolist(), strict=True)] for b in loader
+        ]
+
+    everything = [crop for batch in batches(dataset) for crop in batch]
+    first_five = everything[:10]  # 5 batches of 2, in the DataLoader's order
+    resumed = CropDataset(str(packed), sampler)
+    resumed.load_state_dict({"epoch": 0, "positions": positions_after(5, 2, 2)})
+    rest = [crop for batch in batches(resumed) for crop in batch]
+    assert sorted(first_five + rest) == sorted(everything)
