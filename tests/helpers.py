@@ -49,17 +49,3 @@ def write_blob_dataset(root: Path, blob_sizes: tuple[int, ...], batches: int) ->
     with pa.ipc.new_file(str(root / "audio" / "s.wsds"), table.schema) as writer:
         writer.write_table(table, max_chunksize=per_batch)
     return blobs
-
-
-#: Codecs whose crops depend on what the process decoded before: decode/mp4.py
-#: reuses an episode's demuxer across crops (see test_workers_do_not_change_the_audio).
-HISTORY_DEPENDENT = ("aac",)
-
-
-def same_crop_audio(a, b) -> bool:  # type: ignore[no-untyped-def]
-    """Crops ``a`` and ``b`` hold the same samples (same shape only for ``HISTORY_DEPENDENT``)."""
-    import numpy as np
-
-    if a.key.rsplit("/", 1)[-1] in HISTORY_DEPENDENT:
-        return a.audio.shape == b.audio.shape
-    return bool(np.array_equal(a.audio, b.audio))
