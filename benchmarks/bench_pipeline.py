@@ -10,6 +10,12 @@ process; the bench in a child process, so they do not share its CPU time
 accounting.
 
     python -m benchmarks.bench_pipeline [--latency 0.05] [--crops 200] [--workers 1 2]
+    python -m benchmarks.bench_pipeline --store http   # a Range file server instead
+
+moto reads the whole object for every ranged GET, so its CPU cost (on the
+same cores as the bench) caps the S3 figures; ``--store http`` serves the
+same shards from the test suite's Range file server, which reads only the
+range, with the same injected latency.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from servers import LoopbackServer, proxy_handler
+from servers import LoopbackServer, file_handler, proxy_handler
 
 BUCKET = "bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
@@ -72,16 +78,53 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def run_bench(
+    command: list[str], env: dict[str, str], url: str, args: argparse.Namespace, kind: str
+) -> None:
+    """Run ``streamer bench`` in a child process and report it with the server's CPU."""
+    shown = " ".join(command).replace(url, "$SERVER")
+    print(f"$ {shown} --json  # $SERVER: {kind} with {args.latency * 1000:.0f} ms per request")
+    module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
+    before = _cpu()
+    answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
+    server_cpu = _cpu() - before
+    result = json.loads(answer.stdout)
+    print_table(result)
+    remote = sum(r["yielded"] for r in result["runs"] if not r["url"].startswith("/"))
+    print(
+        f"server side ({kind}, this process): {server_cpu:.1f} s CPU, "
+        f"{server_cpu * 1000 / max(remote, 1):.1f} ms per remote crop, "
+        f"on the same {os.cpu_count()} CPUs as the bench"
+    )
+    result["server_cpu_s"] = server_cpu
+    name = "pipeline" if kind == "S3" else "pipeline_http"
+    print("wrote", write_json(name, {"latency_s": args.latency, **result}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--crops", type=int, default=200)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--workers", nargs="+", default=["1", "2"])
+    parser.add_argument("--store", choices=["s3", "http"], default="s3")
     args = parser.parse_args()
+    local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")))
+    if args.store == "http":
+        server = LoopbackServer(file_handler(local.parent)).start()
+        server.faults.latency = args.latency
+        try:
+            command = [
+                *("streamer", "bench", str(local), f"{server.url}/demo"),
+                *("--crops", str(args.crops), "--duration", str(args.duration)),
+                *("--workers", *args.workers, "--baseline"),
+            ]
+            run_bench(command, os.environ, server.url, args, "HTTP")
+        finally:
+            server.stop()
+        return
     from moto.server import ThreadedMotoServer
 
-    local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")))
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()
@@ -95,22 +138,7 @@ def main() -> None:
             *("--duration", str(args.duration), "--workers", *args.workers, "--baseline"),
         ]
         env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
-        shown = " ".join(command).replace(proxy.url, "$PROXY")
-        print(f"$ {shown} --json  # $PROXY: S3 with {args.latency * 1000:.0f} ms per request")
-        module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
-        before = _cpu()
-        answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
-        server_cpu = _cpu() - before
-        result = json.loads(answer.stdout)
-        print_table(result)
-        remote_crops = sum(r["yielded"] for r in result["runs"] if r["url"].startswith("s3://"))
-        print(
-            f"server side (moto + proxy, this process): {server_cpu:.1f} s CPU, "
-            f"{server_cpu * 1000 / max(remote_crops, 1):.1f} ms per remote crop, "
-            f"on the same {os.cpu_count()} CPUs as the bench"
-        )
-        result["server_cpu_s"] = server_cpu
-        print("wrote", write_json("pipeline", {"latency_s": args.latency, **result}))
+        run_bench(command, env, proxy.url, args, "S3")
     finally:
         proxy.stop()
         moto.stop()
