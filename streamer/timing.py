@@ -8,7 +8,7 @@ figures of a worker that gets killed survive up to its last write.
 ``streamer timing report FILES...`` merges the files of one run.
 
 When profiling is off, ``record()`` returns one shared no-op object: the cost
-is a function call and an empty ``with`` block (about 150 ns in CPython 3.11,
+is a function call and an empty ``with`` block (110-200 ns in CPython 3.11,
 measured by ``benchmarks/bench_timing.py``).
 """
 
