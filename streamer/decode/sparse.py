@@ -9,10 +9,10 @@ because it means the plan missed something the demuxer needed; with no
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 
 from ..errors import CropError
+from ..shard.blob import RangeFile
 from .stats import DecodeStats
 
 __all__ = ["UNPLANNED_READ", "SparseFile"]
@@ -21,7 +21,7 @@ __all__ = ["UNPLANNED_READ", "SparseFile"]
 UNPLANNED_READ = 4096
 
 
-class SparseFile(io.RawIOBase):
+class SparseFile(RangeFile):
     """Read-only view of ``length`` bytes of which only ``pieces`` are held."""
 
     def __init__(
@@ -32,13 +32,11 @@ class SparseFile(io.RawIOBase):
         stats: DecodeStats,
         where: dict[str, object],
     ) -> None:
-        super().__init__()
-        self.length = length
+        super().__init__(length)
         self._pieces = sorted(pieces, key=lambda piece: piece[0])
         self._fallback = fallback
         self._stats = stats
         self._where = where
-        self._pos = 0
 
     def refill(
         self,
@@ -51,34 +49,14 @@ class SparseFile(io.RawIOBase):
         self._pieces = sorted(pieces, key=lambda piece: piece[0])
         self._fallback, self._stats, self._where = fallback, stats, where
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.length}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def read(self, size: int = -1) -> bytes:
+    def _read_at(self, position: int, size: int) -> memoryview | bytes:
         """Up to ``size`` bytes, stopping at the end of a held piece: a short
         read, so a reader that only wanted part of a buffer's worth (FFmpeg
         reads 32 KiB at a time) never pulls in bytes beyond the plan."""
-        if size is None or size < 0:
-            size = self.length - self._pos
-        size = max(0, min(size, self.length - self._pos))
-        if size == 0:
-            return b""
-        chunk = self._from_pieces(self._pos, size)
+        chunk = self._from_pieces(position, size)
         if chunk is None:
-            chunk = self._unplanned(self._pos, min(size, UNPLANNED_READ))
-        self._pos += len(chunk)
-        return bytes(chunk)
+            chunk = self._unplanned(position, min(size, UNPLANNED_READ))
+        return chunk
 
     def _from_pieces(self, position: int, size: int) -> memoryview | None:
         for start, view in self._pieces:

@@ -8,16 +8,71 @@ are zero-copy views; remote shards give the same handle over a remote reader.
 
 from __future__ import annotations
 
+import abc
 import io
 from collections.abc import Sequence
 
 from ..errors import DataError
 from ..storage.base import RangeReader
 
-__all__ = ["BlobHandle"]
+__all__ = ["BlobHandle", "RangeFile"]
 
 
-class BlobHandle(io.RawIOBase):
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file of ``length`` bytes over some random-access source.
+
+    Subclasses say how to read at a position (``_read_at``, which may return
+    fewer bytes than asked: a short read); this class keeps the position and
+    gives the file object FFmpeg (PyAV) and ``wave`` expect: ``read`` returns
+    ``bytes``, ``seek(0, 2)`` works.
+    """
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+        self._pos = 0
+
+    @abc.abstractmethod
+    def _read_at(self, position: int, size: int) -> bytes | memoryview:
+        """Up to ``size`` bytes (at least one) at ``position``, inside the file."""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.length}[whence]
+        position = base + offset
+        if position < 0:
+            raise ValueError(f"negative seek position {position}")
+        self._pos = position
+        return position
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self.length - self._pos
+        size = max(0, min(size, self.length - self._pos))
+        if size == 0:
+            return b""
+        data = bytes(self._read_at(self._pos, size))
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        data = self.read(len(memoryview(buffer)))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+
+class BlobHandle(RangeFile):
     """A read-only, seekable window onto one blob inside a shard file.
 
     Sub-range reads (``read_range`` / ``aread_range``) return buffers and do
@@ -35,14 +90,12 @@ class BlobHandle(io.RawIOBase):
         shard: str | None = None,
         key: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(length)
         self.reader = reader
         self.offset = offset
-        self.length = length
         self.shard = shard
         self.key = key
         self.bytes_read = 0
-        self._pos = 0
 
     def __len__(self) -> int:
         return self.length
@@ -94,39 +147,5 @@ class BlobHandle(io.RawIOBase):
         """The whole blob (zero-copy for local shards: it reads every byte you touch)."""
         return self.read_range(0, self.length)
 
-    # -- file-like access ---------------------------------------------------
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.length}[whence]
-        position = base + offset
-        if position < 0:
-            raise ValueError(f"negative seek position {position}")
-        self._pos = position
-        return position
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            size = self.length - self._pos
-        size = max(0, min(size, self.length - self._pos))
-        if size == 0:
-            return b""
-        data = bytes(self.read_range(self._pos, size))
-        self._pos += size
-        return data
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
-        data = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(data)] = data
-        return len(data)
-
-    def readall(self) -> bytes:
-        return self.read(-1)
+    def _read_at(self, position: int, size: int) -> memoryview:
+        return self.read_range(position, size)
