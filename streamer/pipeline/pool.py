@@ -29,6 +29,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import StreamerError
+from .tasks import receive_answer
 
 __all__ = ["WorkerDied", "WorkerPool"]
 
@@ -70,7 +71,7 @@ class _Worker:
 
     def call(self, task: object) -> Any:
         self.conn.send(task)
-        return self.conn.recv()
+        return receive_answer(self.conn)
 
     def stop(self) -> None:
         """Ask the process to leave (it finishes its current crop first)."""

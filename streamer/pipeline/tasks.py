@@ -14,6 +14,9 @@ import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
 
 from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
 from ..decode.plan import Fetched
@@ -116,3 +119,30 @@ def attempt(task: Task) -> tuple[Crop | Failure, DecodeStats]:
         if not isinstance(exc, StreamerError):
             log.debug("crop %s failed unexpectedly", task.job.request.key, exc_info=True)
         return Failure.of(exc, task.job.request.key), stats
+
+
+def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) -> None:
+    """Send a worker's answer, the crop's samples as raw bytes after the rest.
+
+    Pickling would copy the samples twice more on each side (an 8 s stereo
+    crop at 44.1 kHz is 2.8 MB); ``send_bytes`` hands the buffer to the socket
+    as it is and ``receive_answer`` reads it straight into the new array.
+    """
+    crop, stats = answer
+    if not isinstance(crop, Crop):
+        conn.send((crop, stats, None))
+        return
+    audio = np.ascontiguousarray(crop.audio)
+    conn.send((dataclasses.replace(crop, audio=None), stats, (audio.shape, audio.dtype.str)))
+    conn.send_bytes(memoryview(audio).cast("B"))
+
+
+def receive_answer(conn: Connection) -> tuple[Crop | Failure, DecodeStats]:
+    """The other end of ``send_answer``."""
+    crop, stats, layout = conn.recv()
+    if layout is not None:
+        shape, dtype = layout
+        audio = np.empty(shape, dtype=dtype)
+        conn.recv_bytes_into(memoryview(audio).cast("B"))
+        crop = dataclasses.replace(crop, audio=audio)
+    return crop, stats

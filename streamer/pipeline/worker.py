@@ -17,14 +17,15 @@ import sys
 from multiprocessing.connection import Connection
 
 from ..timing import record
-from .tasks import attempt
+from .tasks import attempt, send_answer
 
 __all__ = ["serve"]
 
 
 def serve(conn: Connection) -> None:
-    """The worker's main loop: ``Task`` in, ``(crop or Failure, DecodeStats)`` out;
-    ``None`` or a closed pipe ends it. The first message out is the pid (ready)."""
+    """The worker's main loop: ``Task`` in, ``(crop or Failure, DecodeStats)`` out
+    (``tasks.send_answer``); ``None`` or a closed pipe ends it. The first
+    message out is the pid (ready)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn.send(os.getpid())
     while True:
@@ -35,7 +36,7 @@ def serve(conn: Connection) -> None:
             return
         if task is None:
             return
-        conn.send(attempt(task))
+        send_answer(conn, attempt(task))
 
 
 if __name__ == "__main__":
