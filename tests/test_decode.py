@@ -270,3 +270,19 @@ def test_damaged_bytes_mid_episode_are_skipped_or_a_crop_error(
     assert dataset.decode_stats.bad_packets > 0, "the damage went unnoticed"
     assert "audio" in outcomes, "a damaged packet must not sink every crop near it"
     np.testing.assert_array_equal(dataset.read_crop(key, 0.0, 1.0), clean.read_crop(key, 0.0, 1.0))
+
+
+def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
+    """FFmpeg's FLAC decoder swallows one-byte packets without output or error:
+    the loop gives up after a bound instead of feeding it forever."""
+    import av
+
+    from streamer.decode.packets import MAX_SILENT_PACKETS, decode_packets
+    from streamer.decode.stats import DecodeStats
+
+    context = av.CodecContext.create("flac", "r")
+    packets = (av.Packet(b"\x00") for _ in range(10 * MAX_SILENT_PACKETS))
+    where = {"shard": "audio/s.wsds", "key": "k"}
+    with pytest.raises(CropError, match="produced nothing") as caught:
+        list(decode_packets(context, packets, DecodeStats(), channels=1, where=where))
+    assert (caught.value.shard, caught.value.key) == ("audio/s.wsds", "k")
