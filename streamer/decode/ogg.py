@@ -37,7 +37,6 @@ class _Page:
     granule: int
     last: bool  # end-of-stream flag
     packets: tuple[bytes, ...]  # packets that end on this page
-    ends_packet: bool
 
 
 def pages(data: memoryview) -> Iterator[_Page]:
@@ -58,7 +57,7 @@ def pages(data: memoryview) -> Iterator[_Page]:
                 partial, start = b"", position
         partial += bytes(data[start:position])
         offset = position
-        yield _Page(granule, bool(flags & _EOS), tuple(packets), bool(packets))
+        yield _Page(granule, bool(flags & _EOS), tuple(packets))
 
 
 def _xiph_extradata(headers: list[bytes]) -> bytes:
@@ -100,31 +99,24 @@ def decode(
         context.extradata = _xiph_extradata(headers[:3])
     else:
         context.extradata = headers[0]
-    page_list = list(pages(fetched.data))
-    numbered = [(number, page) for number, page in enumerate(page_list) for _ in page.packets]
-    packets = [av.Packet(p) for page in page_list for p in page.packets]
+    packets: list[av.Packet] = []
+    #: The page whose granule marks the end of packet ``i``, if it is the last
+    #: packet completed on that page (None for the others).
+    closes: list[_Page | None] = []
+    for page in pages(fetched.data):
+        if page.packets:
+            packets += [av.Packet(p) for p in page.packets]
+            closes += [None] * (len(page.packets) - 1) + [page]
     pieces: list[np.ndarray] = []
     produced, anchor = 0, None
-    ends = _page_ends(numbered)
     for number, samples in decode_packets(
         context, packets, stats, channels=index.channels, where=where
     ):
         pieces.append(samples)
         produced += samples.shape[1]
-        page = page_list[numbered[number][0]]
-        if anchor is None and number in ends and not page.last and page.granule >= 0:
+        page = closes[number]
+        if anchor is None and page is not None and not page.last and page.granule >= 0:
             anchor = page.granule - produced
     if anchor is None:
         raise CropError("no Ogg page to place the decoded samples by", **where)
     return concat(pieces, index.channels), to_gapless(index, anchor)
-
-
-def _page_ends(numbered: list[tuple[int, _Page]]) -> set[int]:
-    """Packet numbers that are the last packet completed on their page."""
-    return {
-        number
-        for number, (page, next_page) in enumerate(
-            zip(numbered, [*numbered[1:], (None, None)], strict=True)
-        )
-        if page[0] != next_page[0]
-    }
