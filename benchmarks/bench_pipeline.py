@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 import streamer
-from benchmarks._report import write_json
+from benchmarks._report import upload_tree, write_json
 from streamer.cli.bench import print_table
 from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
@@ -40,22 +40,6 @@ from servers import LoopbackServer, file_handler, proxy_handler
 
 BUCKET = "bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
-
-
-def upload(endpoint: str, root: Path) -> None:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), BUCKET, f"demo/{path.relative_to(root).as_posix()}")
 
 
 def small_shards(folder: Path) -> Path:
@@ -130,7 +114,14 @@ def main() -> None:
     host, port = moto.get_host_and_port()
     proxy = LoopbackServer(proxy_handler(f"http://{host}:{port}")).start()
     try:
-        upload(f"http://{host}:{port}", local)
+        upload_tree(
+            f"http://{host}:{port}",
+            local,
+            BUCKET,
+            "demo",
+            CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
         proxy.faults.latency = args.latency
         command = [
             *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),

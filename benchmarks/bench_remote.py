@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks._report import write_json
+from benchmarks._report import upload_tree, write_json
 from streamer.shard.dataset import Dataset
 from streamer.storage.s3 import S3Store
 
@@ -47,20 +47,6 @@ def build_shard(path: Path, episodes: int, episode_bytes: int) -> None:
         writer.write_table(table)
 
 
-def upload(endpoint: str, path: Path) -> None:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=CREDENTIALS["key"],
-        aws_secret_access_key=CREDENTIALS["secret"],
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    client.upload_file(str(path), BUCKET, "set/audio/shard-000000.wsds")
-
-
 def measure(store: S3Store, action) -> dict[str, float]:  # type: ignore[no-untyped-def]
     store.stats.reset()
     began = time.perf_counter()
@@ -79,7 +65,7 @@ def run(args: argparse.Namespace, endpoint: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         shard = Path(folder) / "audio" / "shard-000000.wsds"
         build_shard(shard, args.episodes, episode_bytes)
-        upload(endpoint, shard)
+        upload_tree(endpoint, folder, BUCKET, "set", CREDENTIALS["key"], CREDENTIALS["secret"])
     store = S3Store(
         "s3", {"endpoint_url": endpoint, **CREDENTIALS, "block_size": args.block_kb << 10}
     )

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import anyio
 
-from benchmarks._report import write_json
+from benchmarks._report import upload_tree, write_json
 from benchmarks.episodes import long_episode
 from streamer.decode.fallback import decode_range
 from streamer.shard.dataset import Dataset
@@ -46,8 +46,6 @@ CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east
 
 
 def build_and_upload(folder: str, codecs: list[str], minutes: float, endpoint: str) -> str:
-    import boto3
-
     src = os.path.join(folder, "src")
     os.makedirs(src)
     for codec in codecs:
@@ -55,18 +53,7 @@ def build_and_upload(folder: str, codecs: list[str], minutes: float, endpoint: s
             file.write(long_episode(codec, minutes * 60))
     local = os.path.join(folder, "dataset")
     pack(src, local, progress=False)
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=CREDENTIALS["key"],
-        aws_secret_access_key=CREDENTIALS["secret"],
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    for root, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(root, name)
-            client.upload_file(path, BUCKET, "set/" + os.path.relpath(path, local))
+    upload_tree(endpoint, local, BUCKET, "set", CREDENTIALS["key"], CREDENTIALS["secret"])
     return local
 
 
