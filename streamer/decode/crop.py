@@ -108,6 +108,9 @@ class CropJob:
     index: SeekIndex | None
     plan: CropPlan | None
     fallback_reason: str = ""
+    #: Resampled outputs to drop from the front: the decoded range is the
+    #: resampler's window (0 on the fallback path, which decodes the crop exactly).
+    resample_skip: int = 0
 
     @property
     def where(self) -> dict[str, object]:
@@ -131,7 +134,7 @@ def prepare(source: CropSource, request: CropRequest) -> CropJob:
         reason = "no seek index" if index is None else index.reason
         return CropJob(request, shard, None, None, fallback_reason=reason)
     where = {"shard": shard, "key": request.key}
-    first, last = _native_span(index, request)
+    first, last, skip = _native_span(index, request)
     if first >= last:
         raise CropError(
             f"range [{request.start}, {request.end}) s is past the end of the episode", **where
@@ -145,7 +148,7 @@ def prepare(source: CropSource, request: CropRequest) -> CropJob:
         plan = plan_crop(index, first, last, preroll)
         plan = module.refine_plan(index, plan, (shard, request.key, source.blob.length))
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
-    return CropJob(request, shard, light, plan)
+    return CropJob(request, shard, light, plan, resample_skip=skip)
 
 
 def fetch(job: CropJob, blob: BlobHandle) -> Fetched:
@@ -190,7 +193,7 @@ def decode_job(job: CropJob, fetched: Fetched, stats: DecodeStats) -> Crop:
             f"but the crop needs [{plan.first}, {plan.last})",
             **job.where,
         )
-    return _finish(job, audio, index.sample_rate, plan.first)
+    return _finish(job, audio, index.sample_rate)
 
 
 def decode_fallback(job: CropJob, blob: BlobHandle, stats: DecodeStats) -> Crop:
@@ -207,7 +210,7 @@ def decode_fallback(job: CropJob, blob: BlobHandle, stats: DecodeStats) -> Crop:
         )
     with record("decode_fallback"):
         audio, rate = decode_range(blob, job.request.start, job.request.end)
-    return _finish(job, audio, rate, None)
+    return _finish(job, audio, rate)
 
 
 def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
@@ -231,18 +234,20 @@ def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     return module
 
 
-def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int]:
-    """Gapless samples to decode: the crop itself, or the resampler's window."""
+def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]:
+    """Gapless samples to decode — the crop itself, or the resampler's window —
+    and how many resampled outputs to drop from the front."""
     rate, target = index.sample_rate, request.sample_rate
+    skip = 0
     if target and target != rate:
         length = round((request.end - request.start) * target)
         span = window(round(request.start * target), length, rate, target)
-        first, last = span.input_first, span.input_last
+        first, last, skip = span.input_first, span.input_last, span.skip
     else:
         first, last = round(request.start * rate), round(request.end * rate)
     if index.num_samples >= 0:
         last = min(last, index.num_samples)
-    return first, last
+    return first, last, skip
 
 
 def _decode(
@@ -262,13 +267,8 @@ def _decode(
         raise CropError(f"cannot decode {index.codec}: {exc}", **where) from exc
 
 
-def _finish(job: CropJob, audio: np.ndarray, rate: int, first: int | None) -> Crop:
-    """Downmix, resample and pad a native-rate crop into the caller's form.
-
-    ``first`` is the gapless index of ``audio[:, 0]`` on the indexed path
-    (decoded from the resampler's window), None on the fallback path
-    (decoded exactly ``[start, end)``).
-    """
+def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
+    """Downmix, resample and pad a native-rate crop into the caller's form."""
     request = job.request
     if request.mono:
         with record("downmix"):
@@ -279,11 +279,8 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int, first: int | None) -> Cr
         out_rate = target
         expected = round((request.end - request.start) * target)
         with record("resample"):
-            resampled = resample(audio, rate, target)
-            skip = 0
-            if first is not None:
-                skip = window(round(request.start * target), expected, rate, target).skip
-            audio = resampled[:, skip : skip + expected]
+            skip = job.resample_skip
+            audio = resample(audio, rate, target)[:, skip : skip + expected]
     else:
         expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:
