@@ -81,7 +81,11 @@ def preroll(index: SeekIndex) -> int:
 
 
 def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
-    """The index's plan is all this codec needs."""
+    """Never start on the last seek point: output is placed by the granule of
+    a page other than the last (whose granule may trim the stream), so an
+    earlier page must be decoded too."""
+    if 0 < plan.point == len(index.sample_pos) - 1:
+        return plan.starting_at(index, plan.point - 1)
     return plan
 
 

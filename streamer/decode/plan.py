@@ -22,8 +22,6 @@ from ..index.table import SeekIndex
 
 __all__ = ["CropPlan", "Episode", "Fetched", "plan_crop", "to_gapless", "to_native"]
 
-_PLACED_BY_GRANULE = {"vorbis", "opus"}
-
 #: What identifies an episode's bytes within a process: (shard, key, blob length).
 Episode = tuple[object, ...]
 
@@ -41,6 +39,13 @@ class CropPlan:
     #: ``(offset, length)`` in the blob: the header ranges, then the data range.
     header: tuple[tuple[int, int], ...]
     data: tuple[int, int]
+
+    def starting_at(self, index: SeekIndex, point: int) -> CropPlan:
+        """The same plan, decoding from seek point ``point`` instead."""
+        start, end = int(index.byte_pos[point]), sum(self.data)
+        return dataclasses.replace(
+            self, point=point, start_native=int(index.sample_pos[point]), data=(start, end - start)
+        )
 
     def with_header(self, extra: tuple[tuple[int, int], ...]) -> CropPlan:
         """The same plan with more ranges read up front (a codec's own needs)."""
@@ -125,10 +130,6 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
     want_to = to_native(index, last)
     points = index.sample_pos
     point = max(int(np.searchsorted(points, want_from, side="right")) - 1, 0)
-    if index.codec in _PLACED_BY_GRANULE and point == len(points) - 1:
-        # Ogg output is placed by a page granule other than the last page's
-        # (which may trim the stream): make sure an earlier page is decoded.
-        point = max(point - 1, 0)
     after = int(np.searchsorted(points, want_to, side="left"))
     start = int(index.byte_pos[point])
     end = int(index.byte_pos[after]) if after < len(points) else index.data_end
