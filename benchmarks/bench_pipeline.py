@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -43,17 +44,18 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-sec
 
 
 def small_shards(folder: Path) -> Path:
-    """The demo episodes repacked one or two per shard. moto reads a whole
-    object to answer each ranged GET (real S3 does not); small shards keep
-    that server-side cost, which shares this machine's CPUs with the bench,
-    from dominating the remote figures."""
+    """The demo episodes repacked one per shard. moto reads a whole object to
+    answer each ranged GET (real S3 does not); small shards keep that
+    server-side cost, which shares this machine's CPUs with the bench, from
+    dominating the remote figures. (Shards close after a record batch, so one
+    file per batch gives one episode per shard.)"""
     demo = streamer.open_dataset(demo_dataset())
     source = folder / "src"
     for key, codec, *_ in DEMO_EPISODES:
         path = source / f"{key}.{CODECS[codec].extension}"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(demo.blob(key).view())
-    streamer.pack(source, folder / "demo", shard_size=4 << 20, progress=False)
+    streamer.pack(source, folder / "demo", shard_size=1, batch_size=1, progress=False)
     return folder / "demo"
 
 
@@ -109,6 +111,7 @@ def main() -> None:
         return
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto logs every request
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()

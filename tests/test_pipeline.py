@@ -7,8 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +21,11 @@ import streamer
 from streamer import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer
 from streamer.errors import CropError
 from streamer.pipeline.episodes import Episodes
+from streamer.pipeline.run import Item, Run
+from streamer.pipeline.stats import StreamerStats
+from streamer.pipeline.tasks import Failure
+from streamer.shard.dataset import Dataset
+from streamer.storage._loop import run_sync
 
 
 def signature(crops: list) -> list[tuple[str, float, float]]:
@@ -338,3 +346,46 @@ async def test_async_break_then_aclose(packed: Path) -> None:
     assert s.state_dict()["position"] == 1
     await s.aclose()
     assert s.worker_pids == [] and all(gone(pid) for pid in pids)
+
+
+def test_a_crop_waiting_on_its_plan_does_not_hold_up_the_crops_behind_it() -> None:
+    """Planning may wait on the store (opening a shard, reading an index):
+    the crops behind it are planned meanwhile, and still come out in order."""
+    second_planned = threading.Event()
+
+    def plan_at(position: int) -> Failure:
+        if position == 0:
+            waited = second_planned.wait(timeout=10)
+            return Failure("Planned" if waited else "PlannedSerially", "", key="first")
+        second_planned.set()
+        return Failure("Planned", "", key="second")
+
+    async def both() -> list[Item | None]:
+        run = Run(plan_at, 0, 2, pool=None, prefetch=2, queue_size=2, stats=StreamerStats())
+        run.start()
+        items = [await run.next(), await run.next()]
+        await run.stop()
+        return items
+
+    items = run_sync(both())
+    assert [(item.position, item.result.key, item.result.reason) for item in items] == [
+        (0, "first", "Planned"),
+        (1, "second", "Planned"),
+    ]
+
+
+def test_a_shard_opened_from_several_threads_at_once_is_opened_once(packed: Path) -> None:
+    opened: list[str] = []
+
+    class Counting(Dataset):
+        def _open_shard(self, path: str, column_dir: str) -> Any:
+            opened.append(path)
+            time.sleep(0.05)  # wide enough for every thread to miss the cache
+            return super()._open_shard(path, column_dir)
+
+    dataset = Counting(packed)
+    name = dataset.shard_names[0]
+    with ThreadPoolExecutor(8) as pool:
+        shards = list(pool.map(lambda _: dataset.shard(name), range(8)))
+    assert all(shard is shards[0] for shard in shards)
+    assert len(opened) == 1

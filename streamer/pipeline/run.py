@@ -4,11 +4,14 @@ Everything here runs on the store loop (``storage._loop``), where the block
 cache and connection pools live, so prefetching awaits the cache directly.
 The stages, each bounded:
 
-* the planner walks the epoch's order from the resume position; it takes a
-  *slot* (at most ``prefetch`` crops are between planning and the consumer)
-  and plans the crop in a thread;
-* each planned crop gets a task that prefetches its bytes (remote shards)
-  and waits for a decode worker;
+* the planner walks the epoch's order from the resume position and takes a
+  *slot* per crop (at most ``prefetch`` crops are between planning and the
+  consumer);
+* each slot gets a task that plans its crop in a thread, prefetches its
+  bytes (remote shards) and waits for a decode worker. Crops are planned
+  concurrently: planning may open a shard or read an index from the store,
+  and one crop waiting on that must not hold up the crops behind it on
+  shards already open;
 * the emitter hands decoded crops to a bounded memory stream strictly in
   plan order (the order is part of the determinism contract, and resuming is
   then a single position), freeing the slot.
@@ -114,15 +117,15 @@ class Run:
                         await self._room.acquire()
                         slot = _Slot(position)
                         await self._slots_in.send(slot)
-                        planned = await anyio.to_thread.run_sync(self._plan_at, position)
-                        group.start_soon(self._work, slot, planned)
+                        group.start_soon(self._work, slot)
         except Exception as exc:
             log.error("the crop pipeline failed: %s", exc)
             self._error = exc
         finally:
             self._out_in.close()
 
-    async def _work(self, slot: _Slot, planned: Planned | Failure) -> None:
+    async def _work(self, slot: _Slot) -> None:
+        planned = await anyio.to_thread.run_sync(self._plan_at, slot.position)
         try:
             if isinstance(planned, Failure):
                 slot.result = planned

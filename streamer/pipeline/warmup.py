@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import anyio.to_thread
@@ -57,7 +58,7 @@ async def _warmup(
 ) -> WarmupReport:
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
-    planned = await anyio.to_thread.run_sync(_plan_all, streamer)
+    planned = await _plan_all(streamer, concurrency)
     jobs = [p for p in planned if isinstance(p, Planned)]
     report.skipped = len(planned) - len(jobs)
     if total is not None:
@@ -82,9 +83,18 @@ async def _warmup(
     return report
 
 
-def _plan_all(streamer: Streamer) -> list[Planned | Failure]:
-    out = []
-    for position in range(len(streamer)):
+async def _plan_all(streamer: Streamer, concurrency: int) -> list[Planned | Failure]:
+    """Every crop's plan, ``concurrency`` at a time: planning opens shards and
+    reads indexes, one round trip after another for each new shard."""
+    crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
+    out: list[Planned | Failure | None] = [None] * crops
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    def plan_one(position: int) -> None:
         dataset, request = streamer.request(position)
-        out.append(plan(dataset, request))
-    return out
+        out[position] = plan(dataset, request)
+
+    async with anyio.create_task_group() as group:
+        for position in range(len(out)):
+            group.start_soon(partial(anyio.to_thread.run_sync, plan_one, position, limiter=limiter))
+    return [p for p in out if p is not None]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 from collections.abc import Iterator
 from functools import cached_property
@@ -78,6 +79,7 @@ class Dataset:
             raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.url)
         self.shard_names = sorted(self.column_dirs[self.audio_dir])
         self._shards: dict[tuple[str, str], Shard] = {}
+        self._opening: dict[tuple[str, str], threading.Lock] = {}
         self._index_readers: dict[str, IndexReader] = {}
         self._warned_compressed = False
         self._decode_stats: DecodeStats | None = None
@@ -88,11 +90,22 @@ class Dataset:
     # -- shards -------------------------------------------------------------
 
     def shard(self, name: str, column_dir: str | None = None) -> Shard:
-        """The shard ``name`` of a column directory, opened and key-checked once."""
+        """The shard ``name`` of a column directory, opened and key-checked once.
+
+        Safe to call from several threads (the pipeline plans crops
+        concurrently): a shard being opened is waited for, not opened twice.
+        """
         column_dir = column_dir or self.audio_dir
         cached = self._shards.get((column_dir, name))
         if cached is not None:
             return cached
+        with self._opening.setdefault((column_dir, name), threading.Lock()):
+            cached = self._shards.get((column_dir, name))
+            if cached is None:
+                cached = self._shards[(column_dir, name)] = self._open_checked(name, column_dir)
+            return cached
+
+    def _open_checked(self, name: str, column_dir: str) -> Shard:
         if column_dir not in self.column_dirs:
             raise LayoutError(f"missing column directory {column_dir!r}", shard=self.url)
         path = self.column_dirs[column_dir].get(name)
@@ -106,7 +119,6 @@ class Dataset:
             self._check_audio(shard)
         else:
             _check_keys_aligned(shard, self.shard(name))
-        self._shards[(column_dir, name)] = shard
         return shard
 
     def _check_audio(self, shard: Shard) -> None:
