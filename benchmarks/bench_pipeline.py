@@ -1,10 +1,11 @@
 """The pipeline's throughput locally and over S3 with injected latency: one `streamer bench` run.
 
-The demo dataset (seven 1.5-4 minute episodes, one per codec), repacked
-into small shards (``small_shards``), is uploaded to
-a real S3 protocol server (moto) behind a proxy that delays every request by
-``--latency`` seconds; then one ``streamer bench LOCAL S3 --workers 1 2
---baseline --json`` run measures both, each worker count from a cold memory cache,
+The demo episodes (seven 1.5-4 minute episodes, one per codec), copied
+``--copies`` times and repacked one episode per shard (``small_shards``), are
+uploaded to a real S3 protocol server (moto) behind a proxy that delays
+every request by ``--latency`` seconds; then one ``streamer bench LOCAL S3
+--workers 1 2 --rounds 3 --baseline --json`` run measures both, each worker
+count from a cold memory cache, in interleaved rounds (the median stands),
 and the naive whole-blob path on the same crops. The servers run in this
 process; the bench in a child process, so they do not share its CPU time
 accounting.
@@ -13,9 +14,9 @@ accounting.
     python -m benchmarks.bench_pipeline --store http   # a Range file server instead
 
 moto reads the whole object for every ranged GET, so its CPU cost (on the
-same cores as the bench) caps the S3 figures; ``--store http`` serves the
-same shards from the test suite's Range file server, which reads only the
-range, with the same injected latency.
+same cores as the bench) weighs on the S3 figures; ``--store http`` serves
+the same shards from the test suite's Range file server, which reads only
+the range, with the same injected latency.
 """
 
 from __future__ import annotations
@@ -43,18 +44,23 @@ BUCKET = "bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
 
 
-def small_shards(folder: Path) -> Path:
-    """The demo episodes repacked one per shard. moto reads a whole object to
-    answer each ranged GET (real S3 does not); small shards keep that
-    server-side cost, which shares this machine's CPUs with the bench, from
-    dominating the remote figures. (Shards close after a record batch, so one
-    file per batch gives one episode per shard.)"""
+def small_shards(folder: Path, copies: int) -> Path:
+    """The demo episodes, ``copies`` times each under different keys, one
+    episode per shard (shards close after a record batch: one file a batch).
+
+    Copies make crops land on different blocks, as they do in a big dataset
+    (seven short episodes would serve most crops from blocks already cached).
+    One episode per shard keeps the objects small: moto reads a whole object
+    to answer each ranged GET (real S3 does not), and that server-side cost
+    shares this machine's CPUs with the bench.
+    """
     demo = streamer.open_dataset(demo_dataset())
     source = folder / "src"
-    for key, codec, *_ in DEMO_EPISODES:
-        path = source / f"{key}.{CODECS[codec].extension}"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(demo.blob(key).view())
+    for copy in range(copies):
+        for key, codec, *_ in DEMO_EPISODES:
+            path = source / f"copy{copy}" / f"{key}.{CODECS[codec].extension}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(demo.blob(key).view())
     streamer.pack(source, folder / "demo", shard_size=1, batch_size=1, progress=False)
     return folder / "demo"
 
@@ -94,8 +100,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--workers", nargs="+", default=["1", "2"])
     parser.add_argument("--store", choices=["s3", "http"], default="s3")
+    parser.add_argument("--copies", type=int, default=4, help="copies of each demo episode")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     args = parser.parse_args()
-    local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")))
+    local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")), args.copies)
     if args.store == "http":
         server = LoopbackServer(file_handler(local.parent)).start()
         server.faults.latency = args.latency
@@ -103,7 +111,7 @@ def main() -> None:
             command = [
                 *("streamer", "bench", str(local), f"{server.url}/demo"),
                 *("--crops", str(args.crops), "--duration", str(args.duration)),
-                *("--workers", *args.workers, "--baseline"),
+                *("--workers", *args.workers, "--rounds", str(args.rounds), "--baseline"),
             ]
             run_bench(command, os.environ, server.url, args, "HTTP")
         finally:
@@ -129,7 +137,8 @@ def main() -> None:
         command = [
             *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),
             *("--endpoint-url", proxy.url, "--crops", str(args.crops)),
-            *("--duration", str(args.duration), "--workers", *args.workers, "--baseline"),
+            *("--duration", str(args.duration), "--workers", *args.workers),
+            *("--rounds", str(args.rounds), "--baseline"),
         ]
         env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
         run_bench(command, env, proxy.url, args, "S3")

@@ -39,6 +39,15 @@ def test_remote_crops_equal_local_crops(s3_dataset, packed: Path, workers: int) 
     assert stats.yielded == 14 and stats.requests > 0 and stats.bytes_read > 0
 
 
+def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> None:  # type: ignore[no-untyped-def]
+    """A remote crop waits a round trip before it decodes: more are kept in flight."""
+    sampler = RandomCrops(0.5)
+    local = Streamer(streamer.open_dataset(packed), sampler, workers=2)
+    remote = Streamer(s3_dataset(), sampler, workers=2)
+    assert (local.prefetch, remote.prefetch) == (8, 32)
+    assert Streamer(s3_dataset(), sampler, workers=2, prefetch=5).prefetch == 5
+
+
 def test_remote_storage_failures_are_skipped_and_counted(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]
     dataset = s3_dataset(attempts=1)
     s = Streamer(dataset, RandomCrops(0.5), workers=0, prefetch=1)

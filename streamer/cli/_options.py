@@ -14,6 +14,14 @@ def add_url_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, object]:
     """The storage options a command line asked for (nothing for defaults)."""
     options: dict[str, object] = {}

@@ -7,7 +7,13 @@ import json
 
 from .. import open_dataset
 from ..pipeline.bench import bench
-from ._options import add_crop_arguments, crop_config, options_for, storage_options_with_cache
+from ._options import (
+    add_crop_arguments,
+    crop_config,
+    options_for,
+    positive_int,
+    storage_options_with_cache,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -34,6 +40,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="store_true",
         help="also time whole-blob PyAV decoding of the same crops",
     )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="run every configuration this many times, interleaved, and report the median",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -41,7 +53,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     options = storage_options_with_cache(args)
     datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
-    result = bench(datasets, args.workers, crop_config(args), baseline=args.baseline)
+    result = bench(
+        datasets, args.workers, crop_config(args), baseline=args.baseline, rounds=args.rounds
+    )
     if args.json:
         print(json.dumps(result))
     else:
@@ -68,6 +82,8 @@ def print_table(result: dict) -> None:
             f"{'-' if hits is None else f'{hits:.0%}':>5} "
             f"{run.get('baseline_crops_per_s', nan):>9.1f} {run.get('speedup', nan):>7.1f}"
         )
+    if result.get("rounds", 1) > 1:
+        print(f"median of {result['rounds']} interleaved rounds")
     skipped = {k: v for run in result["runs"] for k, v in run["skipped"].items()}
     if skipped:
         print(f"skipped: {skipped}")

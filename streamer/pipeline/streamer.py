@@ -67,7 +67,8 @@ class Streamer:
 
     ``workers`` decode processes (0: decode in threads of this process);
     ``prefetch`` crops may be planned, fetched or decoded ahead of the
-    consumer, plus ``queue_size`` decoded ones waiting for it.
+    consumer, plus ``queue_size`` decoded ones waiting for it (default:
+    ``default_prefetch``, deeper when a source is remote).
     ``on_error="skip"`` logs and counts a failed crop (``stats.skipped``)
     and goes on; ``"raise"`` raises its error.
 
@@ -106,7 +107,8 @@ class Streamer:
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
         self.workers = default_workers() if workers is None else workers
-        self.prefetch = prefetch or 4 * max(self.workers, 2)
+        self._stores = _remote_stores(self.sources)
+        self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
         self.queue_size = queue_size
         self.seed, self.epoch = seed, epoch
         self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
@@ -117,7 +119,6 @@ class Streamer:
         self._episodes: list[Episodes] | None = None
         self._plans: dict[int, EpochPlan] = {}
         self._stats = StreamerStats()
-        self._stores = _remote_stores(self.sources)
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._resources = _Resources()
@@ -393,3 +394,17 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def default_prefetch(workers: int, *, remote: bool) -> int:
+    """Crops in flight ahead of the consumer when ``prefetch`` is not given.
+
+    Locally a crop spends its time in a decoder, so a few per worker keep
+    them busy. From an object store each crop also waits a round trip
+    (20-100 ms to first byte) before it can decode; to keep every worker
+    busy, about (crops/s) x (round trip + decode) crops must be in flight,
+    which at two workers' full rate (~120 crops/s of 8 s crops here) and
+    50 ms is ~12: four times the local depth leaves room for slower stores.
+    Each slot holds at most its planned bytes and its decoded crop.
+    """
+    return (16 if remote else 4) * max(workers, 2)
