@@ -10,14 +10,18 @@ encoded for real (it is fast).
 from __future__ import annotations
 
 import io
+import os
+import random
 import struct
 
 import av
 import numpy as np
 
+from streamer.shard.dataset import Dataset
+from streamer.shard.pack import pack
 from streamer.synth import CODECS, encode, signal
 
-__all__ = ["BENCH_CODECS", "long_episode"]
+__all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "random_crops"]
 
 #: codec -> (sample rate, channels) of the benchmark episodes.
 BENCH_CODECS = {
@@ -43,6 +47,33 @@ def long_episode(codec: str, seconds: float) -> bytes:
     if codec == "wav":
         return _repeat_wav(short, int(np.ceil(seconds / _PIECE)))
     return _remux_repeated(short, codec, seconds)
+
+
+def build_dataset(folder: str, minutes: float) -> Dataset:
+    """One episode per codec of ``BENCH_CODECS``, keyed by the codec's name,
+    packed into ``folder/dataset``: every benchmark that compares methods per
+    codec reads the same episodes."""
+    src = os.path.join(folder, "src")
+    os.makedirs(src)
+    for codec in BENCH_CODECS:
+        path = os.path.join(src, f"{codec}.{CODECS[codec].extension}")
+        with open(path, "wb") as file:
+            file.write(long_episode(codec, minutes * 60))
+    out = os.path.join(folder, "dataset")
+    pack(src, out, progress=False)
+    return Dataset(out)
+
+
+def random_crops(
+    dataset: Dataset, key: str, count: int, duration: float
+) -> list[tuple[float, float]]:
+    """``count`` crops of ``duration`` seconds at random positions of ``key``,
+    seeded by the key: two benchmarks over the same dataset read the same crops."""
+    index = dataset.seek_index(key)
+    length = index.num_samples / index.sample_rate
+    rng = random.Random(key)
+    starts = [rng.uniform(0, length - duration) for _ in range(count)]
+    return [(start, start + duration) for start in starts]
 
 
 def _remux_repeated(short: bytes, codec: str, seconds: float) -> bytes:
