@@ -79,7 +79,12 @@ def random_crops(
 def _remux_repeated(short: bytes, codec: str, seconds: float) -> bytes:
     with av.open(io.BytesIO(short)) as source:
         stream = source.streams.audio[0]
-        packets = [p for p in source.demux(stream) if p.size]
+        demuxed = [p for p in source.demux(stream) if p.size]
+        packets = _steady(demuxed)
+        # The first repeated packet takes the first demuxed one's time, so the
+        # episode starts where the short encode does (pre-skip, priming or edit
+        # list then trim real audio) and its first sample plays at 0.
+        shift = demuxed[0].pts - packets[0].pts
         span = packets[-1].pts + packets[-1].duration - packets[0].pts
         repeats = int(np.ceil(seconds / float(span * stream.time_base)))
         out = io.BytesIO()
@@ -88,15 +93,27 @@ def _remux_repeated(short: bytes, codec: str, seconds: float) -> bytes:
             for repeat in range(repeats):
                 for packet in packets:
                     again = av.Packet(bytes(packet))
-                    again.pts = packet.pts + repeat * span
-                    again.dts = (
-                        packet.dts if packet.dts is not None else packet.pts
-                    ) + repeat * span
+                    offset = shift + repeat * span
+                    again.pts = packet.pts + offset
+                    again.dts = (packet.dts if packet.dts is not None else packet.pts) + offset
                     again.duration = packet.duration
                     again.time_base = stream.time_base
                     again.stream = copy
                     target.mux(again)
     return out.getvalue()
+
+
+def _steady(packets: list[av.Packet]) -> list[av.Packet]:
+    """The packets that decode to exactly their duration: without the priming
+    packets before pts 0 (AAC, Vorbis, Opus pre-skip) and a shorter last one
+    (end trimming). Repeated in the middle of an episode those decode to more
+    samples than their timestamps span, so the full decode would drift from
+    the container's timeline by that much at every repeat."""
+    first = next(i for i, packet in enumerate(packets) if packet.pts >= 0)
+    last = len(packets)
+    if packets[-1].duration < packets[-2].duration:
+        last -= 1
+    return packets[first:last]
 
 
 def _repeat_wav(short: bytes, repeats: int) -> bytes:
