@@ -109,14 +109,16 @@ class CountingFile(io.RawIOBase):
 
 @dataclass
 class Match:
-    """How a method's crops compare with a reference (worst over the crops)."""
+    """How a method's crops compare with a reference, worst over the crops:
+    the max abs error in place; the shifts (samples) at which the crops fit
+    best (``[0]`` when in place) and the max abs error once shifted by them;
+    whether every crop has the reference's channels and
+    ``round(end * sr) - round(start * sr)`` samples."""
 
-    error: float  # max abs error in place
-    lags: list[int]  # the shifts (samples) at which the crops match best; [0] when in place
-    error_at_lag: float  # max abs error once shifted by those lags
-    shape_ok: (
-        bool  # every crop has the reference's channels and round(end*sr) - round(start*sr) samples
-    )
+    error: float
+    lags: list[int]
+    error_at_lag: float
+    shape_ok: bool
 
 
 def max_error(got: np.ndarray, want: np.ndarray) -> float:
@@ -200,6 +202,12 @@ def reference_windows(data: bytes, windows: list[tuple[int, int]]) -> list[np.nd
     return [np.concatenate(piece, axis=1) for piece in pieces]
 
 
+def describe(error: Exception) -> str:
+    """An exception in one line for the table: FFmpeg's messages run long."""
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def timed(method: Method, crops: list[Crop]) -> tuple[float, list[np.ndarray]]:
     """Seconds per crop, and the crops, kept to compare once the clock stops."""
     outputs = []
@@ -250,7 +258,7 @@ def run_torchcodec(
             files.clear()
             seconds, outputs[name] = timed(method, crops)
         except Exception as error:  # report this codec's failure, measure the others
-            entries[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+            entries[name] = {"failed": describe(error)}
         else:
             entries[name] = {"seconds": seconds}
     blob = dataset.blob(key)
@@ -297,10 +305,18 @@ def measure(decoder: Any, dataset: Dataset, codec: str, args: argparse.Namespace
     lows = [low for low, _ in windows]
     references = list(zip(reference_windows(data, windows), lows, strict=True))
     row["streamer"]["exact"] = asdict(match(streamer_out, spans, references, margin))
-    own = [torchcodec_full(decoder, data, rate)] * len(spans) if outputs else []
     for name, got in outputs.items():
         row[name]["exact"] = asdict(match(got, spans, references, margin))
-        row[name]["own_full_decode"] = asdict(match(got, spans, own, margin))
+    if outputs:
+        try:
+            own = [torchcodec_full(decoder, data, rate)] * len(spans)
+        except Exception as error:  # the crops are measured; say why this check is missing
+            own_error = {"failed": describe(error)}
+            for name in outputs:
+                row[name]["own_full_decode"] = own_error
+        else:
+            for name, got in outputs.items():
+                row[name]["own_full_decode"] = asdict(match(got, spans, own, margin))
     if len(outputs) == 2:
         pairs = zip(outputs["torchcodec_bytes"], outputs["torchcodec_file"], strict=True)
         row["same_samples"] = all(np.array_equal(a, b) for a, b in pairs)
@@ -321,13 +337,13 @@ def print_speed(row: dict[str, Any]) -> None:
     line = f"{row['codec']:<8}{1 / streamer['seconds']:>10.1f}"
     for name in ("torchcodec_bytes", "torchcodec_file"):
         entry = row[name]
-        if "error" in entry:
+        if "failed" in entry:
             line += f"{'error':>10}{'':>9}"
         else:
             line += f"{1 / entry['seconds']:>10.1f}{entry['seconds'] / streamer['seconds']:>8.1f}x"
     line += f"{streamer['bytes_per_crop'] / 1e3:>10.0f}{row['episode_bytes'] / 1e6:>10.1f}"
     file = row["torchcodec_file"]
-    if "error" not in file:
+    if "failed" not in file:
         line += (
             f"{file['bytes_per_crop'] / 1e3:>11.0f}{file['reads_per_crop']:>7.0f}"
             f"{file['seeks_per_crop']:>7.0f}"
@@ -336,25 +352,29 @@ def print_speed(row: dict[str, Any]) -> None:
 
 
 def print_exactness(row: dict[str, Any]) -> None:
-    """One codec's line of errors against the full decode (and torchcodec's own)."""
+    """One codec's line of errors against the full decode (and torchcodec's own),
+    then whatever failed."""
     streamer = row["streamer"]["exact"]
     line = f"{row['codec']:<8}{_error(streamer['error']):>10}{_lags(streamer):>6}"
-    entry = (
-        row["torchcodec_bytes"] if "exact" in row["torchcodec_bytes"] else row["torchcodec_file"]
-    )
-    if "exact" not in entry:
-        print(f"{line}  torchcodec: {entry['error']}")
-        return
-    exact, own = entry["exact"], entry["own_full_decode"]
-    line += (
-        f"{_error(exact['error']):>10}{_lags(exact):>8}{_error(exact['error_at_lag']):>10}"
-        f"{_lags(own):>8}{_error(own['error_at_lag']):>10}"
-        f"{'yes' if exact['shape_ok'] else 'NO':>7}{'yes' if row.get('same_samples') else 'no':>7}"
-    )
+    paths = [row["torchcodec_bytes"], row["torchcodec_file"]]
+    entry = next((path for path in paths if "exact" in path), None)
+    own: dict[str, Any] = {}
+    if entry is None:
+        line += "  torchcodec failed:"
+    else:
+        exact, own = entry["exact"], entry["own_full_decode"]
+        line += f"{_error(exact['error']):>10}{_lags(exact):>8}{_error(exact['error_at_lag']):>10}"
+        line += (
+            f"{'':>18}" if "failed" in own else f"{_lags(own):>8}{_error(own['error_at_lag']):>10}"
+        )
+        line += f"{'yes' if exact['shape_ok'] else 'NO':>7}"
+        line += f"{'yes' if row.get('same_samples') else 'no':>7}"
     print(line)
     for name in ("torchcodec_bytes", "torchcodec_file"):
-        if "error" in row[name]:
-            print(f"{'':<8}{name}: {row[name]['error']}")
+        if "failed" in row[name]:
+            print(f"{'':<8}{name}: {row[name]['failed']}")
+    if "failed" in own:
+        print(f"{'':<8}torchcodec's full decode: {own['failed']}")
 
 
 def main() -> None:
