@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,26 +26,12 @@ import av
 import numpy as np
 
 from benchmarks._report import write_json
-from benchmarks.episodes import BENCH_CODECS, long_episode
+from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.decode.fallback import decode_range
 from streamer.decode.frames import frame_to_float32
 from streamer.shard.dataset import Dataset
-from streamer.shard.pack import pack
-from streamer.synth import CODECS
 
 _DECODERS = {"mp3": "mp3float"}
-
-
-def build(folder: str, minutes: float) -> Dataset:
-    src = os.path.join(folder, "src")
-    os.makedirs(src)
-    for codec in BENCH_CODECS:
-        path = os.path.join(src, f"{codec}.{CODECS[codec].extension}")
-        with open(path, "wb") as file:
-            file.write(long_episode(codec, minutes * 60))
-    out = os.path.join(folder, "dataset")
-    pack(src, out, progress=False)
-    return Dataset(out)
 
 
 class PureDecode:
@@ -111,7 +95,7 @@ def main() -> None:
         args.minutes, args.crops, args.naive_crops = 10.0, 10, 3
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        dataset = build(folder, args.minutes)
+        dataset = build_dataset(folder, args.minutes)
         print(
             f"{args.duration:g} s crops out of {args.minutes:g}-minute episodes, local mmap, "
             f"one core; crops/s (higher is better)"
@@ -135,10 +119,7 @@ def main() -> None:
 def measure(dataset: Dataset, codec: str, args: argparse.Namespace) -> dict[str, object]:
     key = codec
     info = dataset.info(key)
-    length = dataset.seek_index(key).num_samples / dataset.seek_index(key).sample_rate
-    rng = random.Random(codec)
-    starts = [rng.uniform(0, length - args.duration) for _ in range(args.crops)]
-    crops = [(start, start + args.duration) for start in starts]
+    crops = random_crops(dataset, key, args.crops, args.duration)
     blob = dataset.blob(key)
     pure = pure_pcm(dataset, key) if codec == "wav" else PureDecode(bytes(blob.view()))
 

@@ -10,14 +10,18 @@ encoded for real (it is fast).
 from __future__ import annotations
 
 import io
+import os
+import random
 import struct
 
 import av
 import numpy as np
 
+from streamer.shard.dataset import Dataset
+from streamer.shard.pack import pack
 from streamer.synth import CODECS, encode, signal
 
-__all__ = ["BENCH_CODECS", "long_episode"]
+__all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "random_crops"]
 
 #: codec -> (sample rate, channels) of the benchmark episodes.
 BENCH_CODECS = {
@@ -45,10 +49,42 @@ def long_episode(codec: str, seconds: float) -> bytes:
     return _remux_repeated(short, codec, seconds)
 
 
+def build_dataset(folder: str, minutes: float) -> Dataset:
+    """One episode per codec of ``BENCH_CODECS``, keyed by the codec's name,
+    packed into ``folder/dataset``: every benchmark that compares methods per
+    codec reads the same episodes."""
+    src = os.path.join(folder, "src")
+    os.makedirs(src)
+    for codec in BENCH_CODECS:
+        path = os.path.join(src, f"{codec}.{CODECS[codec].extension}")
+        with open(path, "wb") as file:
+            file.write(long_episode(codec, minutes * 60))
+    out = os.path.join(folder, "dataset")
+    pack(src, out, progress=False)
+    return Dataset(out)
+
+
+def random_crops(
+    dataset: Dataset, key: str, count: int, duration: float
+) -> list[tuple[float, float]]:
+    """``count`` crops of ``duration`` seconds at random positions of ``key``,
+    seeded by the key: two benchmarks over the same dataset read the same crops."""
+    index = dataset.seek_index(key)
+    length = index.num_samples / index.sample_rate
+    rng = random.Random(key)
+    starts = [rng.uniform(0, length - duration) for _ in range(count)]
+    return [(start, start + duration) for start in starts]
+
+
 def _remux_repeated(short: bytes, codec: str, seconds: float) -> bytes:
     with av.open(io.BytesIO(short)) as source:
         stream = source.streams.audio[0]
-        packets = [p for p in source.demux(stream) if p.size]
+        demuxed = [p for p in source.demux(stream) if p.size]
+        packets = _steady(demuxed)
+        # The first repeated packet takes the first demuxed one's time, so the
+        # episode starts where the short encode does (pre-skip, priming or edit
+        # list then trim real audio) and its first sample plays at 0.
+        shift = demuxed[0].pts - packets[0].pts
         span = packets[-1].pts + packets[-1].duration - packets[0].pts
         repeats = int(np.ceil(seconds / float(span * stream.time_base)))
         out = io.BytesIO()
@@ -57,15 +93,27 @@ def _remux_repeated(short: bytes, codec: str, seconds: float) -> bytes:
             for repeat in range(repeats):
                 for packet in packets:
                     again = av.Packet(bytes(packet))
-                    again.pts = packet.pts + repeat * span
-                    again.dts = (
-                        packet.dts if packet.dts is not None else packet.pts
-                    ) + repeat * span
+                    offset = shift + repeat * span
+                    again.pts = packet.pts + offset
+                    again.dts = (packet.dts if packet.dts is not None else packet.pts) + offset
                     again.duration = packet.duration
                     again.time_base = stream.time_base
                     again.stream = copy
                     target.mux(again)
     return out.getvalue()
+
+
+def _steady(packets: list[av.Packet]) -> list[av.Packet]:
+    """The packets that decode to exactly their duration: without the priming
+    packets before pts 0 (AAC, Vorbis, Opus pre-skip) and a shorter last one
+    (end trimming). Repeated in the middle of an episode those decode to more
+    samples than their timestamps span, so the full decode would drift from
+    the container's timeline by that much at every repeat."""
+    first = next(i for i, packet in enumerate(packets) if packet.pts >= 0)
+    last = len(packets)
+    if packets[-1].duration < packets[-2].duration:
+        last -= 1
+    return packets[first:last]
 
 
 def _repeat_wav(short: bytes, repeats: int) -> bytes:
