@@ -118,6 +118,7 @@ def run_demo(
 
 
 def _planned_bytes(dataset: Dataset, crop: Crop) -> int:
-    """What the crop read: its byte plan (planning again is cheap: index lookups)."""
-    planned = plan(dataset, CropRequest(crop.key, crop.start, crop.end))
+    """What the crop read: its byte plan (planning again is cheap: index
+    lookups), as planned for the demo's decode workers."""
+    planned = plan(dataset, CropRequest(crop.key, crop.start, crop.end), decoded_here=False)
     return planned.nbytes if isinstance(planned, Planned) else 0

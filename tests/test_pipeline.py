@@ -408,3 +408,34 @@ def test_bench_rounds_report_the_median_of_interleaved_runs(packed: Path, capsys
     with pytest.raises(SystemExit):
         main([*argv, "--rounds", "0"])
     assert "--rounds: must be at least 1, not 0" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def mp4_minute(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A minute each of AAC and ALAC: long enough that crops seek far past
+    FFmpeg's read-through distance, so open demuxers get reused."""
+    from helpers import write_audio
+
+    folder = tmp_path_factory.mktemp("mp4-minute")
+    write_audio(folder / "src", "aac", "aac", 44100, 2, 60.0, seed=1)
+    write_audio(folder / "src", "alac", "alac", 44100, 1, 60.0, seed=2)
+    streamer.pack(folder / "src", folder / "dataset", progress=False)
+    return folder / "dataset"
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_mp4_crops_read_only_their_plan_whoever_decodes_them(
+    mp4_minute: Path, workers: int
+) -> None:
+    """The planner cannot see which demuxers a decode worker (or another
+    thread) holds open: whichever decodes a crop, it needs no byte outside
+    the plan, and the crop is the one ``read_crop`` gives."""
+    s = Streamer(mp4_minute, SequentialCrops(2.0, hop=1.5), workers=workers, prefetch=6)
+    crops = list(s)
+    assert len(crops) == 2 * 40 and not s.stats.skipped
+    assert s.stats.decode.unplanned_reads == 0
+    reference = streamer.open_dataset(mp4_minute)
+    for crop in crops[::7]:
+        np.testing.assert_array_equal(
+            crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
+        )

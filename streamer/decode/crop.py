@@ -127,8 +127,12 @@ def source_for(dataset: object, key: str) -> CropSource:
     return CropSource(key=key, blob=blob, index=index)
 
 
-def prepare(source: CropSource, request: CropRequest) -> CropJob:
-    """Plan the crop from the episode's index (raises ``CropError`` past the end)."""
+def prepare(source: CropSource, request: CropRequest, *, decoded_here: bool = True) -> CropJob:
+    """Plan the crop from the episode's index (raises ``CropError`` past the end).
+
+    ``decoded_here=False`` when another process will decode the job: the
+    plan must not count on decoders this process holds open (MP4 demuxers
+    that skip ``moov``)."""
     index, shard = source.index, source.blob.shard
     if index is None or not index.ok:
         reason = "no seek index" if index is None else index.reason
@@ -146,7 +150,8 @@ def prepare(source: CropSource, request: CropRequest) -> CropJob:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):
         plan = plan_crop(index, first, last, preroll)
-        plan = module.refine_plan(index, plan, (shard, request.key, source.blob.length))
+        episode = (shard, request.key, source.blob.length) if decoded_here else None
+        plan = module.refine_plan(index, plan, episode)
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
     return CropJob(request, shard, light, plan, resample_skip=skip)
 

@@ -34,7 +34,7 @@ def preroll(index: SeekIndex) -> int:
     return 0
 
 
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
     """The index's plan is all this codec needs."""
     return plan
 

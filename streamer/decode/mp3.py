@@ -41,7 +41,7 @@ def preroll(index: SeekIndex) -> int:
     return PREROLL_FRAMES * samples_per_frame(index)
 
 
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
     """The index's plan is all this codec needs."""
     return plan
 

@@ -51,19 +51,22 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
     """Add the first bytes of sample data: opening a demuxer probes the first
     packet there, wherever the crop is; and, when the crop's data starts less
     than ``READ_THROUGH`` bytes after it, everything in between (FFmpeg reads
     a short forward gap instead of seeking over it).
 
-    When this process already holds an open demuxer for the episode, the
-    header (``moov``: megabytes for a long audiobook) is left out: the
-    demuxer parsed it once and will not read it again; the short gap it may
-    read through starts where it stopped reading last time.
+    When this process already holds an open demuxer for the episode (and
+    will decode the crop: ``episode`` is None otherwise), the header
+    (``moov``: megabytes for a long audiobook) is left out: the demuxer
+    parsed it once and will not read it again; the short gap it may read
+    through starts where it stopped reading last time. Otherwise the plan
+    also holds the bytes just before the data, so that a decoder that does
+    hold an open demuxer can reuse it (``_can_reuse``).
     """
     data = plan.data[0]
-    position = _DEMUXERS.position(episode)
+    position = None if episode is None else _DEMUXERS.position(episode)
     fresh = plan.start_native <= index.first_sample  # from the start: a fresh demuxer
     if position is not None and not fresh:
         # An open demuxer reads on from where it stopped, and its seek can land
@@ -74,8 +77,12 @@ def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
         return plan.without_header().with_header(((lead, data - lead),) if data > lead else ())
     start = index.data_start
     probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
-    end = data if data - probe_end <= READ_THROUGH else probe_end
-    return plan.with_header(((start, end - start),) if end > start else ())
+    if data - probe_end <= READ_THROUGH:
+        return plan.with_header(((start, data - start),) if data > start else ())
+    # The lead lets a process that does hold an open demuxer for the episode
+    # (a decode worker, which this planner cannot see into) reuse it.
+    lead = max(probe_end, data - SEEK_SLACK)
+    return plan.with_header(((start, probe_end - start), (lead, data - lead)))
 
 
 class _Demuxers:
@@ -89,25 +96,48 @@ class _Demuxers:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._idle: OrderedDict[tuple[object, ...], tuple[Any, SparseFile]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._idle: OrderedDict[Episode, tuple[Any, SparseFile]] = OrderedDict()
+        self._in_use: dict[Episode, int] = {}
+        self._changed = threading.Condition()
 
     def position(self, key: Episode) -> int | None:
         """Where the idle demuxer of ``key`` last read, or None if there is none."""
-        with self._lock:
+        with self._changed:
             entry = self._idle.get(key)
             return None if entry is None else entry[1].tell()
 
-    def checkout(self, key: tuple[object, ...]) -> tuple[Any, SparseFile] | None:
-        with self._lock:
-            return self._idle.pop(key, None)
+    def checkout(self, key: Episode, *, take: bool, wait: bool) -> tuple[Any, SparseFile] | None:
+        """Start using a demuxer of ``key``: the idle one if ``take`` (None if
+        there is none); give it back with ``checkin``, or ``release`` once
+        closed. With ``wait``, while another thread uses one and none is idle,
+        wait for it rather than return None."""
+        with self._changed:
+            while wait and key not in self._idle and self._in_use.get(key, 0):
+                self._changed.wait()
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+            return self._idle.pop(key, None) if take else None
 
-    def checkin(self, key: tuple[object, ...], entry: tuple[Any, SparseFile]) -> None:
-        with self._lock:
+    def checkin(self, key: Episode, entry: tuple[Any, SparseFile]) -> None:
+        with self._changed:
+            self._done(key)
+            replaced = self._idle.pop(key, None)
+            if replaced is not None:  # two threads opened one each: keep the newer
+                replaced[0].close()
             self._idle[key] = entry
             while len(self._idle) > self.size:
                 _, (container, _) = self._idle.popitem(last=False)
                 container.close()
+
+    def release(self, key: Episode) -> None:
+        """The caller's demuxer of ``key`` is closed (or never opened)."""
+        with self._changed:
+            self._done(key)
+
+    def _done(self, key: Episode) -> None:
+        left = self._in_use.pop(key) - 1
+        if left:
+            self._in_use[key] = left
+        self._changed.notify_all()
 
 
 _DEMUXERS = _Demuxers()
@@ -132,19 +162,53 @@ def decode(
     seek_to = plan.start_native - index.first_sample
     episode = (where.get("shard"), where.get("key"), fetched.blob_length)
     # From the very start, a fresh demuxer: seeking back to 0 loses priming.
-    entry = _DEMUXERS.checkout(episode) if seek_to > 0 else None
-    if entry is None:
-        entry = _open(fetched, stats, where)
-    else:
-        entry[1].refill(list(fetched.pieces), fetched.read_unplanned, stats, where)
-    container, _ = entry
+    # A plan without ``moov`` counts on an open demuxer: wait for the one
+    # another thread is using rather than open one that reads outside the plan.
+    has_moov = set(index.header) <= set(plan.header)
+    entry = _DEMUXERS.checkout(episode, take=seek_to > 0, wait=seek_to > 0 and not has_moov)
+    if entry is not None and not _can_reuse(entry[1].tell(), index, plan, fetched, has_moov):
+        entry[0].close()  # this crop's bytes suit a fresh demuxer, not this one
+        entry = None
     try:
-        samples, first = _demux_decode(container, index, plan, seek_to, stats)
+        if entry is None:
+            entry = _open(fetched, stats, where)
+        else:
+            entry[1].refill(list(fetched.pieces), fetched.read_unplanned, stats, where)
+        samples, first = _demux_decode(entry[0], index, plan, seek_to, stats)
     except BaseException:
-        container.close()
+        if entry is not None:
+            entry[0].close()
+        _DEMUXERS.release(episode)
         raise
     _DEMUXERS.checkin(episode, entry)
     return samples, first
+
+
+def _can_reuse(
+    position: int, index: SeekIndex, plan: CropPlan, fetched: Fetched, has_moov: bool
+) -> bool:
+    """Whether an open demuxer that last read at ``position`` can decode this
+    crop from the fetched bytes alone: they must hold what its seek may read
+    before the data (``SEEK_SLACK``), and the gap it reads through when it
+    stopped shortly before the data. A plan made without knowing that
+    demuxer (in another process, or before another thread moved it) may not;
+    if it carries ``moov``, a fresh demuxer needs nothing more. Without
+    ``moov`` the open demuxer is the only way, whatever it then reads."""
+    data = plan.data[0]
+    lead = max(index.data_start, data - SEEK_SLACK)
+    if 0 <= data - position <= READ_THROUGH:
+        lead = min(lead, position)
+    return not has_moov or _holds(fetched.pieces, lead, data)
+
+
+def _holds(pieces: tuple[tuple[int, memoryview], ...], start: int, end: int) -> bool:
+    """Whether ``pieces`` together hold every byte of ``[start, end)``."""
+    for offset, view in sorted(pieces, key=lambda piece: piece[0]):
+        if start >= end:
+            break
+        if offset <= start < offset + len(view):
+            start = offset + len(view)
+    return start >= end
 
 
 def _demux_decode(

@@ -80,7 +80,7 @@ def preroll(index: SeekIndex) -> int:
     return round(PREROLL_SECONDS[index.codec] * index.timescale)
 
 
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode) -> CropPlan:
+def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
     """Never start on the last seek point: output is placed by the granule of
     a page other than the last (whose granule may trim the stream), so an
     earlier page must be decoded too."""

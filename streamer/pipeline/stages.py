@@ -38,11 +38,12 @@ class Planned:
         return BlobRef.of(self.blob).is_local
 
 
-def plan(dataset: Dataset, request: CropRequest) -> Planned | Failure:
-    """The crop's byte plan, or why there is none (past the end, bad index, ...)."""
+def plan(dataset: Dataset, request: CropRequest, *, decoded_here: bool) -> Planned | Failure:
+    """The crop's byte plan, or why there is none (past the end, bad index, ...);
+    ``decoded_here``: whether this process decodes it (no worker processes)."""
     try:
         source = source_for(dataset, request.key)
-        return Planned(prepare(source, request), source.blob)
+        return Planned(prepare(source, request, decoded_here=decoded_here), source.blob)
     except (StreamerError, KeyError) as exc:
         return Failure.of(exc, request.key)
 

@@ -178,7 +178,7 @@ class Streamer:
 
     def _plan_at(self, position: int) -> Planned | Failure:
         dataset, request = self.request(position)
-        return plan(dataset, request)
+        return plan(dataset, request, decoded_here=self.workers == 0)
 
     # -- state ------------------------------------------------------------------
 

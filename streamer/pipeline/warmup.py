@@ -92,7 +92,8 @@ async def _plan_all(streamer: Streamer, concurrency: int) -> list[Planned | Fail
 
     def plan_one(position: int) -> None:
         dataset, request = streamer.request(position)
-        out[position] = plan(dataset, request)
+        # As a Streamer with decode workers plans: no decoder is open here.
+        out[position] = plan(dataset, request, decoded_here=False)
 
     async with anyio.create_task_group() as group:
         for position in range(len(out)):
