@@ -439,3 +439,37 @@ def test_mp4_crops_read_only_their_plan_whoever_decodes_them(
         np.testing.assert_array_equal(
             crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
         )
+
+
+def test_a_worker_gets_an_mp4_header_once_per_episode(
+    mp4_minute: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remote MP4 crops ship without ``moov`` (megabytes for a long
+    audiobook) unless the worker has no open demuxer for the episode that
+    suits the crop: then it asks for it. Here that is twice per episode:
+    its first crop, and the crop at its very start (which always takes a
+    fresh demuxer: seeking back to 0 would lose the priming); the other 76
+    crops decode the same without it."""
+    from servers import LoopbackServer, file_handler
+
+    import streamer.pipeline.pool as pool
+
+    sent: list[int] = []
+    send = pool.send_held_back
+    monkeypatch.setattr(
+        pool, "send_held_back", lambda conn, pieces: (sent.append(len(pieces)), send(conn, pieces))
+    )
+    server = LoopbackServer(file_handler(mp4_minute.parent)).start()
+    try:
+        url = f"{server.url}/{mp4_minute.name}"
+        s = Streamer(url, SequentialCrops(2.0, hop=1.5), workers=1, prefetch=6)
+        crops = list(s)
+    finally:
+        server.stop()
+    assert len(crops) == 2 * 40 and not s.stats.skipped
+    assert len(sent) == 2 * 2 and s.stats.decode.unplanned_reads == 0
+    reference = streamer.open_dataset(mp4_minute)
+    for crop in crops[::7]:
+        np.testing.assert_array_equal(
+            crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
+        )

@@ -227,10 +227,31 @@ def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | Non
     return decode_job(job, fetch(job, source.blob), stats)
 
 
+def deferrable_header(job: CropJob) -> tuple[tuple[int, int], ...]:
+    """The plan's ranges another process may turn out not to need: the
+    container header of a codec whose decoders stay open across crops
+    (MP4's ``moov``: megabytes for a long audiobook), or ``()``."""
+    if job.plan is None or job.index is None:
+        return ()
+    if not hasattr(codec_module(job.index, job.where), "can_skip_header"):
+        return ()
+    header = tuple(job.index.header)
+    return header if header and job.plan.header[: len(header)] == header else ()
+
+
+def can_skip_header(job: CropJob, fetched: Fetched) -> bool:
+    """Whether this process decodes the job from ``fetched`` without its
+    ``deferrable_header`` (an open decoder for the episode suits the bytes)."""
+    assert job.index is not None and job.plan is not None
+    module = codec_module(job.index, job.where)
+    return module.can_skip_header(job.index, job.plan, fetched, job.where)
+
+
 def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     """The module that decodes this index's codec: one per codec family, each
     with ``preroll(index)``, ``refine_plan(index, plan, episode)`` and
-    ``decode(...)``."""
+    ``decode(...)``; those whose decoders stay open across crops (MP4) also
+    with ``can_skip_header(...)``."""
     if index.block_align:
         return pcm
     module = _CODEC_MODULES.get(index.codec)

@@ -25,7 +25,7 @@ from .plan import CropPlan, Episode, Fetched, to_gapless
 from .sparse import SparseFile
 from .stats import DecodeStats
 
-__all__ = ["decode", "preroll", "refine_plan"]
+__all__ = ["can_skip_header", "decode", "preroll", "refine_plan"]
 
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
@@ -62,8 +62,8 @@ def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> Cr
     (``moov``: megabytes for a long audiobook) is left out: the demuxer
     parsed it once and will not read it again; the short gap it may read
     through starts where it stopped reading last time. Otherwise the plan
-    also holds the bytes just before the data, so that a decoder that does
-    hold an open demuxer can reuse it (``_can_reuse``).
+    also holds the ``READ_THROUGH`` bytes before the data, so that a decoder
+    that does hold an open demuxer can reuse it (``_can_reuse``).
     """
     data = plan.data[0]
     position = None if episode is None else _DEMUXERS.position(episode)
@@ -80,8 +80,9 @@ def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> Cr
     if data - probe_end <= READ_THROUGH:
         return plan.with_header(((start, data - start),) if data > start else ())
     # The lead lets a process that does hold an open demuxer for the episode
-    # (a decode worker, which this planner cannot see into) reuse it.
-    lead = max(probe_end, data - SEEK_SLACK)
+    # (a decode worker, which this planner cannot see into) reuse it: it
+    # covers the slack of its seek and any gap it reads through.
+    lead = max(probe_end, data - READ_THROUGH)
     return plan.with_header(((start, probe_end - start), (lead, data - lead)))
 
 
@@ -160,11 +161,11 @@ def decode(
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
     seek_to = plan.start_native - index.first_sample
-    episode = (where.get("shard"), where.get("key"), fetched.blob_length)
+    episode = _episode(where, fetched)
     # From the very start, a fresh demuxer: seeking back to 0 loses priming.
     # A plan without ``moov`` counts on an open demuxer: wait for the one
     # another thread is using rather than open one that reads outside the plan.
-    has_moov = set(index.header) <= set(plan.header)
+    has_moov = _holds_header(index, fetched)
     entry = _DEMUXERS.checkout(episode, take=seek_to > 0, wait=seek_to > 0 and not has_moov)
     if entry is not None and not _can_reuse(entry[1].tell(), index, plan, fetched, has_moov):
         entry[0].close()  # this crop's bytes suit a fresh demuxer, not this one
@@ -182,6 +183,25 @@ def decode(
         raise
     _DEMUXERS.checkin(episode, entry)
     return samples, first
+
+
+def can_skip_header(
+    index: SeekIndex, plan: CropPlan, fetched: Fetched, where: dict[str, object]
+) -> bool:
+    """Whether this process can decode the crop from ``fetched`` without
+    ``moov``: it holds an idle demuxer for the episode that the bytes suit.
+    A decode worker asks before the parent sends it a ``moov`` it held back."""
+    position = _DEMUXERS.position(_episode(where, fetched))
+    seek_to = plan.start_native - index.first_sample
+    return position is not None and seek_to > 0 and _can_reuse(position, index, plan, fetched, True)
+
+
+def _episode(where: dict[str, object], fetched: Fetched) -> Episode:
+    return (where.get("shard"), where.get("key"), fetched.blob_length)
+
+
+def _holds_header(index: SeekIndex, fetched: Fetched) -> bool:
+    return all(_holds(fetched.pieces, offset, offset + length) for offset, length in index.header)
 
 
 def _can_reuse(

@@ -89,6 +89,20 @@ class Fetched:
         """The data range."""
         return self.pieces[-1][1]
 
+    def holding_back(
+        self, ranges: tuple[tuple[int, int], ...]
+    ) -> tuple[Fetched, tuple[tuple[int, memoryview], ...]]:
+        """These bytes without the pieces at ``ranges``, and those pieces: what
+        a sender ships now and what it keeps until asked."""
+        held = set(ranges)
+        keep = tuple(p for p in self.pieces if (p[0], len(p[1])) not in held)
+        back = tuple(p for p in self.pieces if (p[0], len(p[1])) in held)
+        return dataclasses.replace(self, pieces=keep), back
+
+    def adding(self, pieces: tuple[tuple[int, memoryview], ...]) -> Fetched:
+        """These bytes with ``pieces`` (held back, now sent) in front."""
+        return dataclasses.replace(self, pieces=(*pieces, *self.pieces))
+
     def portable(self) -> Fetched:
         """A copy that owns its bytes (what a worker process receives)."""
         return _rebuild(

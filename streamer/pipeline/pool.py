@@ -29,7 +29,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import StreamerError
-from .tasks import receive_answer
+from .tasks import ASK_HELD_BACK, Pieces, receive_answer, send_held_back
 
 __all__ = ["WorkerDied", "WorkerPool"]
 
@@ -69,9 +69,13 @@ class _Worker:
             self.process.wait()
             raise
 
-    def call(self, task: object) -> Any:
+    def call(self, task: object, held: Pieces) -> Any:
         self.conn.send(task)
-        return receive_answer(self.conn)
+        first = self.conn.recv()
+        if first == ASK_HELD_BACK:
+            send_held_back(self.conn, held)
+            first = None
+        return receive_answer(self.conn, first)
 
     def stop(self) -> None:
         """Ask the process to leave (it finishes its current crop first)."""
@@ -113,8 +117,9 @@ class WorkerPool:
             for _ in range(self.size):
                 group.start_soon(self._add_idle)
 
-    async def run(self, task: object) -> Any:
-        """The worker's answer to ``task``; retried once if its worker dies."""
+    async def run(self, task: object, held: Pieces = ()) -> Any:
+        """The worker's answer to ``task``; retried once if its worker dies.
+        ``held``: the pieces the task held back, sent if the worker asks."""
         async with self._free:
             for retry in (False, True):
                 worker = self._idle.pop()
@@ -122,7 +127,7 @@ class WorkerPool:
                     worker = await anyio.to_thread.run_sync(self._spawn)
                 try:
                     answer = await anyio.to_thread.run_sync(
-                        worker.call, task, abandon_on_cancel=True, limiter=self._threads
+                        worker.call, task, held, abandon_on_cancel=True, limiter=self._threads
                     )
                 except (EOFError, OSError) as exc:
                     self.restarts += 1

@@ -38,7 +38,7 @@ from ..errors import StreamerError
 from .pool import WorkerPool
 from .stages import Planned, prefetch
 from .stats import StreamerStats, add_decode_stats
-from .tasks import Failure, Task, attempt
+from .tasks import Failure, Pieces, Task, attempt
 
 __all__ = ["Item", "Run"]
 
@@ -132,8 +132,8 @@ class Run:
                 return
             if planned.is_local:
                 self._stats.bytes_read += planned.nbytes
-            task = await prefetch(planned)
-            slot.result, decoded = await self._decode(task)
+            task, held = await prefetch(planned, ship=self._pool is not None)
+            slot.result, decoded = await self._decode(task, held)
             add_decode_stats(self._stats.decode, decoded)
         except StreamerError as exc:  # storage failures, a worker that died twice
             slot.result = Failure.of(exc, planned.job.request.key)
@@ -141,10 +141,10 @@ class Run:
             slot.latency = time.perf_counter() - slot.began
             slot.done.set()
 
-    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+    async def _decode(self, task: Task, held: Pieces) -> tuple[Crop | Failure, DecodeStats]:
         if self._pool is None:
             return await anyio.to_thread.run_sync(attempt, task)
-        answer = await self._pool.run(task)
+        answer = await self._pool.run(task, held)
         self._stats.worker_restarts = self._pool.restarts
         return answer
 

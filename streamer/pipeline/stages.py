@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decode.crop import CropJob, CropRequest, afetch, prepare, source_for
+from ..decode.crop import CropJob, CropRequest, afetch, deferrable_header, prepare, source_for
 from ..errors import StreamerError
 from ..shard.blob import BlobHandle
 from ..shard.dataset import Dataset
-from .tasks import BlobRef, Failure, Task
+from .tasks import BlobRef, Failure, Pieces, Task
 
 __all__ = ["Planned", "plan", "prefetch", "warm"]
 
@@ -48,16 +48,25 @@ def plan(dataset: Dataset, request: CropRequest, *, decoded_here: bool) -> Plann
         return Failure.of(exc, request.key)
 
 
-async def prefetch(planned: Planned) -> Task:
-    """The decode task, with the planned bytes fetched when the shard is remote.
+async def prefetch(planned: Planned, *, ship: bool) -> tuple[Task, Pieces]:
+    """The decode task, with the planned bytes fetched when the shard is
+    remote, and the pieces it holds back.
 
     Without an index (no plan) the worker reads the blob itself, through its
     own store for a remote shard (``decode_fallback`` seeks over the bytes).
+    When the task is shipped to a worker process (``ship``), a header the
+    worker may already hold parsed (MP4's ``moov``) stays here until the
+    worker asks for it (``tasks.Task.held_back``).
     """
     ref = BlobRef.of(planned.blob)
     if ref.is_local or planned.job.plan is None:
-        return Task(planned.job, ref)
-    return Task(planned.job, ref, await afetch(planned.job, planned.blob))
+        return Task(planned.job, ref), ()
+    fetched = await afetch(planned.job, planned.blob)
+    header = deferrable_header(planned.job) if ship else ()
+    if not header:
+        return Task(planned.job, ref, fetched), ()
+    shipped, held = fetched.holding_back(header)
+    return Task(planned.job, ref, shipped, held_back=header), held
 
 
 async def warm(planned: Planned, chunk: int = 16 << 20) -> int:

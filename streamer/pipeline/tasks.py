@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
 
-from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
+from ..decode.crop import Crop, CropJob, can_skip_header, decode_fallback, decode_job, fetch
 from ..decode.plan import Fetched
 from ..decode.stats import DecodeStats
 from ..errors import CropError, StreamerError
@@ -69,6 +70,9 @@ class Task:
     job: CropJob
     blob: BlobRef
     fetched: Fetched | None = None
+    #: Planned ranges the parent kept back from ``fetched`` (MP4's ``moov``):
+    #: the worker asks for them only if no open demuxer of its own suits the crop.
+    held_back: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,15 @@ class Failure:
         return CropError(f"{self.reason}: {self.message}")
 
 
-def run(task: Task, stats: DecodeStats) -> Crop:
-    """Decode the task's crop (reading a local shard's planned bytes from the mapping)."""
+#: What a worker sends its parent to ask for a task's ``held_back`` pieces.
+ASK_HELD_BACK = "held-back"
+
+Pieces = tuple[tuple[int, memoryview], ...]
+
+
+def run(task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None) -> Crop:
+    """Decode the task's crop (reading a local shard's planned bytes from the
+    mapping); ``ask()`` fetches the pieces the parent held back."""
     blob = task.blob.open()
     if task.job.plan is None:
         return decode_fallback(task.job, blob, stats)
@@ -107,14 +118,22 @@ def run(task: Task, stats: DecodeStats) -> Crop:
     fetched = dataclasses.replace(
         task.fetched, read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length))
     )
+    if task.held_back and not can_skip_header(task.job, fetched):
+        if ask is None:
+            raise CropError(
+                "the task's header was held back and cannot be asked for", **task.job.where
+            )
+        fetched = fetched.adding(ask())
     return decode_job(task.job, fetched, stats)
 
 
-def attempt(task: Task) -> tuple[Crop | Failure, DecodeStats]:
+def attempt(
+    task: Task, ask: Callable[[], Pieces] | None = None
+) -> tuple[Crop | Failure, DecodeStats]:
     """``run``, with any failure turned into a ``Failure`` (a bad crop must not end a worker)."""
     stats = DecodeStats()
     try:
-        return run(task, stats), stats
+        return run(task, stats, ask), stats
     except Exception as exc:
         if not isinstance(exc, StreamerError):
             log.debug("crop %s failed unexpectedly", task.job.request.key, exc_info=True)
@@ -137,9 +156,21 @@ def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) ->
     conn.send_bytes(memoryview(audio).cast("B"))
 
 
-def receive_answer(conn: Connection) -> tuple[Crop | Failure, DecodeStats]:
-    """The other end of ``send_answer``."""
-    crop, stats, layout = conn.recv()
+def ask_held_back(conn: Connection) -> Pieces:
+    """The worker's side of ``held_back``: ask the parent, receive the pieces."""
+    conn.send(ASK_HELD_BACK)
+    return tuple((offset, memoryview(data)) for offset, data in conn.recv())
+
+
+def send_held_back(conn: Connection, pieces: Pieces) -> None:
+    """The parent's answer to ``ask_held_back``."""
+    conn.send(tuple((offset, bytes(view)) for offset, view in pieces))
+
+
+def receive_answer(conn: Connection, first: object = None) -> tuple[Crop | Failure, DecodeStats]:
+    """The other end of ``send_answer``; ``first``: its first message, if
+    already received."""
+    crop, stats, layout = conn.recv() if first is None else first
     if layout is not None:
         shape, dtype = layout
         audio = np.empty(shape, dtype=dtype)

@@ -17,15 +17,16 @@ import sys
 from multiprocessing.connection import Connection
 
 from ..timing import record
-from .tasks import attempt, send_answer
+from .tasks import ask_held_back, attempt, send_answer
 
 __all__ = ["serve"]
 
 
 def serve(conn: Connection) -> None:
     """The worker's main loop: ``Task`` in, ``(crop or Failure, DecodeStats)`` out
-    (``tasks.send_answer``); ``None`` or a closed pipe ends it. The first
-    message out is the pid (ready)."""
+    (``tasks.send_answer``), asking for held-back pieces in between when it
+    needs them; ``None`` or a closed pipe ends it. The first message out is
+    the pid (ready)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn.send(os.getpid())
     while True:
@@ -36,7 +37,7 @@ def serve(conn: Connection) -> None:
             return
         if task is None:
             return
-        send_answer(conn, attempt(task))
+        send_answer(conn, attempt(task, lambda: ask_held_back(conn)))
 
 
 if __name__ == "__main__":
