@@ -11,30 +11,21 @@ the long ones take a few GB of disk in a temporary directory.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import tempfile
 import time
 
 from benchmarks._report import write_json
-from benchmarks.episodes import long_episode
+from benchmarks.episodes import pack_episodes
 from streamer.shard.dataset import Dataset
-from streamer.shard.pack import pack
-from streamer.synth import CODECS
 
 
 def build(folder: str, codecs: list[str], hours: list[float]) -> Dataset:
-    src = os.path.join(folder, "src")
-    os.makedirs(src)
-    for codec in codecs:
-        for length in hours:
-            path = os.path.join(src, f"{codec}-{length:g}h.{CODECS[codec].extension}")
-            with open(path, "wb") as file:
-                file.write(long_episode(codec, length * 3600))
-    out = os.path.join(folder, "dataset")
-    pack(src, out, progress=False)
-    return Dataset(out)
+    episodes = [
+        (f"{codec}-{length:g}h", codec, length * 3600) for codec in codecs for length in hours
+    ]
+    return pack_episodes(folder, episodes)
 
 
 def per_crop(dataset: Dataset, key: str, crops: int, duration: float) -> tuple[float, float]:

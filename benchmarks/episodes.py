@@ -21,7 +21,7 @@ from streamer.shard.dataset import Dataset
 from streamer.shard.pack import pack
 from streamer.synth import CODECS, encode, signal
 
-__all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "random_crops"]
+__all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "pack_episodes", "random_crops"]
 
 #: codec -> (sample rate, channels) of the benchmark episodes.
 BENCH_CODECS = {
@@ -53,12 +53,18 @@ def build_dataset(folder: str, minutes: float) -> Dataset:
     """One episode per codec of ``BENCH_CODECS``, keyed by the codec's name,
     packed into ``folder/dataset``: every benchmark that compares methods per
     codec reads the same episodes."""
+    return pack_episodes(folder, [(codec, codec, minutes * 60) for codec in BENCH_CODECS])
+
+
+def pack_episodes(folder: str, episodes: list[tuple[str, str, float]]) -> Dataset:
+    """``(key, codec, seconds)`` episodes from ``long_episode``, packed into
+    ``folder/dataset``."""
     src = os.path.join(folder, "src")
     os.makedirs(src)
-    for codec in BENCH_CODECS:
-        path = os.path.join(src, f"{codec}.{CODECS[codec].extension}")
+    for key, codec, seconds in episodes:
+        path = os.path.join(src, f"{key}.{CODECS[codec].extension}")
         with open(path, "wb") as file:
-            file.write(long_episode(codec, minutes * 60))
+            file.write(long_episode(codec, seconds))
     out = os.path.join(folder, "dataset")
     pack(src, out, progress=False)
     return Dataset(out)
