@@ -46,6 +46,7 @@ def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> 
     remote = Streamer(s3_dataset(), sampler, workers=2)
     assert (local.prefetch, remote.prefetch) == (8, 32)
     assert Streamer(s3_dataset(), sampler, workers=2, prefetch=5).prefetch == 5
+    assert Streamer(s3_dataset(), sampler, workers=64).prefetch == 128  # memory cap
 
 
 def test_remote_storage_failures_are_skipped_and_counted(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]

@@ -405,6 +405,11 @@ def default_prefetch(workers: int, *, remote: bool) -> int:
     busy, about (crops/s) x (round trip + decode) crops must be in flight,
     which at two workers' full rate (~120 crops/s of 8 s crops here) and
     50 ms is ~12: four times the local depth leaves room for slower stores.
-    Each slot holds at most its planned bytes and its decoded crop.
+    Each slot holds at most its planned bytes and its decoded crop (~3 MB
+    for 8 s of 44.1 kHz stereo), hence the cap of ``MAX_DEFAULT_PREFETCH``.
     """
-    return (16 if remote else 4) * max(workers, 2)
+    return min((16 if remote else 4) * max(workers, 2), MAX_DEFAULT_PREFETCH)
+
+
+#: The most crops in flight by default, whatever the worker count (memory).
+MAX_DEFAULT_PREFETCH = 128
