@@ -29,30 +29,3 @@ def write_json(name: str, payload: dict[str, Any]) -> str:
     with open(path, "w") as file:
         json.dump({"benchmark": name, "machine": machine(), **payload}, file, indent=2)
     return path
-
-
-def upload_tree(
-    endpoint: str,
-    folder: str | os.PathLike[str],
-    bucket: str,
-    prefix: str,
-    key_id: str,
-    secret: str,
-) -> None:
-    """Create ``bucket`` on an S3 server and upload every file under ``folder``
-    to ``prefix/<relative path>`` (boto3 from the test extra, straight to the server)."""
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=key_id,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=bucket)
-    for root, _, files in os.walk(folder):
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            relative = os.path.relpath(path, folder).replace(os.sep, "/")
-            client.upload_file(path, bucket, f"{prefix}/{relative}")

@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks._report import upload_tree, write_json
+from benchmarks._report import write_json
 from streamer.shard.dataset import Dataset
 from streamer.storage.s3 import S3Store
+from tests.servers import upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east-1"}

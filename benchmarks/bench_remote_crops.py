@@ -31,7 +31,7 @@ from pathlib import Path
 
 import anyio
 
-from benchmarks._report import upload_tree, write_json
+from benchmarks._report import write_json
 from benchmarks.episodes import long_episode
 from streamer.decode.fallback import decode_range
 from streamer.shard.dataset import Dataset
@@ -39,7 +39,7 @@ from streamer.shard.pack import pack
 from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import S3Store
 from streamer.synth import CODECS
-from tests.servers import LoopbackServer, file_handler, proxy_handler
+from tests.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east-1"}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _index_support import encoded
 from helpers import write_audio, write_blob_dataset
-from servers import LoopbackServer, file_handler, proxy_handler
+from servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 from streamer.shard.dataset import Dataset
 from streamer.shard.pack import pack
@@ -108,19 +108,7 @@ def storage_root(packed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="session")
 def s3_uploaded(moto_endpoint: str, storage_root: Path) -> str:
     """``storage_root`` uploaded to ``s3://data/`` (with boto3, straight to moto)."""
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        aws_access_key_id="test-key-id",
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    for path in sorted(storage_root.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), BUCKET, path.relative_to(storage_root).as_posix())
+    upload_tree(moto_endpoint, storage_root, BUCKET, "", "test-key-id", SECRET)
     return BUCKET
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+import os
 import re
 import threading
 import urllib.parse
@@ -21,7 +22,15 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-__all__ = ["S3_SLOWDOWN", "Faults", "LoopbackServer", "Seen", "file_handler", "proxy_handler"]
+__all__ = [
+    "S3_SLOWDOWN",
+    "Faults",
+    "LoopbackServer",
+    "Seen",
+    "file_handler",
+    "proxy_handler",
+    "upload_tree",
+]
 
 Handler = Callable[[web.Request], Awaitable[tuple[int, dict[str, str], bytes]]]
 
@@ -248,3 +257,31 @@ class proxy_handler:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def upload_tree(
+    endpoint: str,
+    folder: str | os.PathLike[str],
+    bucket: str,
+    prefix: str,
+    key_id: str,
+    secret: str,
+) -> None:
+    """Create ``bucket`` on an S3 server and upload every file under ``folder``
+    to ``<prefix>/<relative path>`` (no prefix: ``<relative path>``), with
+    boto3 from the test extra, straight to the server."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=bucket)
+    for root, _, files in os.walk(folder):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            client.upload_file(path, bucket, f"{prefix}/{relative}" if prefix else relative)
