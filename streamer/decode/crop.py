@@ -151,7 +151,9 @@ def prepare(source: CropSource, request: CropRequest, *, decoded_here: bool = Tr
     with record("plan"):
         plan = plan_crop(index, first, last, preroll)
         episode = (shard, request.key, source.blob.length) if decoded_here else None
-        plan = module.refine_plan(index, plan, episode)
+        refine = getattr(module, "refine_plan", None)
+        if refine is not None:
+            plan = refine(index, plan, episode)
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
     return CropJob(request, shard, light, plan, resample_skip=skip)
 
@@ -249,9 +251,10 @@ def can_skip_header(job: CropJob, fetched: Fetched) -> bool:
 
 def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
     """The module that decodes this index's codec: one per codec family, each
-    with ``preroll(index)``, ``refine_plan(index, plan, episode)`` and
-    ``decode(...)``; those whose decoders stay open across crops (MP4) also
-    with ``can_skip_header(...)``."""
+    with ``preroll(index)`` and ``decode(...)``. Two hooks are optional:
+    ``refine_plan(index, plan, episode)``, for codecs that need more than the
+    index's plan (Ogg, MP4), and ``can_skip_header(...)``, for those whose
+    decoders stay open across crops (MP4)."""
     if index.block_align:
         return pcm
     module = _CODEC_MODULES.get(index.codec)

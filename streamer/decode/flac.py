@@ -14,10 +14,10 @@ from ..errors import CropError
 from ..index.table import SeekIndex
 from .frames import concat
 from .packets import decode_packets, split_packets
-from .plan import CropPlan, Episode, Fetched, to_gapless
+from .plan import CropPlan, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["decode", "preroll", "refine_plan"]
+__all__ = ["decode", "preroll"]
 
 _STREAMINFO = 34
 
@@ -32,11 +32,6 @@ def streaminfo(header: bytes, where: dict[str, object]) -> bytes:
 def preroll(index: SeekIndex) -> int:
     """FLAC frames are independent: none."""
     return 0
-
-
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
-    """The index's plan is all this codec needs."""
-    return plan
 
 
 def decode(

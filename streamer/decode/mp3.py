@@ -18,10 +18,10 @@ import numpy as np
 from ..index.table import SeekIndex
 from .frames import concat
 from .packets import decode_packets, split_packets
-from .plan import CropPlan, Episode, Fetched, to_gapless
+from .plan import CropPlan, Fetched, to_gapless
 from .stats import DecodeStats
 
-__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "preroll", "refine_plan"]
+__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "preroll"]
 
 PREROLL_FRAMES = 5
 DECODERS = {"mp3": "mp3float", "mp2": "mp2float", "mp1": "mp1float"}
@@ -39,11 +39,6 @@ def samples_per_frame(index: SeekIndex) -> int:
 def preroll(index: SeekIndex) -> int:
     """``PREROLL_FRAMES`` frames, in native units."""
     return PREROLL_FRAMES * samples_per_frame(index)
-
-
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
-    """The index's plan is all this codec needs."""
-    return plan
 
 
 def decode(

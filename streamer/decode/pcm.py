@@ -12,10 +12,10 @@ import numpy as np
 
 from ..errors import CropError
 from ..index.table import SeekIndex
-from .plan import CropPlan, Episode, Fetched
+from .plan import CropPlan, Fetched
 from .stats import DecodeStats
 
-__all__ = ["CODECS", "decode", "preroll", "refine_plan"]
+__all__ = ["CODECS", "decode", "preroll"]
 
 #: codec -> (numpy dtype of one sample, full scale or 0 for float)
 CODECS = {
@@ -32,11 +32,6 @@ CODECS = {
 def preroll(index: SeekIndex) -> int:
     """Samples stand alone: none."""
     return 0
-
-
-def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> CropPlan:
-    """The index's plan is all this codec needs."""
-    return plan
 
 
 def decode(
