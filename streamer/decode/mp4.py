@@ -69,11 +69,8 @@ def refine_plan(index: SeekIndex, plan: CropPlan, episode: Episode | None) -> Cr
     position = None if episode is None else _DEMUXERS.position(episode)
     fresh = plan.start_native <= index.first_sample  # from the start: a fresh demuxer
     if position is not None and not fresh:
-        # An open demuxer reads on from where it stopped, and its seek can land
-        # a few packets before our seek point: cover both, without the header.
-        lead = max(index.data_start, data - SEEK_SLACK)
-        if 0 <= data - position <= READ_THROUGH:
-            lead = min(lead, position)
+        # What the open demuxer reads before the data, without the header.
+        lead = _reuse_lead(position, index, plan)
         return plan.without_header().with_header(((lead, data - lead),) if data > lead else ())
     start = index.data_start
     probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
@@ -193,7 +190,9 @@ def can_skip_header(
     A decode worker asks before the parent sends it a ``moov`` it held back."""
     position = _DEMUXERS.position(_episode(where, fetched))
     seek_to = plan.start_native - index.first_sample
-    return position is not None and seek_to > 0 and _can_reuse(position, index, plan, fetched, True)
+    if position is None or seek_to <= 0:
+        return False
+    return _holds(fetched.pieces, _reuse_lead(position, index, plan), plan.data[0])
 
 
 def _episode(where: dict[str, object], fetched: Fetched) -> Episode:
@@ -207,18 +206,25 @@ def _holds_header(index: SeekIndex, fetched: Fetched) -> bool:
 def _can_reuse(
     position: int, index: SeekIndex, plan: CropPlan, fetched: Fetched, has_moov: bool
 ) -> bool:
-    """Whether an open demuxer that last read at ``position`` can decode this
-    crop from the fetched bytes alone: they must hold what its seek may read
-    before the data (``SEEK_SLACK``), and the gap it reads through when it
-    stopped shortly before the data. A plan made without knowing that
-    demuxer (in another process, or before another thread moved it) may not;
-    if it carries ``moov``, a fresh demuxer needs nothing more. Without
-    ``moov`` the open demuxer is the only way, whatever it then reads."""
+    """Whether to decode this crop with the open demuxer that last read at
+    ``position``. Only if the fetched bytes hold what it reads before the
+    data (``_reuse_lead``): a plan made without knowing that demuxer (in
+    another process, or before another thread moved it) may not, and if it
+    carries ``moov``, a fresh demuxer needs nothing more. Without ``moov``
+    the open demuxer is the only way, whatever it then reads."""
+    return not has_moov or _holds(fetched.pieces, _reuse_lead(position, index, plan), plan.data[0])
+
+
+def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:
+    """Where an open demuxer that last read at ``position`` starts reading
+    for this crop: up to ``SEEK_SLACK`` before the data (its seek may land a
+    few packets early), or at ``position`` when it stopped shortly before
+    the data (it reads the gap through)."""
     data = plan.data[0]
     lead = max(index.data_start, data - SEEK_SLACK)
     if 0 <= data - position <= READ_THROUGH:
         lead = min(lead, position)
-    return not has_moov or _holds(fetched.pieces, lead, data)
+    return lead
 
 
 def _holds(pieces: tuple[tuple[int, memoryview], ...], start: int, end: int) -> bool:
