@@ -47,6 +47,8 @@ def warmup(
     ``total(bytes)`` is called once the plan is known, ``progress(bytes)``
     after each crop: a progress bar's hooks.
     """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     return run_sync(_warmup(streamer, concurrency, progress, total))
 
 
@@ -63,19 +65,19 @@ async def _warmup(
     report.skipped = len(planned) - len(jobs)
     if total is not None:
         total(sum(job.nbytes for job in jobs))
-    limit = anyio.Semaphore(concurrency)
+    pending = iter(jobs)
 
-    async def one(job: Planned) -> None:
-        async with limit:
+    async def fetch_some() -> None:  # ``concurrency`` of these share ``pending``
+        for job in pending:
             nbytes = 0 if job.is_local else await warm(job)
-        report.crops += 1
-        report.bytes += nbytes
-        if progress is not None:
-            progress(job.nbytes)
+            report.crops += 1
+            report.bytes += nbytes
+            if progress is not None:
+                progress(job.nbytes)
 
     async with anyio.create_task_group() as group:
-        for job in jobs:
-            group.start_soon(one, job)
+        for _ in range(min(concurrency, len(jobs))):
+            group.start_soon(fetch_some)
     for dataset, _ in streamer.sources:
         if isinstance(dataset.store, RemoteStore):
             await dataset.store.drain()
@@ -84,18 +86,20 @@ async def _warmup(
 
 
 async def _plan_all(streamer: Streamer, concurrency: int) -> list[Planned | Failure]:
-    """Every crop's plan, ``concurrency`` at a time: planning opens shards and
+    """Every crop's plan, in ``concurrency`` threads: planning opens shards and
     reads indexes, one round trip after another for each new shard."""
     crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
     out: list[Planned | Failure | None] = [None] * crops
+    positions = iter(range(crops))  # shared: each thread takes the next position
+
+    def plan_some() -> None:
+        for position in positions:
+            dataset, request = streamer.request(position)
+            # As a Streamer with decode workers plans: no decoder is open here.
+            out[position] = plan(dataset, request, decoded_here=False)
+
     limiter = anyio.CapacityLimiter(concurrency)
-
-    def plan_one(position: int) -> None:
-        dataset, request = streamer.request(position)
-        # As a Streamer with decode workers plans: no decoder is open here.
-        out[position] = plan(dataset, request, decoded_here=False)
-
     async with anyio.create_task_group() as group:
-        for position in range(len(out)):
-            group.start_soon(partial(anyio.to_thread.run_sync, plan_one, position, limiter=limiter))
+        for _ in range(min(concurrency, crops)):
+            group.start_soon(partial(anyio.to_thread.run_sync, plan_some, limiter=limiter))
     return [p for p in out if p is not None]
