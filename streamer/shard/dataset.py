@@ -96,13 +96,14 @@ class Dataset:
         concurrently): a shard being opened is waited for, not opened twice.
         """
         column_dir = column_dir or self.audio_dir
-        cached = self._shards.get((column_dir, name))
+        key = (column_dir, name)
+        cached = self._shards.get(key)
         if cached is not None:
             return cached
-        with self._opening.setdefault((column_dir, name), threading.Lock()):
-            cached = self._shards.get((column_dir, name))
+        with self._opening.setdefault(key, threading.Lock()):
+            cached = self._shards.get(key)
             if cached is None:
-                cached = self._shards[(column_dir, name)] = self._open_checked(name, column_dir)
+                cached = self._shards[key] = self._open_checked(name, column_dir)
             return cached
 
     def _open_checked(self, name: str, column_dir: str) -> Shard:
