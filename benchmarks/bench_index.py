@@ -28,9 +28,9 @@ import numpy as np
 
 from streamer import open_dataset, synth
 from streamer.index import INDEX_DIR, extract
-from streamer.index.build import build_index
+from streamer.write.index import build_index
 from streamer.index.table import INDEX_COLUMN
-from streamer.shard.pack import pack
+from streamer.write.pack import pack
 
 CODECS = {
     "mp3": 44100,

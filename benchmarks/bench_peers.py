@@ -43,7 +43,7 @@ from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.decode.frames import frame_to_float32
 from streamer.shard.blob import BlobHandle
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 
 Crop = tuple[float, float]
 Method = Callable[[float, float], np.ndarray]

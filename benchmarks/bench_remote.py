@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks._report import write_json
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 from streamer.storage.s3 import S3Store
 from tests.servers import upload_tree
 

@@ -34,8 +34,8 @@ import anyio
 from benchmarks._report import write_json
 from benchmarks.episodes import long_episode
 from streamer.decode.fallback import decode_range
-from streamer.shard.dataset import Dataset
-from streamer.shard.pack import pack
+from streamer.dataset.dataset import Dataset
+from streamer.write.pack import pack
 from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import S3Store
 from streamer.synth import CODECS

@@ -18,7 +18,7 @@ import time
 
 from benchmarks._report import write_json
 from benchmarks.episodes import pack_episodes
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 
 
 def build(folder: str, codecs: list[str], hours: list[float]) -> Dataset:

@@ -18,7 +18,7 @@ from benchmarks._report import write_json
 from streamer import timing
 from streamer.decode.fallback import decode_range
 from streamer.demo import demo_dataset
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 
 
 def per_call_ns(calls: int) -> dict[str, float]:

@@ -17,8 +17,8 @@ import struct
 import av
 import numpy as np
 
-from streamer.shard.dataset import Dataset
-from streamer.shard.pack import pack
+from streamer.dataset.dataset import Dataset
+from streamer.write.pack import pack
 from streamer.synth import CODECS, encode, signal
 
 __all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "pack_episodes", "random_crops"]

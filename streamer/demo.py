@@ -15,12 +15,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from .dataset.dataset import Dataset
 from .decode.crop import Crop, CropRequest
 from .pipeline import RandomCrops, Streamer
 from .pipeline.stages import Planned, plan
-from .shard.dataset import Dataset
-from .shard.pack import pack
 from .synth import CODECS, encode, signal
+from .write.pack import pack
 
 __all__ = ["DEMO_EPISODES", "DemoSummary", "demo_dataset", "run_demo"]
 

@@ -13,8 +13,8 @@ from _index_support import encoded
 from helpers import write_audio, write_blob_dataset
 from servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
-from streamer.shard.dataset import Dataset
-from streamer.shard.pack import pack
+from streamer.dataset.dataset import Dataset
+from streamer.write.pack import pack
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
 FIXTURE_FILES = (

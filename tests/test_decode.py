@@ -21,7 +21,7 @@ from streamer import open_dataset
 from streamer.decode.frames import frame_to_float32
 from streamer.decode.resample import downmix, resample
 from streamer.errors import CropError
-from streamer.shard.pack import pack
+from streamer.write.pack import pack
 from streamer.synth import CODECS, encode, signal
 
 SECONDS = 6.0

@@ -13,7 +13,7 @@ import pytest
 from test_index_long import long_mp3, long_ogg
 
 from streamer import open_dataset
-from streamer.shard.pack import pack
+from streamer.write.pack import pack
 
 HOURS = 3
 CROP = 8.0

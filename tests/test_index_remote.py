@@ -15,8 +15,8 @@ from conftest import SECRET
 import streamer
 from streamer.cli import main
 from streamer.index import INDEX_DIR
-from streamer.index.build import build_index
-from streamer.shard.pack import pack
+from streamer.write.index import build_index
+from streamer.write.pack import pack
 from streamer.storage import open_url
 
 

@@ -12,10 +12,10 @@ from _index_support import assert_same_index, encoded
 import streamer
 from streamer.cli import main
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex, extract
-from streamer.index.build import SCHEMA, build_index, select_shards
+from streamer.write.index import SCHEMA, build_index, select_shards
 from streamer.index.table import to_struct_array
 from streamer.shard import Shard
-from streamer.shard.pack import pack
+from streamer.write.pack import pack
 
 
 def test_round_trip_and_zero_copy(tmp_path) -> None:

@@ -18,7 +18,7 @@ from helpers import write_audio
 
 from streamer import open_dataset
 from streamer.errors import PackError
-from streamer.shard.pack import pack
+from streamer.write.pack import pack
 from streamer.synth import CODECS
 
 
@@ -103,7 +103,7 @@ def test_a_failure_mid_run_removes_the_shard_being_written(tmp_path: Path, monke
     src = tmp_path / "src"
     for i in range(6):
         write_audio(src, f"ep{i}", "wav", 8000, 1, 0.5, seed=i)
-    import streamer.shard.pack as pack_module
+    import streamer.write.pack as pack_module
 
     real = pack_module._read_into
     calls = []

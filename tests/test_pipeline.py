@@ -26,7 +26,7 @@ from streamer.pipeline.episodes import Episodes
 from streamer.pipeline.run import Item, Run
 from streamer.pipeline.stats import StreamerStats
 from streamer.pipeline.tasks import Failure
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 from streamer.storage._loop import run_sync
 
 

@@ -13,7 +13,7 @@ from streamer import RandomCrops, Streamer
 from streamer.cli import main
 from streamer.pipeline.bench import BenchConfig, bench_streamer
 from streamer.pipeline.warmup import warmup
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 
 
 @pytest.fixture

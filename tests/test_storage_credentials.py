@@ -10,7 +10,7 @@ from conftest import SECRET
 
 from streamer import open_dataset
 from streamer.errors import StorageError
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 
 
 def everything_said(caplog: pytest.LogCaptureFixture, *objects: object, errors=()) -> str:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamer import open_dataset
-from streamer.shard.dataset import Dataset
+from streamer.dataset.dataset import Dataset
 from streamer.shard.footer import PREFETCH_BYTES, TAIL_BYTES
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import open_dataset
+from ..dataset import open_dataset
 from ..pipeline.bench import bench
 from ._options import (
     add_crop_arguments,

@@ -7,8 +7,7 @@ import wave
 
 import numpy as np
 
-from .. import open_dataset
-from ..decode.crop import CropRequest, read_crop, source_for
+from ..dataset import open_dataset
 from ._options import add_url_arguments, storage_options
 
 
@@ -31,10 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".npy", ".wav")):
         raise SystemExit("streamer crop: error: -o must end in .npy or .wav")
     dataset = open_dataset(args.url, **storage_options(args))
-    request = CropRequest(
-        args.key, args.start, args.end, sample_rate=args.sample_rate, mono=args.mono, pad=args.pad
-    )
-    crop = read_crop(source_for(dataset, args.key), request, dataset.decode_stats)
+    crop = dataset.crop(args.key, args.start, args.end, args.sample_rate, args.mono, pad=args.pad)
     audio, rate = crop.audio, crop.sample_rate
     if args.output.endswith(".npy"):
         np.save(args.output, audio)

@@ -7,8 +7,8 @@ import argparse
 import os
 import signal
 
-from ..index.build import IndexReport, build_index
 from ..index.extract import DEFAULT_DENSITY
+from ..write.index import IndexReport, build_index
 from ._options import add_url_arguments, storage_options
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from .. import open_dataset
-from ..shard.dataset import INFO_DIR
+from ..dataset import open_dataset
+from ..dataset.dataset import INFO_DIR
 from ._options import add_url_arguments, storage_options
 
 

@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 
-from ..shard.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
+from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
 from .index import print_index_report
 
 

@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from .. import open_dataset
+from ..dataset import open_dataset
 from ..pipeline.bench import bench_streamer
 from ..pipeline.warmup import warmup
 from ._options import add_crop_arguments, add_url_arguments, crop_config, storage_options_with_cache

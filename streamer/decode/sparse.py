@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import CropError
-from ..shard.blob import RangeFile
+from ..storage.files import RangeFile
 from .stats import DecodeStats
 
 __all__ = ["UNPLANNED_READ", "SparseFile"]

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..dataset.dataset import Dataset
 from ..decode.crop import CropJob, decode_fallback
 from ..decode.stats import DecodeStats
 from ..shard.blob import BlobHandle
-from ..shard.dataset import Dataset
 from ..storage.local import MemoryReader
 from ..storage.remote import RemoteStore
 from .episodes import Episodes

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dataset.dataset import INFO_DIR, Dataset
 from ..errors import LayoutError
-from ..shard.dataset import INFO_DIR, Dataset
 
 __all__ = ["Episodes"]
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..shard.dataset import Dataset
+from ..dataset import Dataset, open_dataset
 
 __all__ = ["Mix", "open_source"]
 
@@ -37,6 +37,4 @@ def open_source(data: Dataset | str | os.PathLike[str], storage_options: dict[st
     """A dataset as given, or opened from its URL."""
     if isinstance(data, Dataset):
         return data
-    from .. import open_dataset
-
     return open_dataset(data, **storage_options)

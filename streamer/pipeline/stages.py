@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dataset.dataset import Dataset
 from ..decode.crop import CropJob, CropRequest, afetch, deferrable_header, prepare, source_for
 from ..errors import StreamerError
 from ..shard.blob import BlobHandle
-from ..shard.dataset import Dataset
 from .tasks import BlobRef, Failure, Pieces, Task
 
 __all__ = ["Planned", "plan", "prefetch", "warm"]

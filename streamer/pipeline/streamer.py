@@ -26,8 +26,8 @@ from typing import Any, Literal, TypeVar
 import anyio.to_thread
 import sniffio
 
+from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropRequest
-from ..shard.dataset import Dataset
 from ..storage._loop import background_loop, run_async
 from ..storage.local import LocalStore
 from ..timing import record

@@ -1,7 +1,12 @@
-"""Shards and datasets: lazy access to IPC files and the blobs inside them."""
+"""Arrow IPC shards over a range reader: footers, record batches, blob handles.
+
+A ``Shard`` opens by reading only its footer; a binary cell is a
+``BlobHandle`` that reads sub-ranges of the cell, never the whole of it
+unless asked. Local and remote shards are the same class over different
+readers.
+"""
 
 from .blob import BlobHandle
-from .dataset import Dataset
 from .ipc import Shard
 
-__all__ = ["BlobHandle", "Dataset", "Shard"]
+__all__ = ["BlobHandle", "Shard"]

@@ -24,10 +24,10 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR
 from ..errors import PackError
-from ..index.build import IndexReport, build_index
-from .dataset import AUDIO_COLUMN, INFO_DIR
-from .ipc import KEY_COLUMN, SHARD_SUFFIXES
+from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
+from .index import IndexReport, build_index
 from .probe import AudioInfo, ProbeError, probe
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PackReport", "pack"]

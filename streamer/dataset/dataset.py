@@ -21,24 +21,24 @@ import threading
 import warnings
 from collections.abc import Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import numpy as np
 import pyarrow as pa
 
+from ..decode.crop import Crop, CropRequest, read_crop, source_for
+from ..decode.stats import DecodeStats
 from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageError
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
+from ..shard.blob import BlobHandle
+from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
+from ..storage import open_url
 from ..storage.base import Store
 from ..storage.local import LocalStore
 from ..timing import record
-from .blob import BlobHandle
-from .ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 
-if TYPE_CHECKING:
-    from ..decode.stats import DecodeStats
-
-__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset"]
+__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset"]
 
 AUDIO_COLUMN = "audio"
 INFO_DIR = "audio_info"
@@ -219,10 +219,28 @@ class Dataset:
     def decode_stats(self) -> DecodeStats:
         """What ``read_crop`` did so far: crops, fallbacks, planned bytes, bad packets."""
         if self._decode_stats is None:
-            from ..decode.stats import DecodeStats
-
             self._decode_stats = DecodeStats()
         return self._decode_stats
+
+    def crop(
+        self,
+        key: str,
+        start: float,
+        end: float,
+        sample_rate: int | None = None,
+        mono: bool = False,
+        *,
+        pad: bool = False,
+    ) -> Crop:
+        """Seconds ``[start, end)`` of an episode as a ``Crop``: float32 ``audio``
+        of shape ``(channels, samples)`` and the ``sample_rate`` it is at.
+
+        Sample-exact against the full decode (see docs/decoding.md); resampled
+        to ``sample_rate`` and downmixed to the channel mean with ``mono``. A
+        crop past the end is clipped, or zero-padded with ``pad``.
+        """
+        request = CropRequest(key, start, end, sample_rate=sample_rate, mono=mono, pad=pad)
+        return read_crop(source_for(self, key), request, self.decode_stats)
 
     def read_crop(
         self,
@@ -234,16 +252,8 @@ class Dataset:
         *,
         pad: bool = False,
     ) -> np.ndarray:
-        """Seconds ``[start, end)`` of an episode as float32 ``(channels, samples)``.
-
-        Sample-exact against the full decode (see docs/decoding.md); resampled
-        to ``sample_rate`` and downmixed to the channel mean with ``mono``. A
-        crop past the end is clipped, or zero-padded with ``pad``.
-        """
-        from ..decode.crop import CropRequest, read_crop, source_for
-
-        request = CropRequest(key, start, end, sample_rate=sample_rate, mono=mono, pad=pad)
-        return read_crop(source_for(self, key), request, self.decode_stats).audio
+        """The audio of ``crop(...)``: float32 ``(channels, samples)``."""
+        return self.crop(key, start, end, sample_rate, mono, pad=pad).audio
 
     async def aread_crop(
         self,
@@ -281,6 +291,19 @@ class Dataset:
 
     def _open_shard(self, path: str, column_dir: str) -> Shard:
         return Shard(self.store.reader(path, self._sizes.get(path)), column_dir=column_dir)
+
+
+def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:
+    """Open a dataset by path or URL: ``/data/set``, ``file://``, ``s3://bucket/prefix``,
+    ``b2://``, ``http(s)://`` (a server with directory listings) or any fsspec protocol.
+
+    ``storage_options`` go to the store (see docs/storage.md): ``endpoint_url``,
+    credentials, cache and retry settings. Datasets opened with the same
+    scheme and options share one store: one connection pool, cache and
+    ``dataset.store.stats``. Local paths take no options.
+    """
+    store, root = open_url(url, **storage_options)
+    return Dataset(root, store=store)
 
 
 def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], dict[str, int]]:

@@ -24,12 +24,12 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
+from ..dataset import Dataset
 from ..errors import DataError, StreamerError
-from ..shard.dataset import Dataset
+from ..index.extract import DEFAULT_DENSITY, extract
+from ..index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE, OK, SeekIndex, to_struct_array
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
-from .extract import DEFAULT_DENSITY, extract
-from .table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE, OK, SeekIndex, to_struct_array
 
 __all__ = ["IndexReport", "build_index", "index_shard", "select_shards"]
 

@@ -1,0 +1,10 @@
+"""Datasets: column directories of shards with the same names and rows, read by key.
+
+A ``Dataset`` finds its column directories and shards in a store, maps keys
+to (shard, row), and reads an episode's blob, ``audio_info`` row and seek
+index; ``read_crop`` decodes one crop through ``streamer.decode``.
+"""
+
+from .dataset import AUDIO_COLUMN, INFO_DIR, Dataset, open_dataset
+
+__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset"]
