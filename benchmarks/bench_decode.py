@@ -27,9 +27,9 @@ import numpy as np
 
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
+from streamer.dataset.dataset import Dataset
 from streamer.decode.fallback import decode_range
 from streamer.decode.frames import frame_to_float32
-from streamer.dataset.dataset import Dataset
 
 _DECODERS = {"mp3": "mp3float"}
 

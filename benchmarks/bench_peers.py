@@ -41,9 +41,9 @@ import numpy as np
 
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
+from streamer.dataset.dataset import Dataset
 from streamer.decode.frames import frame_to_float32
 from streamer.shard.blob import BlobHandle
-from streamer.dataset.dataset import Dataset
 
 Crop = tuple[float, float]
 Method = Callable[[float, float], np.ndarray]

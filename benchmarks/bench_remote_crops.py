@@ -33,12 +33,12 @@ import anyio
 
 from benchmarks._report import write_json
 from benchmarks.episodes import long_episode
-from streamer.decode.fallback import decode_range
 from streamer.dataset.dataset import Dataset
-from streamer.write.pack import pack
+from streamer.decode.fallback import decode_range
 from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import S3Store
 from streamer.synth import CODECS
+from streamer.write.pack import pack
 from tests.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"

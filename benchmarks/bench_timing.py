@@ -16,9 +16,9 @@ import time
 
 from benchmarks._report import write_json
 from streamer import timing
+from streamer.dataset.dataset import Dataset
 from streamer.decode.fallback import decode_range
 from streamer.demo import demo_dataset
-from streamer.dataset.dataset import Dataset
 
 
 def per_call_ns(calls: int) -> dict[str, float]:

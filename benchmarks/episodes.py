@@ -18,8 +18,8 @@ import av
 import numpy as np
 
 from streamer.dataset.dataset import Dataset
-from streamer.write.pack import pack
 from streamer.synth import CODECS, encode, signal
+from streamer.write.pack import pack
 
 __all__ = ["BENCH_CODECS", "build_dataset", "long_episode", "pack_episodes", "random_crops"]
 

@@ -21,8 +21,8 @@ from streamer import open_dataset
 from streamer.decode.frames import frame_to_float32
 from streamer.decode.resample import downmix, resample
 from streamer.errors import CropError
-from streamer.write.pack import pack
 from streamer.synth import CODECS, encode, signal
+from streamer.write.pack import pack
 
 SECONDS = 6.0
 LOSSLESS = {"flac", "alac", "wav"}

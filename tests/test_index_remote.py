@@ -15,9 +15,9 @@ from conftest import SECRET
 import streamer
 from streamer.cli import main
 from streamer.index import INDEX_DIR
+from streamer.storage import open_url
 from streamer.write.index import build_index
 from streamer.write.pack import pack
-from streamer.storage import open_url
 
 
 @pytest.fixture(scope="module")

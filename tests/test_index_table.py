@@ -12,9 +12,9 @@ from _index_support import assert_same_index, encoded
 import streamer
 from streamer.cli import main
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex, extract
-from streamer.write.index import SCHEMA, build_index, select_shards
 from streamer.index.table import to_struct_array
 from streamer.shard import Shard
+from streamer.write.index import SCHEMA, build_index, select_shards
 from streamer.write.pack import pack
 
 

@@ -18,8 +18,8 @@ from helpers import write_audio
 
 from streamer import open_dataset
 from streamer.errors import PackError
-from streamer.write.pack import pack
 from streamer.synth import CODECS
+from streamer.write.pack import pack
 
 
 def test_blobs_are_the_source_files_byte_for_byte(audio_dir: Path, packed: Path) -> None:

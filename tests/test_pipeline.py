@@ -21,12 +21,12 @@ import pytest
 import streamer
 from streamer import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer
 from streamer.cli import main
+from streamer.dataset.dataset import Dataset
 from streamer.errors import CropError
 from streamer.pipeline.episodes import Episodes
 from streamer.pipeline.run import Item, Run
 from streamer.pipeline.stats import StreamerStats
 from streamer.pipeline.tasks import Failure
-from streamer.dataset.dataset import Dataset
 from streamer.storage._loop import run_sync
 
 

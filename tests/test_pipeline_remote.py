@@ -11,9 +11,9 @@ import pytest
 import streamer
 from streamer import RandomCrops, Streamer
 from streamer.cli import main
+from streamer.dataset.dataset import Dataset
 from streamer.pipeline.bench import BenchConfig, bench_streamer
 from streamer.pipeline.warmup import warmup
-from streamer.dataset.dataset import Dataset
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from conftest import SECRET
 
 from streamer import open_dataset
-from streamer.errors import StorageError
 from streamer.dataset.dataset import Dataset
+from streamer.errors import StorageError
 
 
 def everything_said(caplog: pytest.LogCaptureFixture, *objects: object, errors=()) -> str:  # type: ignore[no-untyped-def]
