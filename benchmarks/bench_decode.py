@@ -29,7 +29,7 @@ from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.dataset.dataset import Dataset
 from streamer.decode.fallback import decode_range
-from streamer.decode.frames import frame_to_float32
+from streamer.formats.frames import frame_to_float32
 
 _DECODERS = {"mp3": "mp3float"}
 

@@ -27,7 +27,8 @@ import av
 import numpy as np
 
 from streamer import open_dataset, synth
-from streamer.index import INDEX_DIR, extract
+from streamer.formats import extract
+from streamer.index import INDEX_DIR
 from streamer.index.table import INDEX_COLUMN
 from streamer.write.index import build_index
 from streamer.write.pack import pack

@@ -42,7 +42,7 @@ import numpy as np
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.dataset.dataset import Dataset
-from streamer.decode.frames import frame_to_float32
+from streamer.formats.frames import frame_to_float32
 from streamer.shard.blob import BlobHandle
 
 Crop = tuple[float, float]

@@ -16,9 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .dataset.dataset import Dataset
-from .decode.crop import Crop, CropRequest
+from .decode.crop import Crop, CropJob, CropRequest
 from .pipeline import RandomCrops, Streamer
-from .pipeline.stages import Planned, plan
+from .pipeline.stages import plan
 from .synth import CODECS, encode, signal
 from .write.pack import pack
 
@@ -120,5 +120,5 @@ def run_demo(
 def _planned_bytes(dataset: Dataset, crop: Crop) -> int:
     """What the crop read: its byte plan (planning again is cheap: index
     lookups), as planned for the demo's decode workers."""
-    planned = plan(dataset, CropRequest(crop.key, crop.start, crop.end), decoded_here=False)
-    return planned.nbytes if isinstance(planned, Planned) else 0
+    job = plan(dataset, CropRequest(crop.key, crop.start, crop.end))
+    return job.nbytes if isinstance(job, CropJob) else 0

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from streamer import synth
-from streamer.index import SeekIndex, extract
+from streamer.formats import extract
+from streamer.index import SeekIndex
 
 EVERY = float("inf")
 

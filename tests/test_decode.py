@@ -18,9 +18,9 @@ import pytest
 from _index_support import cli_encode
 
 from streamer import open_dataset
-from streamer.decode.frames import frame_to_float32
 from streamer.decode.resample import downmix, resample
 from streamer.errors import CropError
+from streamer.formats.frames import frame_to_float32
 from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
 
@@ -218,18 +218,20 @@ def test_planned_jobs_and_bytes_pickle_for_worker_processes(dataset_dir: Path) -
     """What a pipeline ships to a decode worker: the job and only its bytes."""
     import pickle
 
-    from streamer.decode.crop import CropRequest, decode_job, fetch, prepare, source_for
-    from streamer.decode.stats import DecodeStats
+    from streamer.decode.crop import CropRequest, decode_job, fetch, prepare
+    from streamer.formats.job import DecodeStats
 
     dataset = open_dataset(dataset_dir)
     for key in ("pyav/mp3-2", "pyav/aac-2", "pyav/opus-1", "pyav/wav-1"):
-        source = source_for(dataset, key)
-        job = prepare(source, CropRequest(key, 2.0, 3.0, sample_rate=16000))
-        fetched = fetch(job, source.blob)
+        job = prepare(dataset.episode(key), CropRequest(key, 2.0, 3.0, sample_rate=16000))
+        fetched = fetch(job)
         shipped_job, shipped = pickle.loads(pickle.dumps((job, fetched)))
-        assert shipped.read_unplanned is None
+        # Only the bytes travel: no way back to the blob rides along with them.
+        assert [type(view) for _, view in shipped.pieces] == [memoryview] * len(shipped.pieces)
         assert len(pickle.dumps(shipped)) < 1.2 * job.plan.nbytes + 1024
-        assert len(shipped_job.index.sample_pos) == 0  # the seek points stay home
+        assert len(shipped_job.episode.index.sample_pos) == 0  # the seek points stay home
+        # The episode travels as its address, not its bytes.
+        assert len(pickle.dumps(shipped_job)) < 4096
         crop = decode_job(shipped_job, shipped, DecodeStats())
         np.testing.assert_array_equal(crop.audio, dataset.read_crop(key, 2.0, 3.0, 16000))
 
@@ -277,12 +279,15 @@ def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     the loop gives up after a bound instead of feeding it forever."""
     import av
 
-    from streamer.decode.packets import MAX_SILENT_PACKETS, decode_packets
-    from streamer.decode.stats import DecodeStats
+    from streamer.formats.job import DecodeContext, DecodeStats, Episode
+    from streamer.formats.packets import MAX_SILENT_PACKETS, decode_packets
+    from streamer.shard import BlobHandle
+    from streamer.storage import MemoryReader
 
-    context = av.CodecContext.create("flac", "r")
+    decoder = av.CodecContext.create("flac", "r")
     packets = (av.Packet(b"\x00") for _ in range(10 * MAX_SILENT_PACKETS))
-    where = {"shard": "audio/s.wsds", "key": "k"}
+    blob = BlobHandle(MemoryReader(b""), 0, 0, shard="audio/s.wsds", key="k")
+    context = DecodeContext(Episode("k", "audio/s.wsds", blob, None), DecodeStats(), tuple)
     with pytest.raises(CropError, match="produced nothing") as caught:
-        list(decode_packets(context, packets, DecodeStats(), channels=1, where=where))
+        list(decode_packets(decoder, packets, context, channels=1))
     assert (caught.value.shard, caught.value.key) == ("audio/s.wsds", "k")

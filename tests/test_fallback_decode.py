@@ -12,7 +12,7 @@ from conftest import FIXTURE_FILES
 
 from streamer import open_dataset
 from streamer.decode.fallback import decode_range
-from streamer.decode.frames import frame_to_float32
+from streamer.formats.frames import frame_to_float32
 
 LOSSLESS = {"flac", "alac", "wav"}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from _index_support import encoded
 
-from streamer.index import extract, sniff
+from streamer.formats import extract, sniff
 
 CODECS = [("mp3", 1), ("vorbis", 2), ("opus", 1), ("flac", 2), ("aac", 1), ("alac", 1), ("wav", 2)]
 

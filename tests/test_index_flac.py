@@ -13,7 +13,7 @@ from _index_support import (
     index_of,
 )
 
-from streamer.index import flac
+from streamer.formats.flac import parse as flac
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from _index_support import encoded, index_of
 
-from streamer.index import extract, mp3, ogg
-from streamer.index._common import CHUNK_SIZE, Reader
+from streamer.formats import extract
+from streamer.formats.mp3 import parse as mp3
+from streamer.formats.ogg import pages as ogg
+from streamer.formats.reader import CHUNK_SIZE, Reader
 
 
 class _Watched(io.RawIOBase):
@@ -50,7 +52,7 @@ def long_mp3(minutes: float) -> bytes:
 def long_ogg(pages: int) -> bytes:
     """An Ogg Opus stream of ``pages`` audio pages: one page restamped over and over."""
     data = encoded("opus", 48000, 1, seconds=2.0)
-    scan = list(ogg.pages(Reader(io.BytesIO(data))))
+    scan = list(ogg.scan(Reader(io.BytesIO(data))))
     head = data[: scan[2].offset]
     page = bytearray(data[scan[3].offset : scan[3].end])
     step = scan[3].granule - scan[2].granule

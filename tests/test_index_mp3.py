@@ -17,7 +17,8 @@ from _index_support import (
     index_of,
 )
 
-from streamer.index import extract, mp3
+from streamer.formats import extract
+from streamer.formats.mp3 import parse as mp3
 
 
 @pytest.mark.parametrize(

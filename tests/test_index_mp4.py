@@ -17,7 +17,7 @@ from _index_support import (
     index_of,
 )
 
-from streamer.index import extract
+from streamer.formats import extract
 
 
 @pytest.mark.parametrize(

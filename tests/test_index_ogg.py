@@ -16,12 +16,13 @@ from _index_support import (
     index_of,
 )
 
-from streamer.index import extract, ogg
-from streamer.index._common import Reader
+from streamer.formats import extract
+from streamer.formats.ogg import pages as ogg
+from streamer.formats.reader import Reader
 
 
 def _pages(data: bytes) -> list[ogg.Page]:
-    return list(ogg.pages(Reader(io.BytesIO(data))))
+    return list(ogg.scan(Reader(io.BytesIO(data))))
 
 
 @pytest.mark.parametrize("sample_rate", [44100, 22050, 48000])

@@ -11,7 +11,8 @@ from _index_support import assert_same_index, encoded
 
 import streamer
 from streamer.cli import main
-from streamer.index import INDEX_DIR, IndexReader, SeekIndex, extract
+from streamer.formats import extract
+from streamer.index import INDEX_DIR, IndexReader, SeekIndex
 from streamer.index.table import to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA, build_index, select_shards

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _index_support import decoded_length, encoded, index_of
 
-from streamer.index import extract
+from streamer.formats import extract
 
 
 @pytest.mark.parametrize(("sample_rate", "channels"), [(16000, 1), (44100, 2), (48000, 2)])

@@ -7,7 +7,7 @@ import argparse
 import os
 import signal
 
-from ..index.extract import DEFAULT_DENSITY
+from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index
 from ._options import add_url_arguments, storage_options
 

@@ -27,9 +27,9 @@ import anyio
 import numpy as np
 import pyarrow as pa
 
-from ..decode.crop import Crop, CropRequest, read_crop, source_for
-from ..decode.stats import DecodeStats
+from ..decode.crop import Crop, CropRequest, read_crop
 from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageError
+from ..formats.job import DecodeStats, Episode
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
@@ -215,6 +215,16 @@ class Dataset:
         with record("index_read"):
             return reader.read(row)
 
+    def episode(self, key: str) -> Episode:
+        """What a crop of ``key`` needs: its blob handle and seek index (None
+        when ``seek_index/`` has no shard for it); reads only the index row."""
+        blob = self.blob(key)
+        try:
+            index: SeekIndex | None = self.seek_index(key)
+        except LayoutError:
+            index = None
+        return Episode(key=key, shard=blob.shard, blob=blob, index=index)
+
     @property
     def decode_stats(self) -> DecodeStats:
         """What ``read_crop`` did so far: crops, fallbacks, planned bytes, bad packets."""
@@ -240,7 +250,7 @@ class Dataset:
         crop past the end is clipped, or zero-padded with ``pad``.
         """
         request = CropRequest(key, start, end, sample_rate=sample_rate, mono=mono, pad=pad)
-        return read_crop(source_for(self, key), request, self.decode_stats)
+        return read_crop(self.episode(key), request, self.decode_stats)
 
     def read_crop(
         self,

@@ -7,55 +7,48 @@ full decode (downmixed first, with ``mono``) resampled in one pass and
 sliced at ``round(start*target)`` for ``round((end-start)*target)`` samples.
 A crop that runs past the end is clipped, or zero-padded with ``pad=True``.
 
-The work splits in three so a pipeline can put each where it belongs:
-``prepare`` (plan from the index; cheap), ``fetch`` / ``afetch`` (I/O) and
-``decode_job`` (CPU only, no I/O: it can run in a worker process on shipped
-bytes). ``read_crop`` does all three in a row.
+One value carries a crop from plan to result: ``prepare`` turns an
+``Episode`` and a ``CropRequest`` into a ``CropJob`` (cheap, picklable: the
+episode travels without its seek points); ``fetch`` / ``afetch`` read its
+planned bytes (I/O); ``decode_job`` decodes them (CPU only: it can run in a
+worker process on shipped bytes) into a ``Crop``. ``read_crop`` does all
+three in a row.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 
 import av
 import numpy as np
 
-from ..errors import CropError, LayoutError
+from ..errors import CropError
+from ..formats.job import CropPlan, DecodeContext, DecodeStats, Episode, Fetched, Pieces, Ranges
+from ..formats.registry import format_for
 from ..index.table import SeekIndex
-from ..shard.blob import BlobHandle
 from ..timing import record
-from . import flac, mp3, mp4, ogg, pcm
 from .fallback import decode_range
-from .plan import CropPlan, Fetched, plan_crop
+from .plan import plan_crop
 from .resample import downmix, resample, window
-from .stats import DecodeStats
 
 __all__ = [
     "Crop",
     "CropJob",
     "CropRequest",
-    "CropSource",
     "afetch",
+    "decode_fallback",
     "decode_job",
     "fetch",
     "prepare",
     "read_crop",
-    "source_for",
+    "read_deferred",
 ]
 
 log = logging.getLogger(__name__)
 
-_CODEC_MODULES: dict[str, ModuleType] = {
-    **dict.fromkeys(mp3.DECODERS, mp3),
-    "flac": flac,
-    "vorbis": ogg,
-    "opus": ogg,
-    "aac": mp4,
-    "alac": mp4,
-}
 _NO_POINTS = np.zeros(0, dtype=np.int64)
 
 
@@ -73,7 +66,7 @@ class Crop:
 
 @dataclass(frozen=True)
 class CropRequest:
-    """What the caller asked for. ``preroll`` (seconds) overrides the codec's."""
+    """What the caller asked for. ``preroll`` (seconds) overrides the format's."""
 
     key: str
     start: float
@@ -88,122 +81,129 @@ class CropRequest:
             raise ValueError(f"crop range [{self.start}, {self.end}) needs 0 <= start < end")
 
 
-@dataclass
-class CropSource:
-    """What ``prepare`` needs of an episode: its blob and its seek index."""
-
-    key: str
-    blob: BlobHandle
-    index: SeekIndex | None  # None: no seek_index/ for this episode
-
-
 @dataclass(frozen=True)
 class CropJob:
-    """One planned crop: small and picklable (the index travels without its
-    seek points). ``plan`` is None when the episode has no usable index and
-    must go through the FFmpeg fallback, for ``fallback_reason``."""
+    """One planned crop: small and picklable (the episode's index travels
+    without its seek points). ``plan`` is None when the episode has no usable
+    index and goes through the FFmpeg fallback, for ``fallback_reason``."""
 
     request: CropRequest
-    shard: str | None
-    index: SeekIndex | None
+    episode: Episode
     plan: CropPlan | None
     fallback_reason: str = ""
+    #: Planned ranges sent only when the decoder asks (``Format.deferrable``).
+    deferred: Ranges = ()
     #: Resampled outputs to drop from the front: the decoded range is the
     #: resampler's window (0 on the fallback path, which decodes the crop exactly).
     resample_skip: int = 0
 
     @property
-    def where(self) -> dict[str, object]:
-        return {"shard": self.shard, "key": self.request.key}
+    def nbytes(self) -> int:
+        """Bytes the crop reads: its plan, or the whole blob without an index."""
+        return self.plan.nbytes if self.plan is not None else self.episode.blob.length
+
+    @property
+    def upfront(self) -> Ranges:
+        """The planned ranges fetched before decoding: all but the deferred ones."""
+        assert self.plan is not None
+        return tuple(r for r in self.plan.ranges if r not in self.deferred)
 
 
-def source_for(dataset: object, key: str) -> CropSource:
-    """The blob and seek index of ``key`` in a dataset (no index: ``None``)."""
-    blob = dataset.blob(key)  # type: ignore[attr-defined]
-    try:
-        index = dataset.seek_index(key)  # type: ignore[attr-defined]
-    except LayoutError:
-        index = None
-    return CropSource(key=key, blob=blob, index=index)
-
-
-def prepare(source: CropSource, request: CropRequest, *, decoded_here: bool = True) -> CropJob:
-    """Plan the crop from the episode's index (raises ``CropError`` past the end).
-
-    ``decoded_here=False`` when another process will decode the job: the
-    plan must not count on decoders this process holds open (MP4 demuxers
-    that skip ``moov``)."""
-    index, shard = source.index, source.blob.shard
+def prepare(episode: Episode, request: CropRequest) -> CropJob:
+    """Plan the crop from the episode's index (raises ``CropError`` past the end)."""
+    index = episode.index
     if index is None or not index.ok:
         reason = "no seek index" if index is None else index.reason
-        return CropJob(request, shard, None, None, fallback_reason=reason)
-    where = {"shard": shard, "key": request.key}
+        return CropJob(request, episode, None, fallback_reason=reason)
+    form = format_for(index)
+    if form is None:
+        raise episode.error(f"no decoder for {index.codec} in {index.container}")
     first, last, skip = _native_span(index, request)
     if first >= last:
-        raise CropError(
-            f"range [{request.start}, {request.end}) s is past the end of the episode", **where
+        raise episode.error(
+            f"range [{request.start}, {request.end}) s is past the end of the episode"
         )
-    module = codec_module(index, where)
     if request.preroll is None:
-        preroll = module.preroll(index)
+        preroll = form.preroll(index)
     else:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):
-        plan = plan_crop(index, first, last, preroll)
-        episode = (shard, request.key, source.blob.length) if decoded_here else None
-        refine = getattr(module, "refine_plan", None)
-        if refine is not None:
-            plan = refine(index, plan, episode)
+        plan = form.refine_plan(index, plan_crop(index, first, last, preroll))
     light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
-    return CropJob(request, shard, light, plan, resample_skip=skip)
-
-
-def fetch(job: CropJob, blob: BlobHandle) -> Fetched:
-    """The planned bytes (zero-copy views for local shards)."""
-    assert job.plan is not None
-    with record("fetch"):
-        views = blob.read_ranges(job.plan.ranges)
-    return _fetched(job.plan, views, blob)
-
-
-async def afetch(job: CropJob, blob: BlobHandle) -> Fetched:
-    """``fetch`` for event loops: every range in one batch through the store."""
-    assert job.plan is not None
-    with record("fetch"):
-        views = await blob.aread_ranges(job.plan.ranges)
-    return _fetched(job.plan, views, blob)
-
-
-def _fetched(plan: CropPlan, views: list[memoryview], blob: BlobHandle) -> Fetched:
-    return Fetched(
-        pieces=tuple(zip((offset for offset, _ in plan.ranges), views, strict=True)),
-        blob_length=blob.length,
-        read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length)),
+    return CropJob(
+        request,
+        dataclasses.replace(episode, index=light),
+        plan,
+        deferred=form.deferrable(index, plan),
+        resample_skip=skip,
     )
 
 
-def decode_job(job: CropJob, fetched: Fetched, stats: DecodeStats) -> Crop:
+def fetch(job: CropJob) -> Fetched:
+    """The planned bytes but the deferred ones (zero-copy views for local shards)."""
+    with record("fetch"):
+        return Fetched(_at(job.upfront, job.episode.blob.read_ranges(job.upfront)))
+
+
+async def afetch(job: CropJob) -> Fetched:
+    """``fetch`` for event loops: every range in one batch through the store."""
+    with record("fetch"):
+        return Fetched(_at(job.upfront, await job.episode.blob.aread_ranges(job.upfront)))
+
+
+def read_deferred(job: CropJob) -> Pieces:
+    """The job's deferred ranges, read from its blob."""
+    return _at(job.deferred, job.episode.blob.read_ranges(job.deferred))
+
+
+def _at(ranges: Ranges, views: list[memoryview]) -> Pieces:
+    return tuple(zip((offset for offset, _ in ranges), views, strict=True))
+
+
+def decode_job(
+    job: CropJob,
+    fetched: Fetched,
+    stats: DecodeStats,
+    *,
+    held_back: Callable[[], Pieces] | None = None,
+) -> Crop:
     """Decode a planned crop from its fetched bytes: CPU only, no storage I/O
-    (unless the decoder strays outside the plan, which ``stats`` counts)."""
-    assert job.index is not None and job.plan is not None
-    index, plan = job.index, job.plan
+    unless the format asks for the deferred ranges (``held_back``; default:
+    read them from the blob) or strays outside the plan (counted in ``stats``)."""
+    assert job.plan is not None and job.episode.index is not None
+    episode, plan = job.episode, job.plan
+    index = episode.index
+    form = format_for(index)
+    if form is None:
+        raise episode.error(f"no decoder for {index.codec} in {index.container}")
     stats.crops += 1
-    stats.planned_bytes += plan.nbytes
-    module = codec_module(index, job.where)
+    stats.planned_bytes += fetched.nbytes
+    deliver = held_back or (lambda: read_deferred(job))
+
+    def delivered() -> Pieces:
+        pieces = deliver()
+        stats.planned_bytes += sum(len(view) for _, view in pieces)
+        return pieces
+
+    context = DecodeContext(episode, stats, delivered)
     with record("decode"):
-        samples, at = _decode(module, index, plan, fetched, stats, job.where)
+        try:
+            samples, at = form.decode(index, plan, fetched, context)
+        except CropError:
+            raise
+        except (ValueError, IndexError, av.FFmpegError) as exc:
+            raise episode.error(f"cannot decode {index.codec}: {exc}") from exc
     audio = samples[:, plan.first - at : plan.last - at]
     reached_end = sum(plan.data) >= index.data_end
     if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
-        raise CropError(
+        raise episode.error(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
-            f"but the crop needs [{plan.first}, {plan.last})",
-            **job.where,
+            f"but the crop needs [{plan.first}, {plan.last})"
         )
     return _finish(job, audio, index.sample_rate)
 
 
-def decode_fallback(job: CropJob, blob: BlobHandle, stats: DecodeStats) -> Crop:
+def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
     """The episode has no usable index: FFmpeg seeks over the blob itself."""
     stats.crops += 1
     stats.count_fallback(job.fallback_reason)
@@ -212,55 +212,21 @@ def decode_fallback(job: CropJob, blob: BlobHandle, stats: DecodeStats) -> Crop:
             "%s: decoding without a seek index (%s): FFmpeg seeks over the blob, "
             "reading more bytes and not sample-exact for lossy codecs; run "
             "`streamer index` on the dataset",
-            job.shard,
+            job.episode.shard,
             job.fallback_reason,
         )
     with record("decode_fallback"):
-        audio, rate = decode_range(blob, job.request.start, job.request.end)
+        audio, rate = decode_range(job.episode.blob, job.request.start, job.request.end)
     return _finish(job, audio, rate)
 
 
-def read_crop(source: CropSource, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
+def read_crop(episode: Episode, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
     """Decode one crop: ``prepare``, ``fetch`` and ``decode_job`` in a row."""
     stats = stats if stats is not None else DecodeStats()
-    job = prepare(source, request)
+    job = prepare(episode, request)
     if job.plan is None:
-        return decode_fallback(job, source.blob, stats)
-    return decode_job(job, fetch(job, source.blob), stats)
-
-
-def deferrable_header(job: CropJob) -> tuple[tuple[int, int], ...]:
-    """The plan's ranges another process may turn out not to need: the
-    container header of a codec whose decoders stay open across crops
-    (MP4's ``moov``: megabytes for a long audiobook), or ``()``."""
-    if job.plan is None or job.index is None:
-        return ()
-    if not hasattr(codec_module(job.index, job.where), "can_skip_header"):
-        return ()
-    header = tuple(job.index.header)
-    return header if header and job.plan.header[: len(header)] == header else ()
-
-
-def can_skip_header(job: CropJob, fetched: Fetched) -> bool:
-    """Whether this process decodes the job from ``fetched`` without its
-    ``deferrable_header`` (an open decoder for the episode suits the bytes)."""
-    assert job.index is not None and job.plan is not None
-    module = codec_module(job.index, job.where)
-    return module.can_skip_header(job.index, job.plan, fetched, job.where)
-
-
-def codec_module(index: SeekIndex, where: dict[str, object]) -> ModuleType:
-    """The module that decodes this index's codec: one per codec family, each
-    with ``preroll(index)`` and ``decode(...)``. Two hooks are optional:
-    ``refine_plan(index, plan, episode)``, for codecs that need more than the
-    index's plan (Ogg, MP4), and ``can_skip_header(...)``, for those whose
-    decoders stay open across crops (MP4)."""
-    if index.block_align:
-        return pcm
-    module = _CODEC_MODULES.get(index.codec)
-    if module is None:
-        raise CropError(f"no decoder for codec {index.codec!r}", **where)
-    return module
+        return decode_fallback(job, stats)
+    return decode_job(job, fetch(job), stats)
 
 
 def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]:
@@ -277,23 +243,6 @@ def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]
     if index.num_samples >= 0:
         last = min(last, index.num_samples)
     return first, last, skip
-
-
-def _decode(
-    module: ModuleType,
-    index: SeekIndex,
-    plan: CropPlan,
-    fetched: Fetched,
-    stats: DecodeStats,
-    where: dict[str, object],
-) -> tuple[np.ndarray, int]:
-    """Decode the fetched bytes; returns samples and the gapless index of the first."""
-    try:
-        return module.decode(index, plan, fetched, stats, where)
-    except CropError:
-        raise
-    except (ValueError, IndexError, av.FFmpegError) as exc:
-        raise CropError(f"cannot decode {index.codec}: {exc}", **where) from exc
 
 
 def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
@@ -313,7 +262,7 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
     else:
         expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:
-        raise CropError(f"range [{request.start}, {request.end}) s decodes to nothing", **job.where)
+        raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if request.pad and audio.shape[1] < expected:
         audio = np.pad(audio, ((0, 0), (0, expected - audio.shape[1])))
     return Crop(
@@ -322,5 +271,5 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
         start=request.start,
         end=request.end,
         sample_rate=out_rate,
-        shard=job.shard,
+        shard=job.episode.shard,
     )

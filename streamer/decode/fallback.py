@@ -14,8 +14,8 @@ from typing import BinaryIO
 import av
 import numpy as np
 
+from ..formats.frames import frame_to_float32
 from ..timing import record
-from .frames import frame_to_float32
 
 __all__ = ["decode_range"]
 

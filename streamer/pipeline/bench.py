@@ -19,7 +19,7 @@ from typing import Any
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import CropJob, decode_fallback
-from ..decode.stats import DecodeStats
+from ..formats.job import DecodeStats, Episode
 from ..shard.blob import BlobHandle
 from ..storage.local import MemoryReader
 from ..storage.remote import RemoteStore
@@ -182,6 +182,7 @@ def _naive_crops(dataset: Dataset, streamer: Streamer, stats: DecodeStats) -> in
         (data,) = blob.reader.fetch_many_sync([(blob.offset, blob.length)])
         whole = bytes(data)
         nbytes += len(whole)
-        job = CropJob(request, blob.shard, None, None, fallback_reason="baseline")
-        decode_fallback(job, BlobHandle(MemoryReader(whole), 0, len(whole)), stats)
+        copy = BlobHandle(MemoryReader(whole), 0, len(whole), shard=blob.shard, key=request.key)
+        episode = Episode(request.key, blob.shard, copy, None)
+        decode_fallback(CropJob(request, episode, None, fallback_reason="baseline"), stats)
     return nbytes

@@ -28,8 +28,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from ..decode.crop import read_deferred
 from ..errors import StreamerError
-from .tasks import ASK_HELD_BACK, Pieces, receive_answer, send_held_back
+from .tasks import ASK_HELD_BACK, Task, receive_answer, send_held_back
 
 __all__ = ["WorkerDied", "WorkerPool"]
 
@@ -69,11 +70,11 @@ class _Worker:
             self.process.wait()
             raise
 
-    def call(self, task: object, held: Pieces) -> Any:
+    def call(self, task: Task) -> Any:
         self.conn.send(task)
         first = self.conn.recv()
-        if first == ASK_HELD_BACK:
-            send_held_back(self.conn, held)
+        if first == ASK_HELD_BACK:  # read here, in the pool's thread, through the store
+            send_held_back(self.conn, read_deferred(task.job))
             first = None
         return receive_answer(self.conn, first)
 
@@ -117,9 +118,9 @@ class WorkerPool:
             for _ in range(self.size):
                 group.start_soon(self._add_idle)
 
-    async def run(self, task: object, held: Pieces = ()) -> Any:
+    async def run(self, task: Task) -> Any:
         """The worker's answer to ``task``; retried once if its worker dies.
-        ``held``: the pieces the task held back, sent if the worker asks."""
+        The job's deferred ranges are read and sent only if the worker asks."""
         async with self._free:
             for retry in (False, True):
                 worker = self._idle.pop()
@@ -127,7 +128,7 @@ class WorkerPool:
                     worker = await anyio.to_thread.run_sync(self._spawn)
                 try:
                     answer = await anyio.to_thread.run_sync(
-                        worker.call, task, held, abandon_on_cancel=True, limiter=self._threads
+                        worker.call, task, abandon_on_cancel=True, limiter=self._threads
                     )
                 except (EOFError, OSError) as exc:
                     self.restarts += 1

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
-from ..decode.crop import Crop
-from ..decode.stats import DecodeStats
+from ..decode.crop import Crop, CropJob
 from ..errors import StreamerError
+from ..formats.job import DecodeStats
 from .pool import WorkerPool
-from .stages import Planned, prefetch
-from .stats import StreamerStats, add_decode_stats
-from .tasks import Failure, Pieces, Task, attempt
+from .stages import is_mapped, prefetch
+from .stats import StreamerStats
+from .tasks import Failure, Task, attempt
 
 __all__ = ["Item", "Run"]
 
@@ -68,7 +68,7 @@ class Run:
 
     def __init__(
         self,
-        plan_at: Callable[[int], Planned | Failure],
+        plan_at: Callable[[int], CropJob | Failure],
         first: int,
         last: int,
         *,
@@ -125,26 +125,25 @@ class Run:
             self._out_in.close()
 
     async def _work(self, slot: _Slot) -> None:
-        planned = await anyio.to_thread.run_sync(self._plan_at, slot.position)
+        job = await anyio.to_thread.run_sync(self._plan_at, slot.position)
         try:
-            if isinstance(planned, Failure):
-                slot.result = planned
+            if isinstance(job, Failure):
+                slot.result = job
                 return
-            if planned.is_local:
-                self._stats.bytes_read += planned.nbytes
-            task, held = await prefetch(planned, ship=self._pool is not None)
-            slot.result, decoded = await self._decode(task, held)
-            add_decode_stats(self._stats.decode, decoded)
+            if is_mapped(job):
+                self._stats.bytes_read += job.nbytes
+            slot.result, decoded = await self._decode(await prefetch(job))
+            self._stats.decode.add(decoded)
         except StreamerError as exc:  # storage failures, a worker that died twice
-            slot.result = Failure.of(exc, planned.job.request.key)
+            slot.result = Failure.of(exc, job.request.key)
         finally:
             slot.latency = time.perf_counter() - slot.began
             slot.done.set()
 
-    async def _decode(self, task: Task, held: Pieces) -> tuple[Crop | Failure, DecodeStats]:
+    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
         if self._pool is None:
             return await anyio.to_thread.run_sync(attempt, task)
-        answer = await self._pool.run(task, held)
+        answer = await self._pool.run(task)
         self._stats.worker_restarts = self._pool.restarts
         return answer
 

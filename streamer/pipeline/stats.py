@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..decode.stats import DecodeStats
+from ..formats.job import DecodeStats
 
-__all__ = ["StreamerStats", "add_decode_stats"]
+__all__ = ["StreamerStats"]
 
 #: Latencies kept for the percentiles (the most recent ones beyond this).
 MAX_LATENCIES = 100_000
@@ -65,13 +65,3 @@ class StreamerStats:
         out["p50_ms"] = self.percentile_ms(50)
         out["p99_ms"] = self.percentile_ms(99)
         return out
-
-
-def add_decode_stats(total: DecodeStats, more: DecodeStats) -> None:
-    """Fold one crop's decode counters (from a worker) into the running total."""
-    for f in dataclasses.fields(DecodeStats):
-        if f.name == "fallback_reasons":
-            for reason, count in more.fallback_reasons.items():
-                total.fallback_reasons[reason] = total.fallback_reasons.get(reason, 0) + count
-        else:
-            setattr(total, f.name, getattr(total, f.name) + getattr(more, f.name))

@@ -27,7 +27,7 @@ import anyio.to_thread
 import sniffio
 
 from ..dataset.dataset import Dataset
-from ..decode.crop import Crop, CropRequest
+from ..decode.crop import Crop, CropJob, CropRequest
 from ..storage._loop import background_loop, run_async
 from ..storage.local import LocalStore
 from ..timing import record
@@ -38,7 +38,7 @@ from .pool import WorkerPool
 from .run import Run
 from .samplers import Sampler
 from .sharding import Partition, resolve_partition
-from .stages import Planned, plan
+from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure
 
@@ -176,9 +176,8 @@ class Streamer:
         )
         return self.sources[source][0], request
 
-    def _plan_at(self, position: int) -> Planned | Failure:
-        dataset, request = self.request(position)
-        return plan(dataset, request, decoded_here=self.workers == 0)
+    def _plan_at(self, position: int) -> CropJob | Failure:
+        return plan(*self.request(position))
 
     # -- state ------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What one decode worker gets and gives back: small, picklable messages.
 
-A ``Task`` carries a planned crop (``CropJob``), where the episode's bytes
-are (``BlobRef``) and, for remote shards, the bytes the plan needs
+A ``Task`` carries a planned crop (``CropJob``, whose episode holds the
+blob's address) and, for remote shards, the bytes the plan needs up front
 (``Fetched``). For a local shard no audio bytes travel: the worker maps the
 shard file itself and reads the planned ranges out of its own mapping.
 ``run`` is the same function in a worker process and in-process
@@ -11,7 +11,6 @@ shard file itself and reads the planned ranges out of its own mapping.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,60 +18,22 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from ..decode.crop import Crop, CropJob, can_skip_header, decode_fallback, decode_job, fetch
-from ..decode.plan import Fetched
-from ..decode.stats import DecodeStats
+from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
 from ..errors import CropError, StreamerError
-from ..shard.blob import BlobHandle
-from ..storage.base import RangeReader
-from ..storage.local import LocalFileReader
+from ..formats.job import DecodeStats, Fetched, Pieces
 
-__all__ = ["BlobRef", "Failure", "Task", "attempt", "run"]
+__all__ = ["Failure", "Task", "attempt", "run"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class BlobRef:
-    """An episode's bytes by address: a local shard path (each process maps it
-    once) or a remote reader (which pickles to its store's options)."""
-
-    source: str | RangeReader
-    offset: int
-    length: int
-    shard: str | None
-    key: str | None
-
-    @classmethod
-    def of(cls, blob: BlobHandle) -> BlobRef:
-        reader = blob.reader
-        source = reader.path if isinstance(reader, LocalFileReader) else reader
-        return cls(source, blob.offset, blob.length, blob.shard, blob.key)
-
-    @property
-    def is_local(self) -> bool:
-        return isinstance(self.source, str)
-
-    def open(self) -> BlobHandle:
-        reader = _mapped(self.source) if isinstance(self.source, str) else self.source
-        return BlobHandle(reader, self.offset, self.length, shard=self.shard, key=self.key)
-
-
-@functools.lru_cache(maxsize=64)
-def _mapped(path: str) -> LocalFileReader:
-    return LocalFileReader(path)
-
-
-@dataclass(frozen=True)
 class Task:
-    """One crop to decode. ``fetched`` is None when the worker reads the bytes itself."""
+    """One crop to decode. ``fetched`` is None when the worker reads the bytes
+    itself (a mapped local shard, or the fallback's whole-blob decode)."""
 
     job: CropJob
-    blob: BlobRef
     fetched: Fetched | None = None
-    #: Planned ranges the parent kept back from ``fetched`` (MP4's ``moov``):
-    #: the worker asks for them only if no open demuxer of its own suits the crop.
-    held_back: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,32 +60,20 @@ class Failure:
         return CropError(f"{self.reason}: {self.message}")
 
 
-#: What a worker sends its parent to ask for a task's ``held_back`` pieces.
+#: What a worker sends its parent to ask for a task's deferred ranges.
 ASK_HELD_BACK = "held-back"
-
-Pieces = tuple[tuple[int, memoryview], ...]
 
 
 def run(task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None) -> Crop:
     """Decode the task's crop (reading a local shard's planned bytes from the
-    mapping); ``ask()`` fetches the pieces the parent held back."""
-    blob = task.blob.open()
-    if task.job.plan is None:
-        return decode_fallback(task.job, blob, stats)
+    mapping). The deferred ranges of shipped bytes come from ``ask()`` (the
+    parent) when given, else from the blob."""
+    job = task.job
+    if job.plan is None:
+        return decode_fallback(job, stats)
     if task.fetched is None:
-        return decode_job(task.job, fetch(task.job, blob), stats)
-    # Shipped bytes lost their way back to the blob: a decoder straying
-    # outside its plan (counted in ``stats``) reads through this process's store.
-    fetched = dataclasses.replace(
-        task.fetched, read_unplanned=lambda offset, length: bytes(blob.read_range(offset, length))
-    )
-    if task.held_back and not can_skip_header(task.job, fetched):
-        if ask is None:
-            raise CropError(
-                "the task's header was held back and cannot be asked for", **task.job.where
-            )
-        fetched = fetched.adding(ask())
-    return decode_job(task.job, fetched, stats)
+        return decode_job(job, fetch(job), stats)
+    return decode_job(job, task.fetched, stats, held_back=ask)
 
 
 def attempt(
@@ -157,13 +106,13 @@ def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) ->
 
 
 def ask_held_back(conn: Connection) -> Pieces:
-    """The worker's side of ``held_back``: ask the parent, receive the pieces."""
+    """The worker's side of a job's deferred ranges: ask the parent, receive them."""
     conn.send(ASK_HELD_BACK)
     return tuple((offset, memoryview(data)) for offset, data in conn.recv())
 
 
 def send_held_back(conn: Connection, pieces: Pieces) -> None:
-    """The parent's answer to ``ask_held_back``."""
+    """The parent's answer to ``ask_held_back``: the job's deferred ranges."""
     conn.send(tuple((offset, bytes(view)) for offset, view in pieces))
 
 

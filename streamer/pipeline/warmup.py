@@ -17,9 +17,10 @@ from functools import partial
 import anyio
 import anyio.to_thread
 
+from ..decode.crop import CropJob
 from ..storage._loop import run_sync
 from ..storage.remote import RemoteStore
-from .stages import Planned, plan, warm
+from .stages import is_mapped, plan, warm
 from .streamer import Streamer
 from .tasks import Failure
 
@@ -61,7 +62,7 @@ async def _warmup(
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
     planned = await _plan_all(streamer, concurrency)
-    jobs = [p for p in planned if isinstance(p, Planned)]
+    jobs = [p for p in planned if isinstance(p, CropJob)]
     report.skipped = len(planned) - len(jobs)
     if total is not None:
         total(sum(job.nbytes for job in jobs))
@@ -69,7 +70,7 @@ async def _warmup(
 
     async def fetch_some() -> None:  # ``concurrency`` of these share ``pending``
         for job in pending:
-            nbytes = 0 if job.is_local else await warm(job)
+            nbytes = 0 if is_mapped(job) else await warm(job)
             report.crops += 1
             report.bytes += nbytes
             if progress is not None:
@@ -85,18 +86,17 @@ async def _warmup(
     return report
 
 
-async def _plan_all(streamer: Streamer, concurrency: int) -> list[Planned | Failure]:
+async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Failure]:
     """Every crop's plan, in ``concurrency`` threads: planning opens shards and
     reads indexes, one round trip after another for each new shard."""
     crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
-    out: list[Planned | Failure | None] = [None] * crops
+    out: list[CropJob | Failure | None] = [None] * crops
     positions = iter(range(crops))  # shared: each thread takes the next position
 
     def plan_some() -> None:
         for position in positions:
             dataset, request = streamer.request(position)
-            # As a Streamer with decode workers plans: no decoder is open here.
-            out[position] = plan(dataset, request, decoded_here=False)
+            out[position] = plan(dataset, request)
 
     limiter = anyio.CapacityLimiter(concurrency)
     async with anyio.create_task_group() as group:

@@ -45,6 +45,11 @@ class BlobHandle(RangeFile):
     def __len__(self) -> int:
         return self.length
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Travels to worker processes as its address: the reader pickles small
+        # (a path to map, or a remote store's options); the position does not.
+        return _handle, (self.reader, self.offset, self.length, self.shard, self.key)
+
     def __repr__(self) -> str:
         return (
             f"BlobHandle(shard={self.shard!r}, key={self.key!r}, "
@@ -94,3 +99,9 @@ class BlobHandle(RangeFile):
 
     def _read_at(self, position: int, size: int) -> memoryview:
         return self.read_range(position, size)
+
+
+def _handle(
+    reader: RangeReader, offset: int, length: int, shard: str | None, key: str | None
+) -> BlobHandle:
+    return BlobHandle(reader, offset, length, shard=shard, key=key)

@@ -39,6 +39,11 @@ class RangeReader(abc.ABC):
 
     #: Where the bytes live, safe to log: never carries credentials.
     url: str
+    #: Reads are views of a local memory map, free in any process: the reader
+    #: pickles as the file's path and each process maps the file itself, so a
+    #: decode worker reads its planned bytes straight from its own mapping.
+    #: Other readers pickle by their store's options and fetch through it.
+    mapped: bool = False
 
     @abc.abstractmethod
     async def size(self) -> int:

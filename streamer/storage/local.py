@@ -8,6 +8,7 @@ a reader (or a crashed writer's rerun) sees a whole file or the old one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import uuid
@@ -63,6 +64,8 @@ class LocalFileReader(MemoryReader):
     memory map, which ``pyarrow.ipc`` can open without copying.
     """
 
+    mapped = True
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         path = os.fspath(path)
         try:
@@ -72,14 +75,20 @@ class LocalFileReader(MemoryReader):
         self.path = path
         super().__init__(_whole(self.mapping), url=path)
 
-    def __reduce__(self) -> tuple[type[LocalFileReader], tuple[str]]:
-        # A mapping cannot be pickled; a worker process maps the file itself.
-        return LocalFileReader, (self.path,)
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # A mapping cannot be pickled; a worker process maps the file itself, once.
+        return mapped_file, (self.path,)
 
     @property
     def base_address(self) -> int:
         """Address of the first mapped byte, for zero-copy checks."""
         return pa.py_buffer(self.view).address
+
+
+@functools.lru_cache(maxsize=64)
+def mapped_file(path: str) -> LocalFileReader:
+    """This process's mapping of ``path`` (what an unpickled reader is)."""
+    return LocalFileReader(path)
 
 
 class LocalStore(Store):

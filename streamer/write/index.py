@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..dataset import Dataset
 from ..errors import DataError, StreamerError
-from ..index.extract import DEFAULT_DENSITY, extract
+from ..formats.registry import DEFAULT_DENSITY, extract
 from ..index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE, OK, SeekIndex, to_struct_array
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url

@@ -24,10 +24,10 @@ import struct
 from functools import lru_cache
 from typing import BinaryIO, NamedTuple
 
-from ._common import NoIndex, Points, Reader, interval
-from .table import OK, SeekIndex
+from ...index.table import OK, SeekIndex
+from ..reader import NoIndex, Points, Reader, interval
 
-__all__ = ["matches", "parse"]
+__all__ = ["DECODER_DELAY", "matches", "parse", "samples_per_frame"]
 
 #: FFmpeg's decoder delay for layer III, on top of the encoder's own delay.
 DECODER_DELAY = 529
@@ -58,6 +58,13 @@ class Frame(NamedTuple):
     lsf: bool  # MPEG-2/2.5 ("low sampling frequency")
 
 
+def samples_per_frame(layer: int, lsf: bool) -> int:
+    """Layer I: 384; Layer II: 1152; Layer III: 1152 (MPEG-1) or 576 (MPEG-2/2.5)."""
+    if layer == 1:
+        return 384
+    return 576 if layer == 3 and lsf else 1152
+
+
 @lru_cache(maxsize=4096)
 def frame_info(header: int) -> Frame | None:
     """Length and shape of the frame a 32-bit header announces, or None when
@@ -77,11 +84,11 @@ def frame_info(header: int) -> Frame | None:
     bitrate = _BITRATES[(2 if lsf else 1, layer)][bitrate_index] * 1000
     sample_rate = _SAMPLE_RATES[rate_index] >> (0 if version == 1 else 1 if version == 2 else 2)
     padding = (header >> 9) & 1
+    samples = samples_per_frame(layer, lsf)
     if layer == 1:
-        return Frame((12 * bitrate // sample_rate + padding) * 4, 384, sample_rate, 1, lsf)
-    if layer == 3 and lsf:
-        return Frame(72 * bitrate // sample_rate + padding, 576, sample_rate, 3, lsf)
-    return Frame(144 * bitrate // sample_rate + padding, 1152, sample_rate, layer, lsf)
+        return Frame((12 * bitrate // sample_rate + padding) * 4, samples, sample_rate, 1, lsf)
+    # Bytes per frame: samples / 8 bits x bitrate / rate (144 or 72 x bitrate / rate).
+    return Frame(samples // 8 * bitrate // sample_rate + padding, samples, sample_rate, layer, lsf)
 
 
 def matches(head: bytes) -> bool:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CropError
-from ..index.table import SeekIndex
-from .plan import CropPlan, Fetched
-from .stats import DecodeStats
+from ...index.table import SeekIndex
+from ..job import CropPlan, Fetched
 
-__all__ = ["CODECS", "decode", "preroll"]
+__all__ = ["CODECS", "decode"]
 
 #: codec -> (numpy dtype of one sample, full scale or 0 for float)
 CODECS = {
@@ -29,26 +27,13 @@ CODECS = {
 }
 
 
-def preroll(index: SeekIndex) -> int:
-    """Samples stand alone: none."""
-    return 0
-
-
-def decode(
-    index: SeekIndex,
-    plan: CropPlan,
-    fetched: Fetched,
-    stats: DecodeStats,
-    where: dict[str, object],
-) -> tuple[np.ndarray, int]:
+def decode(index: SeekIndex, plan: CropPlan, fetched: Fetched) -> tuple[np.ndarray, int]:
     """The planned samples as float32 ``(channels, n)``, and the first one's index."""
-    return _samples(index, fetched.data, where), plan.first
+    return _samples(index, fetched.data), plan.first
 
 
-def _samples(index: SeekIndex, data: memoryview, where: dict[str, object]) -> np.ndarray:
+def _samples(index: SeekIndex, data: memoryview) -> np.ndarray:
     """The samples in ``data`` (whole sample frames) as float32 ``(channels, n)``."""
-    if index.codec not in CODECS:
-        raise CropError(f"PCM format {index.codec} is not supported", **where)
     dtype, scale = CODECS[index.codec]
     channels = index.channels
     frames = len(data) // index.block_align

@@ -22,20 +22,16 @@ the overlap (it outputs nothing), Opus wants 80 ms to converge.
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
-from ._common import NoIndex, Points, Reader, interval
-from .table import OK, SeekIndex
+from ...index.table import OK, SeekIndex
+from ..reader import NoIndex, Points, Reader, interval
+from .pages import BOS, CONTINUED, EOS, Page
+from .pages import scan as scan_pages
 
 __all__ = ["matches", "parse"]
 
-_MAX_PAGE = 27 + 255 + 255 * 255
-_HEADER = struct.Struct("<4sBBqIIIB")
-_BOS, _EOS, _CONTINUED = 2, 4, 1
-_REVERSED_BITS = bytes(int(f"{b:08b}"[::-1], 2) for b in range(256))
 _UNSUPPORTED = {
     b"\x7fFLAC": "flac",
     b"Speex": "speex",
@@ -47,91 +43,6 @@ _UNSUPPORTED = {
 
 def matches(head: bytes) -> bool:
     return head.startswith(b"OggS")
-
-
-def ogg_crc(page: bytes) -> int:
-    """Ogg's CRC-32 (polynomial 0x04C11DB7, not reflected, no final xor).
-
-    zlib computes the reflected form of the same polynomial, so the page is
-    bit-reversed byte by byte and the result reversed back: C speed, no table
-    loop in Python.
-    """
-    raw = zlib.crc32(page.translate(_REVERSED_BITS), 0xFFFFFFFF) ^ 0xFFFFFFFF
-    return int(f"{raw:032b}"[::-1], 2)
-
-
-class Page(NamedTuple):
-    offset: int
-    flags: int
-    granule: int
-    serial: int
-    sequence: int
-    lacing: bytes
-    body: bytes
-    after_gap: bool  # garbage was skipped right before this page
-
-    @property
-    def end(self) -> int:
-        return self.offset + 27 + len(self.lacing) + len(self.body)
-
-    def packets(self) -> Iterator[tuple[bytes, bool]]:
-        """(data, complete) for each packet piece on the page, in order."""
-        start = length = 0
-        for value in self.lacing:
-            length += value
-            if value < 255:
-                yield self.body[start : start + length], True
-                start, length = start + length, 0
-        if length:
-            yield self.body[start : start + length], False
-
-
-def pages(reader: Reader) -> Iterator[Page]:
-    """Every page with a valid CRC, in order; garbage between pages is skipped
-    (the next page says so in ``after_gap``); a truncated last page ends it."""
-    gap = False
-    while True:
-        buf, i = reader.window(_MAX_PAGE)
-        base = reader.pos - i
-        if len(buf) - i < 27:
-            return
-        if buf.startswith(b"OggS", i):
-            page = _page_at(buf, i, base, gap)
-            if page is not None:
-                yield page
-                reader.seek(page.end)
-                gap = False
-                continue
-            if len(buf) - i < _MAX_PAGE and _truncated(buf, i):
-                return
-        gap = True
-        j = buf.find(b"OggS", i + 1)
-        reader.seek(base + (j if j >= 0 else max(i + 1, len(buf) - 3)))
-
-
-def _truncated(buf: bytes, i: int) -> bool:
-    """True when the page at ``i`` runs past the end of the buffer (the stream)."""
-    count = buf[i + 26]
-    if i + 27 + count > len(buf):
-        return True
-    return i + 27 + count + sum(buf[i + 27 : i + 27 + count]) > len(buf)
-
-
-def _page_at(buf: bytes, i: int, base: int, gap: bool) -> Page | None:
-    if len(buf) - i < 27:
-        return None
-    _, version, flags, granule, serial, sequence, crc, count = _HEADER.unpack_from(buf, i)
-    body_start = i + 27 + count
-    if version != 0 or body_start > len(buf):
-        return None
-    lacing = buf[i + 27 : body_start]
-    end = body_start + sum(lacing)
-    if end > len(buf):
-        return None
-    page = buf[i:end]
-    if ogg_crc(page[:22] + b"\0\0\0\0" + page[26:]) != crc:
-        return None
-    return Page(base + i, flags, granule, serial, sequence, lacing, buf[body_start:end], gap)
 
 
 class _Codec(NamedTuple):
@@ -161,11 +72,11 @@ def _identify(packet: bytes) -> _Codec:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index a single-stream Ogg Vorbis or Opus file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    scan = pages(reader)
+    scan = iter(scan_pages(reader))
     first = next(scan, None)
     if first is None:
         raise NoIndex("no ogg pages")
-    if not first.flags & _BOS or first.after_gap:
+    if not first.flags & BOS or first.after_gap:
         raise NoIndex("ogg stream does not start with a beginning-of-stream page")
     packets = list(first.packets())
     if not packets:
@@ -175,8 +86,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     points = Points(interval(codec.timescale, density))
     state = _AudioScan(codec, _Durations(codec, headers), points)
     for page in scan:
-        if page.serial != first.serial or page.flags & _BOS:
-            chained = page.flags & _BOS and state.ended
+        if page.serial != first.serial or page.flags & BOS:
+            chained = page.flags & BOS and state.ended
             raise NoIndex("chained ogg streams" if chained else "multiplexed ogg streams")
         if state.ended:
             break
@@ -257,7 +168,7 @@ class _AudioScan:
             total, self.first_duration = self.durations.first_page(page)
             self.start = page.granule - total
             self.points.add(self.start, page.offset)
-        elif self.known and not lost and not page.flags & _CONTINUED:
+        elif self.known and not lost and not page.flags & CONTINUED:
             self.points.add(self.granule, page.offset)
         if lost:
             # Pages went missing: the last granule no longer says where this
@@ -266,7 +177,7 @@ class _AudioScan:
         if page.granule >= 0:
             self.granule, self.known = page.granule, True
         self.data_end = page.end
-        self.ended = bool(page.flags & _EOS)
+        self.ended = bool(page.flags & EOS)
 
 
 class _Durations:

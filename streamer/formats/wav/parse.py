@@ -13,8 +13,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ._common import NoIndex, Reader
-from .table import OK, SeekIndex
+from ...index.table import OK, SeekIndex
+from ..reader import NoIndex, Reader
 
 __all__ = ["matches", "parse"]
 

@@ -33,8 +33,8 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from ._common import NoIndex, Reader, interval, thin
-from .table import OK, SeekIndex
+from ...index.table import OK, SeekIndex
+from ..reader import NoIndex, Reader, interval, thin
 
 __all__ = ["matches", "parse"]
 

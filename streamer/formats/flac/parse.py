@@ -27,15 +27,23 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, NamedTuple
 
-from ._common import NoIndex, Points, Reader, interval
-from .table import OK, SeekIndex
+from ...index.table import OK, SeekIndex
+from ..reader import NoIndex, Points, Reader, interval
 
-__all__ = ["matches", "parse"]
+__all__ = [
+    "STREAMINFO_SIZE",
+    "StreamInfo",
+    "crc8",
+    "frame_header",
+    "matches",
+    "parse",
+    "streaminfo",
+]
 
 _SYNC = re.compile(rb"\xff[\xf8\xf9]")
 _MAX_HEADER = 16
-_RATES = (0, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44100, 48000, 96000)
-_SAMPLE_SIZES = (0, 8, 12, 0, 16, 20, 24, 32)
+#: Bytes of a STREAMINFO block's body.
+STREAMINFO_SIZE = 34
 #: How far past a header that breaks the numbering its successor is looked for.
 _CONFIRM_WINDOW = 1 << 20
 
@@ -140,10 +148,7 @@ def _metadata(reader: Reader) -> tuple[StreamInfo, int]:
         if reader.size is not None and reader.pos + length > reader.size:
             raise NoIndex("truncated flac metadata")
         if kind == 0:
-            body = reader.read_exact(length, "flac streaminfo")
-            if length < 34:
-                raise NoIndex("invalid flac streaminfo")
-            info = _streaminfo(body)
+            info = streaminfo(reader.read_exact(length, "flac streaminfo"))
         elif kind == 127:
             raise NoIndex("invalid flac metadata block")
         else:
@@ -155,7 +160,10 @@ def _metadata(reader: Reader) -> tuple[StreamInfo, int]:
     return info, reader.pos
 
 
-def _streaminfo(body: bytes) -> StreamInfo:
+def streaminfo(body: bytes) -> StreamInfo:
+    """A STREAMINFO block's body, parsed; ``NoIndex`` if it cannot be one."""
+    if len(body) < STREAMINFO_SIZE:
+        raise NoIndex("invalid flac streaminfo")
     packed = int.from_bytes(body[10:18], "big")
     info = StreamInfo(
         min_block=int.from_bytes(body[0:2], "big"),

@@ -11,9 +11,8 @@ from collections.abc import Iterable, Iterator
 import av
 import numpy as np
 
-from ..errors import CropError
 from .frames import frame_to_float32
-from .stats import DecodeStats
+from .job import DecodeContext
 
 __all__ = ["MAX_SILENT_PACKETS", "decode_packets", "split_packets"]
 
@@ -38,33 +37,32 @@ def split_packets(context: av.CodecContext, data: memoryview) -> list[av.Packet]
 
 
 def decode_packets(
-    context: av.CodecContext,
+    decoder: av.CodecContext,
     packets: Iterable[av.Packet],
-    stats: DecodeStats,
+    context: DecodeContext,
     *,
     channels: int,
-    where: dict[str, object],
     on_bad: int = 0,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(packet number, samples)`` per decoded frame.
 
     A rejected packet yields ``on_bad`` zero samples (its nominal length, so
-    codecs positioned by frame count stay aligned) and is counted. ``where``
-    (shard, key) goes into the error raised when the decoder stalls.
+    codecs positioned by frame count stay aligned) and is counted in
+    ``context.stats``; a stalled decoder is a ``CropError`` naming the episode.
     """
     silent = 0
     for number, packet in enumerate(packets):
         try:
-            frames = context.decode(packet)
+            frames = decoder.decode(packet)
         except (av.FFmpegError, ValueError):
-            stats.bad_packets += 1
+            context.stats.bad_packets += 1
             if on_bad:
                 yield number, np.zeros((channels, on_bad), dtype=np.float32)
             continue
         if not frames:
             silent += 1
             if silent > MAX_SILENT_PACKETS:
-                raise CropError(f"decoder produced nothing for {silent} packets in a row", **where)
+                raise context.error(f"decoder produced nothing for {silent} packets in a row")
             continue
         silent = 0
         for frame in frames:

@@ -1,4 +1,4 @@
-"""Machinery every container parser shares: buffered sequential reads, the
+"""Machinery every format's index parser shares: buffered sequential reads, the
 "no index" signal, and thinning frame positions down to seek points.
 
 The parsers read an episode front to back exactly once, a chunk at a time, so

@@ -2,18 +2,14 @@
 
 The MP4 demuxer wants a whole file to seek in. This one reports the blob's
 full length but serves bytes only from the ranges the plan fetched; a read
-anywhere else is served by ``fallback`` (a real read of the blob) and counted,
-because it means the plan missed something the demuxer needed; with no
-``fallback`` (bytes shipped to a worker) it is a ``CropError``.
+anywhere else is a real read of the blob (``DecodeContext.read_unplanned``),
+counted, because it means the plan missed something the demuxer needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..errors import CropError
 from ..storage.files import RangeFile
-from .stats import DecodeStats
+from .job import DecodeContext, Pieces
 
 __all__ = ["UNPLANNED_READ", "SparseFile"]
 
@@ -24,30 +20,14 @@ UNPLANNED_READ = 4096
 class SparseFile(RangeFile):
     """Read-only view of ``length`` bytes of which only ``pieces`` are held."""
 
-    def __init__(
-        self,
-        length: int,
-        pieces: list[tuple[int, memoryview]],
-        fallback: Callable[[int, int], bytes] | None,
-        stats: DecodeStats,
-        where: dict[str, object],
-    ) -> None:
+    def __init__(self, length: int, pieces: Pieces, context: DecodeContext) -> None:
         super().__init__(length)
-        self._pieces = sorted(pieces, key=lambda piece: piece[0])
-        self._fallback = fallback
-        self._stats = stats
-        self._where = where
+        self.refill(pieces, context)
 
-    def refill(
-        self,
-        pieces: list[tuple[int, memoryview]],
-        fallback: Callable[[int, int], bytes] | None,
-        stats: DecodeStats,
-        where: dict[str, object],
-    ) -> None:
-        """Hold another crop's planned ranges (the demuxer stays open)."""
+    def refill(self, pieces: Pieces, context: DecodeContext) -> None:
+        """Hold a crop's planned ranges (again, when the demuxer stays open)."""
         self._pieces = sorted(pieces, key=lambda piece: piece[0])
-        self._fallback, self._stats, self._where = fallback, stats, where
+        self._context = context
 
     def _read_at(self, position: int, size: int) -> memoryview | bytes:
         """Up to ``size`` bytes, stopping at the end of a held piece: a short
@@ -69,11 +49,4 @@ class SparseFile(RangeFile):
         following = [start for start, _ in self._pieces if start > position]
         if following:
             size = min(size, following[0] - position)
-        self._stats.unplanned_reads += 1
-        self._stats.unplanned_bytes += size
-        if self._fallback is None:
-            raise CropError(
-                f"the decoder needs bytes [{position}, {position + size}) outside its plan",
-                **self._where,
-            )
-        return self._fallback(position, size)
+        return self._context.read_unplanned(position, size)

@@ -1,0 +1,66 @@
+"""The format plug-in interface: what every (container, codec) family implements.
+
+A format is used twice, by the same object: when indexing (``matches``,
+``build_index``) and when decoding (``preroll``, ``refine_plan``,
+``deferrable``, ``decode``). The registry (``registry.py``) keys formats by
+``(container, codec)``, so an index is only ever built for a pair that a
+format can also decode; anything else becomes a "no index" row and is
+served by the fallback.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import numpy as np
+
+from ..index.table import SeekIndex
+from .job import CropPlan, DecodeContext, Fetched, Ranges
+from .reader import NoIndex, Reader
+
+__all__ = ["Format", "NoIndex"]
+
+
+class Format(abc.ABC):
+    """One container family and the codecs it carries that streamer decodes.
+
+    ``container`` is the name ``SeekIndex.container`` carries; ``codecs``
+    are the ``SeekIndex.codec`` values this format decodes in it.
+    """
+
+    container: ClassVar[str]
+    codecs: ClassVar[frozenset[str]]
+
+    @abc.abstractmethod
+    def matches(self, head: bytes) -> bool:
+        """Whether the first bytes of a file announce this container."""
+
+    @abc.abstractmethod
+    def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
+        """Index an episode read front to back; raises ``NoIndex`` with the reason."""
+
+    @abc.abstractmethod
+    def preroll(self, index: SeekIndex) -> int:
+        """Native units to decode before a crop for the output to be exact."""
+
+    def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
+        """The plan with whatever more this format's decoder reads (default: none)."""
+        return plan
+
+    def deferrable(self, index: SeekIndex, plan: CropPlan) -> Ranges:
+        """Planned ranges a decoder that stays open across crops may not need
+        again (default: none); callers deliver them only when asked
+        (``DecodeContext.held_back``)."""
+        return ()
+
+    @abc.abstractmethod
+    def decode(
+        self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+    ) -> tuple[np.ndarray, int]:
+        """Decode the fetched bytes: float32 ``(channels, n)`` samples and the
+        gapless index of the first. CPU only; bytes outside ``fetched`` come
+        through ``context``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.container}: {', '.join(sorted(self.codecs))})"

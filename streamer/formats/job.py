@@ -1,0 +1,206 @@
+"""What a format is handed to decode one crop: the episode, the plan, the bytes, a context.
+
+Timelines: a crop asks for *gapless* samples ``[first, last)`` at the native
+rate, the indices of FFmpeg's full gapless decode. The seek index counts on
+the codec's *native* timeline (``timescale`` units): gapless sample ``g`` is
+native ``first_sample + g * timescale / sample_rate`` (``to_native``,
+``to_gapless``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from ..errors import CropError
+from ..index.table import SeekIndex
+from ..shard.blob import BlobHandle
+
+__all__ = [
+    "CropPlan",
+    "DecodeContext",
+    "DecodeStats",
+    "Episode",
+    "Fetched",
+    "Pieces",
+    "Ranges",
+    "to_gapless",
+    "to_native",
+]
+
+#: ``(offset, length)`` byte ranges of a blob.
+Ranges = tuple[tuple[int, int], ...]
+#: Bytes of a blob at their offsets.
+Pieces = tuple[tuple[int, memoryview], ...]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode as a crop sees it, built once by the dataset: its key, the
+    shard it lives in, a handle on its encoded bytes and its seek index
+    (``None``: the dataset has no ``seek_index/``). It pickles small: the
+    blob handle travels as its reader's address (a path each process maps,
+    or a remote store's options)."""
+
+    key: str
+    shard: str | None
+    blob: BlobHandle
+    index: SeekIndex | None
+
+    @property
+    def id(self) -> tuple[str | None, str, int]:
+        """What identifies the episode's bytes within a process (decoder caches)."""
+        return (self.shard, self.key, self.blob.length)
+
+    def error(self, message: str, offset: int | None = None) -> CropError:
+        """A ``CropError`` that names this episode."""
+        return CropError(message, shard=self.shard, key=self.key, offset=offset)
+
+
+@dataclass(frozen=True)
+class CropPlan:
+    """What to fetch and where decoding starts, for gapless samples ``[first, last)``."""
+
+    first: int
+    last: int
+    #: Index of the seek point decoding starts from (-1 for PCM: arithmetic).
+    point: int
+    #: Native position of the first sample of the frame/page at ``data[0]``.
+    start_native: int
+    #: ``(offset, length)`` in the blob: the header ranges, then the data range.
+    header: Ranges
+    data: tuple[int, int]
+
+    def starting_at(self, index: SeekIndex, point: int) -> CropPlan:
+        """The same plan, decoding from seek point ``point`` instead."""
+        start, end = int(index.byte_pos[point]), sum(self.data)
+        return dataclasses.replace(
+            self, point=point, start_native=int(index.sample_pos[point]), data=(start, end - start)
+        )
+
+    def with_header(self, extra: Ranges) -> CropPlan:
+        """The same plan with more ranges read up front (a format's own needs)."""
+        return dataclasses.replace(self, header=(*self.header, *extra)) if extra else self
+
+    @property
+    def ranges(self) -> Ranges:
+        return (*self.header, self.data)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(length for _, length in self.ranges)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Planned bytes in memory, what a format decodes from: the plan's ranges
+    in order (header ranges first, the data range last) at their blob
+    offsets. For local shards they are views of the memory map, so nothing
+    is copied until a format asks; pickled, they travel as just these bytes.
+    """
+
+    pieces: Pieces
+
+    @property
+    def header(self) -> bytes:
+        """The header ranges, concatenated."""
+        return b"".join(bytes(view) for _, view in self.pieces[:-1])
+
+    @property
+    def data(self) -> memoryview:
+        """The data range."""
+        return self.pieces[-1][1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(view) for _, view in self.pieces)
+
+    def holds(self, start: int, end: int) -> bool:
+        """Whether the pieces together hold every byte of ``[start, end)``."""
+        for offset, view in sorted(self.pieces, key=lambda piece: piece[0]):
+            if start >= end:
+                break
+            if offset <= start < offset + len(view):
+                start = offset + len(view)
+        return start >= end
+
+    def adding(self, pieces: Pieces) -> Fetched:
+        """These bytes with ``pieces`` (held back, now delivered) in front."""
+        return Fetched((*pieces, *self.pieces))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (tuple((offset, bytes(view)) for offset, view in self.pieces),))
+
+
+def _rebuild(pieces: tuple[tuple[int, bytes], ...]) -> Fetched:
+    return Fetched(tuple((offset, memoryview(data)) for offset, data in pieces))
+
+
+@dataclass
+class DecodeStats:
+    """Decode counters (per dataset, or per pipeline). ``fallback`` crops had
+    no usable index; ``unplanned_reads`` counts a decoder asking for bytes
+    outside its plan (always a bug signal); ``bad_packets`` were skipped by
+    the decoder; ``planned_bytes`` is what the crops' decoders were given."""
+
+    crops: int = 0
+    planned_bytes: int = 0
+    fallback: int = 0
+    fallback_reasons: dict[str, int] = field(default_factory=dict)
+    unplanned_reads: int = 0
+    unplanned_bytes: int = 0
+    bad_packets: int = 0
+
+    def count_fallback(self, reason: str) -> None:
+        self.fallback += 1
+        self.fallback_reasons[reason] = self.fallback_reasons.get(reason, 0) + 1
+
+    def add(self, other: DecodeStats) -> None:
+        """Add another's counts to these (a worker's, for one crop)."""
+        for name, value in vars(other).items():
+            if name == "fallback_reasons":
+                for reason, count in value.items():
+                    self.fallback_reasons[reason] = self.fallback_reasons.get(reason, 0) + count
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class DecodeContext:
+    """Everything a format's decoder may need besides the index, plan and bytes.
+
+    ``held_back()`` delivers the plan's ranges the caller did not send up
+    front (``Format.deferrable``: MP4's ``moov``), wherever they are: a read
+    of the blob in this process, or a request to the parent in a decode
+    worker. ``read_unplanned`` reads bytes outside the plan, counted.
+    """
+
+    episode: Episode
+    stats: DecodeStats
+    held_back: Callable[[], Pieces]
+
+    def read_unplanned(self, offset: int, length: int) -> bytes:
+        self.stats.unplanned_reads += 1
+        self.stats.unplanned_bytes += length
+        return bytes(self.episode.blob.read_range(offset, length))
+
+    def error(self, message: str) -> CropError:
+        return self.episode.error(message)
+
+
+def to_native(index: SeekIndex, sample: int) -> int:
+    """Native position of gapless sample ``sample``."""
+    if index.timescale == index.sample_rate:
+        return index.first_sample + sample
+    return index.first_sample + round(sample * index.timescale / index.sample_rate)
+
+
+def to_gapless(index: SeekIndex, native: int) -> int:
+    """Gapless sample index of native position ``native``."""
+    if index.timescale == index.sample_rate:
+        return native - index.first_sample
+    return round((native - index.first_sample) * index.sample_rate / index.timescale)

@@ -1,0 +1,184 @@
+"""MP4/M4A (AAC, ALAC): FFmpeg's demuxer over the planned ranges only.
+
+The demuxer reads ``moov`` (the header ranges) and seeks natively on its own
+sample table, then demuxes the samples in the data range; everything comes
+from memory through a ``SparseFile``. Frames are placed by their
+timestamps: FFmpeg's pts is the decode time less the edit list's media time,
+which is exactly the gapless sample index when the timescale is the sample
+rate. AAC's decoder needs the frames before the crop to converge (and the
+first frame after a cold start is garbage), hence its pre-roll.
+
+Open demuxers are kept per episode by the process that decodes (a decode
+worker, or the caller's process), so ``moov`` (megabytes of sample tables
+for a long audiobook) is parsed once per process, not once per crop. The
+plan therefore leaves ``moov`` deferrable: a decoder that holds a suitable
+open demuxer never asks for it; one that must open a demuxer asks through
+``DecodeContext.held_back``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import av
+import numpy as np
+
+from ...index.table import SeekIndex
+from ...timing import record
+from ..frames import concat, frame_to_float32
+from ..job import CropPlan, DecodeContext, Fetched, to_gapless
+from ..sparse import SparseFile
+
+__all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
+
+#: What identifies an episode's bytes in this process (``Episode.id``).
+_Key = tuple[object, ...]
+
+
+#: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
+#: frames to converge after a cold start; ALAC frames are independent.
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
+#: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
+#: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
+PROBE_BYTES = {"aac": 4096, "alac": 32768}
+#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
+#: plus its short-seek threshold (32 KiB each).
+READ_THROUGH = 65536
+#: How far before the planned seek point FFmpeg's own seek may land (it
+#: searches its sample index, which can pick a few packets earlier).
+SEEK_SLACK = 16384
+
+
+#: ``moov`` already says everything about the stream; without these limits
+#: FFmpeg's stream probing reads the first 64 KiB of sample data, outside the plan.
+_NO_PROBING = {"probesize": "32", "analyzeduration": "1"}
+
+
+def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
+    """Add the first bytes of sample data: opening a demuxer probes the first
+    packet there, wherever the crop is; and, when the crop's data starts less
+    than ``READ_THROUGH`` bytes after it, everything in between (FFmpeg reads
+    a short forward gap instead of seeking over it). Otherwise the plan also
+    holds the ``READ_THROUGH`` bytes before the data, so that a decoder that
+    holds an open demuxer for the episode can reuse it: they cover the slack
+    of its seek and any gap it reads through (``_reuse_lead``)."""
+    data = plan.data[0]
+    start = index.data_start
+    probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
+    if data - probe_end <= READ_THROUGH:
+        return plan.with_header(((start, data - start),) if data > start else ())
+    lead = max(probe_end, data - READ_THROUGH)
+    return plan.with_header(((start, probe_end - start), (lead, data - lead)))
+
+
+class _Demuxers:
+    """Idle open demuxers by episode, most recently used last. A demuxer is
+    taken out while a crop uses it, so two threads never share one.
+    Episodes are immutable, so bytes FFmpeg still buffers from an earlier
+    crop are still right."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._idle: OrderedDict[_Key, tuple[Any, SparseFile]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: _Key) -> tuple[Any, SparseFile] | None:
+        with self._lock:
+            return self._idle.pop(key, None)
+
+    def give_back(self, key: _Key, entry: tuple[Any, SparseFile]) -> None:
+        with self._lock:
+            replaced = self._idle.pop(key, None)
+            if replaced is not None:  # two threads opened one each: keep the newer
+                replaced[0].close()
+            self._idle[key] = entry
+            while len(self._idle) > self.size:
+                _, (container, _) = self._idle.popitem(last=False)
+                container.close()
+
+
+_DEMUXERS = _Demuxers()
+
+
+def _open(fetched: Fetched, context: DecodeContext) -> tuple[Any, SparseFile]:
+    source = SparseFile(context.episode.blob.length, fetched.pieces, context)
+    with record("decoder_open"):
+        return av.open(source, "r", format="mp4", options=_NO_PROBING), source
+
+
+def decode(
+    index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+) -> tuple[np.ndarray, int]:
+    """Decoded samples and the gapless index of their first sample."""
+    seek_to = plan.start_native - index.first_sample
+    key = context.episode.id
+    # From the very start, a fresh demuxer: seeking back to 0 loses priming.
+    entry = _DEMUXERS.take(key) if seek_to > 0 else None
+    if entry is not None and not fetched.holds(
+        _reuse_lead(entry[1].tell(), index, plan), plan.data[0]
+    ):
+        entry[0].close()  # it would read bytes this crop did not fetch
+        entry = None
+    try:
+        if entry is None:
+            if not all(fetched.holds(offset, offset + n) for offset, n in index.header):
+                fetched = fetched.adding(context.held_back())
+            entry = _open(fetched, context)
+        else:
+            entry[1].refill(fetched.pieces, context)
+        samples, first = _demux_decode(entry[0], index, plan, seek_to, context)
+    except BaseException:
+        if entry is not None:
+            entry[0].close()
+        raise
+    _DEMUXERS.give_back(key, entry)
+    return samples, first
+
+
+def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:
+    """Where an open demuxer that last read at ``position`` starts reading
+    for this crop: up to ``SEEK_SLACK`` before the data (its seek may land a
+    few packets early), or at ``position`` when it stopped shortly before
+    the data (it reads the gap through)."""
+    data = plan.data[0]
+    lead = max(index.data_start, data - SEEK_SLACK)
+    if 0 <= data - position <= READ_THROUGH:
+        lead = min(lead, position)
+    return lead
+
+
+def _demux_decode(
+    container: Any, index: SeekIndex, plan: CropPlan, seek_to: int, context: DecodeContext
+) -> tuple[np.ndarray, int]:
+    stream = container.streams.audio[0]
+    if seek_to > 0:
+        container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+    # A reused demuxer's decoder still holds the previous crop's state (its
+    # overlap buffer, frames not yet returned): start clean, like a fresh one.
+    stream.codec_context.flush_buffers()
+    out: list[np.ndarray] = []
+    first = None
+    end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
+    for packet in container.demux(stream):
+        if packet.pts is None:
+            continue
+        try:
+            frames = packet.decode()
+        except (av.FFmpegError, ValueError):
+            context.stats.bad_packets += 1
+            continue
+        for frame in frames:
+            if first is None:
+                first = expected = frame.pts
+            if frame.pts != expected:  # a gap: a packet failed, keep timing
+                missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
+                out.append(np.zeros((index.channels, max(missing, 0)), np.float32))
+            samples = frame_to_float32(frame)
+            out.append(samples)
+            expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
+        if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
+            break  # the next packet would start past the plan
+    start = to_gapless(index, (first or 0) + index.first_sample)
+    return concat(out, index.channels), start

@@ -1,0 +1,44 @@
+"""Ogg Vorbis and Opus: ``pages`` parses pages for both sides, ``parse``
+indexes pages and granules, ``decode`` decodes the packets of planned pages."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...index.table import SeekIndex
+from ..base import Format
+from ..job import CropPlan, DecodeContext, Fetched
+from ..reader import Reader
+from . import decode, parse
+
+__all__ = ["FORMAT", "Ogg"]
+
+
+class Ogg(Format):
+    container = "ogg"
+    codecs = frozenset(decode.PREROLL_SECONDS)
+
+    def matches(self, head: bytes) -> bool:
+        return parse.matches(head)
+
+    def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
+        return parse.parse(reader, density=density)
+
+    def preroll(self, index: SeekIndex) -> int:
+        return round(decode.PREROLL_SECONDS[index.codec] * index.timescale)
+
+    def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
+        """Never start on the last seek point: output is placed by the granule of
+        a page other than the last (whose granule may trim the stream), so an
+        earlier page must be decoded too."""
+        if 0 < plan.point == len(index.sample_pos) - 1:
+            return plan.starting_at(index, plan.point - 1)
+        return plan
+
+    def decode(
+        self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+    ) -> tuple[np.ndarray, int]:
+        return decode.decode(index, plan, fetched, context)
+
+
+FORMAT = Ogg()

@@ -1,0 +1,79 @@
+"""Every format streamer knows, keyed by ``(container, codec)``; indexing by sniffing.
+
+Adding a format is one subpackage (a ``Format`` subclass with its parser and
+decoder) and one line in ``FORMATS``. ``extract`` picks the format by the
+bytes, never by a file name, and always returns a ``SeekIndex``: a file no
+format can index, or whose codec its container's format does not decode
+(FLAC or Opus inside MP4, A-law WAV), comes back as "no index" with the
+reason, so one bad episode never stops a build and the episode stays
+readable through the fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import BinaryIO
+
+from ..index.table import SeekIndex
+from . import flac, mp3, mp4, ogg, wav
+from .base import Format
+from .reader import NoIndex, Reader
+
+__all__ = ["DEFAULT_DENSITY", "FORMATS", "extract", "format_for", "sniff"]
+
+#: Seek points per second of audio.
+DEFAULT_DENSITY = 1.0
+
+#: In sniffing order: mp3 goes last, its test (a frame header or an ID3 tag) is the weakest.
+FORMATS: tuple[Format, ...] = (wav.FORMAT, ogg.FORMAT, flac.FORMAT, mp4.FORMAT, mp3.FORMAT)
+
+_BY_PAIR = {(f.container, codec): f for f in FORMATS for codec in f.codecs}
+_SNIFF_BYTES = 16
+
+log = logging.getLogger(__name__)
+
+
+def sniff(head: bytes) -> str | None:
+    """The container the first bytes of a file announce, or None."""
+    return next((f.container for f in FORMATS if f.matches(head)), None)
+
+
+def format_for(index: SeekIndex) -> Format | None:
+    """The format that decodes what ``index`` describes, or None."""
+    return _BY_PAIR.get((index.container, index.codec))
+
+
+def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
+    """Index one episode read front to back from a binary file-like object
+    (a seekable one is read from its first byte, wherever it was left).
+
+    ``density`` is seek points per second (``math.inf``: every frame/page).
+    Storage errors propagate; anything wrong with the bytes themselves
+    becomes a "no index" record.
+    """
+    if stream.seekable():
+        stream.seek(0)
+    reader = Reader(stream)
+    buf, i = reader.window(_SNIFF_BYTES)
+    head = buf[i : i + _SNIFF_BYTES]
+    if not head:
+        return SeekIndex.unavailable("empty blob")
+    found = next((f for f in FORMATS if f.matches(head)), None)
+    if found is None:
+        return SeekIndex.unavailable("unknown container")
+    try:
+        index = found.build_index(reader, density=density)
+    except NoIndex as exc:
+        return SeekIndex.unavailable(str(exc), found.container)
+    except (ValueError, IndexError, KeyError, struct.error) as exc:
+        # Malformed bytes that slipped past a check: still the data's fault.
+        log.debug("index parser error in %s data", found.container, exc_info=True)
+        return SeekIndex.unavailable(
+            f"malformed {found.container} data ({type(exc).__name__})", found.container
+        )
+    if format_for(index) is None:
+        return SeekIndex.unavailable(
+            f"no decoder for {index.codec} in {index.container}", index.container
+        )
+    return index
