@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from _index_support import encoded
 from helpers import write_audio, write_blob_dataset
-from servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 from streamer.shard.dataset import Dataset
 from streamer.shard.pack import pack
+from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
 FIXTURE_FILES = (

@@ -450,9 +450,8 @@ def test_a_worker_gets_an_mp4_header_once_per_episode(
     its first crop, and the crop at its very start (which always takes a
     fresh demuxer: seeking back to 0 would lose the priming); the other 76
     crops decode the same without it."""
-    from servers import LoopbackServer, file_handler
-
     import streamer.pipeline.pool as pool
+    from testkit.servers import LoopbackServer, file_handler
 
     sent: list[int] = []
     send = pool.send_held_back
