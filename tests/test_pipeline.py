@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import gone, plan_rows, signature
 
 import streamer
 from streamer import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer
@@ -28,21 +29,6 @@ from streamer.pipeline.stats import StreamerStats
 from streamer.pipeline.tasks import Failure
 from streamer.shard.dataset import Dataset
 from streamer.storage._loop import run_sync
-
-
-def signature(crops: list) -> list[tuple[str, float, float]]:
-    return [(c.key, c.start, c.end) for c in crops]
-
-
-def plan_rows(s: Streamer) -> list[tuple[int, int, float]]:
-    plan = s.plan()
-    return list(zip(plan.source.tolist(), plan.episode.tolist(), plan.start.tolist(), strict=True))
-
-
-def gone(pid: int) -> bool:
-    """True when ``pid`` neither runs nor lingers as a zombie."""
-    return not os.path.exists(f"/proc/{pid}")
-
 
 # -- samplers --------------------------------------------------------------------------
 
