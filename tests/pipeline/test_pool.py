@@ -1,104 +1,22 @@
-"""The pipeline over local shards: samplers, order, partitions, resumption, errors, shutdown."""
+"""Decode worker processes: the same audio as in-process decoding, shutdown on break, error and
+Ctrl-C, a killed worker replaced, MP4 headers shipped only when a worker needs them."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
-from helpers import gone, plan_rows, signature
+from helpers import gone
 
 import streamer
-from streamer import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer
-from streamer.cli import main
-from streamer.errors import CropError
-from streamer.pipeline.episodes import Episodes
-from streamer.pipeline.run import Item, Run
-from streamer.pipeline.stats import StreamerStats
-from streamer.pipeline.tasks import Failure
-from streamer.shard.dataset import Dataset
-from streamer.storage._loop import run_sync
-
-# -- samplers --------------------------------------------------------------------------
-
-
-def test_random_crops_lie_inside_their_episodes(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    episodes = Episodes.of(dataset)
-    crops = RandomCrops(1.0, per_episode=4).crops(episodes, np.random.default_rng(0))
-    assert len(crops) == 4 * len(episodes)
-    assert np.allclose(crops.end - crops.start, 1.0)
-    assert (crops.start >= 0).all() and (crops.end <= episodes.duration[crops.episode]).all()
-    assert len(RandomCrops(5.0).crops(episodes, np.random.default_rng(0))) == 0
-    short = RandomCrops(5.0, min_duration=2.0).crops(episodes, np.random.default_rng(0))
-    assert len(short) == len(episodes) and (short.start == 0).all()
-
-
-def test_sequential_crops_cover_each_episode(packed: Path) -> None:
-    episodes = Episodes.of(streamer.open_dataset(packed))
-    crops = SequentialCrops(1.25, hop=1.0).crops(episodes, np.random.default_rng(0))
-    first = crops.episode == 0
-    assert crops.start[first].tolist() == [0.0, 1.0, 2.0]
-    assert crops.end[first].tolist() == pytest.approx([1.25, 2.25, episodes.duration[0]])
-
-
-@pytest.fixture
-def with_segments(packed: Path, tmp_path: Path) -> Path:
-    """``packed`` plus a ``vad/`` column: two segments per episode, one past its end."""
-    import shutil
-
-    root = tmp_path / "ds"
-    shutil.copytree(packed, root)
-    dataset = streamer.open_dataset(root)
-    (root / "vad").mkdir()
-    for name in dataset.shard_names:
-        keys = dataset.shard(name).keys.to_pylist()
-        segments = [[[0.5, 1.25], [10.0, 11.0]] for _ in keys]
-        table = pa.table({"__key__": keys, "vad": segments})
-        with pa.ipc.new_file(str(root / "vad" / f"{name}.wsds"), table.schema) as writer:
-            writer.write_table(table)
-    return root
-
-
-def test_segment_crops_and_skipped_failures(with_segments: Path) -> None:
-    dataset = streamer.open_dataset(with_segments)
-    episodes = Episodes.of(dataset)
-    crops = SegmentCrops("vad", max_duration=0.5).crops(episodes, np.random.default_rng(0))
-    assert crops.start[crops.episode == 0].tolist() == [0.5, 1.0, 10.0, 10.5]
-    s = Streamer(dataset, SegmentCrops("vad"), workers=0)
-    got = list(s)
-    assert len(got) == len(episodes)
-    assert all((c.start, c.end) == (0.5, 1.25) for c in got)
-    assert s.stats.skipped == {"CropError": len(episodes)}  # the segments past the end
-    with pytest.raises(CropError, match="past the end"):
-        list(Streamer(dataset, SegmentCrops("vad"), workers=0, on_error="raise"))
-
-
-# -- order, partitions -----------------------------------------------------------------
-
-
-def test_order_is_deterministic_and_workers_do_not_change_it(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    sampler = RandomCrops(1.0, per_episode=3)
-    threads = list(Streamer(dataset, sampler, seed=5, workers=0))
-    processes = list(Streamer(dataset, sampler, seed=5, workers=2))
-    assert signature(threads) == signature(processes)
-    assert [c.shard for c in threads] == [c.shard for c in processes]
-    assert signature(list(Streamer(dataset, sampler, seed=6, workers=0))) != signature(threads)
-    assert plan_rows(Streamer(dataset, sampler, seed=5, epoch=1)) != plan_rows(
-        Streamer(dataset, sampler, seed=5)
-    )
+from streamer import RandomCrops, SequentialCrops, Streamer
 
 
 def test_workers_do_not_change_the_audio(packed: Path) -> None:
@@ -108,132 +26,6 @@ def test_workers_do_not_change_the_audio(packed: Path) -> None:
     processes = list(Streamer(dataset, sampler, seed=5, workers=2))
     for a, b in zip(threads, processes, strict=True):
         assert np.array_equal(a.audio, b.audio), a.key
-
-
-def test_crops_match_read_crop(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    for crop in Streamer(dataset, RandomCrops(0.5), sample_rate=16000, mono=True, workers=1):
-        expected = dataset.read_crop(crop.key, crop.start, crop.end, 16000, mono=True)
-        assert crop.sample_rate == 16000 and crop.audio.shape == expected.shape == (1, 8000)
-        np.testing.assert_array_equal(crop.audio, expected, err_msg=crop.key)
-
-
-def test_locality_groups_shards_and_the_window_shuffles(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    sampler = RandomCrops(0.5, per_episode=6)
-    grouped = Streamer(dataset, sampler, shuffle_window=0).plan()
-    shards = Episodes.of(dataset).shard[grouped.episode]
-    assert (np.diff(shards) != 0).sum() == len(dataset.shard_names) - 1  # one run per shard
-    shuffled = Streamer(dataset, sampler, shuffle_window=50).plan()
-    assert (np.diff(Episodes.of(dataset).shard[shuffled.episode]) != 0).sum() > len(
-        dataset.shard_names
-    )
-
-
-@pytest.mark.parametrize(("world_size", "num_workers"), [(1, 1), (2, 1), (3, 2), (4, 3)])
-def test_partitions_are_disjoint_and_complete(packed: Path, world_size, num_workers) -> None:  # type: ignore[no-untyped-def]
-    dataset = streamer.open_dataset(packed)
-    sampler = RandomCrops(0.5, per_episode=5)
-    whole = plan_rows(Streamer(dataset, sampler, seed=3, rank=0, world_size=1))
-    parts = [
-        plan_rows(
-            Streamer(
-                dataset,
-                sampler,
-                seed=3,
-                rank=rank,
-                world_size=world_size,
-                worker=worker,
-                num_workers=num_workers,
-            )
-        )
-        for rank in range(world_size)
-        for worker in range(num_workers)
-    ]
-    assert [row for part in parts for row in part] == whole  # disjoint, complete, in order
-    assert max(map(len, parts)) - min(map(len, parts)) <= 1
-
-
-def test_rank_from_the_environment(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5))
-    assert (s.partition.rank, s.partition.world_size) == (1, 2)
-    assert Streamer(streamer.open_dataset(packed), RandomCrops(0.5), rank=0).partition.rank == 0
-
-
-def test_mix_takes_shares_by_weight(packed: Path, audio_dir: Path, tmp_path: Path) -> None:
-    other = tmp_path / "other"
-    streamer.pack(audio_dir, other, progress=False)
-    mix = Mix([(str(packed), 3.0), (str(other), 1.0)])
-    s = Streamer(mix, RandomCrops(0.5, per_episode=4), workers=0)
-    sources = s.plan().source
-    assert len(sources) == 56 and (sources == 0).sum() == 42
-    assert abs(np.flatnonzero(sources == 1).mean() - len(sources) / 2) < 6  # spread evenly
-    crops = list(s)
-    assert len(crops) == 56 and s.stats.yielded == 56
-
-
-# -- resumption ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_resume_repeats_nothing_and_skips_nothing(packed: Path, workers: int) -> None:
-    dataset = streamer.open_dataset(packed)
-
-    def make() -> Streamer:
-        return Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2, workers=workers)
-
-    everything = signature(list(make()))
-    first = make()
-    taken = []
-    for crop in first:
-        taken.append(crop)
-        if len(taken) == 8:
-            break
-    state = first.state_dict()
-    assert state["position"] == 8 and state["epoch"] == 0
-    second = make()
-    second.load_state_dict(state)
-    assert signature(taken) + signature(list(second)) == everything
-    assert second.epoch == 1  # a completed pass advances the epoch
-    with pytest.raises(ValueError, match="state is for"):
-        Streamer(dataset, RandomCrops(0.5), seed=9).load_state_dict(state)
-
-
-# -- backpressure ----------------------------------------------------------------------
-
-
-def test_a_slow_consumer_stops_the_pipeline(packed: Path) -> None:
-    s = Streamer(
-        streamer.open_dataset(packed),
-        RandomCrops(0.2, per_episode=10),
-        workers=0,
-        prefetch=3,
-        queue_size=2,
-    )
-    with s:
-        iterator = iter(s)
-        next(iterator)
-        time.sleep(1.0)
-        decoded = s.stats.decode.crops
-        iterator.close()
-    assert decoded <= 1 + 3 + 2
-
-
-@pytest.mark.slow
-def test_peak_memory_stays_bounded_over_10000_crops(packed: Path) -> None:
-    from helpers import rss_kib
-
-    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.05, per_episode=1430), workers=2)
-    peak = start = 0
-    with s:
-        for n, _ in enumerate(s):
-            if n == 500:
-                start = rss_kib()
-            peak = max(peak, rss_kib()) if n % 100 == 0 else peak
-    assert s.stats.yielded == 10010
-    assert peak - start < 64 * 1024, f"RSS grew by {(peak - start) // 1024} MiB"
 
 
 # -- shutdown and workers --------------------------------------------------------------
@@ -302,98 +94,7 @@ def test_ctrl_c_stops_promptly_and_leaves_no_process(packed: Path, tmp_path: Pat
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
-# -- async, asyncio and trio -----------------------------------------------------------
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.mark.anyio
-async def test_async_iteration_matches_sync(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    sampler = RandomCrops(0.5, per_episode=2)
-    expected = signature(list(Streamer(dataset, sampler, workers=0)))
-    s = Streamer(dataset, sampler, workers=1)
-    async with s:
-        got = [crop async for crop in s]
-        pids = s.worker_pids
-    assert signature(got) == expected
-    assert all(gone(pid) for pid in pids)
-    bare = Streamer(dataset, sampler, workers=0)
-    assert signature([crop async for crop in bare]) == expected
-
-
-@pytest.mark.anyio
-async def test_async_break_then_aclose(packed: Path) -> None:
-    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=10), workers=1)
-    async for _ in s:
-        pids = s.worker_pids
-        break
-    assert s.state_dict()["position"] == 1
-    await s.aclose()
-    assert s.worker_pids == [] and all(gone(pid) for pid in pids)
-
-
-def test_a_crop_waiting_on_its_plan_does_not_hold_up_the_crops_behind_it() -> None:
-    """Planning may wait on the store (opening a shard, reading an index):
-    the crops behind it are planned meanwhile, and still come out in order."""
-    second_planned = threading.Event()
-
-    def plan_at(position: int) -> Failure:
-        if position == 0:
-            waited = second_planned.wait(timeout=10)
-            return Failure("Planned" if waited else "PlannedSerially", "", key="first")
-        second_planned.set()
-        return Failure("Planned", "", key="second")
-
-    async def both() -> list[Item | None]:
-        run = Run(plan_at, 0, 2, pool=None, prefetch=2, queue_size=2, stats=StreamerStats())
-        run.start()
-        items = [await run.next(), await run.next()]
-        await run.stop()
-        return items
-
-    items = run_sync(both())
-    assert [(item.position, item.result.key, item.result.reason) for item in items] == [
-        (0, "first", "Planned"),
-        (1, "second", "Planned"),
-    ]
-
-
-def test_a_shard_opened_from_several_threads_at_once_is_opened_once(packed: Path) -> None:
-    opened: list[str] = []
-
-    class Counting(Dataset):
-        def _open_shard(self, path: str, column_dir: str) -> Any:
-            opened.append(path)
-            time.sleep(0.05)  # wide enough for every thread to miss the cache
-            return super()._open_shard(path, column_dir)
-
-    dataset = Counting(packed)
-    name = dataset.shard_names[0]
-    with ThreadPoolExecutor(8) as pool:
-        shards = list(pool.map(lambda _: dataset.shard(name), range(8)))
-    assert all(shard is shards[0] for shard in shards)
-    assert len(opened) == 1
-
-
-def test_bench_rounds_report_the_median_of_interleaved_runs(packed: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    argv = ["bench", str(packed), str(packed), "--duration", "0.5", "--crops", "6"]
-    assert main([*argv, "--workers", "0", "1", "--rounds", "3", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["rounds"] == 3 and len(result["runs"]) == 4
-    for run in result["runs"]:
-        rates = run["rounds_crops_per_s"]
-        assert len(rates) == 3 and run["crops_per_s"] == sorted(rates)[1]
-        assert run["yielded"] == 6
-    first = {run["workers"]: run["crops_per_s"] for run in result["runs"][:2]}
-    for run in result["runs"]:
-        assert run["relative"] == pytest.approx(run["crops_per_s"] / first[run["workers"]])
-    with pytest.raises(SystemExit):
-        main([*argv, "--rounds", "0"])
-    assert "--rounds: must be at least 1, not 0" in capsys.readouterr().err
+# -- MP4 demuxers held open by workers -------------------------------------------------
 
 
 @pytest.fixture(scope="module")
