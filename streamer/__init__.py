@@ -5,22 +5,43 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .decode.crop import Crop
-from .errors import CropError, DataError, LayoutError, ShardError, StorageError, StreamerError
-from .pipeline import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer, StreamerStats
+from .decode.crop import Crop, CropRequest
+from .errors import (
+    CompressedShardWarning,
+    CropError,
+    DataError,
+    LayoutError,
+    PackError,
+    ShardError,
+    StorageError,
+    StreamerError,
+)
+from .pipeline import (
+    Mix,
+    RandomCrops,
+    Sampler,
+    SegmentCrops,
+    SequentialCrops,
+    Streamer,
+    StreamerStats,
+)
 from .shard import BlobHandle, Dataset
 from .shard.pack import pack
 from .storage import open_url
 
 __all__ = [
     "BlobHandle",
+    "CompressedShardWarning",
     "Crop",
     "CropError",
+    "CropRequest",
     "DataError",
     "Dataset",
     "LayoutError",
     "Mix",
+    "PackError",
     "RandomCrops",
+    "Sampler",
     "SegmentCrops",
     "SequentialCrops",
     "ShardError",
