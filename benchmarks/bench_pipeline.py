@@ -36,9 +36,7 @@ from benchmarks._report import write_json
 from streamer.cli.bench import print_table
 from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from servers import LoopbackServer, file_handler, proxy_handler, upload_tree
+from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}

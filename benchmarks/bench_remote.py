@@ -29,7 +29,7 @@ import pyarrow as pa
 from benchmarks._report import write_json
 from streamer.dataset.dataset import Dataset
 from streamer.storage.s3 import S3Store
-from tests.servers import upload_tree
+from testkit.servers import upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east-1"}

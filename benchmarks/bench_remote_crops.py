@@ -5,7 +5,7 @@
 
 An hour-long episode per codec (``benchmarks/episodes.py``) is packed with its
 seek index and uploaded to moto's S3 server on loopback, behind the test
-suite's fault-injecting proxy (``tests/servers.py``), which adds the latency
+suite's fault-injecting proxy (``testkit/servers.py``), which adds the latency
 to every request. For each latency, a fresh store (cold block cache) reads
 the same random 8 s crops with ``Dataset.read_crop``: one at a time, then
 ``--concurrency`` at once (``aread_crop``), against the same crops read
@@ -39,7 +39,7 @@ from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import S3Store
 from streamer.synth import CODECS
 from streamer.write.pack import pack
-from tests.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
+from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east-1"}

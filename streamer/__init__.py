@@ -3,21 +3,42 @@
 from __future__ import annotations
 
 from .dataset import Dataset, open_dataset
-from .decode.crop import Crop
-from .errors import CropError, DataError, LayoutError, ShardError, StorageError, StreamerError
-from .pipeline import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer, StreamerStats
+from .decode.crop import Crop, CropRequest
+from .errors import (
+    CompressedShardWarning,
+    CropError,
+    DataError,
+    LayoutError,
+    PackError,
+    ShardError,
+    StorageError,
+    StreamerError,
+)
+from .pipeline import (
+    Mix,
+    RandomCrops,
+    Sampler,
+    SegmentCrops,
+    SequentialCrops,
+    Streamer,
+    StreamerStats,
+)
 from .shard import BlobHandle
 from .write.pack import pack
 
 __all__ = [
     "BlobHandle",
+    "CompressedShardWarning",
     "Crop",
     "CropError",
+    "CropRequest",
     "DataError",
     "Dataset",
     "LayoutError",
     "Mix",
+    "PackError",
     "RandomCrops",
+    "Sampler",
     "SegmentCrops",
     "SequentialCrops",
     "ShardError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import wave
@@ -19,6 +20,8 @@ import pytest
 
 from streamer import synth
 from streamer.formats import extract
+from streamer.formats.ogg import pages as ogg
+from streamer.formats.reader import Reader
 from streamer.index import SeekIndex
 
 EVERY = float("inf")
@@ -139,3 +142,31 @@ def assert_points_are_packets(index: SeekIndex, reference: dict[int, int], offse
         assert sample - offset == reference[pos], (
             f"byte {pos}: {sample - offset} != {reference[pos]}"
         )
+
+
+def long_mp3(minutes: float) -> bytes:
+    """An mp3 of about ``minutes``, made by repeating a short encode's frames."""
+    data = encoded("mp3", 44100, 1, seconds=2.0)
+    index = index_of(data)
+    frames = data[int(index.byte_pos[2]) : int(index.byte_pos[-2])]
+    count = len(index.byte_pos) - 4
+    repeats = int(minutes * 60 * 44100 / (count * 1152)) + 1
+    return frames * repeats
+
+
+def long_ogg(pages: int) -> bytes:
+    """An Ogg Opus stream of ``pages`` audio pages: one page restamped over and over."""
+    data = encoded("opus", 48000, 1, seconds=2.0)
+    scan = list(ogg.scan(Reader(io.BytesIO(data))))
+    head = data[: scan[2].offset]
+    page = bytearray(data[scan[3].offset : scan[3].end])
+    step = scan[3].granule - scan[2].granule
+    out = [head]
+    granule = scan[2].granule
+    for n in range(pages):
+        granule += step
+        struct.pack_into("<qII", page, 6, granule, scan[0].serial, 2 + n)
+        struct.pack_into("<I", page, 22, 0)
+        struct.pack_into("<I", page, 22, ogg.ogg_crc(bytes(page)))
+        out.append(bytes(page))
+    return b"".join(out)

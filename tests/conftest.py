@@ -10,22 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 from _index_support import encoded
-from helpers import write_audio, write_blob_dataset
-from servers import LoopbackServer, file_handler, proxy_handler, upload_tree
+from helpers import BUCKET, FIXTURE_FILES, SECRET, write_audio, write_blob_dataset
 
 from streamer.dataset.dataset import Dataset
 from streamer.write.pack import pack
-
-#: (codec, sample rate, channels) of the small fixture files, one per codec.
-FIXTURE_FILES = (
-    ("mp3", 44100, 2),
-    ("vorbis", 44100, 2),
-    ("opus", 48000, 1),
-    ("flac", 22050, 1),
-    ("aac", 44100, 2),
-    ("alac", 44100, 1),
-    ("wav", 16000, 2),
-)
+from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 
 @pytest.fixture(scope="session")
@@ -60,10 +49,6 @@ def index_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # -- storage: real servers on loopback -------------------------------------------
-
-#: A credential the storage tests hunt for in logs, reprs and error text.
-SECRET = "sekrit-0xC0FFEE-never-log-me"
-BUCKET = "data"
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import os
+import traceback
 from pathlib import Path
 
+import pytest
+
+from streamer import Streamer
 from streamer.synth import CODECS, encode, signal
+
+#: (codec, sample rate, channels) of the small fixture files, one per codec.
+FIXTURE_FILES = (
+    ("mp3", 44100, 2),
+    ("vorbis", 44100, 2),
+    ("opus", 48000, 1),
+    ("flac", 22050, 1),
+    ("aac", 44100, 2),
+    ("alac", 44100, 1),
+    ("wav", 16000, 2),
+)
+
+
+#: A credential the storage tests hunt for in logs, reprs and error text.
+SECRET = "sekrit-0xC0FFEE-never-log-me"
+BUCKET = "data"
 
 
 def write_audio(
@@ -49,3 +69,24 @@ def write_blob_dataset(root: Path, blob_sizes: tuple[int, ...], batches: int) ->
     with pa.ipc.new_file(str(root / "audio" / "s.wsds"), table.schema) as writer:
         writer.write_table(table, max_chunksize=per_batch)
     return blobs
+
+
+def everything_said(caplog: pytest.LogCaptureFixture, *objects: object, errors=()) -> str:  # type: ignore[no-untyped-def]
+    said = [caplog.text, *map(repr, objects), *map(str, objects)]
+    for error in errors:
+        said += [str(error), "".join(traceback.format_exception(error))]
+    return "\n".join(said)
+
+
+def signature(crops: list) -> list[tuple[str, float, float]]:
+    return [(c.key, c.start, c.end) for c in crops]
+
+
+def plan_rows(s: Streamer) -> list[tuple[int, int, float]]:
+    plan = s.plan()
+    return list(zip(plan.source.tolist(), plan.episode.tolist(), plan.start.tolist(), strict=True))
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` neither runs nor lingers as a zombie."""
+    return not os.path.exists(f"/proc/{pid}")

@@ -87,7 +87,7 @@ def test_warmup_then_a_run_sends_no_request(s3_dataset, s3, tmp_path: Path) -> N
 def test_bench_and_warmup_commands(
     s3, s3_uploaded, packed: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from conftest import SECRET
+    from helpers import SECRET
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)

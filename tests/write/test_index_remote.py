@@ -10,7 +10,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from _index_support import assert_same_index
-from conftest import SECRET
+from helpers import SECRET
 
 import streamer
 from streamer.cli import main

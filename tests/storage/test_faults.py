@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-from servers import S3_SLOWDOWN
 
 from streamer.errors import StorageError
+from testkit.servers import S3_SLOWDOWN
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
 

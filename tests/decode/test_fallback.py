@@ -8,7 +8,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import FIXTURE_FILES
+from helpers import FIXTURE_FILES
 
 from streamer import open_dataset
 from streamer.decode.fallback import decode_range

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import FIXTURE_FILES
-from helpers import write_audio
+from helpers import FIXTURE_FILES, write_audio
 
 from streamer import open_dataset
 from streamer.errors import PackError

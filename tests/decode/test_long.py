@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_index_long import long_mp3, long_ogg
+from _index_support import long_mp3, long_ogg
 
 from streamer import open_dataset
 from streamer.write.pack import pack

@@ -8,8 +8,7 @@ import os
 import uuid
 
 import pytest
-from conftest import BUCKET, SECRET
-from test_storage_credentials import everything_said
+from helpers import BUCKET, SECRET, everything_said
 
 from streamer.errors import StorageError
 from streamer.storage import LocalStore

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import SECRET
+from helpers import SECRET
 
 from streamer.cli import main
 from streamer.errors import StorageError

@@ -65,7 +65,7 @@ def test_crop_bytes_come_from_the_blob_handle(remote, storage_root: Path) -> Non
 
 
 def test_open_dataset_by_url(s3, s3_uploaded, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
-    from conftest import SECRET
+    from helpers import SECRET
 
     url = f"s3://{s3_uploaded}/packed"
     options = {"endpoint_url": s3.url, "key": "test-key-id", "secret": SECRET}

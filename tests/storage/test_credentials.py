@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import logging
-import traceback
 
 import pytest
-from conftest import SECRET
+from helpers import SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
 from streamer.errors import StorageError
-
-
-def everything_said(caplog: pytest.LogCaptureFixture, *objects: object, errors=()) -> str:  # type: ignore[no-untyped-def]
-    said = [caplog.text, *map(repr, objects), *map(str, objects)]
-    for error in errors:
-        said += [str(error), "".join(traceback.format_exception(error))]
-    return "\n".join(said)
 
 
 def failures(reader) -> list[BaseException]:  # type: ignore[no-untyped-def]

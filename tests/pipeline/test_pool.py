@@ -1,0 +1,161 @@
+"""Decode worker processes: the same audio as in-process decoding, shutdown on break, error and
+Ctrl-C, a killed worker replaced, MP4 headers shipped only when a worker needs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import gone
+
+import streamer
+from streamer import RandomCrops, SequentialCrops, Streamer
+
+
+def test_workers_do_not_change_the_audio(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(1.0, per_episode=3)
+    threads = list(Streamer(dataset, sampler, seed=5, workers=0))
+    processes = list(Streamer(dataset, sampler, seed=5, workers=2))
+    for a, b in zip(threads, processes, strict=True):
+        assert np.array_equal(a.audio, b.audio), a.key
+
+
+# -- shutdown and workers --------------------------------------------------------------
+
+
+def test_breaking_out_stops_every_worker(packed: Path) -> None:
+    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=20), workers=2)
+    for _ in s:
+        pids = s.worker_pids
+        assert len(pids) == 2
+        break
+    assert s.worker_pids == []
+    assert all(gone(pid) for pid in pids)
+
+
+def test_an_exception_in_the_consumer_stops_every_worker(packed: Path) -> None:
+    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=20), workers=2)
+    pids: list[int] = []
+    began = time.perf_counter()
+    with pytest.raises(RuntimeError, match="consumer"), s:
+        for _ in s:
+            pids = s.worker_pids
+            raise RuntimeError("consumer failed")
+    assert time.perf_counter() - began < 15
+    assert pids and all(gone(pid) for pid in pids)
+
+
+def test_a_killed_worker_is_replaced_and_its_crop_retried(packed: Path) -> None:
+    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=4), workers=2)
+    crops = []
+    with s:
+        for crop in s:
+            crops.append(crop)
+            if len(crops) == 3:
+                os.kill(s.worker_pids[0], signal.SIGKILL)
+    assert len(crops) == 28 and not s.stats.skipped
+    assert s.stats.worker_restarts >= 1
+
+
+def test_ctrl_c_stops_promptly_and_leaves_no_process(packed: Path, tmp_path: Path) -> None:
+    script = tmp_path / "consumer.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys, time
+        import streamer
+        s = streamer.Streamer(streamer.open_dataset({str(packed)!r}),
+                              streamer.RandomCrops(0.5, per_episode=50), workers=2)
+        for crop in s:
+            print(*s.worker_pids, flush=True)
+            time.sleep(0.2)
+        """)
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    assert child.stdout is not None
+    pids = [int(p) for p in child.stdout.readline().split()]
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=20)
+    assert child.returncode != 0 and "KeyboardInterrupt" in err
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
+
+
+# -- MP4 demuxers held open by workers -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mp4_minute(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A minute each of AAC and ALAC: long enough that crops seek far past
+    FFmpeg's read-through distance, so open demuxers get reused."""
+    from helpers import write_audio
+
+    folder = tmp_path_factory.mktemp("mp4-minute")
+    write_audio(folder / "src", "aac", "aac", 44100, 2, 60.0, seed=1)
+    write_audio(folder / "src", "alac", "alac", 44100, 1, 60.0, seed=2)
+    streamer.pack(folder / "src", folder / "dataset", progress=False)
+    return folder / "dataset"
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_mp4_crops_read_only_their_plan_whoever_decodes_them(
+    mp4_minute: Path, workers: int
+) -> None:
+    """The planner cannot see which demuxers a decode worker (or another
+    thread) holds open: whichever decodes a crop, it needs no byte outside
+    the plan, and the crop is the one ``read_crop`` gives."""
+    s = Streamer(mp4_minute, SequentialCrops(2.0, hop=1.5), workers=workers, prefetch=6)
+    crops = list(s)
+    assert len(crops) == 2 * 40 and not s.stats.skipped
+    assert s.stats.decode.unplanned_reads == 0
+    reference = streamer.open_dataset(mp4_minute)
+    for crop in crops[::7]:
+        np.testing.assert_array_equal(
+            crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
+        )
+
+
+def test_a_worker_gets_an_mp4_header_once_per_episode(
+    mp4_minute: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remote MP4 crops ship without ``moov`` (megabytes for a long
+    audiobook) unless the worker has no open demuxer for the episode that
+    suits the crop: then it asks for it. Here that is twice per episode:
+    its first crop, and the crop at its very start (which always takes a
+    fresh demuxer: seeking back to 0 would lose the priming); the other 76
+    crops decode the same without it."""
+    import streamer.pipeline.pool as pool
+    from testkit.servers import LoopbackServer, file_handler
+
+    sent: list[int] = []
+    send = pool.send_held_back
+    monkeypatch.setattr(
+        pool, "send_held_back", lambda conn, pieces: (sent.append(len(pieces)), send(conn, pieces))
+    )
+    server = LoopbackServer(file_handler(mp4_minute.parent)).start()
+    try:
+        url = f"{server.url}/{mp4_minute.name}"
+        s = Streamer(url, SequentialCrops(2.0, hop=1.5), workers=1, prefetch=6)
+        crops = list(s)
+    finally:
+        server.stop()
+    assert len(crops) == 2 * 40 and not s.stats.skipped
+    assert len(sent) == 2 * 2 and s.stats.decode.unplanned_reads == 0
+    reference = streamer.open_dataset(mp4_minute)
+    for crop in crops[::7]:
+        np.testing.assert_array_equal(
+            crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
+        )

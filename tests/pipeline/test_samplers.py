@@ -1,0 +1,66 @@
+"""Crop samplers: random, sequential and segment crops; crops past an episode's end are skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import streamer
+from streamer import RandomCrops, SegmentCrops, SequentialCrops, Streamer
+from streamer.errors import CropError
+from streamer.pipeline.episodes import Episodes
+
+
+def test_random_crops_lie_inside_their_episodes(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    episodes = Episodes.of(dataset)
+    crops = RandomCrops(1.0, per_episode=4).crops(episodes, np.random.default_rng(0))
+    assert len(crops) == 4 * len(episodes)
+    assert np.allclose(crops.end - crops.start, 1.0)
+    assert (crops.start >= 0).all() and (crops.end <= episodes.duration[crops.episode]).all()
+    assert len(RandomCrops(5.0).crops(episodes, np.random.default_rng(0))) == 0
+    short = RandomCrops(5.0, min_duration=2.0).crops(episodes, np.random.default_rng(0))
+    assert len(short) == len(episodes) and (short.start == 0).all()
+
+
+def test_sequential_crops_cover_each_episode(packed: Path) -> None:
+    episodes = Episodes.of(streamer.open_dataset(packed))
+    crops = SequentialCrops(1.25, hop=1.0).crops(episodes, np.random.default_rng(0))
+    first = crops.episode == 0
+    assert crops.start[first].tolist() == [0.0, 1.0, 2.0]
+    assert crops.end[first].tolist() == pytest.approx([1.25, 2.25, episodes.duration[0]])
+
+
+@pytest.fixture
+def with_segments(packed: Path, tmp_path: Path) -> Path:
+    """``packed`` plus a ``vad/`` column: two segments per episode, one past its end."""
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(packed, root)
+    dataset = streamer.open_dataset(root)
+    (root / "vad").mkdir()
+    for name in dataset.shard_names:
+        keys = dataset.shard(name).keys.to_pylist()
+        segments = [[[0.5, 1.25], [10.0, 11.0]] for _ in keys]
+        table = pa.table({"__key__": keys, "vad": segments})
+        with pa.ipc.new_file(str(root / "vad" / f"{name}.wsds"), table.schema) as writer:
+            writer.write_table(table)
+    return root
+
+
+def test_segment_crops_and_skipped_failures(with_segments: Path) -> None:
+    dataset = streamer.open_dataset(with_segments)
+    episodes = Episodes.of(dataset)
+    crops = SegmentCrops("vad", max_duration=0.5).crops(episodes, np.random.default_rng(0))
+    assert crops.start[crops.episode == 0].tolist() == [0.5, 1.0, 10.0, 10.5]
+    s = Streamer(dataset, SegmentCrops("vad"), workers=0)
+    got = list(s)
+    assert len(got) == len(episodes)
+    assert all((c.start, c.end) == (0.5, 1.25) for c in got)
+    assert s.stats.skipped == {"CropError": len(episodes)}  # the segments past the end
+    with pytest.raises(CropError, match="past the end"):
+        list(Streamer(dataset, SegmentCrops("vad"), workers=0, on_error="raise"))
