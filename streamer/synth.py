@@ -94,12 +94,14 @@ def encode(
     *,
     bit_rate: int | None = None,
     options: dict[str, str] | None = None,
+    container: str | None = None,
 ) -> bytes:
     """Encode float32 ``(channels, samples)`` audio into a complete file's bytes.
 
     ``codec`` is a key of ``CODECS``. Raises ``ValueError`` for combinations
     the encoder cannot do (mono vorbis, opus at 44.1 kHz) instead of letting
-    FFmpeg fail obscurely.
+    FFmpeg fail obscurely. ``container`` overrides the codec's usual one
+    (FLAC or Opus in ``"mp4"``, say).
     """
     spec = CODECS[codec]
     channels = samples.shape[0]
@@ -109,8 +111,8 @@ def encode(
         raise ValueError(f"{spec.encoder} cannot encode at {sample_rate} Hz")
     layout = {1: "mono", 2: "stereo"}[channels]
     out = io.BytesIO()
-    with av.open(out, "w", format=spec.container) as container:
-        stream = container.add_stream(
+    with av.open(out, "w", format=container or spec.container) as muxer:
+        stream = muxer.add_stream(
             spec.encoder, rate=sample_rate, options={**dict(spec.options), **(options or {})}
         )
         stream.layout = layout
@@ -120,7 +122,7 @@ def encode(
         for start in range(0, samples.shape[1], block):
             frame = _frame(samples[:, start : start + block], spec, layout, sample_rate, start)
             for packet in stream.encode(frame):
-                container.mux(packet)
+                muxer.mux(packet)
         for packet in stream.encode(None):
-            container.mux(packet)
+            muxer.mux(packet)
     return out.getvalue()

@@ -1,0 +1,66 @@
+"""The format registry: one plug-in per (container, codec), for indexing and decoding alike."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+import streamer
+from streamer.formats import FORMATS, Format, extract, format_for, sniff
+from streamer.formats.frames import frame_to_float32
+from streamer.index import SeekIndex
+from streamer.synth import encode, signal
+
+
+def test_every_pair_has_exactly_one_format() -> None:
+    pairs = [(f.container, codec) for f in FORMATS for codec in f.codecs]
+    assert len(pairs) == len(set(pairs))
+    for form in FORMATS:
+        assert isinstance(form, Format)
+        for codec in form.codecs:
+            index = SeekIndex(status="ok", codec=codec, container=form.container)
+            assert format_for(index) is form
+    assert format_for(SeekIndex(status="ok", codec="flac", container="mp4")) is None
+    assert sniff(b"fLaC\0\0\0\x22") == "flac"
+
+
+def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame_to_float32(f) for f in container.decode(stream)]
+        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
+
+
+@pytest.mark.parametrize(
+    ("codec", "rate", "reason"),
+    [("flac", 44100, "no decoder for flac in mp4"), ("opus", 48000, "no decoder for opus in mp4")],
+)
+def test_a_codec_its_container_format_does_not_decode_is_refused_when_indexing(
+    tmp_path: Path, codec: str, rate: int, reason: str
+) -> None:
+    """FLAC or Opus inside MP4: the MP4 parser reads the sample tables, but no
+    format decodes that pair, so the episode is indexed "no index" with the
+    reason and every crop is served by the fallback (never a CropError)."""
+    data = encode(signal(6.0, rate, 2, seed=3), rate, codec, container="mp4")
+    index = extract(io.BytesIO(data))
+    assert not index.ok and index.reason == reason and index.container == "mp4"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / f"{codec}.m4a").write_bytes(data)
+    streamer.pack(src, tmp_path / "ds", progress=False)
+    dataset = streamer.open_dataset(tmp_path / "ds")
+    assert dataset.seek_index(codec).reason == reason
+    full, full_rate = _full_decode(data)
+    for start in (0.0, 1.3, 4.5):
+        crop = dataset.crop(codec, start, start + 1.0)
+        assert crop.sample_rate == full_rate == rate
+        expected = full[:, round(start * rate) : round((start + 1.0) * rate)]
+        assert crop.audio.shape == expected.shape
+        if codec == "flac":  # lossless: the fallback's crops are the full decode's samples
+            np.testing.assert_array_equal(crop.audio, expected)
+    assert dataset.decode_stats.fallback == 3
+    assert dataset.decode_stats.fallback_reasons == {reason: 3}
