@@ -27,7 +27,7 @@ from streamer.pipeline.run import Item, Run
 from streamer.pipeline.stats import StreamerStats
 from streamer.pipeline.tasks import Failure
 from streamer.shard.dataset import Dataset
-from streamer.storage._loop import run_sync
+from streamer.storage.loop import run_sync
 
 
 def signature(crops: list) -> list[tuple[str, float, float]]:

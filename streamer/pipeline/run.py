@@ -1,6 +1,6 @@
 """One pass over (the rest of) an epoch: planner -> prefetch -> decode -> in-order queue.
 
-Everything here runs on the store loop (``storage._loop``), where the block
+Everything here runs on the store loop (``storage.loop``), where the block
 cache and connection pools live, so prefetching awaits the cache directly.
 The stages, each bounded:
 

@@ -28,8 +28,8 @@ import sniffio
 
 from ..decode.crop import Crop, CropRequest
 from ..shard.dataset import Dataset
-from ..storage._loop import background_loop, run_async
 from ..storage.local import LocalStore
+from ..storage.loop import background_loop, run_async
 from ..timing import record
 from .episodes import Episodes
 from .mix import Mix, open_source

@@ -17,7 +17,7 @@ from functools import partial
 import anyio
 import anyio.to_thread
 
-from ..storage._loop import run_sync
+from ..storage.loop import run_sync
 from ..storage.remote import RemoteStore
 from .stages import Planned, plan, warm
 from .streamer import Streamer

@@ -7,7 +7,7 @@ against its client. Everything else is here,
 once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
 block cache and concurrency limit, request timeouts and retries, body length
 checks, and stats. All of it runs on the background store loop
-(``_loop.py``), which is how one connection pool serves every shard, every
+(``loop.py``), which is how one connection pool serves every shard, every
 caller's event loop and every blocking caller of the process.
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 
 from ..timing import record
 from ._bounds import check_range
-from ._loop import ProcessLocal, run_async, run_sync
 from .base import Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
+from .loop import ProcessLocal, run_async, run_sync
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 
