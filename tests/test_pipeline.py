@@ -316,6 +316,32 @@ def test_ctrl_c_stops_promptly_and_leaves_no_process(packed: Path, tmp_path: Pat
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
+# -- stores the pipeline knows by interface, not by class -------------------------------
+
+
+def test_a_mapped_store_that_is_not_local_store_is_not_taken_for_remote(packed: Path) -> None:
+    """The Streamer, warmup and bench ask the store (``is_remote``, ``drain``,
+    ``clear_memory_cache``): a memory-mappable store of another class gets the
+    local prefetch depth and its shards are mapped by the workers, not fetched."""
+    from stores import MappedStore
+
+    from streamer.pipeline.bench import BenchConfig, bench, bench_streamer
+    from streamer.pipeline.warmup import warmup
+
+    dataset = Dataset(packed, store=MappedStore())
+    assert not dataset.store.is_remote
+    sampler = RandomCrops(0.5, per_episode=2)
+    s = Streamer(dataset, sampler, seed=1, workers=1)
+    assert s.prefetch == 8  # the local depth; a remote source gets 32
+    local = Streamer(streamer.open_dataset(packed), sampler, seed=1, workers=0)
+    assert signature(list(s)) == signature(list(local))
+    assert s.stats.requests == 0 and s.stats.skipped == {}
+    config = BenchConfig(duration=0.5, crops=4)
+    report = warmup(bench_streamer(dataset, config, workers=0))
+    assert (report.crops, report.bytes) == (4, 0)  # nothing to fetch: shards are mapped
+    assert bench([dataset], [0], config)["yielded"] == 4
+
+
 # -- async, asyncio and trio -----------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ import sniffio
 
 from ..decode.crop import Crop, CropRequest
 from ..shard.dataset import Dataset
-from ..storage.local import LocalStore
+from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
 from .episodes import Episodes
@@ -383,8 +383,8 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Any]:
-    unique = {id(d.store): d.store for d, _ in sources if not isinstance(d.store, LocalStore)}
+def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Store]:
+    unique = {id(d.store): d.store for d, _ in sources if d.store.is_remote}
     return list(unique.values())
 
 

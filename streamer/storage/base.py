@@ -106,6 +106,10 @@ class Store(abc.ABC):
 
     Stores are read-mostly: ``put_sync`` writes one whole object (what
     ``streamer index`` needs for ``seek_index/`` shards), atomically.
+
+    Code above the storage layer asks a store what it needs to know
+    (``is_remote``, ``drain``, ``clear_memory_cache``) instead of checking
+    its class.
     """
 
     #: The store itself (scheme and endpoint), safe to log.
@@ -150,6 +154,22 @@ class Store(abc.ABC):
             self.put_sync(path, temp)
         finally:
             os.remove(temp)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether reads go over a network (each one a request, worth
+        prefetching and caching) rather than to bytes this machine can map."""
+        return False
+
+    async def drain(self) -> None:
+        """Wait until writes the store does in the background are done (a block
+        cache's disk tier; call on the store loop, ``loop.py``). Nothing here."""
+        return None
+
+    def clear_memory_cache(self) -> None:
+        """Drop this process's in-memory cached blocks (a disk tier stays), so the
+        next reads start cold. Nothing here: a store without a cache of its own."""
+        return None
 
     def check_writable(self, path: str) -> None:
         """Raise ``StorageError`` (saying why) unless objects can be stored under ``path``."""

@@ -128,6 +128,10 @@ class RemoteStore(Store):
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
         return RemoteReader(self, path, size)
 
+    @property
+    def is_remote(self) -> bool:
+        return True
+
     def list_sync(self, path: str) -> list[Entry]:
         return run_sync(self._listing(path))
 
