@@ -6,7 +6,16 @@ import os
 from typing import Any
 
 from .decode.crop import Crop
-from .errors import CropError, DataError, LayoutError, ShardError, StorageError, StreamerError
+from .errors import (
+    CropError,
+    DataError,
+    LayoutError,
+    ShardError,
+    StorageError,
+    StreamerError,
+    WorkerDied,
+    WorkerError,
+)
 from .pipeline import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer, StreamerStats
 from .shard import BlobHandle, Dataset
 from .shard.pack import pack
@@ -28,6 +37,8 @@ __all__ = [
     "Streamer",
     "StreamerError",
     "StreamerStats",
+    "WorkerDied",
+    "WorkerError",
     "open_dataset",
     "pack",
 ]

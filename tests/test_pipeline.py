@@ -21,7 +21,7 @@ import pytest
 import streamer
 from streamer import Mix, RandomCrops, SegmentCrops, SequentialCrops, Streamer
 from streamer.cli import main
-from streamer.errors import CropError
+from streamer.errors import CropError, DataError, LayoutError, ShardError
 from streamer.pipeline.episodes import Episodes
 from streamer.pipeline.run import Item, Run
 from streamer.pipeline.stats import StreamerStats
@@ -340,6 +340,87 @@ def test_a_mapped_store_that_is_not_local_store_is_not_taken_for_remote(packed: 
     report = warmup(bench_streamer(dataset, config, workers=0))
     assert (report.crops, report.bytes) == (4, 0)  # nothing to fetch: shards are mapped
     assert bench([dataset], [0], config)["yielded"] == 4
+
+
+@pytest.fixture
+def unindexed(packed: Path, tmp_path: Path) -> Path:
+    """``packed`` without its seek indexes: a worker decodes each crop from the
+    episode's blob, through the reader the task carries."""
+    import shutil
+
+    root = tmp_path / "unindexed"
+    shutil.copytree(packed, root, ignore=shutil.ignore_patterns("seek_index"))
+    return root
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("no such block"), ShardError("bad bytes", shard="s.wsds", key="k", offset=1234)],
+    ids=["KeyError", "ShardError"],
+)
+def test_a_failure_in_a_worker_process_keeps_its_class_and_fields(
+    unindexed: Path, error: Exception
+) -> None:
+    from stores import SabotagedStore
+
+    dataset = Dataset(unindexed, store=SabotagedStore(error))
+    s = Streamer(dataset, RandomCrops(0.5), workers=1, on_error="raise")
+    with pytest.raises(type(error)) as raised:
+        list(s)
+    assert type(raised.value) is type(error) and str(raised.value) == str(error)
+    assert raised.value is not error  # it came back from the worker process
+    if isinstance(error, ShardError):
+        got = raised.value
+        assert (got.shard, got.key, got.offset, got.reason) == ("s.wsds", "k", 1234, "bad bytes")
+    skipping = Streamer(dataset, RandomCrops(0.5), workers=1)
+    assert list(skipping) == [] and skipping.stats.skipped == {type(error).__name__: 7}
+
+
+def test_a_worker_dying_on_every_try_is_worker_died(unindexed: Path) -> None:
+    from stores import SabotagedStore
+
+    dataset = Dataset(unindexed, store=SabotagedStore(None))  # a task ends its worker
+    s = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=1, on_error="raise")
+    with pytest.raises(streamer.WorkerDied, match="died twice"):
+        list(s)
+    skipping = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=2)
+    assert list(skipping) == [] and skipping.stats.skipped == {"WorkerDied": 2}
+
+
+def test_data_errors_pickle_with_their_fields() -> None:
+    import pickle
+
+    for kind in (DataError, CropError, ShardError, LayoutError):
+        error = kind("bad", shard="a.wsds", key="k", offset=7)
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is kind and str(copy) == str(error)
+        assert (copy.reason, copy.shard, copy.key, copy.offset) == ("bad", "a.wsds", "k", 7)
+    assert str(pickle.loads(pickle.dumps(CropError("plain")))) == "plain"
+    died = pickle.loads(pickle.dumps(streamer.WorkerDied("gone")))
+    assert type(died) is streamer.WorkerDied and isinstance(died, streamer.StreamerError)
+
+
+class _Stubborn(Exception):
+    """An exception that pickles but cannot be unpickled (its constructor
+    wants more than ``args``)."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def test_a_failure_whose_exception_does_not_pickle_names_its_class() -> None:
+    import pickle
+
+    failure = Failure.of(_Stubborn(1, 2), "k")
+    assert failure.error() is failure.exception  # in-process: the exception itself
+    sent = pickle.loads(pickle.dumps(failure))
+    assert (sent.reason, sent.message, sent.key) == ("_Stubborn", "1 and 2", "k")
+    error = sent.error()
+    assert isinstance(error, streamer.WorkerError) and isinstance(error, streamer.StreamerError)
+    assert (error.kind, str(error)) == ("_Stubborn", "_Stubborn: 1 and 2")
+    assert type(pickle.loads(pickle.dumps(error))) is streamer.WorkerError
+    key_error = pickle.loads(pickle.dumps(Failure.of(KeyError("x"), "k"))).error()
+    assert type(key_error) is KeyError and key_error.args == ("x",)
 
 
 # -- async, asyncio and trio -----------------------------------------------------------

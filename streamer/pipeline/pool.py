@@ -5,7 +5,7 @@ dies, and ``multiprocessing.Pool`` loses the task; here each worker is a
 process with its own pipe, driven one task at a time, so a worker that dies
 (OOM killer, a crashing codec) is noticed by its pipe closing, replaced by a
 fresh process, and its task retried once on the replacement. A task whose
-worker dies twice fails with ``WorkerDied``.
+worker dies twice fails with ``WorkerDied`` (``streamer.errors``).
 
 Waiting on a pipe happens in a thread (one per busy worker, from the pool's
 own limiter), so the event loop stays free. Closing the pool stops every
@@ -28,16 +28,12 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import StreamerError
+from ..errors import WorkerDied
 from .tasks import ASK_HELD_BACK, Pieces, receive_answer, send_held_back
 
-__all__ = ["WorkerDied", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 log = logging.getLogger(__name__)
-
-
-class WorkerDied(StreamerError):
-    """A decode worker process died (twice) while decoding a crop."""
 
 
 class _Worker:
