@@ -385,6 +385,7 @@ def test_a_worker_dying_on_every_try_is_worker_died(unindexed: Path) -> None:
         list(s)
     skipping = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=2)
     assert list(skipping) == [] and skipping.stats.skipped == {"WorkerDied": 2}
+    assert skipping.stats.worker_restarts == 4
 
 
 def test_data_errors_pickle_with_their_fields() -> None:

@@ -130,7 +130,7 @@ class WorkerPool:
                     log.warning(
                         "decode worker %d died (%s); replacing it%s",
                         worker.pid,
-                        exc or type(exc).__name__,
+                        str(exc) or type(exc).__name__,
                         " and giving up on its crop" if retry else " and retrying its crop",
                     )
                     self._retire(worker)

@@ -144,9 +144,10 @@ class Run:
     async def _decode(self, task: Task, held: Pieces) -> tuple[Crop | Failure, DecodeStats]:
         if self._pool is None:
             return await anyio.to_thread.run_sync(attempt, task)
-        answer = await self._pool.run(task, held)
-        self._stats.worker_restarts = self._pool.restarts
-        return answer
+        try:
+            return await self._pool.run(task, held)
+        finally:  # a crop that failed with WorkerDied replaced workers too
+            self._stats.worker_restarts = self._pool.restarts
 
     async def _emit(self) -> None:
         async with self._out_in:
