@@ -12,12 +12,14 @@ which the pipeline runs on too.
 """
 
 from .base import Entry, RangeReader, Source, Store
+from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
 from .retry import RetryPolicy
 from .stats import StoreStats
 
 __all__ = [
+    "CacheConfig",
     "Entry",
     "LocalFileReader",
     "LocalStore",

@@ -13,7 +13,8 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import StorageError
 from .stats import StoreStats
@@ -117,6 +118,13 @@ class Store(abc.ABC):
     stats: StoreStats
     #: Why this store cannot be written, or ``None`` when ``put_sync`` works.
     read_only: str | None = None
+
+    @classmethod
+    def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` in the one form this store keeps them in: options that
+        configure a store the same way come out equal (the registry shares one
+        store per scheme and canonical options)."""
+        return dict(options)
 
     @abc.abstractmethod
     def reader(self, path: str, size: int | None = None) -> RangeReader:
