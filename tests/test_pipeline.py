@@ -188,6 +188,52 @@ def test_mix_takes_shares_by_weight(packed: Path, audio_dir: Path, tmp_path: Pat
     assert len(crops) == 56 and s.stats.yielded == 56
 
 
+def test_unknown_keywords_are_a_type_error_naming_the_closest(packed: Path) -> None:
+    from streamer.pipeline.streamer import check_streamer_options
+
+    sampler = RandomCrops(0.5)
+    with pytest.raises(TypeError) as raised:
+        Streamer(packed, sampler, sample_rat=16000)
+    assert str(raised.value) == (
+        "Streamer() got an unexpected keyword argument 'sample_rat'; did you mean 'sample_rate'?"
+    )
+    with pytest.raises(TypeError, match=r"'num_worker'; did you mean 'num_workers'\?"):
+        Streamer(packed, sampler, num_worker=2)
+    # What used to be a store option, or resembles nothing: where store options go.
+    for name in ("endpoint_url", "block_size", "secret"):
+        with pytest.raises(TypeError, match=rf"'{name}'; store options go in storage_options="):
+            Streamer(packed, sampler, **{name: 1})
+    with pytest.raises(TypeError, match=r"Mix\(\) got .* 'storage_option'; did you mean"):
+        Mix([(packed, 1.0)], storage_option={})
+    with pytest.raises(TypeError, match=r"Mix\(\) got .* 'endpoint_url'; store options go in"):
+        Mix([(packed, 1.0)], endpoint_url="http://127.0.0.1:9")
+    # What CropDataset checks when it is made (before a DataLoader worker would).
+    with pytest.raises(TypeError, match=r"CropDataset\(\) got .* 'shuffle'; did you mean"):
+        check_streamer_options("CropDataset", packed, {"shuffle": 10})
+    check_streamer_options("CropDataset", packed, {"epoch": 3, "workers": 0, "seed": 1})
+
+
+def test_storage_options_are_refused_where_the_store_is_already_chosen(packed: Path) -> None:
+    from streamer.pipeline.streamer import check_streamer_options
+
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5)
+    options = {"attempts": 2}
+    with pytest.raises(ValueError, match=r"\['attempts'\] cannot apply to the open dataset"):
+        Streamer(dataset, sampler, storage_options=options)
+    with pytest.raises(ValueError, match="its store is already chosen"):
+        Mix([(dataset, 1.0)], storage_options=options)
+    with pytest.raises(ValueError, match="cannot apply to a Mix"):
+        Streamer(Mix([(dataset, 1.0)]), sampler, storage_options=options)
+    with pytest.raises(ValueError, match="its store is already chosen"):
+        check_streamer_options("CropDataset", dataset, {"storage_options": options})
+    # Nothing to drop: no error.
+    assert Streamer(dataset, sampler, storage_options={}).sources[0][0] is dataset
+    assert Streamer(dataset, sampler, storage_options=None).sources[0][0] is dataset
+    with pytest.raises(TypeError, match="local files take no storage options"):
+        Streamer(packed, sampler, storage_options=options)
+
+
 # -- resumption ------------------------------------------------------------------------
 
 
