@@ -13,6 +13,8 @@ from .errors import (
     ShardError,
     StorageError,
     StreamerError,
+    WorkerDied,
+    WorkerError,
 )
 from .pipeline import (
     Mix,
@@ -24,10 +26,12 @@ from .pipeline import (
     StreamerStats,
 )
 from .shard import BlobHandle
+from .storage import CacheConfig, RetryPolicy
 from .write.pack import pack
 
 __all__ = [
     "BlobHandle",
+    "CacheConfig",
     "CompressedShardWarning",
     "Crop",
     "CropError",
@@ -38,6 +42,7 @@ __all__ = [
     "Mix",
     "PackError",
     "RandomCrops",
+    "RetryPolicy",
     "Sampler",
     "SegmentCrops",
     "SequentialCrops",
@@ -46,6 +51,8 @@ __all__ = [
     "Streamer",
     "StreamerError",
     "StreamerStats",
+    "WorkerDied",
+    "WorkerError",
     "open_dataset",
     "pack",
 ]

@@ -4,6 +4,9 @@
 shard, an episode) and always names where the problem is; ``StorageError``
 covers the stores the bytes come from. Catch ``DataError`` to skip a bad
 episode and keep going; let ``StorageError`` surface when a store is down.
+
+Every class here pickles with its fields, so an error raised in a decode
+worker process reaches the parent as itself.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ __all__ = [
     "ShardError",
     "StorageError",
     "StreamerError",
+    "WorkerDied",
+    "WorkerError",
 ]
 
 
@@ -50,6 +55,18 @@ class DataError(StreamerError):
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
         self.reason = message
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # BaseException pickles only ``args`` (the formatted message): rebuild
+        # through the constructor, then restore any other attribute.
+        fields = (type(self), self.reason, self.shard, self.key, self.offset)
+        return _rebuild_data_error, fields, dict(self.__dict__)
+
+
+def _rebuild_data_error(
+    kind: type[DataError], message: str, shard: str | None, key: str | None, offset: int | None
+) -> DataError:
+    return kind(message, shard=shard, key=key, offset=offset)
+
 
 class CropError(DataError):
     """A crop cannot be produced: its range decodes to nothing, or the decoder fails."""
@@ -65,6 +82,24 @@ class ShardError(DataError):
 
 class StorageError(StreamerError):
     """A store failed to deliver bytes (after any retries)."""
+
+
+class WorkerDied(StreamerError):
+    """A decode worker process died (twice) while decoding a crop."""
+
+
+class WorkerError(StreamerError):
+    """A crop failed in another process with an exception that cannot be sent
+    back as itself (it does not pickle). ``kind`` is that exception's class
+    name, ``message`` its text."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind = kind
+        self.message = message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.kind, self.message)
 
 
 class PackError(StreamerError):

@@ -19,13 +19,17 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
 from .pipeline.samplers import Sampler
-from .pipeline.streamer import Streamer
+from .pipeline.streamer import Streamer, check_streamer_options
 
 __all__ = ["CropDataset", "collate", "positions_after"]
 
 
 class CropDataset(IterableDataset):
     """The crops of ``Streamer(data, sampler, **options)``, one epoch per iteration.
+
+    ``options`` are the Streamer's keyword arguments, checked here (a typo is
+    a ``TypeError`` now, not in a DataLoader worker later); store options go
+    in ``storage_options={...}``.
 
     ``set_epoch(n)`` before iterating picks the epoch (as with
     ``DistributedSampler``). ``load_state_dict({"epoch": e, "positions":
@@ -36,6 +40,7 @@ class CropDataset(IterableDataset):
 
     def __init__(self, data: Any, sampler: Sampler, **options: Any) -> None:
         super().__init__()
+        check_streamer_options("CropDataset", data, options)
         self.data = data
         self.sampler = sampler
         self.options = options

@@ -116,9 +116,9 @@ def http(http_files: LoopbackServer) -> Iterator[LoopbackServer]:
 def make_store() -> Iterator[Callable[..., Any]]:
     """``make_store(kind, endpoint="", **options)``: a new, unshared store (own pool,
     cache and stats) of kind ``s3``, ``http`` or an fsspec protocol; closed after the test."""
-    from streamer.storage._loop import run_sync
     from streamer.storage.fsspec import FsspecStore
     from streamer.storage.http import HTTPStore
+    from streamer.storage.loop import run_sync
     from streamer.storage.s3 import S3Store
 
     made = []

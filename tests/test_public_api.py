@@ -16,6 +16,7 @@ import streamer
 #: What ``import streamer`` promises (``from streamer import *``).
 PUBLIC = [
     "BlobHandle",
+    "CacheConfig",
     "CompressedShardWarning",
     "Crop",
     "CropError",
@@ -26,6 +27,7 @@ PUBLIC = [
     "Mix",
     "PackError",
     "RandomCrops",
+    "RetryPolicy",
     "Sampler",
     "SegmentCrops",
     "SequentialCrops",
@@ -34,6 +36,8 @@ PUBLIC = [
     "Streamer",
     "StreamerError",
     "StreamerStats",
+    "WorkerDied",
+    "WorkerError",
     "open_dataset",
     "pack",
 ]

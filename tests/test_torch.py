@@ -52,3 +52,15 @@ def test_resume_a_dataloader(packed: Path) -> None:
     resumed.load_state_dict({"epoch": 0, "positions": positions_after(5, 2, 2)})
     rest = [crop for batch in batches(resumed) for crop in batch]
     assert sorted(first_five + rest) == sorted(everything)
+
+
+def test_crop_dataset_checks_its_options_when_made(packed: Path) -> None:
+    sampler = RandomCrops(0.5)
+    with pytest.raises(TypeError, match=r"'sample_rat'; did you mean 'sample_rate'\?"):
+        CropDataset(str(packed), sampler, sample_rat=16000)
+    with pytest.raises(TypeError, match="store options go in storage_options="):
+        CropDataset(str(packed), sampler, endpoint_url="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="its store is already chosen"):
+        CropDataset(streamer.open_dataset(packed), sampler, storage_options={"attempts": 2})
+    dataset = CropDataset(str(packed), sampler, epoch=2, workers=0, storage_options={})
+    assert dataset.epoch == 2 and len(dataset.streamer()) == 7

@@ -308,7 +308,9 @@ def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset
     ``b2://``, ``http(s)://`` (a server with directory listings) or any fsspec protocol.
 
     ``storage_options`` go to the store (see docs/storage.md): ``endpoint_url``,
-    credentials, cache and retry settings. Datasets opened with the same
+    credentials, cache and retry settings (``cache=CacheConfig(...)``,
+    ``retry=RetryPolicy(...)``, or their fields as options of their own:
+    ``block_size=``, ``attempts=``, ...). Datasets opened with the same
     scheme and options share one store: one connection pool, cache and
     ``dataset.store.stats``. Local paths take no options.
     """

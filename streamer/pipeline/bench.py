@@ -22,7 +22,6 @@ from ..decode.crop import CropJob, decode_fallback
 from ..formats.job import DecodeStats, Episode
 from ..shard.blob import BlobHandle
 from ..storage.local import MemoryReader
-from ..storage.remote import RemoteStore
 from .episodes import Episodes
 from .samplers import RandomCrops
 from .streamer import Streamer
@@ -112,8 +111,7 @@ def _cpu_seconds() -> float:
 
 
 def _cold(dataset: Dataset) -> dict[str, int]:
-    if isinstance(dataset.store, RemoteStore):
-        dataset.store.clear_memory_cache()
+    dataset.store.clear_memory_cache()
     return dataset.store.stats.snapshot()
 
 

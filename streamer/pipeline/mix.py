@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..dataset import Dataset, open_dataset
+from .keywords import checked_keywords
 
 __all__ = ["Mix", "open_source"]
 
@@ -16,14 +17,16 @@ class Mix:
 
     ``Mix([(speech, 3), (music, 1)])``: three quarters of each epoch's crops
     come from ``speech``, spread evenly through the epoch. Items are datasets
-    or URLs (opened with ``storage_options``). Every dataset uses the
-    Streamer's sampler.
+    or URLs (opened with ``storage_options``, which an already open
+    ``Dataset`` cannot take). Every dataset uses the Streamer's sampler.
     """
 
+    @checked_keywords
     def __init__(
         self,
         items: Sequence[tuple[Dataset | str | os.PathLike[str], float]],
-        **storage_options: Any,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not items:
             raise ValueError("Mix needs at least one (dataset, weight) pair")
@@ -33,8 +36,29 @@ class Mix:
         return "Mix([" + ", ".join(f"({d.url!r}, {w:g})" for d, w in self.sources) + "])"
 
 
-def open_source(data: Dataset | str | os.PathLike[str], storage_options: dict[str, Any]) -> Dataset:
-    """A dataset as given, or opened from its URL."""
+def open_source(
+    data: Dataset | str | os.PathLike[str], storage_options: Mapping[str, Any] | None
+) -> Dataset:
+    """A dataset as given, or opened from its URL with ``storage_options``."""
+    check_storage_options(data, storage_options)
     if isinstance(data, Dataset):
         return data
-    return open_dataset(data, **storage_options)
+    return open_dataset(data, **(storage_options or {}))
+
+
+def check_storage_options(data: object, storage_options: Mapping[str, Any] | None) -> None:
+    """Refuse store options for data whose store is already chosen (an open
+    ``Dataset``, or a ``Mix`` of them) instead of dropping them."""
+    if not storage_options:
+        return
+    if isinstance(data, Mix):
+        raise ValueError(
+            "storage_options cannot apply to a Mix: its datasets are already open; "
+            "give them to Mix(items, storage_options=...)"
+        )
+    if isinstance(data, Dataset):
+        raise ValueError(
+            f"storage_options {sorted(storage_options)} cannot apply to the open dataset "
+            f"{data.url}: its store is already chosen; give them to "
+            "streamer.open_dataset(url, ...), or give the URL instead of the Dataset"
+        )

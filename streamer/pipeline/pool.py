@@ -5,7 +5,7 @@ dies, and ``multiprocessing.Pool`` loses the task; here each worker is a
 process with its own pipe, driven one task at a time, so a worker that dies
 (OOM killer, a crashing codec) is noticed by its pipe closing, replaced by a
 fresh process, and its task retried once on the replacement. A task whose
-worker dies twice fails with ``WorkerDied``.
+worker dies twice fails with ``WorkerDied`` (``streamer.errors``).
 
 Waiting on a pipe happens in a thread (one per busy worker, from the pool's
 own limiter), so the event loop stays free. Closing the pool stops every
@@ -29,16 +29,12 @@ import anyio
 import anyio.to_thread
 
 from ..decode.crop import read_deferred
-from ..errors import StreamerError
+from ..errors import WorkerDied
 from .tasks import ASK_HELD_BACK, Task, receive_answer, send_held_back
 
-__all__ = ["WorkerDied", "WorkerPool"]
+__all__ = ["WorkerPool"]
 
 log = logging.getLogger(__name__)
-
-
-class WorkerDied(StreamerError):
-    """A decode worker process died (twice) while decoding a crop."""
 
 
 class _Worker:
@@ -135,7 +131,7 @@ class WorkerPool:
                     log.warning(
                         "decode worker %d died (%s); replacing it%s",
                         worker.pid,
-                        exc or type(exc).__name__,
+                        str(exc) or type(exc).__name__,
                         " and giving up on its crop" if retry else " and retrying its crop",
                     )
                     self._retire(worker)

@@ -1,6 +1,6 @@
 """One pass over (the rest of) an epoch: planner -> prefetch -> decode -> in-order queue.
 
-Everything here runs on the store loop (``storage._loop``), where the block
+Everything here runs on the store loop (``storage.loop``), where the block
 cache and connection pools live, so prefetching awaits the cache directly.
 The stages, each bounded:
 
@@ -143,9 +143,10 @@ class Run:
     async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
         if self._pool is None:
             return await anyio.to_thread.run_sync(attempt, task)
-        answer = await self._pool.run(task)
-        self._stats.worker_restarts = self._pool.restarts
-        return answer
+        try:
+            return await self._pool.run(task)
+        finally:  # a crop that failed with WorkerDied replaced workers too
+            self._stats.worker_restarts = self._pool.restarts
 
     async def _emit(self) -> None:
         async with self._out_in:

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
@@ -28,11 +28,12 @@ import sniffio
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
-from ..storage._loop import background_loop, run_async
-from ..storage.local import LocalStore
+from ..storage.base import Store
+from ..storage.loop import background_loop, run_async
 from ..timing import record
 from .episodes import Episodes
-from .mix import Mix, open_source
+from .keywords import check_keywords, checked_keywords, keyword_names
+from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool
 from .run import Run
@@ -42,7 +43,7 @@ from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure
 
-__all__ = ["Streamer"]
+__all__ = ["Streamer", "check_streamer_options"]
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,10 @@ _END = object()
 class Streamer:
     """An epoch of crops from a dataset (or a ``Mix``), chosen by a sampler.
 
-    ``data`` is a ``Dataset``, a URL (opened with ``storage_options``) or a
-    ``Mix``. Crops are ``Crop`` objects (``audio`` float32 ``(channels,
+    ``data`` is a ``Dataset``, a URL (opened with ``storage_options``, the
+    store options of ``streamer.open_dataset``) or a ``Mix``; an open
+    ``Dataset`` or a ``Mix`` takes no ``storage_options`` (``ValueError``).
+    Crops are ``Crop`` objects (``audio`` float32 ``(channels,
     samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
     ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
     zero-padded to full length with ``pad``.
@@ -76,6 +79,7 @@ class Streamer:
     ``load_state_dict()`` resume in the middle of one (docs/pipeline.md).
     """
 
+    @checked_keywords
     def __init__(
         self,
         data: Dataset | str | os.PathLike[str] | Mix,
@@ -96,10 +100,11 @@ class Streamer:
         shuffle_window: int = 1000,
         max_crops: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
-        **storage_options: Any,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
+        check_storage_options(data, storage_options)
         if isinstance(data, Mix):
             self.sources = data.sources
         else:
@@ -382,8 +387,16 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Any]:
-    unique = {id(d.store): d.store for d, _ in sources if not isinstance(d.store, LocalStore)}
+def check_streamer_options(owner: str, data: object, options: Mapping[str, Any]) -> None:
+    """Raise now what ``Streamer(data, sampler, **options)`` would raise for
+    the names of ``options`` and for ``storage_options`` that ``data`` cannot
+    take; for callers that make their Streamers later (``CropDataset``)."""
+    check_keywords(owner, options, _STREAMER_KEYWORDS)
+    check_storage_options(data, options.get("storage_options"))
+
+
+def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Store]:
+    unique = {id(d.store): d.store for d, _ in sources if d.store.is_remote}
     return list(unique.values())
 
 
@@ -412,3 +425,6 @@ def default_prefetch(workers: int, *, remote: bool) -> int:
 
 #: The most crops in flight by default, whatever the worker count (memory).
 MAX_DEFAULT_PREFETCH = 128
+
+#: What ``Streamer`` takes as keyword arguments besides ``data`` and ``sampler``.
+_STREAMER_KEYWORDS = [n for n in keyword_names(Streamer.__init__) if n not in ("data", "sampler")]

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
-from ..errors import CropError, StreamerError
+from ..errors import StreamerError, WorkerError
 from ..formats.job import DecodeStats, Fetched, Pieces
 
 __all__ = ["Failure", "Task", "attempt", "run"]
@@ -38,26 +39,58 @@ class Task:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a crop failed, as text: exceptions with keyword arguments (``DataError``)
-    do not survive pickling between processes, so the reason travels instead.
-    ``reason`` is the exception's class name, what ``Streamer.stats`` counts."""
+    """Why a crop failed: ``reason`` is the exception's class name (what
+    ``Streamer.stats`` counts), ``message`` its text, ``exception`` the
+    exception itself.
+
+    A failure sent to another process takes its exception along when the
+    exception pickles (``DataError`` and the other ``streamer.errors`` do, with
+    their fields); when it does not, ``error()`` over there is a
+    ``WorkerError`` naming the class.
+    """
 
     reason: str
     message: str
     key: str | None = None
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, exc: BaseException, key: str | None) -> Failure:
-        return cls(type(exc).__name__, str(exc), key)
+        return cls(type(exc).__name__, str(exc), key, exc)
 
-    def error(self) -> StreamerError:
-        """An exception to raise for ``on_error="raise"``."""
-        from .. import errors
+    def error(self) -> BaseException:
+        """The exception to raise for ``on_error="raise"``."""
+        if self.exception is not None:
+            return self.exception
+        return WorkerError(self.reason, self.message)
 
-        kind = getattr(errors, self.reason, None)
-        if isinstance(kind, type) and issubclass(kind, StreamerError):
-            return kind(self.message)
-        return CropError(f"{self.reason}: {self.message}")
+    def __reduce__(self) -> tuple[object, ...]:
+        return _failure, (self.reason, self.message, self.key, _pickled(self.exception))
+
+
+def _pickled(exc: BaseException | None) -> bytes | None:
+    """``exc`` pickled, or None when it cannot travel: some exceptions pickle
+    but fail to unpickle (a constructor that wants other arguments than
+    ``args``), so the round trip is tried here, in the sender."""
+    if exc is None:
+        return None
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+    except Exception as problem:
+        log.debug("%s does not pickle (%s); sending its text", type(exc).__name__, problem)
+        return None
+    return data
+
+
+def _failure(reason: str, message: str, key: str | None, pickled: bytes | None) -> Failure:
+    exc = None
+    if pickled is not None:
+        try:  # its class may not import here
+            exc = pickle.loads(pickled)
+        except Exception:
+            exc = None
+    return Failure(reason, message, key, exc)
 
 
 #: What a worker sends its parent to ask for a task's deferred ranges.

@@ -18,8 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ..decode.crop import CropJob
-from ..storage._loop import run_sync
-from ..storage.remote import RemoteStore
+from ..storage.loop import run_sync
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
 from .tasks import Failure
@@ -79,9 +78,8 @@ async def _warmup(
     async with anyio.create_task_group() as group:
         for _ in range(min(concurrency, len(jobs))):
             group.start_soon(fetch_some)
-    for dataset, _ in streamer.sources:
-        if isinstance(dataset.store, RemoteStore):
-            await dataset.store.drain()
+    for store in {id(d.store): d.store for d, _ in streamer.sources}.values():
+        await store.drain()
     report.seconds = asyncio.get_running_loop().time() - began
     return report
 

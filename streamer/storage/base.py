@@ -13,7 +13,8 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import StorageError
 from .stats import StoreStats
@@ -111,6 +112,10 @@ class Store(abc.ABC):
 
     Stores are read-mostly: ``put_sync`` writes one whole object (what
     ``streamer index`` needs for ``seek_index/`` shards), atomically.
+
+    Code above the storage layer asks a store what it needs to know
+    (``is_remote``, ``drain``, ``clear_memory_cache``) instead of checking
+    its class.
     """
 
     #: The store itself (scheme and endpoint), safe to log.
@@ -118,6 +123,13 @@ class Store(abc.ABC):
     stats: StoreStats
     #: Why this store cannot be written, or ``None`` when ``put_sync`` works.
     read_only: str | None = None
+
+    @classmethod
+    def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` in the one form this store keeps them in: options that
+        configure a store the same way come out equal (the registry shares one
+        store per scheme and canonical options)."""
+        return dict(options)
 
     @abc.abstractmethod
     def reader(self, path: str, size: int | None = None) -> RangeReader:
@@ -155,6 +167,22 @@ class Store(abc.ABC):
             self.put_sync(path, temp)
         finally:
             os.remove(temp)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether reads go over a network (each one a request, worth
+        prefetching and caching) rather than to bytes this machine can map."""
+        return False
+
+    async def drain(self) -> None:
+        """Wait until writes the store does in the background are done (a block
+        cache's disk tier; call on the store loop, ``loop.py``). Nothing here."""
+        return None
+
+    def clear_memory_cache(self) -> None:
+        """Drop this process's in-memory cached blocks (a disk tier stays), so the
+        next reads start cold. Nothing here: a store without a cache of its own."""
+        return None
 
     def check_writable(self, path: str) -> None:
         """Raise ``StorageError`` (saying why) unless objects can be stored under ``path``."""

@@ -14,7 +14,7 @@ becomes the set of blocks it touches; each block comes from, in order:
 Alignment makes overlapping and adjacent reads share blocks, and makes a
 block a stable unit for the disk tier. A read inside one block returns a
 zero-copy view of it. The cache lives on the store's event loop thread
-(``_loop.py``), so it needs no locks.
+(``loop.py``), so it needs no locks.
 """
 
 from __future__ import annotations

@@ -47,14 +47,32 @@ def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:
 
 
 def get_store(scheme: str, options: Mapping[str, Any]) -> Store:
-    """The process's store for ``scheme`` with exactly these options."""
+    """The process's store for ``scheme`` with these options: options that
+    configure a store alike (``retry=RetryPolicy(attempts=2)`` and
+    ``attempts=2``) get the same store."""
     target = SCHEMES.get(scheme, FSSPEC_STORE)
-    key = (scheme if target == FSSPEC_STORE else target, repr(sorted(options.items())))
+    kind = _load(target)
+    options = kind.canonical_options(options)
+    key = (scheme if target == FSSPEC_STORE else target, _key(options))
     with _lock:
         store = _stores.get(key)
         if store is None:
-            store = _stores[key] = _load(target)(scheme, dict(options))
+            store = _stores[key] = kind(scheme, options)
         return store
+
+
+def _key(options: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Options as a registry key: values by equality where they are hashable
+    (``RetryPolicy``, ``CacheConfig``, numbers, strings), else by ``repr``."""
+    return tuple(sorted((name, _hashable(value)) for name, value in options.items()))
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return ("repr", repr(value))
+    return ("value", value)
 
 
 def _load(target: str) -> type[Store]:

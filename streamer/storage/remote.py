@@ -7,7 +7,7 @@ against its client. Everything else is here,
 once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
 block cache and concurrency limit, request timeouts and retries, body length
 checks, and stats. All of it runs on the background store loop
-(``_loop.py``), which is how one connection pool serves every shard, every
+(``loop.py``), which is how one connection pool serves every shard, every
 caller's event loop and every blocking caller of the process.
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 
 from ..timing import record
 from ._bounds import check_range
-from ._loop import ProcessLocal, run_async, run_sync
 from .base import Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
+from .loop import ProcessLocal, run_async, run_sync
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 
@@ -39,8 +39,11 @@ __all__ = ["RemoteReader", "RemoteStore"]
 EXACT_GAP = 4096
 _TAIL_HEAD = struct.Struct("<qq")  # start, object size: before a remembered tail's body
 
-_CACHE_OPTIONS = {f.name for f in dataclasses.fields(CacheConfig)}
-_RETRY_OPTIONS = {f.name for f in dataclasses.fields(RetryPolicy)}
+#: Option groups that take an object or its fields: option -> (class, field names).
+_GROUPS: dict[str, tuple[type, set[str]]] = {
+    "cache": (CacheConfig, {f.name for f in dataclasses.fields(CacheConfig)}),
+    "retry": (RetryPolicy, {f.name for f in dataclasses.fields(RetryPolicy)}),
+}
 _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
 
 
@@ -57,10 +60,11 @@ class _ProcessState:
 class RemoteStore(Store):
     """Base of network stores. Generic options (any backend):
 
-    * cache: ``block_size``, ``cache_bytes``, ``coalesce_gap``,
-      ``max_request``, ``cache_dir``, ``cache_dir_bytes`` (``CacheConfig``);
-    * faults: ``attempts``, ``timeout``, ``backoff``, ``max_backoff``,
-      ``max_retry_after`` (``RetryPolicy``);
+    * cache: ``cache=CacheConfig(...)``, or its fields as options of their
+      own: ``block_size``, ``cache_bytes``, ``coalesce_gap``, ``max_request``,
+      ``cache_dir``, ``cache_dir_bytes``;
+    * faults: ``retry=RetryPolicy(...)``, or its fields: ``attempts``,
+      ``timeout``, ``backoff``, ``max_backoff``, ``max_retry_after``;
     * ``max_concurrency``: requests in flight at once for this store.
 
     Every other option goes to the backend.
@@ -69,15 +73,38 @@ class RemoteStore(Store):
     def __init__(self, scheme: str, options: Mapping[str, Any]) -> None:
         self.scheme = scheme
         self._phase = f"fetch_{scheme}"  # the profiler times requests per store kind
+        options = self.canonical_options(options)
         self._options = dict(options)
         rest = dict(options)
-        self.cache_config = CacheConfig(**_pop(rest, _CACHE_OPTIONS))
-        self.retry = RetryPolicy(**_pop(rest, _RETRY_OPTIONS))
+        self.cache_config: CacheConfig = rest.pop("cache")
+        self.retry: RetryPolicy = rest.pop("retry")
         self.max_concurrency = int(rest.pop("max_concurrency", 32))
         self.backend_options = rest
         self.stats = StoreStats()
         self._state = ProcessLocal(self._new_state)
         _live_stores.add(self)
+
+    @classmethod
+    def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` with the cache and retry settings as one ``cache=CacheConfig``
+        and one ``retry=RetryPolicy``, however they were given (an object, or
+        flat options of the same names as its fields; not both)."""
+        rest = dict(options)
+        for name, (kind, fields) in _GROUPS.items():
+            flat = _pop(rest, fields)
+            given = rest.pop(name, None)
+            if given is None:
+                rest[name] = kind(**flat)
+            elif not isinstance(given, kind):
+                raise TypeError(f"{name}= takes a {kind.__name__}, not {type(given).__name__}")
+            elif flat:
+                raise ValueError(
+                    f"{name}={kind.__name__}(...) and the options {sorted(flat)} both give "
+                    f"{name} settings: give them all in the {kind.__name__}, or none of it"
+                )
+            else:
+                rest[name] = given
+        return rest
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Worker processes rebuild the store (and its pool) from its options.
@@ -127,6 +154,10 @@ class RemoteStore(Store):
 
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
         return RemoteReader(self, path, size)
+
+    @property
+    def is_remote(self) -> bool:
+        return True
 
     def list_sync(self, path: str) -> list[Entry]:
         return run_sync(self._listing(path))

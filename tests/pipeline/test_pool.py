@@ -17,6 +17,8 @@ from helpers import gone
 
 import streamer
 from streamer import RandomCrops, SequentialCrops, Streamer
+from streamer.dataset import Dataset
+from streamer.errors import ShardError
 
 
 def test_workers_do_not_change_the_audio(packed: Path) -> None:
@@ -159,3 +161,49 @@ def test_a_worker_gets_an_mp4_header_once_per_episode(
         np.testing.assert_array_equal(
             crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
         )
+
+
+@pytest.fixture
+def unindexed(packed: Path, tmp_path: Path) -> Path:
+    """``packed`` without its seek indexes: a worker decodes each crop from the
+    episode's blob, through the reader the task carries."""
+    import shutil
+
+    root = tmp_path / "unindexed"
+    shutil.copytree(packed, root, ignore=shutil.ignore_patterns("seek_index"))
+    return root
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KeyError("no such block"), ShardError("bad bytes", shard="s.wsds", key="k", offset=1234)],
+    ids=["KeyError", "ShardError"],
+)
+def test_a_failure_in_a_worker_process_keeps_its_class_and_fields(
+    unindexed: Path, error: Exception
+) -> None:
+    from stores import SabotagedStore
+
+    dataset = Dataset(unindexed, store=SabotagedStore(error))
+    s = Streamer(dataset, RandomCrops(0.5), workers=1, on_error="raise")
+    with pytest.raises(type(error)) as raised:
+        list(s)
+    assert type(raised.value) is type(error) and str(raised.value) == str(error)
+    assert raised.value is not error  # it came back from the worker process
+    if isinstance(error, ShardError):
+        got = raised.value
+        assert (got.shard, got.key, got.offset, got.reason) == ("s.wsds", "k", 1234, "bad bytes")
+    skipping = Streamer(dataset, RandomCrops(0.5), workers=1)
+    assert list(skipping) == [] and skipping.stats.skipped == {type(error).__name__: 7}
+
+
+def test_a_worker_dying_on_every_try_is_worker_died(unindexed: Path) -> None:
+    from stores import SabotagedStore
+
+    dataset = Dataset(unindexed, store=SabotagedStore(None))  # a task ends its worker
+    s = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=1, on_error="raise")
+    with pytest.raises(streamer.WorkerDied, match="died twice"):
+        list(s)
+    skipping = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=2)
+    assert list(skipping) == [] and skipping.stats.skipped == {"WorkerDied": 2}
+    assert skipping.stats.worker_restarts == 4

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import streamer
-from streamer import RandomCrops, Streamer
+from streamer import Mix, RandomCrops, RetryPolicy, Streamer
 from streamer.cli import main
 from streamer.dataset.dataset import Dataset
 from streamer.pipeline.bench import BenchConfig, bench_streamer
@@ -37,6 +37,21 @@ def test_remote_crops_equal_local_crops(s3_dataset, packed: Path, workers: int) 
         np.testing.assert_array_equal(a.audio, b.audio, err_msg=a.key)
     stats = s.stats
     assert stats.yielded == 14 and stats.requests > 0 and stats.bytes_read > 0
+
+
+def test_a_url_opens_with_storage_options(http, packed: Path) -> None:  # type: ignore[no-untyped-def]
+    """``Streamer(url, ..., storage_options=...)`` and ``Mix(..., storage_options=...)``
+    open their URLs with those options (they used to share the Streamer's keywords)."""
+    sampler = RandomCrops(0.5, per_episode=2)
+    options = {"retry": RetryPolicy(attempts=3, backoff=0.01), "block_size": 64 * 1024}
+    s = Streamer(f"{http.url}/packed", sampler, seed=4, workers=0, storage_options=options)
+    store = s.sources[0][0].store
+    assert store.retry.attempts == 3 and store.cache_config.block_size == 64 * 1024
+    local = list(Streamer(streamer.open_dataset(packed), sampler, seed=4, workers=0))
+    assert [(c.key, c.start) for c in s] == [(c.key, c.start) for c in local]
+    assert s.stats.requests > 0
+    mix = Mix([(f"{http.url}/packed", 1.0), (f"{http.url}/big", 1.0)], storage_options=options)
+    assert [dataset.store for dataset, _ in mix.sources] == [store, store]
 
 
 def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from streamer import RandomCrops, Streamer
 from streamer.pipeline.run import Item, Run
 from streamer.pipeline.stats import StreamerStats
 from streamer.pipeline.tasks import Failure
-from streamer.storage._loop import run_sync
+from streamer.storage.loop import run_sync
 
 
 def test_a_slow_consumer_stops_the_pipeline(packed: Path) -> None:

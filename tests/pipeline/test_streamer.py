@@ -9,7 +9,8 @@ import pytest
 from helpers import gone, signature
 
 import streamer
-from streamer import RandomCrops, Streamer
+from streamer import Mix, RandomCrops, Streamer
+from streamer.dataset import Dataset
 
 
 def test_crops_match_read_crop(packed: Path) -> None:
@@ -97,3 +98,72 @@ async def test_async_break_then_aclose(packed: Path) -> None:
     assert s.state_dict()["position"] == 1
     await s.aclose()
     assert s.worker_pids == [] and all(gone(pid) for pid in pids)
+
+
+def test_unknown_keywords_are_a_type_error_naming_the_closest(packed: Path) -> None:
+    from streamer.pipeline.streamer import check_streamer_options
+
+    sampler = RandomCrops(0.5)
+    with pytest.raises(TypeError) as raised:
+        Streamer(packed, sampler, sample_rat=16000)
+    assert str(raised.value) == (
+        "Streamer() got an unexpected keyword argument 'sample_rat'; did you mean 'sample_rate'?"
+    )
+    with pytest.raises(TypeError, match=r"'num_worker'; did you mean 'num_workers'\?"):
+        Streamer(packed, sampler, num_worker=2)
+    # What used to be a store option, or resembles nothing: where store options go.
+    for name in ("endpoint_url", "block_size", "secret"):
+        with pytest.raises(TypeError, match=rf"'{name}'; store options go in storage_options="):
+            Streamer(packed, sampler, **{name: 1})
+    with pytest.raises(TypeError, match=r"Mix\(\) got .* 'storage_option'; did you mean"):
+        Mix([(packed, 1.0)], storage_option={})
+    with pytest.raises(TypeError, match=r"Mix\(\) got .* 'endpoint_url'; store options go in"):
+        Mix([(packed, 1.0)], endpoint_url="http://127.0.0.1:9")
+    # What CropDataset checks when it is made (before a DataLoader worker would).
+    with pytest.raises(TypeError, match=r"CropDataset\(\) got .* 'shuffle'; did you mean"):
+        check_streamer_options("CropDataset", packed, {"shuffle": 10})
+    check_streamer_options("CropDataset", packed, {"epoch": 3, "workers": 0, "seed": 1})
+
+
+def test_storage_options_are_refused_where_the_store_is_already_chosen(packed: Path) -> None:
+    from streamer.pipeline.streamer import check_streamer_options
+
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5)
+    options = {"attempts": 2}
+    with pytest.raises(ValueError, match=r"\['attempts'\] cannot apply to the open dataset"):
+        Streamer(dataset, sampler, storage_options=options)
+    with pytest.raises(ValueError, match="its store is already chosen"):
+        Mix([(dataset, 1.0)], storage_options=options)
+    with pytest.raises(ValueError, match="cannot apply to a Mix"):
+        Streamer(Mix([(dataset, 1.0)]), sampler, storage_options=options)
+    with pytest.raises(ValueError, match="its store is already chosen"):
+        check_streamer_options("CropDataset", dataset, {"storage_options": options})
+    # Nothing to drop: no error.
+    assert Streamer(dataset, sampler, storage_options={}).sources[0][0] is dataset
+    assert Streamer(dataset, sampler, storage_options=None).sources[0][0] is dataset
+    with pytest.raises(TypeError, match="local files take no storage options"):
+        Streamer(packed, sampler, storage_options=options)
+
+
+def test_a_mapped_store_that_is_not_local_store_is_not_taken_for_remote(packed: Path) -> None:
+    """The Streamer, warmup and bench ask the store (``is_remote``, ``drain``,
+    ``clear_memory_cache``): a memory-mappable store of another class gets the
+    local prefetch depth and its shards are mapped by the workers, not fetched."""
+    from stores import MappedStore
+
+    from streamer.pipeline.bench import BenchConfig, bench, bench_streamer
+    from streamer.pipeline.warmup import warmup
+
+    dataset = Dataset(packed, store=MappedStore())
+    assert not dataset.store.is_remote
+    sampler = RandomCrops(0.5, per_episode=2)
+    s = Streamer(dataset, sampler, seed=1, workers=1)
+    assert s.prefetch == 8  # the local depth; a remote source gets 32
+    local = Streamer(streamer.open_dataset(packed), sampler, seed=1, workers=0)
+    assert signature(list(s)) == signature(list(local))
+    assert s.stats.requests == 0 and s.stats.skipped == {}
+    config = BenchConfig(duration=0.5, crops=4)
+    report = warmup(bench_streamer(dataset, config, workers=0))
+    assert (report.crops, report.bytes) == (4, 0)  # nothing to fetch: shards are mapped
+    assert bench([dataset], [0], config)["yielded"] == 4

@@ -102,7 +102,7 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
     the same blocks joins that fetch instead of losing the blocks."""
     import asyncio
 
-    from streamer.storage._loop import run_sync
+    from streamer.storage.loop import run_sync
 
     store = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path / "cache"))
     reader = store.reader(f"{http.url}/random.bin", size=700_001)

@@ -64,6 +64,28 @@ def test_cli_takes_endpoint_url_and_aws_environment(s3, s3_uploaded, monkeypatch
     assert f"s3://{s3_uploaded}/packed" in out and "codecs" in out
 
 
+def test_stores_answer_for_themselves(http, make_store, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
+    """What the pipeline asks of any store: is it remote, wait for its disk
+    writes, drop its memory cache (no-ops for a store without a cache)."""
+    from streamer.storage.loop import run_sync
+
+    local = LocalStore()
+    assert local.is_remote is False
+    local.clear_memory_cache()
+    assert run_sync(local.drain()) is None
+    store = make_store("http")
+    assert store.is_remote and make_store("memory").is_remote
+    reader = store.reader(f"{http.url}/random.bin")
+    data = (storage_root / "random.bin").read_bytes()
+    assert bytes(reader.read_sync(0, 10)) == data[:10]
+    assert bytes(reader.read_sync(0, 10)) == data[:10]
+    assert (store.stats.hits, store.stats.misses) == (1, 1)
+    store.clear_memory_cache()
+    assert bytes(reader.read_sync(0, 10)) == data[:10]
+    assert (store.stats.hits, store.stats.misses) == (1, 2)
+    run_sync(store.drain())
+
+
 def test_trio_callers_share_the_store_loop(http, make_store, storage_root: Path) -> None:  # type: ignore[no-untyped-def]
     data = (storage_root / "random.bin").read_bytes()
     reader = make_store("http").reader(f"{http.url}/random.bin")
