@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ShardError
+from ..shard.ipc import Shard
 
 __all__ = [
     "INDEX_COLUMN",
@@ -190,7 +191,7 @@ class IndexReader:
     The returned arrays are read-only views onto the shard's memory map.
     """
 
-    def __init__(self, shard: Any) -> None:
+    def __init__(self, shard: Shard) -> None:
         if INDEX_COLUMN not in shard.schema.names:
             raise ShardError(f"no {INDEX_COLUMN!r} column", shard=shard.path)
         if shard.schema.field(INDEX_COLUMN).type != INDEX_TYPE:
