@@ -145,10 +145,18 @@ def fetch(job: CropJob) -> Fetched:
         return Fetched(_at(job.upfront, job.episode.blob.read_ranges(job.upfront)))
 
 
-async def afetch(job: CropJob) -> Fetched:
-    """``fetch`` for event loops: every range in one batch through the store."""
+async def afetch(job: CropJob, *, with_deferred: bool = False) -> Fetched:
+    """``fetch`` for event loops: every range in one batch through the store.
+
+    ``with_deferred`` reads the deferred ranges in the same batch without
+    handing them over: a remote store's block cache keeps them, so a decode
+    worker that asks for them later (``read_deferred``) is answered without
+    another round trip."""
+    assert job.plan is not None
+    ranges = job.plan.ranges if with_deferred else job.upfront
     with record("fetch"):
-        return Fetched(_at(job.upfront, await job.episode.blob.aread_ranges(job.upfront)))
+        pieces = _at(ranges, await job.episode.blob.aread_ranges(ranges))
+    return Fetched(tuple(p for p in pieces if (p[0], len(p[1])) not in job.deferred))
 
 
 def read_deferred(job: CropJob) -> Pieces:

@@ -35,11 +35,12 @@ async def prefetch(job: CropJob) -> Task:
     """The decode task, with the planned bytes fetched when the shard is not
     mapped locally. Without an index (no plan) the worker reads the blob
     itself, through its own store for a remote shard (``decode_fallback``
-    seeks over the bytes). Deferred ranges (MP4's ``moov``) are not fetched
-    here: the decoder asks for them only if it needs them."""
+    seeks over the bytes). Deferred ranges (MP4's ``moov``) are fetched into
+    the block cache but not shipped: the decoder asks for them only if it
+    needs them, and is then answered from the cache."""
     if is_mapped(job) or job.plan is None:
         return Task(job)
-    return Task(job, await afetch(job))
+    return Task(job, await afetch(job, with_deferred=True))
 
 
 async def warm(job: CropJob, chunk: int = 16 << 20) -> int:
