@@ -11,6 +11,7 @@ served by the fallback.
 from __future__ import annotations
 
 import abc
+from types import ModuleType
 from typing import ClassVar
 
 import numpy as np
@@ -19,7 +20,7 @@ from ..index.table import SeekIndex
 from .job import CropPlan, DecodeContext, Fetched, Ranges
 from .reader import NoIndex, Reader
 
-__all__ = ["Format", "NoIndex"]
+__all__ = ["Format", "NoIndex", "PackagedFormat"]
 
 
 class Format(abc.ABC):
@@ -64,3 +65,26 @@ class Format(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.container}: {', '.join(sorted(self.codecs))})"
+
+
+class PackagedFormat(Format):
+    """A format whose subpackage holds a ``parse`` module (``matches(head)``,
+    ``parse(reader, density=...)``) and a ``decode`` module
+    (``decode(index, plan, fetched, context)``); the subclass names them and
+    adds what is its own (``preroll``, and the optional hooks)."""
+
+    parse: ClassVar[ModuleType]
+    decoding: ClassVar[ModuleType]
+
+    def matches(self, head: bytes) -> bool:
+        return bool(self.parse.matches(head))
+
+    def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
+        index: SeekIndex = self.parse.parse(reader, density=density)
+        return index
+
+    def decode(
+        self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+    ) -> tuple[np.ndarray, int]:
+        result: tuple[np.ndarray, int] = self.decoding.decode(index, plan, fetched, context)
+        return result

@@ -3,26 +3,19 @@ indexes pages and granules, ``decode`` decodes the packets of planned pages."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...index.table import SeekIndex
-from ..base import Format
-from ..job import CropPlan, DecodeContext, Fetched
-from ..reader import Reader
+from ..base import PackagedFormat
+from ..job import CropPlan
 from . import decode, parse
 
 __all__ = ["FORMAT", "Ogg"]
 
 
-class Ogg(Format):
+class Ogg(PackagedFormat):
     container = "ogg"
     codecs = frozenset(decode.PREROLL_SECONDS)
-
-    def matches(self, head: bytes) -> bool:
-        return parse.matches(head)
-
-    def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
-        return parse.parse(reader, density=density)
+    parse = parse
+    decoding = decode
 
     def preroll(self, index: SeekIndex) -> int:
         return round(decode.PREROLL_SECONDS[index.codec] * index.timescale)
@@ -34,11 +27,6 @@ class Ogg(Format):
         if 0 < plan.point == len(index.sample_pos) - 1:
             return plan.starting_at(index, plan.point - 1)
         return plan
-
-    def decode(
-        self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
-    ) -> tuple[np.ndarray, int]:
-        return decode.decode(index, plan, fetched, context)
 
 
 FORMAT = Ogg()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...index.table import SeekIndex
-from ..job import CropPlan, Fetched
+from ..job import CropPlan, DecodeContext, Fetched
 
 __all__ = ["CODECS", "decode"]
 
@@ -27,7 +27,9 @@ CODECS = {
 }
 
 
-def decode(index: SeekIndex, plan: CropPlan, fetched: Fetched) -> tuple[np.ndarray, int]:
+def decode(
+    index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+) -> tuple[np.ndarray, int]:
     """The planned samples as float32 ``(channels, n)``, and the first one's index."""
     return _samples(index, fetched.data), plan.first
 
