@@ -70,8 +70,9 @@ class Format(abc.ABC):
 class PackagedFormat(Format):
     """A format whose subpackage holds a ``parse`` module (``matches(head)``,
     ``parse(reader, density=...)``) and a ``decode`` module
-    (``decode(index, plan, fetched, context)``); the subclass names them and
-    adds what is its own (``preroll``, and the optional hooks)."""
+    (``decode(index, plan, fetched, context)``, and ``PREROLL_SECONDS`` per
+    codec where its decoders need pre-roll); the subclass names them and adds
+    what is its own (the optional hooks, a ``preroll`` counted otherwise)."""
 
     parse: ClassVar[ModuleType]
     decoding: ClassVar[ModuleType]
@@ -82,6 +83,11 @@ class PackagedFormat(Format):
     def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
         index: SeekIndex = self.parse.parse(reader, density=density)
         return index
+
+    def preroll(self, index: SeekIndex) -> int:
+        """The decode module's ``PREROLL_SECONDS`` for the codec (none: 0), in native units."""
+        seconds = getattr(self.decoding, "PREROLL_SECONDS", {}).get(index.codec, 0.0)
+        return round(seconds * index.timescale)
 
     def decode(
         self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext

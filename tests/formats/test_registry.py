@@ -64,3 +64,26 @@ def test_a_codec_its_container_format_does_not_decode_is_refused_when_indexing(
             np.testing.assert_array_equal(crop.audio, expected)
     assert dataset.decode_stats.fallback == 3
     assert dataset.decode_stats.fallback_reasons == {reason: 3}
+
+
+@pytest.mark.parametrize(
+    ("container", "codec", "rate", "timescale", "preroll"),
+    [
+        ("mp3", "mp3", 44100, 44100, 5 * 1152),  # five frames
+        ("mp3", "mp3", 22050, 22050, 5 * 576),  # MPEG-2 frames are half as long
+        ("ogg", "vorbis", 44100, 44100, round(0.05 * 44100)),
+        ("ogg", "opus", 48000, 48000, 24000),  # 0.5 s on Opus's 48 kHz timeline
+        ("mp4", "aac", 44100, 44100, 4410),
+        ("mp4", "alac", 44100, 44100, 0),
+        ("flac", "flac", 44100, 44100, 0),
+        ("wav", "pcm_s16le", 8000, 8000, 0),
+    ],
+)
+def test_each_format_states_its_preroll(
+    container: str, codec: str, rate: int, timescale: int, preroll: int
+) -> None:
+    index = SeekIndex(
+        status="ok", codec=codec, container=container, sample_rate=rate, timescale=timescale
+    )
+    form = format_for(index)
+    assert form is not None and form.preroll(index) == preroll

@@ -3,7 +3,6 @@ planned frames with STREAMINFO as extradata."""
 
 from __future__ import annotations
 
-from ...index.table import SeekIndex
 from ..base import PackagedFormat
 from . import decode, parse
 
@@ -15,10 +14,6 @@ class Flac(PackagedFormat):
     codecs = frozenset({"flac"})
     parse = parse
     decoding = decode
-
-    def preroll(self, index: SeekIndex) -> int:
-        """FLAC frames are independent: none."""
-        return 0
 
 
 FORMAT = Flac()

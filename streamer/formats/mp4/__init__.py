@@ -18,9 +18,6 @@ class Mp4(PackagedFormat):
     parse = parse
     decoding = decode
 
-    def preroll(self, index: SeekIndex) -> int:
-        return round(decode.PREROLL_SECONDS[index.codec] * index.timescale)
-
     def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
         return decode.refine_plan(index, plan)
 

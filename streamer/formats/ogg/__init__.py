@@ -17,9 +17,6 @@ class Ogg(PackagedFormat):
     parse = parse
     decoding = decode
 
-    def preroll(self, index: SeekIndex) -> int:
-        return round(decode.PREROLL_SECONDS[index.codec] * index.timescale)
-
     def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
         """Never start on the last seek point: output is placed by the granule of
         a page other than the last (whose granule may trim the stream), so an

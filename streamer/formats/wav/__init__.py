@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ...index.table import SeekIndex
 from ..base import PackagedFormat
 from . import decode, parse
 
@@ -15,10 +14,6 @@ class Wav(PackagedFormat):
     codecs = frozenset(decode.CODECS)
     parse = parse
     decoding = decode
-
-    def preroll(self, index: SeekIndex) -> int:
-        """Samples stand alone: none."""
-        return 0
 
 
 FORMAT = Wav()
