@@ -65,20 +65,26 @@ class FaultyServer(LoopbackServer):
         return "none"
 
 
-def _scenario() -> tuple[int, float, float]:
-    """(crops, spike seconds, stall seconds): short by default, the issue's under -m slow."""
-    if os.environ.get("STREAMER_FULL_FAULT_STORM"):
-        return 1050, 1.0, 30.0
-    return 210, 0.3, 2.0
+#: (crops, spike seconds, stall seconds) of each scenario.
+SCENARIOS = {"short": (210, 0.3, 2.0), "full": (1050, 1.0, 30.0)}
 
 
-@pytest.fixture(params=["http", "s3"])
-def faulty(
+@pytest.fixture(
+    params=[
+        ("http", "short"),
+        ("s3", "short"),
+        pytest.param(("http", "full"), marks=pytest.mark.slow),
+        pytest.param(("s3", "full"), marks=pytest.mark.slow),
+    ],
+    ids="-".join,
+)
+def faulty(  # type: ignore[no-untyped-def]
     request, storage_root: Path, moto_endpoint: str, s3_uploaded: str
-) -> Iterator[tuple[str, FaultyServer]]:  # type: ignore[no-untyped-def]
-    """(dataset URL, server) of the packed dataset behind a randomly failing server."""
-    _, spike, stall = _scenario()
-    if request.param == "http":
+) -> Iterator[tuple[str, FaultyServer, int]]:
+    """(dataset URL, server, crops) of the packed dataset behind a randomly failing server."""
+    kind, scenario = request.param
+    crops, spike, stall = SCENARIOS[scenario]
+    if kind == "http":
         server = FaultyServer(file_handler(storage_root), seed=1, spike=spike, stall=stall).start()
         url = f"{server.url}/packed"
     else:
