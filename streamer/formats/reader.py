@@ -99,6 +99,14 @@ class Reader:
         if self._seekable:
             self._eof = self.size is not None and position >= self.size
 
+    def length(self) -> int:
+        """The stream's length in bytes: known for a seekable stream; a
+        forward-only one is read (and dropped) to its end to learn it."""
+        if self.size is None:
+            self.seek(max(self.pos, self._base + len(self._buf)) + (1 << 62))
+            self.size = self.pos
+        return self.size
+
     def ends_at(self, position: int) -> bool:
         """True when the stream is known to end at or before ``position``."""
         if self.size is not None:

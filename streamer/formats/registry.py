@@ -82,5 +82,5 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
         return SeekIndex.unavailable(
             f"no decoder for {index.codec} in {index.container}", index.container
         )
-    reason = check_index(index, reader.size)
+    reason = check_index(index, reader.length())
     return index if reason is None else SeekIndex.unavailable(reason, index.container)

@@ -118,9 +118,18 @@ def _check_ranges(index: SeekIndex, blob_length: int | None) -> str | None:
     end = _POSITION_LIMIT if blob_length is None else blob_length
     if not 0 <= index.data_start < index.data_end <= end:
         return "audio data range outside the blob"
+    if blob_length is not None and index.data_end != blob_length and _runs_to_the_end(index):
+        return "audio data does not end where the blob does"
     if any(offset < 0 or length < 0 or offset + length > end for offset, length in index.header):
         return "header range outside the blob"
     return None
+
+
+def _runs_to_the_end(index: SeekIndex) -> bool:
+    """Whether the audio ends exactly where the blob does: FLAC (its parser
+    takes the data to the end) and Ogg up to its end-of-stream page (known
+    ``num_samples``); anything after that page is no audio of this stream."""
+    return index.container == "flac" or (index.container == "ogg" and index.num_samples >= 0)
 
 
 def _check_points(index: SeekIndex) -> str | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -135,12 +136,21 @@ def read_layout(reader: RangeReader, label: str) -> tuple[FileLayout, Pieces]:
         if bytes(schema_bytes[: len(MAGIC)]) != MAGIC:
             raise _invalid("no ARROW1 header", label)
         schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes[8:]))
+        _decode_names(schema)
         batches = [_parse_batch(pieces.get(b[0], b[1]), b) for b in blocks]  # type: ignore[arg-type]
     except _Corrupt as exc:
         raise _invalid(exc.reason, label, exc.offset) from None
-    except (struct.error, IndexError, ValueError, KeyError, pa.ArrowException) as exc:
+    except (struct.error, IndexError, ValueError, KeyError, OSError, pa.ArrowException) as exc:
         raise _invalid(f"corrupt metadata ({exc})", label) from exc
     return FileLayout(schema=schema, size=size, batches=batches), pieces
+
+
+def _decode_names(fields: Iterable[pa.Field]) -> None:
+    """Decode every field name now: pyarrow does it lazily, so a name that is
+    not UTF-8 would fail later, anywhere, as a bare ``UnicodeDecodeError``."""
+    for field in fields:
+        _ = field.name
+        _decode_names(field.type.field(i) for i in range(field.type.num_fields))
 
 
 def _invalid(reason: str, label: str, offset: int | None = None) -> ShardError:
