@@ -150,7 +150,7 @@ def _check_points(index: SeekIndex) -> str | None:
 
 
 def _ascending(values: np.ndarray) -> bool:
-    return len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
+    return len(values) < 2 or np.count_nonzero(values[1:] <= values[:-1]) == 0
 
 
 def _check_lengths(index: SeekIndex) -> str | None:

@@ -67,6 +67,7 @@ class Shard:
         #: Row number of the first row of each record batch, plus the total.
         self.batch_starts = np.concatenate([[0], np.cumsum(rows)])
         self._memory_readers: dict[tuple[int, str], MemoryReader] = {}
+        self._columns: dict[str, pa.ChunkedArray] = {}
         if KEY_COLUMN not in self.schema.names:
             raise ShardError(f"shard has no {KEY_COLUMN!r} column", shard=self.path)
         self._prefetch()
@@ -89,7 +90,10 @@ class Shard:
 
     def column(self, name: str) -> pa.ChunkedArray:
         """A whole column (for small columns: keys, metadata). Zero-copy when local;
-        a remote shard fetches it once and keeps it."""
+        a remote shard fetches it once and keeps it. Built and validated once."""
+        cached = self._columns.get(name)
+        if cached is not None:
+            return cached
         if name not in self.schema.names:
             raise ShardError(
                 f"no column {name!r} (columns: {', '.join(self.schema.names)})", shard=self.path
@@ -116,7 +120,8 @@ class Shard:
                     offset=self._buffer_range(batch, name, 0)[0],
                 ) from None
             chunks.append(array)
-        return pa.chunked_array(chunks, kind)
+        column = self._columns[name] = pa.chunked_array(chunks, kind)
+        return column
 
     @cached_property
     def keys(self) -> pa.Array:
