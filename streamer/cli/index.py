@@ -50,17 +50,21 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     print_index_report(report)
-    return 0
+    return 1 if report.failed else 0
 
 
 def print_index_report(report: IndexReport) -> None:
-    """The closing summary: shards, episodes, and counts per "no index" reason."""
+    """The closing summary: shards, episodes, counts per "no index" reason, and
+    the shards that could not be indexed (then ``streamer index`` exits 1)."""
+    failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
-        f"indexed {len(report.indexed)} shards ({len(report.skipped)} already indexed), "
+        f"indexed {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
         f"{report.episodes} episodes: {report.ok} ok, {sum(report.reasons.values())} without index"
     )
     for reason, count in report.reasons.most_common():
         print(f"  no index ({count}): {reason}")
+    for name, reason in sorted(report.failed.items()):
+        print(f"  failed shard {name}: {reason}")
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

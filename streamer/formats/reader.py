@@ -92,9 +92,20 @@ class Reader:
         if self._seekable:
             self._stream.seek(self._origin + position)
         else:
-            self._discard(position - self._base - len(self._buf))
+            # Past the end of a stream of unknown size, the cursor stops at its end.
+            end = self._base + len(self._buf)
+            position = end + self._discard(position - end)
         self._buf, self._base, self._cursor = b"", position, 0
-        self._eof = self.size is not None and position >= self.size
+        if self._seekable:
+            self._eof = self.size is not None and position >= self.size
+
+    def length(self) -> int:
+        """The stream's length in bytes: known for a seekable stream; a
+        forward-only one is read (and dropped) to its end to learn it."""
+        if self.size is None:
+            self.seek(max(self.pos, self._base + len(self._buf)) + (1 << 62))
+            self.size = self.pos
+        return self.size
 
     def ends_at(self, position: int) -> bool:
         """True when the stream is known to end at or before ``position``."""
@@ -117,13 +128,16 @@ class Reader:
         self._buf = b"".join(parts)
         self._cursor = 0
 
-    def _discard(self, count: int) -> None:
-        while count > 0:
-            chunk = self._stream.read(min(count, self._chunk_size))
+    def _discard(self, count: int) -> int:
+        """Read and drop up to ``count`` bytes; returns how many there were."""
+        left = count
+        while left > 0:
+            chunk = self._stream.read(min(left, self._chunk_size))
             if not chunk:
                 self._eof = True
-                return
-            count -= len(chunk)
+                break
+            left -= len(chunk)
+        return count - left
 
 
 def _seekable(stream: BinaryIO) -> bool:

@@ -3,18 +3,20 @@
 Adding a format is one subpackage (a ``Format`` subclass with its parser and
 decoder) and one line in ``FORMATS``. ``extract`` picks the format by the
 bytes, never by a file name, and always returns a ``SeekIndex``: a file no
-format can index, or whose codec its container's format does not decode
-(FLAC or Opus inside MP4, A-law WAV), comes back as "no index" with the
-reason, so one bad episode never stops a build and the episode stays
-readable through the fallback.
+format can index, whose codec its container's format does not decode (FLAC
+or Opus inside MP4, A-law WAV), or whose index fails ``index.checks`` (a
+sample rate of 0, a length the bytes cannot hold, no seek points) comes back
+as "no index" with the reason, so one bad episode never stops a build and
+the episode stays readable through the fallback.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from typing import BinaryIO
 
+from ..errors import StreamerError
+from ..index.checks import check_index
 from ..index.table import SeekIndex
 from . import flac, mp3, mp4, ogg, wav
 from .base import Format
@@ -49,8 +51,9 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
     (a seekable one is read from its first byte, wherever it was left).
 
     ``density`` is seek points per second (``math.inf``: every frame/page).
-    Storage errors propagate; anything wrong with the bytes themselves
-    becomes a "no index" record.
+    Errors of the stream itself (``StorageError``, or a blob handle's
+    ``ShardError``) propagate; anything wrong with the bytes becomes a "no
+    index" record, and so does an index that ``check_index`` rejects.
     """
     if stream.seekable():
         stream.seek(0)
@@ -66,8 +69,11 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
         index = found.build_index(reader, density=density)
     except NoIndex as exc:
         return SeekIndex.unavailable(str(exc), found.container)
-    except (ValueError, IndexError, KeyError, struct.error) as exc:
-        # Malformed bytes that slipped past a check: still the data's fault.
+    except StreamerError:
+        raise
+    except Exception as exc:
+        # Malformed bytes that slipped past a parser's checks: still the
+        # data's fault, and one episode must never stop a build.
         log.debug("index parser error in %s data", found.container, exc_info=True)
         return SeekIndex.unavailable(
             f"malformed {found.container} data ({type(exc).__name__})", found.container
@@ -76,4 +82,5 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
         return SeekIndex.unavailable(
             f"no decoder for {index.codec} in {index.container}", index.container
         )
-    return index
+    reason = check_index(index, reader.length())
+    return index if reason is None else SeekIndex.unavailable(reason, index.container)

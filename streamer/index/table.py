@@ -156,11 +156,12 @@ def to_struct_array(indexes: list[SeekIndex]) -> pa.StructArray:
 
 
 class _BatchViews:
-    """One record batch of ``seek_index`` as numpy views over its buffers."""
+    """One record batch of ``seek_index`` as numpy views over its buffers
+    (which ``Shard.column`` has validated: every view lies inside them)."""
 
-    def __init__(self, array: pa.StructArray) -> None:
+    def __init__(self, array: pa.StructArray, shard: Shard) -> None:
         if array.null_count:
-            raise ValueError("null seek_index rows")
+            raise ShardError(f"null {INDEX_COLUMN!r} rows", shard=shard.path)
         children = dict(zip([f.name for f in INDEX_TYPE], array.flatten(), strict=True))
         self.strings: dict[str, list[str]] = {}
         self.ints: dict[str, np.ndarray] = {}
@@ -208,7 +209,7 @@ class IndexReader:
         batch, j = self.shard.locate(row)
         views = self._views.get(batch)
         if views is None:
-            views = self._views[batch] = _BatchViews(self._chunks[batch])
+            views = self._views[batch] = _BatchViews(self._chunks[batch], self.shard)
         values: dict[str, Any] = {name: column[j] for name, column in views.strings.items()}
         values.update((name, int(column[j])) for name, column in views.ints.items())
         arrays = {

@@ -18,6 +18,10 @@ import pyarrow as pa
 __all__ = ["ColumnSlot", "build_array", "column_slots", "decode_buffer", "unsupported"]
 
 _VIEW_TYPES = ("is_string_view", "is_binary_view", "is_list_view", "is_large_list_view")
+#: Most bytes one compressed byte decompresses to, per IPC codec (zstd's RLE
+#: blocks: 128 KiB from 4 bytes; LZ4 frames: about 255), with a margin.
+_MAX_RATIO = {"zstd": 1 << 16, "lz4": 1 << 9}
+_SLACK = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +78,19 @@ def decode_buffer(raw: memoryview, compression: str | None) -> pa.Buffer:
     """One body buffer as a pyarrow buffer, decompressed if needed.
 
     Compressed bodies prefix each buffer with its uncompressed length (-1:
-    stored uncompressed).
+    stored uncompressed), which is believed only up to what the codec can
+    make of the compressed bytes (``ValueError`` beyond: nothing is allocated
+    for a lie).
     """
     if compression is None or len(raw) == 0:
         return pa.py_buffer(raw)
+    if len(raw) < 8:
+        raise ValueError("compressed buffer without its length")
     (length,) = struct.unpack_from("<q", raw)
     if length == -1:
         return pa.py_buffer(raw[8:])
+    if not 0 <= length <= _MAX_RATIO[compression] * (len(raw) - 8) + _SLACK:
+        raise ValueError(f"{len(raw) - 8} compressed bytes cannot hold {length}")
     return pa.decompress(raw[8:], decompressed_size=length, codec=compression, asbytes=False)
 
 

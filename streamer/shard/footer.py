@@ -22,22 +22,39 @@ RecordBatch, FieldNode, Buffer, BodyCompression) are decoded, by the small
 reader below, instead of depending on the ``flatbuffers`` runtime and
 generated code; the schema message is handed to ``pyarrow.ipc.read_schema``,
 which knows every Arrow type.
+
+Nothing read from the file is believed before it is bounded by the bytes
+that could hold it: every block lies between the header and the footer,
+every buffer inside its batch's body, counts are not negative, and the
+schema message is at most ``MAX_SCHEMA_BYTES``. A file that breaks any of
+this is a ``ShardError`` naming it (and the offset, where there is one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterable
 
 import pyarrow as pa
 
 from ..errors import ShardError
 from ..storage.base import RangeReader
 
-__all__ = ["PREFETCH_BYTES", "TAIL_BYTES", "BatchLayout", "FileLayout", "Pieces", "read_layout"]
+__all__ = [
+    "MAX_SCHEMA_BYTES",
+    "PREFETCH_BYTES",
+    "TAIL_BYTES",
+    "BatchLayout",
+    "FileLayout",
+    "Pieces",
+    "read_layout",
+]
 
 TAIL_BYTES = 64 * 1024
 PREFETCH_BYTES = 4 * 1024
+#: Largest schema message read (wide tables with long metadata are ~1 MiB).
+MAX_SCHEMA_BYTES = 64 << 20
 
 MAGIC = b"ARROW1"
 _CONTINUATION = 0xFFFFFFFF
@@ -110,20 +127,51 @@ def read_layout(reader: RangeReader, label: str) -> tuple[FileLayout, Pieces]:
         blocks, dictionaries = _parse_footer(footer)
         if dictionaries:
             raise _invalid("dictionary-encoded columns are not supported", label)
+        _check_blocks(blocks, footer_start, label)
         first = min((b[0] for b in blocks), default=footer_start)
+        if first > MAX_SCHEMA_BYTES:
+            raise _invalid(f"schema message of {first} bytes", label)
         heads = [(b[0], b[1] + min(PREFETCH_BYTES, b[2])) for b in blocks]
         schema_bytes, *_ = pieces.read(reader, [(0, first), *heads])
         if bytes(schema_bytes[: len(MAGIC)]) != MAGIC:
             raise _invalid("no ARROW1 header", label)
         schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes[8:]))
+        _decode_names(schema)
         batches = [_parse_batch(pieces.get(b[0], b[1]), b) for b in blocks]  # type: ignore[arg-type]
-    except (struct.error, IndexError, ValueError, pa.ArrowException) as exc:
+    except _Corrupt as exc:
+        raise _invalid(exc.reason, label, exc.offset) from None
+    except (struct.error, IndexError, ValueError, KeyError, OSError, pa.ArrowException) as exc:
         raise _invalid(f"corrupt metadata ({exc})", label) from exc
     return FileLayout(schema=schema, size=size, batches=batches), pieces
 
 
-def _invalid(reason: str, label: str) -> ShardError:
-    return ShardError(f"cannot open as an Arrow IPC file: {reason}", shard=label)
+def _decode_names(fields: Iterable[pa.Field]) -> None:
+    """Decode every field name now: pyarrow does it lazily, so a name that is
+    not UTF-8 would fail later, anywhere, as a bare ``UnicodeDecodeError``."""
+    for field in fields:
+        _ = field.name
+        _decode_names(field.type.field(i) for i in range(field.type.num_fields))
+
+
+def _invalid(reason: str, label: str, offset: int | None = None) -> ShardError:
+    return ShardError(f"cannot open as an Arrow IPC file: {reason}", shard=label, offset=offset)
+
+
+class _Corrupt(ValueError):
+    """Metadata that contradicts the file, at a known offset."""
+
+    def __init__(self, reason: str, offset: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.offset = offset
+
+
+def _check_blocks(blocks: list[tuple[int, int, int]], footer_start: int, label: str) -> None:
+    """Every record batch (metadata, then body) lies between the header and the footer."""
+    for number, (offset, metadata_length, body_length) in enumerate(blocks):
+        inside = len(MAGIC) + 2 <= offset and metadata_length > 0 and body_length >= 0
+        if not inside or offset + metadata_length + body_length > footer_start:
+            raise _invalid(f"record batch {number} lies outside the file", label, offset)
 
 
 def _parse_footer(footer: memoryview) -> tuple[list[tuple[int, int, int]], int]:
@@ -144,14 +192,25 @@ def _parse_batch(message: memoryview, block: tuple[int, int, int]) -> BatchLayou
     root = _Table.root(flatbuffer)
     header = root.table(2)
     if root.scalar(1, "<B") != _RECORD_BATCH_HEADER or header is None:
-        raise ValueError(f"message at {offset} is not a record batch")
+        raise _Corrupt("message is not a record batch", offset)
     compression = header.table(3)
-    body = offset + metadata_length
+    codec = None if compression is None else _CODECS.get(compression.scalar(0, "<b"))
+    if compression is not None and codec is None:
+        raise _Corrupt("unknown compression codec", offset)
+    body, body_length = offset + metadata_length, block[2]
+    num_rows = header.scalar(0, "<q")
+    nodes = header.structs(1, _PAIR)
+    buffers = header.structs(2, _PAIR)
+    if num_rows < 0 or any(not 0 <= nulls <= length for length, nulls in nodes):
+        raise _Corrupt("negative row or null count", offset)
+    for start, length in buffers:
+        if start < 0 or length < 0 or start + length > body_length:
+            raise _Corrupt("buffer outside its record batch", body + max(start, 0))
     return BatchLayout(
-        num_rows=header.scalar(0, "<q"),
-        nodes=header.structs(1, _PAIR),
-        buffers=[(body + start, length) for start, length in header.structs(2, _PAIR)],
-        compression=None if compression is None else _CODECS[compression.scalar(0, "<b")],
+        num_rows=num_rows,
+        nodes=nodes,
+        buffers=[(body + start, length) for start, length in buffers],
+        compression=codec,
         variadic_counts=[count for (count,) in header.structs(4, struct.Struct("<q"))],
     )
 

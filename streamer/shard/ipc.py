@@ -7,6 +7,12 @@ binary columns. Binary cells are handed out as ``BlobHandle`` objects over
 the same reader, at absolute file offsets computed from the metadata, never
 through ``column[j]`` (which would materialise a scalar and copy the whole
 episode). Over a local mapping every buffer is a zero-copy view into it.
+
+A corrupt or hostile file fails as a ``ShardError`` naming the shard (and
+the key and offset where there are ones), never as a bare Arrow or numpy
+error: each batch's nodes and buffers must match the schema, its row count
+the ``__key__`` column (whose offsets must fit in their buffer: the bytes
+bound the rows), and a cell must lie inside its column's values.
 """
 
 from __future__ import annotations
@@ -56,13 +62,18 @@ class Shard:
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         self.schema: pa.Schema = self.layout.schema
         self._slots = column_slots(self.schema)
+        self._check_batches()
         rows = np.fromiter((b.num_rows for b in self.layout.batches), dtype=np.int64)
         #: Row number of the first row of each record batch, plus the total.
         self.batch_starts = np.concatenate([[0], np.cumsum(rows)])
         self._memory_readers: dict[tuple[int, str], MemoryReader] = {}
+        self._columns: dict[str, pa.ChunkedArray] = {}
         if KEY_COLUMN not in self.schema.names:
             raise ShardError(f"shard has no {KEY_COLUMN!r} column", shard=self.path)
         self._prefetch()
+        # Built and validated from the bytes now: rows the metadata claims
+        # that the key column's buffers cannot hold fail here, not in len().
+        self.keys  # noqa: B018
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, rows={self.num_rows})"
@@ -79,7 +90,10 @@ class Shard:
 
     def column(self, name: str) -> pa.ChunkedArray:
         """A whole column (for small columns: keys, metadata). Zero-copy when local;
-        a remote shard fetches it once and keeps it."""
+        a remote shard fetches it once and keeps it. Built and validated once."""
+        cached = self._columns.get(name)
+        if cached is not None:
+            return cached
         if name not in self.schema.names:
             raise ShardError(
                 f"no column {name!r} (columns: {', '.join(self.schema.names)})", shard=self.path
@@ -96,8 +110,18 @@ class Shard:
             layout = self.layout.batches[batch]
             nodes = layout.nodes[slot.first_node : slot.first_node + slot.nodes]
             buffers = self._buffers(batch, range(slot.buffers), name)
-            chunks.append(build_array(kind, iter(nodes), iter(buffers)))
-        return pa.chunked_array(chunks, kind)
+            try:
+                array = build_array(kind, iter(nodes), iter(buffers))
+                array.validate(full=True)  # buffers too short for the lengths, bad offsets
+            except pa.ArrowException as exc:
+                raise ShardError(
+                    f"column {name!r} of record batch {batch} is corrupt ({exc})",
+                    shard=self.path,
+                    offset=self._buffer_range(batch, name, 0)[0],
+                ) from None
+            chunks.append(array)
+        column = self._columns[name] = pa.chunked_array(chunks, kind)
+        return column
 
     @cached_property
     def keys(self) -> pa.Array:
@@ -125,17 +149,30 @@ class Shard:
         batch, j = self.locate(row)
         key = self.keys[row].as_py()
         validity, offsets_buffer = self._buffers(batch, (0, 1), column)
+        offsets = np.frombuffer(
+            offsets_buffer, dtype=_BINARY_OFFSET_TYPES[self._type(column)], count=-1
+        )
+        rows = self.layout.batches[batch].num_rows
+        if len(offsets) <= rows or (validity.size and validity.size * 8 < rows):
+            raise ShardError(
+                f"{column!r} buffers are too short for {rows} rows", shard=self.path, key=key
+            )
         if validity.size and not (validity[j >> 3] >> (j & 7)) & 1:
             raise ShardError(f"{column!r} is null", shard=self.path, key=key)
-        offsets = np.frombuffer(offsets_buffer, dtype=_BINARY_OFFSET_TYPES[self._type(column)])
         start, end = int(offsets[j]), int(offsets[j + 1])
-        if self.layout.batches[batch].compression is None:
-            values_offset, _ = self._buffer_range(batch, column, 2)
-            return BlobHandle(
-                self.reader, values_offset + start, end - start, shard=self.path, key=key
+        compressed = self.layout.batches[batch].compression is not None
+        values_offset, values_length = self._buffer_range(batch, column, 2)
+        reader: RangeReader = self._memory_reader(batch, column) if compressed else self.reader
+        if compressed:
+            values_offset, values_length = 0, reader.size_sync()
+        if not 0 <= start <= end <= values_length:
+            raise ShardError(
+                f"{column!r} cell [{start}, {end}) lies outside its values ({values_length} bytes)",
+                shard=self.path,
+                key=key,
+                offset=values_offset + max(start, 0),
             )
-        reader = self._memory_reader(batch, column)
-        return BlobHandle(reader, start, end - start, shard=self.path, key=key)
+        return BlobHandle(reader, values_offset + start, end - start, shard=self.path, key=key)
 
     # -- buffers ----------------------------------------------------------------
 
@@ -155,6 +192,24 @@ class Shard:
     def _buffer_range(self, batch: int, column: str, index: int) -> tuple[int, int]:
         return self.layout.batches[batch].buffers[self._slots[column].first_buffer + index]
 
+    def _check_batches(self) -> None:
+        """Each batch has the schema's nodes and buffers, and every column its rows."""
+        nodes = sum(slot.nodes for slot in self._slots.values())
+        buffers = sum(slot.buffers for slot in self._slots.values())
+        firsts = [slot.first_node for slot in self._slots.values()]
+        for number, batch in enumerate(self.layout.batches):
+            if len(batch.nodes) != nodes or len(batch.buffers) != buffers:
+                raise ShardError(
+                    f"record batch {number} has {len(batch.nodes)} nodes and "
+                    f"{len(batch.buffers)} buffers, the schema {nodes} and {buffers}",
+                    shard=self.path,
+                )
+            if any(batch.nodes[first][0] != batch.num_rows for first in firsts):
+                raise ShardError(
+                    f"record batch {number}: a column's length is not its {batch.num_rows} rows",
+                    shard=self.path,
+                )
+
     def _buffers(
         self, batch: int, indices: range | tuple[int, ...], column: str
     ) -> list[pa.Buffer]:
@@ -162,7 +217,18 @@ class Shard:
         ranges = [self._buffer_range(batch, column, i) for i in indices]
         views = self._pieces.read(self.reader, ranges)
         compression = self.layout.batches[batch].compression
-        return [decode_buffer(view, compression) for view in views]
+        return [
+            self._decode(view, compression, start)
+            for view, (start, _) in zip(views, ranges, strict=True)
+        ]
+
+    def _decode(self, raw: memoryview, compression: str | None, offset: int) -> pa.Buffer:
+        try:
+            return decode_buffer(raw, compression)
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            raise ShardError(
+                f"corrupt compressed buffer ({exc})", shard=self.path, offset=offset
+            ) from None
 
     def _type(self, column: str) -> pa.DataType:
         return self.schema.field(column).type
@@ -180,7 +246,7 @@ class Shard:
         if cache_key not in self._memory_readers:
             offset, length = self._buffer_range(batch, column, 2)
             (raw,) = self.reader.fetch_many_sync([(offset, length)])
-            values = decode_buffer(raw, self.layout.batches[batch].compression)
+            values = self._decode(raw, self.layout.batches[batch].compression, offset)
             url = f"{self.path}#batch={batch},column={column}"
             self._memory_readers[cache_key] = MemoryReader(values, url=url)
         return self._memory_readers[cache_key]

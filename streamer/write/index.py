@@ -10,6 +10,13 @@ only what is missing. Shards are independent, so they are built in parallel
 worker processes (stores pickle by their options; each worker opens its
 own connections), and ``select_shards`` lets an outside scheduler split the
 work across machines.
+
+One bad episode never stops a run: a cell that cannot be read or parsed
+becomes a "no index" row with its reason (``formats.extract`` never raises
+for the bytes themselves). An audio shard that cannot be opened at all is
+listed in the report's ``failed`` with the reason, and the other shards are
+still indexed. Only a storage failure (``StorageError``: the store is down)
+stops the run.
 """
 
 from __future__ import annotations
@@ -45,21 +52,27 @@ class ShardResult:
     name: str
     episodes: int = 0
     skipped: bool = False  # already indexed, left alone
+    failed: str = ""  # why the audio shard could not be read (nothing written)
     reasons: Counter[str] = field(default_factory=Counter)  # "no index" reason -> count
 
 
 @dataclass
 class IndexReport:
-    """What a ``build_index`` run did, with counts per "no index" reason."""
+    """What a ``build_index`` run did, with counts per "no index" reason, and
+    the shards that could not be indexed at all (``failed``: name -> reason)."""
 
     root: str
     indexed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
     episodes: int = 0
     ok: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
 
     def add(self, result: ShardResult) -> None:
+        if result.failed:
+            self.failed[result.name] = result.failed
+            return
         (self.skipped if result.skipped else self.indexed).append(result.name)
         self.episodes += result.episodes
         self.ok += result.episodes - sum(result.reasons.values())
@@ -106,7 +119,7 @@ def build_index(
     dataset = Dataset(root, store=store)
     names = select_shards(dataset.shard_names, shards)
     report = IndexReport(root=dataset.url)
-    total = sum(dataset.shard(name).num_rows for name in names)
+    total = sum(_rows(dataset, name) for name in names)
     bar = tqdm(total=total, unit="ep", desc="index", disable=not progress)
     try:
         for result in _run(store, root, names, force=force, workers=workers, density=density):
@@ -116,6 +129,15 @@ def build_index(
     finally:
         bar.close()
     return report
+
+
+def _rows(dataset: Dataset, name: str) -> int:
+    """Rows of an audio shard, for the progress bar (0 when it cannot be
+    opened: ``index_shard`` reports that)."""
+    try:
+        return dataset.shard(name).num_rows
+    except DataError:
+        return 0
 
 
 def _run(
@@ -136,9 +158,13 @@ def index_shard(
     store: Store, root: str, name: str, *, force: bool = False, density: float = DEFAULT_DENSITY
 ) -> ShardResult:
     """Build (or, unless ``force``, keep) the index shard of one audio shard
-    of the dataset at ``root`` in ``store``."""
+    of the dataset at ``root`` in ``store``; an audio shard that cannot be
+    read comes back ``failed`` with the reason."""
     dataset = Dataset(root, store=store)
-    audio = dataset.shard(name)
+    try:
+        audio = dataset.shard(name)
+    except DataError as exc:
+        return ShardResult(name=name, failed=str(exc))
     final = _index_path(dataset, name)
     result = ShardResult(name=name, episodes=audio.num_rows)
     if not force and _complete(dataset, name, final):
@@ -162,6 +188,7 @@ def _index_path(dataset: Dataset, name: str) -> str:
 
 
 def _index_row(audio: Shard, column: str, row: int, density: float) -> SeekIndex:
+    """One episode's index; a cell that cannot be read is "no index" with the reason."""
     try:
         return extract(audio.blob(column, row), density=density)
     except DataError as exc:

@@ -19,7 +19,10 @@ strategy, channels, sample size, rate) and continuing its numbering. A header
 that breaks the numbering (frames lost to garbage) is believed only when the
 next frame confirms it. Seek points always come from frame headers; a
 SEEKTABLE is never trusted (encoders write placeholders, editors leave stale
-tables).
+tables). A stream cut at the front (its first frame numbered past 0) starts
+its gapless decode at that frame, as FFmpeg's does; a frame whose header
+states a sample rate other than STREAMINFO's means no index (the decoder
+and the index would disagree on every duration).
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class FrameHeader(NamedTuple):
     number: int  # frame number (fixed blocksize) or first sample (variable)
     block: int
     shape: tuple[int, int, int]  # (rate code, channel count, sample size code)
+    rate: int  # the sample rate the header states; 0: STREAMINFO's
+
+
+#: Sample rates of the frame header's rate codes 1..11 (0: STREAMINFO's).
+_RATES = (0, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44100, 48000, 96000)
 
 
 def frame_header(buf: bytes, i: int) -> FrameHeader | None:
@@ -113,11 +121,16 @@ def frame_header(buf: bytes, i: int) -> FrameHeader | None:
         j += width
     else:
         block = 256 << (block_code - 8)
-    j += (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 2)[rate_code]
+    if rate_code < 12:
+        rate = _RATES[rate_code]
+    else:  # 12: kHz in a byte; 13: Hz in two; 14: tens of Hz in two
+        width = 1 if rate_code == 12 else 2
+        rate = int.from_bytes(buf[j : j + width], "big") * (1000, 1, 10)[rate_code - 12]
+        j += width
     if j >= len(buf) or crc8(buf[i:j]) != buf[j]:
         return None
     channels = assignment + 1 if assignment < 8 else 2
-    return FrameHeader(variable, number, block, (rate_code, channels, size_code))
+    return FrameHeader(variable, number, block, (rate_code, channels, size_code), rate)
 
 
 def _utf8(buf: bytes, i: int, longest: int) -> tuple[int, int]:
@@ -186,6 +199,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     points = Points(interval(info.sample_rate, density))
     end_sample = _scan(reader, audio_start, info, points)
     sample_pos, byte_pos = points.arrays()
+    first_sample = int(sample_pos[0])
     return SeekIndex(
         status=OK,
         codec="flac",
@@ -193,7 +207,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         sample_rate=info.sample_rate,
         channels=info.channels,
         timescale=info.sample_rate,
-        num_samples=end_sample,
+        first_sample=first_sample,
+        num_samples=end_sample - first_sample,
         header=((0, audio_start),),
         data_start=audio_start,
         data_end=reader.size if reader.size is not None else reader.pos,
@@ -212,6 +227,8 @@ class _Stream:
         self.expected = first.number
         if first.shape[1] != info.channels:
             raise NoIndex("flac frame disagrees with streaminfo")
+        if first.rate and first.rate != info.sample_rate:
+            raise NoIndex("flac frame sample rate disagrees with streaminfo")
 
     def fits(self, header: FrameHeader) -> bool:
         return header.variable == self.variable and header.shape == self.shape
@@ -257,11 +274,13 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
 
 
 def _confirmed(buf: bytes, j: int, header: FrameHeader, stream: _Stream) -> bool:
-    """Whether a header that skips frames is followed by its own successor."""
+    """Whether a header that skips frames is followed by its own successor:
+    the next header of the stream's shape must be it. (Looking further would
+    let a run of false headers, each searching far ahead, cost quadratic time.)"""
     after = header.number + (header.block if stream.variable else 1)
     for match in _SYNC.finditer(buf, j + 2, min(len(buf), j + _CONFIRM_WINDOW)):
         successor = frame_header(buf, match.start())
-        if successor is not None and stream.fits(successor) and successor.number == after:
-            return True
+        if successor is not None and stream.fits(successor):
+            return successor.number == after
     # The last frame of the stream has no successor to confirm it.
     return False

@@ -24,6 +24,12 @@ walking the top level needs those to find ``moov``. A sparse view of the blob
 holding only the header ranges and the bytes of the crop opens in FFmpeg.
 AAC frames overlap: decoding from a seek point needs at least one earlier
 packet (1024 samples) of pre-roll.
+
+Every count is bounded by the bytes that could hold it before anything is
+allocated: a table's entry count by its box, the number of samples by
+``stsz`` (4 bytes each) or, for a constant sample size, by the file's length,
+and the sample counts that ``stts`` and ``stsc`` expand are clipped to that
+number, so a lying count in a small file costs nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ __all__ = ["matches", "parse"]
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
 MAX_MOOV = 1 << 30
+#: Deepest box nesting walked inside ``moov`` (real files: 6).
+MAX_DEPTH = 16
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
 _TOP_LEVEL = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"uuid", b"pnot", b"meta"}
 _CODECS = {b"alac": "alac", b"Opus": "opus", b"fLaC": "flac", b"ac-3": "ac3", b"ec-3": "eac3"}
@@ -125,17 +133,19 @@ def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
     movie_timescale = 0
     tracks: list[dict[bytes, bytes]] = []
 
-    def walk(start: int, end: int, into: dict[bytes, bytes] | None) -> None:
+    def walk(start: int, end: int, into: dict[bytes, bytes] | None, depth: int) -> None:
         nonlocal movie_timescale
+        if depth > MAX_DEPTH:
+            raise NoIndex("mp4 boxes nested too deep")
         at = start
         while at < end:
             box = _box_header(moov, at, end)
             if box.kind == b"trak":
                 leaves: dict[bytes, bytes] = {}
                 tracks.append(leaves)
-                walk(box.body, box.end, leaves)
+                walk(box.body, box.end, leaves, depth + 1)
             elif box.kind in _CONTAINERS:
-                walk(box.body, box.end, into)
+                walk(box.body, box.end, into, depth + 1)
             elif box.kind == b"mvhd":
                 movie_timescale = _timescale(moov[box.body : box.end])
             elif into is not None:
@@ -143,7 +153,7 @@ def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
             at = box.end
 
     top = _box_header(moov, 0, len(moov))
-    walk(top.body, top.end, None)
+    walk(top.body, top.end, None, 1)
     return movie_timescale, tracks
 
 
@@ -174,6 +184,8 @@ def _sample_entry(stsd: bytes) -> _Entry:
         raise NoIndex("mp4 track without a sample description")
     size, fourcc = struct.unpack_from(">I4s", stsd, 8)
     entry = stsd[8 : 8 + size]
+    if len(entry) < 36:
+        raise NoIndex("truncated mp4 sample description")
     channels = struct.unpack_from(">H", entry, 24)[0]
     sample_rate = struct.unpack_from(">I", entry, 32)[0] >> 16
     if fourcc == b"mp4a":
@@ -227,19 +239,23 @@ def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
     return np.frombuffer(payload, dtype=dtype, count=count, offset=8)
 
 
-def _sizes(track: dict[bytes, bytes]) -> np.ndarray:
+def _sizes(track: dict[bytes, bytes], length: int) -> np.ndarray:
+    """Every sample's size; a constant size lists no more samples than a
+    file of ``length`` bytes holds (the rest of a truncated file's are gone)."""
     if b"stsz" in track:
         payload = track[b"stsz"]
         if len(payload) < 12:
             raise NoIndex("truncated mp4 stsz")
         size, count = struct.unpack_from(">II", payload, 4)
         if size:
-            return np.full(count, size, dtype=np.int64)
+            return np.full(min(count, length // size), size, dtype=np.int64)
         if 12 + 4 * count > len(payload):
             raise NoIndex("truncated mp4 stsz")
         return np.frombuffer(payload, ">u4", count, 12).astype(np.int64)
     if b"stz2" in track:
         payload = track[b"stz2"]
+        if len(payload) < 12:
+            raise NoIndex("invalid mp4 stz2")
         field, count = payload[7], struct.unpack_from(">I", payload, 8)[0]
         if field not in (4, 8, 16) or 12 + (count * field + 7) // 8 > len(payload):
             raise NoIndex("invalid mp4 stz2")
@@ -258,12 +274,13 @@ def _chunk_offsets(track: dict[bytes, bytes]) -> np.ndarray:
     raise NoIndex("mp4 track without chunk offsets")
 
 
-def sample_offsets(track: dict[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """(byte offset, size) of every sample, from stsc/stsz/stco, all in numpy."""
-    sizes = _sizes(track)
+def sample_offsets(track: dict[bytes, bytes], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(byte offset, size) of every sample, from stsc/stsz/stco, all in numpy,
+    for a file of ``length`` bytes."""
+    sizes = _sizes(track, length)
     chunks = _chunk_offsets(track)
     stsc = _table(track.get(b"stsc", b""), ">u4,>u4,>u4", "stsc")
-    if not len(stsc) or not len(chunks):
+    if not len(stsc) or not len(chunks) or not len(sizes):
         raise NoIndex("empty mp4 sample tables")
     first_chunk = stsc["f0"].astype(np.int64)
     per_chunk_entry = stsc["f1"].astype(np.int64)
@@ -271,24 +288,43 @@ def sample_offsets(track: dict[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
     if entry_of_chunk[0] < 0:
         raise NoIndex("invalid mp4 stsc")
     per_chunk = per_chunk_entry[entry_of_chunk]
-    if per_chunk.sum() < len(sizes):
-        raise NoIndex("mp4 chunks hold fewer samples than stsz lists")
     chunk_first = np.concatenate([[0], np.cumsum(per_chunk)])[:-1]
-    chunk_of_sample = np.repeat(np.arange(len(chunks)), per_chunk)[: len(sizes)]
+    # Only the samples stsz lists are placed: a lying per-chunk count expands to no more.
+    used = np.clip(len(sizes) - chunk_first, 0, per_chunk)
+    if used.sum() < len(sizes):
+        raise NoIndex("mp4 chunks hold fewer samples than stsz lists")
+    chunk_of_sample = np.repeat(np.arange(len(chunks)), used)
     before = np.concatenate([[0], np.cumsum(sizes)])[:-1]  # bytes of all earlier samples
     within = before - before[np.minimum(chunk_first, len(sizes) - 1)][chunk_of_sample]
     return chunks[chunk_of_sample] + within, sizes
 
 
 def decode_times(track: dict[bytes, bytes], count: int) -> np.ndarray:
-    """Decode timestamp of every sample, from stts."""
+    """Decode timestamp of every sample and the end of the last, from stts
+    (whose runs are clipped to ``count`` samples before they are expanded)."""
     stts = _table(track.get(b"stts", b""), ">u4,>u4", "stts")
-    deltas = np.repeat(stts["f1"].astype(np.int64), stts["f0"].astype(np.int64))
-    if len(deltas) < count:
+    runs = stts["f0"].astype(np.int64)
+    ends = np.cumsum(runs)
+    last = int(np.searchsorted(ends, count, side="left"))
+    if last == len(runs):
         raise NoIndex("mp4 stts covers fewer samples than stsz lists")
+    runs = runs[: last + 1]
+    runs[last] -= ends[last] - count
+    deltas = np.repeat(stts["f1"][: last + 1].astype(np.int64), runs)
     times = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(deltas[:count], out=times[1:])
+    np.cumsum(deltas, out=times[1:])
     return times
+
+
+def _rate_agrees(rate: int, timescale: int) -> bool:
+    """Whether a sample entry's rate can be the media timescale's: positions
+    count in the timescale and crops in the rate, so they must be one. The
+    entry's 16-bit field holds a rate modulo 65536, or a fraction of it (96
+    kHz written as 48000), and HE-AAC's may be the core's or the output's."""
+    if not rate or rate == timescale & 0xFFFF:
+        return True
+    low, high = sorted((rate, timescale))
+    return high % low == 0 and high // low in (2, 4)
 
 
 def _edit(track: dict[bytes, bytes]) -> tuple[int, int] | None:
@@ -308,6 +344,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     header, moov = _top_level(reader)
+    length = reader.pos  # the walk stops at the end of the file
     movie_timescale, tracks = _tracks(moov)
     track = _audio_track(tracks)
     if b"mdhd" not in track or b"stsd" not in track:
@@ -316,14 +353,15 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     if not timescale:
         raise NoIndex("mp4 audio track with a zero timescale")
     entry = _sample_entry(track[b"stsd"])
-    offsets, sizes = sample_offsets(track)
+    if not _rate_agrees(entry.sample_rate, timescale):
+        raise NoIndex("mp4 media timescale is not the sample rate")
+    offsets, sizes = sample_offsets(track, length)
     times = decode_times(track, len(sizes))
-    if reader.size is not None:
-        # A truncated file: only the samples that are all there.
-        whole = offsets + sizes <= reader.size
-        count = int(np.argmin(whole)) if not whole.all() else len(sizes)
-        offsets, sizes = offsets[:count], sizes[:count]
-        times = times[: count + 1]
+    # A truncated file: only the samples that are all there.
+    whole = (offsets >= 0) & (offsets + sizes <= length)
+    count = int(np.argmin(whole)) if not whole.all() else len(sizes)
+    offsets, sizes = offsets[:count], sizes[:count]
+    times = times[: count + 1]
     if not len(sizes):
         raise NoIndex("mp4 audio track without samples")
     first_sample, delay, shown = 0, 0, len(sizes)
@@ -333,7 +371,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample = delay
         # FFmpeg drops the packets that start after the edit ends but does
         # not cut into the last one it keeps.
-        edit_end = delay + round(duration * timescale / movie_timescale)
+        edit_end = min(delay + round(duration * timescale / movie_timescale), int(times[-1]))
         shown = max(1, int(np.searchsorted(times[:-1], edit_end, side="left")))
     end = int(times[shown])
     if entry.codec == "aac":

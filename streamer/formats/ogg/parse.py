@@ -32,6 +32,13 @@ from .pages import scan as scan_pages
 
 __all__ = ["matches", "parse"]
 
+#: Largest identification or setup header packet kept (libvorbis writes setup
+#: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
+MAX_HEADER_PACKET = 1 << 24
+#: The tail of a Vorbis setup header that holds its modes: at most 64 modes
+#: of 41 bits, their count and the framing bit.
+_SETUP_TAIL = 512
+
 _UNSUPPORTED = {
     b"\x7fFLAC": "flac",
     b"Speex": "speex",
@@ -119,10 +126,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
 
 
 def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[bytes], int]:
-    """The header packets and the end of the page that completes the last one
-    (which must end there: audio starts on a fresh page)."""
+    """The header packets (the comment packet, the second, as ``b""``: nothing
+    needs it) and the end of the page that completes the last one (which must
+    end there: audio starts on a fresh page)."""
     done: list[bytes] = []
-    partial = b""
+    pieces: list[bytes] = []  # of the packet being read
+    held = 0
     page: Page | None = first
     while page is not None:
         if page is not first and (page.serial != first.serial or page.after_gap):
@@ -132,11 +141,15 @@ def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[byt
         for data, complete in page.packets():
             if len(done) == codec.header_packets:
                 raise NoIndex("audio shares a page with the ogg headers")
-            partial += data
+            if len(done) != 1:
+                held += len(data)
+                if held > MAX_HEADER_PACKET:
+                    raise NoIndex("ogg header packet too large")
+                pieces.append(data)
             if complete:
-                done.append(partial)
-                partial = b""
-        if len(done) == codec.header_packets and not partial:
+                done.append(b"".join(pieces))
+                pieces, held = [], 0
+        if len(done) == codec.header_packets:
             return done, page.end
         page = next(scan, None)
     raise NoIndex("truncated ogg headers")
@@ -221,8 +234,11 @@ def _vorbis_modes(setup: bytes) -> list[int]:
     Walking the setup header forward means decoding every codebook; instead,
     as FFmpeg and liboggz do, read it backwards from the framing bit: each mode
     is 41 bits (flag, 16-bit window type and transform type, both 0, 8-bit
-    mapping), preceded by a 6-bit mode count that must agree.
+    mapping), preceded by a 6-bit mode count that must agree. Only the tail
+    that can hold them is read (a whole header as one integer would make
+    every bit read cost its length).
     """
+    setup = setup[-_SETUP_TAIL:]
     width = 8 * len(setup)
     bits = int.from_bytes(setup[::-1], "big")  # MSB-first over reversed bytes
 

@@ -1,0 +1,170 @@
+"""``index.checks``: an index is trusted only when it is plausible on its own
+and agrees with its blob and ``audio_info``; every rejection says why."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _index_support import encoded
+from helpers import write_audio
+
+import streamer
+from streamer.formats import extract
+from streamer.index import SeekIndex
+from streamer.index.checks import check_against_blob, check_index
+from streamer.write.pack import pack
+
+
+@pytest.fixture(scope="module")
+def lengths(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Same codec and parameters, different lengths: what a cheap check finds hardest."""
+    src = tmp_path_factory.mktemp("lengths")
+    for n, (codec, seconds) in enumerate(
+        [("mp3", 1.0), ("mp3", 3.0), ("flac", 1.0), ("flac", 3.0), ("opus", 1.0), ("opus", 3.0)]
+    ):
+        rate = 48000 if codec == "opus" else 44100
+        write_audio(src, f"{codec}-{seconds:g}", codec, rate, 1, seconds, seed=n)
+    out = tmp_path_factory.mktemp("lengths-ds") / "ds"
+    pack(src, out, progress=False)
+    return out
+
+
+def every_episode(*roots: Path) -> list[tuple[SeekIndex, int, dict]]:
+    found = []
+    for root in roots:
+        dataset = streamer.open_dataset(root)
+        for key in dataset:
+            found.append((dataset.seek_index(key), dataset.blob(key).length, dataset.info(key)))
+    return found
+
+
+def test_every_fresh_index_passes(packed: Path, lengths: Path) -> None:
+    episodes = every_episode(packed, lengths)
+    assert len(episodes) == 13
+    for index, length, info in episodes:
+        assert index.ok
+        assert check_index(index, length) is None
+        assert check_against_blob(index, length, info) is None
+
+
+def test_every_rotated_row_is_caught(packed: Path, lengths: Path) -> None:
+    # Another episode's index with this episode's blob and audio_info: a
+    # different codec, rate, channel count, container, length or data range.
+    episodes = every_episode(packed, lengths)
+    for (index, _, _), (_, length, info) in itertools.permutations(episodes, 2):
+        reason = check_against_blob(index, length, info)
+        assert reason is not None and reason.startswith(("implausible index", "index disagrees"))
+
+
+def test_without_audio_info_the_blob_length_still_tells(lengths: Path) -> None:
+    dataset = streamer.open_dataset(lengths)
+    for codec in ("mp3", "flac", "opus"):
+        long_index, short_blob = dataset.seek_index(f"{codec}-3"), dataset.blob(f"{codec}-1")
+        reason = check_against_blob(long_index, short_blob.length)
+        assert reason == "implausible index: audio data range outside the blob"
+    for codec in ("flac", "opus"):  # their audio ends where the file does
+        short_index, long_blob = dataset.seek_index(f"{codec}-1"), dataset.blob(f"{codec}-3")
+        reason = check_against_blob(short_index, long_blob.length)
+        assert reason == "implausible index: audio data does not end where the blob does"
+    # An mp3's frames may stop before its end (tags): audio_info tells this one.
+    short_index, long_blob = dataset.seek_index("mp3-1"), dataset.blob("mp3-3")
+    assert check_against_blob(short_index, long_blob.length, {}) is None
+    reason = check_against_blob(short_index, long_blob.length, dataset.info("mp3-3"))
+    assert reason == "index disagrees with audio_info: duration"
+
+
+def test_audio_info_of_another_blob_is_not_believed(lengths: Path) -> None:
+    dataset = streamer.open_dataset(lengths)
+    index, blob = dataset.seek_index("flac-1"), dataset.blob("flac-1")
+    assert check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": 1}) is None
+    reason = check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": blob.length})
+    assert reason == "index disagrees with audio_info: codec"
+
+
+@pytest.fixture(scope="module")
+def good() -> tuple[SeekIndex, int]:
+    data = encoded("mp3", 44100, 1, seconds=2.0)
+    return extract(io.BytesIO(data)), len(data)
+
+
+def shifted(index: SeekIndex, by: int) -> dict[str, np.ndarray]:
+    return {"byte_pos": index.byte_pos + by}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda i, n: {"sample_rate": 0}, "sample rate out of range"),
+        (lambda i, n: {"timescale": 0}, "timescale out of range"),
+        (lambda i, n: {"channels": 0}, "channel count out of range"),
+        (lambda i, n: {"channels": 256}, "channel count out of range"),
+        (lambda i, n: {"encoder_delay": 1 << 31}, "encoder delay out of range"),
+        (lambda i, n: {"codec": ""}, "no codec or container"),
+        (lambda i, n: {"data_end": n + 1}, "audio data range outside the blob"),
+        (lambda i, n: {"data_start": i.data_end}, "audio data range outside the blob"),
+        (lambda i, n: {"header": ((0, n + 1),)}, "header range outside the blob"),
+        (
+            lambda i, n: {"sample_pos": i.sample_pos[:0], "byte_pos": i.byte_pos[:0]},
+            "no seek points",
+        ),
+        (lambda i, n: {"byte_pos": i.byte_pos[:-1]}, "seek point arrays differ in length"),
+        (lambda i, n: {"byte_pos": i.byte_pos[::-1].copy()}, "seek points not ascending"),
+        (lambda i, n: {"sample_pos": i.sample_pos * 0}, "seek points not ascending"),
+        (lambda i, n: shifted(i, -i.byte_pos[0] - 1), "seek point outside the audio data"),
+        (
+            lambda i, n: {"first_sample": int(i.sample_pos[0]) - 1},
+            "first sample before the first seek point",
+        ),
+        (lambda i, n: {"num_samples": 1 << 60}, "more samples than the audio bytes can hold"),
+        (lambda i, n: {"num_samples": -2}, "negative sample count"),
+        (
+            lambda i, n: {"sample_pos": i.sample_pos << 30},
+            "positions past what the audio bytes can hold",
+        ),
+        (lambda i, n: {"first_sample": 1 << 62}, "positions out of range"),
+    ],
+)
+def test_each_implausible_value_is_named(good, change, reason: str) -> None:  # type: ignore[no-untyped-def]
+    index, size = good
+    assert check_index(index, size) is None
+    bad = dataclasses.replace(index, **change(index, size))
+    assert check_index(bad, size) == f"implausible index: {reason}"
+
+
+def test_pcm_is_held_to_its_block_align() -> None:
+    data = encoded("wav", 16000, 2, seconds=1.0)
+    index = extract(io.BytesIO(data))
+    assert check_index(index, len(data)) is None
+    longer = dataclasses.replace(index, num_samples=index.num_samples + 1)
+    assert check_index(longer, len(data)) == (
+        "implausible index: more samples than the audio bytes can hold"
+    )
+    narrow = dataclasses.replace(index, block_align=1)
+    assert check_index(narrow, len(data)) == (
+        "implausible index: block align smaller than a sample frame"
+    )
+
+
+def test_no_index_records_are_always_fine() -> None:
+    assert check_index(SeekIndex.unavailable("unknown container"), 10) is None
+    assert check_against_blob(SeekIndex.unavailable("x"), 10, {"codec": "mp3"}) is None
+    weird = dataclasses.replace(SeekIndex.unavailable("x"), status="maybe")
+    assert check_index(weird) == "unknown index status 'maybe'"
+
+
+def test_he_aac_rate_and_channels_are_tolerated(good) -> None:  # type: ignore[no-untyped-def]
+    index, size = good
+    aac = dataclasses.replace(index, codec="aac", container="mp4", sample_rate=22050, channels=1)
+    info = {"codec": "aac", "container": "mov,mp4,m4a", "sample_rate": 44100, "channels": 2}
+    assert check_against_blob(aac, size, info) is None
+    assert check_against_blob(aac, size, {**info, "sample_rate": 48000}) == (
+        "index disagrees with audio_info: sample rate"
+    )
+    assert check_against_blob(index, size, {"container": "ogg"}) == (
+        "index disagrees with audio_info: container"
+    )

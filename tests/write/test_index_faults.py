@@ -1,0 +1,135 @@
+"""``pack`` and ``streamer index`` never stop for one bad file, cell or shard:
+hostile cells become counted "no index" rows, an unreadable audio shard is
+reported (exit 1) while the others are indexed, and memory stays flat (peak
+RSS of the whole command, measured in a child process)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _index_support import encoded
+
+import streamer
+from streamer.cli import main
+from streamer.formats.ogg import pages
+from streamer.index import INDEX_DIR, IndexReader
+from streamer.shard import Shard
+from streamer.write.index import build_index
+
+#: Peak resident memory of a whole `streamer pack` / `streamer index` run on
+#: a few small files: the interpreter, numpy, pyarrow and PyAV are about
+#: 150 MB of it. Hostile tables once took 2.2 GB, or died on a 16-32 GiB numpy
+#: allocation.
+RSS_LIMIT_MB = 400
+
+
+def hostile_m4a(box: bytes, offset: int, value: int) -> bytes:
+    data = bytearray(encoded("aac", 44100, 2, seconds=20.0))
+    struct.pack_into(">I", data, data.find(box) + offset, value)
+    return bytes(data)
+
+
+def opus_ending_at(granule: int) -> bytes:
+    data = bytearray(encoded("opus", 48000, 1, seconds=1.0))
+    at = data.rfind(b"OggS")
+    struct.pack_into("<q", data, at + 6, granule)
+    struct.pack_into("<I", data, at + 22, 0)
+    struct.pack_into("<I", data, at + 22, pages.ogg_crc(bytes(data[at:])))
+    return bytes(data)
+
+
+def cells() -> dict[str, bytes | None]:
+    """Good episodes and the hostile ones of issue #13, keyed by what they are."""
+    return {
+        "good-mp3": encoded("mp3", 44100, 1, seconds=1.0),
+        "stts-delta": hostile_m4a(b"stts", 16, 0xFFFFFFFF),
+        "stts-run": hostile_m4a(b"stts", 12, 0xFFFFFFFF),
+        "stsc-per-chunk": hostile_m4a(b"stsc", 16, 0xFFFFFFFF),
+        "granule-2^60": opus_ending_at(1 << 60),
+        "empty": b"",
+        "null": None,
+        "good-flac": encoded("flac", 22050, 1, seconds=1.0),
+    }
+
+
+def write_audio_shard(folder: Path, name: str, blobs: dict[str, bytes | None]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {"__key__": list(blobs), "audio": pa.array(list(blobs.values()), pa.large_binary())}
+    )
+    with pa.ipc.new_file(str(folder / f"{name}.wsds"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=3)
+
+
+def peak_rss_mb(*argv: str) -> tuple[int, int, str]:
+    """(exit code, peak RSS in MB, stdout) of ``streamer *argv`` run in a child process."""
+    code = (
+        "import json, resource, sys\n"
+        "from streamer.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print(json.dumps([rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[2],  # this checkout's streamer
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rc, peak = json.loads(done.stdout.strip().splitlines()[-1])
+    return rc, peak, done.stdout
+
+
+def test_index_force_counts_every_bad_cell(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    blobs = cells()
+    write_audio_shard(root / "audio", "s", blobs)
+    assert main(["index", str(root), "--no-progress", "--workers", "1"]) == 0
+    rc, peak, out = peak_rss_mb("index", str(root), "--force", "--no-progress", "--workers", "1")
+    assert rc == 0 and peak < RSS_LIMIT_MB, out
+    assert "8 episodes: 4 ok, 4 without index" in out
+    index = IndexReader(Shard(root / INDEX_DIR / "s.wsds"))
+    rows = {key: index.read(row) for row, key in enumerate(blobs)}
+    assert all(rows[key].ok for key in ("good-mp3", "stts-run", "stsc-per-chunk", "good-flac"))
+    assert {key: rows[key].reason for key in blobs if not rows[key].ok} == {
+        "stts-delta": "implausible index: more samples than the audio bytes can hold",
+        "granule-2^60": "implausible index: more samples than the audio bytes can hold",
+        "empty": "empty blob",
+        "null": "'audio' is null",
+    }
+
+
+def test_an_unreadable_shard_is_reported_and_the_rest_indexed(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "ds"
+    write_audio_shard(root / "audio", "a", {"one": encoded("mp3", 44100, 1, seconds=1.0)})
+    (root / "audio" / "b.wsds").write_bytes(b"ARROW1\0\0" + bytes(100) + b"ARROW1")
+    report = build_index(root, progress=False)
+    assert report.indexed == ["a"] and report.ok == 1
+    assert list(report.failed) == ["b"]
+    assert "cannot open as an Arrow IPC file" in report.failed["b"]
+    assert main(["index", str(root), "--force", "--no-progress", "--workers", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "1 failed" in out and "failed shard b: " in out
+    assert sorted(p.name for p in (root / INDEX_DIR).iterdir()) == ["a.wsds"]
+
+
+@pytest.mark.timeout(300)
+def test_pack_of_hostile_files_finishes_in_flat_memory(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for key, data in cells().items():
+        if data:
+            (src / f"{key}.bin").write_bytes(data)
+    rc, peak, out = peak_rss_mb("pack", str(src), str(tmp_path / "ds"), "--no-progress")
+    assert rc == 0 and peak < RSS_LIMIT_MB, out
+    dataset = streamer.open_dataset(tmp_path / "ds")
+    assert sorted(dataset.keys()) == sorted(k for k, v in cells().items() if v)
+    assert dataset.seek_index("good-flac").ok
+    assert not dataset.seek_index("stts-delta").ok
