@@ -11,7 +11,8 @@ Lifetime: worker processes start with the first crop (or on entering
 ``for`` loop ends, raises or is broken out of, when ``async for`` raises, or
 on ``close()`` / ``aclose()``. A bare ``async for`` that stops early leaves
 them idle until ``aclose()`` (or garbage collection, or exit): prefer
-``async with``.
+``async with``. An iterator abandoned until the interpreter exits is closed
+at exit without waiting on the store loop (whose thread is gone by then).
 
 Every crop of the plan is yielded, counted in ``stats.skipped`` (a data
 failure under ``on_error="skip"``), or the iteration raises; ``position``
@@ -22,8 +23,10 @@ rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
@@ -297,7 +300,18 @@ class Streamer:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            _blocking(self._shutdown() if not self._entered else self._stop_run())
+            self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        """Stop the pass (and the workers, outside ``with``) when a ``for``
+        loop ends. Waiting on the store loop is impossible when the generator
+        is finalized during interpreter shutdown (that thread no longer runs:
+        an abandoned iterator would hang the exit) or on that loop's own
+        thread (a garbage collection there): then stop without waiting."""
+        if sys.is_finalizing() or _on_store_thread():
+            self._resources.close_soon()
+            return
+        _blocking(self._shutdown() if not self._entered else self._stop_run())
 
     def __enter__(self) -> Streamer:
         self._entered = True
@@ -409,17 +423,38 @@ class Streamer:
 
 
 class _Resources:
-    """What must be stopped when a Streamer is dropped without being closed."""
+    """What must be stopped when a Streamer is dropped without being closed
+    (garbage collection, interpreter exit)."""
 
     def __init__(self) -> None:
         self.pool: WorkerPool | None = None
         self.run: Run | None = None
 
     def close_soon(self) -> None:
-        if self.run is not None:
-            asyncio.run_coroutine_threadsafe(self.run.stop(), background_loop())
-        if self.pool is not None:
-            self.pool.close()
+        """Stop the pass and the workers from any thread, at any time. The
+        pass is waited for (briefly) when the store loop can still answer, so
+        its stages end before their workers are killed under them."""
+        run, self.run = self.run, None
+        if run is not None and not sys.is_finalizing():
+            stopping = asyncio.run_coroutine_threadsafe(run.stop(), background_loop())
+            if not _on_store_thread():
+                with contextlib.suppress(Exception):
+                    stopping.result(timeout=_STOP_TIMEOUT)
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+
+#: How long closing an abandoned Streamer waits for its pass to stop.
+_STOP_TIMEOUT = 5.0
+
+
+def _on_store_thread() -> bool:
+    """Whether this thread runs the store loop (where waiting on it deadlocks)."""
+    try:
+        return asyncio.get_running_loop() is background_loop()
+    except RuntimeError:
+        return False
 
 
 async def _on_store_loop(coroutine: Coroutine[Any, Any, T]) -> T:

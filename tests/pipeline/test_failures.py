@@ -1,7 +1,7 @@
 """No crop lost without a word: every crop of the plan is yielded, counted in
 ``stats.skipped`` with its reason, or the iteration raises; ``state_dict()``
 never moves past crops not handed over. Real worker processes, real SIGKILL,
-a real subprocess for the interpreter's exit."""
+real subprocesses for the interpreter's exit."""
 
 from __future__ import annotations
 
@@ -388,6 +388,25 @@ def run_script(
     done = subprocess.CompletedProcess(argv, child.returncode, out, err)
     first = out.splitlines()[0] if out else ""
     return done, [int(pid) for pid in first.split()]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_abandoned_sync_iterator_does_not_hang_the_exit(packed: Path, workers: int) -> None:
+    """Take 8 crops with ``next`` and let the script end: the generator is
+    finalized during interpreter shutdown, when the store loop's thread no
+    longer runs; waiting on it hung the exit forever."""
+    done, pids = run_script(f"""
+        import streamer
+        s = streamer.Streamer(streamer.open_dataset({str(packed)!r}),
+                              streamer.RandomCrops(0.5, per_episode=20), workers={workers})
+        it = iter(s)
+        crops = [next(it) for _ in range(8)]
+        print(*s.worker_pids, flush=True)
+        print(len(crops), "crops", flush=True)
+        """)
+    assert done.returncode == 0, done.stderr
+    assert "8 crops" in done.stdout and len(pids) == workers
+    assert all(gone(pid) for pid in pids)
 
 
 def test_an_error_raised_to_a_script_exits_it_promptly(packed: Path) -> None:
