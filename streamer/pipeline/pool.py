@@ -3,13 +3,24 @@
 ``concurrent.futures.ProcessPoolExecutor`` breaks for good when one worker
 dies, and ``multiprocessing.Pool`` loses the task; here each worker is a
 process with its own pipe, driven one task at a time, so a worker that dies
-(OOM killer, a crashing codec) is noticed by its pipe closing, replaced by a
-fresh process, and its task retried once on the replacement. A task whose
-worker dies twice fails with ``WorkerDied`` (``streamer.errors``).
+(OOM killer, a crashing codec, a SIGKILL at any moment, even before it
+reported ready) is noticed by its pipe closing and replaced by a fresh
+process. A crop whose worker dies is tried again on a replacement, up to
+``CROP_ATTEMPTS`` times in all; then the crop fails with ``WorkerDied``
+(``streamer.errors``): a crop that kills every decoder is a bad crop.
+
+Every death counts (``restarts``), and the pool gives up past a *restart
+budget*: ``max_restarts`` deaths since ``renew_budget()`` (the Streamer
+renews it for each pass over an epoch), plus one for every
+``CROPS_PER_RESTART`` crops decoded since. Then ``run`` raises
+``WorkerDied`` naming the budget: workers that cannot stay alive (a crash
+loop, a machine out of memory) end the pass with a clear error instead of
+being restarted forever, while sporadic deaths over a long epoch are paid
+for by the crops decoded meanwhile.
 
 Waiting on a pipe happens in a thread (one per busy worker, from the pool's
 own limiter), so the event loop stays free. Closing the pool stops every
-process and reaps it: no zombies.
+process and reaps it: no zombies, and none is started after.
 """
 
 from __future__ import annotations
@@ -17,24 +28,65 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from ..decode.crop import read_deferred
+from ..decode.crop import Crop, read_deferred
 from ..errors import WorkerDied
-from .tasks import ASK_HELD_BACK, Task, receive_answer, send_held_back
+from ..formats.job import DecodeStats
+from .tasks import (
+    ASK_HELD_BACK,
+    Failure,
+    Task,
+    failure_of,
+    first_error,
+    receive_answer,
+    send_held_back,
+)
 
-__all__ = ["WorkerPool"]
+__all__ = [
+    "CROPS_PER_RESTART",
+    "CROP_ATTEMPTS",
+    "RESTARTS_PER_WORKER",
+    "WorkerPool",
+    "default_restart_budget",
+]
 
 log = logging.getLogger(__name__)
+
+#: How many workers one crop may be tried on when they die under it (retried once).
+CROP_ATTEMPTS = 2
+#: The default restart budget per worker (``default_restart_budget``).
+RESTARTS_PER_WORKER = 8
+#: Crops decoded that earn the budget one more restart.
+CROPS_PER_RESTART = 1000
+#: How long a new worker may take to start (imports) before it counts as dead.
+READY_TIMEOUT = 60.0
+
+
+def default_restart_budget(workers: int) -> int:
+    """Worker deaths a pass over an epoch tolerates (besides those earned by
+    decoded crops) when ``max_worker_restarts`` is not given: a few per
+    worker, so a pool of any size rides out an OOM kill or a crashing codec
+    now and then, and a crash loop is given up on within seconds."""
+    return RESTARTS_PER_WORKER * workers
+
+
+_CROP_DIED = "a decode worker process died twice while decoding this crop"  # CROP_ATTEMPTS
+
+
+def _failed(task: Task, exc: Exception) -> tuple[Failure, DecodeStats]:
+    """The answer for a crop that no worker could give one for."""
+    return failure_of(exc, task.job.request.key, task.job.episode.shard), DecodeStats()
 
 
 class _Worker:
@@ -60,13 +112,15 @@ class _Worker:
             self.conn = Connection(os.dup(ours.fileno()))
         # The parent's end sees EOF when the process dies: it holds no copy of theirs.
         self.pid: int = self.process.pid
-        try:
-            self.conn.recv()  # ready: imports done
-        except (EOFError, OSError):
-            self.process.wait()
-            raise
 
-    def call(self, task: Task) -> Any:
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for the worker's first message (its imports are done):
+        ``EOFError`` if it died first, ``TimeoutError`` if it hangs."""
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"no sign of life within {timeout:g} s")
+        self.conn.recv()
+
+    def call(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
         self.conn.send(task)
         first = self.conn.recv()
         if first == ASK_HELD_BACK:  # read here, in the pool's thread, through the store
@@ -87,16 +141,40 @@ class _Worker:
             self.process.kill()
         self.process.wait()
 
+    def status(self) -> str:
+        """How the (reaped) process ended, for messages."""
+        code = self.process.returncode
+        if code is None:
+            return "still running"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
+
 
 class WorkerPool:
-    """``size`` decode processes; ``restarts`` counts workers replaced after dying."""
+    """``size`` decode processes; ``restarts`` counts workers replaced after
+    dying, ``on_restart()`` is called for each; past the restart budget
+    (``max_restarts``, default ``default_restart_budget(size)``) ``run``
+    raises ``WorkerDied``."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        max_restarts: int | None = None,
+        on_restart: Callable[[], None] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError("a worker pool needs at least one process")
         self.size = size
+        self.max_restarts = default_restart_budget(size) if max_restarts is None else max_restarts
         self.restarts = 0
-        self._idle: list[_Worker | None] = []
+        self.decoded = 0
+        self._on_restart = on_restart
+        self._budget_from = (0, 0)  # (restarts, decoded) when the budget was renewed
+        # One entry per free slot: an idle worker, or None for one to start.
+        self._idle: list[_Worker | None] = [None] * size
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
         self._free = anyio.Semaphore(size)
@@ -105,53 +183,65 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        """Process ids of the current workers."""
-        return [worker.pid for worker in self._idle_or_busy()]
+        """Process ids of the current workers, the ones still starting included."""
+        with self._lock:
+            return [worker.pid for worker in self._all]
 
     async def start(self) -> None:
         """Start every worker and wait until each is ready (imports done)."""
-        async with anyio.create_task_group() as group:
-            for _ in range(self.size):
-                group.start_soon(self._add_idle)
+        try:
+            async with anyio.create_task_group() as group:
+                for _ in range(self.size):
+                    group.start_soon(self._start_one)
+        except Exception as exc:
+            raise first_error(exc) from None
 
-    async def run(self, task: Task) -> Any:
-        """The worker's answer to ``task``; retried once if its worker dies.
-        The job's deferred ranges are read and sent only if the worker asks."""
+    def renew_budget(self) -> None:
+        """Start counting deaths against the budget afresh (a new pass)."""
+        self._budget_from = (self.restarts, self.decoded)
+
+    async def run(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+        """The worker's answer to ``task``; a ``WorkerDied`` failure when its
+        workers died ``CROP_ATTEMPTS`` times. Raises ``WorkerDied`` past the
+        restart budget. The job's deferred ranges are read and sent only if
+        the worker asks."""
         async with self._free:
-            for retry in (False, True):
-                worker = self._idle.pop()
-                if worker is None:
-                    worker = await anyio.to_thread.run_sync(self._spawn)
-                try:
-                    answer = await anyio.to_thread.run_sync(
-                        worker.call, task, abandon_on_cancel=True, limiter=self._threads
-                    )
-                except (EOFError, OSError) as exc:
-                    self.restarts += 1
-                    log.warning(
-                        "decode worker %d died (%s); replacing it%s",
-                        worker.pid,
-                        str(exc) or type(exc).__name__,
-                        " and giving up on its crop" if retry else " and retrying its crop",
-                    )
+            worker = self._idle.pop()
+            try:
+                for attempt in range(1, CROP_ATTEMPTS + 1):
+                    if worker is None:
+                        worker = await self._ready_worker()
+                    try:
+                        answer = await anyio.to_thread.run_sync(
+                            worker.call, task, abandon_on_cancel=True, limiter=self._threads
+                        )
+                    except (EOFError, OSError):
+                        dead, worker = worker, None
+                        self._retire(dead)
+                        retry = attempt < CROP_ATTEMPTS
+                        self._died(dead, "decoding a crop", "retrying it" if retry else "")
+                        continue
+                    except Exception as exc:  # the task or answer does not pickle
+                        dead, worker = worker, None
+                        self._retire(dead)  # its pipe is in an unknown state
+                        return _failed(task, exc)
+                    self.decoded += 1
+                    return answer
+                return _failed(task, WorkerDied(_CROP_DIED))
+            except BaseException:
+                if worker is not None:  # cancelled mid-task: its answer would arrive late
                     self._retire(worker)
-                    self._idle.append(None)
-                    continue
-                except BaseException:
-                    # Cancelled mid-task: the worker's answer would arrive late.
-                    self._retire(worker)
-                    self._idle.append(None)
-                    raise
+                    worker = None
+                raise
+            finally:
                 self._idle.append(worker)
-                return answer
-        raise WorkerDied("a decode worker process died twice while decoding this crop")
 
     def close(self) -> None:
-        """Stop and reap every worker: politely, then SIGTERM, then SIGKILL."""
-        self._closed = True
+        """Stop and reap every worker: politely, then SIGTERM, then SIGKILL.
+        No worker is started after this."""
         with self._lock:
+            self._closed = True
             workers, self._all = self._all, []
-        self._idle.clear()
         for worker in workers:
             worker.stop()
         deadline = time.monotonic() + 1.0
@@ -171,23 +261,63 @@ class WorkerPool:
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
 
-    def _spawn(self) -> _Worker:
-        if self._closed:
-            raise RuntimeError("the worker pool is closed")
-        worker = _Worker()
+    # -- starting and replacing workers -----------------------------------------
+
+    async def _start_one(self) -> None:
+        worker = await self._ready_worker()
+        self._idle.remove(None)
+        self._idle.append(worker)
+
+    async def _ready_worker(self) -> _Worker:
+        """A new worker that reported ready. One that dies (or hangs) before
+        that is a death like any other: counted, and replaced in turn."""
+        while True:
+            worker = self._launch()
+            try:
+                await anyio.to_thread.run_sync(
+                    worker.wait_ready, READY_TIMEOUT, abandon_on_cancel=True
+                )
+            except (EOFError, OSError, TimeoutError) as exc:
+                self._retire(worker)
+                hung = f": {exc}" if isinstance(exc, TimeoutError) else ""
+                self._died(worker, f"starting{hung}", "starting another")
+                continue
+            except BaseException:
+                self._retire(worker)
+                raise
+            return worker
+
+    def _launch(self) -> _Worker:
+        """Start a process (registered at once, so ``close`` stops it even
+        while it starts); refused once the pool is closed."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            worker = _Worker()
             self._all.append(worker)
         return worker
 
-    async def _add_idle(self) -> None:
-        self._idle.append(await anyio.to_thread.run_sync(self._spawn))
+    def _died(self, worker: _Worker, doing: str, then: str) -> None:
+        """Count ``worker``'s death (it is reaped); raise ``WorkerDied`` past
+        the budget, or when the pool was closed under it."""
+        if self._closed:
+            raise RuntimeError("the worker pool is closed")
+        self.restarts += 1
+        if self._on_restart is not None:
+            self._on_restart()
+        spent = self.restarts - self._budget_from[0]
+        earned = (self.decoded - self._budget_from[1]) // CROPS_PER_RESTART
+        what = f"decode worker {worker.pid} died while {doing} ({worker.status()})"
+        if spent > self.max_restarts + earned:
+            raise WorkerDied(
+                f"{what}; that is {spent} worker deaths in this pass over the epoch, past "
+                f"the restart budget: max_worker_restarts={self.max_restarts} plus one per "
+                f"{CROPS_PER_RESTART} crops decoded ({earned} so far)"
+            )
+        log.warning("%s; %s", what, then or "giving up on its crop")
 
     def _retire(self, worker: _Worker) -> None:
         with self._lock:
             if worker in self._all:
                 self._all.remove(worker)
         worker.kill()
-
-    def _idle_or_busy(self) -> list[_Worker]:
-        with self._lock:
-            return list(self._all)

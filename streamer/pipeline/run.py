@@ -19,6 +19,14 @@ The stages, each bounded:
 A slow consumer fills the stream, the emitter blocks, slots run out and the
 planner stops: nothing is fetched or decoded beyond ``prefetch + queue_size``
 crops ahead of the consumer.
+
+Failures come in two kinds. Whatever goes wrong with one crop (its plan,
+its bytes, its decode, whatever the exception) becomes that crop's
+``Failure``, handed over in its place; the consumer decides what to do with
+it. Whatever goes wrong with the machinery itself (the worker pool past its
+restart budget, a bug in a stage) ends the pass: the crops already handed
+over stay handed over, and ``next()`` raises that error once the crops
+before it are consumed, never an early end of the pass.
 """
 
 from __future__ import annotations
@@ -33,12 +41,11 @@ import anyio
 import anyio.to_thread
 
 from ..decode.crop import Crop, CropJob
-from ..errors import StreamerError
 from ..formats.job import DecodeStats
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
 from .stats import StreamerStats
-from .tasks import Failure, Task, attempt
+from .tasks import Failure, Task, attempt, failure_of, first_error
 
 __all__ = ["Item", "Run"]
 
@@ -88,20 +95,28 @@ class Run:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        if self._pool is not None:
+            self._pool.renew_budget()
         self._task = asyncio.get_running_loop().create_task(self._main())
 
     async def next(self) -> Item | None:
-        """The next crop or failure in plan order; None at the end of the pass."""
+        """The next crop or failure in plan order; None at the end of the pass.
+        Raises the error that ended the pass early, after the crops before it."""
         try:
             return await self._out.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
+            # The stream is closed only once the error (if any) is recorded.
             if self._error is not None:
                 raise self._error from None
             return None
 
     async def stop(self) -> None:
-        """Cancel every stage and wait until they are gone (workers mid-crop are killed)."""
+        """Cancel every stage and wait until they are gone (workers mid-crop are
+        killed). A consumer still waiting (``close()`` from another thread)
+        gets an error, not the end of the pass."""
         if self._task is not None and not self._task.done():
+            if self._error is None:
+                self._error = RuntimeError("the Streamer was closed in the middle of a pass")
             self._task.cancel()
             await asyncio.wait([self._task])
         self._out.close()
@@ -119,39 +134,44 @@ class Run:
                         await self._slots_in.send(slot)
                         group.start_soon(self._work, slot)
         except Exception as exc:
-            log.error("the crop pipeline failed: %s", exc)
-            self._error = exc
+            self._error = first_error(exc)
+            log.error("the crop pipeline failed: %s: %s", type(self._error).__name__, self._error)
         finally:
             self._out_in.close()
 
     async def _work(self, slot: _Slot) -> None:
-        job = await anyio.to_thread.run_sync(self._plan_at, slot.position)
         try:
-            if isinstance(job, Failure):
-                slot.result = job
-                return
-            if is_mapped(job):
-                self._stats.bytes_read += job.nbytes
-            slot.result, decoded = await self._decode(await prefetch(job))
-            self._stats.decode.add(decoded)
-        except StreamerError as exc:  # storage failures, a worker that died twice
-            slot.result = Failure.of(exc, job.request.key)
+            slot.result = await self._produce(slot.position)
         finally:
             slot.latency = time.perf_counter() - slot.began
             slot.done.set()
 
-    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
-        if self._pool is None:
-            return await anyio.to_thread.run_sync(attempt, task)
+    async def _produce(self, position: int) -> Crop | Failure:
+        """The crop at ``position``, or its failure; raises only for the machinery."""
         try:
-            return await self._pool.run(task)
-        finally:  # a crop that failed with WorkerDied replaced workers too
-            self._stats.worker_restarts = self._pool.restarts
+            job = await anyio.to_thread.run_sync(self._plan_at, position, abandon_on_cancel=True)
+        except Exception as exc:  # a planner that raised instead of returning a Failure
+            return failure_of(exc, None, None)
+        if isinstance(job, Failure):
+            return job
+        try:
+            task = await prefetch(job)
+        except Exception as exc:
+            return failure_of(exc, job.request.key, job.episode.shard)
+        if is_mapped(job):
+            self._stats.bytes_read += job.nbytes
+        result, decoded = await self._decode(task)
+        self._stats.decode.add(decoded)
+        return result
+
+    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+        if self._pool is None:  # abandoned when stopped: it may wait on a store
+            return await anyio.to_thread.run_sync(attempt, task, abandon_on_cancel=True)
+        return await self._pool.run(task)
 
     async def _emit(self) -> None:
-        async with self._out_in:
-            async for slot in self._slots_out:
-                await slot.done.wait()
-                assert slot.result is not None
-                await self._out_in.send(Item(slot.position, slot.result, slot.latency))
-                self._room.release()
+        async for slot in self._slots_out:
+            await slot.done.wait()
+            assert slot.result is not None
+            await self._out_in.send(Item(slot.position, slot.result, slot.latency))
+            self._room.release()

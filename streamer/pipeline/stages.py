@@ -12,18 +12,30 @@ from __future__ import annotations
 
 from ..dataset import Dataset
 from ..decode.crop import CropJob, CropRequest, afetch, prepare
-from ..errors import StreamerError
-from .tasks import Failure, Task
+from .tasks import Failure, Task, failure_of
 
 __all__ = ["is_mapped", "plan", "prefetch", "warm"]
 
 
 def plan(dataset: Dataset, request: CropRequest) -> CropJob | Failure:
-    """The crop's job, or why there is none (past the end, bad index, ...)."""
+    """The crop's job, or why there is none (past the end, bad index, ...).
+
+    Any exception is this crop's failure, not the pipeline's: a seek-index
+    row that breaks the planner (an ``IndexError`` from an index without
+    seek points) must cost the crops of that episode, not end the epoch.
+    A ``StorageError`` stays one (``Failure.storage``)."""
     try:
         return prepare(dataset.episode(request.key), request)
-    except (StreamerError, KeyError) as exc:
-        return Failure.of(exc, request.key)
+    except Exception as exc:
+        return failure_of(exc, request.key, _shard_name(dataset, request.key))
+
+
+def _shard_name(dataset: Dataset, key: str) -> str | None:
+    """The name of the shard holding ``key``, for messages (None: no such key)."""
+    try:
+        return dataset.locate(key)[0]
+    except KeyError:
+        return None
 
 
 def is_mapped(job: CropJob) -> bool:

@@ -20,7 +20,9 @@ class StreamerStats:
     """Counters since the Streamer was made.
 
     ``skipped`` maps a reason (the error's class name: ``CropError``,
-    ``StorageError``, ``WorkerDied``, ...) to a count. ``bytes_read`` is what
+    ``ShardError``, ``WorkerDied``, an unexpected ``IndexError``, ...) to a
+    count; a ``StorageError`` is raised, never skipped. ``worker_restarts``
+    counts decode workers that died (and were replaced). ``bytes_read`` is what
     the crops cost the storage: bytes fetched from remote stores plus the
     planned bytes read from local mappings. ``requests`` and ``cache_hits``
     (memory and disk blocks) come from the remote stores' counters, which are

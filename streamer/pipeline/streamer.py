@@ -8,16 +8,25 @@ is already running).
 
 Lifetime: worker processes start with the first crop (or on entering
 ``with`` / ``async with``) and stop when the context exits, when a plain
-``for`` loop ends or is broken out of, or on ``close()`` / ``aclose()``.
-A bare ``async for`` that stops early leaves them idle until ``aclose()``
-(or garbage collection, or exit): prefer ``async with``.
+``for`` loop ends, raises or is broken out of, when ``async for`` raises, or
+on ``close()`` / ``aclose()``. A bare ``async for`` that stops early leaves
+them idle until ``aclose()`` (or garbage collection, or exit): prefer
+``async with``. An iterator abandoned until the interpreter exits is closed
+at exit without waiting on the store loop (whose thread is gone by then).
+
+Every crop of the plan is yielded, counted in ``stats.skipped`` (a data
+failure under ``on_error="skip"``), or the iteration raises; ``position``
+counts only the crops handed over, so resuming after an error redoes the
+rest.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
@@ -35,7 +44,7 @@ from .episodes import Episodes
 from .keywords import check_keywords, checked_keywords, keyword_names
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
-from .pool import WorkerPool
+from .pool import WorkerPool, default_restart_budget
 from .run import Run
 from .samplers import Sampler
 from .sharding import Partition, resolve_partition
@@ -72,8 +81,14 @@ class Streamer:
     ``prefetch`` crops may be planned, fetched or decoded ahead of the
     consumer, plus ``queue_size`` decoded ones waiting for it (default:
     ``default_prefetch``, deeper when a source is remote).
-    ``on_error="skip"`` logs and counts a failed crop (``stats.skipped``)
-    and goes on; ``"raise"`` raises its error.
+    ``on_error="skip"`` logs and counts a crop whose data failed
+    (``stats.skipped``, by the error's class name) and goes on; ``"raise"``
+    raises its error. A store that fails (``StorageError``, after its own
+    retries) is not bad data: its error is raised either way. The workers
+    are restarted when they die, up to ``max_worker_restarts`` deaths per
+    pass over an epoch (default ``default_restart_budget(workers)``) plus
+    one per 1000 crops decoded; past that the iteration raises
+    ``WorkerDied``.
 
     Each completed pass advances ``epoch`` by one; ``state_dict()`` /
     ``load_state_dict()`` resume in the middle of one (docs/pipeline.md).
@@ -100,10 +115,13 @@ class Streamer:
         shuffle_window: int = 1000,
         max_crops: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
+        max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
+        if max_worker_restarts is not None and max_worker_restarts < 0:
+            raise ValueError(f"max_worker_restarts must be >= 0, not {max_worker_restarts}")
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
             self.sources = data.sources
@@ -120,6 +138,11 @@ class Streamer:
         self.shuffle_window = shuffle_window
         self.max_crops = max_crops
         self.on_error = on_error
+        self.max_worker_restarts = (
+            default_restart_budget(self.workers)
+            if max_worker_restarts is None
+            else max_worker_restarts
+        )
         self._position = 0
         self._episodes: list[Episodes] | None = None
         self._plans: dict[int, EpochPlan] = {}
@@ -193,8 +216,11 @@ class Streamer:
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every crop before ``position`` of ``epoch`` was
-        yielded (or skipped), none after. Crops prefetched but not yet consumed
-        are not counted, so resuming repeats none and skips none."""
+        yielded (or skipped, or raised under ``on_error="raise"``), none after.
+        Crops prefetched but not yet consumed are not counted, so resuming
+        repeats none and skips none; after a storage or pipeline error the
+        crops from the one that failed on are still to do, and ``epoch``
+        advances only when a pass reaches its end."""
         p = self.partition
         return {
             "seed": self.seed,
@@ -274,7 +300,18 @@ class Streamer:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            _blocking(self._shutdown() if not self._entered else self._stop_run())
+            self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        """Stop the pass (and the workers, outside ``with``) when a ``for``
+        loop ends. Waiting on the store loop is impossible when the generator
+        is finalized during interpreter shutdown (that thread no longer runs:
+        an abandoned iterator would hang the exit) or on that loop's own
+        thread (a garbage collection there): then stop without waiting."""
+        if sys.is_finalizing() or _on_store_thread():
+            self._resources.close_soon()
+            return
+        _blocking(self._shutdown() if not self._entered else self._stop_run())
 
     def __enter__(self) -> Streamer:
         self._entered = True
@@ -292,6 +329,15 @@ class Streamer:
     # -- on the store loop ------------------------------------------------------
 
     async def _next(self) -> Crop | object:
+        """The next crop, or ``_END``. On an error the pass is stopped (and,
+        outside ``with``, the workers): the caller is not coming back for it."""
+        try:
+            return await self._take()
+        except Exception:
+            await (self._stop_run() if self._entered else self._shutdown())
+            raise
+
+    async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
             total = len(await anyio.to_thread.run_sync(self.plan))
@@ -315,25 +361,50 @@ class Streamer:
                 await self._stop_run()
                 self.epoch, self._position = self.epoch + 1, 0
                 return _END
-            self._position = item.position + 1
             if isinstance(item.result, Failure):
-                self._skip(item.result)
+                self._fail(item.position, item.result)
                 continue
+            self._position = item.position + 1
             self._stats.yielded += 1
             self._stats.add_latency(item.latency)
             return item.result
 
-    def _skip(self, failure: Failure) -> None:
+    def _fail(self, position: int, failure: Failure) -> None:
+        """Skip and count a crop whose data failed, or raise: a storage
+        failure always (the crop stays to do: ``position`` stays on it), a
+        data failure under ``on_error="raise"`` (handed over as the error)."""
+        if failure.storage:
+            raise failure.error()
+        self._position = position + 1
         if self.on_error == "raise":
             raise failure.error()
         self._stats.count_skip(failure.reason)
-        log.warning("skipping crop of %r: %s: %s", failure.key, failure.reason, failure.message)
+        _, request = self.request(position)
+        log.warning(
+            "skipping crop [%g, %g) s of key %r (shard %s): %s: %s",
+            request.start,
+            request.end,
+            request.key,
+            failure.shard or "unknown",
+            failure.reason,
+            failure.message,
+        )
 
     async def _start_pool(self) -> None:
         if self.workers and self._resources.pool is None:
-            pool = WorkerPool(self.workers)
+            pool = WorkerPool(
+                self.workers, max_restarts=self.max_worker_restarts, on_restart=self._restarted
+            )
             self._resources.pool = pool
-            await pool.start()
+            try:
+                await pool.start()
+            except BaseException:
+                self._resources.pool = None
+                await pool.aclose()
+                raise
+
+    def _restarted(self) -> None:
+        self._stats.worker_restarts += 1
 
     async def _stop_run(self) -> None:
         run, self._resources.run = self._resources.run, None
@@ -352,17 +423,38 @@ class Streamer:
 
 
 class _Resources:
-    """What must be stopped when a Streamer is dropped without being closed."""
+    """What must be stopped when a Streamer is dropped without being closed
+    (garbage collection, interpreter exit)."""
 
     def __init__(self) -> None:
         self.pool: WorkerPool | None = None
         self.run: Run | None = None
 
     def close_soon(self) -> None:
-        if self.run is not None:
-            asyncio.run_coroutine_threadsafe(self.run.stop(), background_loop())
-        if self.pool is not None:
-            self.pool.close()
+        """Stop the pass and the workers from any thread, at any time. The
+        pass is waited for (briefly) when the store loop can still answer, so
+        its stages end before their workers are killed under them."""
+        run, self.run = self.run, None
+        if run is not None and not sys.is_finalizing():
+            stopping = asyncio.run_coroutine_threadsafe(run.stop(), background_loop())
+            if not _on_store_thread():
+                with contextlib.suppress(Exception):
+                    stopping.result(timeout=_STOP_TIMEOUT)
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+
+#: How long closing an abandoned Streamer waits for its pass to stop.
+_STOP_TIMEOUT = 5.0
+
+
+def _on_store_thread() -> bool:
+    """Whether this thread runs the store loop (where waiting on it deadlocks)."""
+    try:
+        return asyncio.get_running_loop() is background_loop()
+    except RuntimeError:
+        return False
 
 
 async def _on_store_loop(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -20,10 +20,10 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
-from ..errors import StreamerError, WorkerError
+from ..errors import StorageError, StreamerError, WorkerError
 from ..formats.job import DecodeStats, Fetched, Pieces
 
-__all__ = ["Failure", "Task", "attempt", "run"]
+__all__ = ["Failure", "Task", "attempt", "failure_of", "first_error", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,13 @@ class Task:
 class Failure:
     """Why a crop failed: ``reason`` is the exception's class name (what
     ``Streamer.stats`` counts), ``message`` its text, ``exception`` the
-    exception itself.
+    exception itself, ``key`` and ``shard`` where (when known).
+
+    ``storage`` says the store failed to deliver the bytes (a
+    ``StorageError``, after the store's own retries): that is not the crop's
+    fault, so the Streamer raises it even under ``on_error="skip"`` instead
+    of counting a store outage as bad data. Every other exception is a
+    failure of that crop's data.
 
     A failure sent to another process takes its exception along when the
     exception pickles (``DataError`` and the other ``streamer.errors`` do, with
@@ -53,10 +59,13 @@ class Failure:
     message: str
     key: str | None = None
     exception: BaseException | None = field(default=None, compare=False, repr=False)
+    shard: str | None = None
+    storage: bool = False
 
     @classmethod
-    def of(cls, exc: BaseException, key: str | None) -> Failure:
-        return cls(type(exc).__name__, str(exc), key, exc)
+    def of(cls, exc: BaseException, key: str | None, shard: str | None = None) -> Failure:
+        storage = isinstance(exc, StorageError)
+        return cls(type(exc).__name__, str(exc), key, exc, shard, storage)
 
     def error(self) -> BaseException:
         """The exception to raise for ``on_error="raise"``."""
@@ -65,7 +74,8 @@ class Failure:
         return WorkerError(self.reason, self.message)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return _failure, (self.reason, self.message, self.key, _pickled(self.exception))
+        fields = (self.reason, self.message, self.key, _pickled(self.exception))
+        return _failure, (*fields, self.shard, self.storage)
 
 
 def _pickled(exc: BaseException | None) -> bytes | None:
@@ -83,14 +93,21 @@ def _pickled(exc: BaseException | None) -> bytes | None:
     return data
 
 
-def _failure(reason: str, message: str, key: str | None, pickled: bytes | None) -> Failure:
+def _failure(
+    reason: str,
+    message: str,
+    key: str | None,
+    pickled: bytes | None,
+    shard: str | None,
+    storage: bool,
+) -> Failure:
     exc = None
     if pickled is not None:
         try:  # its class may not import here
             exc = pickle.loads(pickled)
         except Exception:
             exc = None
-    return Failure(reason, message, key, exc)
+    return Failure(reason, message, key, exc, shard, storage)
 
 
 #: What a worker sends its parent to ask for a task's deferred ranges.
@@ -117,9 +134,24 @@ def attempt(
     try:
         return run(task, stats, ask), stats
     except Exception as exc:
-        if not isinstance(exc, StreamerError):
-            log.debug("crop %s failed unexpectedly", task.job.request.key, exc_info=True)
-        return Failure.of(exc, task.job.request.key), stats
+        return failure_of(exc, task.job.request.key, task.job.episode.shard), stats
+
+
+def failure_of(exc: Exception, key: str | None, shard: str | None) -> Failure:
+    """``Failure.of``, keeping the traceback of an exception nobody raised on
+    purpose (not a ``StreamerError``) in the debug log: it is a bug somewhere,
+    and the skip warning shows only its class and text."""
+    if not isinstance(exc, StreamerError):
+        log.debug("crop of %r (shard %r) failed unexpectedly", key, shard, exc_info=exc)
+    return Failure.of(exc, key, shard)
+
+
+def first_error(exc: Exception) -> Exception:
+    """The error a task group failed with: the first of its group (the others
+    are usually the same error met by other crops or workers, or follow from it)."""
+    while isinstance(exc, ExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) -> None:

@@ -5,6 +5,10 @@ partition, sample rate) and fetches every planned byte through the store's
 block cache; with a ``cache_dir`` the disk tier keeps them, together with
 the listings and shard footers the dataset was opened with, so a later run
 over the same plan and cache directory sends no request to the store.
+
+As in the Streamer, a crop whose data is bad is skipped and counted, but a
+store that fails (``StorageError``, after its retries) ends the warmup with
+that error: an outage must not pass for a warm cache.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ..decode.crop import CropJob
 from ..storage.loop import run_sync
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
-from .tasks import Failure
+from .tasks import Failure, first_error
 
 __all__ = ["WarmupReport", "warmup"]
 
@@ -61,6 +65,9 @@ async def _warmup(
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
     planned = await _plan_all(streamer, concurrency)
+    for failure in planned:
+        if isinstance(failure, Failure) and failure.storage:
+            raise failure.error()
     jobs = [p for p in planned if isinstance(p, CropJob)]
     report.skipped = len(planned) - len(jobs)
     if total is not None:
@@ -75,9 +82,12 @@ async def _warmup(
             if progress is not None:
                 progress(job.nbytes)
 
-    async with anyio.create_task_group() as group:
-        for _ in range(min(concurrency, len(jobs))):
-            group.start_soon(fetch_some)
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(min(concurrency, len(jobs))):
+                group.start_soon(fetch_some)
+    except Exception as exc:
+        raise first_error(exc) from None
     for store in {id(d.store): d.store for d, _ in streamer.sources}.values():
         await store.drain()
     report.seconds = asyncio.get_running_loop().time() - began

@@ -12,6 +12,7 @@ import streamer
 from streamer import Mix, RandomCrops, RetryPolicy, Streamer
 from streamer.cli import main
 from streamer.dataset.dataset import Dataset
+from streamer.errors import StorageError
 from streamer.pipeline.bench import BenchConfig, bench_streamer
 from streamer.pipeline.warmup import warmup
 
@@ -64,16 +65,53 @@ def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> 
     assert Streamer(s3_dataset(), sampler, workers=64).prefetch == 128  # memory cap
 
 
-def test_remote_storage_failures_are_skipped_and_counted(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]
+def test_remote_storage_failures_raise_and_lose_no_crop(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]
+    """A store that fails after its retries is not bad data: even under
+    on_error="skip" the iteration raises its StorageError (it used to skip
+    and count all 7 crops) and no crop is skipped; the epoch does not
+    advance, and once the store answers again every crop is yielded."""
     dataset = s3_dataset(attempts=1)
     s = Streamer(dataset, RandomCrops(0.5), workers=0, prefetch=1)
     s.plan()  # listing, footers and indexes are read before the faults start
     for key in dataset:
         dataset.seek_index(key)
     s3.faults.errors = 10_000
-    crops = list(s)
+    with pytest.raises(StorageError):
+        list(s)
     s3.faults.errors = 0
-    assert crops == [] and s.stats.skipped == {"StorageError": 7}
+    assert s.stats.skipped == {} and s.stats.yielded == 0
+    assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, 0)
+    assert len(list(s)) == 7 and s.stats.skipped == {} and s.epoch == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_store_failing_mid_epoch_raises_and_resuming_redoes_the_rest(
+    s3_dataset, s3, packed: Path, anyio_backend: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The store fails after 3 crops: the crops decoded before are yielded, the
+    iteration raises the StorageError (async, asyncio and trio), nothing is
+    skipped, the position is the crops handed over, and resuming once the
+    store is back yields exactly the rest of the epoch."""
+    sampler = RandomCrops(0.5, per_episode=3)
+    local = Streamer(streamer.open_dataset(packed), sampler, seed=4, workers=0)
+    everything = [(c.key, c.start) for c in local]
+    dataset = s3_dataset(attempts=1, block_size=4096)  # each crop needs blocks of its own
+    s = Streamer(dataset, sampler, seed=4, workers=0, prefetch=1, queue_size=1)
+    s.plan()  # listing, footers and indexes are read before the faults start
+    for key in dataset:
+        dataset.seek_index(key)
+    taken = []
+    with pytest.raises(StorageError):
+        async for crop in s:
+            taken.append(crop)
+            if len(taken) == 3:
+                s3.faults.errors = 10_000
+    s3.faults.errors = 0
+    assert 3 <= len(taken) < 21 and s.stats.skipped == {}
+    assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, len(taken))
+    taken += [crop async for crop in s]
+    assert [(c.key, c.start) for c in taken] == everything and s.epoch == 1
 
 
 @pytest.mark.anyio
@@ -97,6 +135,20 @@ def test_warmup_then_a_run_sends_no_request(s3_dataset, s3, tmp_path: Path) -> N
     assert len(crops) == 20 and not s.stats.skipped
     assert s3.requests == [] and dataset.store.stats.requests == 0
     assert s.stats.cache_hits > 0
+
+
+def test_warmup_raises_a_storage_failure(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]
+    """An outage during warmup is its StorageError, not "warmed 0 crops"."""
+    dataset = s3_dataset(attempts=1)
+    s = Streamer(dataset, RandomCrops(0.5), workers=0)
+    s.plan()  # listing, footers and indexes are read before the faults start
+    for key in dataset:
+        dataset.seek_index(key)
+    s3.faults.errors = 10_000
+    with pytest.raises(StorageError):
+        warmup(s)
+    s3.faults.errors = 0
+    assert warmup(s).crops == 7
 
 
 def test_bench_and_warmup_commands(
