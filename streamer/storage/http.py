@@ -24,7 +24,7 @@ import aiohttp
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import safe_url
+from ._urls import register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
@@ -46,6 +46,7 @@ class HTTPStore(RemoteStore):
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)
         self._headers = dict(self.backend_options.pop("headers", {}))
+        register_secret(*self._headers.values())
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..timing import record
 from ._bounds import check_range
+from ._urls import install_log_redaction
 from .base import Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
 from .loop import ProcessLocal, run_async, run_sync
@@ -83,6 +84,7 @@ class RemoteStore(Store):
         self.stats = StoreStats()
         self._state = ProcessLocal(self._new_state)
         _live_stores.add(self)
+        install_log_redaction()
 
     @classmethod
     def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
