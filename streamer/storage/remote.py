@@ -301,8 +301,12 @@ class RemoteStore(Store):
         return await self._state.get().cache.read(path, size, ranges)
 
     async def _close_on_loop(self) -> None:
+        """Fail the fetches still in flight (at exit nobody waits for them, and
+        their retries must not hold the process), finish the disk-tier
+        writes, then close the client."""
         state = self._state.peek()
         if state is not None and state.client is not None:
+            await state.cache.cancel_fetches()
             await state.cache.drain()
             client, state.client = state.client, None
             await self._disconnect(client)
