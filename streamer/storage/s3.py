@@ -92,7 +92,8 @@ class S3Store(RemoteStore):
         endpoint = self._client_kwargs.get("endpoint_url") or self._endpoint_from_env()
         if endpoint:
             self._client_kwargs["endpoint_url"] = endpoint
-        self.url = f"{scheme}://" + (f" at {safe_url(endpoint)}" if endpoint else "")
+        self._at = f" at {safe_url(endpoint)}" if endpoint else ""
+        self.url = f"{scheme}://{self._at}"
 
     def _default_config(self) -> dict[str, Any]:
         return {}
@@ -106,13 +107,17 @@ class S3Store(RemoteStore):
     def path_of(self, scheme: str, rest: str) -> str:
         return rest.strip("/")
 
+    def _host(self, path: str) -> str:
+        """Buckets fail (and throttle) on their own: one outage gate per bucket."""
+        return f"{self.scheme}://{path.partition('/')[0]}{self._at}"
+
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> Any:
         config = Config(
             retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=self.retry.timeout,
-            read_timeout=self.retry.timeout,
+            connect_timeout=self.retry.connect_timeout,
+            read_timeout=self.retry.read_timeout,
             max_pool_connections=self.max_concurrency,
             **({"signature_version": UNSIGNED} if self._anon else {}),
             **self._config_kwargs,
