@@ -3,8 +3,9 @@
 ``LoopbackServer`` is an aiohttp server in its own thread. It either serves a
 directory (honouring ``Range``, with HTML directory listings) or forwards
 every request to an upstream server (moto), and in both modes can inject
-faults — latency, 5xx bursts with ``Retry-After``, connection resets,
-truncated or over-long bodies, stalls — while logging every request it gets.
+faults — latency, 5xx bursts with ``Retry-After`` or outages of a given
+length, connection resets, truncated or over-long bodies, stalls mid-body,
+hangs before any answer — while logging every request it gets.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import html
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -42,10 +44,19 @@ S3_SLOWDOWN = (
 
 @dataclasses.dataclass
 class Faults:
-    """Switches; each counter applies to that many next matching requests."""
+    """Switches; each counter applies to that many next matching requests.
+
+    ``down_until`` (a ``time.monotonic()`` instant) answers every matching
+    request with ``error_status`` until then: an outage of the whole server.
+    ``hangs`` requests get no answer at all (not even a status line) for
+    ``stall_seconds``, then the connection is closed; ``stalls`` send half
+    the body, then wait ``stall_seconds`` before the rest; with
+    ``stall_every`` = n, so does every n-th matching request besides.
+    """
 
     latency: float = 0.0
     errors: int = 0
+    down_until: float = 0.0
     error_status: int = 503
     error_body: bytes = b""
     retry_after: str | None = None
@@ -53,6 +64,8 @@ class Faults:
     truncations: int = 0
     overlong: int = 0
     stalls: int = 0
+    hangs: int = 0
+    stall_every: int = 0
     stall_seconds: float = 30.0
     ignore_range: bool = False
     only_ranged: bool = True  # faults hit only requests with a Range header
@@ -66,6 +79,7 @@ class Seen:
     path: str
     range: str | None
     headers: dict[str, str]
+    at: float = 0.0  # time.monotonic() when it arrived
 
 
 class LoopbackServer:
@@ -74,6 +88,8 @@ class LoopbackServer:
         self.faults = Faults()
         self.requests: list[Seen] = []
         self.in_flight = self.max_in_flight = 0
+        self._stalled: set[asyncio.Task] = set()  # answers sleeping in a stall or hang
+        self._targeted = 0  # requests the faults applied to, for ``stall_every``
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -94,13 +110,24 @@ class LoopbackServer:
         self._thread.join()
 
     def reset(self) -> None:
+        """Clear faults and the request log; answers still held by a stall or
+        hang are cut off, so they do not linger into the next test."""
         self.faults = Faults()
+        asyncio.run_coroutine_threadsafe(self._cut_stalled(), self._loop).result()
         self.requests.clear()
-        self.max_in_flight = 0
+        self.max_in_flight = self._targeted = 0
 
     def ranged(self) -> list[Seen]:
         """The GETs that asked for a byte range."""
         return [r for r in self.requests if r.method == "GET" and r.range]
+
+    def go_down(self, seconds: float, status: int = 503) -> float:
+        """Answer every request with ``status`` for ``seconds`` from now; returns
+        the ``time.monotonic()`` instant the outage ends."""
+        self.faults.only_ranged = False
+        self.faults.error_status = status
+        self.faults.down_until = time.monotonic() + seconds
+        return self.faults.down_until
 
     async def _start(self) -> None:
         app = web.Application()
@@ -124,10 +151,29 @@ class LoopbackServer:
             task.cancel()
         await asyncio.gather(*stalled, return_exceptions=True)
 
+    async def _cut_stalled(self) -> None:
+        stalled, self._stalled = self._stalled, set()
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+
+    async def _stall(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._stalled.add(task)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._stalled.discard(task)
+
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(
             Seen(
-                request.method, request.path_qs, request.headers.get("Range"), dict(request.headers)
+                request.method,
+                request.path_qs,
+                request.headers.get("Range"),
+                dict(request.headers),
+                time.monotonic(),
             )
         )
         self.in_flight += 1
@@ -142,8 +188,15 @@ class LoopbackServer:
         targeted = not faults.only_ranged or "Range" in request.headers
         if faults.latency:
             await asyncio.sleep(faults.latency)
-        if targeted and faults.errors:
-            faults.errors -= 1
+        if targeted and faults.hangs:
+            faults.hangs -= 1
+            await self._stall(faults.stall_seconds)
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()
+        down = time.monotonic() < faults.down_until
+        if targeted and (faults.errors or down):
+            faults.errors -= 0 if down else 1
             headers = {"Retry-After": faults.retry_after} if faults.retry_after else {}
             return web.Response(status=faults.error_status, body=faults.error_body, headers=headers)
         if targeted and faults.resets:
@@ -166,10 +219,13 @@ class LoopbackServer:
             await response.write(body[: len(body) // 2])
             request.transport.close()
             return response
-        if targeted and faults.stalls:
-            faults.stalls -= 1
+        if targeted:
+            self._targeted += 1
+        periodic = faults.stall_every and self._targeted % faults.stall_every == 0
+        if targeted and (faults.stalls or periodic):
+            faults.stalls -= 0 if periodic else 1
             await response.write(body[: len(body) // 2])
-            await asyncio.sleep(faults.stall_seconds)
+            await self._stall(faults.stall_seconds)
         await response.write(body)
         await response.write_eof()
         return response

@@ -325,7 +325,8 @@ def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], di
         children = store.list_sync(root)
     except StorageError as exc:
         raise LayoutError(
-            f"dataset directory does not exist or cannot be listed: {exc}", shard=root
+            f"dataset directory does not exist or cannot be listed: {exc}",
+            shard=store.display(root),
         ) from exc
     found: dict[str, dict[str, str]] = {}
     sizes: dict[str, int] = {}

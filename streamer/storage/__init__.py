@@ -6,9 +6,10 @@ and returns it with the path inside it; ``store.reader(path)`` is a
 ``RangeReader``; ``store.put_sync(path, source)`` stores one whole object
 atomically (how ``streamer index`` writes ``seek_index/``). Network stores
 share ``remote.py``: block cache (``cache.py``, ``disk.py``), retries
-(``retry.py``), ``stats``. Their I/O runs on one background event loop per
-process (``loop.py``: ``run_sync``, ``run_async``, ``background_loop``),
-which the pipeline runs on too.
+(``retry.py``), the outage gate and hedging (``health.py``), ``stats``.
+Their I/O runs on one background event loop per process (``loop.py``:
+``run_sync``, ``run_async``, ``background_loop``), which the pipeline runs
+on too.
 """
 
 from .base import Entry, RangeReader, Source, Store

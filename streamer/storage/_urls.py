@@ -1,10 +1,65 @@
-"""URLs as they may appear in logs, reprs and errors: without credentials."""
+"""URLs and text as they may appear in logs, reprs, errors and stats: without credentials.
+
+One redaction serves every message:
+
+* ``safe_url(url)``: a URL we print ourselves, without user info and with
+  its query (presigned signatures, B2 tokens) shown as ``?…``;
+* ``redact(text)``: any other text (a foreign exception's message, a log
+  record): every URL in it through ``safe_url``, the values of credential
+  fields (``X-Amz-Credential``, ``X-Amz-Signature``,
+  ``X-Amz-Security-Token``, ``Signature``, ``token``, ``sig``,
+  ``Authorization``, ``Credential=`` in a signed header, ...) and every
+  secret value a store was given or resolved (``register_secret``) replaced
+  by ``***``;
+* ``install_log_redaction()``: passes every record of the loggers that
+  print credentials (botocore prints the key id and session token at DEBUG)
+  through ``redact`` when the record is made, whatever handler later
+  formats it.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
 import urllib.parse
+from typing import Any
 
-__all__ = ["safe_url"]
+__all__ = ["MASK", "install_log_redaction", "redact", "register_secret", "safe_url"]
+
+MASK = "***"
+#: Loggers whose records are redacted: the AWS and HTTP clients, fsspec, and our own.
+REDACTED_LOGGERS = (
+    "aiobotocore",
+    "aiohttp",
+    "boto3",
+    "botocore",
+    "fsspec",
+    "s3fs",
+    "s3transfer",
+    "streamer",
+    "urllib3",
+)
+#: Shorter values are not registered: replacing them everywhere would garble text.
+MIN_SECRET_LENGTH = 6
+
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+#: ``name=value``, ``name: value``, ``'name': b'value'``: the value of a credential field.
+_FIELD = re.compile(
+    r"(?i)\b(x-amz-credential|x-amz-signature|x-amz-security-token|security-token|"
+    r"awsaccesskeyid|signature|credential|session_?token|access_?token|token|sig|"
+    r"password|passwd|secret|api_?key)"
+    r"(['\"]?\s*[:=]\s*(?:b(?=['\"]))?['\"]?)"
+    r"([^\s'\",&;/]+)"
+)
+#: An ``Authorization`` header's whole value (``Bearer <token>``, ``Basic <b64>``).
+_AUTHORIZATION = re.compile(
+    r"(?i)\b(authorization['\"]?\s*[:=]\s*(?:b(?=['\"]))?['\"]?)([^'\"\r\n]+)"
+)
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+_installed = False
 
 
 def safe_url(url: str) -> str:
@@ -14,10 +69,69 @@ def safe_url(url: str) -> str:
     authorization token) in the query, basic auth rides in the user info;
     neither may reach a log line.
     """
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # not a URL we can take apart: keep only what precedes any secret
+        return url.split("?", 1)[0].rsplit("@", 1)[-1]
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = f"{host}:{port}" if port else host
     query = "?…" if parts.query else ""
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")) + query
+
+
+def register_secret(*values: str | bytes | None) -> None:
+    """Remember credential values (keys, secrets, tokens, header values) so
+    ``redact`` hides them wherever they turn up."""
+    with _secrets_lock:
+        for value in values:
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if value and len(value) >= MIN_SECRET_LENGTH:
+                _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with URLs made safe, credential fields and known secret values masked."""
+    text = _URL.sub(lambda match: safe_url(match.group()), text)
+    text = _AUTHORIZATION.sub(lambda match: match.group(1) + MASK, text)
+    text = _FIELD.sub(lambda match: match.group(1) + match.group(2) + MASK, text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def install_log_redaction() -> None:
+    """Redact every record of ``REDACTED_LOGGERS`` as it is made (idempotent).
+
+    A filter on a logger misses its children's records and a handler
+    filter only the handlers we add, so the record factory is wrapped: it
+    sees every record of every logger, keeps the previous factory's
+    behaviour, and rewrites the message (and any traceback text) of the
+    listed loggers' records.
+    """
+    global _installed
+    with _secrets_lock:
+        if _installed:
+            return
+        _installed = True
+    previous = logging.getLogRecordFactory()
+
+    def make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if record.name.startswith(REDACTED_LOGGERS):
+            _redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(make_record)
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    record.msg, record.args = redact(record.getMessage()), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)

@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
+from ..errors import StorageError
 from ..timing import record
+from ._urls import redact
 from .disk import DiskCache
 from .stats import StoreStats
 
@@ -52,6 +54,19 @@ class CacheConfig:
             raise ValueError("block_size must be positive and at most max_request")
 
 
+@dataclasses.dataclass(eq=False)
+class _Run:
+    """One request in flight for consecutive blocks of an object: a future per
+    block, and how many readers wait for it (see ``BlockCache.read``)."""
+
+    path: str
+    size: int
+    futures: dict[int, asyncio.Future[bytes]] = dataclasses.field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    waiters: int = 0
+    why: str = ""
+
+
 class BlockCache:
     """Aligned blocks of every object of one store, fetched through ``fetch``.
 
@@ -69,7 +84,8 @@ class BlockCache:
         self._namespace = namespace
         self._blocks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
         self._bytes = 0
-        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
+        self._inflight: dict[tuple[str, int, int], _Run] = {}
+        self._fetching: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Future[None]] = set()
         self._disk = (
             DiskCache(config.cache_dir, max_bytes=config.cache_dir_bytes)
@@ -93,7 +109,7 @@ class BlockCache:
         """The bytes of each ``(offset, length)`` range (already bounds-checked)."""
         wanted = sorted({b for offset, length in ranges for b in self._span(offset, length)})
         found: dict[int, bytes] = {}
-        waiting: dict[int, asyncio.Future[bytes]] = {}
+        waiting: dict[int, _Run] = {}
         missing = []
         for block in wanted:
             key = (path, size, block)
@@ -109,16 +125,47 @@ class BlockCache:
         if not missing and not waiting:
             with record("cache_hit"):
                 return [self._assemble(found, offset, length) for offset, length in ranges]
-        if missing and self._disk is not None:
-            with record("disk_cache"):
-                missing = await self._from_disk(path, size, missing, found)
-        self._stats.misses += len(missing)
-        for first, last in self._runs(missing):
-            waiting.update(self._start_fetch(path, size, first, last))
-        for block, future in waiting.items():
-            # shield: a cancelled reader must not cancel a fetch others share.
-            found[block] = await asyncio.shield(future)
+        joined: dict[int, _Run] = {}  # by id: every fetch this reader waits for, once
+        try:
+            self._join(joined, waiting.values())
+            if missing and self._disk is not None:
+                with record("disk_cache"):
+                    missing = await self._from_disk(path, size, missing, found)
+            self._stats.misses += len(missing)
+            for first, last in self._runs(missing):
+                started = self._start_fetch(path, size, first, last)
+                self._join(joined, started.values())
+                waiting.update(started)
+            for block, run in waiting.items():
+                found[block] = await asyncio.shield(run.futures[block])
+        finally:
+            self._leave(joined.values())
         return [self._assemble(found, offset, length) for offset, length in ranges]
+
+    # A fetch is shared by every reader that waits for it: a reader that is
+    # cancelled (or fails on another block) leaves it running for the others,
+    # and cancels it when it was the last one waiting, so no request or retry
+    # outlives its readers.
+
+    @staticmethod
+    def _join(joined: dict[int, _Run], runs: Iterable[_Run]) -> None:
+        for run in runs:
+            if id(run) not in joined:
+                joined[id(run)] = run
+                run.waiters += 1
+
+    def _leave(self, runs: Iterable[_Run]) -> None:
+        for run in runs:
+            run.waiters -= 1
+            if not run.waiters:
+                self._abandon(run, "no reader waits for it any more")
+
+    async def cancel_fetches(self) -> None:
+        """Fail every fetch in flight with ``StorageError`` and wait until its
+        request is cancelled (the store is closing)."""
+        for run in {id(run): run for run in self._inflight.values()}.values():
+            self._abandon(run, "the store was closed")
+        await asyncio.gather(*self._fetching, return_exceptions=True)
 
     def insert(self, path: str, size: int, offset: int, data: bytes | memoryview) -> None:
         """Keep the whole blocks inside bytes fetched some other way (a suffix read)."""
@@ -146,7 +193,8 @@ class BlockCache:
         self._bytes = 0
 
     async def drain(self) -> None:
-        """Wait for pending disk-tier writes (before exit, or in tests)."""
+        """Wait for pending disk-tier writes (before exit, or in tests).
+        Fetches in flight are not waited for."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
@@ -190,44 +238,36 @@ class BlockCache:
 
     # -- fetching -------------------------------------------------------------
 
-    def _start_fetch(
-        self, path: str, size: int, first: int, last: int
-    ) -> dict[int, asyncio.Future[bytes]]:
-        """Fetch blocks ``first..last``; returns a future for each. Blocks another
-        reader started fetching meanwhile (while this one looked on disk) are
-        joined, not fetched twice."""
+    def _start_fetch(self, path: str, size: int, first: int, last: int) -> dict[int, _Run]:
+        """Fetch blocks ``first..last``; returns the fetch each block comes from.
+        Blocks another reader started fetching meanwhile (while this one looked
+        on disk) are joined, not fetched twice."""
         loop = asyncio.get_running_loop()
-        futures, joined = {}, {}
+        run = _Run(path, size)
+        joined = {}
         for block in range(first, last + 1):
             key = (path, size, block)
             if key in self._inflight:
                 joined[block] = self._inflight[key]
             else:
-                self._inflight[key] = futures[block] = loop.create_future()
-        task = loop.create_task(self._fetch_run(path, size, first, last, futures))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return {**joined, **futures}
+                run.futures[block] = loop.create_future()
+                self._inflight[key] = run
+        if not run.futures:
+            return joined
+        run.task = loop.create_task(self._fetch_run(run, first, last))
+        self._fetching.add(run.task)
+        run.task.add_done_callback(self._fetching.discard)
+        return {**joined, **dict.fromkeys(run.futures, run)}
 
-    async def _fetch_run(
-        self,
-        path: str,
-        size: int,
-        first: int,
-        last: int,
-        futures: dict[int, asyncio.Future[bytes]],
-    ) -> None:
+    async def _fetch_run(self, run: _Run, first: int, last: int) -> None:
         bs = self.config.block_size
+        path, size = run.path, run.size
         start, end = first * bs, min(size, (last + 1) * bs)
         try:
             data = await self._fetch(path, start, end)
         except BaseException as exc:
-            for block, future in futures.items():
-                del self._inflight[(path, size, block)]
-                if not future.done():
-                    future.set_exception(exc)
-                    future.add_done_callback(_retrieve)
-            if not isinstance(exc, Exception):
+            self._settle(run, exc)
+            if not isinstance(exc, (Exception, asyncio.CancelledError)):
                 raise
             return
         pieces = {
@@ -236,12 +276,39 @@ class BlockCache:
         }
         for block, piece in pieces.items():
             self._keep((path, size, block), piece)
-        for block, future in futures.items():
-            del self._inflight[(path, size, block)]
-            if not future.done():
-                future.set_result(pieces[block])
+        self._settle(run, pieces)
         if self._disk is not None:
             self._to_disk(path, size, pieces)
+
+    def _settle(self, run: _Run, outcome: dict[int, bytes] | BaseException) -> None:
+        """Hand a fetch's blocks (or its failure) to its readers; forget it."""
+        if isinstance(outcome, asyncio.CancelledError):
+            outcome = StorageError(f"fetch of {redact(run.path)} cancelled: {run.why}")
+        self._forget(run)
+        for block, future in run.futures.items():
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+                future.add_done_callback(_retrieve)
+            else:
+                future.set_result(outcome[block])
+
+    def _abandon(self, run: _Run, why: str) -> None:
+        """Cancel a fetch in flight. It is forgotten at once, so a reader
+        arriving meanwhile starts a new fetch instead of joining a dying one."""
+        if run.task is None or run.task.done():
+            return
+        run.why = why
+        self._forget(run)
+        run.task.cancel()
+
+    def _forget(self, run: _Run) -> None:
+        """Stop offering ``run``'s blocks to new readers."""
+        for block in run.futures:
+            key = (run.path, run.size, block)
+            if self._inflight.get(key) is run:
+                del self._inflight[key]
 
     def _keep(self, key: tuple[str, int, int], data: bytes) -> None:
         """Put a block in the memory tier, evicting least recently used ones."""

@@ -24,7 +24,7 @@ import aiohttp
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import safe_url
+from ._urls import register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
@@ -46,6 +46,7 @@ class HTTPStore(RemoteStore):
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)
         self._headers = dict(self.backend_options.pop("headers", {}))
+        register_secret(*self._headers.values())
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"
@@ -61,14 +62,24 @@ class HTTPStore(RemoteStore):
     def display(self, path: str) -> str:
         return safe_url(path)
 
+    def _host(self, path: str) -> str:
+        parts = urllib.parse.urlsplit(path)
+        return safe_url(f"{parts.scheme}://{parts.netloc}")
+
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=self.max_concurrency)
+        # The whole attempt is bounded by ``retry.timeout`` (retry.py); these
+        # bound the connection and each wait for bytes (headers, every chunk).
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.retry.connect_timeout, sock_read=self.retry.read_timeout
+        )
         return aiohttp.ClientSession(
             connector=connector,
             headers={**self._headers, "Accept-Encoding": "identity"},
             auto_decompress=False,
+            timeout=timeout,
         )
 
     async def _disconnect(self, client: aiohttp.ClientSession) -> None:
@@ -107,6 +118,8 @@ class HTTPStore(RemoteStore):
                 if span is None:
                     raise StorageError(f"{url}: 206 without a valid Content-Range ({byte_range})")
                 return span, await response.read()
+        except aiohttp.InvalidURL:
+            raise StorageError(f"{url}: not a valid URL") from None
         except _NETWORK_ERRORS as exc:
             raise TransientError(_describe(exc)) from None
 
@@ -151,6 +164,10 @@ def _describe(exc: BaseException) -> str:
         return f"{type(exc).__name__}: {exc.os_error.strerror or exc.os_error}"
     if isinstance(exc, aiohttp.ClientPayloadError):
         return f"{type(exc).__name__}: body ended early"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return f"{type(exc).__name__}: no connection within the connect timeout"
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return f"{type(exc).__name__}: no data within the read timeout"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return f"{type(exc).__name__}: server closed the connection"
     return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) else "")

@@ -91,13 +91,18 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` on the store loop and block until it finishes.
 
     Must not be called from the store loop itself (it would deadlock); that
-    is a programming error and raises ``RuntimeError``.
+    is a programming error and raises ``RuntimeError``. An interrupt of the
+    waiting thread cancels the work on the store loop.
     """
     if _on_store_loop():
         coroutine.close()
         raise RuntimeError("blocking storage call made on the storage event loop")
     future = asyncio.run_coroutine_threadsafe(coroutine, background_loop())
-    return future.result()
+    try:
+        return future.result()
+    except BaseException:  # KeyboardInterrupt, SystemExit: stop the work too
+        future.cancel()
+        raise
 
 
 async def run_async(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -5,10 +5,11 @@ and implements a handful of async primitives — one ranged GET, one suffix
 GET, a size query, a listing and, if it can write, one whole-object PUT —
 against its client. Everything else is here,
 once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
-block cache and concurrency limit, request timeouts and retries, body length
-checks, and stats. All of it runs on the background store loop
-(``loop.py``), which is how one connection pool serves every shard, every
-caller's event loop and every blocking caller of the process.
+block cache and concurrency limit, request timeouts, retries and hedges,
+the outage gate (``health.py``), body length checks, and stats. All of it
+runs on the background store loop (``loop.py``), which is how one
+connection pool serves every shard, every caller's event loop and every
+blocking caller of the process.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from typing import Any
 
 from ..timing import record
 from ._bounds import check_range
+from ._urls import install_log_redaction
 from .base import Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
+from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
@@ -55,6 +58,7 @@ class _ProcessState:
     limit: asyncio.Semaphore
     client: Any = None
     connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    health: dict[str, StoreHealth] = dataclasses.field(default_factory=dict)
 
 
 class RemoteStore(Store):
@@ -64,7 +68,9 @@ class RemoteStore(Store):
       own: ``block_size``, ``cache_bytes``, ``coalesce_gap``, ``max_request``,
       ``cache_dir``, ``cache_dir_bytes``;
     * faults: ``retry=RetryPolicy(...)``, or its fields: ``attempts``,
-      ``timeout``, ``backoff``, ``max_backoff``, ``max_retry_after``;
+      ``timeout``, ``backoff``, ``max_backoff``, ``max_retry_after``,
+      ``give_up_after``, ``connect_timeout``, ``read_timeout``,
+      ``hedge_after``, ``hedge_factor``;
     * ``max_concurrency``: requests in flight at once for this store.
 
     Every other option goes to the backend.
@@ -83,6 +89,7 @@ class RemoteStore(Store):
         self.stats = StoreStats()
         self._state = ProcessLocal(self._new_state)
         _live_stores.add(self)
+        install_log_redaction()
 
     @classmethod
     def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +157,11 @@ class RemoteStore(Store):
         """
         raise NotImplementedError(f"{type(self).__name__} has no write path")
 
+    def _host(self, path: str) -> str:
+        """The server behind ``path``, as logs may name it: requests to one
+        server share an outage gate (``health.py``). One per store by default."""
+        return self.url
+
     # -- Store ----------------------------------------------------------------
 
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
@@ -205,8 +217,16 @@ class RemoteStore(Store):
                     state.client = await self._connect()
         return state.client
 
-    async def _call(self, request: Any, what: str) -> Any:
-        """``request(client)`` under the concurrency limit, timeout and retries."""
+    def _health(self, path: str) -> StoreHealth:
+        """The shared state of the server behind ``path`` in this process."""
+        healths, host = self._state.get().health, self._host(path)
+        if host not in healths:
+            healths[host] = StoreHealth(host, self.retry, self.stats)
+        return healths[host]
+
+    async def _call(self, request: Any, what: str, path: str, *, hedge: bool = False) -> Any:
+        """``request(client)`` under the concurrency limit, timeouts, retries,
+        the outage gate of ``path``'s server and, for reads (``hedge``), hedging."""
         client = await self._client()
         state = self._state.get()
 
@@ -216,7 +236,14 @@ class RemoteStore(Store):
                 with record(self._phase):
                     return await request(client)
 
-        return await call_with_retries(attempt, policy=self.retry, what=what, stats=self.stats)
+        return await call_with_retries(
+            attempt,
+            policy=self.retry,
+            what=what,
+            stats=self.stats,
+            health=self._health(path),
+            hedge=hedge,
+        )
 
     async def _fetch(self, path: str, start: int, end: int) -> bytes:
         """Exactly ``[start, end)``; wrong-length bodies count as transient failures."""
@@ -227,7 +254,7 @@ class RemoteStore(Store):
             return body
 
         what = f"GET {self.display(path)} bytes={start}-{end - 1}"
-        body = await self._call(request, what)
+        body = await self._call(request, what, path, hedge=True)
         self.stats.bytes_fetched += len(body)
         return body
 
@@ -251,7 +278,8 @@ class RemoteStore(Store):
 
     async def _listing(self, path: str) -> list[Entry]:
         async def ask() -> bytes:
-            entries = await self._call(lambda c: self._list(c, path), f"list {self.display(path)}")
+            what = f"list {self.display(path)}"
+            entries = await self._call(lambda c: self._list(c, path), what, path)
             return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
 
         rows = json.loads(await self._remembered(f"list\0{path}", ask))
@@ -265,7 +293,7 @@ class RemoteStore(Store):
 
         async def ask() -> bytes:
             what = f"GET {self.display(path)} bytes=-{length}"
-            start, size, body = await self._call(request, what)
+            start, size, body = await self._call(request, what, path, hedge=True)
             self.stats.bytes_fetched += len(body)
             return _TAIL_HEAD.pack(start, size) + body
 
@@ -277,7 +305,8 @@ class RemoteStore(Store):
 
     async def _size(self, path: str) -> int:
         async def ask() -> bytes:
-            size = await self._call(lambda c: self._get_size(c, path), f"size {self.display(path)}")
+            what = f"size {self.display(path)}"
+            size = await self._call(lambda c: self._get_size(c, path), what, path)
             return str(size).encode()
 
         return int(await self._remembered(f"size\0{path}", ask))
@@ -290,7 +319,7 @@ class RemoteStore(Store):
 
     async def _store(self, path: str, body: bytes) -> None:
         what = f"PUT {self.display(path)} ({len(body)} bytes)"
-        await self._call(lambda c: self._put(c, path, body), what)
+        await self._call(lambda c: self._put(c, path, body), what, path)
         self.stats.bytes_stored += len(body)
         # Blocks of an object this store replaced must not be served again.
         await self._state.get().cache.forget(path, len(body))
@@ -299,8 +328,12 @@ class RemoteStore(Store):
         return await self._state.get().cache.read(path, size, ranges)
 
     async def _close_on_loop(self) -> None:
+        """Fail the fetches still in flight (at exit nobody waits for them, and
+        their retries must not hold the process), finish the disk-tier
+        writes, then close the client."""
         state = self._state.peek()
         if state is not None and state.client is not None:
+            await state.cache.cancel_fetches()
             await state.cache.drain()
             client, state.client = state.client, None
             await self._disconnect(client)

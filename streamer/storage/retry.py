@@ -1,28 +1,35 @@
-"""Timeouts and retries for store requests.
+"""Timeouts, retries and hedged reads for store requests.
 
 Object stores fail transiently all the time: S3 and B2 answer load with
 ``503 SlowDown`` (B2 sometimes with ``Retry-After``), connections get reset,
-a body arrives short. Backends turn such failures into ``TransientError``;
-``call_with_retries`` repeats the request with exponential backoff and
-jitter, waits at least as long as a ``Retry-After`` asked, bounds every
-attempt by a timeout (a stalled server is a transient failure too) and, once
-the budget is spent, raises one ``StorageError`` that names the request
-(URL without credentials, byte range) and the last cause.
+a body arrives short, a request stalls. Backends turn such failures into
+``TransientError``; ``call_with_retries`` repeats the request with capped
+exponential backoff and jitter, waits at least as long as a ``Retry-After``
+asked, bounds every attempt by timeouts (a stalled server is a transient
+failure too), re-sends a GET that stalls far beyond the store's usual
+latency (a *hedge*), and rides out an outage of the whole store together
+with every other request of that store (``health.py``). Only when the time
+budget (``give_up_after``) or the attempt count is spent does it raise one
+``StorageError`` that names the request (URL without credentials, byte
+range) and the last cause.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import email.utils
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import StorageError
+from ._urls import redact
 from .stats import StoreStats
+
+if TYPE_CHECKING:
+    from .health import StoreHealth
 
 __all__ = ["RetryPolicy", "TransientError", "call_with_retries", "parse_retry_after"]
 
@@ -41,22 +48,55 @@ class TransientError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
-    """How hard a store tries before giving up on one request.
+    """How hard a store tries before giving up on a request.
 
-    ``attempts`` counts the first try. The n-th retry waits a random time in
-    ``[d/2, d]`` with ``d = min(max_backoff, backoff * 2**n)`` (jitter keeps
-    many workers from retrying in lockstep), or ``Retry-After`` when the
-    server sent a longer one (capped at ``max_retry_after``).
+    A request is retried until it succeeds or, whichever comes first:
+
+    * ``give_up_after`` seconds have passed since its first failure, or
+      since the store last answered anything (an outage: every request of
+      the store gives up together);
+    * ``attempts`` requests were sent for it, the first included (``None``,
+      the default: no count limit, the time budget alone decides). Waiting
+      for a failing store to recover sends nothing and spends no attempt.
+
+    The n-th retry of a request waits a random time in ``[d/2, d]`` with
+    ``d = min(max_backoff, backoff * 2**n)`` (jitter keeps many workers from
+    retrying in lockstep), or ``Retry-After`` when the server sent a longer
+    one (capped at ``max_retry_after``). While the store is down, one probe
+    at a time goes out on the same schedule and every other request waits
+    for its outcome.
+
+    Every attempt ends after ``timeout`` seconds in all, after
+    ``connect_timeout`` seconds without a connection, or after
+    ``read_timeout`` seconds without a byte (before the first one, or
+    between two chunks of the body).
+
+    A GET still unanswered after ``max(hedge_after, hedge_factor * p95)``
+    (p95 of the store's recent GET latencies) is sent once more; the first
+    answer wins, the other request is cancelled. ``hedge_after=None`` turns
+    hedging off.
     """
 
-    attempts: int = 5
+    attempts: int | None = None
     timeout: float = 30.0
     backoff: float = 0.1
     max_backoff: float = 10.0
     max_retry_after: float = 60.0
+    give_up_after: float = 300.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 10.0
+    hedge_after: float | None = 1.0
+    hedge_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1 (or None), not {self.attempts}")
+        if self.give_up_after < 0:
+            raise ValueError(f"give_up_after must not be negative, not {self.give_up_after}")
 
     def delay(self, retry: int, retry_after: float | None) -> float:
-        ceiling = min(self.max_backoff, self.backoff * 2**retry)
+        """Seconds to wait before retry number ``retry`` (0 for the first)."""
+        ceiling = min(self.max_backoff, self.backoff * 2 ** min(retry, 64))
         delay = random.uniform(ceiling / 2, ceiling)
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.max_retry_after))
@@ -69,29 +109,56 @@ async def call_with_retries(
     policy: RetryPolicy,
     what: str,
     stats: StoreStats,
+    health: StoreHealth,
+    hedge: bool = False,
 ) -> T:
     """``await request()`` until it succeeds, within ``policy``.
 
-    ``what`` describes the request for logs and the final error; it must be
-    safe to log (no credentials). Errors that are not transient (a missing
-    object, a refused signature) propagate at once.
+    ``what`` describes the request for logs and the final error (it is
+    redacted again all the same). ``health`` is the store's shared state:
+    its outage gate, its recent latencies. ``hedge``: the request is an
+    idempotent read that may be sent twice. Errors that are not transient
+    (a missing object, a refused signature) propagate at once; cancelling
+    the caller cancels the request in flight and every retry to come.
     """
-    for attempt in range(policy.attempts):
+    tries = 0
+    first_failure: float | None = None
+    failure: TransientError | None = None
+    while True:
+        probe = await health.admit(_own_deadline(first_failure, policy))
+        if probe is None:  # the store stayed down for the whole budget
+            break
+        tries += 1
+        began = time.monotonic()
         try:
-            async with asyncio.timeout(policy.timeout):
-                return await request()
-        except TimeoutError:
-            failure = TransientError(f"no complete response within {policy.timeout:g} s")
+            result = await health.send(request, hedge=hedge, probe=probe)
         except TransientError as exc:
             failure = exc
-        if attempt + 1 == policy.attempts:
+        else:
+            return result
+        first_failure = first_failure or began
+        if _spent(tries, first_failure, policy):
             break
-        delay = policy.delay(attempt, failure.retry_after)
+        delay = policy.delay(tries - 1, failure.retry_after)
         stats.retries += 1
-        log.info("retrying %s in %.2f s: %s", what, delay, failure)
-        await asyncio.sleep(delay)
+        log.debug("retrying %s in %.2f s: %s", what, delay, failure)
+        await health.pause(delay, _own_deadline(first_failure, policy))
     stats.failures += 1
-    raise StorageError(f"{what}: {failure} (gave up after {policy.attempts} attempts)")
+    cause = failure if failure is not None else health.reason
+    began = min(t for t in (first_failure, health.failing_since, time.monotonic()) if t is not None)
+    gave_up = f"gave up after {tries} attempts" if tries else "gave up waiting for the store"
+    failing = f"failing for {time.monotonic() - began:.1f} s"
+    raise StorageError(redact(f"{what}: {cause} ({gave_up}; {failing})"))
+
+
+def _own_deadline(first_failure: float | None, policy: RetryPolicy) -> float | None:
+    return None if first_failure is None else first_failure + policy.give_up_after
+
+
+def _spent(tries: int, first_failure: float, policy: RetryPolicy) -> bool:
+    if policy.attempts is not None and tries >= policy.attempts:
+        return True
+    return time.monotonic() >= first_failure + policy.give_up_after
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -28,7 +28,7 @@ from botocore.config import Config
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import safe_url
+from ._urls import redact, register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
@@ -92,7 +92,8 @@ class S3Store(RemoteStore):
         endpoint = self._client_kwargs.get("endpoint_url") or self._endpoint_from_env()
         if endpoint:
             self._client_kwargs["endpoint_url"] = endpoint
-        self.url = f"{scheme}://" + (f" at {safe_url(endpoint)}" if endpoint else "")
+        self._at = f" at {safe_url(endpoint)}" if endpoint else ""
+        self.url = f"{scheme}://{self._at}"
 
     def _default_config(self) -> dict[str, Any]:
         return {}
@@ -106,13 +107,17 @@ class S3Store(RemoteStore):
     def path_of(self, scheme: str, rest: str) -> str:
         return rest.strip("/")
 
+    def _host(self, path: str) -> str:
+        """Buckets fail (and throttle) on their own: one outage gate per bucket."""
+        return f"{self.scheme}://{path.partition('/')[0]}{self._at}"
+
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> Any:
         config = Config(
             retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=self.retry.timeout,
-            read_timeout=self.retry.timeout,
+            connect_timeout=self.retry.connect_timeout,
+            read_timeout=self.retry.read_timeout,
             max_pool_connections=self.max_concurrency,
             **({"signature_version": UNSIGNED} if self._anon else {}),
             **self._config_kwargs,
@@ -120,6 +125,8 @@ class S3Store(RemoteStore):
         session = get_session()
         if self._profile:
             session.set_config_variable("profile", self._profile)
+        if not self._anon:
+            await _register_credentials(session, self._client_kwargs)
         return await session.create_client("s3", config=config, **self._client_kwargs).__aenter__()
 
     async def _disconnect(self, client: Any) -> None:
@@ -217,11 +224,26 @@ class _S3Errors:
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
         if isinstance(exc, botocore.exceptions.ClientError):
             raise _client_error(self.url, exc) from None
-        if isinstance(exc, _NETWORK_ERRORS):
-            raise TransientError(f"{type(exc).__name__}: {exc}") from None
+        if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
+            raise TransientError(redact(f"{type(exc).__name__}: {exc}")) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(f"{self.url}: no credentials found ({exc})") from None
         return False
+
+
+async def _register_credentials(session: Any, client_kwargs: dict[str, Any]) -> None:
+    """Tell ``redact`` the credentials this client signs with, from the options
+    or from the AWS chain (environment, profile, ...), so that a log line
+    (botocore's DEBUG output prints the key id and session token) or an
+    error never shows them. The chain is resolved once per session anyway:
+    the client reuses what it found."""
+    register_secret(*(client_kwargs.get(name) for name in _CREDENTIAL_ALIASES.values()))
+    if "aws_access_key_id" in client_kwargs:
+        return
+    credentials = await session.get_credentials()
+    if credentials is not None:
+        frozen = await credentials.get_frozen_credentials()
+        register_secret(frozen.access_key, frozen.secret_key, frozen.token)
 
 
 def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
@@ -229,7 +251,7 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     meta = exc.response.get("ResponseMetadata", {})
     status = int(meta.get("HTTPStatusCode") or 0)
     code = str(error.get("Code") or status)
-    message = f"{status} {code}: {error.get('Message') or exc}"
+    message = redact(f"{status} {code}: {error.get('Message') or exc}")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
         return TransientError(message, retry_after=parse_retry_after(headers.get("retry-after")))

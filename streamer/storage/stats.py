@@ -21,7 +21,11 @@ class StoreStats:
     ``bytes_stored`` those of successful writes; ``hits`` (memory),
     ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts
     blocks a reader got by joining a fetch already in flight; ``retries``
-    counts attempts repeated after a transient failure.
+    counts attempts repeated after a transient failure, ``failures`` the
+    requests that gave up; ``hedges`` counts GETs sent a second time because
+    the first stalled, ``hedge_wins`` those where the second answered first;
+    ``outages`` counts the times the store failed often enough in a row that
+    its requests waited for it together (see ``health.py``).
     """
 
     requests: int = 0
@@ -33,6 +37,9 @@ class StoreStats:
     deduplicated: int = 0
     retries: int = 0
     failures: int = 0
+    hedges: int = 0
+    hedge_wins: int = 0
+    outages: int = 0
 
     def snapshot(self) -> dict[str, int]:
         """The counters as a plain dict (JSON-ready)."""

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 import pytest
 
 BLOCK = 64 * 1024
-
-
-@pytest.fixture
-def data(storage_root: Path) -> bytes:
-    return (storage_root / "random.bin").read_bytes()
 
 
 @pytest.fixture

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import traceback
 
 import pytest
 from helpers import SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import StorageError
+from streamer.errors import LayoutError, StorageError
+from streamer.storage._urls import redact, register_secret
 
 
 def failures(reader) -> list[BaseException]:  # type: ignore[no-untyped-def]
@@ -79,3 +84,112 @@ def test_http_signatures_tokens_and_passwords_stay_secret(http, caplog, make_sto
     )
     assert f"{http.url}/random.bin?…" in said
     assert SECRET not in said
+
+
+# -- one redaction for every form a credential takes -----------------------------------
+
+#: The marker in each credential form (distinct values, one marker to hunt for).
+KEY_ID, SECRET_KEY, TOKEN = f"AKID{SECRET}", f"KEY{SECRET}", f"TOKEN{SECRET}"
+
+
+def said_by(errors: list[BaseException]) -> str:
+    """What an error shows, every way: str, repr, args, fields, traceback."""
+    said = []
+    for error in errors:
+        said += [str(error), repr(error), repr(error.args), repr(vars(error))]
+        said.append("".join(traceback.format_exception(error)))
+    return "\n".join(said)
+
+
+def test_redact_masks_every_credential_form() -> None:
+    register_secret(TOKEN)
+    samples = [
+        f"GET https://h.example/k?X-Amz-Credential={SECRET}%2F2026&X-Amz-Signature={SECRET}",
+        f"see http://user:{SECRET}@host:8080/data/ for details",
+        f"'Authorization': b'AWS4-HMAC-SHA256 Credential={SECRET}/2026/us-east-1/s3/aws4_request, "
+        f"SignedHeaders=host, Signature={SECRET}', 'X-Amz-Security-Token': b'{SECRET}'",
+        f"x-amz-security-token:{SECRET}\nhost:127.0.0.1",
+        f"Authorization: Bearer {SECRET}",
+        f"token={SECRET}&sig={SECRET}",
+        f"a session token {TOKEN} turned up as a bare value",
+    ]
+    for sample in samples:
+        masked = redact(sample)
+        assert SECRET not in masked, masked
+    assert redact(samples[1]) == "see http://host:8080/data/ for details"
+    assert redact(samples[4]) == "Authorization: ***"
+    assert redact("GET s3://bucket/key bytes=0-9: 503 SlowDown") == (
+        "GET s3://bucket/key bytes=0-9: 503 SlowDown"  # nothing else is touched
+    )
+
+
+def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None:  # type: ignore[no-untyped-def]
+    """The listing error of a dataset opened by a presigned or user:password URL
+    (issue 13: its LayoutError carried the raw URL)."""
+    host = http.url.removeprefix("http://")
+    query = f"X-Amz-Credential={SECRET}&X-Amz-Signature={SECRET}&X-Amz-Security-Token={SECRET}"
+    errors = []
+    for url in (
+        f"http://user:{SECRET}@{host}/nope?{query}",
+        f"http://{host}/nope/?{query}",
+    ):
+        with pytest.raises(LayoutError) as caught:
+            open_dataset(url)
+        errors.append(caught.value)
+    assert "cannot be listed" in str(errors[0]) and host in errors[0].shard
+    assert SECRET not in said_by(errors)
+
+
+def test_botocore_debug_output_is_redacted(s3, s3_uploaded, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Key id, secret key and session token from the environment, at DEBUG:
+    botocore prints the key id and the token; the log records carry ***."""
+    caplog.set_level(logging.DEBUG)
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("AWS_SESSION_TOKEN", TOKEN),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", s3.url),
+    ):
+        monkeypatch.setenv(name, value)
+    # Options of its own: a new store, whose client signs with these variables.
+    dataset = open_dataset(f"s3://{s3_uploaded}/packed", attempts=2, backoff=0.011)
+    blob = dataset.blob(next(iter(dataset)))
+    assert len(bytes(blob.read_range(0, 100))) == 100
+    assert s3.requests[-1].headers["X-Amz-Security-Token"] == TOKEN  # it was sent
+    reader = dataset.store.reader(f"{s3_uploaded}/random.bin")
+    s3.faults.errors = 10
+    errors = failures(reader)
+    botocore = [r.getMessage() for r in caplog.records if r.name.startswith("botocore")]
+    assert any("X-Amz-Security-Token" in m and "***" in m for m in botocore)
+    said = everything_said(caplog, dataset, dataset.store, reader, blob) + said_by(errors)
+    assert SECRET not in said
+
+
+def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``streamer -vv ARGV`` in a new process (DEBUG logging on stderr)."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "streamer.cli", "-vv", *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_the_cli_keeps_credentials_off_stderr(http, s3, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
+    """``streamer -vv inspect URL`` against servers that refuse everything (403):
+    an HTTP URL with user:password and a presigned query, and an S3 dataset
+    with the marker in every AWS variable."""
+    host = http.url.removeprefix("http://")
+    http.go_down(3600, status=403)
+    url = f"http://user:{SECRET}@{host}/packed?X-Amz-Signature={SECRET}&token={SECRET}"
+    over_http = run_cli("inspect", url)
+    s3.go_down(3600, status=403)
+    aws = {
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_SESSION_TOKEN": TOKEN,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    over_s3 = run_cli("inspect", f"s3://{s3_uploaded}/packed", "--endpoint-url", s3.url, env=aws)
+    for done in (over_http, over_s3):
+        assert done.returncode == 1 and "streamer inspect: error:" in done.stderr
+        assert "403" in done.stderr and SECRET not in done.stderr + done.stdout
+    assert "DEBUG botocore" in over_s3.stderr  # its debug output was there, redacted

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -11,30 +10,6 @@ from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
-
-
-@pytest.fixture
-def data(storage_root: Path) -> bytes:
-    return (storage_root / "random.bin").read_bytes()
-
-
-@pytest.fixture(params=["s3", "http"])
-def served(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
-    """(open a reader of random.bin with options, its server) for S3 and HTTP."""
-    kind = request.param
-    server = s3 if kind == "s3" else http
-
-    def open_reader(**options):  # type: ignore[no-untyped-def]
-        if kind == "s3":
-            reader = make_store("s3", s3.url, **options).reader(f"{s3_uploaded}/random.bin")
-        else:
-            reader = make_store("http", **options).reader(f"{http.url}/random.bin")
-        reader.size_sync()
-        server.reset()
-        reader.store.stats.reset()
-        return reader
-
-    return open_reader, server
 
 
 def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # type: ignore[no-untyped-def]

@@ -21,11 +21,6 @@ FAST = {"backoff": 0.01, "max_backoff": 0.05}
 CREDENTIALS = {"key": "test-key-id", "secret": SECRET, "region_name": "us-east-1"}
 
 
-@pytest.fixture
-def data(storage_root: Path) -> bytes:
-    return (storage_root / "random.bin").read_bytes()
-
-
 @pytest.fixture(params=["s3", "http"])
 def served(request, s3, http, s3_uploaded):  # type: ignore[no-untyped-def]
     """(open random.bin by URL with options, its server) for S3 and HTTP."""

@@ -1,0 +1,259 @@
+"""How a store is doing, shared by all its requests: the outage gate and hedging.
+
+Retrying each request on its own schedule is right for a lone failure (one
+reset, one short body, one 503 among many answers) but wrong for an
+outage: with 32 requests in flight, a store that answers every request
+with 503 would get 32 retry streams hammering it, and each would give up
+on its own, long before the store is back. So every request to one
+bucket (S3) or one server (HTTP) goes through one ``StoreHealth``:
+
+* ``OUTAGE_STREAK`` failures in a row with no success in between close the
+  gate: the store is in an outage (requests already in flight may still
+  succeed, but only a request sent after the gate closed can open it
+  again). That is logged once, at WARNING, with the store (URL without
+  credentials) and the reason; from then on one probe at a time is sent,
+  on the policy's backoff schedule, and every other request waits for it.
+  A success opens the gate (logged once more, with how long it lasted) and
+  the waiting requests go. Requests sent during an outage are thus about
+  the requests already in flight when it began plus one per backoff step,
+  however many callers wait.
+* ``give_up_after`` seconds after the store last answered, every request
+  still waiting (or failing) gives up together with ``StorageError``.
+* The latencies of recent successful GETs give the hedge delay: a GET
+  still unanswered after ``max(hedge_after, hedge_factor * p95)`` is sent a
+  second time, once, if the hedge budget allows (``HEDGE_BURST`` at once,
+  then one per ``1 / HEDGE_SHARE`` requests) and the store is not failing;
+  the first answer wins and the other request is cancelled.
+
+Everything here runs on the store loop (``loop.py``): no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from ..errors import StorageError
+from ._urls import redact
+from .retry import RetryPolicy, TransientError
+from .stats import StoreStats
+
+__all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "StoreHealth"]
+
+log = logging.getLogger("streamer.storage")
+
+T = TypeVar("T")
+
+#: Failures in a row (no success between them) that make an outage.
+OUTAGE_STREAK = 3
+#: Hedges allowed at once, and the share of requests that earn one more.
+HEDGE_BURST = 10.0
+HEDGE_SHARE = 0.1
+#: Recent GET latencies kept, and how many are needed before their p95 counts.
+LATENCY_WINDOW = 128
+LATENCY_SAMPLES = 8
+
+
+class StoreHealth:
+    """The outage gate, backoff level and recent latencies of one bucket or server.
+
+    ``name`` is what the logs call it (no credentials).
+    """
+
+    def __init__(self, name: str, policy: RetryPolicy, stats: StoreStats) -> None:
+        self.name = name
+        self._policy = policy
+        self._stats = stats
+        self._streak = 0
+        #: When the current run of failures began (None: the store answers).
+        self.failing_since: float | None = None
+        self.reason = "no answer yet"
+        self._level = 0
+        self._closed_at = 0.0
+        self._closed_until = 0.0
+        self._probing = False
+        self._announced = False
+        self._changed = asyncio.Event()
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._hedge_tokens = HEDGE_BURST
+
+    @property
+    def in_outage(self) -> bool:
+        """Whether the gate is closed (the store failed ``OUTAGE_STREAK`` times in a row)."""
+        return self._streak >= OUTAGE_STREAK
+
+    # -- the gate ---------------------------------------------------------------
+
+    async def admit(self, deadline: float | None) -> bool | None:
+        """Wait until a request may be sent: ``True`` if it goes as the outage's
+        probe, ``False`` if the store is healthy, ``None`` if it must give up:
+        its own ``deadline`` passed, or the store has failed for the whole
+        budget and another request is already probing it (once the budget is
+        spent, a request either probes once or fails at once, so a store that
+        comes back is still noticed)."""
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if not self.in_outage:
+                return False
+            if now >= self._closed_until and not self._probing:
+                self._probing = True
+                return True
+            assert self.failing_since is not None
+            store_deadline = self.failing_since + self._policy.give_up_after
+            if now >= store_deadline:
+                return None
+            wake = self._closed_until if now < self._closed_until else None
+            await self._wait_change(_earliest(wake, deadline, store_deadline))
+
+    async def pause(self, delay: float, deadline: float | None) -> None:
+        """Sleep a request's backoff ``delay``, no later than its ``deadline``."""
+        if deadline is not None:
+            delay = min(delay, max(0.0, deadline - time.monotonic()))
+        await asyncio.sleep(delay)
+
+    async def send(self, request: Callable[[], Awaitable[T]], *, hedge: bool, probe: bool) -> T:
+        """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store."""
+        began = time.monotonic()
+        try:
+            if hedge and self._policy.hedge_after is not None:
+                result = await self._hedged(request)
+            else:
+                result = await self._timed(request)
+        except TransientError as exc:
+            self._failed(exc, probe)
+            raise
+        except StorageError:  # the store answered (404, denied, ...): it is up
+            self._succeeded(probe, began)
+            raise
+        except BaseException:  # cancelled: no verdict, but free the probe slot
+            self._release(probe)
+            raise
+        self._succeeded(probe, began)
+        if hedge:
+            self._latencies.append(time.monotonic() - began)
+        return result
+
+    async def _wait_change(self, until: float | None) -> None:
+        changed = self._changed
+        timeout = None if until is None else max(0.0, until - time.monotonic())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _succeeded(self, probe: bool, sent: float) -> None:
+        if self.in_outage and sent < self._closed_at:
+            return  # sent before the outage began: says nothing about the store now
+        if self._announced:
+            assert self.failing_since is not None
+            log.warning(
+                "store %s answers again after %.1f s",
+                self.name,
+                time.monotonic() - self.failing_since,
+            )
+        if self._streak or probe:
+            self._streak, self._level, self._closed_until = 0, 0, 0.0
+            self._probing = self._announced = False
+            self.failing_since = None
+            self._notify()
+
+    def _failed(self, failure: TransientError, probe: bool) -> None:
+        now = time.monotonic()
+        self.reason = redact(str(failure))
+        if self.failing_since is None:
+            self.failing_since = now
+        self._streak += 1
+        if probe:
+            self._probing = False
+        if not self.in_outage:
+            return
+        if probe:
+            self._level += 1
+        elif self._streak == OUTAGE_STREAK:
+            self._closed_at = now
+        else:
+            return
+        self._closed_until = now + self._policy.delay(self._level, failure.retry_after)
+        if not self._announced:
+            self._announced = True
+            self._stats.outages += 1
+            log.warning(
+                "waiting on store %s: %s; retrying until it answers (for up to %g s)",
+                self.name,
+                self.reason,
+                self._policy.give_up_after,
+            )
+        self._notify()
+
+    def _release(self, probe: bool) -> None:
+        if probe:
+            self._probing = False
+            self._notify()
+
+    # -- timeouts and hedging ---------------------------------------------------
+
+    async def _timed(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()`` bounded by the policy's whole-attempt timeout."""
+        self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
+        timeout = self._policy.timeout
+        try:
+            async with asyncio.timeout(timeout):
+                return await request()
+        except TimeoutError:
+            raise TransientError(f"no complete response within {timeout:g} s") from None
+
+    def hedge_delay(self) -> float:
+        """Seconds a GET may take before it is sent again."""
+        floor = self._policy.hedge_after
+        assert floor is not None
+        if len(self._latencies) < LATENCY_SAMPLES:
+            return floor
+        ordered = sorted(self._latencies)
+        p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+        return max(floor, self._policy.hedge_factor * p95)
+
+    async def _hedged(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``, sent again if it stalls; the first answer wins."""
+        first = asyncio.ensure_future(self._timed(request))
+        tasks = {first}
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=self.hedge_delay())
+            if not done and self._streak == 0 and self._hedge_tokens >= 1:
+                self._hedge_tokens -= 1
+                self._stats.hedges += 1
+                tasks.add(asyncio.ensure_future(self._timed(request)))
+            return await self._first_answer(tasks, first)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _first_answer(self, tasks: set[asyncio.Future[T]], first: asyncio.Future[T]) -> T:
+        """The result of the first of ``tasks`` to succeed, else the first failure."""
+        pending, failure = set(tasks), None
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                error = task.exception()
+                if error is None:
+                    if task is not first:
+                        self._stats.hedge_wins += 1
+                    return task.result()
+                failure = failure or error
+        assert failure is not None
+        raise failure
+
+
+def _earliest(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None

@@ -1,0 +1,49 @@
+"""Fixtures of the storage tests: one object read through a new store of each kind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+Opener = Callable[..., Any]
+
+
+def _opener(kind: str, request: pytest.FixtureRequest) -> tuple[Opener, Any]:
+    """(open a reader of random.bin with options, its server) for ``kind``;
+    each reader comes from a new store (own pool, cache, stats and health),
+    with the server's log and faults and the store's stats cleared."""
+    make_store = request.getfixturevalue("make_store")
+    server = request.getfixturevalue(kind)
+
+    def open_reader(**options: Any) -> Any:
+        if kind == "s3":
+            bucket = request.getfixturevalue("s3_uploaded")
+            reader = make_store("s3", server.url, **options).reader(f"{bucket}/random.bin")
+        else:
+            reader = make_store("http", **options).reader(f"{server.url}/random.bin")
+        reader.size_sync()
+        server.reset()
+        reader.store.stats.reset()
+        return reader
+
+    return open_reader, server
+
+
+@pytest.fixture(params=["s3", "http"])
+def served(request: pytest.FixtureRequest) -> tuple[Opener, Any]:
+    """For behaviour that depends on the backend: S3 (moto) and HTTP."""
+    return _opener(request.param, request)
+
+
+@pytest.fixture
+def served_http(request: pytest.FixtureRequest) -> tuple[Opener, Any]:
+    """For behaviour above the backends (gate, cache, cancellation): HTTP only."""
+    return _opener("http", request)
+
+
+@pytest.fixture
+def data(storage_root: Any) -> bytes:
+    """The bytes of random.bin."""
+    return (storage_root / "random.bin").read_bytes()
