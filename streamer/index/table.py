@@ -189,7 +189,9 @@ def _list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
 class IndexReader:
     """Reads ``SeekIndex`` rows out of one open ``seek_index/`` shard.
 
-    The returned arrays are read-only views onto the shard's memory map.
+    The returned arrays are read-only views onto the shard's memory map. A
+    row is read as it is stored: whether it can be trusted for its blob is
+    ``checks.check_against_blob``'s to say.
     """
 
     def __init__(self, shard: Shard) -> None:
@@ -215,6 +217,12 @@ class IndexReader:
         arrays = {
             name: flat[offsets[j] : offsets[j + 1]] for name, (offsets, flat) in views.lists.items()
         }
+        if len(arrays["header_offset"]) != len(arrays["header_length"]):
+            raise ShardError(
+                f"corrupt {INDEX_COLUMN!r} row: header offsets and lengths differ in number",
+                shard=self.shard.path,
+                key=self.shard.keys[row].as_py(),
+            )
         header = tuple(
             zip(arrays["header_offset"].tolist(), arrays["header_length"].tolist(), strict=True)
         )

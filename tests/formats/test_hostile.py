@@ -17,7 +17,7 @@ from _index_support import decoded_length, encoded
 from streamer.formats import extract
 from streamer.formats.flac.parse import crc8
 from streamer.formats.ogg import pages as ogg
-from streamer.formats.reader import Reader
+from streamer.formats.reader import CHUNK_SIZE, Reader
 from streamer.index import SeekIndex
 from streamer.index.checks import check_index
 
@@ -239,3 +239,26 @@ def test_forward_only_stream_is_held_to_its_real_length() -> None:
     head = data[: data.find(b"data") + 8]
     index = extract(Unseekable(head))  # type: ignore[arg-type]
     assert index.reason == "implausible index: audio data range outside the blob"
+
+
+class Greedy(Unseekable):
+    """A forward-only stream that allocates whatever a read asks for, as
+    ``RawIOBase.read`` does; it records the largest ask."""
+
+    largest = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.largest = max(self.largest, size)
+        return super().read(size)
+
+
+def test_forward_only_stream_is_never_asked_for_a_claimed_size() -> None:
+    # Found by the fuzzer: an mp4 claiming a 1 GiB moov, read from a pipe,
+    # had the stream allocate 1 GiB for a read the data could not fill.
+    ftyp = struct.pack(">I4s4sI4s", 20, b"ftyp", b"M4A ", 0, b"isom")
+    data = ftyp + struct.pack(">I4s", (1 << 30) - 1, b"moov") + bytes(1000)
+    stream = Greedy(data)
+    with peak_memory() as peak:
+        assert extract(stream).reason == "truncated mp4 moov box"  # type: ignore[arg-type]
+        assert peak() < 4 << 20
+    assert stream.largest <= CHUNK_SIZE
