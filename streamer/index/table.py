@@ -174,16 +174,21 @@ class _BatchViews:
 
 
 def _values(array: pa.Array, width: int) -> np.ndarray:
-    dtype = np.dtype(f"<i{width}")
-    return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + len(array)]
+    values = _view(array.buffers()[1], np.dtype(f"<i{width}"))
+    return values[array.offset : array.offset + len(array)]
 
 
 def _list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)
+    offsets = _view(array.buffers()[1], np.dtype(np.int32))
     offsets = offsets[array.offset : array.offset + len(array) + 1]
     values = array.values
-    flat = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset :]
+    flat = _view(values.buffers()[1], np.dtype(np.int64))[values.offset :]
     return offsets, flat
+
+
+def _view(buffer: pa.Buffer, dtype: np.dtype) -> np.ndarray:
+    """The whole elements of a buffer (a file's buffer may carry a ragged tail)."""
+    return np.frombuffer(buffer, dtype=dtype, count=buffer.size // dtype.itemsize)
 
 
 class IndexReader:

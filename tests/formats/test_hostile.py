@@ -16,8 +16,9 @@ from _index_support import decoded_length, encoded
 
 from streamer.formats import extract
 from streamer.formats.flac.parse import crc8
+from streamer.formats.mp3 import parse as mp3
 from streamer.formats.ogg import pages as ogg
-from streamer.formats.reader import CHUNK_SIZE, Reader
+from streamer.formats.reader import CHUNK_SIZE, NoIndex, Reader
 from streamer.index import SeekIndex
 from streamer.index.checks import check_index
 
@@ -262,3 +263,11 @@ def test_forward_only_stream_is_never_asked_for_a_claimed_size() -> None:
         assert extract(stream).reason == "truncated mp4 moov box"  # type: ignore[arg-type]
         assert peak() < 4 << 20
     assert stream.largest <= CHUNK_SIZE
+
+
+def test_id3_tag_then_half_a_frame_header() -> None:
+    # Found by the fuzzer: two bytes of sync after a tag made the frame
+    # search count from the buffer's end and read a header past it.
+    data = b"ID3\x03\x00\x00\x00\x00\x00\x00" + b"\xff\xfb"
+    with pytest.raises(NoIndex, match="no mpeg audio frames"):
+        mp3.parse(io.BytesIO(data))
