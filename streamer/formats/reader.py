@@ -118,7 +118,10 @@ class Reader:
         parts = [self._buf[self._cursor :]]
         have = len(parts[0])
         while have < need:
-            chunk = self._stream.read(max(self._chunk_size, need - have))
+            # A stream of unknown length may allocate all it is asked for
+            # before it finds out how much it holds: ask it a chunk at a time.
+            ask = max(self._chunk_size, need - have) if self.size is not None else self._chunk_size
+            chunk = self._stream.read(ask)
             if not chunk:
                 self._eof = True
                 break

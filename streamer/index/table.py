@@ -174,22 +174,29 @@ class _BatchViews:
 
 
 def _values(array: pa.Array, width: int) -> np.ndarray:
-    dtype = np.dtype(f"<i{width}")
-    return np.frombuffer(array.buffers()[1], dtype=dtype)[array.offset : array.offset + len(array)]
+    values = _view(array.buffers()[1], np.dtype(f"<i{width}"))
+    return values[array.offset : array.offset + len(array)]
 
 
 def _list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)
+    offsets = _view(array.buffers()[1], np.dtype(np.int32))
     offsets = offsets[array.offset : array.offset + len(array) + 1]
     values = array.values
-    flat = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset :]
+    flat = _view(values.buffers()[1], np.dtype(np.int64))[values.offset :]
     return offsets, flat
+
+
+def _view(buffer: pa.Buffer, dtype: np.dtype) -> np.ndarray:
+    """The whole elements of a buffer (a file's buffer may carry a ragged tail)."""
+    return np.frombuffer(buffer, dtype=dtype, count=buffer.size // dtype.itemsize)
 
 
 class IndexReader:
     """Reads ``SeekIndex`` rows out of one open ``seek_index/`` shard.
 
-    The returned arrays are read-only views onto the shard's memory map.
+    The returned arrays are read-only views onto the shard's memory map. A
+    row is read as it is stored: whether it can be trusted for its blob is
+    ``checks.check_against_blob``'s to say.
     """
 
     def __init__(self, shard: Shard) -> None:
@@ -215,6 +222,12 @@ class IndexReader:
         arrays = {
             name: flat[offsets[j] : offsets[j + 1]] for name, (offsets, flat) in views.lists.items()
         }
+        if len(arrays["header_offset"]) != len(arrays["header_length"]):
+            raise ShardError(
+                f"corrupt {INDEX_COLUMN!r} row: header offsets and lengths differ in number",
+                shard=self.shard.path,
+                key=self.shard.keys[row].as_py(),
+            )
         header = tuple(
             zip(arrays["header_offset"].tolist(), arrays["header_length"].tolist(), strict=True)
         )

@@ -149,8 +149,9 @@ class Shard:
         batch, j = self.locate(row)
         key = self.keys[row].as_py()
         validity, offsets_buffer = self._buffers(batch, (0, 1), column)
+        width = np.dtype(_BINARY_OFFSET_TYPES[self._type(column)])
         offsets = np.frombuffer(
-            offsets_buffer, dtype=_BINARY_OFFSET_TYPES[self._type(column)], count=-1
+            offsets_buffer, dtype=width, count=offsets_buffer.size // width.itemsize
         )
         rows = self.layout.batches[batch].num_rows
         if len(offsets) <= rows or (validity.size and validity.size * 8 < rows):

@@ -16,8 +16,9 @@ from _index_support import decoded_length, encoded
 
 from streamer.formats import extract
 from streamer.formats.flac.parse import crc8
+from streamer.formats.mp3 import parse as mp3
 from streamer.formats.ogg import pages as ogg
-from streamer.formats.reader import Reader
+from streamer.formats.reader import CHUNK_SIZE, NoIndex, Reader
 from streamer.index import SeekIndex
 from streamer.index.checks import check_index
 
@@ -239,3 +240,34 @@ def test_forward_only_stream_is_held_to_its_real_length() -> None:
     head = data[: data.find(b"data") + 8]
     index = extract(Unseekable(head))  # type: ignore[arg-type]
     assert index.reason == "implausible index: audio data range outside the blob"
+
+
+class Greedy(Unseekable):
+    """A forward-only stream that allocates whatever a read asks for, as
+    ``RawIOBase.read`` does; it records the largest ask."""
+
+    largest = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.largest = max(self.largest, size)
+        return super().read(size)
+
+
+def test_forward_only_stream_is_never_asked_for_a_claimed_size() -> None:
+    # Found by the fuzzer: an mp4 claiming a 1 GiB moov, read from a pipe,
+    # had the stream allocate 1 GiB for a read the data could not fill.
+    ftyp = struct.pack(">I4s4sI4s", 20, b"ftyp", b"M4A ", 0, b"isom")
+    data = ftyp + struct.pack(">I4s", (1 << 30) - 1, b"moov") + bytes(1000)
+    stream = Greedy(data)
+    with peak_memory() as peak:
+        assert extract(stream).reason == "truncated mp4 moov box"  # type: ignore[arg-type]
+        assert peak() < 4 << 20
+    assert stream.largest <= CHUNK_SIZE
+
+
+def test_id3_tag_then_half_a_frame_header() -> None:
+    # Found by the fuzzer: two bytes of sync after a tag made the frame
+    # search count from the buffer's end and read a header past it.
+    data = b"ID3\x03\x00\x00\x00\x00\x00\x00" + b"\xff\xfb"
+    with pytest.raises(NoIndex, match="no mpeg audio frames"):
+        mp3.parse(io.BytesIO(data))

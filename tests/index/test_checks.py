@@ -6,17 +6,23 @@ from __future__ import annotations
 import dataclasses
 import io
 import itertools
+import struct
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from _index_support import encoded
 from helpers import write_audio
 
 import streamer
+from streamer.errors import ShardError
 from streamer.formats import extract
-from streamer.index import SeekIndex
+from streamer.index import IndexReader, SeekIndex
 from streamer.index.checks import check_against_blob, check_index
+from streamer.index.table import INDEX_TYPE, to_struct_array
+from streamer.shard import Shard
+from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
 
 
@@ -168,3 +174,43 @@ def test_he_aac_rate_and_channels_are_tolerated(good) -> None:  # type: ignore[n
     assert check_against_blob(index, size, {"container": "ogg"}) == (
         "index disagrees with audio_info: container"
     )
+
+
+def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
+    # Found by the fuzzer: header offset and length lists of different
+    # lengths in one row made IndexReader raise a bare ValueError.
+    index = extract(io.BytesIO(encoded("flac", 22050, 1, seconds=0.5)))
+    good = to_struct_array([index])
+    children = {field.name: good.field(field.name) for field in INDEX_TYPE}
+    children["header_length"] = pa.array([[]], pa.list_(pa.int64()))
+    bad = pa.StructArray.from_arrays(list(children.values()), fields=list(INDEX_TYPE))
+    path = tmp_path / "seek_index" / "s.wsds"
+    path.parent.mkdir()
+    with pa.ipc.new_file(str(path), SCHEMA) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["ep"]), bad], schema=SCHEMA))
+    with pytest.raises(ShardError, match="header offsets and lengths differ") as caught:
+        IndexReader(Shard(path)).read(0)
+    assert caught.value.key == "ep"
+
+
+def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
+    # Found by the fuzzer: a sample_rate buffer one byte longer than its
+    # int32 values made numpy raise a bare ValueError.
+    indexes = [extract(io.BytesIO(encoded("mp3", 44100, 1, seconds=0.5)))] * 3
+    path = tmp_path / "seek_index" / "s.wsds"
+    path.parent.mkdir()
+    with pa.ipc.new_file(str(path), SCHEMA) as writer:
+        writer.write_batch(
+            pa.record_batch([pa.array(["a", "b", "c"]), to_struct_array(indexes)], schema=SCHEMA)
+        )
+    data = path.read_bytes()
+    layout = Shard(path).layout.batches[0]
+    body = layout.buffers[0][0]
+    offset, length = layout.buffers[
+        17
+    ]  # __key__: 3; the struct: 1; 4 strings: 12; sample_rate: validity, values
+    entry = struct.pack("<qq", offset - body, length)
+    assert length == 12 and data.count(entry) == 1
+    path.write_bytes(data.replace(entry, struct.pack("<qq", offset - body, length + 1)))
+    reader = IndexReader(Shard(path))
+    assert [reader.read(row).sample_rate for row in range(3)] == [44100] * 3

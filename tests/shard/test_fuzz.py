@@ -166,3 +166,19 @@ def test_a_lying_decompressed_size_allocates_nothing() -> None:
         shard.blob("audio", 0)
     assert peak() < 1 << 20
     assert caught.value.offset == values_at
+
+
+def test_offsets_buffer_of_a_ragged_length() -> None:
+    # Found by the fuzzer: an offsets buffer whose length is no multiple of
+    # its offsets' width made numpy raise a bare ValueError.
+    data = seed("audio")
+    layout, _ = read_layout(MemoryReader(data, url=URL), URL)
+    body = layout.batches[0].buffers[0][0]
+    offsets_at, length = layout.batches[0].buffers[4]
+    entry = struct.pack("<qq", offsets_at - body, length)
+    assert data.count(entry) == 1
+    hostile = data.replace(entry, struct.pack("<qq", offsets_at - body, length - 3))
+    shard = Shard(MemoryReader(hostile, url=URL))
+    with pytest.raises(ShardError, match="too short") as caught:
+        shard.blob("audio", 1)
+    assert caught.value.key == "k1"

@@ -172,8 +172,9 @@ def _sync(reader: Reader, position: int, same: int | None) -> int | None:
         buf, i = reader.window(4 * _MAX_FRAME)
         base, end = reader.pos - i, len(buf)
         eof = reader.ends_at(base + end)
-        # Only candidates whose successor lies inside the buffer are judged here.
-        stop = end - 3 if eof else end - 2 * _MAX_FRAME
+        # Only candidates whose successor lies inside the buffer are judged
+        # here (and a whole header: a negative stop would count from the end).
+        stop = max(i, end - 3 if eof else end - 2 * _MAX_FRAME)
         j = buf.find(b"\xff", i, stop)
         while j >= 0:
             if _confirmed(buf, j, same, eof):
