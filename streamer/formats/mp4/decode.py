@@ -185,8 +185,8 @@ def _demux_decode(
             continue
         try:
             frames = decoder.decode(packet)
-        except (av.FFmpegError, ValueError):
-            context.stats.bad_packets += 1
+        except (av.FFmpegError, ValueError) as exc:
+            context.bad_packet(f"decoder rejected it ({exc})", packet.pos)
             continue
         for frame in frames:
             if first is None:
