@@ -93,11 +93,12 @@ def _flac_frames(fetched: Fetched) -> list[tuple[int, int, int]]:
     headers that number on from the first (a sync code and CRC-8 can occur
     by chance inside a frame)."""
     data = bytes(fetched.data)
-    frames, numbers = [], []
+    frames, numbers, nominal = [], [], 0
     for match in re.finditer(rb"\xff\xf8", data):
         header = frame_header(data, match.start())
         if header is not None and (not numbers or header.number == numbers[-1] + 1):
-            frames.append((match.start(), header.number * header.block, header.block))
+            nominal = nominal or header.block  # (the last frame may be shorter)
+            frames.append((match.start(), header.number * nominal, header.block))
             numbers.append(header.number)
     assert frames[0][0] == 0
     return frames
@@ -201,3 +202,70 @@ def test_a_flac_crop_from_a_damaged_shard_counts_its_bad_packet(
     got = copy.read_crop("flac", 6.0, 7.0)
     assert copy.decode_stats.bad_packets == 1
     assert got.shape == dataset.read_crop("flac", 6.0, 7.0).shape
+
+
+def _crc16(data: bytes) -> int:
+    """FLAC's frame CRC-16 (polynomial 0x8005, init 0), bit by bit: test files only."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x8005) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def _coded(value: int) -> bytes:
+    """FLAC's UTF-8-like coding of a frame or sample number."""
+    if value < 0x80:
+        return bytes([value])
+    length = next(n for n in range(2, 8) if value < 1 << (5 * n + 1 if n < 7 else 36))
+    tail = [0x80 | (value >> (6 * k) & 0x3F) for k in range(length - 1)][::-1]
+    return bytes([(0xFF << (8 - length) & 0xFF) | value >> (6 * (length - 1)), *tail])
+
+
+def _variable_block_size(flac: bytes) -> bytes:
+    """The same stream with every frame header rewritten to the variable
+    block size strategy (a frame states its first sample, not its number),
+    CRCs recomputed: what no encoder at hand writes."""
+    import io
+
+    from streamer.formats.flac.parse import crc8, parse
+
+    start = parse(io.BytesIO(flac)).data_start
+    frames = _flac_frames(Fetched(((0, memoryview(flac[start:])),)))
+    out = [flac[:start]]
+    ends = [offset for offset, _, _ in frames[1:]] + [len(flac) - start]
+    for (offset, position, _), end in zip(frames, ends, strict=True):
+        frame = flac[start + offset : start + end]
+        number_length = max(1, 8 - (frame[4] ^ 0xFF).bit_length())
+        extra = {6: 1, 7: 2}.get(frame[2] >> 4, 0) + {12: 1, 13: 2, 14: 2}.get(frame[2] & 15, 0)
+        head = bytes([0xFF, 0xF9, frame[2], frame[3]]) + _coded(position)
+        head += frame[4 + number_length : 4 + number_length + extra]
+        head += bytes([crc8(head)])
+        body = head + frame[4 + number_length + extra + 1 : -2]
+        out.append(body + _crc16(body).to_bytes(2, "big"))
+    return b"".join(out)
+
+
+def test_variable_block_size_flac_is_exact_and_its_damage_counted(tmp_path: Path) -> None:
+    import io
+
+    import av
+
+    from streamer.formats.frames import frame_to_float32
+
+    data = _variable_block_size(encode(signal(6.0, 44100, 2, seed=9), 44100, "flac"))
+    assert data[data.index(b"\xff\xf9")] == 0xFF  # every frame says "variable"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "v.flac").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    with av.open(io.BytesIO(data)) as container:
+        full = np.concatenate([frame_to_float32(f) for f in container.decode(audio=0)], axis=1)
+    for start, end in ((0.0, 1.0), (2.345, 3.9), (5.5, 6.0)):
+        got = dataset.read_crop("v", start, end)
+        np.testing.assert_array_equal(got, full[:, round(start * 44100) : round(end * 44100)])
+    assert dataset.decode_stats.bad_packets == 0
+    job, fetched = _planned(dataset, "v", 2.0, 4.0)
+    got, stats = _decode(job, _flipped(fetched, len(fetched.data) // 2))
+    assert stats.bad_packets == 1 and got.shape == (2, 88200)
