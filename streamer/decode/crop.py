@@ -30,7 +30,7 @@ from ..formats.job import CropPlan, DecodeContext, DecodeStats, Episode, Fetched
 from ..formats.registry import format_for
 from ..index.table import SeekIndex
 from ..timing import record
-from .fallback import decode_range
+from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
 from .plan import plan_crop
 from .resample import downmix, resample, window
 
@@ -212,7 +212,10 @@ def decode_job(
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
-    """The episode has no usable index: FFmpeg seeks over the blob itself."""
+    """The episode has no usable index: FFmpeg seeks over the blob itself.
+
+    Whatever FFmpeg raises on the bytes is a ``CropError`` naming the
+    episode; a store's failure stays a ``StorageError``."""
     stats.crops += 1
     stats.count_fallback(job.fallback_reason)
     if stats.fallback == 1:
@@ -223,8 +226,18 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
             job.episode.shard,
             job.fallback_reason,
         )
+    request, episode = job.request, job.episode
     with record("decode_fallback"):
-        audio, rate = decode_range(job.episode.blob, job.request.start, job.request.end)
+        try:
+            audio, rate = decode_range(episode.blob, request.start, request.end)
+        except PastTheEnd as end:
+            raise episode.error(
+                f"range [{request.start}, {request.end}) s is past the end of the episode ({end})"
+            ) from None
+        except FFMPEG_FAILURES as exc:
+            raise episode.error(
+                f"FFmpeg cannot decode it without a seek index: {type(exc).__name__}: {exc}"
+            ) from exc
     return _finish(job, audio, rate)
 
 

@@ -10,6 +10,7 @@ native ``first_sample + g * timescale / sample_rate`` (``to_native``,
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -28,6 +29,8 @@ __all__ = [
     "to_gapless",
     "to_native",
 ]
+
+log = logging.getLogger(__name__)
 
 #: ``(offset, length)`` byte ranges of a blob.
 Ranges = tuple[tuple[int, int], ...]
@@ -141,8 +144,10 @@ def _rebuild(pieces: tuple[tuple[int, bytes], ...]) -> Fetched:
 class DecodeStats:
     """Decode counters (per dataset, or per pipeline). ``fallback`` crops had
     no usable index; ``unplanned_reads`` counts a decoder asking for bytes
-    outside its plan (always a bug signal); ``bad_packets`` were skipped by
-    the decoder; ``planned_bytes`` is what the crops' decoders were given."""
+    outside its plan (always a bug signal); ``bad_packets`` are packets,
+    frames or pages that failed a check (FLAC frame and Ogg page CRCs) or
+    that the decoder rejected, each decoded as silence or dropped;
+    ``planned_bytes`` is what the crops' decoders were given."""
 
     crops: int = 0
     planned_bytes: int = 0
@@ -190,6 +195,16 @@ class DecodeContext:
 
     def error(self, message: str) -> CropError:
         return self.episode.error(message)
+
+    def bad_packet(self, why: str, offset: int | None = None) -> None:
+        """Count bytes that are not decoded as they stand (``why``), and say
+        where at debug level: a crop may carry on around them, but a run
+        that counts many wants to find them."""
+        self.stats.bad_packets += 1
+        episode = self.episode
+        log.debug(
+            "bad packet: %s (shard=%r, key=%r, offset=%r)", why, episode.shard, episode.key, offset
+        )
 
 
 def to_native(index: SeekIndex, sample: int) -> int:

@@ -45,7 +45,7 @@ def decode(
     pieces = [
         samples
         for _, samples in decode_packets(
-            decoder, packets[skip:], context, channels=index.channels, on_bad=per_frame
+            decoder, packets[skip:], context, channels=index.channels, lengths=per_frame
         )
     ]
     return concat(pieces, index.channels), to_gapless(index, first_native)

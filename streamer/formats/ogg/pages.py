@@ -21,11 +21,12 @@ __all__ = [
     "EOS",
     "HEADER",
     "MAX_PAGE",
+    "Damage",
     "Page",
+    "checked_pages",
     "ogg_crc",
     "page_at",
     "scan",
-    "unchecked_page",
 ]
 
 MAX_PAGE = 27 + 255 + 255 * 255
@@ -43,7 +44,11 @@ def ogg_crc(page: bytes) -> int:
     loop in Python.
     """
     raw = zlib.crc32(page.translate(_REVERSED_BITS), 0xFFFFFFFF) ^ 0xFFFFFFFF
-    return int(f"{raw:032b}"[::-1], 2)
+    return _reverse32(raw)
+
+
+def _reverse32(value: int) -> int:
+    return int(f"{value:032b}"[::-1], 2)
 
 
 class Page(NamedTuple):
@@ -122,13 +127,52 @@ def page_at(buf: bytes, i: int, base: int = 0, gap: bool = False) -> Page | None
     return Page(base + i, flags, granule, serial, sequence, lacing, buf[body_start:end], gap)
 
 
-def unchecked_page(data: bytes | memoryview, offset: int) -> Page:
-    """The page at ``data[offset]`` as it stands, for bytes whose CRCs were
-    checked when indexing: a body running past the end of ``data`` is cut
-    there. ``ValueError`` when no page starts at ``offset``."""
-    capture, _, flags, granule, serial, sequence, _, count = HEADER.unpack_from(data, offset)
-    if capture != b"OggS":
-        raise ValueError(f"no Ogg page at data offset {offset}")
-    lacing = bytes(data[offset + 27 : offset + 27 + count])
-    body = data[offset + 27 + count : offset + 27 + count + sum(lacing)]
-    return Page(offset, flags, granule, serial, sequence, lacing, body, False)
+class Damage(NamedTuple):
+    """Bytes ``[offset, end)`` that are not a whole page with a valid CRC."""
+
+    offset: int
+    end: int
+
+
+def checked_pages(data: bytes | memoryview) -> Iterator[Page | Damage]:
+    """The pages of ``data``, bytes that start on a page (a crop's planned
+    ranges), each checked against its CRC. Bytes that are not a whole page
+    with a valid CRC come out as one ``Damage`` reaching to the next page
+    that is (or the end), so a decoder can drop them and know it did.
+
+    The bytes are bit-reversed once, not page by page, and CRCs run over
+    views of them: about 2 µs per KiB (``page_at`` copies each page thrice).
+    """
+    buf = bytes(data)
+    reversed_bits = memoryview(buf.translate(_REVERSED_BITS))
+    i = 0
+    while i < len(buf):
+        page = _checked_page(buf, reversed_bits, i)
+        if page is not None:
+            yield page
+            i = page.end
+            continue
+        j = buf.find(b"OggS", i + 1)
+        while j >= 0 and _checked_page(buf, reversed_bits, j) is None:
+            j = buf.find(b"OggS", j + 1)
+        end = j if j >= 0 else len(buf)
+        yield Damage(i, end)
+        i = end
+
+
+def _checked_page(buf: bytes, reversed_bits: memoryview, i: int) -> Page | None:
+    """The page at ``buf[i]`` if it is whole and its CRC holds, else None."""
+    if len(buf) - i < 27 or not buf.startswith(b"OggS", i):
+        return None
+    _, version, flags, granule, serial, sequence, crc, count = HEADER.unpack_from(buf, i)
+    body_start = i + 27 + count
+    lacing = buf[i + 27 : body_start]
+    end = body_start + sum(lacing)
+    if version != 0 or end > len(buf):
+        return None
+    # Ogg's CRC of the page with its CRC field zeroed (zeros reverse to zeros).
+    raw = zlib.crc32(reversed_bits[i : i + 22], 0xFFFFFFFF)
+    raw = zlib.crc32(reversed_bits[i + 26 : end], zlib.crc32(b"\0\0\0\0", raw))
+    if _reverse32(raw ^ 0xFFFFFFFF) != crc:
+        return None
+    return Page(i, flags, granule, serial, sequence, lacing, buf[body_start:end], False)
