@@ -1,17 +1,21 @@
-"""``streamer inspect URL``: what a dataset holds."""
+"""``streamer inspect URL``: what a dataset holds, and what of it cannot be read."""
 
 from __future__ import annotations
 
 import argparse
 from collections import Counter
 
-from ..dataset import open_dataset
+from ..dataset import Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
+from ..errors import DataError
+from ..index.table import INDEX_DIR
 from ._options import add_url_arguments, storage_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("inspect", help="shards, rows, columns, hours, codec mix")
+    parser = subparsers.add_parser(
+        "inspect", help="shards, rows, columns, hours, codec mix, unreadable shards"
+    )
     add_url_arguments(parser)
     return parser
 
@@ -19,12 +23,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.url, **storage_options(args))
     print(f"dataset   {dataset.url}")
-    print(f"shards    {len(dataset.shard_names)}")
+    bad = dataset.bad_shards
+    skipped = f" ({len(bad)} skipped)" if bad else ""
+    print(f"shards    {len(dataset.shard_names)}{skipped}")
     print(f"rows      {len(dataset)}")
     for column_dir in dataset.column_dirs:
-        first = dataset.shard(dataset.shard_names[0], column_dir)
-        columns = ", ".join(f"{f.name}: {f.type}" for f in first.schema)
-        print(f"columns   {column_dir}/  {columns}")
+        columns = _columns(dataset, column_dir)
+        if columns:
+            print(f"columns   {column_dir}/  {columns}")
+    for name, reason in bad.items():
+        print(f"skipped   {dataset.audio_dir}/{name}: {reason}")
+    if INDEX_DIR in dataset.column_dirs:
+        for name, reason in dataset.index_problems().items():
+            print(f"no index  {INDEX_DIR}/{name} (its episodes fall back): {reason}")
     if INFO_DIR not in dataset.column_dirs:
         print(f"hours     unknown (no {INFO_DIR}/ column directory)")
         return 0
@@ -34,3 +45,14 @@ def run(args: argparse.Namespace) -> int:
     mix = Counter(info.column("codec").to_pylist())
     print("codecs    " + ", ".join(f"{codec} {count}" for codec, count in mix.most_common()))
     return 0
+
+
+def _columns(dataset: Dataset, column_dir: str) -> str:
+    """The columns of a column directory's first shard that opens ("" if none does)."""
+    for name in dataset.shard_names:
+        try:
+            first = dataset.shard(name, column_dir)
+        except DataError:
+            continue
+        return ", ".join(f"{f.name}: {f.type}" for f in first.schema)
+    return ""

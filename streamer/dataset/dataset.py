@@ -11,15 +11,26 @@ This is the wsds layout. The audio column directory defines the shard list;
 every other column directory must hold the same shard names, and its
 ``__key__`` column is checked against the audio one the first time a shard of
 it is opened.
+
+One bad shard does not take the dataset down. An audio shard that cannot be
+read (truncated, its footer overwritten, unreadable) or whose ``audio_info/``
+shard cannot be, is reported once (a warning naming it and why; listed in
+``bad_shards`` and by ``streamer inspect``) and its rows are left out: they
+are not in ``len``, the keys, iteration or the episodes samplers draw from.
+A ``seek_index/`` shard that cannot be used (unreadable, truncated, its keys
+not the audio shard's) costs only speed: its episodes are decoded without
+the index, counted with the reason.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
@@ -28,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..decode.crop import Crop, CropRequest, read_crop
-from ..errors import CompressedShardWarning, LayoutError, ShardError, StorageError
+from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
 from ..formats.job import DecodeStats, Episode
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
@@ -38,10 +49,17 @@ from ..storage.base import Store
 from ..storage.local import LocalStore
 from ..timing import record
 
-__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset"]
+__all__ = ["AUDIO_COLUMN", "INDEX_UNREADABLE", "INFO_DIR", "KEYS_DIFFER", "Dataset", "open_dataset"]
+
+log = logging.getLogger(__name__)
 
 AUDIO_COLUMN = "audio"
 INFO_DIR = "audio_info"
+#: Fallback reasons of the episodes of a ``seek_index/`` shard that cannot be used.
+INDEX_UNREADABLE = "seek_index shard unreadable"
+KEYS_DIFFER = "seek_index shard keys differ from audio"
+#: Shards opened at once when checking a remote dataset's shards.
+_OPEN_THREADS = 16
 
 
 class Dataset:
@@ -77,17 +95,74 @@ class Dataset:
         self.audio_dir = audio_dir or self._find_audio_dir()
         if self.audio_dir not in self.column_dirs:
             raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.url)
-        self.shard_names = sorted(self.column_dirs[self.audio_dir])
+        #: Every shard the store lists in the audio column directory.
+        self.listed_shards = sorted(self.column_dirs[self.audio_dir])
+        self._served: list[str] | None = None
+        self._bad_shards: dict[str, str] = {}
+        self._checking = threading.Lock()
         self._shards: dict[tuple[str, str], Shard] = {}
         self._opening: dict[tuple[str, str], threading.Lock] = {}
         self._index_readers: dict[str, IndexReader] = {}
+        #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
+        self._index_problems: dict[str, tuple[str, DataError]] = {}
         self._warned_compressed = False
         self._decode_stats: DecodeStats | None = None
 
     def __repr__(self) -> str:
-        return f"Dataset({self.url!r}, shards={len(self.shard_names)})"
+        return f"Dataset({self.url!r}, shards={len(self.listed_shards)})"
 
     # -- shards -------------------------------------------------------------
+
+    @property
+    def shard_names(self) -> list[str]:
+        """The shards the dataset serves, in order: every listed audio shard
+        that opens with its keys (and its ``audio_info/`` shard, when there
+        is that directory). The first call opens them all, which ``len`` and
+        the keys need anyway; the others go to ``bad_shards``, with a warning."""
+        if self._served is None:
+            with self._checking:
+                if self._served is None:
+                    self._served = self._check_shards()
+        return self._served
+
+    @property
+    def bad_shards(self) -> dict[str, str]:
+        """Listed shards left out of the dataset, and why (checked with ``shard_names``)."""
+        self.shard_names  # noqa: B018 (the check fills it)
+        return dict(self._bad_shards)
+
+    def _check_shards(self) -> list[str]:
+        threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
+        with ThreadPoolExecutor(max(threads, 1)) as pool:
+            problems = list(pool.map(self._shard_problem, self.listed_shards))
+        served = []
+        for name, problem in zip(self.listed_shards, problems, strict=True):
+            if problem is None:
+                served.append(name)
+                continue
+            self._bad_shards[name] = problem
+            log.warning("%s: shard %r and its rows are skipped: %s", self.url, name, problem)
+        return served
+
+    def _shard_problem(self, name: str) -> str | None:
+        """Why shard ``name`` cannot be served, or None when it can."""
+        try:
+            self.shard(name).keys  # noqa: B018 (reads and checks them)
+            if INFO_DIR in self.column_dirs and self.audio_dir != INFO_DIR:
+                self.shard(name, INFO_DIR)
+        except (DataError, StorageError) as exc:
+            if self._store_failed(exc):
+                raise
+            return str(exc)
+        return None
+
+    def _store_failed(self, error: Exception) -> bool:
+        """Whether ``error`` is a remote store failing, not the shard's bytes:
+        a local file that cannot be read is the shard's problem, a store that
+        stays unreachable past its retries is not."""
+        if not self.store.is_remote:
+            return False
+        return isinstance(error, StorageError) or isinstance(error.__cause__, StorageError)
 
     def shard(self, name: str, column_dir: str | None = None) -> Shard:
         """The shard ``name`` of a column directory, opened and key-checked once.
@@ -107,6 +182,16 @@ class Dataset:
             return cached
 
     def _open_checked(self, name: str, column_dir: str) -> Shard:
+        shard = self._open_listed(name, column_dir)
+        if column_dir == self.audio_dir:
+            self._check_audio(shard)
+        else:
+            _check_keys_aligned(shard, self.shard(name))
+        return shard
+
+    def _open_listed(self, name: str, column_dir: str) -> Shard:
+        """Shard ``name`` of a column directory, opened; ``LayoutError`` when
+        the directory or the shard is not there."""
         if column_dir not in self.column_dirs:
             raise LayoutError(f"missing column directory {column_dir!r}", shard=self.url)
         path = self.column_dirs[column_dir].get(name)
@@ -115,12 +200,7 @@ class Dataset:
                 f"column directory {column_dir!r} has no shard {name!r}",
                 shard=self.store.display(self.store.join(self.root, column_dir)),
             )
-        shard = self._open_shard(path, column_dir)
-        if column_dir == self.audio_dir:
-            self._check_audio(shard)
-        else:
-            _check_keys_aligned(shard, self.shard(name))
-        return shard
+        return self._open_shard(path, column_dir)
 
     def _check_audio(self, shard: Shard) -> None:
         if self.audio_column not in shard.schema.names:
@@ -184,7 +264,10 @@ class Dataset:
         try:
             row = self._key_rows[key]
         except KeyError:
-            raise KeyError(f"no episode with key {key!r} in {self.url}") from None
+            skipped = (
+                f" (skipped shards: {', '.join(self._bad_shards)})" if self._bad_shards else ""
+            )
+            raise KeyError(f"no episode with key {key!r} in {self.url}{skipped}") from None
         index = self.shard_index(row)
         return self.shard_names[index], row - int(self._rows[index])
 
@@ -207,23 +290,80 @@ class Dataset:
 
     def seek_index(self, key: str) -> SeekIndex:
         """The episode's seek index from ``seek_index/``: its arrays are views
-        onto the shard's memory map (``streamer index`` builds the directory)."""
+        onto the shard's memory map (``streamer index`` builds the directory).
+        Raises ``LayoutError`` when there is no index shard for it and
+        ``ShardError`` when there is one that cannot be used."""
         name, row = self.locate(key)
-        reader = self._index_readers.get(name)
-        if reader is None:
-            reader = self._index_readers[name] = IndexReader(self.shard(name, INDEX_DIR))
+        reader = self._index_reader(name)
+        if isinstance(reader, DataError):  # a new one each time: the kept one gathers no traceback
+            raise type(reader)(reader.reason, shard=reader.shard, key=reader.key)
         with record("index_read"):
             return reader.read(row)
 
     def episode(self, key: str) -> Episode:
         """What a crop of ``key`` needs: its blob handle and seek index (None
-        when ``seek_index/`` has no shard for it); reads only the index row."""
+        when ``seek_index/`` has no shard for it; "no index" with the reason
+        when its shard cannot be used, so the crop falls back); reads only
+        the index row."""
         blob = self.blob(key)
-        try:
-            index: SeekIndex | None = self.seek_index(key)
-        except LayoutError:
-            index = None
+        name, row = self.locate(key)
+        reader = self._index_reader(name)
+        index: SeekIndex | None = None
+        if isinstance(reader, IndexReader):
+            with record("index_read"):
+                index = reader.read(row)
+        elif isinstance(reader, ShardError):
+            index = SeekIndex.unavailable(self._index_problems[name][0])
         return Episode(key=key, shard=blob.shard, blob=blob, index=index)
+
+    def index_problems(self) -> dict[str, str]:
+        """Every served shard whose ``seek_index/`` shard cannot be used, and
+        why (its episodes fall back); opens every index shard not yet open."""
+        for name in self.shard_names:
+            self._index_reader(name)
+        return {name: str(error) for name, (_, error) in self._index_problems.items()}
+
+    def _index_reader(self, name: str) -> IndexReader | DataError:
+        """The reader of shard ``name``'s ``seek_index/`` shard, or why there
+        is none: a ``LayoutError`` (no such shard) or a ``ShardError`` (it
+        cannot be used, warned about once)."""
+        reader = self._index_readers.get(name)
+        if reader is not None:
+            return reader
+        with self._opening.setdefault((INDEX_DIR, name), threading.Lock()):
+            if name in self._index_problems:
+                return self._index_problems[name][1]
+            if name in self._index_readers:
+                return self._index_readers[name]
+            try:
+                opened = self._open_listed(name, INDEX_DIR)
+            except LayoutError as missing:
+                return missing
+            except (ShardError, StorageError) as exc:
+                return self._index_unusable(name, INDEX_UNREADABLE, exc)
+            try:
+                _check_keys_aligned(opened, self.shard(name))
+            except ShardError as exc:
+                return self._index_unusable(name, KEYS_DIFFER, exc)
+            try:
+                reader = self._index_readers[name] = IndexReader(opened)
+            except ShardError as exc:
+                return self._index_unusable(name, INDEX_UNREADABLE, exc)
+            return reader
+
+    def _index_unusable(self, name: str, reason: str, error: Exception) -> ShardError:
+        if self._store_failed(error):
+            raise error
+        if not isinstance(error, ShardError):
+            error = ShardError(f"cannot open: {error}", shard=f"{INDEX_DIR}/{name}")
+        self._index_problems[name] = (reason, error)
+        log.warning(
+            "%s: %s, its episodes are decoded without it (slower, not sample-exact): %s",
+            self.url,
+            reason,
+            error,
+        )
+        return error
 
     @property
     def decode_stats(self) -> DecodeStats:
@@ -292,15 +432,28 @@ class Dataset:
         if AUDIO_COLUMN in self.column_dirs:
             return AUDIO_COLUMN
         for column_dir, shards in sorted(self.column_dirs.items()):
-            first = self._open_shard(shards[min(shards)], column_dir)
-            if self.audio_column in first.schema.names:
-                return column_dir
+            for name in sorted(shards):  # the first shard that opens says
+                try:
+                    first = self._open_shard(shards[name], column_dir)
+                except ShardError:
+                    continue
+                if self.audio_column in first.schema.names:
+                    return column_dir
+                break
         raise LayoutError(
             f"no column directory has an {self.audio_column!r} column", shard=self.url
         )
 
     def _open_shard(self, path: str, column_dir: str) -> Shard:
-        return Shard(self.store.reader(path, self._sizes.get(path)), column_dir=column_dir)
+        try:
+            reader = self.store.reader(path, self._sizes.get(path))
+        except StorageError as exc:
+            if self.store.is_remote:
+                raise
+            # A local file listed but not readable (not a regular file, gone):
+            # the shard's problem, not a store's.
+            raise ShardError(f"cannot read: {exc}", shard=path) from exc
+        return Shard(reader, column_dir=column_dir)
 
 
 def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:

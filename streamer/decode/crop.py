@@ -50,6 +50,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_POINTS = np.zeros(0, dtype=np.int64)
+#: (shard, reason) pairs this process has warned about decoding without an
+#: index: once each, not once per crop (a pipeline counts per crop).
+_WARNED: set[tuple[str | None, str]] = set()
 
 
 @dataclass
@@ -218,7 +221,8 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
     episode; a store's failure stays a ``StorageError``."""
     stats.crops += 1
     stats.count_fallback(job.fallback_reason)
-    if stats.fallback == 1:
+    if (job.episode.shard, job.fallback_reason) not in _WARNED:
+        _WARNED.add((job.episode.shard, job.fallback_reason))
         log.warning(
             "%s: decoding without a seek index (%s): FFmpeg seeks over the blob, "
             "reading more bytes and not sample-exact for lossy codecs; run "

@@ -26,9 +26,10 @@ __all__ = ["FFMPEG_FAILURES", "PastTheEnd", "decode_range"]
 
 #: What FFmpeg and PyAV raise on bytes they cannot demux or decode: FFmpeg's
 #: errors (``InvalidDataError``, ``PermissionError``, ``EOFError``,
-#: ``PatchWelcomeError``, ...), undecodable metadata text, sample formats
-#: or timestamps out of range.
-FFMPEG_FAILURES = (av.FFmpegError, ValueError, LookupError, ArithmeticError)
+#: ``PatchWelcomeError``, ...), undecodable metadata text, timestamps out of
+#: range. (Not ``LookupError``: what a file object raises comes through PyAV
+#: as itself, and a reader's ``KeyError`` is not the episode's fault.)
+FFMPEG_FAILURES = (av.FFmpegError, ValueError, ArithmeticError)
 
 # How far before the crop to seek (seconds) while FFmpeg's seek lands after
 # it or fails; then decode from the start without seeking.

@@ -95,6 +95,10 @@ def test_missing_shard_in_a_column_dir_is_named(packed: Path, tmp_path: Path) ->
     dataset = open_dataset(copy)
     key = dataset.shard("shard-000001").keys[0].as_py()
     with pytest.raises(LayoutError, match="has no shard 'shard-000001'"):
+        dataset.shard("shard-000001", "audio_info")
+    # Its rows are left out of the dataset, with the same reason.
+    assert "has no shard 'shard-000001'" in dataset.bad_shards["shard-000001"]
+    with pytest.raises(KeyError, match="skipped shards: shard-000001"):
         dataset.info(key)
 
 

@@ -100,7 +100,7 @@ def decode(
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
         _decode_run(decoder, run, index.channels, context)
     # Damaged bytes at the very end hid the samples up to the crop's end.
-    lost_end = runs[-1].after_damage and not runs[-1].packets
+    lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     until = to_native(index, plan.last) if lost_end else None
     start, samples = _place(runs, plan.start_native, until, index.channels)
     if start is None:
@@ -124,8 +124,8 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext) -> list[_Run
 
 
 def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: DecodeContext) -> None:
-    """Decode a run's packets; its start comes from the first page other
-    than the last that closes a packet with a granule."""
+    """Decode a run's packets; its start comes from the first page that
+    closes a packet with a granule, other than an end-of-stream page."""
     produced = 0
     packets = [packet for packet, _ in run.packets]
     for number, samples in decode_packets(decoder, packets, context, channels=channels):

@@ -1,0 +1,209 @@
+"""Partial datasets: one bad shard is reported and skipped, the others served.
+
+Real damaged files: a shard cut short, its footer overwritten, a shard that
+cannot be read at all, an ``audio_info/`` shard cut short; a ``seek_index/``
+shard cut short or with its rows reordered (rewritten with pyarrow), which
+must cost only the index (fallback), never the crops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from streamer import RandomCrops, Streamer, open_dataset
+from streamer.cli import main
+from streamer.dataset import Dataset
+from streamer.dataset.dataset import INDEX_UNREADABLE, KEYS_DIFFER
+from streamer.errors import ShardError, StorageError
+from streamer.pipeline.episodes import Episodes
+from streamer.synth import encode, signal
+from streamer.write.pack import pack
+
+#: Three shards of two one-second episodes each (packed one batch per shard).
+EPISODES = [f"e{i}" for i in range(6)]
+VICTIM = "shard-000001"
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("partial-src")
+    for number, key in enumerate(EPISODES):
+        codec = "flac" if number % 2 else "mp3"
+        data = encode(signal(1.0, 22050, 1, seed=number), 22050, codec)
+        (src / f"{key}.{codec}").write_bytes(data)
+    out = tmp_path_factory.mktemp("partial") / "dataset"
+    pack(src, out, batch_size=2, shard_size=1, progress=False)
+    names = sorted(p.stem for p in (out / "audio").iterdir())
+    assert names == ["shard-000000", "shard-000001", "shard-000002"]
+    return out
+
+
+def _copy(clean: Path, tmp_path: Path, path: str, damage: Callable[[Path], None]) -> Dataset:
+    copy = tmp_path / "copy"
+    shutil.copytree(clean, copy)
+    damage(copy / path)
+    return open_dataset(copy)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _overwrite_footer(path: Path) -> None:
+    data = path.read_bytes()
+    # The footer flatbuffer and its length, not the trailing magic.
+    path.write_bytes(data[:-300] + bytes(range(256))[:290] + data[-10:])
+
+
+def _unreadable(path: Path) -> None:
+    """A shard the store lists but cannot read: a socket where the file was
+    (root reads through permission bits, so chmod would not do; a socket
+    path must be short, so it is made elsewhere and moved)."""
+    import socket
+    import tempfile
+
+    path.unlink()
+    with tempfile.TemporaryDirectory() as folder:
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(os.path.join(folder, "s"))
+        os.rename(os.path.join(folder, "s"), path)
+
+
+DAMAGES = {"truncated": _truncate, "footer": _overwrite_footer, "unreadable": _unreadable}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_bad_audio_shard_is_reported_and_its_rows_skipped(
+    clean: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    dataset = _copy(clean, tmp_path, f"audio/{VICTIM}.wsds", DAMAGES[damage])
+    victims = open_dataset(clean).shard(VICTIM).keys.to_pylist()
+    with caplog.at_level(logging.WARNING, logger="streamer.dataset"):
+        served = list(dataset)
+    assert served == [key for key in EPISODES if key not in victims]
+    assert len(dataset) == len(served) == 4 and dataset.num_rows == 4
+    assert dataset.shard_names == ["shard-000000", "shard-000002"]
+    assert dataset.listed_shards == ["shard-000000", VICTIM, "shard-000002"]
+    (reason,) = dataset.bad_shards.values()
+    assert f"audio/{VICTIM}.wsds" in reason
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(warnings) == 1 and VICTIM in warnings[0] and reason in warnings[0]
+    # The samplers' episodes and a whole epoch: only the served rows.
+    assert Episodes.of(dataset).keys == served
+    crops = list(Streamer(dataset, RandomCrops(0.25, per_episode=2), workers=0))
+    assert sorted({crop.key for crop in crops}) == served and len(crops) == 8
+    for key in served:
+        assert dataset.read_crop(key, 0.1, 0.6).shape == (1, 11025)
+    with pytest.raises(KeyError, match=f"skipped shards: {VICTIM}"):
+        dataset.read_crop(victims[0], 0.1, 0.6)
+    with pytest.raises(ShardError):
+        dataset.shard(VICTIM)  # asked for by name, it still says what is wrong
+
+
+def test_a_bad_audio_info_shard_skips_its_rows_too(clean: Path, tmp_path: Path) -> None:
+    dataset = _copy(clean, tmp_path, f"audio_info/{VICTIM}.wsds", _truncate)
+    assert dataset.shard_names == ["shard-000000", "shard-000002"]
+    assert f"audio_info/{VICTIM}.wsds" in dataset.bad_shards[VICTIM]
+    assert len(Episodes.of(dataset)) == 4
+    assert len(dataset.info_table()) == 4
+
+
+def _reorder_rows(path: Path) -> None:
+    """The index shard rewritten by pyarrow with its rows reversed: the same
+    keys and indexes, each still with its own key, in the wrong order."""
+    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    reversed_rows = table.take(list(range(table.num_rows))[::-1])
+    with pa.ipc.new_file(str(path), reversed_rows.schema) as writer:
+        writer.write_table(reversed_rows)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_truncate, INDEX_UNREADABLE),
+        (_overwrite_footer, INDEX_UNREADABLE),
+        (_reorder_rows, KEYS_DIFFER),
+    ],
+    ids=["truncated", "footer", "reordered"],
+)
+def test_a_bad_seek_index_shard_means_fallback_not_skips(
+    clean: Path,
+    tmp_path: Path,
+    damage: Callable[[Path], None],
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dataset = _copy(clean, tmp_path, f"seek_index/{VICTIM}.wsds", damage)
+    reference = open_dataset(clean)
+    victims = reference.shard(VICTIM).keys.to_pylist()
+    assert list(dataset) == EPISODES and dataset.bad_shards == {}
+    with caplog.at_level(logging.WARNING, logger="streamer.dataset"):
+        crops = list(Streamer(dataset, RandomCrops(0.25, per_episode=3), workers=0, seed=4))
+    assert len(crops) == 18  # every crop yielded
+    said = [(r.name, r.getMessage()) for r in caplog.records if reason in r.getMessage()]
+    # Once by the dataset, naming the index shard and why; once by the fallback.
+    assert [name for name, _ in said] == ["streamer.dataset.dataset", "streamer.decode.crop"]
+    assert f"seek_index/{VICTIM}.wsds" in said[0][1]
+    for key in EPISODES:
+        got = dataset.read_crop(key, 0.2, 0.7)
+        want = reference.read_crop(key, 0.2, 0.7)
+        assert got.shape == want.shape == (1, 11025)
+        if int(key[1:]) % 2:  # FLAC: exact through the fallback too
+            np.testing.assert_array_equal(got, want)
+    stats = dataset.decode_stats
+    assert stats.fallback_reasons == {reason: len(victims)}
+    assert dataset.index_problems().keys() == {VICTIM}
+    with pytest.raises(ShardError):
+        dataset.seek_index(victims[0])  # asked for directly, it still raises
+
+
+def test_inspect_lists_what_cannot_be_read(
+    clean: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(clean, copy)
+    _truncate(copy / "audio" / "shard-000002.wsds")
+    _reorder_rows(copy / "seek_index" / "shard-000000.wsds")
+    assert main(["inspect", str(copy)]) == 0
+    report = capsys.readouterr().out
+    assert "shards    2 (1 skipped)" in report and "rows      4" in report
+    assert "skipped   audio/shard-000002: cannot open as an Arrow IPC file" in report
+    assert "no index  seek_index/shard-000000 (its episodes fall back): __key__ mismatch" in report
+
+
+def test_a_truncated_remote_shard_is_skipped(
+    http, storage_root: Path, make_store, clean: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Over HTTP too: a shard cut short is the shard's fault, not the store's."""
+    served = storage_root / "partial"
+    if not served.exists():
+        shutil.copytree(clean, served)
+        _truncate(served / "audio" / f"{VICTIM}.wsds")
+    dataset = Dataset(f"{http.url}/partial", store=make_store("http"))
+    assert dataset.shard_names == ["shard-000000", "shard-000002"]
+    assert len(dataset) == 4
+    key = next(iter(dataset))
+    assert dataset.read_crop(key, 0.1, 0.6).shape == (1, 11025)
+
+
+def test_a_failing_store_is_not_a_bad_shard(
+    http, storage_root: Path, make_store, clean: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A store that answers 503 past its retries raises: its shards are not
+    quietly dropped from the dataset (a local file that cannot be read is)."""
+    served = storage_root / "partial-503"
+    if not served.exists():
+        shutil.copytree(clean, served)
+    dataset = Dataset(f"{http.url}/partial-503", store=make_store("http", attempts=2, backoff=0.01))
+    http.faults.errors = 1000
+    with pytest.raises((ShardError, StorageError), match="503"):
+        dataset.shard_names  # noqa: B018
+    assert dataset._bad_shards == {}
