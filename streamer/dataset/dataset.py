@@ -41,6 +41,7 @@ import pyarrow as pa
 from ..decode.crop import Crop, CropRequest, read_crop
 from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
 from ..formats.job import DecodeStats, Episode
+from ..index.checks import check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
@@ -105,6 +106,7 @@ class Dataset:
         self._index_readers: dict[str, IndexReader] = {}
         #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
         self._index_problems: dict[str, tuple[str, DataError]] = {}
+        self._verdicts: dict[tuple[str, int], str | None] = {}
         self._warned_compressed = False
         self._decode_stats: DecodeStats | None = None
 
@@ -310,11 +312,28 @@ class Dataset:
         reader = self._index_reader(name)
         index: SeekIndex | None = None
         if isinstance(reader, IndexReader):
-            with record("index_read"):
-                index = reader.read(row)
+            index = self._trusted_index(reader, name, row, key, blob.length)
         elif isinstance(reader, ShardError):
             index = SeekIndex.unavailable(self._index_problems[name][0])
         return Episode(key=key, shard=blob.shard, blob=blob, index=index)
+
+    def _trusted_index(
+        self, reader: IndexReader, name: str, row: int, key: str, blob_length: int
+    ) -> SeekIndex:
+        """The index row, or "no index" with the reason when it cannot be
+        trusted for this blob (``index.checks``: a corrupt row, or another
+        episode's index after rows were swapped): its crops fall back. The
+        verdict is kept per row, so a long index is checked once."""
+        try:
+            with record("index_read"):
+                index = reader.read(row)
+        except ShardError as exc:
+            return SeekIndex.unavailable(f"unreadable index row: {exc.reason}")
+        verdict = self._verdicts.get((name, row), ...)
+        if verdict is ...:
+            info = self.info(key) if INFO_DIR in self.column_dirs else None
+            verdict = self._verdicts[(name, row)] = check_against_blob(index, blob_length, info)
+        return index if verdict is None else SeekIndex.unavailable(verdict, index.container)
 
     def index_problems(self) -> dict[str, str]:
         """Every served shard whose ``seek_index/`` shard cannot be used, and

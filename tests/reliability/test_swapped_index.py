@@ -1,0 +1,81 @@
+"""Index rows rotated between episodes (keys kept): no crop is served from
+another episode's index. Each episode's crops fall back, counted with the
+reason, and are the right audio at the right rate."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import streamer
+from streamer import RandomCrops, Streamer
+from streamer.index import INDEX_DIR
+
+LOSSLESS = ("flac", "alac", "wav")
+
+
+def _rotate_index_rows(root: Path) -> set[str]:
+    """Give every row of each ``seek_index/`` shard the index of the next row;
+    returns the keys that got another episode's index (a shard of one row
+    keeps its own)."""
+    moved: set[str] = set()
+    for path in sorted((root / INDEX_DIR).iterdir()):
+        with pa.OSFile(str(path)) as source:  # read into memory: the file is rewritten below
+            table = pa.ipc.open_file(source).read_all()
+        column = table.column("seek_index").combine_chunks()
+        rotated = pa.concat_arrays([column.slice(1), column.slice(0, 1)])
+        table = table.set_column(table.schema.get_field_index("seek_index"), "seek_index", rotated)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=len(table))
+        if len(table) > 1:
+            moved.update(table.column("__key__").to_pylist())
+    return moved
+
+
+def _rms(audio: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
+
+
+def _rotated_crops(packed: Path, tmp_path: Path) -> tuple[list, set[str], Streamer]:  # type: ignore[type-arg]
+    root = tmp_path / "rotated"
+    shutil.copytree(packed, root)
+    moved = _rotate_index_rows(root)
+    assert len(moved) >= 4
+    s = Streamer(root, RandomCrops(0.5, per_episode=3), seed=3, workers=0)
+    return list(s), moved, s
+
+
+def test_rotated_index_rows_serve_no_wrong_crop(packed: Path, tmp_path: Path) -> None:
+    crops, moved, s = _rotated_crops(packed, tmp_path)
+    clean = streamer.open_dataset(packed)
+    assert len(crops) + sum(s.stats.skipped.values()) == len(s)  # nothing lost
+    decode = s.stats.decode
+    assert decode.fallback == sum(crop.key in moved for crop in crops)
+    assert decode.crops == len(crops)
+    prefixes = ("implausible index", "index disagrees with audio_info")
+    assert all(reason.startswith(prefixes) for reason in decode.fallback_reasons)
+    for crop in crops:
+        reference = clean.crop(crop.key, crop.start, crop.end)
+        assert crop.sample_rate == reference.sample_rate, crop.key
+        assert crop.audio.shape == reference.audio.shape, crop.key
+        if crop.key not in moved or crop.key.rpartition("/")[2] in LOSSLESS:
+            np.testing.assert_array_equal(crop.audio, reference.audio, err_msg=crop.key)
+        else:  # the fallback is not sample-exact for lossy codecs (see below), but it is this audio
+            assert _rms(crop.audio) == pytest.approx(_rms(reference.audio), rel=0.3), crop.key
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the fallback is not sample-exact for lossy codecs: an mp3 crop comes back shifted "
+    "(issue 12, 'an exact fallback')",
+)
+def test_rotated_index_rows_fall_back_to_exact_crops(packed: Path, tmp_path: Path) -> None:
+    crops, _, _ = _rotated_crops(packed, tmp_path)
+    clean = streamer.open_dataset(packed)
+    for crop in crops:
+        reference = clean.crop(crop.key, crop.start, crop.end)
+        assert np.abs(crop.audio - reference.audio).max() < 1e-4, crop.key
