@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dataset.dataset import INFO_DIR, Dataset
-from ..errors import LayoutError
+from ..errors import DataError
 
 __all__ = ["Episodes"]
 
@@ -58,9 +58,9 @@ def _durations(dataset: Dataset, name: str, keys: list[str]) -> np.ndarray:
     out = np.full(len(keys), np.nan)
     for j, key in enumerate(keys):
         try:
-            index = dataset.seek_index(key)
-        except LayoutError:
+            index = dataset.episode(key).index  # checked: an implausible one says "no index"
+        except DataError:  # no usable seek_index/ row: duration unknown
             continue
-        if index.ok and index.num_samples >= 0:
+        if index is not None and index.ok and index.num_samples >= 0:
             out[j] = index.num_samples / index.timescale
     return out

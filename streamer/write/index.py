@@ -117,7 +117,8 @@ def build_index(
     store, root = open_url(url, **(storage_options or {}))
     store.check_writable(store.join(root, INDEX_DIR))
     dataset = Dataset(root, store=store)
-    names = select_shards(dataset.shard_names, shards)
+    # Every listed shard, those the dataset leaves out too: they are reported ``failed``.
+    names = select_shards(dataset.listed_shards, shards)
     report = IndexReport(root=dataset.url)
     total = sum(_rows(dataset, name) for name in names)
     bar = tqdm(total=total, unit="ep", desc="index", disable=not progress)
