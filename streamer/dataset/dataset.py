@@ -359,6 +359,8 @@ class Dataset:
             except LayoutError as missing:
                 return missing
             except (ShardError, StorageError) as exc:
+                if self._store_failed(exc):
+                    raise  # an outage is not an unusable index: nothing is remembered
                 return self._index_unusable(name, INDEX_UNREADABLE, exc)
             try:
                 _check_keys_aligned(opened, self.shard(name))

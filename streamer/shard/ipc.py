@@ -59,6 +59,8 @@ class Shard:
             with record("footer_read"):
                 self.layout, self._pieces = read_layout(self.reader, self.path)
         except StorageError as exc:
+            if isinstance(source, RangeReader) and not source.mapped:
+                raise  # a store that cannot deliver is not a bad shard
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         self.schema: pa.Schema = self.layout.schema
         self._slots = column_slots(self.schema)
