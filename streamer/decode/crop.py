@@ -26,6 +26,7 @@ import av
 import numpy as np
 
 from ..errors import CropError
+from ..formats.base import Format
 from ..formats.job import CropPlan, DecodeContext, DecodeStats, Episode, Fetched, Pieces, Ranges
 from ..formats.registry import format_for
 from ..index.table import SeekIndex
@@ -118,9 +119,7 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
     if index is None or not index.ok:
         reason = "no seek index" if index is None else index.reason
         return CropJob(request, episode, None, fallback_reason=reason)
-    form = format_for(index)
-    if form is None:
-        raise episode.error(f"no decoder for {index.codec} in {index.container}")
+    form = _format(episode, index)
     first, last, skip = _native_span(index, request)
     if first >= last:
         raise episode.error(
@@ -184,9 +183,7 @@ def decode_job(
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
-    form = format_for(index)
-    if form is None:
-        raise episode.error(f"no decoder for {index.codec} in {index.container}")
+    form = _format(episode, index)
     stats.crops += 1
     stats.planned_bytes += fetched.nbytes
     deliver = held_back or (lambda: read_deferred(job))
@@ -252,6 +249,15 @@ def read_crop(episode: Episode, request: CropRequest, stats: DecodeStats | None 
     if job.plan is None:
         return decode_fallback(job, stats)
     return decode_job(job, fetch(job), stats)
+
+
+def _format(episode: Episode, index: SeekIndex) -> Format:
+    """The format that decodes ``index``; a ``CropError`` when none does (an
+    index built by a version that knew more formats)."""
+    form = format_for(index)
+    if form is None:
+        raise episode.error(f"no decoder for {index.codec} in {index.container}")
+    return form
 
 
 def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]:
