@@ -126,7 +126,7 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
             f"range [{request.start}, {request.end}) s is past the end of the episode"
         )
     if request.preroll is None:
-        preroll = form.preroll(index)
+        preroll = max(form.preroll(index), index.preroll)
     else:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):

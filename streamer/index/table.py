@@ -25,6 +25,8 @@ __all__ = [
     "INDEX_TYPE",
     "NO_INDEX",
     "OK",
+    "UNVERIFIED",
+    "VERIFIED",
     "IndexReader",
     "SeekIndex",
     "to_struct_array",
@@ -34,6 +36,9 @@ INDEX_DIR = "seek_index"
 INDEX_COLUMN = "seek_index"
 OK = "ok"
 NO_INDEX = "no index"
+#: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
+UNVERIFIED = "unverified"
+VERIFIED = "verified"
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -78,6 +83,14 @@ class SeekIndex:
     #: Bytes per sample frame for PCM (wav): a sample's byte is
     #: ``data_start + sample * block_align``; 0 for compressed codecs.
     block_align: int = 0
+    #: What the indexer's check found (``decode.verify``): ``"verified"`` (probe
+    #: crops decoded through this index equal FFmpeg's full decode), or
+    #: ``"unverified"`` (not checked). An index that fails its check is never
+    #: written: the row becomes "no index" with the reason.
+    verdict: str = UNVERIFIED
+    #: Pre-roll this episode needs, in native units, when its check found the
+    #: format's default too short (0: the format's default).
+    preroll: int = 0
     #: (offset, length) byte ranges in the blob a decoder needs before any audio.
     header: tuple[tuple[int, int], ...] = ()
     #: Byte range of the audio data: first frame/page to the end of the last.
@@ -110,6 +123,7 @@ _SCALARS: dict[str, pa.DataType] = {
     "reason": pa.string(),
     "codec": pa.string(),
     "container": pa.string(),
+    "verdict": pa.string(),
     "sample_rate": pa.int32(),
     "channels": pa.int32(),
     "timescale": pa.int32(),
@@ -118,6 +132,7 @@ _SCALARS: dict[str, pa.DataType] = {
     "encoder_delay": pa.int32(),
     "padding": pa.int32(),
     "block_align": pa.int32(),
+    "preroll": pa.int32(),
     "data_start": pa.int64(),
     "data_end": pa.int64(),
 }

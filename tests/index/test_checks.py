@@ -207,8 +207,8 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
     layout = Shard(path).layout.batches[0]
     body = layout.buffers[0][0]
     offset, length = layout.buffers[
-        17
-    ]  # __key__: 3; the struct: 1; 4 strings: 12; sample_rate: validity, values
+        20
+    ]  # __key__: 3; the struct: 1; 5 strings: 15; sample_rate: validity, values
     entry = struct.pack("<qq", offset - body, length)
     assert length == 12 and data.count(entry) == 1
     path.write_bytes(data.replace(entry, struct.pack("<qq", offset - body, length + 1)))
