@@ -13,6 +13,7 @@ the episode stays readable through the fallback.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from ..errors import StreamerError
@@ -22,7 +23,7 @@ from . import flac, mp3, mp4, ogg, wav
 from .base import Format
 from .reader import NoIndex, Reader
 
-__all__ = ["DEFAULT_DENSITY", "FORMATS", "extract", "format_for", "sniff"]
+__all__ = ["DEFAULT_DENSITY", "FORMATS", "candidates", "extract", "format_for", "sniff"]
 
 #: Seek points per second of audio.
 DEFAULT_DENSITY = 1.0
@@ -84,3 +85,10 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
         )
     reason = check_index(index, reader.length())
     return index if reason is None else SeekIndex.unavailable(reason, index.container)
+
+
+def candidates(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> Iterator[SeekIndex]:
+    """The indexes worth trying for one episode, best first: the native
+    format's (or its "no index" record). The indexer's check
+    (``decode.verify``) keeps the first that passes."""
+    yield extract(stream, density=density)
