@@ -84,6 +84,8 @@ def print_table(result: dict) -> None:
         )
     if result.get("rounds", 1) > 1:
         print(f"median of {result['rounds']} interleaved rounds")
-    skipped = {k: v for run in result["runs"] for k, v in run["skipped"].items()}
-    if skipped:
-        print(f"skipped: {skipped}")
+    for run in result["runs"]:
+        counts = {name: run.get(name) for name in ("paths", "skipped", "baseline_failed")}
+        said = "; ".join(f"{name.replace('_', ' ')} {c}" for name, c in counts.items() if c)
+        if said:
+            print(f"{run['url'][-40:]} workers={run['workers']}: {said}")

@@ -36,7 +36,11 @@ def run(args: argparse.Namespace) -> int:
         np.save(args.output, audio)
     else:
         write_wav(args.output, audio, rate)
-    print(f"{args.output}: {audio.shape[0]} channel(s) x {audio.shape[1]} samples at {rate} Hz")
+    served = ", ".join(dataset.decode_stats.paths)  # which path served it: index or fallback
+    print(
+        f"{args.output}: {audio.shape[0]} channel(s) x {audio.shape[1]} samples at {rate} Hz "
+        f"(served by: {served})"
+    )
     return 0
 
 

@@ -36,6 +36,9 @@ from .plan import plan_crop
 from .resample import downmix, resample, window
 
 __all__ = [
+    "PATH_FROM_THE_START",
+    "PATH_GENERIC_INDEX",
+    "PATH_INDEX",
     "Crop",
     "CropJob",
     "CropRequest",
@@ -51,6 +54,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_POINTS = np.zeros(0, dtype=np.int64)
+#: ``DecodeStats.paths`` names: which path served a crop.
+PATH_INDEX, PATH_GENERIC_INDEX, PATH_FROM_THE_START = (
+    "index",
+    "generic index",
+    "fallback from the start",
+)
 #: (shard, reason) pairs this process has warned about decoding without an
 #: index: once each, not once per crop (a pipeline counts per crop).
 _WARNED: set[tuple[str | None, str]] = set()
@@ -185,6 +194,7 @@ def decode_job(
     index = episode.index
     form = _format(episode, index)
     stats.crops += 1
+    stats.count_path(PATH_GENERIC_INDEX if index.container.startswith("ffmpeg:") else PATH_INDEX)
     stats.planned_bytes += fetched.nbytes
     deliver = held_back or (lambda: read_deferred(job))
 
@@ -212,18 +222,21 @@ def decode_job(
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
-    """The episode has no usable index: FFmpeg seeks over the blob itself.
+    """The episode has no usable index: FFmpeg decodes the blob from its
+    first frame and the crop is cut by counting samples (exact, slower the
+    later the crop: see docs/decoding.md).
 
     Whatever FFmpeg raises on the bytes is a ``CropError`` naming the
     episode; a store's failure stays a ``StorageError``."""
     stats.crops += 1
     stats.count_fallback(job.fallback_reason)
+    stats.count_path(PATH_FROM_THE_START)
     if (job.episode.shard, job.fallback_reason) not in _WARNED:
         _WARNED.add((job.episode.shard, job.fallback_reason))
         log.warning(
-            "%s: decoding without a seek index (%s): FFmpeg seeks over the blob, "
-            "reading more bytes and not sample-exact for lossy codecs; run "
-            "`streamer index` on the dataset",
+            "%s: decoding without a seek index (%s): FFmpeg decodes each episode from "
+            "its start up to the crop, reading the whole blob; run `streamer index` "
+            "on the dataset",
             job.episode.shard,
             job.fallback_reason,
         )

@@ -1,9 +1,14 @@
-"""The path that always works: FFmpeg demuxes and seeks over a file-like blob.
+"""The path that always works: FFmpeg decodes the blob from its first frame.
 
-It needs no seek index, so it serves episodes that have none. It is neither
-cheap nor sample-exact: FFmpeg seeks by its own rules (scanning, and with no
-decoder pre-roll after the seek for mp3, AAC and Opus), so the first samples
-after a seek can differ slightly from a full decode.
+It needs no seek index, so it serves episodes that have none (or whose index
+failed its checks). It is exact by construction: the crop is cut out of the
+very decode that defines the reference (``docs/decoding.md``, "the full
+decode"), FFmpeg's decoder output for the first audio stream counted sample
+by sample from the first frame. It never seeks and never places a frame by
+its timestamp: after a seek FFmpeg's timestamps can jump (Vorbis page
+boundaries) and mp3, AAC and Opus get no decoder pre-roll, so a seeking
+decode is neither exact nor reliable. The price is decoding everything
+before the crop; those frames are only counted, not converted.
 
 It runs FFmpeg on bytes nobody has checked, so anything FFmpeg or PyAV
 raises on them (``FFMPEG_FAILURES``) is the episode's fault; the caller
@@ -31,50 +36,24 @@ __all__ = ["FFMPEG_FAILURES", "PastTheEnd", "decode_range"]
 #: as itself, and a reader's ``KeyError`` is not the episode's fault.)
 FFMPEG_FAILURES = (av.FFmpegError, ValueError, ArithmeticError)
 
-# How far before the crop to seek (seconds) while FFmpeg's seek lands after
-# it or fails; then decode from the start without seeking.
-_SEEK_BACKOFFS = (0.0, 1.0, 10.0, None)
-
 
 class PastTheEnd(Exception):
     """The range starts where FFmpeg's decode of the stream has ended."""
 
-    def __init__(self, decoded: float) -> None:
-        super().__init__(f"FFmpeg decodes {decoded:.3f} s")
-        #: Seconds FFmpeg decoded up to the end of the stream.
-        self.decoded = decoded
+    def __init__(self, decoded: int, rate: int) -> None:
+        super().__init__(f"FFmpeg decodes {decoded / rate:.3f} s, {decoded} samples")
+        #: Samples FFmpeg decoded up to the end of the stream, and their rate.
+        self.decoded, self.rate = decoded, rate
 
 
 def decode_range(source: BinaryIO, start: float, end: float) -> tuple[np.ndarray, int]:
-    """Samples ``[round(start*sr), round(end*sr))`` of the first audio stream.
+    """Samples ``[round(start*sr), round(end*sr))`` of the full decode.
 
-    Returns float32 ``(channels, samples)`` and the native sample rate, never
-    empty: the result is shorter than asked only when the episode ends
-    first, and ``PastTheEnd`` when it ends before ``start``. Raises one of
-    ``FFMPEG_FAILURES`` when FFmpeg cannot read the bytes (or its
-    timestamps jump over the range).
-    """
-    for backoff in _SEEK_BACKOFFS:
-        target = None if backoff is None else start - backoff
-        pieces, covered, rate, reached = _decode_from(source, target, start, end)
-        if covered:
-            break
-    if pieces:
-        return np.concatenate(pieces, axis=1), rate
-    if reached <= round(start * rate):
-        raise PastTheEnd(reached / rate)
-    raise ValueError(f"the stream's timestamps skip [{start}, {end}) s")
-
-
-def _decode_from(
-    source: BinaryIO, target: float | None, start: float, end: float
-) -> tuple[list[np.ndarray], bool, int, int]:
-    """Open, seek to ``target`` (``None`` or not past 0: stay at the start),
-    decode ``[start, end)``: (pieces, covered, rate, the sample decoding
-    reached). Not covered when the seek failed or landed after ``start``.
-
-    The container is opened afresh each time: seeking back to 0 would lose
-    the codec's start-up trimming (AAC priming), a fresh open does not.
+    Returns float32 ``(channels, samples)`` and the sample rate of the
+    decoder's output, never empty: the result is shorter than asked only
+    when the stream ends first, and ``PastTheEnd`` when it ends at or before
+    ``start``. Raises one of ``FFMPEG_FAILURES`` when FFmpeg cannot read the
+    bytes up to the crop's last sample.
     """
     source.seek(0)
     with record("decoder_open"):
@@ -85,54 +64,38 @@ def _decode_from(
         stream = container.streams.audio[0]
         if stream.codec_context is None:
             raise ValueError("FFmpeg has no decoder for the audio stream")
-        rate = stream.codec_context.sample_rate
-        if not rate or not stream.time_base:
-            raise ValueError("the audio stream states no sample rate or time base")
-        # The full decode's sample 0 is the first frame's, at the stream's start time.
-        origin = stream.start_time or 0
-        seek = target is not None and target > 0
-        if seek:
-            try:
-                container.seek(
-                    origin + int(target / stream.time_base), stream=stream, backward=True
-                )
-            except av.FFmpegError:
-                return [], False, rate, 0
-        first, last = round(start * rate), round(end * rate)
         with record("decode"):
-            frames = container.decode(stream)
-            pieces, covered, reached = _collect(frames, origin, rate, first, last, retry=seek)
-        return pieces, covered, rate, reached
+            return _cut(container.decode(stream), start, end)
 
 
-def _collect(
-    frames: Iterator[av.AudioFrame], origin: int, rate: int, first: int, last: int, *, retry: bool
-) -> tuple[list[np.ndarray], bool, int]:
-    """The parts of ``frames`` inside ``[first, last)``, and the furthest
-    sample the frames reached. A frame without a timestamp (FFmpeg gives
-    none to some frames of damaged streams) follows the frame before it.
+def _cut(frames: Iterator[av.AudioFrame], start: float, end: float) -> tuple[np.ndarray, int]:
+    """The crop out of ``frames`` placed by counting their samples.
 
-    With ``retry``, gives up (not covered) when the first frame starts after
-    ``first``: the seek landed too late and the caller seeks further back.
+    The rate is the first frame's (the stream header's can be the core rate
+    of HE-AAC); a stream whose rate changes later raises rather than place
+    samples on two clocks. Stops at the first frame past the crop.
     """
     pieces: list[np.ndarray] = []
-    reached = 0
-    following = None  # where a frame without a timestamp starts
+    rate = first = last = stop = 0
+    at = 0  # the full decode's index of the frame's first sample
     for frame in frames:
-        if frame.pts is not None:
-            frame_first = round((frame.pts - origin) * frame.time_base * rate)
-        elif following is not None:
-            frame_first = following
-        else:
-            continue
-        following = frame_first + frame.samples
-        reached = max(reached, following)
-        if retry and not pieces and frame_first > first:
-            return [], False, reached
-        if frame_first >= last:
+        if not rate:
+            rate = frame.sample_rate
+            if not rate:
+                raise ValueError("the decoder states no sample rate")
+            first, last = round(start * rate), round(end * rate)
+            stop = max(last, first + 1)  # a crop under half a sample is empty, not past the end
+        elif frame.sample_rate != rate:
+            raise ValueError(
+                f"the sample rate changes from {rate} to {frame.sample_rate} Hz "
+                f"at sample {at} ({at / rate:.3f} s)"
+            )
+        if at >= stop:
             break
-        data = frame_to_float32(frame)
-        lo, hi = max(first - frame_first, 0), min(last - frame_first, data.shape[1])
-        if hi > lo:
-            pieces.append(data[:, lo:hi])
-    return pieces, True, reached
+        if at + frame.samples > first:
+            data = frame_to_float32(frame)
+            pieces.append(data[:, max(first - at, 0) : last - at])
+        at += frame.samples
+    if not pieces:
+        raise PastTheEnd(at, rate or 1)
+    return np.concatenate(pieces, axis=1), rate

@@ -147,7 +147,10 @@ class DecodeStats:
     outside its plan (always a bug signal); ``bad_packets`` are packets,
     frames or pages that failed a check (FLAC frame and Ogg page CRCs) or
     that the decoder rejected, each decoded as silence or dropped;
-    ``planned_bytes`` is what the crops' decoders were given."""
+    ``planned_bytes`` is what the crops' decoders were given. ``paths``
+    counts the crops by the path that served them: ``"index"`` (a native
+    index), ``"generic index"`` (an FFmpeg packet index, container
+    ``ffmpeg:...``), ``"fallback from the start"`` (no usable index)."""
 
     crops: int = 0
     planned_bytes: int = 0
@@ -156,17 +159,22 @@ class DecodeStats:
     unplanned_reads: int = 0
     unplanned_bytes: int = 0
     bad_packets: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
 
     def count_fallback(self, reason: str) -> None:
         self.fallback += 1
         self.fallback_reasons[reason] = self.fallback_reasons.get(reason, 0) + 1
 
+    def count_path(self, path: str) -> None:
+        self.paths[path] = self.paths.get(path, 0) + 1
+
     def add(self, other: DecodeStats) -> None:
         """Add another's counts to these (a worker's, for one crop)."""
         for name, value in vars(other).items():
-            if name == "fallback_reasons":
-                for reason, count in value.items():
-                    self.fallback_reasons[reason] = self.fallback_reasons.get(reason, 0) + count
+            if isinstance(value, dict):
+                mine = getattr(self, name)
+                for what, count in value.items():
+                    mine[what] = mine.get(what, 0) + count
             else:
                 setattr(self, name, getattr(self, name) + value)
 
