@@ -28,8 +28,8 @@ import numpy as np
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.dataset.dataset import Dataset
-from streamer.decode.fallback import decode_range
 from streamer.formats.frames import frame_to_float32
+from streamer.pipeline.bench import naive_crop
 
 _DECODERS = {"mp3": "mp3float"}
 
@@ -124,7 +124,7 @@ def measure(dataset: Dataset, codec: str, args: argparse.Namespace) -> dict[str,
     pure = pure_pcm(dataset, key) if codec == "wav" else PureDecode(bytes(blob.view()))
 
     def naive(start: float, end: float) -> object:
-        return decode_range(io.BytesIO(bytes(dataset.blob(key).view())), start, end)
+        return naive_crop(bytes(dataset.blob(key).view()), start, end)
 
     def streamer(start: float, end: float) -> object:
         return dataset.read_crop(key, start, end)

@@ -33,7 +33,7 @@ from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
 from .plan import plan_crop
-from .resample import downmix, resample, window
+from .resample import crop_span, downmix, resample
 
 __all__ = [
     "PATH_FROM_THE_START",
@@ -107,7 +107,7 @@ class CropJob:
     #: Planned ranges sent only when the decoder asks (``Format.deferrable``).
     deferred: Ranges = ()
     #: Resampled outputs to drop from the front: the decoded range is the
-    #: resampler's window (0 on the fallback path, which decodes the crop exactly).
+    #: resampler's window (the fallback finds its own once it knows the rate).
     resample_skip: int = 0
 
     @property
@@ -218,7 +218,7 @@ def decode_job(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
             f"but the crop needs [{plan.first}, {plan.last})"
         )
-    return _finish(job, audio, index.sample_rate)
+    return _finish(job, audio, index.sample_rate, job.resample_skip)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
@@ -243,7 +243,9 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
     request, episode = job.request, job.episode
     with record("decode_fallback"):
         try:
-            audio, rate = decode_range(episode.blob, request.start, request.end)
+            audio, rate, skip = decode_range(
+                episode.blob, request.start, request.end, request.sample_rate
+            )
         except PastTheEnd as end:
             raise episode.error(
                 f"range [{request.start}, {request.end}) s is past the end of the episode ({end})"
@@ -252,7 +254,7 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
             raise episode.error(
                 f"FFmpeg cannot decode it without a seek index: {type(exc).__name__}: {exc}"
             ) from exc
-    return _finish(job, audio, rate)
+    return _finish(job, audio, rate, skip)
 
 
 def read_crop(episode: Episode, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
@@ -276,21 +278,17 @@ def _format(episode: Episode, index: SeekIndex) -> Format:
 def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]:
     """Gapless samples to decode — the crop itself, or the resampler's window —
     and how many resampled outputs to drop from the front."""
-    rate, target = index.sample_rate, request.sample_rate
-    skip = 0
-    if target and target != rate:
-        length = round((request.end - request.start) * target)
-        span = window(round(request.start * target), length, rate, target)
-        first, last, skip = span.input_first, span.input_last, span.skip
-    else:
-        first, last = round(request.start * rate), round(request.end * rate)
+    first, last, skip = crop_span(
+        request.start, request.end, index.sample_rate, request.sample_rate
+    )
     if index.num_samples >= 0:
         last = min(last, index.num_samples)
     return first, last, skip
 
 
-def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
-    """Downmix, resample and pad a native-rate crop into the caller's form."""
+def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int) -> Crop:
+    """Downmix, resample and pad a native-rate crop into the caller's form;
+    ``skip``: resampled outputs to drop from the front (``crop_span``)."""
     request = job.request
     if request.mono:
         with record("downmix"):
@@ -301,7 +299,6 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int) -> Crop:
         out_rate = target
         expected = round((request.end - request.start) * target)
         with record("resample"):
-            skip = job.resample_skip
             audio = resample(audio, rate, target)[:, skip : skip + expected]
     else:
         expected = round(request.end * rate) - round(request.start * rate)

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..formats.frames import frame_to_float32
 from ..timing import record
+from .resample import crop_span
 
 __all__ = ["FFMPEG_FAILURES", "PastTheEnd", "decode_range"]
 
@@ -46,14 +47,18 @@ class PastTheEnd(Exception):
         self.decoded, self.rate = decoded, rate
 
 
-def decode_range(source: BinaryIO, start: float, end: float) -> tuple[np.ndarray, int]:
-    """Samples ``[round(start*sr), round(end*sr))`` of the full decode.
+def decode_range(
+    source: BinaryIO, start: float, end: float, target_rate: int | None = None
+) -> tuple[np.ndarray, int, int]:
+    """Samples ``[round(start*sr), round(end*sr))`` of the full decode, or
+    with ``target_rate`` the resampler's window around them (``crop_span``).
 
-    Returns float32 ``(channels, samples)`` and the sample rate of the
-    decoder's output, never empty: the result is shorter than asked only
-    when the stream ends first, and ``PastTheEnd`` when it ends at or before
-    ``start``. Raises one of ``FFMPEG_FAILURES`` when FFmpeg cannot read the
-    bytes up to the crop's last sample.
+    Returns float32 ``(channels, samples)``, the sample rate of the
+    decoder's output and the resampled outputs to drop from the window's
+    front (0 without resampling). Never empty: the result is shorter than
+    asked only when the stream ends first, and ``PastTheEnd`` when it ends
+    at or before ``start``. Raises one of ``FFMPEG_FAILURES`` when FFmpeg
+    cannot read the bytes up to the crop's last sample.
     """
     source.seek(0)
     with record("decoder_open"):
@@ -65,37 +70,40 @@ def decode_range(source: BinaryIO, start: float, end: float) -> tuple[np.ndarray
         if stream.codec_context is None:
             raise ValueError("FFmpeg has no decoder for the audio stream")
         with record("decode"):
-            return _cut(container.decode(stream), start, end)
+            return _cut(container.decode(stream), start, end, target_rate)
 
 
-def _cut(frames: Iterator[av.AudioFrame], start: float, end: float) -> tuple[np.ndarray, int]:
-    """The crop out of ``frames`` placed by counting their samples.
+def _cut(
+    frames: Iterator[av.AudioFrame], start: float, end: float, target_rate: int | None
+) -> tuple[np.ndarray, int, int]:
+    """The span out of ``frames``, placed by counting their samples.
 
     The rate is the first frame's (the stream header's can be the core rate
     of HE-AAC); a stream whose rate changes later raises rather than place
-    samples on two clocks. Stops at the first frame past the crop.
+    samples on two clocks. Stops at the frame that completes the span.
     """
     pieces: list[np.ndarray] = []
-    rate = first = last = stop = 0
+    rate = begin = first = last = stop = skip = 0
     at = 0  # the full decode's index of the frame's first sample
     for frame in frames:
         if not rate:
             rate = frame.sample_rate
             if not rate:
                 raise ValueError("the decoder states no sample rate")
-            first, last = round(start * rate), round(end * rate)
+            begin = round(start * rate)
+            first, last, skip = crop_span(start, end, rate, target_rate)
             stop = max(last, first + 1)  # a crop under half a sample is empty, not past the end
         elif frame.sample_rate != rate:
             raise ValueError(
                 f"the sample rate changes from {rate} to {frame.sample_rate} Hz "
                 f"at sample {at} ({at / rate:.3f} s)"
             )
-        if at >= stop:
-            break
         if at + frame.samples > first:
             data = frame_to_float32(frame)
             pieces.append(data[:, max(first - at, 0) : last - at])
         at += frame.samples
-    if not pieces:
+        if at >= stop:  # not one frame more: it might be the one FFmpeg cannot decode
+            break
+    if at <= begin:
         raise PastTheEnd(at, rate or 1)
-    return np.concatenate(pieces, axis=1), rate
+    return np.concatenate(pieces, axis=1), rate, skip

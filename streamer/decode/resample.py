@@ -23,7 +23,7 @@ from math import gcd
 import av
 import numpy as np
 
-__all__ = ["DEFAULT_MARGIN", "ResampleWindow", "downmix", "resample", "window"]
+__all__ = ["DEFAULT_MARGIN", "ResampleWindow", "crop_span", "downmix", "resample", "window"]
 
 #: Least input samples of context on each side of a crop. FFmpeg's default
 #: filter spans 32 taps at the lower of the two rates, so downsampling by R
@@ -70,6 +70,17 @@ def window(
         skip=output_first - input_first * step_out // step_in,
         length=length,
     )
+
+
+def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[int, int, int]:
+    """Native samples ``[first, last)`` to decode for the crop ``[start, end)``
+    seconds, and the resampled outputs to drop from the front: the crop
+    itself (skip 0) without ``target`` or at the native rate, else the
+    resampler's ``window`` around it."""
+    if not target or target == rate:
+        return round(start * rate), round(end * rate), 0
+    span = window(round(start * target), round((end - start) * target), rate, target)
+    return span.input_first, span.input_last, span.skip
 
 
 def resample(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:

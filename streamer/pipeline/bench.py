@@ -221,5 +221,5 @@ def naive_crop(data: bytes, start: float, end: float) -> tuple[np.ndarray, int]:
             if audio.shape[1]:
                 pieces.append(audio)
     if not pieces:
-        raise ValueError(f"the range decodes to nothing after seeking to {start} s")
+        raise ValueError("the range decodes to nothing after the seek")
     return np.concatenate(pieces, axis=1), rate

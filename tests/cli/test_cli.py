@@ -68,7 +68,7 @@ def test_crop_writes_the_same_array_as_read_crop(packed: Path, tmp_path: Path, c
     np.testing.assert_array_equal(np.load(npy), dataset.read_crop(key, 0.5, 1.25))
     args = ["crop", str(packed), key, "0.5", "1.25", "--sample-rate", "8000", "--mono"]
     assert main([*args, "-o", str(wav)]) == 0
-    assert "1 channel(s) x 6000 samples at 8000 Hz" in capsys.readouterr().out
+    assert "1 channel(s) x 6000 samples at 8000 Hz (served by: index)" in capsys.readouterr().out
     with wave.open(str(wav)) as file:
         assert (file.getnchannels(), file.getframerate(), file.getnframes()) == (1, 8000, 6000)
     assert main(["crop", str(packed), "nope", "0", "1", "-o", str(npy)]) == 1

@@ -156,8 +156,10 @@ def test_a_bad_seek_index_shard_means_fallback_not_skips(
         got = dataset.read_crop(key, 0.2, 0.7)
         want = reference.read_crop(key, 0.2, 0.7)
         assert got.shape == want.shape == (1, 11025)
-        if int(key[1:]) % 2:  # FLAC: exact through the fallback too
+        if int(key[1:]) % 2:  # FLAC: bit for bit through the fallback too
             np.testing.assert_array_equal(got, want)
+        else:
+            assert np.abs(got - want).max() <= 1e-4, key
     stats = dataset.decode_stats
     assert stats.fallback_reasons == {reason: len(victims)}
     assert dataset.index_problems().keys() == {VICTIM}
