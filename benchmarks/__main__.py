@@ -22,6 +22,7 @@ SUITE = [
     ("bench_index", ["--seconds", "30"], []),
     ("bench_decode", ["--quick"], []),
     ("bench_peers", ["--quick"], []),
+    ("bench_fallback", ["--quick"], []),
     ("bench_scaling", ["--quick"], []),
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
