@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 from pathlib import Path
 
@@ -177,6 +178,57 @@ def test_a_crop_under_half_a_sample_is_empty_not_past_the_end(unindexed: Path) -
     dataset = open_dataset(unindexed)
     with pytest.raises(CropError, match="decodes to nothing"):
         dataset.crop("pyav/wav-1", 1.0, 1.00001)
+
+
+#: A folder of real-world audio files (issue 12's corpus) for the slow test.
+CORPUS = os.environ.get("STREAMER_CORPUS", "/work/corpus")
+
+
+@pytest.mark.slow
+def test_every_crop_over_a_real_world_corpus_is_exact_or_raises(tmp_path: Path) -> None:
+    """Every file under ``$STREAMER_CORPUS`` as an episode without an index,
+    its bytes as they are (no probe): 50 random crops and the edges, each the
+    full decode's samples, or a CropError where that decode has none (FFmpeg
+    fails before the crop's end, or the stream ends before its start)."""
+    files = (
+        sorted(p for p in Path(CORPUS).rglob("*") if p.is_file()) if Path(CORPUS).is_dir() else []
+    )
+    if not files:
+        pytest.skip(f"no corpus at {CORPUS} (set STREAMER_CORPUS)")
+    blobs = {str(p.relative_to(CORPUS)): p.read_bytes() for p in files}
+    (tmp_path / "audio").mkdir()
+    table = pa.table(
+        {"__key__": list(blobs), "audio": pa.array(list(blobs.values()), pa.large_binary())}
+    )
+    with pa.ipc.new_file(str(tmp_path / "audio" / "s.wsds"), table.schema) as writer:
+        writer.write_table(table, max_chunksize=8)
+    dataset = open_dataset(tmp_path)
+    served = 0
+    for key, data in blobs.items():
+        full, rate, failure = _reference(data)
+        decoded = full.shape[1]
+        rng = random.Random(key)
+        duration = decoded / rate if rate else 1.0
+        crops = [(0.0, 0.5), (max(duration - 0.3, 0), duration), (duration, duration + 1)]
+        crops += [
+            (s, s + rng.uniform(0.001, 1.0)) for s in (rng.uniform(0, duration) for _ in range(50))
+        ]
+        for start, end in crops:
+            try:
+                audio = dataset.read_crop(key, start, end)
+            except CropError as error:
+                assert (
+                    not decoded
+                    or decoded <= round(start * rate)
+                    or (failure is not None and decoded < round(end * rate))
+                    or round(start * rate) == round(end * rate)
+                ), f"{key} [{start}, {end}): {error}"
+                continue
+            want = full[:, round(start * rate) : round(end * rate)]
+            # The reference's own decode: bit for bit, lossy codecs too.
+            np.testing.assert_array_equal(audio, want, err_msg=f"{key} [{start}, {end})")
+            served += 1
+    assert served
 
 
 def test_int_sample_formats_scale_to_unit_range() -> None:
