@@ -235,7 +235,7 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
         _WARNED.add((job.episode.shard, job.fallback_reason))
         log.warning(
             "%s: decoding without a seek index (%s): FFmpeg decodes each episode from "
-            "its start up to the crop, reading the whole blob; run `streamer index` "
+            "its start up to the crop, reading the blob up to there; run `streamer index` "
             "on the dataset",
             job.episode.shard,
             job.fallback_reason,

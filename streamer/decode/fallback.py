@@ -55,10 +55,11 @@ def decode_range(
 
     Returns float32 ``(channels, samples)``, the sample rate of the
     decoder's output and the resampled outputs to drop from the window's
-    front (0 without resampling). Never empty: the result is shorter than
-    asked only when the stream ends first, and ``PastTheEnd`` when it ends
-    at or before ``start``. Raises one of ``FFMPEG_FAILURES`` when FFmpeg
-    cannot read the bytes up to the crop's last sample.
+    front (0 without resampling). Shorter than asked only when the stream
+    ends first (empty only for a crop under half a sample), and
+    ``PastTheEnd`` when it ends at or before ``start``. Raises one of
+    ``FFMPEG_FAILURES`` when FFmpeg cannot read the bytes up to the crop's
+    last sample.
     """
     source.seek(0)
     with record("decoder_open"):
@@ -79,24 +80,26 @@ def _cut(
     """The span out of ``frames``, placed by counting their samples.
 
     The rate is the first frame's (the stream header's can be the core rate
-    of HE-AAC); a stream whose rate changes later raises rather than place
-    samples on two clocks. Stops at the frame that completes the span.
+    of HE-AAC); a stream whose rate or channel count changes later (an mp3
+    switching between mono and stereo frames) raises rather than mix them,
+    as the full decode cannot be one array then. Stops at the frame that
+    completes the span.
     """
     pieces: list[np.ndarray] = []
-    rate = begin = first = last = stop = skip = 0
+    rate = channels = begin = first = last = stop = skip = 0
     at = 0  # the full decode's index of the frame's first sample
     for frame in frames:
         if not rate:
-            rate = frame.sample_rate
+            rate, channels = frame.sample_rate, frame.layout.nb_channels
             if not rate:
                 raise ValueError("the decoder states no sample rate")
             begin = round(start * rate)
             first, last, skip = crop_span(start, end, rate, target_rate)
             stop = max(last, first + 1)  # a crop under half a sample is empty, not past the end
-        elif frame.sample_rate != rate:
+        elif (frame.sample_rate, frame.layout.nb_channels) != (rate, channels):
             raise ValueError(
-                f"the sample rate changes from {rate} to {frame.sample_rate} Hz "
-                f"at sample {at} ({at / rate:.3f} s)"
+                f"the stream changes from {rate} Hz x {channels} to {frame.sample_rate} Hz x "
+                f"{frame.layout.nb_channels} channels at sample {at} ({at / rate:.3f} s)"
             )
         if at + frame.samples > first:
             data = frame_to_float32(frame)

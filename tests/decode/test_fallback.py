@@ -291,6 +291,27 @@ def _video_only() -> bytes:
     return out.getvalue()
 
 
+def _mono_then_stereo() -> bytes:
+    """1 s of mono mp3 frames, then 1 s of stereo ones (no Xing/ID3 headers):
+    FFmpeg's decoder switches channel count midway."""
+
+    def frames(channels: int) -> bytes:
+        out = io.BytesIO()
+        options = {"write_xing": "0", "id3v2_version": "0"}
+        with av.open(out, "w", format="mp3", options=options) as container:
+            stream = container.add_stream("libmp3lame", rate=44100)
+            stream.layout = "mono" if channels == 1 else "stereo"
+            frame = av.AudioFrame.from_ndarray(
+                signal(1.0, 44100, channels), format="fltp", layout=stream.layout.name
+            )
+            frame.sample_rate = 44100
+            for packet in [*stream.encode(frame), *stream.encode(None)]:
+                container.mux(packet)
+        return out.getvalue()
+
+    return frames(1) + frames(2)
+
+
 @pytest.fixture(scope="module")
 def damaged_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
     """One shard of damaged episodes, no seek index: every crop falls back."""
@@ -298,6 +319,7 @@ def damaged_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dic
     blobs["garbage"] = random.Random(0).randbytes(3000)
     blobs["empty"] = b""
     blobs["video-only"] = _video_only()
+    blobs["mono-then-stereo"] = _mono_then_stereo()
     blobs["clean"] = encode(signal(3.0, 44100, 2, seed=1), 44100, "flac")
     root = tmp_path_factory.mktemp("damaged") / "ds"
     (root / "audio").mkdir(parents=True)
@@ -316,6 +338,9 @@ def _reference(data: bytes) -> tuple[np.ndarray, int, Exception | None]:
         with av.open(io.BytesIO(data)) as container:
             for frame in container.decode(audio=0):
                 pieces.append(frame_to_float32(frame))
+                if pieces[-1].shape[0] != pieces[1].shape[0]:
+                    del pieces[-1]
+                    raise ValueError("the channel count changes: no one array")
                 rate = frame.sample_rate
     except Exception as exc:
         return np.concatenate(pieces[1:] or pieces, axis=1), rate, exc
@@ -351,6 +376,10 @@ def test_damaged_episodes_are_exact_or_raise_naming_the_episode(damaged_dataset)
                 outcomes[key, start] = "audio"
     assert outcomes["garbage", 0.3] == outcomes["empty", 0.3] == "error"
     assert outcomes["video-only", 0.3] == "error"
+    assert (outcomes["mono-then-stereo", 0.3], outcomes["mono-then-stereo", 1.5]) == (
+        "audio",
+        "error",
+    )
     assert outcomes["clean", 1.5] == outcomes["flac-flipped-43", 1.5] == "audio"
     assert outcomes["flac-flipped-49", 0.3] == "audio"
     for codec in RATES:  # before the garbage: untouched
@@ -358,6 +387,8 @@ def test_damaged_episodes_are_exact_or_raise_naming_the_episode(damaged_dataset)
     assert dataset.decode_stats.fallback == len(outcomes)
     with pytest.raises(CropError, match="no audio stream"):
         dataset.read_crop("video-only", 0.0, 0.1)
+    with pytest.raises(CropError, match=r"changes from 44100 Hz x 1 to 44100 Hz x 2 channels"):
+        dataset.read_crop("mono-then-stereo", 1.5, 1.7)
 
 
 def test_a_store_failure_under_the_fallback_stays_a_storage_error() -> None:
