@@ -27,7 +27,10 @@ from typing import BinaryIO, NamedTuple
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Points, Reader, interval
 
-__all__ = ["DECODER_DELAY", "matches", "parse", "samples_per_frame"]
+#: Frames decoded before a crop unless the bit reservoir reaches further.
+PREROLL_FRAMES = 5
+
+__all__ = ["DECODER_DELAY", "PREROLL_FRAMES", "matches", "parse", "samples_per_frame"]
 
 #: FFmpeg's decoder delay for layer III, on top of the encoder's own delay.
 DECODER_DELAY = 529
@@ -104,25 +107,24 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index an MPEG audio stream; raises ``NoIndex`` when there is no audio."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     _skip_id3v2(reader)
-    start = _sync(reader, reader.pos, None)
+    after_tags = reader.pos
+    start = _sync(reader, after_tags, None)
     if start is None:
         raise NoIndex("no mpeg audio frames")
     first_header = _header_at(reader, start)
     first = frame_info(first_header & _LENGTH_BITS)
     assert first is not None
-    tag = _vbr_tag(reader, start, first_header, first)
-    audio_start = start + first.length if tag.present else start
+    # FFmpeg looks for a tag frame only right after the ID3v2 tags, in layer III.
+    tag = _VbrTag()
+    if start == after_tags and first.layer == 3:
+        tag = _vbr_tag(reader, start, first_header, first)
+    audio_start = start + first.length if tag.skipped else start
     points = Points(interval(first.sample_rate, density))
-    frames, data_end = _scan(reader, audio_start, first_header & _SAME_HEADER, first, points)
-    if frames == 0:
+    scan = _scan(reader, audio_start, first_header & _SAME_HEADER, first, points)
+    if scan.frames == 0:
         raise NoIndex("no mpeg audio frames")
     sample_pos, byte_pos = points.arrays()
-    total = frames * first.samples
-    first_sample, end = 0, total
-    if tag.lame:
-        first_sample = tag.delay + DECODER_DELAY
-        if tag.frames:
-            end = min(total, tag.frames * first.samples - tag.padding + DECODER_DELAY)
+    first_sample, end = _gapless(tag, reader.length() - start - 4, scan.frames, first.samples)
     return SeekIndex(
         status=OK,
         codec=f"mp{first.layer}",
@@ -134,23 +136,55 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         num_samples=max(0, end - first_sample),
         encoder_delay=tag.delay,
         padding=tag.padding,
+        preroll=scan.preroll * first.samples if scan.preroll > PREROLL_FRAMES else 0,
         data_start=audio_start,
-        data_end=data_end,
+        data_end=scan.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
     )
 
 
+def _gapless(tag: _VbrTag, size: int, frames: int, per_frame: int) -> tuple[int, int]:
+    """The native span ``[first, end)`` of FFmpeg's decode, as its demuxer trims it.
+
+    A LAME tag's delay is skipped at the start. With a frame count, FFmpeg
+    drops ``[count x frame - padding + 529, count x frame)``, by timestamp:
+    a count above the frames present trims nothing (or the tail), one below
+    them cuts a hole and decodes the frames after it, which one offset and
+    length cannot describe. A count whose stream size is more than 1/16
+    below the file's (``size``: the bytes after the tag frame's header) is
+    ignored ("invalid concatenated file").
+    """
+    total = frames * per_frame
+    if not tag.lame:
+        return 0, total
+    first = tag.delay + DECODER_DELAY
+    count = tag.frames
+    if tag.bytes and size - tag.bytes > tag.bytes >> 4:
+        count = 0
+    drop_from, drop_to = count * per_frame - tag.padding + DECODER_DELAY, count * per_frame
+    if not count or drop_from >= min(drop_to, total):
+        return first, total
+    if drop_to < total:
+        raise NoIndex(
+            f"the LAME tag counts {count} frames of {frames}: FFmpeg drops samples"
+            " inside the stream"
+        )
+    return first, drop_from
+
+
 def _skip_id3v2(reader: Reader) -> None:
-    """Skip every ID3v2 tag at the start (the size is sync-safe whether or not
-    the tag is unsynchronised; the footer flag adds 10 bytes)."""
+    """Skip every ID3v2 tag at the start, any version (the size is sync-safe
+    whether or not the tag is unsynchronised; the footer flag adds 10 bytes).
+    What is not a well-formed tag header is left for the frame sync, as
+    FFmpeg does (``ff_id3v2_match``)."""
     while True:
         buf, i = reader.window(10)
         head = buf[i : i + 10]
-        if len(head) < 10 or not head.startswith(b"ID3") or head[3] == 0xFF:
+        if len(head) < 10 or not head.startswith(b"ID3") or 0xFF in head[3:5]:
             return
         if any(b & 0x80 for b in head[6:10]):
-            raise NoIndex("corrupt id3v2 tag size")
+            return
         size = (head[6] << 21) | (head[7] << 14) | (head[8] << 7) | head[9]
         footer = 10 if head[5] & 0x10 else 0
         reader.seek(reader.pos + 10 + size + footer)
@@ -200,17 +234,22 @@ def _confirmed(buf: bytes, j: int, same: int | None, eof: bool) -> bool:
     return (eof and following == len(buf)) or buf.startswith(_TRAILERS, following)
 
 
-def _scan(
-    reader: Reader, position: int, same: int, first: Frame, points: Points
-) -> tuple[int, int]:
-    """Walk the frames from ``position``; returns (audio frames, end of the last).
+class _Scan(NamedTuple):
+    frames: int  # audio frames
+    data_end: int  # end of the last one
+    preroll: int  # frames to decode before any frame for its output to be exact
+
+
+def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points) -> _Scan:
+    """Walk the frames from ``position``.
 
     In lock, a frame is accepted when its header is valid and shares the
     stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
     and resyncs past the garbage. A frame cut short by the end of the data is
-    not counted.
+    not counted. Layer III frames also go through the bit reservoir's books.
     """
     samples_per_frame = first.samples
+    reservoir = _Reservoir() if first.layer == 3 else None
     frames = 0
     data_end = position
     unpack = struct.unpack_from
@@ -228,49 +267,115 @@ def _scan(
                 lost = True
                 break
             points.add(frames * samples_per_frame, base + i)
+            if reservoir is not None:
+                reservoir.add(header, buf, i, frame.length)
             frames += 1
             i += frame.length
             data_end = base + i
         if not lost:
             if eof:
-                return frames, data_end
+                return _Scan(frames, data_end, reservoir.need if reservoir else 1)
             position = base + i
             continue
         resynced = _sync(reader, base + i + 1, same)
         if resynced is None:
-            return frames, data_end
+            return _Scan(frames, data_end, reservoir.need if reservoir else 1)
         position = resynced
 
 
+@lru_cache(maxsize=256)
+def _layout(header: int) -> tuple[int, int, bool]:
+    """Where a layer III frame's side info starts (after the header and its
+    CRC), the bytes before its main data, and whether ``main_data_begin``
+    has 8 bits (MPEG-2/2.5) rather than 9."""
+    lsf = (header >> 19) & 3 != 3
+    mono = (header >> 6) & 3 == 3
+    side_at = 4 if header & 0x10000 else 6
+    side_info = (9 if mono else 17) if lsf else (17 if mono else 32)
+    return side_at, side_at + side_info, lsf
+
+
+class _Reservoir:
+    """The bit reservoir's reach, frame by frame.
+
+    A layer III frame's main data starts ``main_data_begin`` bytes before its
+    own main data area, in the areas of the frames before it (after their
+    headers and side info): its reach is how many frames back that is. A
+    granule's output depends on its coefficients and on the two granules
+    before it (the MDCT overlap feeds the synthesis filter, whose window
+    spans most of a granule): the frame before for MPEG-1 (two granules a
+    frame), the two before for MPEG-2/2.5 (one). ``need`` is the most frames
+    a decoder must start before any frame for all of those to be read right.
+    """
+
+    #: Frames of history kept: more than any reach (511 bytes over areas of 1).
+    HISTORY = 512
+
+    def __init__(self) -> None:
+        self.areas: list[int] = []
+        self.reaches = [0, 0]  # of the two frames before
+        self.need = 1
+
+    def add(self, header: int, buf: bytes, at: int, length: int) -> None:
+        side_at, overhead, lsf = _layout(header & 0xFFFF00C0)
+        side = at + side_at
+        back = buf[side] if lsf else (buf[side] << 1) | (buf[side + 1] >> 7)
+        reach = held = 0
+        areas = self.areas
+        while held < back and reach < len(areas):
+            reach += 1
+            held += areas[-reach]
+        before, before_that = self.reaches
+        self.need = max(self.need, reach, before + 1, before_that + 2 if lsf else 0)
+        self.reaches = [reach, before]
+        areas.append(length - overhead)
+        if len(areas) > 2 * self.HISTORY:
+            del areas[: self.HISTORY]
+
+
 class _VbrTag(NamedTuple):
-    present: bool = False  # a Xing/Info/VBRI frame: metadata, not audio
-    lame: bool = False  # a LAME/Lavc/Lavf extension with delay and padding
+    skipped: bool = False  # FFmpeg skips the tag frame (else it decodes it as audio)
+    lame: bool = False  # a LAME/Lavf/Lavc extension with delay and padding
     frames: int = 0  # audio frames the tag announces (0: not stated)
+    bytes: int = 0  # a Xing stream size to check the count against (0: none)
     delay: int = 0
     padding: int = 0
 
 
 def _vbr_tag(reader: Reader, start: int, header: int, frame: Frame) -> _VbrTag:
-    """Read a Xing/Info (with its LAME extension) or VBRI tag from the first frame."""
+    """Read a Xing/Info (with its LAME extension) and a VBRI tag from the
+    first frame, as FFmpeg's mp3 demuxer does: the frame is metadata only
+    when the tag states a frame count or a stream size; a VBRI tag (version
+    1) overrides both; the LAME delay counts even when the frame is audio."""
     reader.seek(start)
-    buf, i = reader.window(frame.length)
-    data = buf[i : i + frame.length]
+    buf, i = reader.window(frame.length + 64)
+    data = buf[i : i + frame.length + 64]
     mono = (header >> 6) & 3 == 3
     side_info = (9 if mono else 17) if frame.lsf else (17 if mono else 32)
-    xing = 4 + side_info
-    if data[36:40] == b"VBRI":
-        return _VbrTag(present=True, frames=int.from_bytes(data[50:54], "big"))
-    if data[xing : xing + 4] not in (b"Xing", b"Info"):
+    xing = _xing(data, 4 + side_info)
+    if data[36:40] == b"VBRI" and data[40:42] == b"\0\1":
+        size, frames = struct.unpack_from(">II", data, 46)
+        return xing._replace(skipped=bool(size or frames), frames=frames, bytes=0)
+    return xing
+
+
+def _xing(data: bytes, at: int) -> _VbrTag:
+    """The Xing/Info tag at ``at`` (FFmpeg reads its LAME fields past the
+    frame's end too, so ``data`` runs on)."""
+    if data[at : at + 4] not in (b"Xing", b"Info"):
         return _VbrTag()
-    flags = int.from_bytes(data[xing + 4 : xing + 8], "big")
-    cursor = xing + 8
-    frames = 0
+    flags = int.from_bytes(data[at + 4 : at + 8], "big")
+    cursor = at + 8
+    frames = size = 0
     if flags & 1:
         frames = int.from_bytes(data[cursor : cursor + 4], "big")
-    cursor += (
-        4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
-    )
+        cursor += 4
+    if flags & 2:
+        size = int.from_bytes(data[cursor : cursor + 4], "big")
+        cursor += 4
+    cursor += 100 * bool(flags & 4) + 4 * bool(flags & 8)
+    skipped = bool(frames or size)
     if data[cursor : cursor + 4] not in (b"LAME", b"Lavf", b"Lavc") or len(data) < cursor + 24:
-        return _VbrTag(present=True, frames=frames)
+        return _VbrTag(skipped, False, frames, size)
     packed = int.from_bytes(data[cursor + 21 : cursor + 24], "big")
-    return _VbrTag(True, True, frames, packed >> 12, packed & 0xFFF)
+    return _VbrTag(skipped, True, frames, size, packed >> 12, packed & 0xFFF)
