@@ -1,8 +1,7 @@
 """MPEG audio (mp3, mp2, mp1): frames decoded straight from the planned bytes.
 
 No demuxer: FFmpeg's parser splits the data range into frames and a bare
-``mp3float`` decoder (the float one a demuxed decode uses, not the s16
-``mp3``) decodes them. Every frame yields ``samples_per_frame`` samples, so a
+decoder, the one a demuxed decode uses (``DECODERS``), decodes them. Every frame yields ``samples_per_frame`` samples, so a
 frame's native position is the seek point's plus a count. The bit reservoir
 lets a frame borrow up to 511 bytes of the frames before it; the indexer
 counts how many frames back that reaches (``SeekIndex.preroll``, when more
@@ -24,7 +23,9 @@ from .parse import PREROLL_FRAMES, samples_per_frame
 
 __all__ = ["DECODERS", "decode", "frame_samples", "preroll_frames"]
 
-DECODERS = {"mp3": "mp3float", "mp2": "mp2float", "mp1": "mp1float"}
+#: The decoder FFmpeg picks for each codec in a demuxed decode (the first it
+#: registers): the float one for layer III, the fixed-point ones for I and II.
+DECODERS = {"mp3": "mp3float", "mp2": "mp2", "mp1": "mp1"}
 
 
 def frame_samples(index: SeekIndex) -> int:
