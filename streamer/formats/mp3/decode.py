@@ -1,13 +1,13 @@
 """MPEG audio (mp3, mp2, mp1): frames decoded straight from the planned bytes.
 
 No demuxer: FFmpeg's parser splits the data range into frames and a bare
-decoder, the one a demuxed decode uses (``DECODERS``), decodes them. Every frame yields ``samples_per_frame`` samples, so a
-frame's native position is the seek point's plus a count. The bit reservoir
-lets a frame borrow up to 511 bytes of the frames before it; the indexer
-counts how many frames back that reaches (``SeekIndex.preroll``, when more
-than ``PREROLL_FRAMES``), so decoding starts ``preroll_frames`` before the
-crop, where the output equals a full decode exactly; frames before those are
-parsed but not decoded.
+decoder, the one a demuxed decode uses (``DECODERS``), decodes them. Every
+frame yields ``samples_per_frame`` samples, so a frame's native position is
+the seek point's plus a count. The bit reservoir lets a frame borrow up to
+511 bytes of the frames before it; the indexer counts how many frames back
+that reaches (``SeekIndex.preroll``, when more than ``PREROLL_FRAMES``), so
+decoding starts ``preroll_frames`` before the crop, where the output equals
+a full decode exactly; frames before those are parsed but not decoded.
 """
 
 from __future__ import annotations

@@ -21,8 +21,11 @@ out of such garbage, so its timestamps past damage are not the reference.
 from __future__ import annotations
 
 import struct
+from array import array
 from functools import lru_cache
 from typing import BinaryIO, NamedTuple
+
+import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Points, Reader, interval
@@ -246,10 +249,12 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
     In lock, a frame is accepted when its header is valid and shares the
     stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
     and resyncs past the garbage. A frame cut short by the end of the data is
-    not counted. Layer III frames also go through the bit reservoir's books.
+    not counted. Of layer III frames the first 8 bytes are kept (compactly)
+    for the bit reservoir's books.
     """
     samples_per_frame = first.samples
-    reservoir = _Reservoir() if first.layer == 3 else None
+    heads = array("Q")
+    keep = first.layer == 3
     frames = 0
     data_end = position
     unpack = struct.unpack_from
@@ -267,70 +272,61 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
                 lost = True
                 break
             points.add(frames * samples_per_frame, base + i)
-            if reservoir is not None:
-                reservoir.add(header, buf, i, frame.length)
+            if keep:
+                heads.append(unpack(">Q", buf, i)[0])
             frames += 1
             i += frame.length
             data_end = base + i
-        if not lost:
-            if eof:
-                return _Scan(frames, data_end, reservoir.need if reservoir else 1)
+        if lost:
+            resynced = _sync(reader, base + i + 1, same)
+            if resynced is not None:
+                position = resynced
+                continue
+        elif not eof:
             position = base + i
             continue
-        resynced = _sync(reader, base + i + 1, same)
-        if resynced is None:
-            return _Scan(frames, data_end, reservoir.need if reservoir else 1)
-        position = resynced
+        return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1)
 
 
-@lru_cache(maxsize=256)
-def _layout(header: int) -> tuple[int, int, bool]:
-    """Where a layer III frame's side info starts (after the header and its
-    CRC), the bytes before its main data, and whether ``main_data_begin``
-    has 8 bits (MPEG-2/2.5) rather than 9."""
-    lsf = (header >> 19) & 3 != 3
-    mono = (header >> 6) & 3 == 3
-    side_at = 4 if header & 0x10000 else 6
-    side_info = (9 if mono else 17) if lsf else (17 if mono else 32)
-    return side_at, side_at + side_info, lsf
+def _reservoir_need(heads: array) -> int:
+    """Frames a decoder must start before any layer III frame for its output
+    to be exact, from each frame's first 8 bytes.
 
-
-class _Reservoir:
-    """The bit reservoir's reach, frame by frame.
-
-    A layer III frame's main data starts ``main_data_begin`` bytes before its
-    own main data area, in the areas of the frames before it (after their
-    headers and side info): its reach is how many frames back that is. A
-    granule's output depends on its coefficients and on the two granules
-    before it (the MDCT overlap feeds the synthesis filter, whose window
-    spans most of a granule): the frame before for MPEG-1 (two granules a
-    frame), the two before for MPEG-2/2.5 (one). ``need`` is the most frames
-    a decoder must start before any frame for all of those to be read right.
+    A frame's main data starts ``main_data_begin`` bytes (9 bits of the side
+    info, 8 for MPEG-2/2.5) before its own main data area, in the areas of
+    the frames before it (what follows their header, CRC and side info): its
+    reach is how many frames back that is. A granule's output depends on its
+    coefficients and on the two granules before it (the MDCT overlap feeds
+    the synthesis filter, whose window spans most of a granule): on the frame
+    before for MPEG-1 (two granules a frame), the two before for MPEG-2/2.5.
     """
+    words = np.frombuffer(heads, dtype=np.uint64)
+    header = (words >> np.uint64(32)).astype(np.int64)
+    tail = (words & np.uint64(0xFFFFFFFF)).astype(np.int64)  # bytes 4..7
+    crc = (header >> 16) & 1 == 0
+    lsf = bool((header[0] >> 19) & 3 != 3)
+    mono = (header >> 6) & 3 == 3
+    byte = lambda k: (tail >> (8 * (7 - k))) & 0xFF  # noqa: E731
+    first, second = np.where(crc, byte(6), byte(4)), np.where(crc, byte(7), byte(5))
+    back = first if lsf else (first << 1) | (second >> 7)
+    side_info = np.where(mono, 9, 17) if lsf else np.where(mono, 17, 32)
+    kinds, kind = np.unique(header & _LENGTH_BITS, return_inverse=True)
+    lengths = np.array([_length(int(k)) for k in kinds], dtype=np.int64)[kind]
+    areas = lengths - np.where(crc, 6, 4) - side_info
+    ends = np.cumsum(areas)
+    begins = ends - areas - back
+    reach = np.arange(len(areas)) - np.searchsorted(ends, begins, side="right")
+    need = reach.copy()
+    need[1:] = np.maximum(need[1:], reach[:-1] + 1)
+    if lsf:
+        need[2:] = np.maximum(need[2:], reach[:-2] + 2)
+    return max(1, int(need.max()))
 
-    #: Frames of history kept: more than any reach (511 bytes over areas of 1).
-    HISTORY = 512
 
-    def __init__(self) -> None:
-        self.areas: list[int] = []
-        self.reaches = [0, 0]  # of the two frames before
-        self.need = 1
-
-    def add(self, header: int, buf: bytes, at: int, length: int) -> None:
-        side_at, overhead, lsf = _layout(header & 0xFFFF00C0)
-        side = at + side_at
-        back = buf[side] if lsf else (buf[side] << 1) | (buf[side + 1] >> 7)
-        reach = held = 0
-        areas = self.areas
-        while held < back and reach < len(areas):
-            reach += 1
-            held += areas[-reach]
-        before, before_that = self.reaches
-        self.need = max(self.need, reach, before + 1, before_that + 2 if lsf else 0)
-        self.reaches = [reach, before]
-        areas.append(length - overhead)
-        if len(areas) > 2 * self.HISTORY:
-            del areas[: self.HISTORY]
+def _length(header: int) -> int:
+    frame = frame_info(header)
+    assert frame is not None  # the scan took only valid frames
+    return frame.length
 
 
 class _VbrTag(NamedTuple):
