@@ -110,24 +110,20 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index an MPEG audio stream; raises ``NoIndex`` when there is no audio."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     _skip_id3v2(reader)
-    after_tags = reader.pos
-    start = _sync(reader, after_tags, None)
+    tags_end = reader.pos
+    tag = _tag_at(reader, tags_end)
+    # After a tag frame FFmpeg's demuxer starts at the first frame that the
+    # next one confirms, as it does without one.
+    start = _sync(reader, tags_end + tag.length if tag.skipped else tags_end, None, paired=True)
     if start is None:
         raise NoIndex("no mpeg audio frames")
     first_header = _header_at(reader, start)
     first = frame_info(first_header & _LENGTH_BITS)
     assert first is not None
-    # FFmpeg looks for a tag frame only right after the ID3v2 tags, in layer III.
-    tag = _VbrTag()
-    if start == after_tags and first.layer == 3:
-        tag = _vbr_tag(reader, start, first_header, first)
-    audio_start = start + first.length if tag.skipped else start
     points = Points(interval(first.sample_rate, density))
-    scan = _scan(reader, audio_start, first_header & _SAME_HEADER, first, points)
-    if scan.frames == 0:
-        raise NoIndex("no mpeg audio frames")
+    scan = _scan(reader, start, first_header & _SAME_HEADER, first, points)
     sample_pos, byte_pos = points.arrays()
-    first_sample, end = _gapless(tag, reader.length() - start - 4, scan.frames, first.samples)
+    first_sample, end = _gapless(tag, reader.length() - tags_end - 4, scan.frames, first.samples)
     return SeekIndex(
         status=OK,
         codec=f"mp{first.layer}",
@@ -140,7 +136,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         encoder_delay=tag.delay,
         padding=tag.padding,
         preroll=scan.preroll * first.samples if scan.preroll > PREROLL_FRAMES else 0,
-        data_start=audio_start,
+        data_start=start,
         data_end=scan.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
@@ -148,32 +144,77 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
 
 
 def _gapless(tag: _VbrTag, size: int, frames: int, per_frame: int) -> tuple[int, int]:
-    """The native span ``[first, end)`` of FFmpeg's decode, as its demuxer trims it.
+    """The native span ``[first, end)`` of FFmpeg's decode, as its demuxer
+    marks the packets and its decoder trims them (``_kept``).
 
-    A LAME tag's delay is skipped at the start. With a frame count, FFmpeg
-    drops ``[count x frame - padding + 529, count x frame)``, by timestamp:
-    a count above the frames present trims nothing (or the tail), one below
-    them cuts a hole and decodes the frames after it, which one offset and
-    length cannot describe. A count whose stream size is more than 1/16
-    below the file's (``size``: the bytes after the tag frame's header) is
-    ignored ("invalid concatenated file").
+    Only with a LAME tag: its delay + 529 is skipped from the start and,
+    with a frame count, ``[count x frame - padding + 529, count x frame)`` is
+    dropped, by timestamp. A count whose stream size is more than 1/16 below
+    the file's (``size``: the bytes after the tag frame's header) is ignored
+    ("invalid concatenated file"). A count below the frames present makes a
+    hole inside the stream, which one offset and length cannot describe.
     """
-    total = frames * per_frame
     if not tag.lame:
-        return 0, total
-    first = tag.delay + DECODER_DELAY
+        return 0, frames * per_frame
     count = tag.frames
     if tag.bytes and size - tag.bytes > tag.bytes >> 4:
         count = 0
-    drop_from, drop_to = count * per_frame - tag.padding + DECODER_DELAY, count * per_frame
-    if not count or drop_from >= min(drop_to, total):
-        return first, total
-    if drop_to < total:
+    spans = _kept(tag.delay + DECODER_DELAY, count, tag.padding, frames, per_frame)
+    if len(spans) > 1:
         raise NoIndex(
             f"the LAME tag counts {count} frames of {frames}: FFmpeg drops samples"
             " inside the stream"
         )
-    return first, drop_from
+    return spans[0] if spans else (0, 0)
+
+
+def _kept(
+    skip: int, count: int, padding: int, frames: int, per_frame: int
+) -> list[tuple[int, int]]:
+    """The native spans FFmpeg outputs, merged, replaying its rules packet by
+    packet where they apply (the frames under the start skip and those the
+    count's padding touches; the others are output whole).
+
+    The demuxer gives the first packet the skip and every packet ending past
+    ``drop_from`` (and starting before ``drop_to``) what it should lose at
+    its end; the decoder skips over whole frames and then trims, but each
+    packet that carries such marks resets the skip to its own (0 after the
+    first), and an end trim larger than what is left of a frame is ignored.
+    """
+    drop_from, drop_to = count * per_frame - padding + DECODER_DELAY, count * per_frame
+    special = set(range(min(frames, skip // per_frame + 1)))
+    if count:
+        special.update(range(max(drop_from // per_frame - 1, 0), min(frames, count)))
+    spans: list[tuple[int, int]] = []
+    pending, done = 0, 0
+    for k in sorted(special):
+        _add(spans, done * per_frame, k * per_frame)
+        done = k + 1
+        start, end = k * per_frame, (k + 1) * per_frame
+        trim = (
+            min(end - drop_from, per_frame) if count and end >= drop_from and start < drop_to else 0
+        )
+        if k == 0 or trim > 0:
+            pending = skip if k == 0 else 0
+        if pending >= per_frame:
+            pending -= per_frame
+            continue
+        start, pending = start + pending, 0
+        if 0 < trim <= end - start:
+            end -= trim
+        _add(spans, start, end)
+    _add(spans, done * per_frame, frames * per_frame)
+    return spans
+
+
+def _add(spans: list[tuple[int, int]], start: int, end: int) -> None:
+    """Append ``[start, end)`` to merged spans (nothing when empty)."""
+    if start >= end:
+        return
+    if spans and spans[-1][1] == start:
+        spans[-1] = (spans[-1][0], end)
+    else:
+        spans.append((start, end))
 
 
 def _skip_id3v2(reader: Reader) -> None:
@@ -199,11 +240,12 @@ def _header_at(reader: Reader, position: int) -> int:
     return struct.unpack_from(">I", buf, i)[0]
 
 
-def _sync(reader: Reader, position: int, same: int | None) -> int | None:
+def _sync(reader: Reader, position: int, same: int | None, *, paired: bool = False) -> int | None:
     """The first position at or after ``position`` holding a frame header whose
-    successor is a frame header too (or the end of the data), so that sync-like
-    bytes inside audio are not taken for a frame. ``same`` (the stream's shared
-    header bits), once known, must match as well."""
+    successor is a frame header too (or, unless ``paired``, the end of the
+    data), so that sync-like bytes inside audio are not taken for a frame.
+    ``same`` (the stream's shared header bits), once known, must match as
+    well. FFmpeg's demuxer starts only at a pair of frames (``paired``)."""
     reader.seek(position)
     while True:
         buf, i = reader.window(4 * _MAX_FRAME)
@@ -214,7 +256,7 @@ def _sync(reader: Reader, position: int, same: int | None) -> int | None:
         stop = max(i, end - 3 if eof else end - 2 * _MAX_FRAME)
         j = buf.find(b"\xff", i, stop)
         while j >= 0:
-            if _confirmed(buf, j, same, eof):
+            if _confirmed(buf, j, same, eof, paired):
                 return base + j
             j = buf.find(b"\xff", j + 1, stop)
         if eof:
@@ -222,7 +264,7 @@ def _sync(reader: Reader, position: int, same: int | None) -> int | None:
         reader.seek(base + stop)
 
 
-def _confirmed(buf: bytes, j: int, same: int | None, eof: bool) -> bool:
+def _confirmed(buf: bytes, j: int, same: int | None, eof: bool, paired: bool) -> bool:
     header = struct.unpack_from(">I", buf, j)[0]
     frame = frame_info(header & _LENGTH_BITS)
     if frame is None or (same is not None and header & _SAME_HEADER != same):
@@ -234,7 +276,8 @@ def _confirmed(buf: bytes, j: int, same: int | None, eof: bool) -> bool:
             return frame_info(successor & _LENGTH_BITS) is not None
     # A last frame: the stream (in the buffer up to its end) stops right after
     # it, or only a trailing tag follows.
-    return (eof and following == len(buf)) or buf.startswith(_TRAILERS, following)
+    last = (eof and following == len(buf)) or buf.startswith(_TRAILERS, following)
+    return last and not paired
 
 
 class _Scan(NamedTuple):
@@ -248,8 +291,8 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
 
     In lock, a frame is accepted when its header is valid and shares the
     stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
-    and resyncs past the garbage. A frame cut short by the end of the data is
-    not counted. Of layer III frames the first 8 bytes are kept (compactly)
+    and resyncs past the garbage. A last frame cut short by the end of the
+    data counts, as it does for FFmpeg. Of layer III frames the first 8 bytes are kept (compactly)
     for the bit reservoir's books.
     """
     samples_per_frame = first.samples
@@ -268,14 +311,21 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
         while i < limit:
             header = unpack(">I", buf, i)[0] if i + 4 <= end else 0
             frame = frame_info(header & _LENGTH_BITS) if header & _SAME_HEADER == same else None
-            if frame is None or i + frame.length > end:
+            if frame is None:
+                lost = True
+                break
+            # The stream's last frame may be cut short: FFmpeg's parser hands
+            # over what there is (to the end of the data, tags and all) and
+            # the decoder makes a whole frame of it.
+            cut = i + frame.length > end
+            if cut and not eof:
                 lost = True
                 break
             points.add(frames * samples_per_frame, base + i)
             if keep:
-                heads.append(unpack(">Q", buf, i)[0])
+                heads.append(int.from_bytes(buf[i : i + 8].ljust(8, b"\0"), "big"))
             frames += 1
-            i += frame.length
+            i = end if cut else i + frame.length
             data_end = base + i
         if lost:
             resynced = _sync(reader, base + i + 1, same)
@@ -330,12 +380,26 @@ def _length(header: int) -> int:
 
 
 class _VbrTag(NamedTuple):
+    length: int = 0  # of the tag frame
     skipped: bool = False  # FFmpeg skips the tag frame (else it decodes it as audio)
     lame: bool = False  # a LAME/Lavf/Lavc extension with delay and padding
     frames: int = 0  # audio frames the tag announces (0: not stated)
     bytes: int = 0  # a Xing stream size to check the count against (0: none)
     delay: int = 0
     padding: int = 0
+
+
+def _tag_at(reader: Reader, position: int) -> _VbrTag:
+    """The Xing/Info/VBRI tag of a layer III frame right at ``position`` (the
+    end of the ID3v2 tags): the only place FFmpeg looks, with no sync check."""
+    buf, i = reader.window(4)
+    if len(buf) - i < 4:
+        return _VbrTag()
+    header = struct.unpack_from(">I", buf, i)[0]
+    frame = frame_info(header & _LENGTH_BITS)
+    if frame is None or frame.layer != 3:
+        return _VbrTag()
+    return _vbr_tag(reader, position, header, frame)._replace(length=frame.length)
 
 
 def _vbr_tag(reader: Reader, start: int, header: int, frame: Frame) -> _VbrTag:
@@ -372,6 +436,6 @@ def _xing(data: bytes, at: int) -> _VbrTag:
     cursor += 100 * bool(flags & 4) + 4 * bool(flags & 8)
     skipped = bool(frames or size)
     if data[cursor : cursor + 4] not in (b"LAME", b"Lavf", b"Lavc") or len(data) < cursor + 24:
-        return _VbrTag(skipped, False, frames, size)
+        return _VbrTag(0, skipped, False, frames, size)
     packed = int.from_bytes(data[cursor + 21 : cursor + 24], "big")
-    return _VbrTag(skipped, True, frames, size, packed >> 12, packed & 0xFFF)
+    return _VbrTag(0, skipped, True, frames, size, packed >> 12, packed & 0xFFF)
