@@ -92,7 +92,7 @@ def _spans(
     rng = random.Random(seed)
     spans = [(0.0, min(0.2, duration)), (max(duration - 0.2, 0.0), duration)]
     for _ in range(count):
-        start = rng.uniform(0, duration - 0.01)
+        start = rng.uniform(0, max(duration - 0.01, 0.0))
         spans.append((start, min(duration, start + rng.uniform(0.005, longest))))
     return spans
 
@@ -273,6 +273,24 @@ def _tagged() -> bytes:
 
 ID3V1 = b"TAG" + b"Title".ljust(30, b"\0") + bytes(95)
 
+
+def _junk_after_tag_frame() -> bytes:
+    """A frame header and noise between the tag frame and the audio (seen in
+    the wild): FFmpeg starts at the first frame the next one confirms."""
+    data = _tagged()
+    audio = extract(io.BytesIO(data)).data_start
+    header = data[audio : audio + 4]
+    noise = np.random.default_rng(7).integers(0, 255, 585, dtype=np.uint8).tobytes()
+    return data[:audio] + header + noise.replace(b"\xff", b"\0") + data[audio:]
+
+
+def _very_short() -> bytes:
+    """24 samples: LAME's skip and padding meet in the second packet, whose
+    end padding resets what is left of the skip (FFmpeg outputs 551 samples,
+    not 24)."""
+    return _lame(["-V", "9"], signal(0.001, 24000, 2, seed=4), 24000)
+
+
 VARIANTS: dict[str, Callable[[], bytes]] = {
     "xing-no-lame": lambda: _xing(_untagged()),
     "info-no-lame": lambda: _xing(_untagged(), b"Info"),
@@ -290,6 +308,10 @@ VARIANTS: dict[str, Callable[[], bytes]] = {
     "lame-and-id3v1": lambda: _tagged() + ID3V1,
     "ape-and-id3v1": lambda: _tagged() + b"APETAGEX" + bytes(24) + ID3V1,
     "broken-id3v2-header": lambda: b"ID3\x03\x00\x00\x00\x00\x80\x10" + _tagged(),
+    "cut-last-frame": lambda: _tagged()[:-300],
+    "cut-last-frame-and-id3v1": lambda: _tagged()[:-300] + ID3V1,
+    "junk-after-tag-frame": _junk_after_tag_frame,
+    "very-short": _very_short,
 }
 
 
@@ -328,3 +350,12 @@ def test_lame_count_below_the_frames_is_no_index(change: int) -> None:
     after = hole + stated.padding - 529
     tail = min(1152, clean.shape[1] - after)
     np.testing.assert_array_equal(holed[:, hole : hole + tail], clean[:, after : after + tail])
+
+
+def test_a_lone_frame_is_no_audio_like_ffmpeg() -> None:
+    """FFmpeg's demuxer starts only where two frames follow each other."""
+    data = _untagged()
+    alone = data[: _frames(data)[1]] + ID3V1
+    with pytest.raises(av.InvalidDataError):
+        _full_decode(alone)
+    assert extract(io.BytesIO(alone)).reason == "no mpeg audio frames"
