@@ -323,7 +323,7 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
                 break
             points.add(frames * samples_per_frame, base + i)
             if keep:
-                heads.append(int.from_bytes(buf[i : i + 8].ljust(8, b"\0"), "big"))
+                heads.append(_first_8(buf, i) if cut else unpack(">Q", buf, i)[0])
             frames += 1
             i = end if cut else i + frame.length
             data_end = base + i
@@ -336,6 +336,11 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
             position = base + i
             continue
         return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1)
+
+
+def _first_8(buf: bytes, at: int) -> int:
+    """The first 8 bytes of a frame cut short (zeros past the end, as FFmpeg pads)."""
+    return int.from_bytes(buf[at : at + 8].ljust(8, b"\0"), "big")
 
 
 def _reservoir_need(heads: array) -> int:
