@@ -20,12 +20,14 @@ import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 from _index_support import wav_bytes
 
+from streamer import open_dataset
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.formats import extract
 from streamer.formats.frames import frame_to_float32
@@ -35,6 +37,7 @@ from streamer.index import SeekIndex
 from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
 from streamer.synth import signal
+from streamer.write.pack import pack
 
 TOLERANCE = 1e-4
 SECONDS = 2.0
@@ -359,3 +362,20 @@ def test_a_lone_frame_is_no_audio_like_ffmpeg() -> None:
     with pytest.raises(av.InvalidDataError):
         _full_decode(alone)
     assert extract(io.BytesIO(alone)).reason == "no mpeg audio frames"
+
+
+def test_packed_dataset_keeps_the_preroll(tmp_path: Path) -> None:
+    """Packed and indexed, the reservoir's pre-roll survives the index table
+    and the dataset's crops are exact."""
+    data = _lame(["-V", "9"], _bursts(3.0, 44100, 2), 44100)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "bursts.mp3").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "set", progress=False)
+    dataset = open_dataset(tmp_path / "set")
+    assert dataset.seek_index("bursts").preroll == extract(io.BytesIO(data)).preroll > 0
+    full, rate = _full_decode(data), 22050
+    for start, end in _spans(full.shape[1] / rate, 40, 9, 0.05):
+        got = dataset.read_crop("bursts", start, end)
+        np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
+    stats = dataset.decode_stats
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
