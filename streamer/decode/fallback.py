@@ -74,11 +74,12 @@ def _decode_from(
     reached). Not covered when the seek failed or landed after ``start``.
 
     The container is opened afresh each time: seeking back to 0 would lose
-    the codec's start-up trimming (AAC priming), a fresh open does not.
+    the codec's start-up trimming (AAC priming), a fresh open does not. Tags
+    that are not UTF-8 are ignored (PyAV would refuse the file over them).
     """
     source.seek(0)
     with record("decoder_open"):
-        container = av.open(source, "r")
+        container = av.open(source, "r", metadata_errors="ignore")
     with container:
         if not container.streams.audio:
             raise ValueError("no audio stream")

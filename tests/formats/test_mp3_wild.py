@@ -379,3 +379,22 @@ def test_packed_dataset_keeps_the_preroll(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
     stats = dataset.decode_stats
     assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+def test_latin1_id3v1_is_packed(tmp_path: Path) -> None:
+    """An ID3v1 title in Latin-1 (not UTF-8): PyAV refuses to open the file
+    unless told to ignore such tags; pack's probe does, and crops are exact
+    against the full decode (opened the same way)."""
+    data = _tagged() + b"TAG" + b"Caf\xe9".ljust(30, b"\0") + bytes(95)
+    with pytest.raises(UnicodeDecodeError):
+        av.open(io.BytesIO(data)).close()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "cafe.mp3").write_bytes(data)
+    assert pack(tmp_path / "src", tmp_path / "set", progress=False).skipped == []
+    dataset = open_dataset(tmp_path / "set")
+    with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+        full = np.concatenate([frame_to_float32(f) for f in container.decode(audio=0)], axis=1)
+    for start, end in _spans(full.shape[1] / 44100, 10, 4):
+        got = dataset.read_crop("cafe", start, end)
+        np.testing.assert_array_equal(got, full[:, round(start * 44100) : round(end * 44100)])
+    assert dataset.decode_stats.fallback == 0
