@@ -1,17 +1,21 @@
 """MPEG audio (mp3, and layers I/II): frame scan, Xing/Info/VBRI, LAME tag.
 
-Native timeline: the decoder's raw output, frame after frame, counting only
-audio frames (the Xing/Info/VBRI frame is metadata and decodes to nothing in
-FFmpeg). Audio frame ``k`` starts at native sample ``k * samples_per_frame``.
-The gapless decode FFmpeg produces skips ``encoder_delay + 529`` samples (the
-LAME tag's delay plus the decoder's own 528 + 1) and stops
-``padding - 529`` samples before the end, exactly as FFmpeg's mp3 demuxer
-does; without a LAME tag nothing is trimmed.
+Native timeline: the decoder's raw output, frame after frame, counting the
+frames FFmpeg's mp3 demuxer hands over: a Xing/Info/VBRI frame that states a
+frame count or a stream size is metadata, skipped; audio starts at the first
+frame the next one confirms; a last frame cut short counts. Audio frame
+``k`` starts at native sample ``k * samples_per_frame``. With a LAME tag the
+gapless decode skips ``encoder_delay + 529`` samples (the decoder's own
+528 + 1) and drops ``padding - 529`` before the stated count's end, exactly
+as FFmpeg's demuxer marks the packets and its decoder trims them
+(``_gapless``); without one nothing is trimmed.
 
-mp3 needs no header: every frame carries its own. A decoder must *not* be
-fed the Xing frame (FFmpeg would apply the whole-file gapless trim to a
-crop). Frames use the bit reservoir (up to 511 bytes of earlier frames), so
-decoding from a seek point needs at least one earlier frame of pre-roll.
+mp3 needs no header: every frame carries its own, and the tag frame is never
+fed to a crop decoder. The bit reservoir lets a frame's main data start up to
+511 bytes back, in earlier frames: the scan keeps each frame's first 8 bytes
+and works out how many frames a decoder must start before any frame to be
+exact (``_reservoir_need``), stored as ``SeekIndex.preroll`` when above
+``PREROLL_FRAMES``.
 
 After garbage the positions count only real frames (a sync is believed only
 when the next header confirms it); FFmpeg's parser may decode spurious frames
