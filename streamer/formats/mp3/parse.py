@@ -229,9 +229,8 @@ def _skip_id3v2(reader: Reader) -> None:
     while True:
         buf, i = reader.window(10)
         head = buf[i : i + 10]
-        if len(head) < 10 or not head.startswith(b"ID3") or 0xFF in head[3:5]:
-            return
-        if any(b & 0x80 for b in head[6:10]):
+        tag = len(head) == 10 and head.startswith(b"ID3") and 0xFF not in head[3:5]
+        if not tag or any(b & 0x80 for b in head[6:10]):
             return
         size = (head[6] << 21) | (head[7] << 14) | (head[8] << 7) | head[9]
         footer = 10 if head[5] & 0x10 else 0
@@ -401,6 +400,7 @@ class _VbrTag(NamedTuple):
 def _tag_at(reader: Reader, position: int) -> _VbrTag:
     """The Xing/Info/VBRI tag of a layer III frame right at ``position`` (the
     end of the ID3v2 tags): the only place FFmpeg looks, with no sync check."""
+    reader.seek(position)
     buf, i = reader.window(4)
     if len(buf) - i < 4:
         return _VbrTag()
