@@ -19,6 +19,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 
@@ -398,3 +399,25 @@ def test_latin1_id3v1_is_packed(tmp_path: Path) -> None:
         got = dataset.read_crop("cafe", start, end)
         np.testing.assert_array_equal(got, full[:, round(start * 44100) : round(end * 44100)])
     assert dataset.decode_stats.fallback == 0
+
+
+@pytest.mark.parametrize(("options", "rate"), [(["-V", "5"], 44100), (["-V", "9"], 24000)])
+def test_every_frame_is_exact_from_its_computed_need(options: list[str], rate: int) -> None:
+    """Frame by frame: a bare decoder started the computed number of frames
+    before a frame outputs exactly what the full decode does for it."""
+    data = _lame(options, _bursts(1.5, rate, 3), rate)
+    index = extract(io.BytesIO(data), density=float("inf"))
+    ends = [*index.byte_pos[1:].tolist(), index.data_end]
+    frames = [data[a:b] for a, b in zip(index.byte_pos.tolist(), ends, strict=True)]
+    needs = mp3._frame_needs(array("Q", [struct.unpack_from(">Q", f)[0] for f in frames]))
+
+    def decoded(first: int, last: int) -> list[np.ndarray]:
+        decoder = av.CodecContext.create("mp3float", "r")
+        return [
+            frame_to_float32(f) for p in frames[first:last] for f in decoder.decode(av.Packet(p))
+        ]
+
+    full = decoded(0, len(frames))
+    for k, need in enumerate(needs.tolist()):
+        np.testing.assert_array_equal(decoded(max(k - need, 0), k + 1)[-1], full[k], err_msg=str(k))
+    assert needs.max() > mp3.PREROLL_FRAMES

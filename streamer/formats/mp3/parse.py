@@ -348,7 +348,13 @@ def _first_8(buf: bytes, at: int) -> int:
 
 def _reservoir_need(heads: array) -> int:
     """Frames a decoder must start before any layer III frame for its output
-    to be exact, from each frame's first 8 bytes.
+    to be exact (at least 1)."""
+    return max(1, int(_frame_needs(heads).max()))
+
+
+def _frame_needs(heads: array) -> np.ndarray:
+    """Per layer III frame, how many frames before it a decoder must start
+    for its output to be exact, from each frame's first 8 bytes.
 
     A frame's main data starts ``main_data_begin`` bytes (9 bits of the side
     info, 8 for MPEG-2/2.5) before its own main data area, in the areas of
@@ -364,8 +370,8 @@ def _reservoir_need(heads: array) -> int:
     crc = (header >> 16) & 1 == 0
     lsf = bool((header[0] >> 19) & 3 != 3)
     mono = (header >> 6) & 3 == 3
-    byte = lambda k: (tail >> (8 * (7 - k))) & 0xFF  # noqa: E731
-    first, second = np.where(crc, byte(6), byte(4)), np.where(crc, byte(7), byte(5))
+    b4, b5, b6, b7 = ((tail >> shift) & 0xFF for shift in (24, 16, 8, 0))
+    first, second = np.where(crc, b6, b4), np.where(crc, b7, b5)  # after the CRC, if any
     back = first if lsf else (first << 1) | (second >> 7)
     side_info = np.where(mono, 9, 17) if lsf else np.where(mono, 17, 32)
     kinds, kind = np.unique(header & _LENGTH_BITS, return_inverse=True)
@@ -378,7 +384,7 @@ def _reservoir_need(heads: array) -> int:
     need[1:] = np.maximum(need[1:], reach[:-1] + 1)
     if lsf:
         need[2:] = np.maximum(need[2:], reach[:-2] + 2)
-    return max(1, int(need.max()))
+    return need
 
 
 def _length(header: int) -> int:
