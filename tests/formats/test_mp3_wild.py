@@ -316,6 +316,7 @@ VARIANTS: dict[str, Callable[[], bytes]] = {
     "cut-last-frame-and-id3v1": lambda: _tagged()[:-300] + ID3V1,
     "junk-after-tag-frame": _junk_after_tag_frame,
     "very-short": _very_short,
+    "leading-zeros": lambda: bytes(3000) + _tagged(),  # tag frame is audio
 }
 
 

@@ -102,12 +102,15 @@ def frame_info(header: int) -> Frame | None:
 
 
 def matches(head: bytes) -> bool:
-    """ID3v2 tag or a valid MPEG audio frame header at the start."""
+    """An ID3v2 tag, or a valid MPEG audio frame header after any zero bytes
+    (FFmpeg's probe skips them; zeros up to the end of ``head`` are left to
+    the parser to look past)."""
     if head.startswith(b"ID3"):
         return True
-    return (
-        len(head) >= 4 and frame_info(struct.unpack_from(">I", head)[0] & _LENGTH_BITS) is not None
-    )
+    body = head.lstrip(b"\0")
+    if len(body) < 4:
+        return len(body) < len(head)
+    return frame_info(struct.unpack_from(">I", body)[0] & _LENGTH_BITS) is not None
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
