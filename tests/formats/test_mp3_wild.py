@@ -44,19 +44,22 @@ TOLERANCE = 1e-4
 SECONDS = 2.0
 
 
-def _lame(options: list[str], samples: np.ndarray, rate: int) -> bytes:
-    if shutil.which("lame") is None:
-        pytest.skip("lame is not installed")
+def _encode(tool: str, options: list[str], samples: np.ndarray, rate: int) -> bytes:
+    """Encode a WAV file with a Debian command-line encoder (``lame`` or
+    ``twolame``, both ``tool [options] in out``); skips when not installed."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
     with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, "out.mp3")
-        subprocess.run(
-            ["lame", "--quiet", *options, "-", out],
-            input=wav_bytes(samples, rate),
-            capture_output=True,
-            check=True,
-        )
+        source, out = os.path.join(folder, "in.wav"), os.path.join(folder, "out")
+        with open(source, "wb") as file:
+            file.write(wav_bytes(samples, rate))
+        subprocess.run([tool, "--quiet", *options, source, out], capture_output=True, check=True)
         with open(out, "rb") as file:
             return file.read()
+
+
+def _lame(options: list[str], samples: np.ndarray, rate: int) -> bytes:
+    return _encode("lame", options, samples, rate)
 
 
 def _lame_file(*options: str, channels: int = 2, rate: int = 44100) -> bytes:
@@ -165,6 +168,16 @@ def test_layer_two(rate: int, channels: int, bit_rate: int) -> None:
     """FFmpeg decodes mp2 with its fixed-point decoder, whose rounding carries
     an error feedback from the first frame: crops are within 1 LSB of s16."""
     index = _assert_exact(_mp2(rate, channels, bit_rate))
+    assert index.codec == "mp2"
+
+
+@pytest.mark.parametrize(
+    ("options", "rate"),
+    [([], 44100), (["-p", "-m", "m"], 48000), (["-v", "-m", "j"], 44100), ([], 22050)],
+)
+def test_twolame(options: list[str], rate: int) -> None:
+    """Debian's layer II encoder: CRC, mono, joint stereo, VBR, MPEG-2."""
+    index = _assert_exact(_encode("twolame", options, signal(SECONDS, rate, 2, seed=6), rate))
     assert index.codec == "mp2"
 
 
