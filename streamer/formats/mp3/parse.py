@@ -298,8 +298,8 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
     In lock, a frame is accepted when its header is valid and shares the
     stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
     and resyncs past the garbage. A last frame cut short by the end of the
-    data counts, as it does for FFmpeg. Of layer III frames the first 8 bytes are kept (compactly)
-    for the bit reservoir's books.
+    data counts, as it does for FFmpeg. Of layer III frames the first 8
+    bytes are kept (compactly) for the bit reservoir's books.
     """
     samples_per_frame = first.samples
     heads = array("Q")
@@ -431,7 +431,7 @@ def _vbr_tag(reader: Reader, start: int, header: int, frame: Frame) -> _VbrTag:
     mono = (header >> 6) & 3 == 3
     side_info = (9 if mono else 17) if frame.lsf else (17 if mono else 32)
     xing = _xing(data, 4 + side_info)
-    if data[36:40] == b"VBRI" and data[40:42] == b"\0\1":
+    if data[36:42] == b"VBRI\0\1" and len(data) >= 54:
         size, frames = struct.unpack_from(">II", data, 46)
         return xing._replace(skipped=bool(size or frames), frames=frames, bytes=0)
     return xing
