@@ -1,12 +1,15 @@
 """mp3 and mp2 as found in the wild: crops equal FFmpeg's full decode.
 
-Files come from real encoders (LAME's command line, PyAV's mp2 encoder) and
-byte-level edits of them for the header variants FFmpeg's mp3 demuxer reads
-its own way: a Xing/Info frame without LAME tag, one stating neither a count
-nor a size (FFmpeg decodes it as audio), a VBRI frame, wrong frame counts,
-concatenated files, ID3v2.2 tags (with and without junk after them), ID3v1
-and APE trailers. Every crop, first and last samples included, must match
-the full decode with zero lag, no fallback and no read outside the plan.
+Files come from real encoders (LAME and twolame on the command line, PyAV's
+mp2 encoder) and byte-level edits of them for what FFmpeg's mp3 demuxer
+reads its own way: a Xing/Info frame without LAME tag, one stating neither a
+count nor a size (FFmpeg decodes it as audio), a VBRI frame, wrong frame
+counts, concatenated files, ID3v2.2 tags (with and without junk after them),
+ID3v1 and APE trailers, a cut last frame, junk after the tag frame, leading
+zeros, a file of a few samples. Every crop, first and last samples included,
+must match the full decode with zero lag, no fallback and no read outside
+the plan. VBR files with stretches of tiny frames check the bit reservoir's
+pre-roll, frame by frame and crop by crop.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ def _episode(data: bytes, index: SeekIndex) -> Episode:
 def _spans(
     duration: float, count: int, seed: int, longest: float = 0.5
 ) -> list[tuple[float, float]]:
+    """The first and last 0.2 s and ``count`` random crops up to ``longest`` s."""
     rng = random.Random(seed)
     spans = [(0.0, min(0.2, duration)), (max(duration - 0.2, 0.0), duration)]
     for _ in range(count):
