@@ -63,7 +63,7 @@ def decode_range(
     """
     source.seek(0)
     with record("decoder_open"):
-        container = av.open(source, "r")
+        container = av.open(source, "r", metadata_errors="ignore")
     with container:
         if not container.streams.audio:
             raise ValueError("no audio stream")

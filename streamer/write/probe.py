@@ -26,9 +26,11 @@ class AudioInfo:
 
 
 def probe(path: str | os.PathLike[str]) -> AudioInfo:
-    """Open ``path`` with PyAV and describe its first audio stream."""
+    """Open ``path`` with PyAV and describe its first audio stream. Tags
+    that are not UTF-8 (an ID3v1 title in Latin-1: common in mp3s from the
+    wild) are ignored: PyAV would refuse the whole file over them."""
     try:
-        with av.open(os.fspath(path), "r") as container:
+        with av.open(os.fspath(path), "r", metadata_errors="ignore") as container:
             if not container.streams.audio:
                 raise ProbeError("no audio stream")
             stream = container.streams.audio[0]

@@ -17,8 +17,8 @@ class MpegAudio(PackagedFormat):
     decoding = decode
 
     def preroll(self, index: SeekIndex) -> int:
-        """``PREROLL_FRAMES`` frames, in native units."""
-        return decode.PREROLL_FRAMES * decode.frame_samples(index)
+        """``decode.preroll_frames`` frames, in native units."""
+        return decode.preroll_frames(index) * decode.frame_samples(index)
 
 
 FORMAT = MpegAudio()

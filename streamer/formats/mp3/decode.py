@@ -1,13 +1,13 @@
 """MPEG audio (mp3, mp2, mp1): frames decoded straight from the planned bytes.
 
 No demuxer: FFmpeg's parser splits the data range into frames and a bare
-``mp3float`` decoder (the float one a demuxed decode uses, not the s16
-``mp3``) decodes them. Every frame yields ``samples_per_frame`` samples, so a
-frame's native position is the seek point's plus a count. The bit reservoir
-lets a frame borrow bytes from up to a few frames before it; after
-``PREROLL_FRAMES`` decoded frames the output equals a full decode exactly,
-so decoding starts that many frames before the crop and frames before those
-are parsed but not decoded.
+decoder, the one a demuxed decode uses (``DECODERS``), decodes them. Every
+frame yields ``samples_per_frame`` samples, so a frame's native position is
+the seek point's plus a count. The bit reservoir lets a frame borrow up to
+511 bytes of the frames before it; the indexer counts how many frames back
+that reaches (``SeekIndex.preroll``, when more than ``PREROLL_FRAMES``), so
+decoding starts ``preroll_frames`` before the crop, where the output equals
+a full decode exactly; frames before those are parsed but not decoded.
 """
 
 from __future__ import annotations
@@ -19,17 +19,24 @@ from ...index.table import SeekIndex
 from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..packets import decode_packets, split_packets
-from .parse import samples_per_frame
+from .parse import PREROLL_FRAMES, samples_per_frame
 
-__all__ = ["DECODERS", "PREROLL_FRAMES", "decode", "frame_samples"]
+__all__ = ["DECODERS", "decode", "frame_samples", "preroll_frames"]
 
-PREROLL_FRAMES = 5
-DECODERS = {"mp3": "mp3float", "mp2": "mp2float", "mp1": "mp1float"}
+#: The decoder FFmpeg picks for each codec in a demuxed decode (the first it
+#: registers): the float one for layer III, the fixed-point ones for I and II.
+DECODERS = {"mp3": "mp3float", "mp2": "mp2", "mp1": "mp1"}
 
 
 def frame_samples(index: SeekIndex) -> int:
     """Samples per frame of the indexed stream (MPEG-2/2.5 rates are below 32 kHz)."""
     return samples_per_frame(int(index.codec[2]), lsf=index.sample_rate < 32000)
+
+
+def preroll_frames(index: SeekIndex) -> int:
+    """Frames decoded before the crop's first: the default, or what the
+    indexer found the bit reservoir needs."""
+    return max(PREROLL_FRAMES, -(-index.preroll // frame_samples(index)))
 
 
 def decode(
@@ -40,7 +47,7 @@ def decode(
     per_frame = frame_samples(index)
     packets = split_packets(decoder, fetched.data)
     wanted = (index.first_sample + plan.first - plan.start_native) // per_frame
-    skip = max(wanted - PREROLL_FRAMES, 0)
+    skip = max(wanted - preroll_frames(index), 0)
     first_native = plan.start_native + skip * per_frame
     pieces = [
         samples

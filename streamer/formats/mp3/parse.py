@@ -1,17 +1,21 @@
 """MPEG audio (mp3, and layers I/II): frame scan, Xing/Info/VBRI, LAME tag.
 
-Native timeline: the decoder's raw output, frame after frame, counting only
-audio frames (the Xing/Info/VBRI frame is metadata and decodes to nothing in
-FFmpeg). Audio frame ``k`` starts at native sample ``k * samples_per_frame``.
-The gapless decode FFmpeg produces skips ``encoder_delay + 529`` samples (the
-LAME tag's delay plus the decoder's own 528 + 1) and stops
-``padding - 529`` samples before the end, exactly as FFmpeg's mp3 demuxer
-does; without a LAME tag nothing is trimmed.
+Native timeline: the decoder's raw output, frame after frame, counting the
+frames FFmpeg's mp3 demuxer hands over: a Xing/Info/VBRI frame that states a
+frame count or a stream size is metadata, skipped; audio starts at the first
+frame the next one confirms; a last frame cut short counts. Audio frame
+``k`` starts at native sample ``k * samples_per_frame``. With a LAME tag the
+gapless decode skips ``encoder_delay + 529`` samples (the decoder's own
+528 + 1) and drops ``padding - 529`` before the stated count's end, exactly
+as FFmpeg's demuxer marks the packets and its decoder trims them
+(``_gapless``); without one nothing is trimmed.
 
-mp3 needs no header: every frame carries its own. A decoder must *not* be
-fed the Xing frame (FFmpeg would apply the whole-file gapless trim to a
-crop). Frames use the bit reservoir (up to 511 bytes of earlier frames), so
-decoding from a seek point needs at least one earlier frame of pre-roll.
+mp3 needs no header: every frame carries its own, and the tag frame is never
+fed to a crop decoder. The bit reservoir lets a frame's main data start up to
+511 bytes back, in earlier frames: the scan keeps each frame's first 8 bytes
+and works out how many frames a decoder must start before any frame to be
+exact (``_reservoir_need``), stored as ``SeekIndex.preroll`` when above
+``PREROLL_FRAMES``.
 
 After garbage the positions count only real frames (a sync is believed only
 when the next header confirms it); FFmpeg's parser may decode spurious frames
@@ -21,13 +25,19 @@ out of such garbage, so its timestamps past damage are not the reference.
 from __future__ import annotations
 
 import struct
+from array import array
 from functools import lru_cache
 from typing import BinaryIO, NamedTuple
+
+import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Points, Reader, interval
 
-__all__ = ["DECODER_DELAY", "matches", "parse", "samples_per_frame"]
+#: Frames decoded before a crop unless the bit reservoir reaches further.
+PREROLL_FRAMES = 5
+
+__all__ = ["DECODER_DELAY", "PREROLL_FRAMES", "matches", "parse", "samples_per_frame"]
 
 #: FFmpeg's decoder delay for layer III, on top of the encoder's own delay.
 DECODER_DELAY = 529
@@ -92,37 +102,35 @@ def frame_info(header: int) -> Frame | None:
 
 
 def matches(head: bytes) -> bool:
-    """ID3v2 tag or a valid MPEG audio frame header at the start."""
+    """An ID3v2 tag, or a valid MPEG audio frame header after any zero bytes
+    (FFmpeg's probe skips them; zeros up to the end of ``head`` are left to
+    the parser to look past)."""
     if head.startswith(b"ID3"):
         return True
-    return (
-        len(head) >= 4 and frame_info(struct.unpack_from(">I", head)[0] & _LENGTH_BITS) is not None
-    )
+    body = head.lstrip(b"\0")
+    if len(body) < 4:
+        return len(body) < len(head)
+    return frame_info(struct.unpack_from(">I", body)[0] & _LENGTH_BITS) is not None
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index an MPEG audio stream; raises ``NoIndex`` when there is no audio."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     _skip_id3v2(reader)
-    start = _sync(reader, reader.pos, None)
+    tags_end = reader.pos
+    tag = _tag_at(reader, tags_end)
+    # After a tag frame FFmpeg's demuxer starts at the first frame that the
+    # next one confirms, as it does without one.
+    start = _sync(reader, tags_end + tag.length if tag.skipped else tags_end, None, paired=True)
     if start is None:
         raise NoIndex("no mpeg audio frames")
     first_header = _header_at(reader, start)
     first = frame_info(first_header & _LENGTH_BITS)
     assert first is not None
-    tag = _vbr_tag(reader, start, first_header, first)
-    audio_start = start + first.length if tag.present else start
     points = Points(interval(first.sample_rate, density))
-    frames, data_end = _scan(reader, audio_start, first_header & _SAME_HEADER, first, points)
-    if frames == 0:
-        raise NoIndex("no mpeg audio frames")
+    scan = _scan(reader, start, first_header & _SAME_HEADER, first, points)
     sample_pos, byte_pos = points.arrays()
-    total = frames * first.samples
-    first_sample, end = 0, total
-    if tag.lame:
-        first_sample = tag.delay + DECODER_DELAY
-        if tag.frames:
-            end = min(total, tag.frames * first.samples - tag.padding + DECODER_DELAY)
+    first_sample, end = _gapless(tag, reader.length() - tags_end - 4, scan.frames, first.samples)
     return SeekIndex(
         status=OK,
         codec=f"mp{first.layer}",
@@ -134,23 +142,99 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         num_samples=max(0, end - first_sample),
         encoder_delay=tag.delay,
         padding=tag.padding,
-        data_start=audio_start,
-        data_end=data_end,
+        preroll=scan.preroll * first.samples if scan.preroll > PREROLL_FRAMES else 0,
+        data_start=start,
+        data_end=scan.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
     )
 
 
+def _gapless(tag: _VbrTag, size: int, frames: int, per_frame: int) -> tuple[int, int]:
+    """The native span ``[first, end)`` of FFmpeg's decode, as its demuxer
+    marks the packets and its decoder trims them (``_kept``).
+
+    Only with a LAME tag: its delay + 529 is skipped from the start and,
+    with a frame count, ``[count x frame - padding + 529, count x frame)`` is
+    dropped, by timestamp. A count whose stream size is more than 1/16 below
+    the file's (``size``: the bytes after the tag frame's header) is ignored
+    ("invalid concatenated file"). A count below the frames present makes a
+    hole inside the stream, which one offset and length cannot describe.
+    """
+    if not tag.lame:
+        return 0, frames * per_frame
+    count = tag.frames
+    if tag.bytes and size - tag.bytes > tag.bytes >> 4:
+        count = 0
+    spans = _kept(tag.delay + DECODER_DELAY, count, tag.padding, frames, per_frame)
+    if len(spans) > 1:
+        raise NoIndex(
+            f"the LAME tag counts {count} frames of {frames}: FFmpeg drops samples"
+            " inside the stream"
+        )
+    return spans[0] if spans else (0, 0)
+
+
+def _kept(
+    skip: int, count: int, padding: int, frames: int, per_frame: int
+) -> list[tuple[int, int]]:
+    """The native spans FFmpeg outputs, merged, replaying its rules packet by
+    packet where they apply (the frames under the start skip and those the
+    count's padding touches; the others are output whole).
+
+    The demuxer gives the first packet the skip and every packet ending past
+    ``drop_from`` (and starting before ``drop_to``) what it should lose at
+    its end; the decoder skips over whole frames and then trims, but each
+    packet that carries such marks resets the skip to its own (0 after the
+    first), and an end trim larger than what is left of a frame is ignored.
+    """
+    drop_from, drop_to = count * per_frame - padding + DECODER_DELAY, count * per_frame
+    special = set(range(min(frames, skip // per_frame + 1)))
+    if count:
+        special.update(range(max(drop_from // per_frame - 1, 0), min(frames, count)))
+    spans: list[tuple[int, int]] = []
+    pending, done = 0, 0
+    for k in sorted(special):
+        _add(spans, done * per_frame, k * per_frame)
+        done = k + 1
+        start, end = k * per_frame, (k + 1) * per_frame
+        trim = (
+            min(end - drop_from, per_frame) if count and end >= drop_from and start < drop_to else 0
+        )
+        if k == 0 or trim > 0:
+            pending = skip if k == 0 else 0
+        if pending >= per_frame:
+            pending -= per_frame
+            continue
+        start, pending = start + pending, 0
+        if 0 < trim <= end - start:
+            end -= trim
+        _add(spans, start, end)
+    _add(spans, done * per_frame, frames * per_frame)
+    return spans
+
+
+def _add(spans: list[tuple[int, int]], start: int, end: int) -> None:
+    """Append ``[start, end)`` to merged spans (nothing when empty)."""
+    if start >= end:
+        return
+    if spans and spans[-1][1] == start:
+        spans[-1] = (spans[-1][0], end)
+    else:
+        spans.append((start, end))
+
+
 def _skip_id3v2(reader: Reader) -> None:
-    """Skip every ID3v2 tag at the start (the size is sync-safe whether or not
-    the tag is unsynchronised; the footer flag adds 10 bytes)."""
+    """Skip every ID3v2 tag at the start, any version (the size is sync-safe
+    whether or not the tag is unsynchronised; the footer flag adds 10 bytes).
+    What is not a well-formed tag header is left for the frame sync, as
+    FFmpeg does (``ff_id3v2_match``)."""
     while True:
         buf, i = reader.window(10)
         head = buf[i : i + 10]
-        if len(head) < 10 or not head.startswith(b"ID3") or head[3] == 0xFF:
+        tag = len(head) == 10 and head.startswith(b"ID3") and 0xFF not in head[3:5]
+        if not tag or any(b & 0x80 for b in head[6:10]):
             return
-        if any(b & 0x80 for b in head[6:10]):
-            raise NoIndex("corrupt id3v2 tag size")
         size = (head[6] << 21) | (head[7] << 14) | (head[8] << 7) | head[9]
         footer = 10 if head[5] & 0x10 else 0
         reader.seek(reader.pos + 10 + size + footer)
@@ -162,11 +246,12 @@ def _header_at(reader: Reader, position: int) -> int:
     return struct.unpack_from(">I", buf, i)[0]
 
 
-def _sync(reader: Reader, position: int, same: int | None) -> int | None:
+def _sync(reader: Reader, position: int, same: int | None, *, paired: bool = False) -> int | None:
     """The first position at or after ``position`` holding a frame header whose
-    successor is a frame header too (or the end of the data), so that sync-like
-    bytes inside audio are not taken for a frame. ``same`` (the stream's shared
-    header bits), once known, must match as well."""
+    successor is a frame header too (or, unless ``paired``, the end of the
+    data), so that sync-like bytes inside audio are not taken for a frame.
+    ``same`` (the stream's shared header bits), once known, must match as
+    well. FFmpeg's demuxer starts only at a pair of frames (``paired``)."""
     reader.seek(position)
     while True:
         buf, i = reader.window(4 * _MAX_FRAME)
@@ -177,7 +262,7 @@ def _sync(reader: Reader, position: int, same: int | None) -> int | None:
         stop = max(i, end - 3 if eof else end - 2 * _MAX_FRAME)
         j = buf.find(b"\xff", i, stop)
         while j >= 0:
-            if _confirmed(buf, j, same, eof):
+            if _confirmed(buf, j, same, eof, paired):
                 return base + j
             j = buf.find(b"\xff", j + 1, stop)
         if eof:
@@ -185,7 +270,7 @@ def _sync(reader: Reader, position: int, same: int | None) -> int | None:
         reader.seek(base + stop)
 
 
-def _confirmed(buf: bytes, j: int, same: int | None, eof: bool) -> bool:
+def _confirmed(buf: bytes, j: int, same: int | None, eof: bool, paired: bool) -> bool:
     header = struct.unpack_from(">I", buf, j)[0]
     frame = frame_info(header & _LENGTH_BITS)
     if frame is None or (same is not None and header & _SAME_HEADER != same):
@@ -197,20 +282,28 @@ def _confirmed(buf: bytes, j: int, same: int | None, eof: bool) -> bool:
             return frame_info(successor & _LENGTH_BITS) is not None
     # A last frame: the stream (in the buffer up to its end) stops right after
     # it, or only a trailing tag follows.
-    return (eof and following == len(buf)) or buf.startswith(_TRAILERS, following)
+    last = (eof and following == len(buf)) or buf.startswith(_TRAILERS, following)
+    return last and not paired
 
 
-def _scan(
-    reader: Reader, position: int, same: int, first: Frame, points: Points
-) -> tuple[int, int]:
-    """Walk the frames from ``position``; returns (audio frames, end of the last).
+class _Scan(NamedTuple):
+    frames: int  # audio frames
+    data_end: int  # end of the last one
+    preroll: int  # frames to decode before any frame for its output to be exact
+
+
+def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points) -> _Scan:
+    """Walk the frames from ``position``.
 
     In lock, a frame is accepted when its header is valid and shares the
     stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
-    and resyncs past the garbage. A frame cut short by the end of the data is
-    not counted.
+    and resyncs past the garbage. A last frame cut short by the end of the
+    data counts, as it does for FFmpeg. Of layer III frames the first 8
+    bytes are kept (compactly) for the bit reservoir's books.
     """
     samples_per_frame = first.samples
+    heads = array("Q")
+    keep = first.layer == 3
     frames = 0
     data_end = position
     unpack = struct.unpack_from
@@ -224,53 +317,143 @@ def _scan(
         while i < limit:
             header = unpack(">I", buf, i)[0] if i + 4 <= end else 0
             frame = frame_info(header & _LENGTH_BITS) if header & _SAME_HEADER == same else None
-            if frame is None or i + frame.length > end:
+            if frame is None:
+                lost = True
+                break
+            # The stream's last frame may be cut short: FFmpeg's parser hands
+            # over what there is (to the end of the data, tags and all) and
+            # the decoder makes a whole frame of it.
+            cut = i + frame.length > end
+            if cut and not eof:
                 lost = True
                 break
             points.add(frames * samples_per_frame, base + i)
+            if keep:
+                heads.append(_first_8(buf, i) if cut else unpack(">Q", buf, i)[0])
             frames += 1
-            i += frame.length
+            i = end if cut else i + frame.length
             data_end = base + i
-        if not lost:
-            if eof:
-                return frames, data_end
+        if lost:
+            resynced = _sync(reader, base + i + 1, same)
+            if resynced is not None:
+                position = resynced
+                continue
+        elif not eof:
             position = base + i
             continue
-        resynced = _sync(reader, base + i + 1, same)
-        if resynced is None:
-            return frames, data_end
-        position = resynced
+        return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1)
+
+
+def _first_8(buf: bytes, at: int) -> int:
+    """The first 8 bytes of a frame cut short (zeros past the end, as FFmpeg pads)."""
+    return int.from_bytes(buf[at : at + 8].ljust(8, b"\0"), "big")
+
+
+def _reservoir_need(heads: array) -> int:
+    """Frames a decoder must start before any layer III frame for its output
+    to be exact (at least 1)."""
+    return max(1, int(_frame_needs(heads).max()))
+
+
+def _frame_needs(heads: array) -> np.ndarray:
+    """Per layer III frame, how many frames before it a decoder must start
+    for its output to be exact, from each frame's first 8 bytes.
+
+    A frame's main data starts ``main_data_begin`` bytes (9 bits of the side
+    info, 8 for MPEG-2/2.5) before its own main data area, in the areas of
+    the frames before it (what follows their header, CRC and side info): its
+    reach is how many frames back that is. A granule's output depends on its
+    coefficients and on the two granules before it (the MDCT overlap feeds
+    the synthesis filter, whose window spans most of a granule): on the frame
+    before for MPEG-1 (two granules a frame), the two before for MPEG-2/2.5.
+    """
+    words = np.frombuffer(heads, dtype=np.uint64)
+    header = (words >> np.uint64(32)).astype(np.int64)
+    tail = (words & np.uint64(0xFFFFFFFF)).astype(np.int64)  # bytes 4..7
+    crc = (header >> 16) & 1 == 0
+    lsf = bool((header[0] >> 19) & 3 != 3)
+    mono = (header >> 6) & 3 == 3
+    b4, b5, b6, b7 = ((tail >> shift) & 0xFF for shift in (24, 16, 8, 0))
+    first, second = np.where(crc, b6, b4), np.where(crc, b7, b5)  # after the CRC, if any
+    back = first if lsf else (first << 1) | (second >> 7)
+    side_info = np.where(mono, 9, 17) if lsf else np.where(mono, 17, 32)
+    kinds, kind = np.unique(header & _LENGTH_BITS, return_inverse=True)
+    lengths = np.array([_length(int(k)) for k in kinds], dtype=np.int64)[kind]
+    areas = lengths - np.where(crc, 6, 4) - side_info
+    ends = np.cumsum(areas)
+    begins = ends - areas - back
+    reach = np.arange(len(areas)) - np.searchsorted(ends, begins, side="right")
+    need = reach.copy()
+    need[1:] = np.maximum(need[1:], reach[:-1] + 1)
+    if lsf:
+        need[2:] = np.maximum(need[2:], reach[:-2] + 2)
+    return need
+
+
+def _length(header: int) -> int:
+    frame = frame_info(header)
+    assert frame is not None  # the scan took only valid frames
+    return frame.length
 
 
 class _VbrTag(NamedTuple):
-    present: bool = False  # a Xing/Info/VBRI frame: metadata, not audio
-    lame: bool = False  # a LAME/Lavc/Lavf extension with delay and padding
+    length: int = 0  # of the tag frame
+    skipped: bool = False  # FFmpeg skips the tag frame (else it decodes it as audio)
+    lame: bool = False  # a LAME/Lavf/Lavc extension with delay and padding
     frames: int = 0  # audio frames the tag announces (0: not stated)
+    bytes: int = 0  # a Xing stream size to check the count against (0: none)
     delay: int = 0
     padding: int = 0
 
 
+def _tag_at(reader: Reader, position: int) -> _VbrTag:
+    """The Xing/Info/VBRI tag of a layer III frame right at ``position`` (the
+    end of the ID3v2 tags): the only place FFmpeg looks, with no sync check."""
+    reader.seek(position)
+    buf, i = reader.window(4)
+    if len(buf) - i < 4:
+        return _VbrTag()
+    header = struct.unpack_from(">I", buf, i)[0]
+    frame = frame_info(header & _LENGTH_BITS)
+    if frame is None or frame.layer != 3:
+        return _VbrTag()
+    return _vbr_tag(reader, position, header, frame)._replace(length=frame.length)
+
+
 def _vbr_tag(reader: Reader, start: int, header: int, frame: Frame) -> _VbrTag:
-    """Read a Xing/Info (with its LAME extension) or VBRI tag from the first frame."""
+    """Read a Xing/Info (with its LAME extension) and a VBRI tag from the
+    first frame, as FFmpeg's mp3 demuxer does: the frame is metadata only
+    when the tag states a frame count or a stream size; a VBRI tag (version
+    1) overrides both; the LAME delay counts even when the frame is audio."""
     reader.seek(start)
-    buf, i = reader.window(frame.length)
-    data = buf[i : i + frame.length]
+    buf, i = reader.window(frame.length + 64)
+    data = buf[i : i + frame.length + 64]
     mono = (header >> 6) & 3 == 3
     side_info = (9 if mono else 17) if frame.lsf else (17 if mono else 32)
-    xing = 4 + side_info
-    if data[36:40] == b"VBRI":
-        return _VbrTag(present=True, frames=int.from_bytes(data[50:54], "big"))
-    if data[xing : xing + 4] not in (b"Xing", b"Info"):
+    xing = _xing(data, 4 + side_info)
+    if data[36:42] == b"VBRI\0\1" and len(data) >= 54:
+        size, frames = struct.unpack_from(">II", data, 46)
+        return xing._replace(skipped=bool(size or frames), frames=frames, bytes=0)
+    return xing
+
+
+def _xing(data: bytes, at: int) -> _VbrTag:
+    """The Xing/Info tag at ``at`` (FFmpeg reads its LAME fields past the
+    frame's end too, so ``data`` runs on)."""
+    if data[at : at + 4] not in (b"Xing", b"Info"):
         return _VbrTag()
-    flags = int.from_bytes(data[xing + 4 : xing + 8], "big")
-    cursor = xing + 8
-    frames = 0
+    flags = int.from_bytes(data[at + 4 : at + 8], "big")
+    cursor = at + 8
+    frames = size = 0
     if flags & 1:
         frames = int.from_bytes(data[cursor : cursor + 4], "big")
-    cursor += (
-        4 * bool(flags & 1) + 4 * bool(flags & 2) + 100 * bool(flags & 4) + 4 * bool(flags & 8)
-    )
+        cursor += 4
+    if flags & 2:
+        size = int.from_bytes(data[cursor : cursor + 4], "big")
+        cursor += 4
+    cursor += 100 * bool(flags & 4) + 4 * bool(flags & 8)
+    skipped = bool(frames or size)
     if data[cursor : cursor + 4] not in (b"LAME", b"Lavf", b"Lavc") or len(data) < cursor + 24:
-        return _VbrTag(present=True, frames=frames)
+        return _VbrTag(0, skipped, False, frames, size)
     packed = int.from_bytes(data[cursor + 21 : cursor + 24], "big")
-    return _VbrTag(True, True, frames, packed >> 12, packed & 0xFFF)
+    return _VbrTag(0, skipped, True, frames, size, packed >> 12, packed & 0xFFF)
