@@ -335,7 +335,7 @@ def _reference(data: bytes) -> tuple[np.ndarray, int, Exception | None]:
     reference past that point)."""
     pieces, rate = [np.zeros((0, 0), np.float32)], 0
     try:
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
             for frame in container.decode(audio=0):
                 pieces.append(frame_to_float32(frame))
                 if pieces[-1].shape[0] != pieces[1].shape[0]:
