@@ -88,7 +88,12 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
         ) as container:
             source.recording = False
             index = _index(container, name, _merged(source.ranges), length, density)
-        return _with_seek_loss(index, source, name)
+        try:
+            return _with_seek_loss(index, source, name)
+        except av.FFmpegError as exc:
+            raise NoIndex(
+                f"{name}: decoding after a byte seek fails ({type(exc).__name__})"
+            ) from None
     except av.FFmpegError as exc:
         raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
 
@@ -220,8 +225,10 @@ def _with_seek_loss(index: SeekIndex, source: RangeFile, name: str) -> SeekIndex
     if points < 3:
         return index
     loss = 0
-    for k in sorted({int(points * f) for f in _PROBES} | {points - 2} - {0}):
+    for k in sorted({int(points * f) for f in _PROBES} - {0}):
         end = min(k + 2, points - 1)
+        if end == k:
+            continue
         decoded = _decoded(source, name, int(pos[k]), int(pos[end]))
         lost = int(samples[end]) - decoded - int(samples[k])
         if lost < 0:
