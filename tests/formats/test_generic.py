@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import random
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -264,3 +265,31 @@ def _exact_or_error(data: bytes, index: SeekIndex) -> None:
 def test_matroska_is_refused_by_measurement(name: str) -> None:
     index = extract(io.BytesIO(make(*MATROSKA[name][:6])))
     assert not index.ok and "byte seek" in index.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted({**FILES, **DIRECT}))
+def test_minute_long_files(name: str) -> None:
+    """60 s of each file, 20 one-second crops: exact, inside the plan; prints
+    the figures docs/index.md quotes (bytes and time per crop)."""
+    spec = {**FILES, **DIRECT}[name]
+    data = make(*spec[:6], seconds=60.0)
+    began = time.perf_counter()
+    index = generic_index(data)
+    indexing = time.perf_counter() - began
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    rng = random.Random(name)
+    began = time.perf_counter()
+    for _ in range(20):
+        start = rng.uniform(0, 59.0)
+        crop = read_crop(episode(data, index), CropRequest("k", start, start + 1.0), stats)
+        want = full[:, round(start * rate) : round((start + 1.0) * rate)]
+        assert_equal(name, crop.audio, want, spec[6])
+    per_crop = (time.perf_counter() - began) / 20
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+    print(
+        f"{name}: {index.container}, header {sum(n for _, n in index.header) / 1e3:.1f} kB, "
+        f"{stats.planned_bytes / 20 / 1e3:.1f} kB and {per_crop * 1e3:.1f} ms per crop, "
+        f"indexed in {indexing * 1e3:.0f} ms"
+    )

@@ -34,10 +34,15 @@ OPEN_OPTIONS = {"probesize": "32", "analyzeduration": "1"}
 #: PyAV's I/O buffer: what one read of the demuxer asks for. Smaller than
 #: FFmpeg's 32 KiB so the header ranges hold little more than the header.
 BUFFER_SIZE = 4096
-#: Demuxers that accept a byte seek but resume wrongly after one, measured:
-#: Ogg's keeps the page it was reading and drops a varying part of the next
-#: one, depending on how the bytes arrive (its own index is the native one).
-NO_BYTE_SEEK = {"ogg": "the demuxer drops a varying part of the page after a byte seek"}
+#: Demuxers that accept a byte seek but do not resume there, measured: Ogg's
+#: keeps the page it was reading and drops a varying part of the next one,
+#: depending on how the bytes arrive (its own index is the native one);
+#: Matroska's keeps its place in the element tree and skips from the end of
+#: the cluster it was in, wherever the seek went.
+NO_BYTE_SEEK = {
+    "ogg": "the demuxer drops a varying part of the page after a byte seek",
+    "matroska": "the demuxer resumes after its current cluster, not at a byte seek",
+}
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
 _PROBE_BUFFER = 32768
 
