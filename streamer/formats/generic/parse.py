@@ -228,25 +228,27 @@ def _with_seek_loss(index: SeekIndex, source: RangeFile, name: str) -> SeekIndex
     than the pass counted cannot be placed by byte."""
     points, pos, samples = len(index.byte_pos), index.byte_pos, index.sample_pos
     if points < 3:
-        return index
-    loss = 0
-    for k in sorted({int(points * f) for f in _PROBES} - {0}):
-        end = min(k + 2, points - 1)
-        if end == k:
-            continue
-        decoded = _decoded(source, name, int(pos[k]), int(pos[end]))
-        lost = int(samples[end]) - decoded - int(samples[k])
-        if lost < 0:
-            raise NoIndex(f"{name} gives more samples after a byte seek than in order")
-        loss = max(loss, lost)
+        # Too short to measure: its crops decode from the first packet.
+        return dataclasses.replace(index, sample_pos=samples[:1], byte_pos=pos[:1])
+    probes = {min(int(points * f), points - 2) for f in _PROBES} - {0}
+    loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
     k = points - 2
-    lost = (
-        int(samples[k + 1]) - _decoded(source, name, int(pos[k]), int(pos[k + 1])) - int(samples[k])
-    )
+    lost = _lost(source, name, index, k, k + 1)
     extra = _decoded(source, name, int(pos[k]), None) - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
         raise NoIndex(f"{name} gives fewer samples at the end after a byte seek")
     return dataclasses.replace(index, preroll=loss, padding=extra)
+
+
+def _lost(source: RangeFile, name: str, index: SeekIndex, k: int, end: int) -> int:
+    """Samples a decode from a byte seek to point ``k`` lacks by point ``end``."""
+    decoded = _decoded(source, name, int(index.byte_pos[k]), int(index.byte_pos[end]))
+    if decoded == 0:
+        raise NoIndex(f"{name}: nothing decoded after a byte seek")
+    lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
+    if lost < 0:
+        raise NoIndex(f"{name} gives more samples after a byte seek than in order")
+    return lost
 
 
 def _decoded(source: RangeFile, name: str, start: int, stop: int | None) -> int:
