@@ -44,18 +44,15 @@ FILES = {
     "mp2.mp2": ("mp2", "mp2", "s16", 44100, 2, {}, False),
     "wma.wma": ("asf", "wmav2", "fltp", 44100, 2, {}, False),
     "wavpack.wv": ("wv", "wavpack", "s16p", 44100, 2, {}, True),
+    "opus-webm.webm": ("webm", "libopus", "flt", 48000, 2, {}, False),
+    "flac-mka.mka": ("matroska", "flac", "s16", 44100, 2, {}, True),
+    "aac-mka.mka": ("matroska", "aac", "fltp", 22050, 1, {"aac_pns": "0"}, False),
+    "vorbis-mka.mka": ("matroska", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
     "caf.caf": ("caf", "pcm_s16le", "s16", 16000, 1, {}, True),
     "mp2-ts.ts": ("mpegts", "mp2", "s16", 48000, 2, {}, False),
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
-}
-#: Matroska/WebM: a byte seek into a cluster loses the demuxer's place, so
-#: the index's own measurement refuses them ("no index": the fallback serves).
-MATROSKA = {
-    "opus-webm.webm": ("webm", "libopus", "flt", 48000, 2, {}, False),
-    "flac-mka.mka": ("matroska", "flac", "s16", 44100, 2, {}, True),
-    "aac-mka.mka": ("matroska", "aac", "fltp", 22050, 1, {"aac_pns": "0"}, False),
 }
 #: Through the generic index directly (a native format takes them first).
 DIRECT = {
@@ -231,7 +228,7 @@ def test_garbage_is_unknown_and_truncation_is_no_index_or_a_clear_error() -> Non
     assert extract(io.BytesIO(rng.integers(0, 256, 20000, np.uint8).tobytes())).reason == (
         "unknown container"
     )
-    for name in ("adts.aac", "wma.wma", "ac3.ac3"):
+    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm"):
         data = make(*FILES[name][:6])
         for damaged in (data[: len(data) * 2 // 3], _garbled(data, rng)):
             index = extract(io.BytesIO(damaged))
@@ -259,12 +256,6 @@ def _exact_or_error(data: bytes, index: SeekIndex) -> None:
             continue
         want = full[:, round(start * rate) : round(end * rate)]
         assert_equal("damaged", crop.audio, want, False)
-
-
-@pytest.mark.parametrize("name", sorted(MATROSKA))
-def test_matroska_is_refused_by_measurement(name: str) -> None:
-    index = extract(io.BytesIO(make(*MATROSKA[name][:6])))
-    assert not index.ok and "byte seek" in index.reason
 
 
 @pytest.mark.slow

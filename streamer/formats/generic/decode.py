@@ -28,7 +28,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
 from ..sparse import SparseFile
-from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS
+from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced
 
 __all__ = ["DEFAULT_PREROLL_SECONDS", "PREROLL_SECONDS", "READ_THROUGH", "decode", "refine_plan"]
 
@@ -68,8 +68,11 @@ READ_THROUGH = 2 * BUFFER_SIZE + 32768
 def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     """Add the bytes FFmpeg reads through on its way from the header to the
     data: from the end of the first header range that ends less than
-    ``READ_THROUGH`` before the data, up to the data."""
+    ``READ_THROUGH`` before the data, up to the data. A spliced demuxer
+    reads the header and the data as they come: nothing to add."""
     data = plan.data[0]
+    if _name(index) in SPLICED:
+        return plan
     ends = [offset + n for offset, n in index.header if 0 < data - (offset + n) <= READ_THROUGH]
     return plan.with_header(((min(ends), data - min(ends)),) if ends else ())
 
@@ -101,39 +104,51 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, plan.data[0])
-    name = index.container.removeprefix(CONTAINER_PREFIX)
+    name = _name(index)
+    start, stop = plan.data[0], sum(plan.data)
+    to_the_end = plan.end_native < 0
     with record("decoder_open"):
-        container = av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE)
+        if name in SPLICED:
+            container = open_spliced(fetched.header, bytes(fetched.data), name)
+        else:
+            source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, start)
+            container = av.open(
+                source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+            )
     with container:
-        samples = _demux_decode(container, index, plan, context)
-    if plan.end_native >= 0:
+        if name not in SPLICED and start > index.data_start:
+            container.seek(start, unsupported_byte_offset=True)
+        limit = None if name in SPLICED or to_the_end else stop
+        samples = _demux_decode(container, index.channels, limit, to_the_end, context)
+    if not to_the_end:
         end = to_gapless(index, plan.end_native)
-    else:  # to the end: untrimmed after a byte seek (``SeekIndex.padding``)
-        end = index.num_samples + (index.padding if plan.data[0] > index.data_start else 0)
+    else:  # what a decoder started at a seek point misses of the end trimming
+        end = index.num_samples + (index.padding if start > index.data_start else 0)
     return samples, end - samples.shape[1]
 
 
+def _name(index: SeekIndex) -> str:
+    """FFmpeg's demuxer name for ``index``."""
+    return index.container.removeprefix(CONTAINER_PREFIX)
+
+
 def _demux_decode(
-    container: Any, index: SeekIndex, plan: CropPlan, context: DecodeContext
+    container: Any, channels: int, stop: int | None, flush: bool, context: DecodeContext
 ) -> np.ndarray:
-    """The samples of the packets from the plan's seek point to its end.
+    """The samples of the packets from where the demuxer is to the byte
+    ``stop`` (None: to the end), with what the decoder holds if ``flush``.
 
     A packet the decoder rejects is counted and everything decoded before it
     dropped: counting back from the end, those samples have no known place."""
     stream = container.streams.audio[0]
-    start, stop = plan.data[0], sum(plan.data)
-    if start > index.data_start:
-        container.seek(start, unsupported_byte_offset=True)
     decoder = stream.codec_context
     out: list[np.ndarray] = []
     for packet in container.demux(stream):
         if packet.size == 0:  # the end of the file (or of the plan)
-            if plan.end_native >= 0:
-                break
-            out += [frame_to_float32(frame) for frame in decoder.decode(None)]
+            if flush:
+                out += [frame_to_float32(frame) for frame in decoder.decode(None)]
             continue
-        if packet.pos is not None and packet.pos >= stop and plan.end_native >= 0:
+        if stop is not None and packet.pos is not None and packet.pos >= stop:
             break
         try:
             frames = decoder.decode(packet)
@@ -142,4 +157,4 @@ def _demux_decode(
             out.clear()
             continue
         out += [frame_to_float32(frame) for frame in frames]
-    return concat(out, index.channels)
+    return concat(out, channels)

@@ -7,24 +7,47 @@ that is exact for every container: Matroska and ASF stamp packets in
 milliseconds, raw streams (ADTS, AC-3) have no timestamps at all, and
 priming, pre-skip and end trimming are the decoder's to apply.
 
-The header ranges are the bytes FFmpeg reads while it opens the file with
-the demuxer named and probing cut short (``OPEN_OPTIONS``), exactly as a
-crop's decoder opens it; a recording file object notes them.
+A crop's decoder reaches its seek point one of two ways, and the index
+records what that needs:
+
+- by a *byte seek* (most demuxers): the header ranges are the bytes FFmpeg
+  reads while it opens the file with the demuxer named and probing cut
+  short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
+  recording file object notes them. Seek points are packets.
+- by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
+  in the element tree and ignores a byte seek): the decoder reads the bytes
+  before the first cluster followed directly by the planned clusters, as if
+  they were the file. Seek points are cluster starts, found in the bytes
+  the pass reads (the cluster element ID, confirmed by the packets around it).
+
+What a decoder started that way does differently from the full decode
+(samples it loses at the start, end trimming it misses) is measured after
+the pass (``_with_seek_loss``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 from array import array
 from typing import Any, BinaryIO
 
 import av
+import numpy as np
 
 from ...index.table import SeekIndex
 from ...storage.files import RangeFile
 from ..reader import NoIndex, Points, Reader, interval
 
-__all__ = ["CONTAINER_PREFIX", "OPEN_OPTIONS", "demuxer_name", "parse"]
+__all__ = [
+    "BUFFER_SIZE",
+    "CONTAINER_PREFIX",
+    "OPEN_OPTIONS",
+    "SPLICED",
+    "demuxer_name",
+    "open_spliced",
+    "parse",
+]
 
 #: ``SeekIndex.container`` of a generic index: this, then FFmpeg's demuxer name.
 CONTAINER_PREFIX = "ffmpeg:"
@@ -34,27 +57,32 @@ OPEN_OPTIONS = {"probesize": "32", "analyzeduration": "1"}
 #: PyAV's I/O buffer: what one read of the demuxer asks for. Smaller than
 #: FFmpeg's 32 KiB so the header ranges hold little more than the header.
 BUFFER_SIZE = 4096
+#: Demuxers read spliced, and the ID that starts the element a seek point is.
+SPLICED = {"matroska": b"\x1f\x43\xb6\x75"}
+#: Most bytes from a cluster's start to its first block (ID, size, timestamp).
+_CLUSTER_HEAD = 64
 #: Demuxers that accept a byte seek but do not resume there, measured: Ogg's
 #: keeps the page it was reading and drops a varying part of the next one,
-#: depending on how the bytes arrive (its own index is the native one);
-#: Matroska's keeps its place in the element tree and skips from the end of
-#: the cluster it was in, wherever the seek went.
-NO_BYTE_SEEK = {
-    "ogg": "the demuxer drops a varying part of the page after a byte seek",
-    "matroska": "the demuxer resumes after its current cluster, not at a byte seek",
-}
+#: depending on how the bytes arrive (its own index is the native one).
+NO_BYTE_SEEK = {"ogg": "the demuxer drops a varying part of the page after a byte seek"}
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
 _PROBE_BUFFER = 32768
+#: Seek points a byte seek is tried at, as fractions of the way through the points.
+_PROBES = (0.25, 0.5, 0.75)
 
 
 class _Recording(RangeFile):
-    """The stream as FFmpeg reads it, noting the byte ranges read while ``recording``."""
+    """The stream as FFmpeg reads it, noting the byte ranges read while
+    ``recording`` and where ``pattern`` occurs in what is read."""
 
     def __init__(self, stream: BinaryIO, length: int) -> None:
         super().__init__(length)
         self._stream = stream
         self.recording = False
         self.ranges: list[tuple[int, int]] = []
+        self.pattern = b""
+        self.found: set[int] = set()
+        self._last = (-1, b"")  # end of the previous read, and its last bytes
 
     def _read_at(self, position: int, size: int) -> bytes:
         self._stream.seek(position)
@@ -63,7 +91,22 @@ class _Recording(RangeFile):
             raise NoIndex("stream ended before its length")
         if self.recording:
             self.ranges.append((position, len(data)))
+        if self.pattern:
+            self._find(position, data)
         return data
+
+    def _find(self, position: int, data: bytes) -> None:
+        end, tail = self._last
+        start, text = (position - len(tail), tail + data) if end == position else (position, data)
+        at = text.find(self.pattern)
+        while at >= 0:
+            self.found.add(start + at)
+            at = text.find(self.pattern, at + 1)
+        self._last = (position + len(data), data[-(len(self.pattern) - 1) :])
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        self._stream.seek(offset)
+        return bytes(self._stream.read(length))
 
 
 def demuxer_name(container: Any) -> str:
@@ -71,13 +114,19 @@ def demuxer_name(container: Any) -> str:
     return str(container.format.name).split(",")[0]
 
 
+def open_spliced(header: bytes, data: bytes, name: str) -> Any:
+    """A demuxer over ``header`` followed directly by ``data``."""
+    return av.open(
+        io.BytesIO(header + data), "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+    )
+
+
 def parse(reader: Reader, *, density: float) -> SeekIndex:
     """Index the first audio stream of a file FFmpeg can open."""
     stream = reader.raw_stream()
     if stream is None:
         raise NoIndex("generic index needs a seekable stream")
-    length = reader.length()
-    source = _Recording(stream, length)
+    source = _Recording(stream, reader.length())
     try:
         with av.open(source, "r", buffer_size=_PROBE_BUFFER) as probe:
             name = demuxer_name(probe)
@@ -86,43 +135,42 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
     except av.FFmpegError:
         raise NoIndex("unknown container") from None
     try:
-        source.seek(0)
-        source.recording = True
-        with av.open(
-            source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
-        ) as container:
-            source.recording = False
-            index = _index(container, name, _merged(source.ranges), length, density)
-        try:
-            return _with_seek_loss(index, source, name)
-        except av.FFmpegError as exc:
-            raise NoIndex(
-                f"{name}: decoding after a byte seek fails ({type(exc).__name__})"
-            ) from None
+        index = _pass(source, name, density)
     except av.FFmpegError as exc:
         raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
+    try:
+        return _with_seek_loss(index, source, name)
+    except av.FFmpegError as exc:
+        raise NoIndex(f"{name}: decoding after a seek fails ({type(exc).__name__})") from None
 
 
-def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Byte ranges sorted, with overlapping and touching ones joined."""
-    out: list[list[int]] = []
-    for start, size in sorted(ranges):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], start + size)
-        else:
-            out.append([start, start + size])
-    return tuple((start, end - start) for start, end in out)
+def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
+    """Open as a crop's decoder does (recording the reads), then demux and
+    decode every packet."""
+    source.seek(0)
+    source.recording = True
+    source.pattern = SPLICED.get(name, b"")
+    with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
+        source.recording = False
+        flags = c.format.flags
+        if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
+            raise NoIndex(f"{name} cannot seek by byte")
+        if name in NO_BYTE_SEEK:
+            raise NoIndex(f"{name}: {NO_BYTE_SEEK[name]}")
+        if not c.streams.audio:
+            raise NoIndex(f"no audio stream in {name} opened without probing")
+        counted = _count(c)
+        codec = c.streams.audio[0].codec_context.codec.canonical_name
+    if name in SPLICED:
+        points = counted.element_points(sorted(source.found), name)
+        header = ((0, int(points[1][0])),)
+    else:
+        points = counted.packet_points()
+        header = _merged(source.ranges)
+    return counted.index(name, codec, header, points, source.length, density)
 
 
-def _index(
-    container: Any, name: str, header: tuple[tuple[int, int], ...], length: int, density: float
-) -> SeekIndex:
-    if container.format.flags & av.format.Flags.no_byte_seek.value:
-        raise NoIndex(f"{name} cannot seek by byte")
-    if name in NO_BYTE_SEEK:
-        raise NoIndex(f"{name}: {NO_BYTE_SEEK[name]}")
-    if not container.streams.audio:
-        raise NoIndex(f"no audio stream in {name} opened without probing")
+def _count(container: Any) -> _Counted:
     stream = container.streams.audio[0]
     decoder = stream.codec_context
     counted = _Counted()
@@ -136,7 +184,24 @@ def _index(
         except (av.FFmpegError, ValueError) as exc:
             raise NoIndex(f"decoder rejects the packet at byte {packet.pos} ({exc})") from None
         counted.frames(frames)
-    return counted.index(name, decoder.codec.canonical_name, header, length, density)
+    if not counted.total:
+        raise NoIndex("no audio decoded")
+    return counted
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Byte ranges sorted, with overlapping and touching ones joined."""
+    out: list[list[int]] = []
+    for start, size in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], start + size)
+        else:
+            out.append([start, start + size])
+    return tuple((start, end - start) for start, end in out)
+
+
+#: Candidate seek points: (samples decoded before, byte position), ascending.
+_Candidates = tuple[np.ndarray, np.ndarray]
 
 
 class _Counted:
@@ -144,6 +209,7 @@ class _Counted:
 
     def __init__(self) -> None:
         self.positions = array("q")
+        self.sizes = array("q")
         self.samples = array("q")
         self.keyframes = bytearray()
         self.total = 0
@@ -156,6 +222,7 @@ class _Counted:
         if self.positions and packet.pos < self.positions[-1]:
             raise NoIndex("packets out of byte order")
         self.positions.append(packet.pos)
+        self.sizes.append(packet.size)
         self.samples.append(self.total)
         self.keyframes.append(bool(packet.is_keyframe))
 
@@ -167,25 +234,47 @@ class _Counted:
             self.rate, self.channels = shape
             self.total += frame.samples
 
+    def packet_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keyframe packets, the first at each byte position (several
+        packets share an Ogg page or an ASF packet: a seek reaches the first)."""
+        positions = np.frombuffer(self.positions, dtype=np.int64)
+        first = np.ones(len(positions), dtype=bool)
+        first[1:] = positions[1:] > positions[:-1]
+        keep = first & np.frombuffer(self.keyframes, dtype=bool)
+        return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
+
+    def element_points(self, found: list[int], name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Element starts (Matroska clusters) that are seek points: each must
+        lie after the end of the packet before it and just before a
+        keyframe packet (an ID inside a packet's payload is not one)."""
+        positions = np.frombuffer(self.positions, dtype=np.int64)
+        ends = positions + np.frombuffer(self.sizes, dtype=np.int64)
+        found_at = np.asarray(found, dtype=np.int64)
+        after = np.searchsorted(positions, found_at, side="right")
+        inside = after < len(positions)
+        found_at, after = found_at[inside], after[inside]
+        close = positions[after] - found_at <= _CLUSTER_HEAD
+        clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= found_at)
+        keys = np.frombuffer(self.keyframes, dtype=bool)[after]
+        keep = close & clear & keys
+        samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
+        if not keep.any() or after[keep][0] != 0:
+            raise NoIndex(f"{name}: no element start found before the first packet")
+        return samples, found_at[keep]
+
     def index(
         self,
         name: str,
         codec: str,
         header: tuple[tuple[int, int], ...],
+        candidates: _Candidates,
         length: int,
         density: float,
     ) -> SeekIndex:
-        if not self.total:
-            raise NoIndex("no audio decoded")
         points = Points(interval(self.rate, density))
-        last_pos = -1
-        for pos, sample, key in zip(self.positions, self.samples, self.keyframes, strict=True):
-            # Several packets at one position (an Ogg page, an ASF packet):
-            # a seek there reaches the first; points need new samples too.
-            fresh = not points.samples or sample > points.samples[-1]
-            if key and pos > last_pos and fresh:
+        for sample, pos in zip(*(c.tolist() for c in candidates), strict=True):
+            if not points.samples or sample > points.samples[-1]:
                 points.add(sample, pos)
-            last_pos = pos
         sample_pos, byte_pos = points.arrays()
         return SeekIndex(
             status="ok",
@@ -197,26 +286,17 @@ class _Counted:
             first_sample=0,
             num_samples=self.total,
             header=header,
-            data_start=int(self.positions[0]) if self.positions else 0,
+            data_start=int(byte_pos[0]),
             data_end=length,
             sample_pos=sample_pos,
             byte_pos=byte_pos,
         )
 
 
-def matches(head: bytes) -> bool:
-    """Never: the generic index is what is tried when no native format fits."""
-    return False
-
-
-#: Seek points a byte seek is tried at, as fractions of the way through the points.
-_PROBES = (0.25, 0.5, 0.75)
-
-
-def _with_seek_loss(index: SeekIndex, source: RangeFile, name: str) -> SeekIndex:
-    """The index with what a byte seek changes, measured: the samples it
-    loses at the start (added to the pre-roll) and those it adds at the end
-    (``padding``).
+def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekIndex:
+    """The index with what a decoder started at a seek point does
+    differently, measured: the samples it loses at the start (added to the
+    pre-roll) and those it adds at the end (``padding``).
 
     A demuxer repositioned by byte may not give the packet there first (ASF's
     drops the rest of the container packet it thinks it is in; a Vorbis
@@ -224,8 +304,8 @@ def _with_seek_loss(index: SeekIndex, source: RangeFile, name: str) -> SeekIndex
     so end trimming done by timestamp (the LAME tag's padding) does not
     happen. Decoding from a few seek points to the next but one, and from
     the last but one to the end, measures both. A demuxer that comes back
-    before the point (one that reads by its own table) or with more samples
-    than the pass counted cannot be placed by byte."""
+    before the point (one that reads by its own table), with nothing, or
+    with more samples than the pass counted cannot be placed this way."""
     points, pos, samples = len(index.byte_pos), index.byte_pos, index.sample_pos
     if points < 3:
         # Too short to measure: its crops decode from the first packet.
@@ -234,44 +314,56 @@ def _with_seek_loss(index: SeekIndex, source: RangeFile, name: str) -> SeekIndex
     loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
     k = points - 2
     lost = _lost(source, name, index, k, k + 1)
-    extra = _decoded(source, name, int(pos[k]), None) - (index.num_samples - int(samples[k])) + lost
+    to_end = _decoded(source, name, index, int(pos[k]), None)
+    extra = to_end - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
-        raise NoIndex(f"{name} gives fewer samples at the end after a byte seek")
+        raise NoIndex(f"{name} gives fewer samples at the end after a seek")
     return dataclasses.replace(index, preroll=loss, padding=extra)
 
 
-def _lost(source: RangeFile, name: str, index: SeekIndex, k: int, end: int) -> int:
-    """Samples a decode from a byte seek to point ``k`` lacks by point ``end``."""
-    decoded = _decoded(source, name, int(index.byte_pos[k]), int(index.byte_pos[end]))
+def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
+    """Samples a decode from seek point ``k`` lacks by point ``end``."""
+    decoded = _decoded(source, name, index, int(index.byte_pos[k]), int(index.byte_pos[end]))
     if decoded == 0:
-        raise NoIndex(f"{name}: nothing decoded after a byte seek")
+        raise NoIndex(f"{name}: nothing decoded after a seek")
     lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
     if lost < 0:
-        raise NoIndex(f"{name} gives more samples after a byte seek than in order")
+        raise NoIndex(f"{name} gives more samples after a seek than in order")
     return lost
 
 
-def _decoded(source: RangeFile, name: str, start: int, stop: int | None) -> int:
-    """Samples decoded after a byte seek to ``start``, up to the packet at ``stop``."""
+def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: int | None) -> int:
+    """Samples decoded from seek point ``start`` up to the one at ``stop``."""
+    if name in SPLICED:
+        head = source.read_range(0, index.header[0][1])
+        data = source.read_range(start, (stop or index.data_end) - start)
+        with open_spliced(head, data, name) as container:
+            return _decoded_from(container, None, stop is None)
     source.seek(0)
     with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
-        return _decoded_from(c, start, stop)
+        c.seek(start, unsupported_byte_offset=True)
+        return _decoded_from(c, (start, stop), stop is None)
 
 
-def _decoded_from(container: Any, start: int, stop: int | None) -> int:
-    """Samples decoded from a byte seek to ``start`` up to the packet at ``stop``."""
+def _decoded_from(container: Any, span: tuple[int, int | None] | None, flush: bool) -> int:
+    """Samples decoded from where ``container`` is; with ``span``, only from
+    packets at or after its start and before its stop."""
     stream = container.streams.audio[0]
-    container.seek(start, unsupported_byte_offset=True)
     decoder = stream.codec_context
     total = 0
     for packet in container.demux(stream):
         if packet.size == 0:
-            frames = decoder.decode(None) if stop is None else []
-        elif stop is not None and packet.pos >= stop:
+            frames = decoder.decode(None) if flush else []
+        elif span is not None and span[1] is not None and packet.pos >= span[1]:
             break
-        elif packet.pos is None or packet.pos < start:
+        elif span is not None and (packet.pos is None or packet.pos < span[0]):
             raise NoIndex(f"{container.format.name} does not resume at a byte position")
         else:
             frames = decoder.decode(packet)
         total += sum(frame.samples for frame in frames)
     return total
+
+
+def matches(head: bytes) -> bool:
+    """Never: the generic index is what is tried when no native format fits."""
+    return False
