@@ -25,7 +25,7 @@ from streamer.decode.crop import CropRequest, read_crop
 from streamer.errors import CropError
 from streamer.formats.frames import frame_to_float32
 from streamer.formats.job import DecodeStats, Episode
-from streamer.formats.reader import Reader
+from streamer.formats.reader import NoIndex, Reader
 from streamer.formats.registry import GENERIC, candidates, extract, format_for
 from streamer.index import SeekIndex
 from streamer.shard import BlobHandle
@@ -59,6 +59,9 @@ DIRECT = {
     "lame.mp3": ("mp3", "libmp3lame", "fltp", 44100, 2, {}, False),
     "native.flac": ("flac", "flac", "s16", 44100, 2, {}, True),
     "pcm.wav": ("wav", "pcm_s16le", "s16", 22050, 1, {}, True),
+    "vorbis.ogg": ("ogg", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
+    "opus.ogg": ("ogg", "libopus", "flt", 48000, 2, {}, False),
+    "flac.oga": ("ogg", "flac", "s16", 44100, 1, {}, True),
 }
 
 
@@ -191,17 +194,21 @@ def test_lame_padding_is_trimmed_after_a_byte_seek() -> None:
     assert index.padding > 0
 
 
-@pytest.mark.parametrize(
-    ("muxer", "encoder", "reason"),
-    [("ogg", "libopus", "ogg: the demuxer drops"), ("mp4", "aac", "mov cannot seek by byte")],
-)
-def test_demuxers_that_cannot_resume_at_a_byte_have_no_generic_index(
-    muxer: str, encoder: str, reason: str
-) -> None:
-    data = make(muxer, encoder, "flt" if encoder == "libopus" else "fltp", 48000, 2, {})
-    with pytest.raises(Exception, match=reason):
+def test_mp4_has_no_generic_index() -> None:
+    """FFmpeg's mov demuxer cannot seek by byte (the native index serves MP4)."""
+    data = make("mp4", "aac", "fltp", 48000, 2, {})
+    with pytest.raises(NoIndex, match="mov cannot seek by byte"):
         generic_index(data)
-    assert extract(io.BytesIO(data)).ok  # the native index still serves them
+    assert extract(io.BytesIO(data)).ok
+
+
+def test_ogg_flac_is_indexed_by_the_generic_candidate() -> None:
+    """The native Ogg format decodes Vorbis and Opus only: Ogg FLAC's native
+    record is "no index", and the next candidate is the generic index."""
+    data = make(*DIRECT["flac.oga"][:6])
+    assert not extract(io.BytesIO(data)).ok
+    (generic,) = candidates(io.BytesIO(data))
+    assert generic.ok and (generic.container, generic.codec) == ("ffmpeg:ogg", "flac")
 
 
 def test_ac3_crops_decode_from_the_start() -> None:

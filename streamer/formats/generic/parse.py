@@ -15,10 +15,12 @@ records what that needs:
   short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
   recording file object notes them. Seek points are packets.
 - by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
-  in the element tree and ignores a byte seek): the decoder reads the bytes
-  before the first cluster followed directly by the planned clusters, as if
-  they were the file. Seek points are cluster starts, found in the bytes
-  the pass reads (the cluster element ID, confirmed by the packets around it).
+  in the element tree and ignores a byte seek; Ogg, whose demuxer drops a
+  varying part of the next page after one): the decoder reads the bytes
+  before the first seek point followed directly by the planned ones, as if
+  they were the file. Seek points are cluster or page starts, found in the
+  bytes the pass reads (the element's ID or capture pattern), confirmed by
+  the packets around them.
 
 What a decoder started that way does differently from the full decode
 (samples it loses at the start, end trimming it misses) is measured after
@@ -57,14 +59,13 @@ OPEN_OPTIONS = {"probesize": "32", "analyzeduration": "1"}
 #: PyAV's I/O buffer: what one read of the demuxer asks for. Smaller than
 #: FFmpeg's 32 KiB so the header ranges hold little more than the header.
 BUFFER_SIZE = 4096
-#: Demuxers read spliced, and the ID that starts the element a seek point is.
-SPLICED = {"matroska": b"\x1f\x43\xb6\x75"}
+#: Demuxers read spliced, and what starts the element a seek point is: a
+#: Matroska cluster's ID, an Ogg page's capture pattern.
+SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
 #: Most bytes from a cluster's start to its first block (ID, size, timestamp).
 _CLUSTER_HEAD = 64
-#: Demuxers that accept a byte seek but do not resume there, measured: Ogg's
-#: keeps the page it was reading and drops a varying part of the next one,
-#: depending on how the bytes arrive (its own index is the native one).
-NO_BYTE_SEEK = {"ogg": "the demuxer drops a varying part of the page after a byte seek"}
+#: Where an Ogg page's header type is, and its "continued packet" flag.
+_OGG_FLAGS, _CONTINUED = 5, 0x01
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
 _PROBE_BUFFER = 32768
 #: Seek points a byte seek is tried at, as fractions of the way through the points.
@@ -81,7 +82,8 @@ class _Recording(RangeFile):
         self.recording = False
         self.ranges: list[tuple[int, int]] = []
         self.pattern = b""
-        self.found: set[int] = set()
+        #: Where ``pattern`` was found -> the byte 5 after it (-1: not read with it).
+        self.found: dict[int, int] = {}
         self._last = (-1, b"")  # end of the previous read, and its last bytes
 
     def _read_at(self, position: int, size: int) -> bytes:
@@ -100,9 +102,16 @@ class _Recording(RangeFile):
         start, text = (position - len(tail), tail + data) if end == position else (position, data)
         at = text.find(self.pattern)
         while at >= 0:
-            self.found.add(start + at)
+            flags = text[at + _OGG_FLAGS] if at + _OGG_FLAGS < len(text) else -1
+            self.found[start + at] = max(flags, self.found.get(start + at, -1))
             at = text.find(self.pattern, at + 1)
         self._last = (position + len(data), data[-(len(self.pattern) - 1) :])
+
+    def fill_flags(self) -> None:
+        """Read the byte 5 after each find that a read ended before."""
+        for at, flags in self.found.items():
+            if flags < 0:
+                self.found[at] = self.read_range(at + _OGG_FLAGS, 1)[0]
 
     def read_range(self, offset: int, length: int) -> bytes:
         self._stream.seek(offset)
@@ -155,14 +164,13 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         flags = c.format.flags
         if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
             raise NoIndex(f"{name} cannot seek by byte")
-        if name in NO_BYTE_SEEK:
-            raise NoIndex(f"{name}: {NO_BYTE_SEEK[name]}")
         if not c.streams.audio:
             raise NoIndex(f"no audio stream in {name} opened without probing")
         counted = _count(c)
         codec = c.streams.audio[0].codec_context.codec.canonical_name
     if name in SPLICED:
-        points = counted.element_points(sorted(source.found), name)
+        source.fill_flags()
+        points = counted.element_points(source.found, name)
         header = ((0, int(points[1][0])),)
     else:
         points = counted.packet_points()
@@ -243,24 +251,31 @@ class _Counted:
         keep = first & np.frombuffer(self.keyframes, dtype=bool)
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
 
-    def element_points(self, found: list[int], name: str) -> tuple[np.ndarray, np.ndarray]:
-        """Element starts (Matroska clusters) that are seek points: each must
-        lie after the end of the packet before it and just before a
-        keyframe packet (an ID inside a packet's payload is not one)."""
+    def element_points(self, found: dict[int, int], name: str) -> _Candidates:
+        """Element starts that are seek points, each just before or at a
+        keyframe packet. A Matroska cluster must lie after the end of the
+        packet before it and at most ``_CLUSTER_HEAD`` bytes before the
+        next (a cluster ID inside a packet's payload is not one); an Ogg
+        page must be where FFmpeg reports a packet and not continue one from
+        the page before (the planned pages then hold whole packets)."""
         positions = np.frombuffer(self.positions, dtype=np.int64)
         ends = positions + np.frombuffer(self.sizes, dtype=np.int64)
-        found_at = np.asarray(found, dtype=np.int64)
-        after = np.searchsorted(positions, found_at, side="right")
+        marks = np.asarray(sorted(found), dtype=np.int64)
+        flags = np.asarray([found[int(m)] for m in marks], dtype=np.int64)
+        after = np.searchsorted(positions, marks, side="left")
         inside = after < len(positions)
-        found_at, after = found_at[inside], after[inside]
-        close = positions[after] - found_at <= _CLUSTER_HEAD
-        clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= found_at)
-        keys = np.frombuffer(self.keyframes, dtype=bool)[after]
-        keep = close & clear & keys
-        samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
+        marks, flags, after = marks[inside], flags[inside], after[inside]
+        distance = positions[after] - marks
+        if name == "ogg":
+            keep = (distance == 0) & (flags >= 0) & (flags & _CONTINUED == 0)
+        else:
+            clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= marks)
+            keep = (distance > 0) & (distance <= _CLUSTER_HEAD) & clear
+        keep &= np.frombuffer(self.keyframes, dtype=bool)[after]
         if not keep.any() or after[keep][0] != 0:
-            raise NoIndex(f"{name}: no element start found before the first packet")
-        return samples, found_at[keep]
+            raise NoIndex(f"{name}: the first packet does not start a cluster or page")
+        samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
+        return samples, marks[keep]
 
     def index(
         self,
