@@ -2,10 +2,12 @@
 
 The demuxer is opened as the indexer opened it (the header ranges are what
 that reads), repositioned by *byte* at the plan's seek point (raw streams
-have no timestamps to seek by, Matroska's are in milliseconds) and run up to
-the seek point that ends the plan. Reads past the start of the data that the
+have no timestamps to seek by, ASF's are in milliseconds) and run up to the
+seek point that ends the plan. Reads past the start of the data that the
 plan does not hold are the end of the file to it (``_PlannedFile``): it
 flushes what it holds and stops, so nothing past the plan is ever fetched.
+Matroska and Ogg demuxers do not resume at a byte seek: they read the
+header followed directly by the planned clusters or pages (``SPLICED``).
 
 Placement counts back from the end: the samples packets ``[A, B)`` decode
 to end where the full decode's samples before packet ``B`` end, the seek
@@ -30,7 +32,15 @@ from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
 from ..sparse import SparseFile
 from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced
 
-__all__ = ["DEFAULT_PREROLL_SECONDS", "PREROLL_SECONDS", "READ_THROUGH", "decode", "refine_plan"]
+__all__ = [
+    "DEFAULT_PREROLL_SECONDS",
+    "FROM_THE_START",
+    "PREROLL_SECONDS",
+    "READ_THROUGH",
+    "decode",
+    "preroll_seconds",
+    "refine_plan",
+]
 
 #: Seconds decoded before a crop and thrown away, per FFmpeg codec name:
 #: what the decoder needs after a cold start to give the full decode's
@@ -38,8 +48,6 @@ __all__ = ["DEFAULT_PREROLL_SECONDS", "PREROLL_SECONDS", "READ_THROUGH", "decode
 #: Vorbis's convergence), with a wide margin. Lossless codecs and PCM need none.
 PREROLL_SECONDS: dict[str, float] = {
     "aac": 0.2,
-    "ac3": 0.1,
-    "eac3": 0.1,
     "mp2": 0.1,
     "mp3": 0.1,
     "vorbis": 0.2,
