@@ -54,6 +54,12 @@ FILES = {
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
 }
+#: Half-second Matroska clusters (FFmpeg's muxer makes 5 s ones), so that
+#: short files have seek points to splice at.
+MUXER_OPTIONS = {
+    "matroska": {"cluster_time_limit": "500"},
+    "webm": {"cluster_time_limit": "500"},
+}
 #: Through the generic index directly (a native format takes them first).
 DIRECT = {
     "lame.mp3": ("mp3", "libmp3lame", "fltp", 44100, 2, {}, False),
@@ -78,7 +84,7 @@ def make(
     samples = signal(seconds, rate, channels, seed=channels)
     layout = {1: "mono", 2: "stereo"}[channels]
     out = io.BytesIO()
-    with av.open(out, "w", format=muxer) as container:
+    with av.open(out, "w", format=muxer, options=MUXER_OPTIONS.get(muxer, {})) as container:
         stream = container.add_stream(encoder, rate=rate, options=dict(options))
         stream.layout = layout
         stream.codec_context.format = sample_format
@@ -185,6 +191,16 @@ def test_native_containers_through_the_generic_index(name: str) -> None:
         want = full[:, round(start * rate) : round(end * rate)]
         assert_equal(name, crop.audio, want, spec[6])
     assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["opus-webm.webm", "vorbis.ogg"])
+def test_spliced_containers_have_points_at_element_starts(name: str) -> None:
+    data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
+    index = generic_index(data)
+    assert len(index.byte_pos) >= 3
+    pattern = b"\x1f\x43\xb6\x75" if "webm" in name else b"OggS"
+    assert all(data[p : p + 4] == pattern for p in index.byte_pos.tolist())
+    assert index.header == ((0, int(index.byte_pos[0])),)
 
 
 def test_what_asf_loses_after_a_byte_seek_is_pre_roll() -> None:

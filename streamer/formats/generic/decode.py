@@ -51,7 +51,7 @@ PREROLL_SECONDS: dict[str, float] = {
     "mp2": 0.1,
     "mp3": 0.1,
     "vorbis": 0.2,
-    "opus": 0.2,
+    "opus": 0.5,
     "wmav1": 0.2,
     "wmav2": 0.2,
     "speex": 0.2,
