@@ -322,3 +322,23 @@ def test_minute_long_files(name: str) -> None:
         f"{stats.planned_bytes / 20 / 1e3:.1f} kB and {per_crop * 1e3:.1f} ms per crop, "
         f"indexed in {indexing * 1e3:.0f} ms"
     )
+
+
+def test_a_stream_that_cannot_seek_gets_no_generic_index() -> None:
+    """FFmpeg is handed the stream twice (to learn the demuxer, then to
+    index): a forward-only stream is "no index", said so."""
+
+    class ForwardOnly(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self._data = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+            chunk = self._data.read(len(buffer))
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+
+    index = extract(ForwardOnly(make(*FILES["wma.wma"][:6])))
+    assert index.reason == "generic index needs a seekable stream"
