@@ -179,6 +179,7 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
 
 
 def _count(container: Any) -> _Counted:
+    """Every packet of the first audio stream, and the samples before each."""
     stream = container.streams.audio[0]
     decoder = stream.codec_context
     counted = _Counted()
@@ -286,6 +287,8 @@ class _Counted:
         length: int,
         density: float,
     ) -> SeekIndex:
+        if not len(candidates[1]):
+            raise NoIndex(f"{name}: no packet a decoder can start from")
         points = Points(interval(self.rate, density))
         for sample, pos in zip(*(c.tolist() for c in candidates), strict=True):
             if not points.samples or sample > points.samples[-1]:
