@@ -37,4 +37,5 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
         start_native=int(points[point]),
         header=tuple(index.header),
         data=(start, end - start),
+        end_native=int(points[after]) if after < len(points) else -1,
     )

@@ -74,6 +74,9 @@ class CropPlan:
     #: ``(offset, length)`` in the blob: the header ranges, then the data range.
     header: Ranges
     data: tuple[int, int]
+    #: Native position of the seek point where the data range ends (the
+    #: first sample after it); -1 when the data runs to the end of the audio.
+    end_native: int = -1
 
     def starting_at(self, index: SeekIndex, point: int) -> CropPlan:
         """The same plan, decoding from seek point ``point`` instead."""

@@ -99,6 +99,11 @@ class Reader:
         if self._seekable:
             self._eof = self.size is not None and position >= self.size
 
+    def raw_stream(self) -> BinaryIO | None:
+        """The stream itself, for a parser that hands it to another reader
+        (FFmpeg): only when it can seek and the cursor's 0 is its byte 0."""
+        return self._stream if self._seekable and self._origin == 0 else None
+
     def length(self) -> int:
         """The stream's length in bytes: known for a seekable stream; a
         forward-only one is read (and dropped) to its end to learn it."""

@@ -19,17 +19,20 @@ from typing import BinaryIO
 from ..errors import StreamerError
 from ..index.checks import check_index
 from ..index.table import SeekIndex
-from . import flac, mp3, mp4, ogg, wav
+from . import flac, generic, mp3, mp4, ogg, wav
 from .base import Format
 from .reader import NoIndex, Reader
 
-__all__ = ["DEFAULT_DENSITY", "FORMATS", "candidates", "extract", "format_for", "sniff"]
+__all__ = ["DEFAULT_DENSITY", "FORMATS", "GENERIC", "candidates", "extract", "format_for", "sniff"]
 
 #: Seek points per second of audio.
 DEFAULT_DENSITY = 1.0
 
 #: In sniffing order: mp3 goes last, its test (a frame header or an ID3 tag) is the weakest.
 FORMATS: tuple[Format, ...] = (wav.FORMAT, ogg.FORMAT, flac.FORMAT, mp4.FORMAT, mp3.FORMAT)
+#: FFmpeg's demuxer and decoder for everything else, and the second choice
+#: for files the native formats take (``candidates``); it never sniffs.
+GENERIC = generic.FORMAT
 
 _BY_PAIR = {(f.container, codec): f for f in FORMATS for codec in f.codecs}
 _SNIFF_BYTES = 16
@@ -44,6 +47,8 @@ def sniff(head: bytes) -> str | None:
 
 def format_for(index: SeekIndex) -> Format | None:
     """The format that decodes what ``index`` describes, or None."""
+    if GENERIC.handles(index):
+        return GENERIC
     return _BY_PAIR.get((index.container, index.codec))
 
 
@@ -52,20 +57,58 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
     (a seekable one is read from its first byte, wherever it was left).
 
     ``density`` is seek points per second (``math.inf``: every frame/page).
-    Errors of the stream itself (``StorageError``, or a blob handle's
-    ``ShardError``) propagate; anything wrong with the bytes becomes a "no
-    index" record, and so does an index that ``check_index`` rejects.
+    The native format the bytes announce builds the index; bytes no native
+    format announces get the generic one (FFmpeg's demuxer). Errors of the
+    stream itself (``StorageError``, or a blob handle's ``ShardError``)
+    propagate; anything wrong with the bytes becomes a "no index" record,
+    and so does an index that ``check_index`` rejects.
     """
+    sniffed = _sniff(stream)
+    if sniffed is None:
+        return SeekIndex.unavailable("empty blob")
+    reader, native = sniffed
+    return _build(native or GENERIC, reader, density)
+
+
+def candidates(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> Iterator[SeekIndex]:
+    """The indexes worth trying for one episode, best first: the native
+    format's, then the generic one (built only when asked for: a caller that
+    keeps the first that passes never pays for it). A "no index" record comes
+    only when no index could be built, with the reasons. The indexer's check
+    (``decode.verify``) keeps the first that passes."""
+    sniffed = _sniff(stream)
+    if sniffed is None:
+        yield SeekIndex.unavailable("empty blob")
+        return
+    reader, native = sniffed
+    first = _build(native, reader, density) if native is not None else None
+    if first is not None and first.ok:
+        yield first
+    if stream.seekable():
+        stream.seek(0)
+    second = _build(GENERIC, Reader(stream), density)
+    if second.ok or first is None:
+        yield second
+    elif not first.ok:
+        reason = f"{first.reason}; generic: {second.reason}"
+        yield SeekIndex.unavailable(reason, first.container)
+
+
+def _sniff(stream: BinaryIO) -> tuple[Reader, Format | None] | None:
+    """A reader at the stream's start and the native format its first bytes
+    announce (None: no native one); None for a stream without bytes."""
     if stream.seekable():
         stream.seek(0)
     reader = Reader(stream)
     buf, i = reader.window(_SNIFF_BYTES)
     head = buf[i : i + _SNIFF_BYTES]
     if not head:
-        return SeekIndex.unavailable("empty blob")
-    found = next((f for f in FORMATS if f.matches(head)), None)
-    if found is None:
-        return SeekIndex.unavailable("unknown container")
+        return None
+    return reader, next((f for f in FORMATS if f.matches(head)), None)
+
+
+def _build(found: Format, reader: Reader, density: float) -> SeekIndex:
+    """``found``'s index of the episode, or the "no index" record with the reason."""
     try:
         index = found.build_index(reader, density=density)
     except NoIndex as exc:
@@ -85,10 +128,3 @@ def extract(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> SeekIndex:
         )
     reason = check_index(index, reader.length())
     return index if reason is None else SeekIndex.unavailable(reason, index.container)
-
-
-def candidates(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> Iterator[SeekIndex]:
-    """The indexes worth trying for one episode, best first: the native
-    format's (or its "no index" record). The indexer's check
-    (``decode.verify``) keeps the first that passes."""
-    yield extract(stream, density=density)

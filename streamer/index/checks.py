@@ -177,8 +177,9 @@ def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
     codec, container = info.get("codec"), info.get("container")
     if codec and codec != index.codec:
         return "codec"
-    # FFmpeg names demuxers by their aliases: "mov,mp4,m4a,3gp,3g2,mj2".
-    if container and index.container not in str(container).split(","):
+    # FFmpeg names demuxers by their aliases: "mov,mp4,m4a,3gp,3g2,mj2"; a
+    # generic index names the demuxer after "ffmpeg:".
+    if container and index.container.removeprefix("ffmpeg:") not in str(container).split(","):
         return "container"
     # HE-AAC: FFmpeg reports the SBR output (twice the rate) and parametric
     # stereo's two channels where the track states the core's.

@@ -1,0 +1,61 @@
+"""Any audio FFmpeg demuxes and decodes: the index every episode can fall back
+to when no native format fits (or the native index fails its check).
+
+``parse`` runs FFmpeg's demuxer and decoder over the episode once, noting
+each packet's byte position and the samples decoded before it; ``decode``
+repositions the demuxer by byte at a seek point (or splices the header and
+the planned bytes, for Matroska and Ogg) and places the samples by the seek
+point that ends the plan. ``SeekIndex.container`` is ``ffmpeg:`` plus
+FFmpeg's demuxer name, ``codec`` FFmpeg's canonical codec name. It never
+sniffs: the registry tries it after the native formats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ...index.table import SeekIndex
+from ..base import PackagedFormat
+from ..job import CropPlan
+from ..reader import Reader
+from . import decode, parse
+
+__all__ = ["FORMAT", "Generic"]
+
+
+class Generic(PackagedFormat):
+    container = parse.CONTAINER_PREFIX
+    codecs = frozenset()
+    parse = parse
+    decoding = decode
+
+    def handles(self, index: SeekIndex) -> bool:
+        """Whether ``index`` is a generic one (any codec: FFmpeg decoded it to index it)."""
+        return index.container.startswith(parse.CONTAINER_PREFIX)
+
+    def build_index(self, reader: Reader, *, density: float) -> SeekIndex:
+        """The parsed index, the samples a decoder started at a seek point
+        loses (``SeekIndex.preroll``, measured) put on top of the codec's
+        own pre-roll: the decoder converges only once it has output again."""
+        index = super().build_index(reader, density=density)
+        seconds = decode.preroll_seconds(index.codec)
+        if index.preroll and math.isfinite(seconds):
+            index = dataclasses.replace(
+                index, preroll=index.preroll + round(seconds * index.timescale)
+            )
+        return index
+
+    def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
+        return decode.refine_plan(index, plan)
+
+    def preroll(self, index: SeekIndex) -> int:
+        """``decode.preroll_seconds`` in samples; the whole episode for a
+        codec decoded from the start."""
+        seconds = decode.preroll_seconds(index.codec)
+        if math.isinf(seconds):
+            return max(index.num_samples, 0) + 1
+        return round(seconds * index.timescale)
+
+
+FORMAT = Generic()

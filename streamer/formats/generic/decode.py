@@ -1,0 +1,168 @@
+"""Decode a planned crop of a generic index: FFmpeg's demuxer over the planned bytes.
+
+The demuxer is opened as the indexer opened it (the header ranges are what
+that reads), repositioned by *byte* at the plan's seek point (raw streams
+have no timestamps to seek by, ASF's are in milliseconds) and run up to the
+seek point that ends the plan. Reads past the start of the data that the
+plan does not hold are the end of the file to it (``_PlannedFile``): it
+flushes what it holds and stops, so nothing past the plan is ever fetched.
+Matroska and Ogg demuxers do not resume at a byte seek: they read the
+header followed directly by the planned clusters or pages (``SPLICED``).
+
+Placement counts back from the end: the samples packets ``[A, B)`` decode
+to end where the full decode's samples before packet ``B`` end, the seek
+point's recorded position (``CropPlan.end_native``; the episode's length
+when the plan runs to the end). Counting forward from ``A`` would be wrong
+for decoders whose first packet after a cold start gives nothing (Vorbis)
+or a different length; the crop's pre-roll absorbs the start either way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import av
+import numpy as np
+
+from ...index.table import SeekIndex
+from ...timing import record
+from ..frames import concat, frame_to_float32
+from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
+from ..sparse import SparseFile
+from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced
+
+__all__ = [
+    "DEFAULT_PREROLL_SECONDS",
+    "FROM_THE_START",
+    "PREROLL_SECONDS",
+    "READ_THROUGH",
+    "decode",
+    "preroll_seconds",
+    "refine_plan",
+]
+
+#: Seconds decoded before a crop and thrown away, per FFmpeg codec name:
+#: what the decoder needs after a cold start to give the full decode's
+#: samples (MDCT overlap, bit reservoir, filterbank delay, Opus's and
+#: Vorbis's convergence), with a wide margin. Lossless codecs and PCM need none.
+PREROLL_SECONDS: dict[str, float] = {
+    "aac": 0.2,
+    "mp2": 0.1,
+    "mp3": 0.1,
+    "vorbis": 0.2,
+    "opus": 0.5,
+    "wmav1": 0.2,
+    "wmav2": 0.2,
+    "speex": 0.2,
+    "flac": 0.0,
+    "alac": 0.0,
+    "wavpack": 0.0,
+    "tta": 0.0,
+}
+#: Codecs not named above: generous, and no pre-roll at all for PCM.
+DEFAULT_PREROLL_SECONDS = 0.5
+#: Codecs whose decoder draws noise from a generator seeded once, at the
+#: stream's start (AC-3's dither for zero-bit mantissas): no decoder started
+#: anywhere else reproduces the full decode, so their crops decode from the
+#: first packet (exact; the cost grows with the crop's position).
+FROM_THE_START = frozenset({"ac3", "eac3"})
+#: FFmpeg reads forward instead of seeking over a gap up to its buffer
+#: (``BUFFER_SIZE``) plus its short-seek threshold (32 KiB), counted from
+#: the start of what it buffered last; with a margin of one more buffer.
+READ_THROUGH = 2 * BUFFER_SIZE + 32768
+
+
+def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
+    """Add the bytes FFmpeg reads through on its way from the header to the
+    data: from the end of the first header range that ends less than
+    ``READ_THROUGH`` before the data, up to the data. A spliced demuxer
+    reads the header and the data as they come: nothing to add."""
+    data = plan.data[0]
+    if _name(index) in SPLICED:
+        return plan
+    ends = [offset + n for offset, n in index.header if 0 < data - (offset + n) <= READ_THROUGH]
+    return plan.with_header(((min(ends), data - min(ends)),) if ends else ())
+
+
+def preroll_seconds(codec: str) -> float:
+    """The pre-roll for ``codec`` (infinite: from the first packet)."""
+    if codec in FROM_THE_START:
+        return math.inf
+    if codec.startswith("pcm_"):
+        return 0.0
+    return PREROLL_SECONDS.get(codec, DEFAULT_PREROLL_SECONDS)
+
+
+class _PlannedFile(SparseFile):
+    """The planned ranges; a read at or past ``horizon`` (the data's start)
+    outside them is the end of the file, one before it an unplanned read."""
+
+    def __init__(self, length: int, pieces: Pieces, context: DecodeContext, horizon: int) -> None:
+        super().__init__(length, pieces, context)
+        self._horizon = horizon
+
+    def _unplanned(self, position: int, size: int) -> bytes:
+        if position >= self._horizon:
+            return b""
+        return super()._unplanned(position, size)
+
+
+def decode(
+    index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
+) -> tuple[np.ndarray, int]:
+    """Decoded samples and the gapless index of their first sample."""
+    name = _name(index)
+    start, stop = plan.data[0], sum(plan.data)
+    to_the_end = plan.end_native < 0
+    with record("decoder_open"):
+        if name in SPLICED:
+            container = open_spliced(fetched.header, bytes(fetched.data), name)
+        else:
+            source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, start)
+            container = av.open(
+                source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+            )
+    with container:
+        if name not in SPLICED and start > index.data_start:
+            container.seek(start, unsupported_byte_offset=True)
+        limit = None if name in SPLICED or to_the_end else stop
+        samples = _demux_decode(container, index.channels, limit, to_the_end, context)
+    if not to_the_end:
+        end = to_gapless(index, plan.end_native)
+    else:  # what a decoder started at a seek point misses of the end trimming
+        end = index.num_samples + (index.padding if start > index.data_start else 0)
+    return samples, end - samples.shape[1]
+
+
+def _name(index: SeekIndex) -> str:
+    """FFmpeg's demuxer name for ``index``."""
+    return index.container.removeprefix(CONTAINER_PREFIX)
+
+
+def _demux_decode(
+    container: Any, channels: int, stop: int | None, flush: bool, context: DecodeContext
+) -> np.ndarray:
+    """The samples of the packets from where the demuxer is to the byte
+    ``stop`` (None: to the end), with what the decoder holds if ``flush``.
+
+    A packet the decoder rejects is counted and everything decoded before it
+    dropped: counting back from the end, those samples have no known place."""
+    stream = container.streams.audio[0]
+    decoder = stream.codec_context
+    out: list[np.ndarray] = []
+    for packet in container.demux(stream):
+        if packet.size == 0:  # the end of the file (or of the plan)
+            if flush:
+                out += [frame_to_float32(frame) for frame in decoder.decode(None)]
+            continue
+        if stop is not None and packet.pos is not None and packet.pos >= stop:
+            break
+        try:
+            frames = decoder.decode(packet)
+        except (av.FFmpegError, ValueError) as exc:
+            context.bad_packet(f"decoder rejected it ({exc})", packet.pos)
+            out.clear()
+            continue
+        out += [frame_to_float32(frame) for frame in frames]
+    return concat(out, channels)

@@ -1,0 +1,387 @@
+"""Index any audio FFmpeg demuxes: one pass of its demuxer and decoder.
+
+The positions are the full decode's own: the pass feeds every packet of the
+first audio stream to a decoder, as the full decode does, and a packet's
+sample position is the number of samples the decoder gave before it. Only
+that is exact for every container: Matroska and ASF stamp packets in
+milliseconds, raw streams (ADTS, AC-3) have no timestamps at all, and
+priming, pre-skip and end trimming are the decoder's to apply.
+
+A crop's decoder reaches its seek point one of two ways, and the index
+records what that needs:
+
+- by a *byte seek* (most demuxers): the header ranges are the bytes FFmpeg
+  reads while it opens the file with the demuxer named and probing cut
+  short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
+  recording file object notes them. Seek points are packets.
+- by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
+  in the element tree and ignores a byte seek; Ogg, whose demuxer drops a
+  varying part of the next page after one): the decoder reads the bytes
+  before the first seek point followed directly by the planned ones, as if
+  they were the file. Seek points are cluster or page starts, found in the
+  bytes the pass reads (the element's ID or capture pattern), confirmed by
+  the packets around them.
+
+What a decoder started that way does differently from the full decode
+(samples it loses at the start, end trimming it misses) is measured after
+the pass (``_with_seek_loss``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from array import array
+from typing import Any, BinaryIO
+
+import av
+import numpy as np
+
+from ...index.table import SeekIndex
+from ...storage.files import RangeFile
+from ..reader import NoIndex, Points, Reader, interval
+
+__all__ = [
+    "BUFFER_SIZE",
+    "CONTAINER_PREFIX",
+    "OPEN_OPTIONS",
+    "SPLICED",
+    "demuxer_name",
+    "open_spliced",
+    "parse",
+]
+
+#: ``SeekIndex.container`` of a generic index: this, then FFmpeg's demuxer name.
+CONTAINER_PREFIX = "ffmpeg:"
+#: How indexer and decoder open a file: the demuxer is named, and stream
+#: probing stops after the first packet, so opening reads a few KiB, not 5 MB.
+OPEN_OPTIONS = {"probesize": "32", "analyzeduration": "1"}
+#: PyAV's I/O buffer: what one read of the demuxer asks for. Smaller than
+#: FFmpeg's 32 KiB so the header ranges hold little more than the header.
+BUFFER_SIZE = 4096
+#: Demuxers read spliced, and what starts the element a seek point is: a
+#: Matroska cluster's ID, an Ogg page's capture pattern.
+SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
+#: Most bytes from a cluster's start to its first block (ID, size, timestamp).
+_CLUSTER_HEAD = 64
+#: Where an Ogg page's header type is, and its "continued packet" flag.
+_OGG_FLAGS, _CONTINUED = 5, 0x01
+#: FFmpeg's buffer for the first open, which only learns the demuxer's name.
+_PROBE_BUFFER = 32768
+#: Seek points a byte seek is tried at, as fractions of the way through the points.
+_PROBES = (0.25, 0.5, 0.75)
+
+
+class _Recording(RangeFile):
+    """The stream as FFmpeg reads it, noting the byte ranges read while
+    ``recording`` and where ``pattern`` occurs in what is read."""
+
+    def __init__(self, stream: BinaryIO, length: int) -> None:
+        super().__init__(length)
+        self._stream = stream
+        self.recording = False
+        self.ranges: list[tuple[int, int]] = []
+        self.pattern = b""
+        #: Where ``pattern`` was found -> the byte 5 after it (-1: not read with it).
+        self.found: dict[int, int] = {}
+        self._last = (-1, b"")  # end of the previous read, and its last bytes
+
+    def _read_at(self, position: int, size: int) -> bytes:
+        self._stream.seek(position)
+        data = self._stream.read(size)
+        if not data:
+            raise NoIndex("stream ended before its length")
+        if self.recording:
+            self.ranges.append((position, len(data)))
+        if self.pattern:
+            self._find(position, data)
+        return data
+
+    def _find(self, position: int, data: bytes) -> None:
+        end, tail = self._last
+        start, text = (position - len(tail), tail + data) if end == position else (position, data)
+        at = text.find(self.pattern)
+        while at >= 0:
+            flags = text[at + _OGG_FLAGS] if at + _OGG_FLAGS < len(text) else -1
+            self.found[start + at] = max(flags, self.found.get(start + at, -1))
+            at = text.find(self.pattern, at + 1)
+        self._last = (position + len(data), data[-(len(self.pattern) - 1) :])
+
+    def fill_flags(self) -> None:
+        """Read the byte 5 after each find that a read ended before."""
+        for at, flags in self.found.items():
+            if flags < 0:
+                self.found[at] = self.read_range(at + _OGG_FLAGS, 1)[0]
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        self._stream.seek(offset)
+        return bytes(self._stream.read(length))
+
+
+def demuxer_name(container: Any) -> str:
+    """FFmpeg's name for the demuxer (the first of its aliases: ``mov``)."""
+    return str(container.format.name).split(",")[0]
+
+
+def open_spliced(header: bytes, data: bytes, name: str) -> Any:
+    """A demuxer over ``header`` followed directly by ``data``."""
+    return av.open(
+        io.BytesIO(header + data), "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+    )
+
+
+def parse(reader: Reader, *, density: float) -> SeekIndex:
+    """Index the first audio stream of a file FFmpeg can open."""
+    stream = reader.raw_stream()
+    if stream is None:
+        raise NoIndex("generic index needs a seekable stream")
+    source = _Recording(stream, reader.length())
+    try:
+        with av.open(source, "r", buffer_size=_PROBE_BUFFER) as probe:
+            name = demuxer_name(probe)
+            if not probe.streams.audio:
+                raise NoIndex(f"no audio stream in {name}")
+    except av.FFmpegError:
+        raise NoIndex("unknown container") from None
+    try:
+        index = _pass(source, name, density)
+    except av.FFmpegError as exc:
+        raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
+    try:
+        return _with_seek_loss(index, source, name)
+    except av.FFmpegError as exc:
+        raise NoIndex(f"{name}: decoding after a seek fails ({type(exc).__name__})") from None
+
+
+def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
+    """Open as a crop's decoder does (recording the reads), then demux and
+    decode every packet."""
+    source.seek(0)
+    source.recording = True
+    source.pattern = SPLICED.get(name, b"")
+    with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
+        source.recording = False
+        flags = c.format.flags
+        if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
+            raise NoIndex(f"{name} cannot seek by byte")
+        if not c.streams.audio:
+            raise NoIndex(f"no audio stream in {name} opened without probing")
+        counted = _count(c)
+        codec = c.streams.audio[0].codec_context.codec.canonical_name
+    if name in SPLICED:
+        source.fill_flags()
+        points = counted.element_points(source.found, name)
+        header = ((0, int(points[1][0])),)
+    else:
+        points = counted.packet_points()
+        header = _merged(source.ranges)
+    return counted.index(name, codec, header, points, source.length, density)
+
+
+def _count(container: Any) -> _Counted:
+    """Every packet of the first audio stream, and the samples before each."""
+    stream = container.streams.audio[0]
+    decoder = stream.codec_context
+    counted = _Counted()
+    for packet in container.demux(stream):
+        if packet.size == 0:  # the end of the stream: what the decoder still holds
+            counted.frames(decoder.decode(None))
+            continue
+        counted.packet(packet)
+        try:
+            frames = decoder.decode(packet)
+        except (av.FFmpegError, ValueError) as exc:
+            raise NoIndex(f"decoder rejects the packet at byte {packet.pos} ({exc})") from None
+        counted.frames(frames)
+    if not counted.total:
+        raise NoIndex("no audio decoded")
+    return counted
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Byte ranges sorted, with overlapping and touching ones joined."""
+    out: list[list[int]] = []
+    for start, size in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], start + size)
+        else:
+            out.append([start, start + size])
+    return tuple((start, end - start) for start, end in out)
+
+
+#: Candidate seek points: (samples decoded before, byte position), ascending.
+_Candidates = tuple[np.ndarray, np.ndarray]
+
+
+class _Counted:
+    """Packets and the samples decoded before each, as the pass goes."""
+
+    def __init__(self) -> None:
+        self.positions = array("q")
+        self.sizes = array("q")
+        self.samples = array("q")
+        self.keyframes = bytearray()
+        self.total = 0
+        self.rate = 0
+        self.channels = 0
+
+    def packet(self, packet: Any) -> None:
+        if packet.pos is None or packet.pos < 0:
+            raise NoIndex("packets without byte positions")
+        if self.positions and packet.pos < self.positions[-1]:
+            raise NoIndex("packets out of byte order")
+        self.positions.append(packet.pos)
+        self.sizes.append(packet.size)
+        self.samples.append(self.total)
+        self.keyframes.append(bool(packet.is_keyframe))
+
+    def frames(self, frames: list[Any]) -> None:
+        for frame in frames:
+            shape = (frame.sample_rate, frame.layout.nb_channels)
+            if self.rate and (self.rate, self.channels) != shape:
+                raise NoIndex("sample rate or channels change mid-stream")
+            self.rate, self.channels = shape
+            self.total += frame.samples
+
+    def packet_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keyframe packets, the first at each byte position (several
+        packets share an Ogg page or an ASF packet: a seek reaches the first)."""
+        positions = np.frombuffer(self.positions, dtype=np.int64)
+        first = np.ones(len(positions), dtype=bool)
+        first[1:] = positions[1:] > positions[:-1]
+        keep = first & np.frombuffer(self.keyframes, dtype=bool)
+        return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
+
+    def element_points(self, found: dict[int, int], name: str) -> _Candidates:
+        """Element starts that are seek points, each just before or at a
+        keyframe packet. A Matroska cluster must lie after the end of the
+        packet before it and at most ``_CLUSTER_HEAD`` bytes before the
+        next (a cluster ID inside a packet's payload is not one); an Ogg
+        page must be where FFmpeg reports a packet and not continue one from
+        the page before (the planned pages then hold whole packets)."""
+        positions = np.frombuffer(self.positions, dtype=np.int64)
+        ends = positions + np.frombuffer(self.sizes, dtype=np.int64)
+        marks = np.asarray(sorted(found), dtype=np.int64)
+        flags = np.asarray([found[int(m)] for m in marks], dtype=np.int64)
+        after = np.searchsorted(positions, marks, side="left")
+        inside = after < len(positions)
+        marks, flags, after = marks[inside], flags[inside], after[inside]
+        distance = positions[after] - marks
+        if name == "ogg":
+            keep = (distance == 0) & (flags >= 0) & (flags & _CONTINUED == 0)
+        else:
+            clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= marks)
+            keep = (distance > 0) & (distance <= _CLUSTER_HEAD) & clear
+        keep &= np.frombuffer(self.keyframes, dtype=bool)[after]
+        if not keep.any() or after[keep][0] != 0:
+            raise NoIndex(f"{name}: the first packet does not start a cluster or page")
+        samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
+        return samples, marks[keep]
+
+    def index(
+        self,
+        name: str,
+        codec: str,
+        header: tuple[tuple[int, int], ...],
+        candidates: _Candidates,
+        length: int,
+        density: float,
+    ) -> SeekIndex:
+        if not len(candidates[1]):
+            raise NoIndex(f"{name}: no packet a decoder can start from")
+        points = Points(interval(self.rate, density))
+        for sample, pos in zip(*(c.tolist() for c in candidates), strict=True):
+            if not points.samples or sample > points.samples[-1]:
+                points.add(sample, pos)
+        sample_pos, byte_pos = points.arrays()
+        return SeekIndex(
+            status="ok",
+            codec=codec,
+            container=CONTAINER_PREFIX + name,
+            sample_rate=self.rate,
+            channels=self.channels,
+            timescale=self.rate,
+            first_sample=0,
+            num_samples=self.total,
+            header=header,
+            data_start=int(byte_pos[0]),
+            data_end=length,
+            sample_pos=sample_pos,
+            byte_pos=byte_pos,
+        )
+
+
+def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekIndex:
+    """The index with what a decoder started at a seek point does
+    differently, measured: the samples it loses at the start (added to the
+    pre-roll) and those it adds at the end (``padding``).
+
+    A demuxer repositioned by byte may not give the packet there first (ASF's
+    drops the rest of the container packet it thinks it is in; a Vorbis
+    decoder gives nothing for its first packet), and it has no timestamps,
+    so end trimming done by timestamp (the LAME tag's padding) does not
+    happen. Decoding from a few seek points to the next but one, and from
+    the last but one to the end, measures both. A demuxer that comes back
+    before the point (one that reads by its own table), with nothing, or
+    with more samples than the pass counted cannot be placed this way."""
+    points, pos, samples = len(index.byte_pos), index.byte_pos, index.sample_pos
+    if points < 3:
+        # Too short to measure: its crops decode from the first packet.
+        return dataclasses.replace(index, sample_pos=samples[:1], byte_pos=pos[:1])
+    probes = {min(int(points * f), points - 2) for f in _PROBES} - {0}
+    loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
+    k = points - 2
+    lost = _lost(source, name, index, k, k + 1)
+    to_end = _decoded(source, name, index, int(pos[k]), None)
+    extra = to_end - (index.num_samples - int(samples[k])) + lost
+    if extra < 0:
+        raise NoIndex(f"{name} gives fewer samples at the end after a seek")
+    return dataclasses.replace(index, preroll=loss, padding=extra)
+
+
+def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
+    """Samples a decode from seek point ``k`` lacks by point ``end``."""
+    decoded = _decoded(source, name, index, int(index.byte_pos[k]), int(index.byte_pos[end]))
+    if decoded == 0:
+        raise NoIndex(f"{name}: nothing decoded after a seek")
+    lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
+    if lost < 0:
+        raise NoIndex(f"{name} gives more samples after a seek than in order")
+    return lost
+
+
+def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: int | None) -> int:
+    """Samples decoded from seek point ``start`` up to the one at ``stop``."""
+    if name in SPLICED:
+        head = source.read_range(0, index.header[0][1])
+        data = source.read_range(start, (stop or index.data_end) - start)
+        with open_spliced(head, data, name) as container:
+            return _decoded_from(container, None, stop is None)
+    source.seek(0)
+    with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
+        c.seek(start, unsupported_byte_offset=True)
+        return _decoded_from(c, (start, stop), stop is None)
+
+
+def _decoded_from(container: Any, span: tuple[int, int | None] | None, flush: bool) -> int:
+    """Samples decoded from where ``container`` is; with ``span``, only from
+    packets at or after its start and before its stop."""
+    stream = container.streams.audio[0]
+    decoder = stream.codec_context
+    total = 0
+    for packet in container.demux(stream):
+        if packet.size == 0:
+            frames = decoder.decode(None) if flush else []
+        elif span is not None and span[1] is not None and packet.pos >= span[1]:
+            break
+        elif span is not None and (packet.pos is None or packet.pos < span[0]):
+            raise NoIndex(f"{container.format.name} does not resume at a byte position")
+        else:
+            frames = decoder.decode(packet)
+        total += sum(frame.samples for frame in frames)
+    return total
+
+
+def matches(head: bytes) -> bool:
+    """Never: the generic index is what is tried when no native format fits."""
+    return False

@@ -1,0 +1,344 @@
+"""The generic packet index (FFmpeg's demuxer) against FFmpeg's full decode.
+
+Files of every container no native format reads are made with PyAV's
+encoders and muxers, packed and indexed (the generic index is the only one
+that fits them), and ~20 crops each, the first and last samples included,
+must equal the full decode: lossless bit for bit, lossy within 1e-4, never
+through the fallback, never reading outside the plan. mp3, flac and wav go
+through the generic index directly (their second-choice index).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamer import open_dataset
+from streamer.decode.crop import CropRequest, read_crop
+from streamer.errors import CropError
+from streamer.formats.frames import frame_to_float32
+from streamer.formats.job import DecodeStats, Episode
+from streamer.formats.reader import NoIndex, Reader
+from streamer.formats.registry import GENERIC, candidates, extract, format_for
+from streamer.index import SeekIndex
+from streamer.shard import BlobHandle
+from streamer.storage import MemoryReader
+from streamer.synth import signal
+from streamer.write.pack import pack
+
+SECONDS = 3.0
+TOLERANCE = 1e-4
+
+#: key -> (muxer, encoder, sample format, rate, channels, options, lossless)
+FILES = {
+    "adts.aac": ("adts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
+    "ac3.ac3": ("ac3", "ac3", "fltp", 48000, 2, {}, False),
+    "eac3.eac3": ("eac3", "eac3", "fltp", 44100, 1, {}, False),
+    "mp2.mp2": ("mp2", "mp2", "s16", 44100, 2, {}, False),
+    "wma.wma": ("asf", "wmav2", "fltp", 44100, 2, {}, False),
+    "wavpack.wv": ("wv", "wavpack", "s16p", 44100, 2, {}, True),
+    "opus-webm.webm": ("webm", "libopus", "flt", 48000, 2, {}, False),
+    "flac-mka.mka": ("matroska", "flac", "s16", 44100, 2, {}, True),
+    "aac-mka.mka": ("matroska", "aac", "fltp", 22050, 1, {"aac_pns": "0"}, False),
+    "vorbis-mka.mka": ("matroska", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
+    "caf.caf": ("caf", "pcm_s16le", "s16", 16000, 1, {}, True),
+    "mp2-ts.ts": ("mpegts", "mp2", "s16", 48000, 2, {}, False),
+    "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
+    "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
+    "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
+}
+#: Half-second Matroska clusters (FFmpeg's muxer makes 5 s ones), so that
+#: short files have seek points to splice at.
+MUXER_OPTIONS = {
+    "matroska": {"cluster_time_limit": "500"},
+    "webm": {"cluster_time_limit": "500"},
+}
+#: Through the generic index directly (a native format takes them first).
+DIRECT = {
+    "lame.mp3": ("mp3", "libmp3lame", "fltp", 44100, 2, {}, False),
+    "native.flac": ("flac", "flac", "s16", 44100, 2, {}, True),
+    "pcm.wav": ("wav", "pcm_s16le", "s16", 22050, 1, {}, True),
+    "vorbis.ogg": ("ogg", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
+    "opus.ogg": ("ogg", "libopus", "flt", 48000, 2, {}, False),
+    "flac.oga": ("ogg", "flac", "s16", 44100, 1, {}, True),
+}
+
+
+def make(
+    muxer: str,
+    encoder: str,
+    sample_format: str,
+    rate: int,
+    channels: int,
+    options: dict,
+    seconds: float = SECONDS,
+) -> bytes:
+    """``seconds`` of the test signal through PyAV's ``encoder`` and ``muxer``."""
+    samples = signal(seconds, rate, channels, seed=channels)
+    layout = {1: "mono", 2: "stereo"}[channels]
+    out = io.BytesIO()
+    with av.open(out, "w", format=muxer, options=MUXER_OPTIONS.get(muxer, {})) as container:
+        stream = container.add_stream(encoder, rate=rate, options=dict(options))
+        stream.layout = layout
+        stream.codec_context.format = sample_format
+        if encoder.startswith("wmav"):
+            stream.bit_rate = 128000  # the WMA encoder has no default
+        size = stream.codec_context.frame_size or 1024
+        for start in range(0, samples.shape[1], size):
+            frame = _frame(samples[:, start : start + size], sample_format, layout)
+            frame.sample_rate, frame.pts, frame.time_base = rate, start, Fraction(1, rate)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out.getvalue()
+
+
+def _frame(block: np.ndarray, sample_format: str, layout: str) -> av.AudioFrame:
+    data = block if sample_format.endswith("p") else block.T.reshape(1, -1)
+    if sample_format.startswith("s16"):
+        data = (np.clip(data, -1, 1) * 32767).round().astype(np.int16)
+    return av.AudioFrame.from_ndarray(
+        np.ascontiguousarray(data, dtype=data.dtype if data.dtype == np.int16 else np.float32),
+        format=sample_format,
+        layout=layout,
+    )
+
+
+def full_decode(data: bytes) -> tuple[np.ndarray, int]:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame_to_float32(f) for f in container.decode(stream)]
+        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
+
+
+def spans(duration: float, seed: str) -> list[tuple[float, float]]:
+    """The first and last samples, one span over everything, and random crops."""
+    rng = random.Random(seed)
+    out = [(0.0, 0.2), (duration - 0.3, duration), (0.0, duration), (0.001, 1.3)]
+    for _ in range(18):
+        start = rng.uniform(0, duration - 0.05)
+        out.append((start, min(start + rng.uniform(0.02, 1.5), duration)))
+    return out
+
+
+def assert_equal(key: str, got: np.ndarray, want: np.ndarray, lossless: bool) -> None:
+    assert got.shape == want.shape, f"{key}: shape {got.shape} != {want.shape}"
+    if lossless:
+        np.testing.assert_array_equal(got, want, err_msg=key)
+    else:
+        error = float(np.abs(got - want).max()) if got.size else 0.0
+        assert error <= TOLERANCE, f"{key}: max abs error {error:.2e}"
+
+
+@pytest.fixture(scope="module")
+def wild(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """Every file in ``FILES``, packed and indexed."""
+    src = tmp_path_factory.mktemp("generic-src")
+    made = {}
+    for name, spec in FILES.items():
+        made[name.rsplit(".", 1)[0]] = data = make(*spec[:6])
+        (src / name).write_bytes(data)
+    out = tmp_path_factory.mktemp("generic") / "dataset"
+    pack(src, out, progress=False)
+    return out, made
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_crops_equal_the_full_decode(wild: tuple[Path, dict[str, bytes]], name: str) -> None:
+    root, made = wild
+    key = name.rsplit(".", 1)[0]
+    dataset = open_dataset(root)
+    index = dataset.seek_index(key)
+    assert index.ok, index.reason
+    # Raw MPEG audio is the native mp3 format's; everything else is generic.
+    assert (format_for(index) is GENERIC) == (key != "mp2")
+    full, rate = full_decode(made[key])
+    assert (index.sample_rate, index.num_samples) == (rate, full.shape[1])
+    for start, end in spans(full.shape[1] / rate, key):
+        crop = dataset.crop(key, start, end)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert_equal(f"{key} [{start:.3f}, {end:.3f})", crop.audio, want, FILES[name][6])
+    stats = dataset.decode_stats
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+def generic_index(data: bytes, density: float = 1.0) -> SeekIndex:
+    return GENERIC.build_index(Reader(io.BytesIO(data)), density=density)
+
+
+def episode(data: bytes, index: SeekIndex) -> Episode:
+    return Episode("k", "audio/s.wsds", BlobHandle(MemoryReader(data), 0, len(data)), index)
+
+
+@pytest.mark.parametrize("name", sorted(DIRECT))
+def test_native_containers_through_the_generic_index(name: str) -> None:
+    spec = DIRECT[name]
+    data = make(*spec[:6])
+    index = generic_index(data)
+    full, rate = full_decode(data)
+    assert index.num_samples == full.shape[1]
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, name):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert_equal(name, crop.audio, want, spec[6])
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["opus-webm.webm", "vorbis.ogg"])
+def test_spliced_containers_have_points_at_element_starts(name: str) -> None:
+    data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
+    index = generic_index(data)
+    assert len(index.byte_pos) >= 3
+    pattern = b"\x1f\x43\xb6\x75" if "webm" in name else b"OggS"
+    assert all(data[p : p + 4] == pattern for p in index.byte_pos.tolist())
+    assert index.header == ((0, int(index.byte_pos[0])),)
+
+
+def test_what_asf_loses_after_a_byte_seek_is_pre_roll() -> None:
+    """ASF's demuxer drops the rest of the container packet it thinks it is
+    in: the index measures it and adds it to the codec's pre-roll."""
+    index = generic_index(make(*FILES["wma.wma"][:6], seconds=6.0))
+    assert index.preroll > GENERIC.preroll(index) > 0
+
+
+def test_lame_padding_is_trimmed_after_a_byte_seek() -> None:
+    """The mp3 demuxer trims LAME's padding by timestamp, which a byte seek
+    loses: the index measures what comes out untrimmed (``padding``)."""
+    index = generic_index(make(*DIRECT["lame.mp3"][:6]))
+    assert index.padding > 0
+
+
+def test_mp4_has_no_generic_index() -> None:
+    """FFmpeg's mov demuxer cannot seek by byte (the native index serves MP4)."""
+    data = make("mp4", "aac", "fltp", 48000, 2, {})
+    with pytest.raises(NoIndex, match="mov cannot seek by byte"):
+        generic_index(data)
+    assert extract(io.BytesIO(data)).ok
+
+
+def test_ogg_flac_is_indexed_by_the_generic_candidate() -> None:
+    """The native Ogg format decodes Vorbis and Opus only: Ogg FLAC's native
+    record is "no index", and the next candidate is the generic index."""
+    data = make(*DIRECT["flac.oga"][:6])
+    assert not extract(io.BytesIO(data)).ok
+    (generic,) = candidates(io.BytesIO(data))
+    assert generic.ok and (generic.container, generic.codec) == ("ffmpeg:ogg", "flac")
+
+
+def test_ac3_crops_decode_from_the_start() -> None:
+    """AC-3's dither noise comes from a generator seeded once: only a decode
+    from the first packet gives the full decode's samples."""
+    data = make(*FILES["ac3.ac3"][:6])
+    index = generic_index(data)
+    assert GENERIC.preroll(index) > index.num_samples
+
+
+def test_candidates_native_first_then_generic_lazily() -> None:
+    data = make(*DIRECT["lame.mp3"][:6])
+    found = candidates(io.BytesIO(data))
+    assert next(found).container == "mp3"
+    assert next(found).container == "ffmpeg:mp3"
+    assert list(found) == []
+    only = list(candidates(io.BytesIO(make(*FILES["wma.wma"][:6]))))
+    assert [i.container for i in only] == ["ffmpeg:asf"]
+    assert extract(io.BytesIO(make(*FILES["wma.wma"][:6]))).container == "ffmpeg:asf"
+
+
+def test_garbage_is_unknown_and_truncation_is_no_index_or_a_clear_error() -> None:
+    rng = np.random.default_rng(7)
+    assert extract(io.BytesIO(rng.integers(0, 256, 20000, np.uint8).tobytes())).reason == (
+        "unknown container"
+    )
+    outcomes = []
+    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm", "vorbis.ogg"):
+        data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
+        for damaged in (data[: len(data) * 2 // 3], _garbled(data, rng)):
+            try:
+                index = generic_index(damaged)
+            except NoIndex as exc:
+                outcomes.append(str(exc))
+                continue
+            outcomes.append(_exact_or_error(damaged, index))
+    assert all(outcomes), outcomes
+
+
+def _garbled(data: bytes, rng: np.random.Generator) -> bytes:
+    out = bytearray(data)
+    at = len(out) // 2
+    out[at : at + 2000] = rng.integers(0, 256, 2000, np.uint8).tobytes()
+    return bytes(out)
+
+
+def _exact_or_error(data: bytes, index: SeekIndex) -> str:
+    """Every crop of a damaged file equals its full decode or is a CropError
+    naming the episode; how many were which."""
+    full, rate = full_decode(data)
+    exact = errors = 0
+    for start, end in spans(full.shape[1] / rate, "damaged"):
+        try:
+            crop = read_crop(episode(data, index), CropRequest("k", start, end))
+        except CropError as exc:
+            assert exc.key == "k"
+            errors += 1
+            continue
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert_equal(f"damaged {index.container}", crop.audio, want, False)
+        exact += 1
+    return f"{index.container}: {exact} exact, {errors} errors"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted({**FILES, **DIRECT}))
+def test_minute_long_files(name: str) -> None:
+    """60 s of each file, 20 one-second crops: exact, inside the plan; prints
+    the figures docs/index.md quotes (bytes and time per crop)."""
+    spec = {**FILES, **DIRECT}[name]
+    data = make(*spec[:6], seconds=60.0)
+    began = time.perf_counter()
+    index = generic_index(data)
+    indexing = time.perf_counter() - began
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    rng = random.Random(name)
+    began = time.perf_counter()
+    for _ in range(20):
+        start = rng.uniform(0, 59.0)
+        crop = read_crop(episode(data, index), CropRequest("k", start, start + 1.0), stats)
+        want = full[:, round(start * rate) : round((start + 1.0) * rate)]
+        assert_equal(name, crop.audio, want, spec[6])
+    per_crop = (time.perf_counter() - began) / 20
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+    print(
+        f"{name}: {index.container}, header {sum(n for _, n in index.header) / 1e3:.1f} kB, "
+        f"{stats.planned_bytes / 20 / 1e3:.1f} kB and {per_crop * 1e3:.1f} ms per crop, "
+        f"indexed in {indexing * 1e3:.0f} ms"
+    )
+
+
+def test_a_stream_that_cannot_seek_gets_no_generic_index() -> None:
+    """FFmpeg is handed the stream twice (to learn the demuxer, then to
+    index): a forward-only stream is "no index", said so."""
+
+    class ForwardOnly(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self._data = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+            chunk = self._data.read(len(buffer))
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+
+    index = extract(ForwardOnly(make(*FILES["wma.wma"][:6])))
+    assert index.reason == "generic index needs a seekable stream"
