@@ -1,0 +1,136 @@
+"""Crops of real-world audio (issue 12) against FFmpeg's full decode.
+
+The corpus is other encoders' files from other projects' packages
+(``tests/corpus/manifest.toml``), fetched before the run by
+``python -m tests.corpus.fetch --small`` (the default set) or without
+``--small`` (everything, for ``-m slow``). Each set is packed into one
+dataset with its seek index and one without (``pack(..., index=False)``), and
+every file's crops (start, end, the whole file, random interior ones and
+ones crossing seek points) must equal the full decode: lossless
+bit-identical, lossy within 1e-4 at zero lag, AAC noise substitution in place
+(docs/decoding.md). A file FFmpeg does not decode is skipped with the reason.
+
+``EXPECTED_FAILURES`` is the one list of what still fails, by failure class:
+strict, so a fix elsewhere that makes one pass shows up as XPASS to delete.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+
+import pytest
+
+from streamer import open_dataset
+from streamer.dataset.dataset import Dataset
+from streamer.write.pack import pack
+from testkit.corpus import (
+    CorpusFile,
+    Reference,
+    check_crops,
+    corpus_dir,
+    crop_points,
+    full_decode,
+    load_manifest,
+    served_index,
+    stage,
+)
+
+FILES = load_manifest()
+#: Random interior crops per file (through the index; the fallback gets FALLBACK_CROPS).
+INTERIOR_CROPS = 8
+FALLBACK_CROPS = 50
+
+#: (test, corpus file) -> failure class. Classes: ``no-index`` (the file is
+#: served by the fallback: no native or generic index yet), ``misaligned``
+#: (crops of the right length at the wrong place or with wrong samples),
+#: ``length`` (crops too long or short), ``raises`` (a crop raises).
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {}
+
+
+def _params(test: str) -> list[object]:
+    params = []
+    for file in FILES:
+        marks = [] if file.small else [pytest.mark.slow]
+        failure = EXPECTED_FAILURES.get((test, file.name))
+        if failure:
+            marks.append(pytest.mark.xfail(reason=failure, strict=True))
+        params.append(pytest.param(file, id=file.name, marks=marks))
+    return params
+
+
+# -- the datasets: one per set (small / the rest), with and without an index ---
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool, bool], Dataset]:
+    """``get(small, indexed)``: the dataset of that set, packed on first use."""
+    made: dict[tuple[bool, bool], Dataset] = {}
+
+    def get(small: bool, indexed: bool) -> Dataset:
+        if (small, indexed) not in made:
+            root = tmp_path_factory.mktemp("corpus")
+            fetched = {
+                f.name: corpus_dir() / f.name
+                for f in FILES
+                if f.small == small and (corpus_dir() / f.name).is_file()
+            }
+            if not fetched:
+                pytest.skip("no corpus file fetched")
+            pack(stage(fetched, root / "src"), root / "dataset", index=indexed, progress=False)
+            made[small, indexed] = open_dataset(root / "dataset")
+        return made[small, indexed]
+
+    return get
+
+
+def _reference(file: CorpusFile) -> Reference:
+    """The file's full decode; skips (or, in CI, fails for the default set)
+    when the file was not fetched, and skips files FFmpeg does not decode."""
+    path = corpus_dir() / file.name
+    if not path.is_file():
+        message = f"{file.name} not fetched: run `python -m tests.corpus.fetch`"
+        if os.environ.get("CI") and file.small:
+            pytest.fail(message)
+        pytest.skip(message)
+    reference = full_decode(path.read_bytes())
+    if reference.audio is None:
+        pytest.skip(f"FFmpeg does not decode it fully: {reference.problem}")
+    return reference
+
+
+def _check(dataset: Dataset, file: CorpusFile, crops: int, seed: int) -> None:
+    reference = _reference(file)
+    assert file.name in dataset, f"pack left {file.name} out though FFmpeg decodes it"
+    index = served_index(dataset, file.name)
+    full, rate = reference.audio, reference.sample_rate
+    points = crop_points(index, full.shape[1], rate, crops, random.Random(seed))
+    check = check_crops(
+        lambda start, end: dataset.read_crop(file.name, start, end),
+        full,
+        rate,
+        reference.codec,
+        points,
+    )
+    assert check.exact, f"{len(check.failures)} of {check.crops} crops: {check.failures[:4]}"
+
+
+@pytest.mark.parametrize("file", _params("indexed"))
+def test_crops_equal_the_full_decode(datasets: Callable, file: CorpusFile) -> None:
+    _check(datasets(file.small, True), file, INTERIOR_CROPS, seed=1)
+
+
+@pytest.mark.parametrize("file", _params("fallback"))
+def test_fallback_crops_equal_the_full_decode(datasets: Callable, file: CorpusFile) -> None:
+    """Without any index (``pack(..., index=False)``): exact length and
+    position (and samples) for every codec."""
+    _check(datasets(file.small, False), file, FALLBACK_CROPS, seed=2)
+
+
+@pytest.mark.parametrize("file", _params("index"))
+def test_an_index_serves_the_file(datasets: Callable, file: CorpusFile) -> None:
+    """Every file FFmpeg decodes gets a native or generic index."""
+    _reference(file)
+    index = served_index(datasets(file.small, True), file.name)
+    assert index.ok, f"no index: {index.reason}"
