@@ -35,8 +35,8 @@ from testkit.corpus import (
     crop_points,
     full_decode,
     index_kind,
-    served_index,
     load_manifest,
+    served_index,
     stage,
 )
 
@@ -114,8 +114,8 @@ def run(files: dict[str, Path], crops: int, fallback: int) -> list[Row]:
 
 
 def render(rows: list[Row]) -> str:
-    head = ("file", "codec/container", "index", "verdict", "crops", "max err", "indexed crops")
-    lines = ["| " + " | ".join((*head, "fallback only")) + " |", "|---" * 8 + "|"]
+    head = ("file", "codec/container", "FFmpeg", "index", "verdict", "crops", "max err")
+    lines = ["| " + " | ".join((*head, "indexed crops", "fallback only")) + " |", "|---" * 9 + "|"]
     for r in rows:
         if not r.index:
             kind = f"{r.codec or '-'}/{r.container or '-'}"
@@ -124,8 +124,8 @@ def render(rows: list[Row]) -> str:
             )
             continue
         lines.append(
-            f"| {r.file} | {r.codec}/{r.container} | {r.index} | {r.verdict} | {r.crops} "
-            f"| {r.max_error:.2g} | {r.result} | {r.fallback} |"
+            f"| {r.file} | {r.codec}/{r.container} | {r.ffmpeg} | {r.index} | {r.verdict} "
+            f"| {r.crops} | {r.max_error:.2g} | {r.result} | {r.fallback} |"
         )
     return "\n".join(lines)
 
