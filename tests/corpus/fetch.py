@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from testkit.corpus import CorpusFile, Source, corpus_dir, load_manifest
+from testkit.corpus_manifest import CorpusFile, Source, corpus_dir, load_manifest
 
 
 def main(argv: list[str] | None = None) -> int:

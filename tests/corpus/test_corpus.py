@@ -26,16 +26,14 @@ from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
 from streamer.write.pack import pack
 from testkit.corpus import (
-    CorpusFile,
     Reference,
     check_crops,
-    corpus_dir,
     crop_points,
     full_decode,
-    load_manifest,
     served_index,
     stage,
 )
+from testkit.corpus_manifest import CorpusFile, corpus_dir, load_manifest
 
 FILES = load_manifest()
 #: Random interior crops per file (through the index; the fallback gets FALLBACK_CROPS).
