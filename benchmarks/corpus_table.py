@@ -72,7 +72,7 @@ def corpus_files(folder: Path | None, small: bool) -> dict[str, Path]:
 def summary(check: CropCheck) -> str:
     if check.exact:
         return "exact" + (f" ({check.pns} PNS)" if check.pns else "")
-    return f"{check.failure_class()}: {len(check.failures)} of {check.crops}: {check.failures[0]}"
+    return f"{check.failure_class()}: {len(check.failures)} of {check.crops}: {check.worst()}"
 
 
 def measure(

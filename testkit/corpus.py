@@ -128,9 +128,14 @@ class CropCheck:
         """What went wrong, worst first: ``raises`` (a crop raised),
         ``length`` (a crop of the wrong length), ``samples`` (right length,
         wrong samples: misaligned or wrongly decoded); "" when exact."""
+        return self.worst().split(" ", 1)[0]
+
+    def worst(self) -> str:
+        """The first failure of the worst class (see ``failure_class``)."""
         for name in ("raises", "length", "samples"):
-            if any(failure.startswith(name) for failure in self.failures):
-                return name
+            for failure in self.failures:
+                if failure.startswith(name):
+                    return failure
         return ""
 
 
