@@ -149,7 +149,8 @@ def compare(
     want = full[:, first:last]
     check.crops += 1
     if got.shape != want.shape:
-        check.failures.append(f"length [{first}, {last}): got shape {got.shape}")
+        off = f"{got.shape[-1] - want.shape[-1]:+d} samples" if got.ndim == 2 else ""
+        check.failures.append(f"length [{first}, {last}): {off or got.shape} (shape {got.shape})")
         return
     error = float(np.abs(got - want).max()) if got.size else 0.0
     check.max_error = max(check.max_error, error)
