@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -75,9 +76,17 @@ def summary(check: CropCheck) -> str:
     return f"{check.failure_class()}: {len(check.failures)} of {check.crops}: {check.worst()}"
 
 
-def measure(
-    name: str, path: Path, indexed: Dataset, plain: Dataset, crops: int, fallback: int
-) -> Row:
+@dataclass
+class Packed:
+    """The staged files packed with and without an index (None: pack kept
+    no file), and why pack left files out (name -> reason)."""
+
+    indexed: Dataset | None
+    plain: Dataset | None
+    skipped: dict[str, str]
+
+
+def measure(name: str, path: Path, packed: Packed, crops: int, fallback: int) -> Row:
     reference = full_decode(path.read_bytes())
     row = Row(name, reference.codec, reference.container)
     if reference.audio is None:
@@ -85,8 +94,9 @@ def measure(
         return row
     if reference.errors:
         row.ffmpeg = f"errors: {reference.errors}"
-    if name not in indexed:
-        row.index = "none: not packed"
+    indexed, plain = packed.indexed, packed.plain
+    if indexed is None or plain is None or name not in indexed:
+        row.index = f"none: pack skipped it: {packed.skipped.get(name, '?')}"
         return row
     index = served_index(indexed, name)
     row.index, row.verdict = index_kind(index), index.verdict if index.ok else ""
@@ -106,10 +116,15 @@ def measure(
 def run(files: dict[str, Path], crops: int, fallback: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="corpus-table-") as tmp:
         src = stage(files, Path(tmp) / "src")
-        pack(src, Path(tmp) / "indexed", progress=False)
+        report = pack(src, Path(tmp) / "indexed", progress=False)
         pack(src, Path(tmp) / "plain", index=False, progress=False)
-        indexed, plain = open_dataset(Path(tmp) / "indexed"), open_dataset(Path(tmp) / "plain")
-        return [measure(n, p, indexed, plain, crops, fallback) for n, p in files.items()]
+        kept = bool(report.shards)
+        packed = Packed(
+            open_dataset(Path(tmp) / "indexed") if kept else None,
+            open_dataset(Path(tmp) / "plain") if kept else None,
+            {os.path.splitext(source)[0]: reason for source, reason in report.skipped},
+        )
+        return [measure(n, p, packed, crops, fallback) for n, p in files.items()]
 
 
 def render(rows: list[Row]) -> str:
@@ -118,9 +133,7 @@ def render(rows: list[Row]) -> str:
     for r in rows:
         if not r.index:
             kind = f"{r.codec or '-'}/{r.container or '-'}"
-            lines.append(
-                f"| {r.file} | {kind} | FFmpeg does not decode it: {r.ffmpeg} |" + " |" * 5
-            )
+            lines.append(f"| {r.file} | {kind} | does not decode it: {r.ffmpeg} |" + " |" * 6)
             continue
         lines.append(
             f"| {r.file} | {r.codec}/{r.container} | {r.ffmpeg} | {r.index} | {r.verdict} "

@@ -52,13 +52,16 @@ class Reference:
 def full_decode(data: bytes) -> Reference:
     """The full decode (docs/decoding.md). A file FFmpeg cannot open, has no
     audio stream in, raises on while decoding or decodes to no samples is
-    "not decoded fully": ``problem`` says how."""
+    "not decoded fully": ``problem`` says how. Metadata that is not UTF-8
+    (Latin-1 BWF ``bext`` fields) does not count: PyAV's strict decoding of
+    it is not FFmpeg failing to decode the audio."""
     codec = container = ""
     rate = 0
     level = av.logging.get_level()
     av.logging.set_level(av.logging.ERROR)
     try:
-        with av.logging.Capture() as logs, av.open(io.BytesIO(data)) as opened:
+        opening = av.open(io.BytesIO(data), metadata_errors="ignore")
+        with av.logging.Capture() as logs, opening as opened:
             container = opened.format.name
             if not opened.streams.audio:
                 return Reference(None, container=container, problem="no audio stream")
