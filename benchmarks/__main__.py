@@ -5,7 +5,8 @@ crops; without it each runs at its own defaults (hour-long episodes, 36-hour
 scaling: tens of minutes and several GB of temporary disk). Every benchmark
 prints its own table and writes its JSON to ``benchmarks/results/``.
 ``bench_peers`` needs the ``peers`` extra (torchcodec); without it, it prints
-why it is skipped and counts as passed.
+why it is skipped and counts as passed; so does ``corpus_table`` without the
+fetched corpus (``python -m tests.corpus.fetch``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SUITE = [
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
+    ("corpus_table", ["--small"], []),
 ]
 
 

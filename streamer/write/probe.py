@@ -35,6 +35,8 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
                 raise ProbeError("no audio stream")
             stream = container.streams.audio[0]
             context = stream.codec_context
+            if context is None:  # e.g. 36-bit PCM in WAV: FFmpeg has no decoder for it
+                raise ProbeError("no decoder for its audio stream")
             if stream.duration is not None and stream.time_base is not None:
                 duration = float(stream.duration * stream.time_base)
             elif container.duration is not None:

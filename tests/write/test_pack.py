@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -72,6 +73,21 @@ def test_files_pyav_cannot_probe_are_skipped_with_a_reason(tmp_path: Path) -> No
     reasons = dict(report.skipped)
     assert set(reasons) == {"notes.txt", "empty.mp3"}
     assert all("PyAV" in reason for reason in reasons.values())
+    assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
+def test_a_file_ffmpeg_has_no_decoder_for_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    """36-bit PCM in WAV (as scipy's test data has it): FFmpeg opens the
+    file and finds the stream, but has no decoder (PyAV's codec context is
+    None); pack used to crash on it."""
+    src = tmp_path / "src"
+    fmt = struct.pack("<HHIIHH", 1, 1, 8000, 8000 * 5, 5, 36)
+    body = b"WAVEfmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", 10)
+    src.mkdir()
+    (src / "pcm36.wav").write_bytes(b"RIFF" + struct.pack("<I", len(body) + 10) + body + bytes(10))
+    write_audio(src, "good", "flac", 16000, 1, 0.5)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.skipped == [("pcm36.wav", "no decoder for its audio stream")]
     assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
 
 
