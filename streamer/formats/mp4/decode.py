@@ -33,6 +33,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..sparse import SparseFile
+from .parse import READ_THROUGH
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 
@@ -42,13 +43,10 @@ _Key = tuple[object, ...]
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent.
-PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 0.2, "amr_wb": 0.2}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
-PROBE_BYTES = {"aac": 4096, "alac": 32768}
-#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
-#: plus its short-seek threshold (32 KiB each).
-READ_THROUGH = 65536
+PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096}
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).
 SEEK_SLACK = 16384
@@ -115,10 +113,9 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    seek_to = plan.start_native - index.first_sample
     key = context.episode.id
-    # From the very start, a fresh demuxer: seeking back to 0 loses priming.
-    entry = _DEMUXERS.take(key) if seek_to > 0 else None
+    # From the first packet, a fresh demuxer: FFmpeg cannot seek before it.
+    entry = _DEMUXERS.take(key) if plan.point > 0 else None
     if entry is not None and not fetched.holds(
         _reuse_lead(entry[1].tell(), index, plan), plan.data[0]
     ):
@@ -131,7 +128,7 @@ def decode(
             entry = _open(fetched, context)
         else:
             entry[1].refill(fetched.pieces, context)
-        samples, first = _demux_decode(entry[0], index, plan, seek_to, context)
+        samples, first = _demux_decode(entry[0], index, plan, context)
     except BaseException:
         if entry is not None:
             entry[0].close()
@@ -166,16 +163,27 @@ def _fresh_decoder(template: Any) -> av.CodecContext:
         decoder.extradata = template.extradata
         decoder.sample_rate = template.sample_rate
         decoder.layout = template.layout
+        # Every sample out, placed by its packet's timestamp: the trimming
+        # FFmpeg does (edit list, iTunSMPB priming) is the index's first_sample.
+        decoder.flags2 = av.codec.context.Flags2.skip_manual
         decoder.open()
     return decoder
 
 
+def _origin(stream: Any, index: SeekIndex) -> int:
+    """The native position of FFmpeg's timestamp 0: the edit's media time
+    (``encoder_delay``) less the empty edits before it, which FFmpeg reports
+    as the stream's start time."""
+    return index.encoder_delay - (stream.start_time or 0)
+
+
 def _demux_decode(
-    container: Any, index: SeekIndex, plan: CropPlan, seek_to: int, context: DecodeContext
+    container: Any, index: SeekIndex, plan: CropPlan, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     stream = container.streams.audio[0]
-    if seek_to > 0:
-        container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+    origin = _origin(stream, index)
+    if plan.point > 0:
+        container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)
     out: list[np.ndarray] = []
     first = None
@@ -197,7 +205,7 @@ def _demux_decode(
             samples = frame_to_float32(frame)
             out.append(samples)
             expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
-        if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
+        if packet.pts + (packet.duration or 0) + origin >= end_native:
             break  # the next packet would start past the plan
-    start = to_gapless(index, (first or 0) + index.first_sample)
+    start = to_gapless(index, (first or 0) + origin)
     return concat(out, index.channels), start

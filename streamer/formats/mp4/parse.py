@@ -34,6 +34,7 @@ number, so a lying count in a small file costs nothing.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import BinaryIO, NamedTuple
 
@@ -42,18 +43,37 @@ import numpy as np
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Reader, interval, thin
 
-__all__ = ["matches", "parse"]
+__all__ = ["READ_THROUGH", "matches", "parse"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
 MAX_MOOV = 1 << 30
+#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
+#: plus its short-seek threshold (32 KiB each).
+READ_THROUGH = 65536
 #: Deepest box nesting walked inside ``moov`` (real files: 6).
 MAX_DEPTH = 16
-_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
+_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"tref", b"udta", b"ilst"}
 _TOP_LEVEL = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"uuid", b"pnot", b"meta"}
-_CODECS = {b"alac": "alac", b"Opus": "opus", b"fLaC": "flac", b"ac-3": "ac3", b"ec-3": "eac3"}
+_CODECS = {
+    b"alac": "alac",
+    b"Opus": "opus",
+    b"fLaC": "flac",
+    b"ac-3": "ac3",
+    b"ec-3": "eac3",
+    b"samr": "amr_nb",
+    b"sawb": "amr_wb",
+}
+#: Codecs whose every packet decodes to one frame of a fixed length.
+_FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
+#: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
+_PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
 _OBJECT_TYPES = {0x40: "aac", 0x66: "aac", 0x67: "aac", 0x68: "aac", 0x69: "mp3", 0x6B: "mp3"}
+
+
+#: (offset, length) of bytes in the file.
+_Range = tuple[int, int]
 
 
 def matches(head: bytes) -> bool:
@@ -128,13 +148,27 @@ def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
     return header, moov
 
 
-def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
-    """The movie timescale and, per ``trak``, the payloads of its leaf boxes."""
-    movie_timescale = 0
-    tracks: list[dict[bytes, bytes]] = []
+class _Track(NamedTuple):
+    leaves: dict[bytes, bytes]  # payload of the first box of each kind inside the trak
+    start: int  # offsets of the trak box in moov
+    end: int
+
+
+class _Moov(NamedTuple):
+    timescale: int  # the movie timescale (mvhd)
+    tracks: list[_Track]
+    #: (offset in moov, value) of every ``iTunSMPB`` tag, in file order.
+    gapless_tags: list[tuple[int, bytes]]
+
+
+def _walk_moov(moov: bytes) -> _Moov:
+    """The movie timescale, every ``trak``'s leaf boxes and the ``iTunSMPB``
+    tags, with where they sit (FFmpeg gives a tag to the track before it)."""
+    result = _Moov(0, [], [])
+    timescale = 0
 
     def walk(start: int, end: int, into: dict[bytes, bytes] | None, depth: int) -> None:
-        nonlocal movie_timescale
+        nonlocal timescale
         if depth > MAX_DEPTH:
             raise NoIndex("mp4 boxes nested too deep")
         at = start
@@ -142,19 +176,48 @@ def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
             box = _box_header(moov, at, end)
             if box.kind == b"trak":
                 leaves: dict[bytes, bytes] = {}
-                tracks.append(leaves)
+                result.tracks.append(_Track(leaves, box.start, box.end))
                 walk(box.body, box.end, leaves, depth + 1)
             elif box.kind in _CONTAINERS:
                 walk(box.body, box.end, into, depth + 1)
+            elif box.kind == b"meta":
+                walk(_meta_children(moov, box), box.end, into, depth + 1)
+            elif box.kind == b"----":
+                value = _custom_tag(moov, box, b"iTunSMPB")
+                if value is not None:
+                    result.gapless_tags.append((box.start, value))
             elif box.kind == b"mvhd":
-                movie_timescale = _timescale(moov[box.body : box.end])
+                timescale = _timescale(moov[box.body : box.end])
             elif into is not None:
                 into.setdefault(box.kind, moov[box.body : box.end])
             at = box.end
 
     top = _box_header(moov, 0, len(moov))
     walk(top.body, top.end, None, 1)
-    return movie_timescale, tracks
+    return result._replace(timescale=timescale)
+
+
+def _meta_children(moov: bytes, box: _Box) -> int:
+    """Where a ``meta`` box's children start: after a full-box header (ISO)
+    or right away (QuickTime); like FFmpeg, found by looking for ``hdlr``."""
+    for at in range(box.body, box.end - 7, 4):
+        if moov[at + 4 : at + 8] == b"hdlr":
+            return at
+    return box.end
+
+
+def _custom_tag(moov: bytes, box: _Box, name: bytes) -> bytes | None:
+    """The value of a ``----`` (mean/name/data) tag called ``name``, else None."""
+    fields: dict[bytes, bytes] = {}
+    at = box.body
+    while at < box.end:
+        child = _box_header(moov, at, box.end)
+        skip = 8 if child.kind == b"data" else 4  # data: type and locale; else version/flags
+        fields[child.kind] = moov[child.body + skip : child.end]
+        at = child.end
+    if fields.get(b"name") != name or not fields.get(b"mean"):
+        return None
+    return fields.get(b"data")
 
 
 def _timescale(full_box: bytes) -> int:
@@ -165,9 +228,10 @@ def _timescale(full_box: bytes) -> int:
     return struct.unpack_from(">I", full_box, offset)[0]
 
 
-def _audio_track(tracks: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+def _audio_track(tracks: list[_Track]) -> _Track:
+    """The first sound track, FFmpeg's first audio stream (wherever it sits)."""
     for track in tracks:
-        handler = track.get(b"hdlr", b"")
+        handler = track.leaves.get(b"hdlr", b"")
         if handler[8:12] == b"soun":
             return track
     raise NoIndex("no audio track in mp4")
@@ -327,17 +391,101 @@ def _rate_agrees(rate: int, timescale: int) -> bool:
     return high % low == 0 and high // low in (2, 4)
 
 
-def _edit(track: dict[bytes, bytes]) -> tuple[int, int] | None:
-    """(segment duration in the movie timescale, media time) of the first
-    edit that shows media, or None without an edit list."""
+class _Edit(NamedTuple):
+    duration: int  # in the movie timescale
+    media_time: int  # in the media timescale
+
+
+def _edit(track: dict[bytes, bytes]) -> _Edit | None:
+    """The edit that shows media, or None without an edit list.
+
+    Empty edits (media time -1) before it only shift FFmpeg's timestamps,
+    and after it show nothing: the decode is the same. Several edits with
+    media splice the track, which a single first/last sample cannot say."""
     payload = track.get(b"elst")
     if payload is None:
         return None
     entry = ">u8,>i8,>i4" if payload[:1] == b"\x01" else ">u4,>i4,>i4"
-    for duration, media_time, _ in _table(payload, entry, "elst").tolist():
-        if media_time >= 0:
-            return duration, media_time
-    return None
+    shown = [
+        _Edit(duration, media_time)
+        for duration, media_time, _ in _table(payload, entry, "elst").tolist()
+        if media_time != -1
+    ]
+    if len(shown) > 1:
+        raise NoIndex("mp4 edit list with several segments")
+    if shown and shown[0].media_time < 0:
+        raise NoIndex("mp4 edit with a negative media time")
+    return shown[0] if shown else None
+
+
+#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
+_SMPB = re.compile(rb"\s*[-+]?(?:0[xX])?[0-9A-Fa-f]+" + rb"\s*([-+]?(?:0[xX])?[0-9A-Fa-f]+)" * 3)
+
+
+def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
+    """FFmpeg's AAC priming from ``iTunSMPB`` tags (0: none).
+
+    FFmpeg gives a tag to the track read last before it: a tag in the
+    movie's ``udta`` goes to the last track, one in a track's own ``udta``
+    to that track, where the track's edit list, applied when the track
+    ends, resets it. The last tag with a priming in range wins."""
+    priming = 0
+    for offset, value in moov.gapless_tags:
+        owner = [t for t in moov.tracks if t.start < offset][-1:]
+        if owner != [track] or (has_edit and offset < track.end):
+            continue
+        scanned = _SMPB.match(value.split(b"\0")[0])
+        if scanned is not None:
+            number = min(int(scanned.group(1), 16) % (1 << 64), (1 << 64) - 1) & 0xFFFFFFFF
+            if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
+                priming = number
+    return priming
+
+
+def _track_id(track: _Track) -> int:
+    tkhd = track.leaves.get(b"tkhd", b"")
+    at = 20 if tkhd[:1] == b"\x01" else 12
+    return struct.unpack_from(">I", tkhd, at)[0] if len(tkhd) >= at + 4 else -1
+
+
+def _chapter_ranges(tracks: list[_Track], length: int) -> list[_Range]:
+    """The samples of the chapter tracks (named by a track's ``tref/chap``:
+    titles, or images): FFmpeg reads every one when it opens the file."""
+    named: set[int] = set()
+    for track in tracks:
+        chap = track.leaves.get(b"chap", b"")
+        named.update(struct.unpack(f">{len(chap) // 4}I", chap[: len(chap) // 4 * 4]))
+    ranges: list[_Range] = []
+    for track in tracks:
+        if _track_id(track) not in named:
+            continue
+        try:
+            offsets, sizes = sample_offsets(track.leaves, length)
+        except NoIndex:
+            continue  # FFmpeg finds no chapters there either
+        fits = (offsets >= 0) & (offsets + sizes <= length)
+        ranges += zip(offsets[fits].tolist(), sizes[fits].tolist(), strict=True)
+    return ranges
+
+
+def _header(boxes: list[_Range], chapters: list[_Range]) -> tuple[_Range, ...]:
+    """The header ranges: the top-level boxes' (``ftyp`` and ``moov`` whole)
+    and the chapter samples, with the gaps between them FFmpeg reads
+    through rather than seeks over (up to ``READ_THROUGH`` bytes: a small
+    ``mdat`` before ``moov``, say) filled in."""
+    return tuple(_merged(boxes + chapters, READ_THROUGH))
+
+
+def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
+    """(offset, length) ranges sorted, with ones less than ``gap`` bytes apart joined."""
+    out: list[_Range] = []
+    for offset, size in sorted(ranges):
+        if out and offset <= out[-1][0] + out[-1][1] + gap:
+            last = out[-1]
+            out[-1] = (last[0], max(last[1], offset + size - last[0]))
+        else:
+            out.append((offset, size))
+    return out
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
@@ -345,8 +493,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     header, moov = _top_level(reader)
     length = reader.pos  # the walk stops at the end of the file
-    movie_timescale, tracks = _tracks(moov)
-    track = _audio_track(tracks)
+    movie = _walk_moov(moov)
+    audio = _audio_track(movie.tracks)
+    track = audio.leaves
     if b"mdhd" not in track or b"stsd" not in track:
         raise NoIndex("mp4 audio track without mdhd/stsd")
     timescale = _timescale(track[b"mdhd"])
@@ -364,18 +513,24 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     times = times[: count + 1]
     if not len(sizes):
         raise NoIndex("mp4 audio track without samples")
-    first_sample, delay, shown = 0, 0, len(sizes)
-    edit = _edit(track)
-    if edit is not None and movie_timescale:
-        duration, delay = edit
-        first_sample = delay
+    first_sample, shown = 0, len(sizes)
+    edit = _edit(track) if movie.timescale else None
+    if edit is not None:
+        first_sample = edit.media_time
         # FFmpeg drops the packets that start after the edit ends but does
         # not cut into the last one it keeps.
-        edit_end = min(delay + round(duration * timescale / movie_timescale), int(times[-1]))
-        shown = max(1, int(np.searchsorted(times[:-1], edit_end, side="left")))
+        edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
+        shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+    priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
+    if priming:
+        # FFmpeg skips the priming from the first packet it keeps, which is
+        # the first one unless the edit starts more than a second in.
+        if first_sample > timescale:
+            raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
+        first_sample = max(first_sample, priming)
     end = int(times[shown])
-    if entry.codec == "aac":
-        # An AAC decoder outputs a whole frame for the last packet, whatever
+    if entry.codec in _FIXED_FRAMES:
+        # Such a decoder outputs a whole frame for the last packet, whatever
         # duration stts gives it.
         end = int(times[shown - 1] + (times[1] - times[0]))
     num_samples = max(0, end - first_sample)
@@ -390,8 +545,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         timescale=timescale,
         first_sample=first_sample,
         num_samples=num_samples,
-        encoder_delay=delay,
-        header=tuple(header),
+        encoder_delay=edit.media_time if edit else 0,
+        header=_header(header, _chapter_ranges(movie.tracks, length)),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
