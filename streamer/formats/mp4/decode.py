@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import av
 import numpy as np
@@ -33,7 +33,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..sparse import SparseFile
-from .parse import READ_THROUGH
+from .parse import READ_THROUGH, timestamp_origin
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 
@@ -74,6 +74,13 @@ def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     return plan.with_header(((start, probe_end - start), (lead, data - lead)))
 
 
+class _Demuxer(NamedTuple):
+    container: Any
+    source: SparseFile
+    #: The native position of the demuxer's timestamp 0 (``parse.timestamp_origin``).
+    origin: int
+
+
 class _Demuxers:
     """Idle open demuxers by episode, most recently used last. A demuxer is
     taken out while a crop uses it, so two threads never share one.
@@ -82,31 +89,34 @@ class _Demuxers:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._idle: OrderedDict[_Key, tuple[Any, SparseFile]] = OrderedDict()
+        self._idle: OrderedDict[_Key, _Demuxer] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, key: _Key) -> tuple[Any, SparseFile] | None:
+    def take(self, key: _Key) -> _Demuxer | None:
         with self._lock:
             return self._idle.pop(key, None)
 
-    def give_back(self, key: _Key, entry: tuple[Any, SparseFile]) -> None:
+    def give_back(self, key: _Key, entry: _Demuxer) -> None:
         with self._lock:
             replaced = self._idle.pop(key, None)
             if replaced is not None:  # two threads opened one each: keep the newer
                 replaced[0].close()
             self._idle[key] = entry
             while len(self._idle) > self.size:
-                _, (container, _) = self._idle.popitem(last=False)
-                container.close()
+                _, oldest = self._idle.popitem(last=False)
+                oldest.container.close()
 
 
 _DEMUXERS = _Demuxers()
 
 
-def _open(fetched: Fetched, context: DecodeContext) -> tuple[Any, SparseFile]:
+def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxer:
+    """A demuxer over the fetched bytes, and where its timestamps count from
+    (read from the same header bytes it parsed)."""
     source = SparseFile(context.episode.blob.length, fetched.pieces, context)
+    origin = timestamp_origin(_moov(source, index))
     with record("decoder_open"):
-        return av.open(source, "r", format="mp4", options=_NO_PROBING), source
+        return _Demuxer(av.open(source, "r", format="mp4", options=_NO_PROBING), source, origin)
 
 
 def decode(
@@ -117,24 +127,41 @@ def decode(
     # From the first packet, a fresh demuxer: FFmpeg cannot seek before it.
     entry = _DEMUXERS.take(key) if plan.point > 0 else None
     if entry is not None and not fetched.holds(
-        _reuse_lead(entry[1].tell(), index, plan), plan.data[0]
+        _reuse_lead(entry.source.tell(), index, plan), plan.data[0]
     ):
-        entry[0].close()  # it would read bytes this crop did not fetch
+        entry.container.close()  # it would read bytes this crop did not fetch
         entry = None
     try:
         if entry is None:
             if not all(fetched.holds(offset, offset + n) for offset, n in index.header):
                 fetched = fetched.adding(context.held_back())
-            entry = _open(fetched, context)
+            entry = _open(index, fetched, context)
         else:
-            entry[1].refill(fetched.pieces, context)
-        samples, first = _demux_decode(entry[0], index, plan, context)
+            entry.source.refill(fetched.pieces, context)
+        samples, first = _demux_decode(entry, index, plan, context)
     except BaseException:
         if entry is not None:
-            entry[0].close()
+            entry.container.close()
         raise
     _DEMUXERS.give_back(key, entry)
     return samples, first
+
+
+def _moov(source: SparseFile, index: SeekIndex) -> bytes:
+    """The ``moov`` box: the header range that starts with it (``parse``
+    gives it one of its own)."""
+    for offset, length in index.header:
+        source.seek(offset)
+        head = source.read(min(length, 16))
+        if head[4:8] == b"moov":
+            size = int.from_bytes(head[:4]) if head[:4] != b"\0\0\0\1" else int.from_bytes(head[8:])
+            source.seek(offset)
+            parts, left = [], min(size, length)
+            while left > 0 and (part := source.read(left)):  # reads stop at a piece's end
+                parts.append(part)
+                left -= len(part)
+            return b"".join(parts)
+    raise ValueError("no moov box in the header ranges")
 
 
 def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:
@@ -170,18 +197,11 @@ def _fresh_decoder(template: Any) -> av.CodecContext:
     return decoder
 
 
-def _origin(stream: Any, index: SeekIndex) -> int:
-    """The native position of FFmpeg's timestamp 0: the edit's media time
-    (``encoder_delay``) less the empty edits before it, which FFmpeg reports
-    as the stream's start time."""
-    return index.encoder_delay - (stream.start_time or 0)
-
-
 def _demux_decode(
-    container: Any, index: SeekIndex, plan: CropPlan, context: DecodeContext
+    demuxer: _Demuxer, index: SeekIndex, plan: CropPlan, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
+    container, origin = demuxer.container, demuxer.origin
     stream = container.streams.audio[0]
-    origin = _origin(stream, index)
     if plan.point > 0:
         container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)

@@ -43,7 +43,7 @@ import numpy as np
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Reader, interval, thin
 
-__all__ = ["READ_THROUGH", "matches", "parse"]
+__all__ = ["READ_THROUGH", "matches", "parse", "timestamp_origin"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
@@ -105,12 +105,12 @@ def _box_header(data: bytes, at: int, limit: int) -> _Box:
     return _Box(kind, at, body, at + size)
 
 
-def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
+def _top_level(reader: Reader) -> tuple[list[_Range], bytes, int]:
     """Walk the top-level boxes: the header ranges (every box's header, and
-    ``ftyp`` and ``moov`` whole) and the bytes of ``moov``. ``mdat`` is
-    skipped, not read."""
-    header: list[tuple[int, int]] = []
-    moov = b""
+    ``ftyp`` and ``moov`` whole), the bytes of ``moov`` and its offset.
+    ``mdat`` is skipped, not read."""
+    header: list[_Range] = []
+    moov, moov_at = b"", 0
     while True:
         start = reader.pos
         buf, i = reader.window(16)
@@ -140,12 +140,12 @@ def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
         if kind == b"moov" and not moov:
             if size > MAX_MOOV:
                 raise NoIndex("mp4 moov box too large")
-            moov = reader.read_exact(size, "mp4 moov box")
+            moov, moov_at = reader.read_exact(size, "mp4 moov box"), start
         else:
             reader.seek(start + size)
     if not moov:
         raise NoIndex("no moov box in mp4")
-    return header, moov
+    return header, moov, moov_at
 
 
 class _Track(NamedTuple):
@@ -394,28 +394,44 @@ def _rate_agrees(rate: int, timescale: int) -> bool:
 class _Edit(NamedTuple):
     duration: int  # in the movie timescale
     media_time: int  # in the media timescale
+    #: The empty edits before it, in the media timescale: FFmpeg's timestamps
+    #: start there (``pts = decode time - media_time + empty``).
+    empty: int
 
 
-def _edit(track: dict[bytes, bytes]) -> _Edit | None:
+def _edit(track: dict[bytes, bytes], movie_timescale: int, timescale: int) -> _Edit | None:
     """The edit that shows media, or None without an edit list.
 
     Empty edits (media time -1) before it only shift FFmpeg's timestamps,
     and after it show nothing: the decode is the same. Several edits with
     media splice the track, which a single first/last sample cannot say."""
     payload = track.get(b"elst")
-    if payload is None:
+    if payload is None or not movie_timescale:
         return None
     entry = ">u8,>i8,>i4" if payload[:1] == b"\x01" else ">u4,>i4,>i4"
-    shown = [
-        _Edit(duration, media_time)
-        for duration, media_time, _ in _table(payload, entry, "elst").tolist()
-        if media_time != -1
-    ]
+    shown: list[_Edit] = []
+    empty = 0
+    for duration, media_time, _ in _table(payload, entry, "elst").tolist():
+        if media_time == -1:
+            # FFmpeg rescales each edit on its own, rounding half away from zero.
+            empty += (2 * duration * timescale + movie_timescale) // (2 * movie_timescale)
+        else:
+            shown.append(_Edit(duration, media_time, empty))
     if len(shown) > 1:
         raise NoIndex("mp4 edit list with several segments")
     if shown and shown[0].media_time < 0:
         raise NoIndex("mp4 edit with a negative media time")
     return shown[0] if shown else None
+
+
+def timestamp_origin(moov: bytes) -> int:
+    """The native position of FFmpeg's timestamp 0 for the first audio
+    track of this ``moov`` (what the demuxer's timestamps count from): the
+    edit's media time less the empty edits before it; 0 without an edit list."""
+    movie = _walk_moov(moov)
+    track = _audio_track(movie.tracks).leaves
+    edit = _edit(track, movie.timescale, _timescale(track.get(b"mdhd", b"")))
+    return edit.media_time - edit.empty if edit else 0
 
 
 #: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
@@ -468,12 +484,19 @@ def _chapter_ranges(tracks: list[_Track], length: int) -> list[_Range]:
     return ranges
 
 
-def _header(boxes: list[_Range], chapters: list[_Range]) -> tuple[_Range, ...]:
+def _header(boxes: list[_Range], chapters: list[_Range], moov_at: int) -> tuple[_Range, ...]:
     """The header ranges: the top-level boxes' (``ftyp`` and ``moov`` whole)
     and the chapter samples, with the gaps between them FFmpeg reads
     through rather than seeks over (up to ``READ_THROUGH`` bytes: a small
-    ``mdat`` before ``moov``, say) filled in."""
-    return tuple(_merged(boxes + chapters, READ_THROUGH))
+    ``mdat`` before ``moov``, say) filled in. ``moov`` starts a range of its
+    own, so that a decoder finds it (``moov_range``)."""
+    ranges = []
+    for offset, size in _merged(boxes + chapters, READ_THROUGH):
+        if offset < moov_at < offset + size:
+            ranges += [(offset, moov_at - offset), (moov_at, offset + size - moov_at)]
+        else:
+            ranges.append((offset, size))
+    return tuple(ranges)
 
 
 def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
@@ -491,7 +514,7 @@ def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    header, moov = _top_level(reader)
+    header, moov, moov_at = _top_level(reader)
     length = reader.pos  # the walk stops at the end of the file
     movie = _walk_moov(moov)
     audio = _audio_track(movie.tracks)
@@ -514,7 +537,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     if not len(sizes):
         raise NoIndex("mp4 audio track without samples")
     first_sample, shown = 0, len(sizes)
-    edit = _edit(track) if movie.timescale else None
+    edit = _edit(track, movie.timescale, timescale)
     if edit is not None:
         first_sample = edit.media_time
         # FFmpeg drops the packets that start after the edit ends but does
@@ -546,7 +569,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample=first_sample,
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
-        header=_header(header, _chapter_ranges(movie.tracks, length)),
+        header=_header(header, _chapter_ranges(movie.tracks, length), moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
