@@ -43,7 +43,7 @@ _Key = tuple[object, ...]
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent.
-PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 0.2, "amr_wb": 0.2}
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
 PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096}

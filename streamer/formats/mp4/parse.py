@@ -135,6 +135,9 @@ def _top_level(reader: Reader) -> tuple[list[_Range], bytes, int]:
                 size = reader.size - start  # a truncated file: its samples are cut short
             else:
                 raise NoIndex("truncated mp4: a box runs past the end of the file")
+        if kind == b"moof":
+            # Samples described fragment by fragment, read by FFmpeg as it goes.
+            raise NoIndex("fragmented mp4 (moof boxes) is not indexed natively")
         whole = kind in (b"ftyp", b"moov") and not (kind == b"moov" and moov)
         header.append((start, size if whole else header_size))
         if kind == b"moov" and not moov:
