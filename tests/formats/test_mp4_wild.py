@@ -166,21 +166,28 @@ def _edit(data: bytes) -> tuple[int, int]:
     return struct.unpack_from(">Ii", data, at + 16)
 
 
-def _smpb(priming: int) -> bytes:
+def _smpb_value(priming: int) -> bytes:
+    return (
+        f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
+    ).encode()
+
+
+def _smpb(value: bytes) -> bytes:
     """A ``udta/meta/ilst/----`` iTunSMPB tag as iTunes writes it."""
-    value = f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
     tag = _box(
         b"----",
         _box(b"mean", bytes(4) + b"com.apple.iTunes")
         + _box(b"name", bytes(4) + b"iTunSMPB")
-        + _box(b"data", struct.pack(">II", 1, 0) + value.encode()),
+        + _box(b"data", struct.pack(">II", 1, 0) + value),
     )
     handler = _box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9))
     return _box(b"udta", _box(b"meta", bytes(4) + handler + _box(b"ilst", tag)))
 
 
-def _with_smpb(data: bytes, inside_track: bool = False) -> bytes:
-    return _splice(data, [b"moov", b"trak"] if inside_track else [b"moov"], _smpb(PRIMING), False)
+def _with_smpb(
+    data: bytes, inside_track: bool = False, value: bytes = _smpb_value(PRIMING)
+) -> bytes:
+    return _splice(data, [b"moov", b"trak"] if inside_track else [b"moov"], _smpb(value), False)
 
 
 def _empty_edit(data: bytes) -> bytes:
@@ -214,6 +221,9 @@ FILES: dict[str, Callable[[], bytes]] = {
     "smpb-and-edit.m4a": lambda: _with_smpb(_mux()),
     "smpb-in-track-with-edit.m4a": lambda: _with_smpb(_mux(), inside_track=True),
     "smpb-in-track.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), inside_track=True),
+    # FFmpeg takes a priming in (0, 16384) only, scanned as hex numbers.
+    "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
+    "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
     "chapters.m4b": lambda: _mux(chapters=True),
     "chapters-mp4.mp4": lambda: _mux(form="mp4", chapters=True),
     "chapters-then-smpb.m4b": lambda: _with_smpb(_mux(chapters=True)),
@@ -233,6 +243,8 @@ FIRST_SAMPLE = {
     "smpb-in-track-with-edit.m4a": 1024,
     "smpb-in-track.m4a": PRIMING,
     "chapters-then-smpb.m4b": 1024,
+    "smpb-out-of-range.m4a": 0,
+    "smpb-garbage.m4a": 0,
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
 }

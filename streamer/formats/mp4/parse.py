@@ -467,16 +467,18 @@ def _track_id(track: _Track) -> int:
     return struct.unpack_from(">I", tkhd, at)[0] if len(tkhd) >= at + 4 else -1
 
 
-def _chapter_ranges(tracks: list[_Track], length: int) -> list[_Range]:
+def _chapter_ranges(tracks: list[_Track], audio: _Track, length: int) -> list[_Range]:
     """The samples of the chapter tracks (named by a track's ``tref/chap``:
-    titles, or images): FFmpeg reads every one when it opens the file."""
+    titles, or images): FFmpeg reads every one when it opens the file. A
+    file naming its audio track as chapters gets no header of it (reads
+    there are counted as unplanned, not planned for every crop)."""
     named: set[int] = set()
     for track in tracks:
         chap = track.leaves.get(b"chap", b"")
         named.update(struct.unpack(f">{len(chap) // 4}I", chap[: len(chap) // 4 * 4]))
     ranges: list[_Range] = []
     for track in tracks:
-        if _track_id(track) not in named:
+        if _track_id(track) not in named or track is audio:
             continue
         try:
             offsets, sizes = sample_offsets(track.leaves, length)
@@ -572,7 +574,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample=first_sample,
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
-        header=_header(header, _chapter_ranges(movie.tracks, length), moov_at),
+        header=_header(header, _chapter_ranges(movie.tracks, audio, length), moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
