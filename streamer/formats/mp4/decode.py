@@ -33,7 +33,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..sparse import SparseFile
-from .parse import READ_THROUGH, timestamp_origin
+from .parse import READ_THROUGH, audio_only
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 
@@ -111,10 +111,13 @@ _DEMUXERS = _Demuxers()
 
 
 def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxer:
-    """A demuxer over the fetched bytes, and where its timestamps count from
-    (read from the same header bytes it parsed)."""
+    """A demuxer over the fetched bytes that sees the audio track only
+    (``parse.audio_only``), and where its timestamps count from."""
     source = SparseFile(context.episode.blob.length, fetched.pieces, context)
-    origin = timestamp_origin(_moov(source, index))
+    offset, moov = _moov(source, index)
+    edited, origin = audio_only(moov)
+    # The edited moov comes first among pieces that start where it does.
+    source.refill(((offset, memoryview(edited)), *fetched.pieces), context)
     with record("decoder_open"):
         return _Demuxer(av.open(source, "r", format="mp4", options=_NO_PROBING), source, origin)
 
@@ -147,9 +150,9 @@ def decode(
     return samples, first
 
 
-def _moov(source: SparseFile, index: SeekIndex) -> bytes:
-    """The ``moov`` box: the header range that starts with it (``parse``
-    gives it one of its own)."""
+def _moov(source: SparseFile, index: SeekIndex) -> tuple[int, bytes]:
+    """The offset and bytes of the ``moov`` box: the header range that
+    starts with it (``parse`` gives it one of its own)."""
     for offset, length in index.header:
         source.seek(offset)
         head = source.read(min(length, 16))
@@ -160,7 +163,7 @@ def _moov(source: SparseFile, index: SeekIndex) -> bytes:
             while left > 0 and (part := source.read(left)):  # reads stop at a piece's end
                 parts.append(part)
                 left -= len(part)
-            return b"".join(parts)
+            return offset, b"".join(parts)
     raise ValueError("no moov box in the header ranges")
 
 

@@ -38,12 +38,13 @@ import re
 import struct
 from typing import BinaryIO, NamedTuple
 
+import av
 import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Reader, interval, thin
 
-__all__ = ["READ_THROUGH", "matches", "parse", "timestamp_origin"]
+__all__ = ["READ_THROUGH", "audio_only", "matches", "parse"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
@@ -51,6 +52,8 @@ MAX_MOOV = 1 << 30
 #: FFmpeg reads forward instead of seeking over gaps up to its buffer size
 #: plus its short-seek threshold (32 KiB each).
 READ_THROUGH = 65536
+#: Bytes read from the start of the first ``mdat``: its first packet.
+MDAT_HEAD = 4096
 #: Deepest box nesting walked inside ``moov`` (real files: 6).
 MAX_DEPTH = 16
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"tref", b"udta", b"ilst"}
@@ -105,12 +108,20 @@ def _box_header(data: bytes, at: int, limit: int) -> _Box:
     return _Box(kind, at, body, at + size)
 
 
-def _top_level(reader: Reader) -> tuple[list[_Range], bytes, int]:
-    """Walk the top-level boxes: the header ranges (every box's header, and
-    ``ftyp`` and ``moov`` whole), the bytes of ``moov`` and its offset.
-    ``mdat`` is skipped, not read."""
+class _TopLevel(NamedTuple):
+    header: list[_Range]  # every box's header, ``ftyp`` and ``moov`` whole
+    moov: bytes
+    moov_at: int
+    #: (offset, bytes) of the first bytes of the first ``mdat``'s payload.
+    mdat_head: tuple[int, bytes]
+
+
+def _top_level(reader: Reader) -> _TopLevel:
+    """Walk the top-level boxes. ``mdat`` is skipped, but for its first
+    ``MDAT_HEAD`` bytes (the first packet, which may decode to nothing)."""
     header: list[_Range] = []
     moov, moov_at = b"", 0
+    mdat_head: tuple[int, bytes] = (0, b"")
     while True:
         start = reader.pos
         buf, i = reader.window(16)
@@ -138,17 +149,22 @@ def _top_level(reader: Reader) -> tuple[list[_Range], bytes, int]:
         if kind == b"moof":
             # Samples described fragment by fragment, read by FFmpeg as it goes.
             raise NoIndex("fragmented mp4 (moof boxes) is not indexed natively")
-        whole = kind in (b"ftyp", b"moov") and not (kind == b"moov" and moov)
+        # FFmpeg reads small boxes through (a trailing free box, say).
+        small = kind != b"mdat" and size <= READ_THROUGH
+        whole = (kind in (b"ftyp", b"moov") or small) and not (kind == b"moov" and moov)
         header.append((start, size if whole else header_size))
         if kind == b"moov" and not moov:
             if size > MAX_MOOV:
                 raise NoIndex("mp4 moov box too large")
             moov, moov_at = reader.read_exact(size, "mp4 moov box"), start
-        else:
-            reader.seek(start + size)
+            continue
+        if kind == b"mdat" and not mdat_head[1]:
+            reader.seek(start + header_size)
+            mdat_head = (start + header_size, reader.read(min(size - header_size, MDAT_HEAD)))
+        reader.seek(start + size)
     if not moov:
         raise NoIndex("no moov box in mp4")
-    return header, moov, moov_at
+    return _TopLevel(header, moov, moov_at, mdat_head)
 
 
 class _Track(NamedTuple):
@@ -244,6 +260,7 @@ class _Entry(NamedTuple):
     codec: str
     channels: int
     sample_rate: int
+    config: bytes = b""  # the decoder's extradata (AAC: AudioSpecificConfig)
 
 
 def _sample_entry(stsd: bytes) -> _Entry:
@@ -256,21 +273,56 @@ def _sample_entry(stsd: bytes) -> _Entry:
     channels = struct.unpack_from(">H", entry, 24)[0]
     sample_rate = struct.unpack_from(">I", entry, 32)[0] >> 16
     if fourcc == b"mp4a":
-        object_type = _esds_object_type(entry)
+        object_type, config = _esds(entry)
         if object_type not in _OBJECT_TYPES:
             raise NoIndex(f"unsupported codec in mp4: mp4a object type 0x{object_type:02x}")
-        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate)
+        channels = _aac_channels(config) or channels
+        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate, config)
+    if fourcc == b"alac":
+        channels = _alac_channels(entry) or channels
     if fourcc in _CODECS:
         return _Entry(_CODECS[fourcc], channels, sample_rate)
     raise NoIndex(f"unsupported codec in mp4: {fourcc.decode('latin-1')!r}")
 
 
-def _esds_object_type(entry: bytes) -> int:
-    """The DecoderConfigDescriptor's object type in an ``mp4a`` entry's ``esds``."""
+def _aac_channels(config: bytes) -> int:
+    """The channel count an AudioSpecificConfig states (0: left to a program
+    config element), which FFmpeg's decoder follows over the sample entry's;
+    parametric stereo (object type 29) outputs two."""
+    value, total = int.from_bytes(config[:8], "big"), 8 * len(config[:8])
+    at = 0
+
+    def bits(n: int) -> int:
+        nonlocal at
+        at += n
+        return (value >> (total - at)) & ((1 << n) - 1) if at <= total else -1
+
+    object_type = bits(5)
+    if object_type == 31:
+        object_type = 32 + bits(6)
+    if bits(4) == 15:
+        bits(24)
+    layout = bits(4)
+    if object_type == 29 and layout == 1:
+        return 2
+    return (0, 1, 2, 3, 4, 5, 6, 8)[layout] if 0 <= layout < 8 else 0
+
+
+def _alac_channels(entry: bytes) -> int:
+    """The channel count of an ``alac`` entry's magic cookie (0 if none),
+    which FFmpeg's decoder follows: the entry's own count may say 2 for mono."""
+    at = entry.find(b"alac", 36)  # the cookie box inside the entry
+    return entry[at + 17] if at > 0 and len(entry) > at + 17 else 0
+
+
+def _esds(entry: bytes) -> tuple[int, bytes]:
+    """The object type and decoder-specific info (AudioSpecificConfig) of an
+    ``mp4a`` entry's ``esds``."""
     at = entry.find(b"esds")
     if at < 4:
         raise NoIndex("mp4a without esds")
     data, i = entry[at + 8 :], 0  # past the box type and full-box header
+    object_type = None
     while i < len(data):
         tag = data[i]
         i += 1
@@ -287,11 +339,16 @@ def _esds_object_type(entry: bytes) -> int:
             i += 3 + (2 if flags & 0x80 else 0) + (2 if flags & 0x20 else 0)
             if flags & 0x40:
                 i += 1 + (data[i] if i < len(data) else 0)
-        elif tag == 0x04:  # DecoderConfigDescriptor
-            return data[i] if i < len(data) else -1
+        elif tag == 0x04 and object_type is None:  # DecoderConfigDescriptor
+            object_type = data[i] if i < len(data) else -1
+            i += 13  # object type, stream type, buffer size, bit rates: then its descriptors
+        elif tag == 0x05 and object_type is not None:  # DecoderSpecificInfo
+            return object_type, data[i : i + length]
         else:
             i += length
-    raise NoIndex("mp4a esds without a decoder config")
+    if object_type is None:
+        raise NoIndex("mp4a esds without a decoder config")
+    return object_type, b""
 
 
 def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
@@ -427,14 +484,24 @@ def _edit(track: dict[bytes, bytes], movie_timescale: int, timescale: int) -> _E
     return shown[0] if shown else None
 
 
-def timestamp_origin(moov: bytes) -> int:
-    """The native position of FFmpeg's timestamp 0 for the first audio
-    track of this ``moov`` (what the demuxer's timestamps count from): the
-    edit's media time less the empty edits before it; 0 without an edit list."""
+def audio_only(moov: bytes) -> tuple[bytes, int]:
+    """What a demuxer for the first audio track is given, and where its
+    timestamps count from.
+
+    The ``moov`` has every other ``trak`` renamed ``free``: FFmpeg then
+    neither reads their packets while it probes the streams on open (a
+    video track's, megabytes) nor the chapter track's samples (titles).
+    Timestamps count from the edit's media time less the empty edits
+    before it (0 without an edit list), in native units."""
     movie = _walk_moov(moov)
-    track = _audio_track(movie.tracks).leaves
+    audio = _audio_track(movie.tracks)
+    edited = bytearray(moov)
+    for track in movie.tracks:
+        if track is not audio:
+            edited[track.start + 4 : track.start + 8] = b"free"
+    track = audio.leaves
     edit = _edit(track, movie.timescale, _timescale(track.get(b"mdhd", b"")))
-    return edit.media_time - edit.empty if edit else 0
+    return bytes(edited), edit.media_time - edit.empty if edit else 0
 
 
 #: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
@@ -461,42 +528,42 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
     return priming
 
 
-def _track_id(track: _Track) -> int:
-    tkhd = track.leaves.get(b"tkhd", b"")
-    at = 20 if tkhd[:1] == b"\x01" else 12
-    return struct.unpack_from(">I", tkhd, at)[0] if len(tkhd) >= at + 4 else -1
+def _check_composition_offsets(track: dict[bytes, bytes]) -> None:
+    """Refuse composition offsets (``ctts``) but on the first sample (as FAAC
+    writes them): FFmpeg's timestamps would then not be decode times."""
+    if b"ctts" not in track:
+        return
+    runs = _table(track[b"ctts"], ">u4,>i4", "ctts")
+    moved = np.flatnonzero(runs["f1"])
+    if len(moved) > 1 or (len(moved) == 1 and (moved[0] != 0 or runs["f0"][0] != 1)):
+        raise NoIndex("mp4 audio with composition offsets")
 
 
-def _chapter_ranges(tracks: list[_Track], audio: _Track, length: int) -> list[_Range]:
-    """The samples of the chapter tracks (named by a track's ``tref/chap``:
-    titles, or images): FFmpeg reads every one when it opens the file. A
-    file naming its audio track as chapters gets no header of it (reads
-    there are counted as unplanned, not planned for every crop)."""
-    named: set[int] = set()
-    for track in tracks:
-        chap = track.leaves.get(b"chap", b"")
-        named.update(struct.unpack(f">{len(chap) // 4}I", chap[: len(chap) // 4 * 4]))
-    ranges: list[_Range] = []
-    for track in tracks:
-        if _track_id(track) not in named or track is audio:
-            continue
-        try:
-            offsets, sizes = sample_offsets(track.leaves, length)
-        except NoIndex:
-            continue  # FFmpeg finds no chapters there either
-        fits = (offsets >= 0) & (offsets + sizes <= length)
-        ranges += zip(offsets[fits].tolist(), sizes[fits].tolist(), strict=True)
-    return ranges
+def _decodes_to_nothing(entry: _Entry, head: tuple[int, bytes], offset: int, size: int) -> bool:
+    """Whether FFmpeg's decoder outputs no samples for the packet at
+    ``offset`` (when ``head`` holds it), fed first to a fresh decoder, as in
+    a full decode: FAAC's first packet only names the encoder."""
+    start = offset - head[0]
+    if not entry.config or not 0 <= start <= start + size <= len(head[1]):
+        return False
+    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder.extradata = entry.config
+    try:
+        decoder.open()
+        return not any(
+            frame.samples for frame in decoder.decode(av.Packet(head[1][start : start + size]))
+        )
+    except (av.FFmpegError, ValueError):
+        return False  # a broken first packet: the decode reports it
 
 
-def _header(boxes: list[_Range], chapters: list[_Range], moov_at: int) -> tuple[_Range, ...]:
-    """The header ranges: the top-level boxes' (``ftyp`` and ``moov`` whole)
-    and the chapter samples, with the gaps between them FFmpeg reads
-    through rather than seeks over (up to ``READ_THROUGH`` bytes: a small
-    ``mdat`` before ``moov``, say) filled in. ``moov`` starts a range of its
-    own, so that a decoder finds it (``moov_range``)."""
+def _header(boxes: list[_Range], moov_at: int) -> tuple[_Range, ...]:
+    """The header ranges: the top-level boxes' (``ftyp`` and ``moov`` whole),
+    with the gaps between them FFmpeg reads through rather than seeks over
+    (up to ``READ_THROUGH`` bytes: a small ``mdat`` before ``moov``, say)
+    filled in. ``moov`` starts a range of its own, so that a decoder finds it."""
     ranges = []
-    for offset, size in _merged(boxes + chapters, READ_THROUGH):
+    for offset, size in _merged(boxes, READ_THROUGH):
         if offset < moov_at < offset + size:
             ranges += [(offset, moov_at - offset), (moov_at, offset + size - moov_at)]
         else:
@@ -519,7 +586,7 @@ def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    header, moov, moov_at = _top_level(reader)
+    header, moov, moov_at, mdat_head = _top_level(reader)
     length = reader.pos  # the walk stops at the end of the file
     movie = _walk_moov(moov)
     audio = _audio_track(movie.tracks)
@@ -549,13 +616,18 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # not cut into the last one it keeps.
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
         shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+    _check_composition_offsets(track)
+    # FAAC's first packet only names the encoder: it decodes to nothing.
+    silent = int(times[1]) if _decodes_to_nothing(entry, mdat_head, offsets[0], sizes[0]) else 0
+    first_sample = max(first_sample, silent)
     priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
     if priming:
-        # FFmpeg skips the priming from the first packet it keeps, which is
-        # the first one unless the edit starts more than a second in.
+        # FFmpeg skips the priming from the samples the first packet it keeps
+        # decodes to, which is the first unless the edit starts more than a
+        # second in.
         if first_sample > timescale:
             raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
-        first_sample = max(first_sample, priming)
+        first_sample = max(first_sample, silent + priming)
     end = int(times[shown])
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
@@ -574,7 +646,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample=first_sample,
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
-        header=_header(header, _chapter_ranges(movie.tracks, audio, length), moov_at),
+        header=_header(header, moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
