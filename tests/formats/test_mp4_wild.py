@@ -11,9 +11,10 @@ What FFmpeg does, and so what a crop must equal (the full decode):
   the audio track is reset by the track's own edit list. With an edit list as
   well, the decode starts at the larger of priming and media time;
 - empty edits before the media edit only shift FFmpeg's timestamps;
-- chapter tracks (text, named by ``tref/chap``): FFmpeg reads every sample
-  when it opens the file, so they are header bytes; cover art or video
-  tracks are not audio[0] and are not read;
+- a first packet that decodes to nothing (FAAC's, naming the encoder):
+  the decode starts with the second;
+- chapter tracks (text, named by ``tref/chap``), cover art and video: the
+  demuxer is shown the audio track only, so it reads none of their bytes;
 - AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame.
 
 Each file is packed and indexed, then ~25 crops (the first and last samples
@@ -39,7 +40,7 @@ from streamer.formats.frames import frame_to_float32
 from streamer.synth import signal
 from streamer.write.pack import pack
 
-SECONDS = 3.0
+SECONDS = 2.0
 TOLERANCE = 1e-4
 PRIMING = 2112  # iTunes' and Nero's AAC priming
 CHAPTERS = [
@@ -211,6 +212,22 @@ def _two_edits(data: bytes) -> bytes:
     )
 
 
+def _encoder_name_first(data: bytes) -> bytes:
+    """The first packet rewritten, same size, as FAAC writes it: a fill
+    element (the encoder's name) and nothing else, which decodes to nothing."""
+    with av.open(io.BytesIO(data)) as container:
+        first = next(p for p in container.demux(container.streams.audio[0]) if p.size)
+        at, size = first.pos, first.size
+    bits, room = "", 8 * size - 3  # fill elements (id 6), then END (id 7)
+    while room >= 7:
+        count = min(269, (room - 15) // 8) if room >= 15 + 8 * 15 else min(14, (room - 7) // 8)
+        escape = f"{15:04b}{count - 14:08b}" if count >= 15 else f"{count:04b}"
+        element = f"{6:03b}{escape}" + "0" * 8 * count
+        bits, room = bits + element, room - len(element)
+    bits += f"{7:03b}" + "0" * room
+    return data[:at] + int(bits, 2).to_bytes(size, "big") + data[at + size :]
+
+
 NO_EDIT = {"use_editlist": "0"}
 
 #: key -> how to make the file.
@@ -224,6 +241,7 @@ FILES: dict[str, Callable[[], bytes]] = {
     # FFmpeg takes a priming in (0, 16384) only, scanned as hex numbers.
     "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
     "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
+    "encoder-name-first.m4a": lambda: _encoder_name_first(_mux(options=NO_EDIT)),
     "chapters.m4b": lambda: _mux(chapters=True),
     "chapters-mp4.mp4": lambda: _mux(form="mp4", chapters=True),
     "chapters-then-smpb.m4b": lambda: _with_smpb(_mux(chapters=True)),
@@ -244,6 +262,7 @@ FIRST_SAMPLE = {
     "smpb-in-track.m4a": PRIMING,
     "chapters-then-smpb.m4b": 1024,
     "smpb-out-of-range.m4a": 0,
+    "encoder-name-first.m4a": 1024,
     "smpb-garbage.m4a": 0,
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
