@@ -1,4 +1,5 @@
-"""MP4 / M4A (AAC, ALAC, and any other audio track): box walk and sample tables.
+"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, and any other audio track): box
+walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
 track's media timescale (``mdhd``; ``timescale`` in the index), starting at 0
@@ -7,23 +8,21 @@ at byte ``chunk offset + sizes of the samples before it in its chunk``; the
 seek points are those per-sample (position, byte) pairs, thinned to the
 requested density (every sample with ``density=inf``).
 
-Gapless: the first edit with a media time (``elst``) gives the priming
-(``encoder_delay``, AAC's 1024 or 2112 samples) and the length of the
-presentation, converted from the movie timescale: the gapless decode is the
-native timeline from ``first_sample = media_time`` for ``num_samples``, which
-runs, as FFmpeg decodes it, to the end of the last packet that starts before
-the edit ends (FFmpeg does not cut into a packet at the end; an AAC decoder
-outputs a whole frame for the last packet even when stts says less). FFmpeg reports
-packet timestamps with the edit applied (``pts = dts - media_time``). Without
-an edit list nothing is trimmed. iTunes' ``iTunSMPB`` gapless tag is not read.
+Gapless, as FFmpeg's full decode has it (docs/index.md lists the cases):
+the edit with media gives ``first_sample`` (its media time, also
+``encoder_delay``: FFmpeg's timestamps are ``dts - media_time + empty
+edits``) and the end (the last packet that starts before the edit ends, a
+whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
+track moves ``first_sample`` to its priming; so does a first packet that
+decodes to nothing. Without an edit list nothing else is trimmed.
 
 The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
 demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
-16-byte header of every other top-level box, ``mdat`` included: a demuxer
-walking the top level needs those to find ``moov``. A sparse view of the blob
-holding only the header ranges and the bytes of the crop opens in FFmpeg.
-AAC frames overlap: decoding from a seek point needs at least one earlier
-packet (1024 samples) of pre-roll.
+16-byte header of every other top-level box (small ones whole), with the
+short gaps FFmpeg reads through filled in. A sparse view of the blob holding
+only the header ranges and the bytes of the crop opens in FFmpeg. AAC frames
+overlap: decoding from a seek point needs at least one earlier packet (1024
+samples) of pre-roll.
 
 Every count is bounded by the bytes that could hold it before anything is
 allocated: a table's entry count by its box, the number of samples by
