@@ -1,12 +1,15 @@
-"""MP4/M4A (AAC, ALAC): FFmpeg's demuxer over the planned ranges only.
+"""MP4/M4A/3GP (AAC, ALAC, AMR): FFmpeg's demuxer over the planned ranges only.
 
-The demuxer reads ``moov`` (the header ranges) and seeks natively on its own
-sample table, then demuxes the samples in the data range; everything comes
-from memory through a ``SparseFile``. Frames are placed by their
-timestamps: FFmpeg's pts is the decode time less the edit list's media time,
-which is exactly the gapless sample index when the timescale is the sample
-rate. AAC's decoder needs the frames before the crop to converge (and the
-first frame after a cold start is garbage), hence its pre-roll.
+The demuxer reads ``moov`` (the header ranges; its copy shows the audio
+track only) and seeks natively on its own sample table, then demuxes the
+samples in the data range; everything comes from memory through a
+``SparseFile``. The decoder exports what FFmpeg would trim (edit list,
+iTunSMPB), so every frame comes out, placed by its timestamp: FFmpeg's pts
+is the decode time less the edit's media time plus the empty edits before
+it (``parse.audio_only``), which is the native position, and so the gapless
+sample index when the timescale is the sample rate. AAC's decoder needs the
+frames before the crop to converge (and the first frame after a cold start
+is garbage), hence its pre-roll.
 
 Open demuxers are kept per episode by the process that decodes (a decode
 worker, or the caller's process), so ``moov`` (megabytes of sample tables
