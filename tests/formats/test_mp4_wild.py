@@ -242,6 +242,10 @@ FILES: dict[str, Callable[[], bytes]] = {
     "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
     "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
     "encoder-name-first.m4a": lambda: _encoder_name_first(_mux(options=NO_EDIT)),
+    # A tag box claiming more bytes than its parent holds: tags are skipped, not the file.
+    "broken-tags.m4a": lambda: _splice(
+        _mux(), [b"moov"], _box(b"udta", struct.pack(">I4s", 9999, b"ilst")), False
+    ),
     "chapters.m4b": lambda: _mux(chapters=True),
     "chapters-mp4.mp4": lambda: _mux(form="mp4", chapters=True),
     "chapters-then-smpb.m4b": lambda: _with_smpb(_mux(chapters=True)),

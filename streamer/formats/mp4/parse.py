@@ -33,6 +33,7 @@ number, so a lying count in a small file costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
 from typing import BinaryIO, NamedTuple
@@ -55,7 +56,9 @@ READ_THROUGH = 65536
 MDAT_HEAD = 4096
 #: Deepest box nesting walked inside ``moov`` (real files: 6).
 MAX_DEPTH = 16
-_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"tref", b"udta", b"ilst"}
+_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
+#: Boxes of tags, walked for ``iTunSMPB``; FFmpeg skips what it cannot read there.
+_TAGS = {b"udta", b"meta", b"ilst"}
 _TOP_LEVEL = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"uuid", b"pnot", b"meta"}
 _CODECS = {
     b"alac": "alac",
@@ -198,8 +201,11 @@ def _walk_moov(moov: bytes) -> _Moov:
                 walk(box.body, box.end, leaves, depth + 1)
             elif box.kind in _CONTAINERS:
                 walk(box.body, box.end, into, depth + 1)
-            elif box.kind == b"meta":
-                walk(_meta_children(moov, box), box.end, into, depth + 1)
+            elif box.kind in _TAGS:
+                start = _meta_children(moov, box) if box.kind == b"meta" else box.body
+                # Broken tags (or QuickTime's zero terminator): the audio is fine.
+                with contextlib.suppress(NoIndex):
+                    walk(start, box.end, None, depth + 1)
             elif box.kind == b"----":
                 value = _custom_tag(moov, box, b"iTunSMPB")
                 if value is not None:
