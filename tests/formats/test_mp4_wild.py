@@ -15,7 +15,11 @@ What FFmpeg does, and so what a crop must equal (the full decode):
   the decode starts with the second;
 - chapter tracks (text, named by ``tref/chap``), cover art and video: the
   demuxer is shown the audio track only, so it reads none of their bytes;
-- AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame.
+- AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame;
+- fragmented files (``moof``, FFmpeg's ``frag_keyframe+empty_moov`` or
+  ``+dash``): no edit list, nothing trimmed; on open FFmpeg reads every
+  ``moof`` (and reads through the short ``mdat`` between them), and past
+  the last packet it reads the ``mfra`` looking for another fragment.
 
 Each file is packed and indexed, then ~25 crops (the first and last samples
 among them) must equal the full decode: AAC and AMR within 1e-4, ALAC bit
@@ -229,6 +233,8 @@ def _encoder_name_first(data: bytes) -> bytes:
 
 
 NO_EDIT = {"use_editlist": "0"}
+#: Fragments of half a second (FFmpeg writes an mfra index at the end).
+FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
 
 #: key -> how to make the file.
 FILES: dict[str, Callable[[], bytes]] = {
@@ -255,6 +261,9 @@ FILES: dict[str, Callable[[], bytes]] = {
     "late-edit.m4a": lambda: _late_edit(_mux()),
     "mono-22k.m4a": lambda: _mux(rate=22050, channels=1),
     "amr.3gp": lambda: _mux("amrnb", 8000, 1, form="3gp"),
+    "fragmented.mp4": lambda: _mux(form="mp4", options=FRAGMENTS),
+    "fragmented-dash.mp4": lambda: _mux(form="mp4", options={**FRAGMENTS, "movflags": "+dash"}),
+    "fragmented-alac.mp4": lambda: _mux("alac", 44100, 1, form="mp4", options=FRAGMENTS),
 }
 LOSSLESS = {"alac-no-edit-list.m4a"}
 #: Where FFmpeg's decode starts on the native timeline (the index's first_sample).
@@ -340,7 +349,15 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
     ("make", "reason"),
     [
         (lambda: _two_edits(_mux()), "mp4 edit list with several segments"),
-        (lambda: _mux(form="mp4", options={"movflags": "frag_keyframe+empty_moov"}), "fragmented"),
+        (
+            lambda: _splice(
+                _mux(form="mp4", options=FRAGMENTS),
+                [b"moov", b"trak"],
+                _box(b"edts", _elst((500, 0))),
+                False,
+            ),
+            "fragmented mp4 with an edit list",
+        ),
     ],
 )
 def test_what_is_not_indexed_says_why(make: Callable[[], bytes], reason: str) -> None:

@@ -67,20 +67,36 @@ def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     a short forward gap instead of seeking over it). Otherwise the plan also
     holds the ``READ_THROUGH`` bytes before the data, so that a decoder that
     holds an open demuxer for the episode can reuse it: they cover the slack
-    of its seek and any gap it reads through (``_reuse_lead``)."""
+    of its seek and any gap it reads through (``_reuse_lead``). A crop that
+    reaches the last packet also holds what follows it when that is short
+    (``_tail``)."""
     data = plan.data[0]
     start = index.data_start
     probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
+    tail = _tail(index) if sum(plan.data) >= index.data_end else ()
     if data - probe_end <= READ_THROUGH:
-        return plan.with_header(((start, data - start),) if data > start else ())
+        return plan.with_header((((start, data - start),) if data > start else ()) + tail)
     lead = max(probe_end, data - READ_THROUGH)
-    return plan.with_header(((start, probe_end - start), (lead, data - lead)))
+    return plan.with_header(((start, probe_end - start), (lead, data - lead), *tail))
+
+
+def _tail(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """The header bytes after the last packet, when they are short: past
+    the last packet of a fragmented file the demuxer reads the next box
+    (``mfra``) looking for another fragment."""
+    end = index.data_end
+    tail = tuple(
+        (max(offset, end), offset + length - max(offset, end))
+        for offset, length in index.header
+        if offset + length > end
+    )
+    return tail if sum(length for _, length in tail) <= READ_THROUGH else ()
 
 
 class _Demuxer(NamedTuple):
     container: Any
     source: SparseFile
-    #: The native position of the demuxer's timestamp 0 (``parse.timestamp_origin``).
+    #: The native position of the demuxer's timestamp 0 (``parse.audio_only``).
     origin: int
 
 
@@ -118,11 +134,12 @@ def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxe
     (``parse.audio_only``), and where its timestamps count from."""
     source = SparseFile(context.episode.blob.length, fetched.pieces, context)
     offset, moov = _moov(source, index)
-    edited, origin = audio_only(moov)
+    view = audio_only(moov)
     # The edited moov comes first among pieces that start where it does.
-    source.refill(((offset, memoryview(edited)), *fetched.pieces), context)
+    source.refill(((offset, memoryview(view.moov)), *fetched.pieces), context)
     with record("decoder_open"):
-        return _Demuxer(av.open(source, "r", format="mp4", options=_NO_PROBING), source, origin)
+        container = av.open(source, "r", format="mp4", options=_NO_PROBING)
+    return _Demuxer(container, source, view.origin)
 
 
 def decode(

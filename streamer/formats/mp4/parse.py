@@ -43,8 +43,9 @@ import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Reader, interval, thin
+from .fragments import Defaults, fragment_samples
 
-__all__ = ["READ_THROUGH", "audio_only", "matches", "parse"]
+__all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "parse"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
@@ -116,6 +117,8 @@ class _TopLevel(NamedTuple):
     moov_at: int
     #: (offset, bytes) of the first bytes of the first ``mdat``'s payload.
     mdat_head: tuple[int, bytes]
+    #: (offset, bytes) of every ``moof`` (a fragmented file's sample tables).
+    moofs: list[tuple[int, bytes]]
 
 
 def _top_level(reader: Reader) -> _TopLevel:
@@ -124,6 +127,8 @@ def _top_level(reader: Reader) -> _TopLevel:
     header: list[_Range] = []
     moov, moov_at = b"", 0
     mdat_head: tuple[int, bytes] = (0, b"")
+    moofs: list[tuple[int, bytes]] = []
+    tables = 0  # bytes of moov and moof read
     while True:
         start = reader.pos
         buf, i = reader.window(16)
@@ -148,17 +153,19 @@ def _top_level(reader: Reader) -> _TopLevel:
                 size = reader.size - start  # a truncated file: its samples are cut short
             else:
                 raise NoIndex("truncated mp4: a box runs past the end of the file")
-        if kind == b"moof":
-            # Samples described fragment by fragment, read by FFmpeg as it goes.
-            raise NoIndex("fragmented mp4 (moof boxes) is not indexed natively")
         # FFmpeg reads small boxes through (a trailing free box, say).
         small = kind != b"mdat" and size <= READ_THROUGH
-        whole = (kind in (b"ftyp", b"moov") or small) and not (kind == b"moov" and moov)
+        whole = (kind in (b"ftyp", b"moov", b"moof") or small) and not (kind == b"moov" and moov)
         header.append((start, size if whole else header_size))
-        if kind == b"moov" and not moov:
-            if size > MAX_MOOV:
+        if (kind == b"moov" and not moov) or kind == b"moof":
+            tables += size
+            if tables > MAX_MOOV:
                 raise NoIndex("mp4 moov box too large")
-            moov, moov_at = reader.read_exact(size, "mp4 moov box"), start
+            data = reader.read_exact(size, f"mp4 {kind.decode()} box")
+            if kind == b"moof":
+                moofs.append((start, data))
+            else:
+                moov, moov_at = data, start
             continue
         if kind == b"mdat" and not mdat_head[1]:
             reader.seek(start + header_size)
@@ -166,7 +173,7 @@ def _top_level(reader: Reader) -> _TopLevel:
         reader.seek(start + size)
     if not moov:
         raise NoIndex("no moov box in mp4")
-    return _TopLevel(header, moov, moov_at, mdat_head)
+    return _TopLevel(header, moov, moov_at, mdat_head, moofs)
 
 
 class _Track(NamedTuple):
@@ -180,12 +187,14 @@ class _Moov(NamedTuple):
     tracks: list[_Track]
     #: (offset in moov, value) of every ``iTunSMPB`` tag, in file order.
     gapless_tags: list[tuple[int, bytes]]
+    #: Fragment defaults (``mvex/trex``) by track ID.
+    trex: dict[int, Defaults]
 
 
 def _walk_moov(moov: bytes) -> _Moov:
     """The movie timescale, every ``trak``'s leaf boxes and the ``iTunSMPB``
     tags, with where they sit (FFmpeg gives a tag to the track before it)."""
-    result = _Moov(0, [], [])
+    result = _Moov(0, [], [], {})
     timescale = 0
 
     def walk(start: int, end: int, into: dict[bytes, bytes] | None, depth: int) -> None:
@@ -212,6 +221,11 @@ def _walk_moov(moov: bytes) -> _Moov:
                     result.gapless_tags.append((box.start, value))
             elif box.kind == b"mvhd":
                 timescale = _timescale(moov[box.body : box.end])
+            elif box.kind == b"mvex":
+                walk(box.body, box.end, None, depth + 1)
+            elif box.kind == b"trex" and box.end - box.body >= 24:
+                track_id, _, duration, size = struct.unpack_from(">4I", moov, box.body + 4)
+                result.trex[track_id] = Defaults(duration, size)
             elif into is not None:
                 into.setdefault(box.kind, moov[box.body : box.end])
             at = box.end
@@ -489,11 +503,16 @@ def _edit(track: dict[bytes, bytes], movie_timescale: int, timescale: int) -> _E
     return shown[0] if shown else None
 
 
-def audio_only(moov: bytes) -> tuple[bytes, int]:
-    """What a demuxer for the first audio track is given, and where its
-    timestamps count from.
+class AudioOnly(NamedTuple):
+    """What a demuxer for the first audio track is given (``audio_only``)."""
 
-    The ``moov`` has every other ``trak`` renamed ``free``: FFmpeg then
+    moov: bytes
+    #: Native position of the demuxer's timestamp 0.
+    origin: int
+
+
+def audio_only(moov: bytes) -> AudioOnly:
+    """The ``moov`` with every other ``trak`` renamed ``free``: FFmpeg then
     neither reads their packets while it probes the streams on open (a
     video track's, megabytes) nor the chapter track's samples (titles).
     Timestamps count from the edit's media time less the empty edits
@@ -506,7 +525,8 @@ def audio_only(moov: bytes) -> tuple[bytes, int]:
             edited[track.start + 4 : track.start + 8] = b"free"
     track = audio.leaves
     edit = _edit(track, movie.timescale, _timescale(track.get(b"mdhd", b"")))
-    return bytes(edited), edit.media_time - edit.empty if edit else 0
+    origin = edit.media_time - edit.empty if edit else 0
+    return AudioOnly(bytes(edited), origin)
 
 
 #: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
@@ -531,6 +551,39 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
             if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
                 priming = number
     return priming
+
+
+def _samples(
+    audio: _Track, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every sample's offset and size, and decode times (one more: the end):
+    those of ``moov``'s tables, then those of the fragments."""
+    track = audio.leaves
+    if not moofs:
+        offsets, sizes = sample_offsets(track, length)
+        return offsets, sizes, decode_times(track, len(sizes))
+    if b"elst" in track:
+        raise NoIndex("fragmented mp4 with an edit list")
+    if _sizes(track, length).size:
+        offsets, sizes = sample_offsets(track, length)
+        times = decode_times(track, len(sizes))
+    else:
+        offsets = sizes = np.zeros(0, np.int64)
+        times = np.zeros(1, np.int64)
+    track_id = _track_id(audio)
+    defaults = movie.trex.get(track_id, Defaults(0, 0))
+    fragments = fragment_samples(moofs, track_id, defaults, int(times[-1]), length)
+    return (
+        np.concatenate([offsets, fragments.offsets]),
+        np.concatenate([sizes, fragments.sizes]),
+        np.concatenate([times[:-1], fragments.times]),
+    )
+
+
+def _track_id(track: _Track) -> int:
+    tkhd = track.leaves.get(b"tkhd", b"")
+    at = 20 if tkhd[:1] == b"\x01" else 12
+    return struct.unpack_from(">I", tkhd, at)[0] if len(tkhd) >= at + 4 else -1
 
 
 def _check_composition_offsets(track: dict[bytes, bytes]) -> None:
@@ -591,7 +644,7 @@ def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    header, moov, moov_at, mdat_head = _top_level(reader)
+    header, moov, moov_at, mdat_head, moofs = _top_level(reader)
     length = reader.pos  # the walk stops at the end of the file
     movie = _walk_moov(moov)
     audio = _audio_track(movie.tracks)
@@ -604,8 +657,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     entry = _sample_entry(track[b"stsd"])
     if not _rate_agrees(entry.sample_rate, timescale):
         raise NoIndex("mp4 media timescale is not the sample rate")
-    offsets, sizes = sample_offsets(track, length)
-    times = decode_times(track, len(sizes))
+    offsets, sizes, times = _samples(audio, movie, moofs, length)
     # A truncated file: only the samples that are all there.
     whole = (offsets >= 0) & (offsets + sizes <= length)
     count = int(np.argmin(whole)) if not whole.all() else len(sizes)
