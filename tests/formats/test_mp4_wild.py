@@ -365,3 +365,13 @@ def test_what_is_not_indexed_says_why(make: Callable[[], bytes], reason: str) ->
 
     index = extract(io.BytesIO(make()))
     assert not index.ok and reason in index.reason
+
+
+def test_a_lying_fragment_is_refused_without_allocating() -> None:
+    from streamer.formats import extract
+
+    data = bytearray(_mux(form="mp4", options=FRAGMENTS))
+    trun = data.find(b"trun") - 4
+    struct.pack_into(">I", data, trun + 12, 1 << 31)  # sample count
+    index = extract(io.BytesIO(bytes(data)))
+    assert not index.ok and index.reason == "truncated mp4 trun"
