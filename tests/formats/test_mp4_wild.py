@@ -29,6 +29,7 @@ for bit, with no fallback and no read outside the plan.
 from __future__ import annotations
 
 import io
+import os
 import random
 import struct
 from collections.abc import Callable
@@ -375,3 +376,50 @@ def test_a_lying_fragment_is_refused_without_allocating() -> None:
     struct.pack_into(">I", data, trun + 12, 1 << 31)  # sample count
     index = extract(io.BytesIO(bytes(data)))
     assert not index.ok and index.reason == "truncated mp4 trun"
+
+
+#: What a corpus file may be refused for (the full-decode path serves it).
+KNOWN_REFUSALS = ("fragmented mp4 with an edit list", "unsupported codec", "truncated mp4")
+
+
+@pytest.mark.slow
+def test_corpus_files(tmp_path: Path) -> None:
+    """Real files under ``$STREAMER_CORPUS`` (e.g. /work/corpus): every one
+    FFmpeg decodes is indexed, or refused for a known reason, and crops
+    exactly with no fallback and no read outside the plan."""
+    root = os.environ.get("STREAMER_CORPUS")
+    if not root or not os.path.isdir(root):
+        pytest.skip("STREAMER_CORPUS is not set")
+    src = tmp_path / "src"
+    for path in sorted(Path(root).rglob("*")):
+        if path.suffix.lower() not in {".m4a", ".m4b", ".mp4", ".3gp", ".3g2", ".mov"}:
+            continue
+        try:
+            full, _ = _full_decode(path.read_bytes())
+        except (av.FFmpegError, ValueError, IndexError):
+            continue  # not a file FFmpeg decodes: nothing to equal
+        if full.shape[1]:
+            name = str(path.relative_to(root)).replace(".", "_") + path.suffix
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).write_bytes(path.read_bytes())
+    pack(src, tmp_path / "dataset", progress=False)
+    dataset = open_dataset(tmp_path / "dataset")
+    checked = []
+    for path in sorted(src.rglob("*.*")):
+        key = str(path.relative_to(src)).rsplit(".", 1)[0]
+        index = dataset.seek_index(key)
+        if not index.ok:
+            assert index.reason.startswith(KNOWN_REFUSALS), (key, index.reason)
+            continue
+        checked.append(key)
+        full, rate = _full_decode(path.read_bytes())
+        duration = full.shape[1] / rate
+        for start, end in _crops(duration, key) if duration > 0.2 else [(0.0, duration)]:
+            got = dataset.read_crop(key, start, end)
+            want = full[:, round(start * rate) : round(end * rate)]
+            assert got.shape == want.shape, (key, start, end)
+            error = float(np.abs(got - want).max()) if got.size else 0.0
+            assert error <= TOLERANCE, f"{key} [{start:.3f}, {end:.3f}): {error:.2e}"
+    stats = dataset.decode_stats
+    assert stats.fallback == 0 and stats.unplanned_reads == 0 and stats.bad_packets == 0
+    assert checked, "no corpus file was indexed"
