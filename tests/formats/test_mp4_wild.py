@@ -233,6 +233,19 @@ def _encoder_name_first(data: bytes) -> bytes:
     return data[:at] + int(bits, 2).to_bytes(size, "big") + data[at + size :]
 
 
+def _timed_at_twice_the_rate(data: bytes) -> bytes:
+    """The media timescale and every stts duration doubled (no edit list):
+    FFmpeg still decodes at the sample rate."""
+    out = bytearray(data)
+    mdhd = _path(data, [b"moov", b"trak", b"mdia", b"mdhd"])[-1]
+    struct.pack_into(">I", out, mdhd + 20, 2 * struct.unpack_from(">I", data, mdhd + 20)[0])
+    stts = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"])[-1]
+    for i in range(struct.unpack_from(">I", data, stts + 12)[0]):
+        at = stts + 20 + 8 * i
+        struct.pack_into(">I", out, at, 2 * struct.unpack_from(">I", data, at)[0])
+    return bytes(out)
+
+
 NO_EDIT = {"use_editlist": "0"}
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
@@ -350,6 +363,10 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
     ("make", "reason"),
     [
         (lambda: _two_edits(_mux()), "mp4 edit list with several segments"),
+        (
+            lambda: _timed_at_twice_the_rate(_mux(options=NO_EDIT)),
+            "mp4 media timescale is not the sample rate",
+        ),
         (
             lambda: _splice(
                 _mux(form="mp4", options=FRAGMENTS),

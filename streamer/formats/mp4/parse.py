@@ -597,22 +597,24 @@ def _check_composition_offsets(track: dict[bytes, bytes]) -> None:
         raise NoIndex("mp4 audio with composition offsets")
 
 
-def _decodes_to_nothing(entry: _Entry, head: tuple[int, bytes], offset: int, size: int) -> bool:
-    """Whether FFmpeg's decoder outputs no samples for the packet at
-    ``offset`` (when ``head`` holds it), fed first to a fresh decoder, as in
-    a full decode: FAAC's first packet only names the encoder."""
+def _first_output(
+    entry: _Entry, head: tuple[int, bytes], offset: int, size: int
+) -> tuple[int, int] | None:
+    """(samples, sample rate) FFmpeg's decoder outputs for the packet at
+    ``offset`` (when ``head`` holds it) fed first to a fresh decoder, as in
+    a full decode; None when that cannot be asked. FAAC's first packet only
+    names the encoder and gives no samples; HE-AAC's gives the SBR rate."""
     start = offset - head[0]
     if not entry.config or not 0 <= start <= start + size <= len(head[1]):
-        return False
+        return None
     decoder = av.CodecContext.create(entry.codec, "r")
     decoder.extradata = entry.config
     try:
         decoder.open()
-        return not any(
-            frame.samples for frame in decoder.decode(av.Packet(head[1][start : start + size]))
-        )
+        frames = decoder.decode(av.Packet(head[1][start : start + size]))
     except (av.FFmpegError, ValueError):
-        return False  # a broken first packet: the decode reports it
+        return None  # a broken first packet: the decode reports it
+    return sum(f.samples for f in frames), frames[0].sample_rate if frames else 0
 
 
 def _header(boxes: list[_Range], moov_at: int) -> tuple[_Range, ...]:
@@ -674,8 +676,13 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
         shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
     _check_composition_offsets(track)
+    first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
+    if first is not None and first[1] and first[1] != timescale:
+        # Positions count in the timescale: an index would misplace every
+        # crop (an LC track timed at twice its rate, HE-AAC timed at the core's).
+        raise NoIndex("mp4 media timescale is not the sample rate")
     # FAAC's first packet only names the encoder: it decodes to nothing.
-    silent = int(times[1]) if _decodes_to_nothing(entry, mdat_head, offsets[0], sizes[0]) else 0
+    silent = int(times[1]) if first is not None and not first[0] else 0
     first_sample = max(first_sample, silent)
     priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
     if priming:
