@@ -1,12 +1,15 @@
-"""MP4/M4A (AAC, ALAC): FFmpeg's demuxer over the planned ranges only.
+"""MP4/M4A/3GP (AAC, ALAC, AMR): FFmpeg's demuxer over the planned ranges only.
 
-The demuxer reads ``moov`` (the header ranges) and seeks natively on its own
-sample table, then demuxes the samples in the data range; everything comes
-from memory through a ``SparseFile``. Frames are placed by their
-timestamps: FFmpeg's pts is the decode time less the edit list's media time,
-which is exactly the gapless sample index when the timescale is the sample
-rate. AAC's decoder needs the frames before the crop to converge (and the
-first frame after a cold start is garbage), hence its pre-roll.
+The demuxer reads ``moov`` (the header ranges; its copy shows the audio
+track only) and seeks natively on its own sample table, then demuxes the
+samples in the data range; everything comes from memory through a
+``SparseFile``. The decoder exports what FFmpeg would trim (edit list,
+iTunSMPB), so every frame comes out, placed by its timestamp: FFmpeg's pts
+is the decode time less the edit's media time plus the empty edits before
+it (``parse.audio_only``), which is the native position, and so the gapless
+sample index when the timescale is the sample rate. AAC's decoder needs the
+frames before the crop to converge (and the first frame after a cold start
+is garbage), hence its pre-roll.
 
 Open demuxers are kept per episode by the process that decodes (a decode
 worker, or the caller's process), so ``moov`` (megabytes of sample tables
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import av
 import numpy as np
@@ -33,6 +36,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..sparse import SparseFile
+from .parse import READ_THROUGH, audio_only
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 
@@ -42,13 +46,10 @@ _Key = tuple[object, ...]
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent.
-PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0}
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
-PROBE_BYTES = {"aac": 4096, "alac": 32768}
-#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
-#: plus its short-seek threshold (32 KiB each).
-READ_THROUGH = 65536
+PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096}
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).
 SEEK_SLACK = 16384
@@ -66,14 +67,37 @@ def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     a short forward gap instead of seeking over it). Otherwise the plan also
     holds the ``READ_THROUGH`` bytes before the data, so that a decoder that
     holds an open demuxer for the episode can reuse it: they cover the slack
-    of its seek and any gap it reads through (``_reuse_lead``)."""
+    of its seek and any gap it reads through (``_reuse_lead``). A crop that
+    reaches the last packet also holds what follows it when that is short
+    (``_tail``)."""
     data = plan.data[0]
     start = index.data_start
     probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
+    tail = _tail(index) if sum(plan.data) >= index.data_end else ()
     if data - probe_end <= READ_THROUGH:
-        return plan.with_header(((start, data - start),) if data > start else ())
+        return plan.with_header((((start, data - start),) if data > start else ()) + tail)
     lead = max(probe_end, data - READ_THROUGH)
-    return plan.with_header(((start, probe_end - start), (lead, data - lead)))
+    return plan.with_header(((start, probe_end - start), (lead, data - lead), *tail))
+
+
+def _tail(index: SeekIndex) -> tuple[tuple[int, int], ...]:
+    """The header bytes after the last packet, when they are short: past
+    the last packet of a fragmented file the demuxer reads the next box
+    (``mfra``) looking for another fragment."""
+    end = index.data_end
+    tail = tuple(
+        (max(offset, end), offset + length - max(offset, end))
+        for offset, length in index.header
+        if offset + length > end
+    )
+    return tail if sum(length for _, length in tail) <= READ_THROUGH else ()
+
+
+class _Demuxer(NamedTuple):
+    container: Any
+    source: SparseFile
+    #: The native position of the demuxer's timestamp 0 (``parse.audio_only``).
+    origin: int
 
 
 class _Demuxers:
@@ -84,60 +108,83 @@ class _Demuxers:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._idle: OrderedDict[_Key, tuple[Any, SparseFile]] = OrderedDict()
+        self._idle: OrderedDict[_Key, _Demuxer] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, key: _Key) -> tuple[Any, SparseFile] | None:
+    def take(self, key: _Key) -> _Demuxer | None:
         with self._lock:
             return self._idle.pop(key, None)
 
-    def give_back(self, key: _Key, entry: tuple[Any, SparseFile]) -> None:
+    def give_back(self, key: _Key, entry: _Demuxer) -> None:
         with self._lock:
             replaced = self._idle.pop(key, None)
             if replaced is not None:  # two threads opened one each: keep the newer
                 replaced[0].close()
             self._idle[key] = entry
             while len(self._idle) > self.size:
-                _, (container, _) = self._idle.popitem(last=False)
-                container.close()
+                _, oldest = self._idle.popitem(last=False)
+                oldest.container.close()
 
 
 _DEMUXERS = _Demuxers()
 
 
-def _open(fetched: Fetched, context: DecodeContext) -> tuple[Any, SparseFile]:
+def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxer:
+    """A demuxer over the fetched bytes that sees the audio track only
+    (``parse.audio_only``), and where its timestamps count from."""
     source = SparseFile(context.episode.blob.length, fetched.pieces, context)
+    offset, moov = _moov(source, index)
+    view = audio_only(moov)
+    # The edited moov comes first among pieces that start where it does.
+    source.refill(((offset, memoryview(view.moov)), *fetched.pieces), context)
     with record("decoder_open"):
-        return av.open(source, "r", format="mp4", options=_NO_PROBING), source
+        container = av.open(source, "r", format="mp4", options=_NO_PROBING)
+    return _Demuxer(container, source, view.origin)
 
 
 def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    seek_to = plan.start_native - index.first_sample
     key = context.episode.id
-    # From the very start, a fresh demuxer: seeking back to 0 loses priming.
-    entry = _DEMUXERS.take(key) if seek_to > 0 else None
+    # From the first packet, a fresh demuxer: FFmpeg cannot seek before it.
+    entry = _DEMUXERS.take(key) if plan.point > 0 else None
     if entry is not None and not fetched.holds(
-        _reuse_lead(entry[1].tell(), index, plan), plan.data[0]
+        _reuse_lead(entry.source.tell(), index, plan), plan.data[0]
     ):
-        entry[0].close()  # it would read bytes this crop did not fetch
+        entry.container.close()  # it would read bytes this crop did not fetch
         entry = None
     try:
         if entry is None:
             if not all(fetched.holds(offset, offset + n) for offset, n in index.header):
                 fetched = fetched.adding(context.held_back())
-            entry = _open(fetched, context)
+            entry = _open(index, fetched, context)
         else:
-            entry[1].refill(fetched.pieces, context)
-        samples, first = _demux_decode(entry[0], index, plan, seek_to, context)
+            entry.source.refill(fetched.pieces, context)
+        samples, first = _demux_decode(entry, index, plan, context)
     except BaseException:
         if entry is not None:
-            entry[0].close()
+            entry.container.close()
         raise
     _DEMUXERS.give_back(key, entry)
     return samples, first
+
+
+def _moov(source: SparseFile, index: SeekIndex) -> tuple[int, bytes]:
+    """The offset and bytes of the ``moov`` box: the header range that
+    starts with it (``parse`` gives it one of its own)."""
+    for offset, length in index.header:
+        source.seek(offset)
+        head = source.read(min(length, 16))
+        if head[4:8] == b"moov":
+            size = int.from_bytes(head[:4]) if head[:4] != b"\0\0\0\1" else int.from_bytes(head[8:])
+            source.seek(offset)
+            parts, left = [], min(size, length)
+            while left > 0 and (part := source.read(left)):  # reads stop at a piece's end
+                parts.append(part)
+                left -= len(part)
+            return offset, b"".join(parts)
+    raise ValueError("no moov box in the header ranges")
 
 
 def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:
@@ -166,16 +213,20 @@ def _fresh_decoder(template: Any) -> av.CodecContext:
         decoder.extradata = template.extradata
         decoder.sample_rate = template.sample_rate
         decoder.layout = template.layout
+        # Every sample out, placed by its packet's timestamp: the trimming
+        # FFmpeg does (edit list, iTunSMPB priming) is the index's first_sample.
+        decoder.flags2 = av.codec.context.Flags2.skip_manual
         decoder.open()
     return decoder
 
 
 def _demux_decode(
-    container: Any, index: SeekIndex, plan: CropPlan, seek_to: int, context: DecodeContext
+    demuxer: _Demuxer, index: SeekIndex, plan: CropPlan, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
+    container, origin = demuxer.container, demuxer.origin
     stream = container.streams.audio[0]
-    if seek_to > 0:
-        container.seek(seek_to, stream=stream, backward=True, any_frame=True)
+    if plan.point > 0:
+        container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)
     out: list[np.ndarray] = []
     first = None
@@ -197,7 +248,7 @@ def _demux_decode(
             samples = frame_to_float32(frame)
             out.append(samples)
             expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
-        if packet.pts + (packet.duration or 0) + index.first_sample >= end_native:
+        if packet.pts + (packet.duration or 0) + origin >= end_native:
             break  # the next packet would start past the plan
-    start = to_gapless(index, (first or 0) + index.first_sample)
+    start = to_gapless(index, (first or 0) + origin)
     return concat(out, index.channels), start

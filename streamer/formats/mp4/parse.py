@@ -1,4 +1,5 @@
-"""MP4 / M4A (AAC, ALAC, and any other audio track): box walk and sample tables.
+"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, and any other audio track): box
+walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
 track's media timescale (``mdhd``; ``timescale`` in the index), starting at 0
@@ -7,23 +8,21 @@ at byte ``chunk offset + sizes of the samples before it in its chunk``; the
 seek points are those per-sample (position, byte) pairs, thinned to the
 requested density (every sample with ``density=inf``).
 
-Gapless: the first edit with a media time (``elst``) gives the priming
-(``encoder_delay``, AAC's 1024 or 2112 samples) and the length of the
-presentation, converted from the movie timescale: the gapless decode is the
-native timeline from ``first_sample = media_time`` for ``num_samples``, which
-runs, as FFmpeg decodes it, to the end of the last packet that starts before
-the edit ends (FFmpeg does not cut into a packet at the end; an AAC decoder
-outputs a whole frame for the last packet even when stts says less). FFmpeg reports
-packet timestamps with the edit applied (``pts = dts - media_time``). Without
-an edit list nothing is trimmed. iTunes' ``iTunSMPB`` gapless tag is not read.
+Gapless, as FFmpeg's full decode has it (docs/index.md lists the cases):
+the edit with media gives ``first_sample`` (its media time, also
+``encoder_delay``: FFmpeg's timestamps are ``dts - media_time + empty
+edits``) and the end (the last packet that starts before the edit ends, a
+whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
+track moves ``first_sample`` to its priming; so does a first packet that
+decodes to nothing. Without an edit list nothing else is trimmed.
 
 The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
 demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
-16-byte header of every other top-level box, ``mdat`` included: a demuxer
-walking the top level needs those to find ``moov``. A sparse view of the blob
-holding only the header ranges and the bytes of the crop opens in FFmpeg.
-AAC frames overlap: decoding from a seek point needs at least one earlier
-packet (1024 samples) of pre-roll.
+16-byte header of every other top-level box (small ones whole), with the
+short gaps FFmpeg reads through filled in. A sparse view of the blob holding
+only the header ranges and the bytes of the crop opens in FFmpeg. AAC frames
+overlap: decoding from a seek point needs at least one earlier packet (1024
+samples) of pre-roll.
 
 Every count is bounded by the bytes that could hold it before anything is
 allocated: a table's entry count by its box, the number of samples by
@@ -34,26 +33,53 @@ number, so a lying count in a small file costs nothing.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import struct
 from typing import BinaryIO, NamedTuple
 
+import av
 import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..reader import NoIndex, Reader, interval, thin
+from .fragments import Defaults, fragment_samples
 
-__all__ = ["matches", "parse"]
+__all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "parse"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
 MAX_MOOV = 1 << 30
+#: FFmpeg reads forward instead of seeking over gaps up to its buffer size
+#: plus its short-seek threshold (32 KiB each).
+READ_THROUGH = 65536
+#: Bytes read from the start of the first ``mdat``: its first packet.
+MDAT_HEAD = 4096
 #: Deepest box nesting walked inside ``moov`` (real files: 6).
 MAX_DEPTH = 16
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
+#: Boxes of tags, walked for ``iTunSMPB``; FFmpeg skips what it cannot read there.
+_TAGS = {b"udta", b"meta", b"ilst"}
 _TOP_LEVEL = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"uuid", b"pnot", b"meta"}
-_CODECS = {b"alac": "alac", b"Opus": "opus", b"fLaC": "flac", b"ac-3": "ac3", b"ec-3": "eac3"}
+_CODECS = {
+    b"alac": "alac",
+    b"Opus": "opus",
+    b"fLaC": "flac",
+    b"ac-3": "ac3",
+    b"ec-3": "eac3",
+    b"samr": "amr_nb",
+    b"sawb": "amr_wb",
+}
+#: Codecs whose every packet decodes to one frame of a fixed length.
+_FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
+#: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
+_PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
 _OBJECT_TYPES = {0x40: "aac", 0x66: "aac", 0x67: "aac", 0x68: "aac", 0x69: "mp3", 0x6B: "mp3"}
+
+
+#: (offset, length) of bytes in the file.
+_Range = tuple[int, int]
 
 
 def matches(head: bytes) -> bool:
@@ -85,12 +111,24 @@ def _box_header(data: bytes, at: int, limit: int) -> _Box:
     return _Box(kind, at, body, at + size)
 
 
-def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
-    """Walk the top-level boxes: the header ranges (every box's header, and
-    ``ftyp`` and ``moov`` whole) and the bytes of ``moov``. ``mdat`` is
-    skipped, not read."""
-    header: list[tuple[int, int]] = []
-    moov = b""
+class _TopLevel(NamedTuple):
+    header: list[_Range]  # every box's header, ``ftyp`` and ``moov`` whole
+    moov: bytes
+    moov_at: int
+    #: (offset, bytes) of the first bytes of the first ``mdat``'s payload.
+    mdat_head: tuple[int, bytes]
+    #: (offset, bytes) of every ``moof`` (a fragmented file's sample tables).
+    moofs: list[tuple[int, bytes]]
+
+
+def _top_level(reader: Reader) -> _TopLevel:
+    """Walk the top-level boxes. ``mdat`` is skipped, but for its first
+    ``MDAT_HEAD`` bytes (the first packet, which may decode to nothing)."""
+    header: list[_Range] = []
+    moov, moov_at = b"", 0
+    mdat_head: tuple[int, bytes] = (0, b"")
+    moofs: list[tuple[int, bytes]] = []
+    tables = 0  # bytes of moov and moof read
     while True:
         start = reader.pos
         buf, i = reader.window(16)
@@ -115,26 +153,52 @@ def _top_level(reader: Reader) -> tuple[list[tuple[int, int]], bytes]:
                 size = reader.size - start  # a truncated file: its samples are cut short
             else:
                 raise NoIndex("truncated mp4: a box runs past the end of the file")
-        whole = kind in (b"ftyp", b"moov") and not (kind == b"moov" and moov)
+        # FFmpeg reads small boxes through (a trailing free box, say).
+        small = kind != b"mdat" and size <= READ_THROUGH
+        whole = (kind in (b"ftyp", b"moov", b"moof") or small) and not (kind == b"moov" and moov)
         header.append((start, size if whole else header_size))
-        if kind == b"moov" and not moov:
-            if size > MAX_MOOV:
+        if (kind == b"moov" and not moov) or kind == b"moof":
+            tables += size
+            if tables > MAX_MOOV:
                 raise NoIndex("mp4 moov box too large")
-            moov = reader.read_exact(size, "mp4 moov box")
-        else:
-            reader.seek(start + size)
+            data = reader.read_exact(size, f"mp4 {kind.decode()} box")
+            if kind == b"moof":
+                moofs.append((start, data))
+            else:
+                moov, moov_at = data, start
+            continue
+        if kind == b"mdat" and not mdat_head[1]:
+            reader.seek(start + header_size)
+            mdat_head = (start + header_size, reader.read(min(size - header_size, MDAT_HEAD)))
+        reader.seek(start + size)
     if not moov:
         raise NoIndex("no moov box in mp4")
-    return header, moov
+    return _TopLevel(header, moov, moov_at, mdat_head, moofs)
 
 
-def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
-    """The movie timescale and, per ``trak``, the payloads of its leaf boxes."""
-    movie_timescale = 0
-    tracks: list[dict[bytes, bytes]] = []
+class _Track(NamedTuple):
+    leaves: dict[bytes, bytes]  # payload of the first box of each kind inside the trak
+    start: int  # offsets of the trak box in moov
+    end: int
+
+
+class _Moov(NamedTuple):
+    timescale: int  # the movie timescale (mvhd)
+    tracks: list[_Track]
+    #: (offset in moov, value) of every ``iTunSMPB`` tag, in file order.
+    gapless_tags: list[tuple[int, bytes]]
+    #: Fragment defaults (``mvex/trex``) by track ID.
+    trex: dict[int, Defaults]
+
+
+def _walk_moov(moov: bytes) -> _Moov:
+    """The movie timescale, every ``trak``'s leaf boxes and the ``iTunSMPB``
+    tags, with where they sit (FFmpeg gives a tag to the track before it)."""
+    result = _Moov(0, [], [], {})
+    timescale = 0
 
     def walk(start: int, end: int, into: dict[bytes, bytes] | None, depth: int) -> None:
-        nonlocal movie_timescale
+        nonlocal timescale
         if depth > MAX_DEPTH:
             raise NoIndex("mp4 boxes nested too deep")
         at = start
@@ -142,19 +206,56 @@ def _tracks(moov: bytes) -> tuple[int, list[dict[bytes, bytes]]]:
             box = _box_header(moov, at, end)
             if box.kind == b"trak":
                 leaves: dict[bytes, bytes] = {}
-                tracks.append(leaves)
+                result.tracks.append(_Track(leaves, box.start, box.end))
                 walk(box.body, box.end, leaves, depth + 1)
             elif box.kind in _CONTAINERS:
                 walk(box.body, box.end, into, depth + 1)
+            elif box.kind in _TAGS:
+                start = _meta_children(moov, box) if box.kind == b"meta" else box.body
+                # Broken tags (or QuickTime's zero terminator): the audio is fine.
+                with contextlib.suppress(NoIndex):
+                    walk(start, box.end, None, depth + 1)
+            elif box.kind == b"----":
+                value = _custom_tag(moov, box, b"iTunSMPB")
+                if value is not None:
+                    result.gapless_tags.append((box.start, value))
             elif box.kind == b"mvhd":
-                movie_timescale = _timescale(moov[box.body : box.end])
+                timescale = _timescale(moov[box.body : box.end])
+            elif box.kind == b"mvex":
+                walk(box.body, box.end, None, depth + 1)
+            elif box.kind == b"trex" and box.end - box.body >= 24:
+                track_id, _, duration, size = struct.unpack_from(">4I", moov, box.body + 4)
+                result.trex[track_id] = Defaults(duration, size)
             elif into is not None:
                 into.setdefault(box.kind, moov[box.body : box.end])
             at = box.end
 
     top = _box_header(moov, 0, len(moov))
     walk(top.body, top.end, None, 1)
-    return movie_timescale, tracks
+    return result._replace(timescale=timescale)
+
+
+def _meta_children(moov: bytes, box: _Box) -> int:
+    """Where a ``meta`` box's children start: after a full-box header (ISO)
+    or right away (QuickTime); like FFmpeg, found by looking for ``hdlr``."""
+    for at in range(box.body, box.end - 7, 4):
+        if moov[at + 4 : at + 8] == b"hdlr":
+            return at
+    return box.end
+
+
+def _custom_tag(moov: bytes, box: _Box, name: bytes) -> bytes | None:
+    """The value of a ``----`` (mean/name/data) tag called ``name``, else None."""
+    fields: dict[bytes, bytes] = {}
+    at = box.body
+    while at < box.end:
+        child = _box_header(moov, at, box.end)
+        skip = 8 if child.kind == b"data" else 4  # data: type and locale; else version/flags
+        fields[child.kind] = moov[child.body + skip : child.end]
+        at = child.end
+    if fields.get(b"name") != name or not fields.get(b"mean"):
+        return None
+    return fields.get(b"data")
 
 
 def _timescale(full_box: bytes) -> int:
@@ -165,9 +266,10 @@ def _timescale(full_box: bytes) -> int:
     return struct.unpack_from(">I", full_box, offset)[0]
 
 
-def _audio_track(tracks: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+def _audio_track(tracks: list[_Track]) -> _Track:
+    """The first sound track, FFmpeg's first audio stream (wherever it sits)."""
     for track in tracks:
-        handler = track.get(b"hdlr", b"")
+        handler = track.leaves.get(b"hdlr", b"")
         if handler[8:12] == b"soun":
             return track
     raise NoIndex("no audio track in mp4")
@@ -177,6 +279,7 @@ class _Entry(NamedTuple):
     codec: str
     channels: int
     sample_rate: int
+    config: bytes = b""  # the decoder's extradata (AAC: AudioSpecificConfig)
 
 
 def _sample_entry(stsd: bytes) -> _Entry:
@@ -189,21 +292,56 @@ def _sample_entry(stsd: bytes) -> _Entry:
     channels = struct.unpack_from(">H", entry, 24)[0]
     sample_rate = struct.unpack_from(">I", entry, 32)[0] >> 16
     if fourcc == b"mp4a":
-        object_type = _esds_object_type(entry)
+        object_type, config = _esds(entry)
         if object_type not in _OBJECT_TYPES:
             raise NoIndex(f"unsupported codec in mp4: mp4a object type 0x{object_type:02x}")
-        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate)
+        channels = _aac_channels(config) or channels
+        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate, config)
+    if fourcc == b"alac":
+        channels = _alac_channels(entry) or channels
     if fourcc in _CODECS:
         return _Entry(_CODECS[fourcc], channels, sample_rate)
     raise NoIndex(f"unsupported codec in mp4: {fourcc.decode('latin-1')!r}")
 
 
-def _esds_object_type(entry: bytes) -> int:
-    """The DecoderConfigDescriptor's object type in an ``mp4a`` entry's ``esds``."""
+def _aac_channels(config: bytes) -> int:
+    """The channel count an AudioSpecificConfig states (0: left to a program
+    config element), which FFmpeg's decoder follows over the sample entry's;
+    parametric stereo (object type 29) outputs two."""
+    value, total = int.from_bytes(config[:8], "big"), 8 * len(config[:8])
+    at = 0
+
+    def bits(n: int) -> int:
+        nonlocal at
+        at += n
+        return (value >> (total - at)) & ((1 << n) - 1) if at <= total else -1
+
+    object_type = bits(5)
+    if object_type == 31:
+        object_type = 32 + bits(6)
+    if bits(4) == 15:
+        bits(24)
+    layout = bits(4)
+    if object_type == 29 and layout == 1:
+        return 2
+    return (0, 1, 2, 3, 4, 5, 6, 8)[layout] if 0 <= layout < 8 else 0
+
+
+def _alac_channels(entry: bytes) -> int:
+    """The channel count of an ``alac`` entry's magic cookie (0 if none),
+    which FFmpeg's decoder follows: the entry's own count may say 2 for mono."""
+    at = entry.find(b"alac", 36)  # the cookie box inside the entry
+    return entry[at + 17] if at > 0 and len(entry) > at + 17 else 0
+
+
+def _esds(entry: bytes) -> tuple[int, bytes]:
+    """The object type and decoder-specific info (AudioSpecificConfig) of an
+    ``mp4a`` entry's ``esds``."""
     at = entry.find(b"esds")
     if at < 4:
         raise NoIndex("mp4a without esds")
     data, i = entry[at + 8 :], 0  # past the box type and full-box header
+    object_type = None
     while i < len(data):
         tag = data[i]
         i += 1
@@ -220,11 +358,16 @@ def _esds_object_type(entry: bytes) -> int:
             i += 3 + (2 if flags & 0x80 else 0) + (2 if flags & 0x20 else 0)
             if flags & 0x40:
                 i += 1 + (data[i] if i < len(data) else 0)
-        elif tag == 0x04:  # DecoderConfigDescriptor
-            return data[i] if i < len(data) else -1
+        elif tag == 0x04 and object_type is None:  # DecoderConfigDescriptor
+            object_type = data[i] if i < len(data) else -1
+            i += 13  # object type, stream type, buffer size, bit rates: then its descriptors
+        elif tag == 0x05 and object_type is not None:  # DecoderSpecificInfo
+            return object_type, data[i : i + length]
         else:
             i += length
-    raise NoIndex("mp4a esds without a decoder config")
+    if object_type is None:
+        raise NoIndex("mp4a esds without a decoder config")
+    return object_type, b""
 
 
 def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
@@ -327,26 +470,187 @@ def _rate_agrees(rate: int, timescale: int) -> bool:
     return high % low == 0 and high // low in (2, 4)
 
 
-def _edit(track: dict[bytes, bytes]) -> tuple[int, int] | None:
-    """(segment duration in the movie timescale, media time) of the first
-    edit that shows media, or None without an edit list."""
+class _Edit(NamedTuple):
+    duration: int  # in the movie timescale
+    media_time: int  # in the media timescale
+    #: The empty edits before it, in the media timescale: FFmpeg's timestamps
+    #: start there (``pts = decode time - media_time + empty``).
+    empty: int
+
+
+def _edit(track: dict[bytes, bytes], movie_timescale: int, timescale: int) -> _Edit | None:
+    """The edit that shows media, or None without an edit list.
+
+    Empty edits (media time -1) before it only shift FFmpeg's timestamps,
+    and after it show nothing: the decode is the same. Several edits with
+    media splice the track, which a single first/last sample cannot say."""
     payload = track.get(b"elst")
-    if payload is None:
+    if payload is None or not movie_timescale:
         return None
     entry = ">u8,>i8,>i4" if payload[:1] == b"\x01" else ">u4,>i4,>i4"
+    shown: list[_Edit] = []
+    empty = 0
     for duration, media_time, _ in _table(payload, entry, "elst").tolist():
-        if media_time >= 0:
-            return duration, media_time
-    return None
+        if media_time == -1:
+            # FFmpeg rescales each edit on its own, rounding half away from zero.
+            empty += (2 * duration * timescale + movie_timescale) // (2 * movie_timescale)
+        else:
+            shown.append(_Edit(duration, media_time, empty))
+    if len(shown) > 1:
+        raise NoIndex("mp4 edit list with several segments")
+    if shown and shown[0].media_time < 0:
+        raise NoIndex("mp4 edit with a negative media time")
+    return shown[0] if shown else None
+
+
+class AudioOnly(NamedTuple):
+    """What a demuxer for the first audio track is given (``audio_only``)."""
+
+    moov: bytes
+    #: Native position of the demuxer's timestamp 0.
+    origin: int
+
+
+def audio_only(moov: bytes) -> AudioOnly:
+    """The ``moov`` with every other ``trak`` renamed ``free``: FFmpeg then
+    neither reads their packets while it probes the streams on open (a
+    video track's, megabytes) nor the chapter track's samples (titles).
+    Timestamps count from the edit's media time less the empty edits
+    before it (0 without an edit list), in native units."""
+    movie = _walk_moov(moov)
+    audio = _audio_track(movie.tracks)
+    edited = bytearray(moov)
+    for track in movie.tracks:
+        if track is not audio:
+            edited[track.start + 4 : track.start + 8] = b"free"
+    track = audio.leaves
+    edit = _edit(track, movie.timescale, _timescale(track.get(b"mdhd", b"")))
+    origin = edit.media_time - edit.empty if edit else 0
+    return AudioOnly(bytes(edited), origin)
+
+
+#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
+_SMPB = re.compile(rb"\s*[-+]?(?:0[xX])?[0-9A-Fa-f]+" + rb"\s*([-+]?(?:0[xX])?[0-9A-Fa-f]+)" * 3)
+
+
+def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
+    """FFmpeg's AAC priming from ``iTunSMPB`` tags (0: none).
+
+    FFmpeg gives a tag to the track read last before it: a tag in the
+    movie's ``udta`` goes to the last track, one in a track's own ``udta``
+    to that track, where the track's edit list, applied when the track
+    ends, resets it. The last tag with a priming in range wins."""
+    priming = 0
+    for offset, value in moov.gapless_tags:
+        owner = [t for t in moov.tracks if t.start < offset][-1:]
+        if owner != [track] or (has_edit and offset < track.end):
+            continue
+        scanned = _SMPB.match(value.split(b"\0")[0])
+        if scanned is not None:
+            number = min(int(scanned.group(1), 16) % (1 << 64), (1 << 64) - 1) & 0xFFFFFFFF
+            if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
+                priming = number
+    return priming
+
+
+def _samples(
+    audio: _Track, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every sample's offset and size, and decode times (one more: the end):
+    those of ``moov``'s tables, then those of the fragments."""
+    track = audio.leaves
+    if not moofs:
+        offsets, sizes = sample_offsets(track, length)
+        return offsets, sizes, decode_times(track, len(sizes))
+    if b"elst" in track:
+        raise NoIndex("fragmented mp4 with an edit list")
+    if _sizes(track, length).size:
+        offsets, sizes = sample_offsets(track, length)
+        times = decode_times(track, len(sizes))
+    else:
+        offsets = sizes = np.zeros(0, np.int64)
+        times = np.zeros(1, np.int64)
+    track_id = _track_id(audio)
+    defaults = movie.trex.get(track_id, Defaults(0, 0))
+    fragments = fragment_samples(moofs, track_id, defaults, int(times[-1]), length)
+    return (
+        np.concatenate([offsets, fragments.offsets]),
+        np.concatenate([sizes, fragments.sizes]),
+        np.concatenate([times[:-1], fragments.times]),
+    )
+
+
+def _track_id(track: _Track) -> int:
+    tkhd = track.leaves.get(b"tkhd", b"")
+    at = 20 if tkhd[:1] == b"\x01" else 12
+    return struct.unpack_from(">I", tkhd, at)[0] if len(tkhd) >= at + 4 else -1
+
+
+def _check_composition_offsets(track: dict[bytes, bytes]) -> None:
+    """Refuse composition offsets (``ctts``) but on the first sample (as FAAC
+    writes them): FFmpeg's timestamps would then not be decode times."""
+    if b"ctts" not in track:
+        return
+    runs = _table(track[b"ctts"], ">u4,>i4", "ctts")
+    moved = np.flatnonzero(runs["f1"])
+    if len(moved) > 1 or (len(moved) == 1 and (moved[0] != 0 or runs["f0"][0] != 1)):
+        raise NoIndex("mp4 audio with composition offsets")
+
+
+def _first_output(
+    entry: _Entry, head: tuple[int, bytes], offset: int, size: int
+) -> tuple[int, int] | None:
+    """(samples, sample rate) FFmpeg's decoder outputs for the packet at
+    ``offset`` (when ``head`` holds it) fed first to a fresh decoder, as in
+    a full decode; None when that cannot be asked. FAAC's first packet only
+    names the encoder and gives no samples; HE-AAC's gives the SBR rate."""
+    start = offset - head[0]
+    if not entry.config or not 0 <= start <= start + size <= len(head[1]):
+        return None
+    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder.extradata = entry.config
+    try:
+        decoder.open()
+        frames = decoder.decode(av.Packet(head[1][start : start + size]))
+    except (av.FFmpegError, ValueError):
+        return None  # a broken first packet: the decode reports it
+    return sum(f.samples for f in frames), frames[0].sample_rate if frames else 0
+
+
+def _header(boxes: list[_Range], moov_at: int) -> tuple[_Range, ...]:
+    """The header ranges: the top-level boxes' (``ftyp`` and ``moov`` whole),
+    with the gaps between them FFmpeg reads through rather than seeks over
+    (up to ``READ_THROUGH`` bytes: a small ``mdat`` before ``moov``, say)
+    filled in. ``moov`` starts a range of its own, so that a decoder finds it."""
+    ranges = []
+    for offset, size in _merged(boxes, READ_THROUGH):
+        if offset < moov_at < offset + size:
+            ranges += [(offset, moov_at - offset), (moov_at, offset + size - moov_at)]
+        else:
+            ranges.append((offset, size))
+    return tuple(ranges)
+
+
+def _merged(ranges: list[_Range], gap: int = 0) -> list[_Range]:
+    """(offset, length) ranges sorted, with ones less than ``gap`` bytes apart joined."""
+    out: list[_Range] = []
+    for offset, size in sorted(ranges):
+        if out and offset <= out[-1][0] + out[-1][1] + gap:
+            last = out[-1]
+            out[-1] = (last[0], max(last[1], offset + size - last[0]))
+        else:
+            out.append((offset, size))
+    return out
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index the first audio track of an MP4/M4A file; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    header, moov = _top_level(reader)
+    header, moov, moov_at, mdat_head, moofs = _top_level(reader)
     length = reader.pos  # the walk stops at the end of the file
-    movie_timescale, tracks = _tracks(moov)
-    track = _audio_track(tracks)
+    movie = _walk_moov(moov)
+    audio = _audio_track(movie.tracks)
+    track = audio.leaves
     if b"mdhd" not in track or b"stsd" not in track:
         raise NoIndex("mp4 audio track without mdhd/stsd")
     timescale = _timescale(track[b"mdhd"])
@@ -355,8 +659,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     entry = _sample_entry(track[b"stsd"])
     if not _rate_agrees(entry.sample_rate, timescale):
         raise NoIndex("mp4 media timescale is not the sample rate")
-    offsets, sizes = sample_offsets(track, length)
-    times = decode_times(track, len(sizes))
+    offsets, sizes, times = _samples(audio, movie, moofs, length)
     # A truncated file: only the samples that are all there.
     whole = (offsets >= 0) & (offsets + sizes <= length)
     count = int(np.argmin(whole)) if not whole.all() else len(sizes)
@@ -364,18 +667,34 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     times = times[: count + 1]
     if not len(sizes):
         raise NoIndex("mp4 audio track without samples")
-    first_sample, delay, shown = 0, 0, len(sizes)
-    edit = _edit(track)
-    if edit is not None and movie_timescale:
-        duration, delay = edit
-        first_sample = delay
+    first_sample, shown = 0, len(sizes)
+    edit = _edit(track, movie.timescale, timescale)
+    if edit is not None:
+        first_sample = edit.media_time
         # FFmpeg drops the packets that start after the edit ends but does
         # not cut into the last one it keeps.
-        edit_end = min(delay + round(duration * timescale / movie_timescale), int(times[-1]))
-        shown = max(1, int(np.searchsorted(times[:-1], edit_end, side="left")))
+        edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
+        shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+    _check_composition_offsets(track)
+    first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
+    if first is not None and first[1] and first[1] != timescale:
+        # Positions count in the timescale: an index would misplace every
+        # crop (an LC track timed at twice its rate, HE-AAC timed at the core's).
+        raise NoIndex("mp4 media timescale is not the sample rate")
+    # FAAC's first packet only names the encoder: it decodes to nothing.
+    silent = int(times[1]) if first is not None and not first[0] else 0
+    first_sample = max(first_sample, silent)
+    priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
+    if priming:
+        # FFmpeg skips the priming from the samples the first packet it keeps
+        # decodes to, which is the first unless the edit starts more than a
+        # second in.
+        if first_sample > timescale:
+            raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
+        first_sample = max(first_sample, silent + priming)
     end = int(times[shown])
-    if entry.codec == "aac":
-        # An AAC decoder outputs a whole frame for the last packet, whatever
+    if entry.codec in _FIXED_FRAMES:
+        # Such a decoder outputs a whole frame for the last packet, whatever
         # duration stts gives it.
         end = int(times[shown - 1] + (times[1] - times[0]))
     num_samples = max(0, end - first_sample)
@@ -390,8 +709,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         timescale=timescale,
         first_sample=first_sample,
         num_samples=num_samples,
-        encoder_delay=delay,
-        header=tuple(header),
+        encoder_delay=edit.media_time if edit else 0,
+        header=_header(header, moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],

@@ -1,0 +1,442 @@
+"""MP4 files as the wild makes them, cropped against FFmpeg's full decode.
+
+What FFmpeg does, and so what a crop must equal (the full decode):
+
+- no edit list (FAAC, Nero, ``use_editlist=0``): nothing is trimmed, the
+  encoder's priming is in the decode;
+- an ``iTunSMPB`` tag (``----`` in ``ilst``): FFmpeg skips its priming from
+  the first packet, for AAC only, when the tag lands on the audio track: a
+  movie-level tag goes to the track read last (a chapter track after the
+  audio takes it, and the audio keeps its edit list's trimming); a tag inside
+  the audio track is reset by the track's own edit list. With an edit list as
+  well, the decode starts at the larger of priming and media time;
+- empty edits before the media edit only shift FFmpeg's timestamps;
+- a first packet that decodes to nothing (FAAC's, naming the encoder):
+  the decode starts with the second;
+- chapter tracks (text, named by ``tref/chap``), cover art and video: the
+  demuxer is shown the audio track only, so it reads none of their bytes;
+- AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame;
+- fragmented files (``moof``, FFmpeg's ``frag_keyframe+empty_moov`` or
+  ``+dash``): no edit list, nothing trimmed; on open FFmpeg reads every
+  ``moof`` (and reads through the short ``mdat`` between them), and past
+  the last packet it reads the ``mfra`` looking for another fragment.
+
+Each file is packed and indexed, then ~25 crops (the first and last samples
+among them) must equal the full decode: AAC and AMR within 1e-4, ALAC bit
+for bit, with no fallback and no read outside the plan.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import struct
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamer import open_dataset
+from streamer.formats.frames import frame_to_float32
+from streamer.synth import signal
+from streamer.write.pack import pack
+
+SECONDS = 2.0
+TOLERANCE = 1e-4
+PRIMING = 2112  # iTunes' and Nero's AAC priming
+CHAPTERS = [
+    {
+        "id": i + 1,
+        "start": i,
+        "end": i + 1,
+        "time_base": Fraction(1),
+        "metadata": {"title": f"c{i}"},
+    }
+    for i in range(3)
+]
+
+
+def _mux(
+    codec: str = "aac",
+    rate: int = 44100,
+    channels: int = 2,
+    form: str = "ipod",
+    options: dict[str, str] | None = None,
+    chapters: bool = False,
+    video: str | None = None,
+) -> bytes:
+    """An AAC/ALAC/AMR track through PyAV's muxer, with an optional video
+    track before (``video="first"``) or after it (``"after"``: cover art)."""
+    encoder, fmt, size = {
+        "aac": ("aac", "fltp", 1024),
+        "alac": ("alac", "s16p", 4096),
+        "amrnb": ("libopencore_amrnb", "s16", 160),
+    }[codec]
+    samples = signal(SECONDS, rate, channels, seed=7)
+    layout = {1: "mono", 2: "stereo"}[channels]
+    out = io.BytesIO()
+    with av.open(out, "w", format=form, options=options or {}) as muxer:
+        picture = _video_stream(muxer) if video == "first" else None
+        stream = muxer.add_stream(
+            encoder, rate=rate, options={"aac_pns": "0"} if codec == "aac" else {}
+        )
+        stream.layout = layout
+        if video == "after":
+            picture = _video_stream(muxer)
+        if chapters:
+            muxer.set_chapters(CHAPTERS)
+        for start in range(0, samples.shape[1], size):
+            for packet in stream.encode(
+                _frame(samples[:, start : start + size], fmt, layout, rate, start)
+            ):
+                muxer.mux(packet)
+        for packet in stream.encode(None):
+            muxer.mux(packet)
+        if picture is not None:
+            image = av.VideoFrame.from_ndarray(np.zeros((32, 32, 3), np.uint8), format="rgb24")
+            for packet in picture.encode(image.reformat(format=picture.pix_fmt)):
+                muxer.mux(packet)
+            for packet in picture.encode(None):
+                muxer.mux(packet)
+    return out.getvalue()
+
+
+def _video_stream(muxer: av.container.OutputContainer) -> av.VideoStream:
+    stream = muxer.add_stream("mjpeg", rate=1)
+    stream.width = stream.height = 32
+    stream.pix_fmt = "yuvj420p"
+    return stream
+
+
+def _frame(block: np.ndarray, fmt: str, layout: str, rate: int, pts: int) -> av.AudioFrame:
+    if fmt.startswith("s16"):
+        block = (np.clip(block, -1, 1) * 32767).round().astype(np.int16)
+        if fmt == "s16":
+            block = block.T.reshape(1, -1)
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block), format=fmt, layout=layout)
+    frame.sample_rate, frame.pts, frame.time_base = rate, pts, Fraction(1, rate)
+    return frame
+
+
+# --- byte-level edits (moov after mdat, so nothing moves but moov's sizes) ---
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I4s", 8 + len(payload), kind) + payload
+
+
+def _path(data: bytes, kinds: list[bytes]) -> list[int]:
+    """Offsets of the first box of each kind along ``kinds`` (moov, trak, ...)."""
+    found, at, end = [], 0, len(data)
+    for kind in kinds:
+        while struct.unpack_from(">4s", data, at + 4)[0] != kind:
+            at += struct.unpack_from(">I", data, at)[0]
+            assert at < end, kind
+        found.append(at)
+        end, at = at + struct.unpack_from(">I", data, at)[0], at + 8
+    return found
+
+
+def _splice(data: bytes, kinds: list[bytes], new: bytes, replace: bool) -> bytes:
+    """Replace the box at ``kinds`` with ``new``, or append ``new`` inside it;
+    every enclosing box grows to fit."""
+    boxes = _path(data, kinds)
+    at = boxes[-1]
+    size = struct.unpack_from(">I", data, at)[0]
+    if replace:
+        out, grown = bytearray(data[:at] + new + data[at + size :]), boxes[:-1]
+    else:
+        out, grown = bytearray(data[: at + size] + new + data[at + size :]), boxes
+    for parent in grown:
+        struct.pack_into(
+            ">I",
+            out,
+            parent,
+            struct.unpack_from(">I", out, parent)[0] + len(new) - (size if replace else 0),
+        )
+    return bytes(out)
+
+
+def _elst(*entries: tuple[int, int]) -> bytes:
+    """An edit list of (duration in the movie timescale, media time) entries."""
+    body = struct.pack(">II", 0, len(entries))
+    return _box(b"elst", body + b"".join(struct.pack(">IiI", d, t, 1 << 16) for d, t in entries))
+
+
+def _edit(data: bytes) -> tuple[int, int]:
+    at = _path(data, [b"moov", b"trak", b"edts", b"elst"])[-1]
+    return struct.unpack_from(">Ii", data, at + 16)
+
+
+def _smpb_value(priming: int) -> bytes:
+    return (
+        f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
+    ).encode()
+
+
+def _smpb(value: bytes) -> bytes:
+    """A ``udta/meta/ilst/----`` iTunSMPB tag as iTunes writes it."""
+    tag = _box(
+        b"----",
+        _box(b"mean", bytes(4) + b"com.apple.iTunes")
+        + _box(b"name", bytes(4) + b"iTunSMPB")
+        + _box(b"data", struct.pack(">II", 1, 0) + value),
+    )
+    handler = _box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9))
+    return _box(b"udta", _box(b"meta", bytes(4) + handler + _box(b"ilst", tag)))
+
+
+def _with_smpb(
+    data: bytes, inside_track: bool = False, value: bytes = _smpb_value(PRIMING)
+) -> bytes:
+    return _splice(data, [b"moov", b"trak"] if inside_track else [b"moov"], _smpb(value), False)
+
+
+def _empty_edit(data: bytes) -> bytes:
+    duration, media_time = _edit(data)
+    return _splice(
+        data, [b"moov", b"trak", b"edts", b"elst"], _elst((700, -1), (duration, media_time)), True
+    )
+
+
+def _late_edit(data: bytes) -> bytes:
+    """Starts mid-packet (2112) and ends a second early: FFmpeg trims both."""
+    duration, _ = _edit(data)
+    return _splice(
+        data, [b"moov", b"trak", b"edts", b"elst"], _elst((duration - 1000, PRIMING)), True
+    )
+
+
+def _two_edits(data: bytes) -> bytes:
+    return _splice(
+        data, [b"moov", b"trak", b"edts", b"elst"], _elst((500, 1024), (1000, 44100)), True
+    )
+
+
+def _encoder_name_first(data: bytes) -> bytes:
+    """The first packet rewritten, same size, as FAAC writes it: a fill
+    element (the encoder's name) and nothing else, which decodes to nothing."""
+    with av.open(io.BytesIO(data)) as container:
+        first = next(p for p in container.demux(container.streams.audio[0]) if p.size)
+        at, size = first.pos, first.size
+    bits, room = "", 8 * size - 3  # fill elements (id 6), then END (id 7)
+    while room >= 7:
+        count = min(269, (room - 15) // 8) if room >= 15 + 8 * 15 else min(14, (room - 7) // 8)
+        escape = f"{15:04b}{count - 14:08b}" if count >= 15 else f"{count:04b}"
+        element = f"{6:03b}{escape}" + "0" * 8 * count
+        bits, room = bits + element, room - len(element)
+    bits += f"{7:03b}" + "0" * room
+    return data[:at] + int(bits, 2).to_bytes(size, "big") + data[at + size :]
+
+
+def _timed_at_twice_the_rate(data: bytes) -> bytes:
+    """The media timescale and every stts duration doubled (no edit list):
+    FFmpeg still decodes at the sample rate."""
+    out = bytearray(data)
+    mdhd = _path(data, [b"moov", b"trak", b"mdia", b"mdhd"])[-1]
+    struct.pack_into(">I", out, mdhd + 20, 2 * struct.unpack_from(">I", data, mdhd + 20)[0])
+    stts = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"])[-1]
+    for i in range(struct.unpack_from(">I", data, stts + 12)[0]):
+        at = stts + 20 + 8 * i
+        struct.pack_into(">I", out, at, 2 * struct.unpack_from(">I", data, at)[0])
+    return bytes(out)
+
+
+NO_EDIT = {"use_editlist": "0"}
+#: Fragments of half a second (FFmpeg writes an mfra index at the end).
+FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
+
+#: key -> how to make the file.
+FILES: dict[str, Callable[[], bytes]] = {
+    "no-edit-list.m4a": lambda: _mux(options=NO_EDIT),
+    "alac-no-edit-list.m4a": lambda: _mux("alac", 48000, 1, options=NO_EDIT),
+    "smpb-no-edit-list.m4a": lambda: _with_smpb(_mux(options=NO_EDIT)),
+    "smpb-and-edit.m4a": lambda: _with_smpb(_mux()),
+    "smpb-in-track-with-edit.m4a": lambda: _with_smpb(_mux(), inside_track=True),
+    "smpb-in-track.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), inside_track=True),
+    # FFmpeg takes a priming in (0, 16384) only, scanned as hex numbers.
+    "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
+    "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
+    "encoder-name-first.m4a": lambda: _encoder_name_first(_mux(options=NO_EDIT)),
+    # A tag box claiming more bytes than its parent holds: tags are skipped, not the file.
+    "broken-tags.m4a": lambda: _splice(
+        _mux(), [b"moov"], _box(b"udta", struct.pack(">I4s", 9999, b"ilst")), False
+    ),
+    "chapters.m4b": lambda: _mux(chapters=True),
+    "chapters-mp4.mp4": lambda: _mux(form="mp4", chapters=True),
+    "chapters-then-smpb.m4b": lambda: _with_smpb(_mux(chapters=True)),
+    "cover-track.mp4": lambda: _mux(form="mp4", video="after"),
+    "video-first.mp4": lambda: _mux(form="mp4", video="first"),
+    "empty-edit.m4a": lambda: _empty_edit(_mux()),
+    "late-edit.m4a": lambda: _late_edit(_mux()),
+    "mono-22k.m4a": lambda: _mux(rate=22050, channels=1),
+    "amr.3gp": lambda: _mux("amrnb", 8000, 1, form="3gp"),
+    "fragmented.mp4": lambda: _mux(form="mp4", options=FRAGMENTS),
+    "fragmented-dash.mp4": lambda: _mux(form="mp4", options={**FRAGMENTS, "movflags": "+dash"}),
+    "fragmented-alac.mp4": lambda: _mux("alac", 44100, 1, form="mp4", options=FRAGMENTS),
+}
+LOSSLESS = {"alac-no-edit-list.m4a"}
+#: Where FFmpeg's decode starts on the native timeline (the index's first_sample).
+FIRST_SAMPLE = {
+    "no-edit-list.m4a": 0,
+    "smpb-no-edit-list.m4a": PRIMING,
+    "smpb-and-edit.m4a": PRIMING,
+    "smpb-in-track-with-edit.m4a": 1024,
+    "smpb-in-track.m4a": PRIMING,
+    "chapters-then-smpb.m4b": 1024,
+    "smpb-out-of-range.m4a": 0,
+    "encoder-name-first.m4a": 1024,
+    "smpb-garbage.m4a": 0,
+    "empty-edit.m4a": 1024,
+    "late-edit.m4a": PRIMING,
+}
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("mp4-wild-src")
+    for name, make in FILES.items():
+        try:
+            (src / name).write_bytes(make())
+        except (av.FFmpegError, ValueError):  # no AMR encoder in this FFmpeg
+            continue
+    out = tmp_path_factory.mktemp("mp4-wild") / "dataset"
+    pack(src, out, progress=False)
+    return out
+
+
+def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        frames = [frame_to_float32(f) for f in container.decode(stream)]
+        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
+
+
+def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
+    rng = random.Random(seed)
+    spans = [
+        (0.0, 0.2),
+        (0.0, duration),
+        (0.001, 1.3),
+        (duration - 0.7, duration),
+        (duration - 0.01, duration),
+    ]
+    for _ in range(20):
+        start = rng.uniform(0, duration - 0.1)
+        spans.append((start, min(start + rng.uniform(0.02, 2.0), duration)))
+    return spans
+
+
+def _key(name: str) -> str:
+    return name.rsplit(".", 1)[0]
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
+    dataset = open_dataset(dataset_dir)
+    key = _key(name)
+    if key not in dataset:
+        pytest.skip("no AMR encoder (libopencore_amrnb) in this FFmpeg")
+    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    index = dataset.seek_index(key)
+    assert index.ok, index.reason
+    assert index.first_sample == FIRST_SAMPLE.get(name, index.first_sample)
+    assert index.num_samples * rate == full.shape[1] * index.timescale
+    for start, end in _crops(full.shape[1] / rate, name):
+        got = dataset.read_crop(key, start, end)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert got.shape == want.shape, (name, start, end)
+        if name in LOSSLESS:
+            np.testing.assert_array_equal(got, want)
+        else:
+            error = float(np.abs(got - want).max()) if got.size else 0.0
+            assert error <= TOLERANCE, f"{name} [{start:.3f}, {end:.3f}): {error:.2e}"
+    stats = dataset.decode_stats
+    assert stats.fallback == 0 and stats.unplanned_reads == 0 and stats.bad_packets == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: _two_edits(_mux()), "mp4 edit list with several segments"),
+        (
+            lambda: _timed_at_twice_the_rate(_mux(options=NO_EDIT)),
+            "mp4 media timescale is not the sample rate",
+        ),
+        (
+            lambda: _splice(
+                _mux(form="mp4", options=FRAGMENTS),
+                [b"moov", b"trak"],
+                _box(b"edts", _elst((500, 0))),
+                False,
+            ),
+            "fragmented mp4 with an edit list",
+        ),
+    ],
+)
+def test_what_is_not_indexed_says_why(make: Callable[[], bytes], reason: str) -> None:
+    from streamer.formats import extract
+
+    index = extract(io.BytesIO(make()))
+    assert not index.ok and reason in index.reason
+
+
+def test_a_lying_fragment_is_refused_without_allocating() -> None:
+    from streamer.formats import extract
+
+    data = bytearray(_mux(form="mp4", options=FRAGMENTS))
+    trun = data.find(b"trun") - 4
+    struct.pack_into(">I", data, trun + 12, 1 << 31)  # sample count
+    index = extract(io.BytesIO(bytes(data)))
+    assert not index.ok and index.reason == "truncated mp4 trun"
+
+
+#: What a corpus file may be refused for (the full-decode path serves it).
+KNOWN_REFUSALS = ("fragmented mp4 with an edit list", "unsupported codec", "truncated mp4")
+
+
+@pytest.mark.slow
+def test_corpus_files(tmp_path: Path) -> None:
+    """Real files under ``$STREAMER_CORPUS`` (e.g. /work/corpus): every one
+    FFmpeg decodes is indexed, or refused for a known reason, and crops
+    exactly with no fallback and no read outside the plan."""
+    root = os.environ.get("STREAMER_CORPUS")
+    if not root or not os.path.isdir(root):
+        pytest.skip("STREAMER_CORPUS is not set")
+    src = tmp_path / "src"
+    for path in sorted(Path(root).rglob("*")):
+        if path.suffix.lower() not in {".m4a", ".m4b", ".mp4", ".3gp", ".3g2", ".mov"}:
+            continue
+        try:
+            full, _ = _full_decode(path.read_bytes())
+        except (av.FFmpegError, ValueError, IndexError):
+            continue  # not a file FFmpeg decodes: nothing to equal
+        if full.shape[1]:
+            name = str(path.relative_to(root)).replace(".", "_") + path.suffix
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).write_bytes(path.read_bytes())
+    pack(src, tmp_path / "dataset", progress=False)
+    dataset = open_dataset(tmp_path / "dataset")
+    checked = []
+    for path in sorted(src.rglob("*.*")):
+        key = str(path.relative_to(src)).rsplit(".", 1)[0]
+        index = dataset.seek_index(key)
+        if not index.ok:
+            assert index.reason.startswith(KNOWN_REFUSALS), (key, index.reason)
+            continue
+        checked.append(key)
+        full, rate = _full_decode(path.read_bytes())
+        duration = full.shape[1] / rate
+        for start, end in _crops(duration, key) if duration > 0.2 else [(0.0, duration)]:
+            got = dataset.read_crop(key, start, end)
+            want = full[:, round(start * rate) : round(end * rate)]
+            assert got.shape == want.shape, (key, start, end)
+            error = float(np.abs(got - want).max()) if got.size else 0.0
+            assert error <= TOLERANCE, f"{key} [{start:.3f}, {end:.3f}): {error:.2e}"
+    stats = dataset.decode_stats
+    assert stats.fallback == 0 and stats.unplanned_reads == 0 and stats.bad_packets == 0
+    assert checked, "no corpus file was indexed"
