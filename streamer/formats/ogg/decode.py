@@ -28,7 +28,8 @@ from ...index.table import SeekIndex
 from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_packets
-from .pages import CONTINUED, EOS, Damage, Page, checked_pages
+from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
+from .parse import packet_durations
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
@@ -41,8 +42,9 @@ PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5}
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:
     """Each page of ``data`` with the packets completed on it, and each run
     of damaged bytes (with none). A packet continued past the end of
-    ``data``, or into or out of damaged bytes, is dropped."""
-    partial: bytes | None = b""  # None: dropping the rest of a packet whose start was lost
+    ``data``, from before its start (the piece of a header that may open
+    the first audio page), or into or out of damaged bytes, is dropped."""
+    partial: bytes | None = None  # None: dropping the rest of a packet whose start was lost
     for page in checked_pages(data):
         if isinstance(page, Damage):
             partial = None
@@ -63,15 +65,24 @@ def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, l
 
 @dataclass
 class _Run:
-    """Packets between damaged bytes, the decoded samples and where they go."""
+    """Packets between damaged bytes or link starts, the decoded samples and
+    where they go."""
 
     #: Each packet and the page it closes, if it is the last one completed there.
     packets: list[tuple[av.Packet, Page | None]] = field(default_factory=list)
     #: Whether damaged bytes came right before it.
     after_damage: bool = False
+    #: Whether it opens a chained link met in the data: its output follows
+    #: the run before's, from a decoder that carries on as FFmpeg's does.
+    opens_link: bool = False
+    #: Samples the full decode drops from its start (a later Opus link's pre-skip).
+    skip: int = 0
+    #: The link's last granule position, when the run reaches the link's end
+    #: (FFmpeg trims the link's output there).
+    link_end: int | None = None
     pieces: list[np.ndarray] = field(default_factory=list)
-    #: Native position of the first decoded sample, from a granule (None: no page tells).
-    start: int | None = None
+    #: Granule position of the first decoded sample (None: no page tells).
+    raw_start: int | None = None
 
 
 def _xiph_extradata(headers: list[bytes]) -> bytes:
@@ -84,8 +95,9 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
+    (link_at, link_header), *before = fetched.pieces[:-1]
     headers: list[bytes] = []
-    for page, done in packets_by_page(fetched.header):
+    for page, done in packets_by_page(link_header):
         if isinstance(page, Damage):
             raise context.error("an Ogg header page fails its CRC")
         headers += done
@@ -95,32 +107,101 @@ def decode(
     else:
         decoder.extradata = headers[0]
     runs = _runs(fetched.data, plan, context)
-    for number, run in enumerate(runs):
-        if number:
+    for run in runs:
+        if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
         _decode_run(decoder, run, index.channels, context)
+    base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     until = to_native(index, plan.last) if lost_end else None
-    start, samples = _place(runs, plan.start_native, until, index.channels)
+    start, samples = _place(runs, base, counted, plan.start_native, until, index.channels)
     if start is None:
         raise context.error("no Ogg page to place the decoded samples by")
     return samples, to_gapless(index, start)
 
 
+def _anchors(
+    index: SeekIndex,
+    plan: CropPlan,
+    link_at: int,
+    before: list[tuple[int, memoryview]],
+    headers: list[bytes],
+    runs: list[_Run],
+    context: DecodeContext,
+) -> tuple[int | None, int | None]:
+    """Where the decode starts on the native timeline, as far as the plan
+    tells: (native minus granule position in the first link, or None when
+    unknown; native position of the first decoded sample when the data
+    starts at the link's first packet, else None).
+
+    The first link's granule positions are native ones. For a later link
+    of a chain the plan brings the pages between the previous seek point and
+    its own (``before``): their last granule position is where the planned
+    data starts (``plan.start_native``). Without them the data starts at the
+    link's first packet, whose output begins after the pre-skip (Opus) or
+    the first packet (Vorbis, which only primes).
+    """
+    first_link = link_at == index.header[0][0]
+    base = None
+    if first_link:
+        base = 0
+    elif before:
+        granules = [
+            page.granule
+            for page in checked_pages(before[0][1])
+            if isinstance(page, Page) and page.granule >= 0
+        ]
+        if not granules:
+            raise context.error("no Ogg granule position before the planned data")
+        base = plan.start_native - granules[-1]
+    counted = None
+    if (plan.point == 0 or (not first_link and not before)) and runs and runs[0].packets:
+        if index.codec == "opus":
+            offset = int.from_bytes(headers[0][10:12], "little")
+        else:
+            packet = bytes(runs[0].packets[0][0])
+            offset = packet_durations(headers[:3]).next(packet[:2])
+        counted = plan.start_native + offset
+    return base, counted
+
+
 def _runs(data: memoryview, plan: CropPlan, context: DecodeContext) -> list[_Run]:
-    """The packets of ``data`` in runs split by damaged bytes (each counted)."""
+    """The packets of ``data`` in runs split by damaged bytes (each counted)
+    and by the links of a chain."""
     runs = [_Run()]
-    for page, done in packets_by_page(data):
+    granule = None  # the current link's last granule position
+    for number, (page, done) in enumerate(packets_by_page(data)):
         if isinstance(page, Damage):
             context.bad_packet(
                 "bytes that are not an Ogg page with a valid CRC", plan.data[0] + page.offset
             )
             runs.append(_Run(after_damage=True))
-        elif done:
+            continue
+        if page.flags & BOS and number:
+            runs[-1].link_end = granule
+            head = done[0] if done else b""
+            skip = int.from_bytes(head[10:12], "little") if head.startswith(b"OpusHead") else 0
+            runs.append(_Run(opens_link=True, skip=skip))
+            granule = None
+        if page.granule >= 0:
+            granule = page.granule
+        if page.flags & EOS:
+            runs[-1].link_end = granule
+        if done := [packet for packet in done if not _is_header(packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]
+
+
+def _is_header(packet: bytes) -> bool:
+    """Whether a packet is a header, not audio: headers may share the first
+    audio page, and a chain's later links bring theirs. Vorbis headers start
+    with an odd byte and "vorbis" (audio packets with an even byte); an Opus
+    packet cannot start with "Opus" (a TOC asking for 48 frames of 20 ms)."""
+    return (packet[:1] in (b"\x01", b"\x03", b"\x05") and packet[1:7] == b"vorbis") or (
+        packet.startswith(b"Opus")
+    )
 
 
 def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: DecodeContext) -> None:
@@ -132,29 +213,57 @@ def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: Dec
         run.pieces.append(samples)
         produced += samples.shape[1]
         page = run.packets[number][1]
-        if run.start is None and page is not None and not page.flags & EOS and page.granule >= 0:
-            run.start = page.granule - produced
+        if (
+            run.raw_start is None
+            and page is not None
+            and not page.flags & EOS
+            and page.granule >= 0
+        ):
+            run.raw_start = page.granule - produced
 
 
 def _place(
-    runs: list[_Run], origin: int, until: int | None, channels: int
+    runs: list[_Run],
+    base: int | None,
+    counted: int | None,
+    origin: int,
+    until: int | None,
+    channels: int,
 ) -> tuple[int | None, np.ndarray]:
     """The runs' samples on one native timeline, silence where bytes were
-    lost: (native position of the first sample, samples). A run no granule
-    places follows the run before it; before any run is placed it is lost.
-    Damage before the first placed run is silence from ``origin`` (where the
-    planned bytes start); ``until``: silence after the last run up to there."""
+    lost: (native position of the first sample, samples).
+
+    A run is placed by its granule position plus its link's ``base``; the
+    first one, when nothing else tells, at ``counted``; one that opens a
+    link right after the one before it; any other follows the run before
+    it (before any run is placed it is lost). A run that reaches its link's
+    end is cut there. Damage before the first placed run is silence from
+    ``origin`` (where the planned bytes start); ``until``: silence after the
+    last run up to there."""
     start = end = None
     out: list[np.ndarray] = []
     damaged = False
-    for run in runs:
+    for number, run in enumerate(runs):
         damaged = damaged or run.after_damage
-        at = run.start if run.start is not None else end
+        pieces = run.pieces
+        if run.link_end is not None and run.raw_start is not None:
+            pieces = _keep_front(pieces, run.link_end - run.raw_start)
+        if run.opens_link:
+            at = end
+            pieces = _drop_front(pieces, run.skip)
+            known = at is not None and run.raw_start is not None
+            base = at + run.skip - run.raw_start if known else None  # type: ignore[operator]
+        elif base is not None and run.raw_start is not None:
+            at = base + run.raw_start
+        elif number == 0 and counted is not None:
+            at = counted
+            base = None if run.raw_start is None else at - run.raw_start
+        else:
+            at = end
         if at is None:
             continue
         if end is None:
             start = end = origin if damaged and at > origin else at
-        pieces = run.pieces
         if at < end:  # the run's first packet overlaps what is placed: keep the earlier
             pieces = _drop_front(pieces, end - at)
         elif at > end:
@@ -173,4 +282,14 @@ def _drop_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:
         if count < piece.shape[1]:
             kept.append(piece[:, count:])
         count = max(count - piece.shape[1], 0)
+    return kept
+
+
+def _keep_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """The first ``count`` samples of ``pieces``."""
+    kept = []
+    for piece in pieces:
+        if count > 0:
+            kept.append(piece[:, :count])
+        count -= piece.shape[1]
     return kept

@@ -30,7 +30,7 @@ from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
 
-__all__ = ["matches", "parse"]
+__all__ = ["matches", "packet_durations", "parse"]
 
 #: Largest identification or setup header packet kept (libvorbis writes setup
 #: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
@@ -61,7 +61,7 @@ class _Codec(NamedTuple):
     header_packets: int
 
 
-def _identify(packet: bytes) -> _Codec:
+def _identify_packet(packet: bytes) -> _Codec:
     if packet.startswith(b"\x01vorbis") and len(packet) >= 30:
         channels, rate = packet[11], int.from_bytes(packet[12:16], "little")
         if not channels or not rate:
@@ -77,7 +77,7 @@ def _identify(packet: bytes) -> _Codec:
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
-    """Index a single-stream Ogg Vorbis or Opus file; raises ``NoIndex`` otherwise."""
+    """Index an Ogg Vorbis or Opus file, chained or not; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     scan = iter(scan_pages(reader))
     first = next(scan, None)
@@ -85,27 +85,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         raise NoIndex("no ogg pages")
     if not first.flags & BOS or first.after_gap:
         raise NoIndex("ogg stream does not start with a beginning-of-stream page")
-    packets = list(first.packets())
-    if not packets:
-        raise NoIndex("empty first ogg page")
-    codec = _identify(packets[0][0])
-    headers, header_end = _headers(first, scan, codec)
+    codec = _identify(first)
     points = Points(interval(codec.timescale, density))
-    state = _AudioScan(codec, _Durations(codec, headers), points)
-    for page in scan:
-        if page.serial != first.serial or page.flags & BOS:
-            chained = page.flags & BOS and state.ended
-            raise NoIndex("chained ogg streams" if chained else "multiplexed ogg streams")
-        if state.ended:
-            break
-        state.add(page)
-    if state.start is None:
-        raise NoIndex("no ogg audio pages")
-    if codec.name == "opus":
-        first_sample = state.start + codec.pre_skip
-    else:
-        first_sample = state.start + state.first_duration
-    num_samples = state.granule - first_sample if state.ended else -1
+    links = [_Link(first, scan, codec, points, None)]
+    while (bos := links[-1].read(scan)) is not None:
+        links.append(_Link(bos, scan, _identify(bos), points, links[-1]))
+    head, last = links[0], links[-1]
     sample_pos, byte_pos = points.arrays()
     return SeekIndex(
         status=OK,
@@ -114,21 +99,29 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         sample_rate=codec.sample_rate,
         channels=codec.channels,
         timescale=codec.timescale,
-        first_sample=first_sample,
-        num_samples=max(num_samples, -1),
+        first_sample=head.first_sample,
+        num_samples=last.end - head.first_sample if last.ended else -1,
         encoder_delay=codec.pre_skip,
-        header=((first.offset, header_end - first.offset),),
-        data_start=header_end,
-        data_end=state.data_end,
+        header=tuple(link.header for link in links),
+        data_start=head.data_start,
+        data_end=last.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
     )
 
 
-def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[bytes], int]:
+def _identify(bos: Page) -> _Codec:
+    packets = list(bos.packets())
+    if not packets:
+        raise NoIndex("empty first ogg page")
+    return _identify_packet(packets[0][0])
+
+
+def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[bytes], Page, int]:
     """The header packets (the comment packet, the second, as ``b""``: nothing
-    needs it) and the end of the page that completes the last one (which must
-    end there: audio starts on a fresh page)."""
+    needs it), the page that completes the last one and how many packet
+    pieces on it are headers: audio packets may follow on that page, and
+    headers may span pages (each page a piece of a packet)."""
     done: list[bytes] = []
     pieces: list[bytes] = []  # of the packet being read
     held = 0
@@ -138,9 +131,7 @@ def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[byt
             raise NoIndex(
                 "multiplexed ogg streams" if page.serial != first.serial else "corrupt ogg headers"
             )
-        for data, complete in page.packets():
-            if len(done) == codec.header_packets:
-                raise NoIndex("audio shares a page with the ogg headers")
+        for number, (data, complete) in enumerate(page.packets()):
             if len(done) != 1:
                 held += len(data)
                 if held > MAX_HEADER_PACKET:
@@ -149,40 +140,123 @@ def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[byt
             if complete:
                 done.append(b"".join(pieces))
                 pieces, held = [], 0
-        if len(done) == codec.header_packets:
-            return done, page.end
+                if len(done) == codec.header_packets:
+                    return done, page, number + 1
         page = next(scan, None)
     raise NoIndex("truncated ogg headers")
 
 
-class _AudioScan:
-    """Walks audio pages: seek points, the first packet's position, the end."""
+def _same_stream(first: list[bytes], later: list[bytes], codec: _Codec, other: _Codec) -> None:
+    """Raise ``NoIndex`` unless a chained link decodes as part of the first
+    link's stream: FFmpeg decodes every link with one decoder set up by the
+    first link's headers (a link of another rate or channel count fails its
+    decode; Vorbis codebooks of another setup turn it into noise)."""
+    if (other.name, other.sample_rate, other.channels) != (
+        codec.name,
+        codec.sample_rate,
+        codec.channels,
+    ):
+        raise NoIndex("chained ogg streams of different codecs, rates or channel counts")
+    if codec.name == "vorbis":
+        same = first[0] == later[0] and first[2] == later[2]
+    else:  # all of OpusHead but the pre-skip and the input sample rate
+        same = first[0][:10] + first[0][16:] == later[0][:10] + later[0][16:]
+    if not same:
+        raise NoIndex(f"chained ogg streams with different {codec.name} headers")
 
-    def __init__(self, codec: _Codec, durations: _Durations, points: Points) -> None:
+
+def packet_durations(headers: list[bytes]) -> _Durations:
+    """A counter of a stream's audio packet durations, in order
+    (``.next(packet)``), given its header packets."""
+    return _Durations(_identify_packet(headers[0]), headers)
+
+
+class _Link:
+    """One link of a chain (a whole stream when there is no chain): its
+    headers, its audio pages' seek points, where it starts and ends.
+
+    The native timeline runs on across links as FFmpeg's output does: a
+    link's position is its granule position plus ``base``, chosen so that
+    its first output sample follows the previous link's last (FFmpeg trims
+    a link's end to its last granule, drops an Opus link's pre-skip, and its
+    Vorbis decoder, not reset, outputs the overlap of the previous link's
+    last block with the new link's first packet).
+    """
+
+    def __init__(
+        self, bos: Page, scan: Iterator[Page], codec: _Codec, points: Points, previous: _Link | None
+    ) -> None:
         self.codec = codec
-        self.durations = durations
+        self.serial = bos.serial
+        self.headers, last, skip = _headers(bos, scan, codec)
+        if previous is not None:
+            _same_stream(previous.headers, self.headers, previous.codec, codec)
+        self.durations = _Durations(codec, self.headers)
         self.points = points
-        self.start: int | None = None  # native position of the first audio packet
+        self.previous = previous
+        self.base = 0
+        self.start: int | None = None  # granule position of the first audio packet
         self.first_duration = 0  # its duration (a Vorbis first packet outputs nothing)
+        self.data_start = 0  # offset of the page the first audio packet starts on
         self.granule = 0  # last granule position seen
         self.known = False  # whether ``granule`` is the position of this page's start
         self.ended = False
         self.data_end = 0
+        self._bos = bos.offset
+        self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
+        self._lengths: list[int] = []  # durations of the audio packets before the first granule
+        self._head = b""  # first bytes of the packet being read (all its duration needs)
+        self._last_head = b""  # those of the last packet completed (Vorbis: its block size)
+        if skip < len(list(last.packets())):  # audio begins on the page ending the headers
+            self.add(last, skip)
 
-    def add(self, page: Page) -> None:
+    @property
+    def header(self) -> tuple[int, int]:
+        """The byte range a decoder starting in this link needs first: its
+        headers, and for a later link also its pages up to the first
+        granule position (which place it on the chain's timeline)."""
+        return (self._bos, self._placed_at - self._bos)
+
+    @property
+    def first_sample(self) -> int:
+        """Native position of the link's first output sample on its own."""
+        assert self.start is not None
+        if self.codec.name == "opus":
+            return self.base + self.start + self.codec.pre_skip
+        return self.base + self.start + self.first_duration
+
+    @property
+    def end(self) -> int:
+        """Native position where the link's output ends (its last granule)."""
+        return self.base + self.granule
+
+    def read(self, scan: Iterator[Page]) -> Page | None:
+        """Take the link's pages; returns the first page of the next link, if any."""
+        for page in scan:
+            if page.flags & BOS and self.start is not None:
+                return page
+            if page.serial != self.serial or page.flags & BOS:
+                raise NoIndex("multiplexed ogg streams")
+            if self.ended:
+                break
+            self.add(page)
+        if self.start is None:
+            raise NoIndex("no ogg audio pages")
+        return None
+
+    def add(self, page: Page, skip: int = 0) -> None:
+        """Take the next page; its first ``skip`` packet pieces are headers."""
         # Garbage between pages costs nothing; a break in the page numbering
         # means pages (and their samples) went missing.
         lost = self._sequence >= 0 and page.sequence != self._sequence + 1
         self._sequence = page.sequence
+        if self.start is None or self.codec.name == "vorbis":
+            self._count(page, skip)
         if self.start is None:
-            if page.granule < 0:
-                raise NoIndex("first ogg audio page has no granule position")
-            total, self.first_duration = self.durations.first_page(page)
-            self.start = page.granule - total
-            self.points.add(self.start, page.offset)
+            self._place_first(page)
         elif self.known and not lost and not page.flags & CONTINUED:
-            self.points.add(self.granule, page.offset)
+            self.points.add(self.base + self.granule, page.offset)
         if lost:
             # Pages went missing: the last granule no longer says where this
             # page starts, so no point until a granule is seen again.
@@ -192,9 +266,53 @@ class _AudioScan:
         self.data_end = page.end
         self.ended = bool(page.flags & EOS)
 
+    def _count(self, page: Page, skip: int) -> None:
+        """Follow the packets (their first bytes): durations up to the first
+        granule, and (Vorbis) the last packet's, which a next link overlaps."""
+        if self.start is None and not self._lengths and not self._head:
+            self.data_start = page.offset
+        for data, complete in list(page.packets())[skip:]:
+            self._head = (self._head + data)[:2]
+            if complete and self._head:
+                self._last_head = self._head
+                if self.start is None:
+                    self._lengths.append(self.durations.next(self._head))
+            if complete:
+                self._head = b""
+
+    def _place_first(self, page: Page) -> None:
+        """Place the first packet as FFmpeg does: the first granule position
+        minus the durations of the packets up to it (a packet may span
+        pages; pages before may complete none). A link whose first audio
+        page is its last starts at 0: that granule says where it ends, after
+        trimming, not where it starts."""
+        if page.flags & EOS:
+            self.start = 0
+        elif page.granule >= 0 and self._lengths:
+            self.start = page.granule - sum(self._lengths)
+        else:
+            return
+        self.first_duration = self._lengths[0] if self._lengths else 0
+        if self.previous is not None:
+            self._placed_at = max(self._placed_at, page.end)
+            self.base = self.previous.end + self._overlap() - self.first_sample
+        self.points.restart(self.base + self.start, self.data_start)
+
+    def _overlap(self) -> int:
+        """Samples a Vorbis decoder carried over from the previous link
+        outputs for this link's first packet: the previous link's last
+        block and this first one overlap (alone, a first packet outputs
+        nothing)."""
+        if self.codec.name != "vorbis" or self.previous is None or not self._lengths:
+            return 0
+        previous = self.previous.durations.blocksize(self.previous._last_head)
+        return (previous + self.durations.first_blocksize) >> 2
+
 
 class _Durations:
-    """Packet durations, needed only on the first audio page (to place it)."""
+    """Packet durations at 48 kHz (Opus) or the stream's rate (Vorbis),
+    counted as FFmpeg counts them, from a packet's first two bytes; needed
+    only up to the first granule position (to place the first packet)."""
 
     def __init__(self, codec: _Codec, headers: list[bytes]) -> None:
         self.codec = codec
@@ -202,29 +320,30 @@ class _Durations:
             sizes = headers[0][28]
             self.blocksizes = (1 << (sizes & 15), 1 << (sizes >> 4))
             self.mode_long = _vorbis_modes(headers[2])
+            self.previous = self.blocksizes[0]
+            self.first_blocksize = 0
 
-    def first_page(self, page: Page) -> tuple[int, int]:
-        """(sum of the durations of the packets the first audio page completes,
-        duration of the first of them), counted as FFmpeg counts them."""
-        complete = [data for data, done in page.packets() if done and data]
+    def next(self, head: bytes) -> int:
+        """The duration of the next packet, which starts with ``head``."""
         if self.codec.name == "opus":
-            durations = [_opus_samples(p) for p in complete]
-        else:
-            durations, previous = [], self.blocksizes[0]
-            for packet in complete:
-                duration, previous = self._vorbis(packet, previous)
-                durations.append(duration)
-        return sum(durations), durations[0] if durations else 0
+            return _opus_samples(head)
+        previous = self.previous
+        current = self.blocksize(head)
+        if current == self.blocksizes[1]:
+            bits = (len(self.mode_long) - 1).bit_length()
+            previous = self.blocksizes[(head[0] >> (1 + bits)) & 1]
+        self.previous = current
+        self.first_blocksize = self.first_blocksize or current
+        return (previous + current) >> 2
 
-    def _vorbis(self, packet: bytes, previous: int) -> tuple[int, int]:
+    def blocksize(self, head: bytes) -> int:
+        """A Vorbis audio packet's block size, from its mode."""
         modes = len(self.mode_long)
-        mode = 0 if modes == 1 else (packet[0] >> 1) & ((1 << (modes - 1).bit_length()) - 1)
-        if packet[0] & 1 or mode >= modes:
+        bits = (modes - 1).bit_length()
+        mode = 0 if modes == 1 else (head[0] >> 1) & ((1 << bits) - 1)
+        if head[0] & 1 or mode >= modes:
             raise NoIndex("invalid vorbis audio packet")
-        if self.mode_long[mode]:
-            previous = self.blocksizes[(packet[0] >> (1 + (modes - 1).bit_length())) & 1]
-        current = self.blocksizes[self.mode_long[mode]]
-        return (previous + current) >> 2, current
+        return self.blocksizes[self.mode_long[mode]]
 
 
 def _vorbis_modes(setup: bytes) -> list[int]:
