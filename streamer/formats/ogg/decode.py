@@ -245,14 +245,10 @@ def _place(
     damaged = False
     for number, run in enumerate(runs):
         damaged = damaged or run.after_damage
-        pieces = run.pieces
-        if run.link_end is not None and run.raw_start is not None:
-            pieces = _keep_front(pieces, run.link_end - run.raw_start)
         if run.opens_link:
             at = end
-            pieces = _drop_front(pieces, run.skip)
             known = at is not None and run.raw_start is not None
-            base = at + run.skip - run.raw_start if known else None  # type: ignore[operator]
+            base = at - run.skip - run.raw_start if known else None  # type: ignore[operator]
         elif base is not None and run.raw_start is not None:
             at = base + run.raw_start
         elif number == 0 and counted is not None:
@@ -262,6 +258,7 @@ def _place(
             at = end
         if at is None:
             continue
+        pieces = _link_output(run, at, base)
         if end is None:
             start = end = origin if damaged and at > origin else at
         if at < end:  # the run's first packet overlaps what is placed: keep the earlier
@@ -273,6 +270,17 @@ def _place(
     if end is not None and until is not None and until > end:
         out.append(np.zeros((channels, until - end), dtype=np.float32))
     return start, concat(out, channels)
+
+
+def _link_output(run: _Run, at: int, base: int | None) -> list[np.ndarray]:
+    """A run's samples as the full decode has them, placed at ``at``: cut
+    at its link's end, without the samples FFmpeg drops at a link's start."""
+    pieces = run.pieces
+    if run.link_end is not None and base is not None:
+        pieces = _keep_front(
+            pieces, base + run.link_end - (at - (run.skip if run.opens_link else 0))
+        )
+    return _drop_front(pieces, run.skip) if run.opens_link else pieces
 
 
 def _drop_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:

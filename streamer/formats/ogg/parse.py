@@ -156,7 +156,7 @@ def _same_stream(first: list[bytes], later: list[bytes], codec: _Codec, other: _
         codec.sample_rate,
         codec.channels,
     ):
-        raise NoIndex("chained ogg streams of different codecs, rates or channel counts")
+        raise NoIndex("chained ogg streams of different formats")
     if codec.name == "vorbis":
         same = first[0] == later[0] and first[2] == later[2]
     else:  # all of OpusHead but the pre-skip and the input sample rate
@@ -191,6 +191,8 @@ class _Link:
         self.headers, last, skip = _headers(bos, scan, codec)
         if previous is not None:
             _same_stream(previous.headers, self.headers, previous.codec, codec)
+            if previous.single:
+                raise NoIndex("a chained ogg link of one audio page")
         self.durations = _Durations(codec, self.headers)
         self.points = points
         self.previous = previous
@@ -201,6 +203,8 @@ class _Link:
         self.granule = 0  # last granule position seen
         self.known = False  # whether ``granule`` is the position of this page's start
         self.ended = False
+        self.trim = 0  # what FFmpeg trims of a one-page stream, beyond its granule
+        self.single = False  # whether the link is one audio page
         self.data_end = 0
         self._bos = bos.offset
         self._placed_at = last.end  # end of the page that placed the first packet (or headers)
@@ -229,7 +233,7 @@ class _Link:
     @property
     def end(self) -> int:
         """Native position where the link's output ends (its last granule)."""
-        return self.base + self.granule
+        return self.base + self.granule - self.trim
 
     def read(self, scan: Iterator[Page]) -> Page | None:
         """Take the link's pages; returns the first page of the next link, if any."""
@@ -283,12 +287,10 @@ class _Link:
     def _place_first(self, page: Page) -> None:
         """Place the first packet as FFmpeg does: the first granule position
         minus the durations of the packets up to it (a packet may span
-        pages; pages before may complete none). A link whose first audio
-        page is its last starts at 0: that granule says where it ends, after
-        trimming, not where it starts."""
-        if page.flags & EOS:
-            self.start = 0
-        elif page.granule >= 0 and self._lengths:
+        pages; pages before may complete none)."""
+        if page.flags & EOS and self._lengths:
+            self._one_page(page.granule)
+        if page.granule >= 0 and self._lengths:
             self.start = page.granule - sum(self._lengths)
         else:
             return
@@ -297,6 +299,22 @@ class _Link:
             self._placed_at = max(self._placed_at, page.end)
             self.base = self.previous.end + self._overlap() - self.first_sample
         self.points.restart(self.base + self.start, self.data_start)
+
+    def _one_page(self, granule: int) -> None:
+        """A stream of one audio page, which ends it: FFmpeg takes its start
+        for 0 and trims the end by what that makes too much, if its rules
+        allow (Opus: at most the last packet; Vorbis: none if more than the
+        last packet). Its output ends at the granule less that trim, on a
+        timeline where, untrimmed, it would end at the granule."""
+        if self.previous is not None:
+            raise NoIndex("a chained ogg link of one audio page")
+        self.single = True
+        excess = sum(self._lengths) - granule
+        last = self._lengths[-1]
+        if self.codec.name == "opus":
+            self.trim = min(max(excess, 0), last)
+        else:
+            self.trim = excess if 0 < excess <= last else 0
 
     def _overlap(self) -> int:
         """Samples a Vorbis decoder carried over from the previous link
