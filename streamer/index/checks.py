@@ -203,8 +203,9 @@ def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | No
     lengths = [index.num_samples]
     if index.container == "ogg" and index.codec == "opus":
         # FFmpeg's Ogg Opus duration is the last granule position: it counts
-        # from 0 however late the stream starts (one cut from a live recording).
-        lengths.append(index.first_sample - index.encoder_delay + index.num_samples)
+        # from 0 however late the stream starts (one cut from a live
+        # recording), and takes in the pre-skip (65535 in some files).
+        lengths.append(index.first_sample + index.num_samples)
     absolute, relative = _DURATION_TOLERANCE
     if all(
         abs(n / index.timescale - duration) > max(absolute, relative * duration) for n in lengths

@@ -69,6 +69,9 @@ def _files() -> dict[str, bytes]:
             + paginate(b, offset=rate * 100, header_body=200, audio_on_header_page=2)
             + paginate(c, body=5000, offset=-300),
         }
+    opus = _stream("opus", 48000, 2, 3.0, 4)
+    opus.headers[0] = opus.headers[0][:10] + (65535).to_bytes(2, "little") + opus.headers[0][12:]
+    out["opus/large-pre-skip"] = paginate(opus)  # 1.4 s, as in files from the wild
     return out
 
 
@@ -119,7 +122,7 @@ KEYS = [
         "chain",
         "chain-of-odd-pages",
     )
-]
+] + ["opus/large-pre-skip"]
 
 
 @pytest.mark.parametrize("key", KEYS)

@@ -105,7 +105,10 @@ def decode(
     if index.codec == "vorbis":
         decoder.extradata = _xiph_extradata(headers[:3])
     else:
-        decoder.extradata = headers[0]
+        # Without its pre-skip: a decoder that starts mid-stream would drop
+        # that many samples (up to 1.4 s) from wherever it starts. Output is
+        # placed by granules, so samples before the full decode's are cut.
+        decoder.extradata = headers[0][:10] + b"\0\0" + headers[0][12:]
     runs = _runs(fetched.data, plan, context)
     for run in runs:
         if run.after_damage:
@@ -139,8 +142,8 @@ def _anchors(
     of a chain the plan brings the pages between the previous seek point and
     its own (``before``): their last granule position is where the planned
     data starts (``plan.start_native``). Without them the data starts at the
-    link's first packet, whose output begins after the pre-skip (Opus) or
-    the first packet (Vorbis, which only primes).
+    link's first packet, whose output begins there (Opus, decoded without
+    pre-skip) or after it (Vorbis, whose first packet only primes).
     """
     first_link = link_at == index.header[0][0]
     base = None
@@ -157,9 +160,8 @@ def _anchors(
         base = plan.start_native - granules[-1]
     counted = None
     if (plan.point == 0 or (not first_link and not before)) and runs and runs[0].packets:
-        if index.codec == "opus":
-            offset = int.from_bytes(headers[0][10:12], "little")
-        else:
+        offset = 0  # Opus: its decoder, without pre-skip, outputs from the first packet on
+        if index.codec == "vorbis":
             packet = bytes(runs[0].packets[0][0])
             offset = packet_durations(headers[:3]).next(packet[:2])
         counted = plan.start_native + offset
