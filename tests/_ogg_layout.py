@@ -133,3 +133,18 @@ def _pages(
     if segments:
         out.append((ogg.CONTINUED if continued else 0, granule, bytes(segments), data))
     return out
+
+
+def interleave(first: bytes, second: bytes) -> bytes:
+    """Two single-stream files multiplexed page by page, as a muxer grouping
+    streams does: both beginning-of-stream pages first, then the other pages
+    alternately."""
+    a, b = (list(ogg.scan(Reader(io.BytesIO(data)))) for data in (first, second))
+    raw = [
+        data[page.offset : page.end] for data, pages in ((first, a), (second, b)) for page in pages
+    ]
+    ours, theirs = raw[: len(a)], raw[len(a) :]
+    out = [ours[0], theirs[0]]
+    for n in range(1, max(len(ours), len(theirs))):
+        out += ours[n : n + 1] + theirs[n : n + 1]
+    return b"".join(out)

@@ -14,7 +14,9 @@ recorders make them). What FFmpeg does with them, which the index follows:
   link's end is trimmed, a later Opus link's pre-skip dropped, and a later
   Vorbis link's first packet outputs its overlap with the link before;
 - links of another rate or channel count fail its decode (no index), and
-  Vorbis links with other codebooks decode to noise (no index).
+  Vorbis links with other codebooks decode to noise (no index);
+- in a multiplexed file (streams side by side, pages interleaved) its
+  first audio stream is the first one announced, whatever comes before.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import av
 import numpy as np
 import pytest
 from _index_support import cli_encode, index_of
-from _ogg_layout import Stream, paginate, split
+from _ogg_layout import Stream, interleave, paginate, split
 
 from streamer import open_dataset
 from streamer.decode.plan import plan_crop
@@ -69,6 +71,10 @@ def _files() -> dict[str, bytes]:
             + paginate(b, offset=rate * 100, header_body=200, audio_on_header_page=2)
             + paginate(c, body=5000, offset=-300),
         }
+    vorbis, opus = (paginate(_stream(c, 44100, 2, 2.0, n)) for n, c in ((5, "vorbis"), (6, "opus")))
+    # Multiplexed: FFmpeg's first audio stream is the first announced.
+    out["vorbis/multiplexed"] = interleave(vorbis, opus)
+    out["opus/multiplexed"] = interleave(opus, vorbis)
     opus = _stream("opus", 48000, 2, 3.0, 4)
     opus.headers[0] = opus.headers[0][:10] + (65535).to_bytes(2, "little") + opus.headers[0][12:]
     out["opus/large-pre-skip"] = paginate(opus)  # 1.4 s, as in files from the wild
@@ -122,7 +128,7 @@ KEYS = [
         "chain",
         "chain-of-odd-pages",
     )
-] + ["opus/large-pre-skip"]
+] + ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
 
 
 @pytest.mark.parametrize("key", KEYS)

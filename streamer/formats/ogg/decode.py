@@ -29,7 +29,7 @@ from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_packets
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
-from .parse import packet_durations
+from .parse import AUDIO_HEADERS, packet_durations
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
@@ -43,12 +43,30 @@ def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, l
     """Each page of ``data`` with the packets completed on it, and each run
     of damaged bytes (with none). A packet continued past the end of
     ``data``, from before its start (the piece of a header that may open
-    the first audio page), or into or out of damaged bytes, is dropped."""
+    the first audio page), or into or out of damaged bytes, is dropped.
+
+    Only the audio stream's pages come out: the stream whose first page
+    opens ``data``, or whose beginning-of-stream page starts with an audio
+    header (a multiplexed file's other streams, Skeleton or Theora, are
+    skipped; a chain's next link takes over once its stream has begun)."""
     partial: bytes | None = None  # None: dropping the rest of a packet whose start was lost
+    serial = None
+    started = (
+        False  # whether a page of the stream followed its first (a chain's next link may come)
+    )
     for page in checked_pages(data):
         if isinstance(page, Damage):
             partial = None
             yield page, []
+            continue
+        opens_audio = page.flags & BOS and page.body.startswith(AUDIO_HEADERS)
+        if (opens_audio and (serial is None or started)) or (
+            serial is None and not page.flags & BOS
+        ):
+            serial, started = page.serial, False
+        elif page.serial == serial:
+            started = True
+        if page.serial != serial:
             continue
         if partial is None and not page.flags & CONTINUED:
             partial = b""

@@ -22,6 +22,7 @@ the overlap (it outputs nothing), Opus wants 80 ms to converge.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -30,7 +31,7 @@ from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
 
-__all__ = ["matches", "packet_durations", "parse"]
+__all__ = ["AUDIO_HEADERS", "matches", "packet_durations", "parse"]
 
 #: Largest identification or setup header packet kept (libvorbis writes setup
 #: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
@@ -85,9 +86,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         raise NoIndex("no ogg pages")
     if not first.flags & BOS or first.after_gap:
         raise NoIndex("ogg stream does not start with a beginning-of-stream page")
-    codec = _identify(first)
+    group, scan = _first_pages(first, scan)
+    audio = next((page for page in group if _is_audio(page)), first)
+    codec = _identify(audio)
     points = Points(interval(codec.timescale, density))
-    links = [_Link(first, scan, codec, points, None)]
+    others = {page.serial for page in group if page is not audio}
+    links = [_Link(audio, scan, codec, points, None, others, first.offset)]
     while (bos := links[-1].read(scan)) is not None:
         links.append(_Link(bos, scan, _identify(bos), points, links[-1]))
     head, last = links[0], links[-1]
@@ -110,6 +114,27 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     )
 
 
+#: How the first packet of an audio stream starts: FFmpeg's first audio
+#: stream is the first of these, whatever streams come before it.
+AUDIO_HEADERS = (b"\x01vorbis", b"OpusHead", b"\x7fFLAC", b"Speex")
+
+
+def _is_audio(bos: Page) -> bool:
+    return bos.body.startswith(AUDIO_HEADERS)
+
+
+def _first_pages(first: Page, scan: Iterator[Page]) -> tuple[list[Page], Iterator[Page]]:
+    """The beginning-of-stream pages that open the file (one per stream of
+    a multiplexed file: Skeleton, Theora beside the audio) and the scan
+    from the page after them."""
+    group = [first]
+    for page in scan:
+        if not page.flags & BOS:
+            return group, itertools.chain([page], scan)
+        group.append(page)
+    return group, scan
+
+
 def _identify(bos: Page) -> _Codec:
     packets = list(bos.packets())
     if not packets:
@@ -117,7 +142,9 @@ def _identify(bos: Page) -> _Codec:
     return _identify_packet(packets[0][0])
 
 
-def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[bytes], Page, int]:
+def _headers(
+    first: Page, scan: Iterator[Page], codec: _Codec, others: set[int]
+) -> tuple[list[bytes], Page, int]:
     """The header packets (the comment packet, the second, as ``b""``: nothing
     needs it), the page that completes the last one and how many packet
     pieces on it are headers: audio packets may follow on that page, and
@@ -127,6 +154,9 @@ def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[byt
     held = 0
     page: Page | None = first
     while page is not None:
+        if page.serial in others and not page.flags & BOS:
+            page = next(scan, None)
+            continue
         if page is not first and (page.serial != first.serial or page.after_gap):
             raise NoIndex(
                 "multiplexed ogg streams" if page.serial != first.serial else "corrupt ogg headers"
@@ -184,11 +214,22 @@ class _Link:
     """
 
     def __init__(
-        self, bos: Page, scan: Iterator[Page], codec: _Codec, points: Points, previous: _Link | None
+        self,
+        bos: Page,
+        scan: Iterator[Page],
+        codec: _Codec,
+        points: Points,
+        previous: _Link | None,
+        others: set[int] | None = None,
+        begins: int | None = None,
     ) -> None:
+        """``others``: the serials of the streams beside it (a multiplexed
+        file), whose pages are skipped; ``begins``: where its header range
+        begins (the file's first page) when not at its own first page."""
         self.codec = codec
         self.serial = bos.serial
-        self.headers, last, skip = _headers(bos, scan, codec)
+        self.others = others or set()
+        self.headers, last, skip = _headers(bos, scan, codec, self.others)
         if previous is not None:
             _same_stream(previous.headers, self.headers, previous.codec, codec)
             if previous.single:
@@ -206,7 +247,7 @@ class _Link:
         self.trim = 0  # what FFmpeg trims of a one-page stream, beyond its granule
         self.single = False  # whether the link is one audio page
         self.data_end = 0
-        self._bos = bos.offset
+        self._bos = bos.offset if begins is None else begins
         self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
         self._lengths: list[int] = []  # durations of the audio packets before the first granule
@@ -238,7 +279,10 @@ class _Link:
     def read(self, scan: Iterator[Page]) -> Page | None:
         """Take the link's pages; returns the first page of the next link, if any."""
         for page in scan:
-            if page.flags & BOS and self.start is not None:
+            if page.serial in self.others and not page.flags & BOS:
+                self.data_end = page.end  # the audio range runs to the file's last page
+                continue
+            if page.flags & BOS and self.start is not None and not self.others:
                 return page
             if page.serial != self.serial or page.flags & BOS:
                 raise NoIndex("multiplexed ogg streams")
