@@ -201,10 +201,10 @@ def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | No
     if index.container == "ogg" and len(index.header) > 1:
         return None  # a chain: FFmpeg's duration is its first link's
     lengths = [index.num_samples]
-    if index.container == "ogg" and index.codec == "opus":
-        # FFmpeg's Ogg Opus duration is the last granule position: it counts
-        # from 0 however late the stream starts (one cut from a live
-        # recording), and takes in the pre-skip (65535 in some files).
+    if index.container == "ogg":
+        # FFmpeg's Ogg Opus and FLAC duration is the last granule position:
+        # it counts from 0 however late the stream starts (one cut from a
+        # live recording), and takes in the pre-skip (65535 in some files).
         lengths.append(index.first_sample + index.num_samples)
     absolute, relative = _DURATION_TOLERANCE
     if all(

@@ -1,4 +1,5 @@
-"""Ogg files as they come from the wild, cropped exactly (FFmpeg's full decode).
+"""Ogg files (Vorbis, Opus, FLAC) as they come from the wild, cropped
+exactly (FFmpeg's full decode).
 
 Each file is a real encoder's packets re-paged byte for byte
 (``_ogg_layout``): audio on the page that ends the headers, headers over
@@ -41,6 +42,7 @@ from streamer.write.pack import pack
 
 OGGENC = ["oggenc", "-Q", "-o", "{out}", "-"]
 OPUSENC = ["opusenc", "--quiet", "-", "{out}"]
+FLAC = ["flac", "-s", "--ogg", "--blocksize=1152", "-o", "{out}", "-"]
 TOLERANCE = 1e-4
 
 
@@ -71,6 +73,14 @@ def _files() -> dict[str, bytes]:
             + paginate(b, offset=rate * 100, header_body=200, audio_on_header_page=2)
             + paginate(c, body=5000, offset=-300),
         }
+    flac = split(cli_encode(FLAC, 22050, 2, 2.5), 4)
+    out |= {
+        "flac/plain": paginate(flac),
+        "flac/audio-on-header-page": paginate(flac, audio_on_header_page=2),
+        "flac/small-pages": paginate(flac, body=700),
+        "flac/one-page": paginate(flac, body=65000),
+        "flac/live-start": paginate(flac, offset=22050 * 3600),
+    }
     vorbis, opus = (paginate(_stream(c, 44100, 2, 2.0, n)) for n, c in ((5, "vorbis"), (6, "opus")))
     # Multiplexed: FFmpeg's first audio stream is the first announced.
     out["vorbis/multiplexed"] = interleave(vorbis, opus)
@@ -129,6 +139,8 @@ KEYS = [
         "chain-of-odd-pages",
     )
 ] + ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
+KEYS += [f"flac/{name}" for name in ("plain", "audio-on-header-page", "small-pages", "one-page")]
+KEYS += ["flac/live-start"]
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -143,7 +155,7 @@ def test_crops_equal_the_full_decode(wild: tuple[Path, dict[str, bytes]], key: s
         got = dataset.read_crop(key, start, end)
         want = full[:, round(start * rate) : round(end * rate)]
         assert got.shape == want.shape, (start, end)
-        if key.startswith("vorbis"):
+        if key.startswith(("vorbis", "flac")):
             np.testing.assert_array_equal(got, want, err_msg=f"{key} [{start}, {end})")
         else:
             assert float(np.abs(got - want).max()) <= TOLERANCE, (start, end)

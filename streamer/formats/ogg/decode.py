@@ -25,18 +25,19 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ..flac.parse import STREAMINFO_SIZE
 from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_packets
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
-from .parse import AUDIO_HEADERS, packet_durations
+from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, packet_durations
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
 #: overlap; Opus's decoder converges slowly after a cold start (measured
 #: here: max error 2e-8 against the full decode after 0.5 s).
-PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5}
+PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5, "flac": 0.0}
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:
@@ -122,12 +123,14 @@ def decode(
     decoder = av.CodecContext.create(index.codec, "r")
     if index.codec == "vorbis":
         decoder.extradata = _xiph_extradata(headers[:3])
+    elif index.codec == "flac":
+        decoder.extradata = headers[0][FLAC_STREAMINFO : FLAC_STREAMINFO + STREAMINFO_SIZE]
     else:
         # Without its pre-skip: a decoder that starts mid-stream would drop
         # that many samples (up to 1.4 s) from wherever it starts. Output is
         # placed by granules, so samples before the full decode's are cut.
         decoder.extradata = headers[0][:10] + b"\0\0" + headers[0][12:]
-    runs = _runs(fetched.data, plan, context)
+    runs = _runs(fetched.data, plan, context, index.codec)
     for run in runs:
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
@@ -186,7 +189,7 @@ def _anchors(
     return base, counted
 
 
-def _runs(data: memoryview, plan: CropPlan, context: DecodeContext) -> list[_Run]:
+def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) -> list[_Run]:
     """The packets of ``data`` in runs split by damaged bytes (each counted)
     and by the links of a chain."""
     runs = [_Run()]
@@ -208,20 +211,23 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext) -> list[_Run
             granule = page.granule
         if page.flags & EOS:
             runs[-1].link_end = granule
-        if done := [packet for packet in done if not _is_header(packet)]:
+        if done := [packet for packet in done if not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]
 
 
-def _is_header(packet: bytes) -> bool:
+def _is_header(codec: str, packet: bytes) -> bool:
     """Whether a packet is a header, not audio: headers may share the first
     audio page, and a chain's later links bring theirs. Vorbis headers start
     with an odd byte and "vorbis" (audio packets with an even byte); an Opus
-    packet cannot start with "Opus" (a TOC asking for 48 frames of 20 ms)."""
-    return (packet[:1] in (b"\x01", b"\x03", b"\x05") and packet[1:7] == b"vorbis") or (
-        packet.startswith(b"Opus")
-    )
+    packet cannot start with "Opus" (a TOC asking for 48 frames of 20 ms); a
+    FLAC frame starts with its sync byte 0xFF, a metadata block never."""
+    if codec == "flac":
+        return not packet.startswith(b"\xff")
+    if codec == "vorbis":
+        return packet[:1] in (b"\x01", b"\x03", b"\x05") and packet[1:7] == b"vorbis"
+    return packet.startswith(b"Opus")
 
 
 def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: DecodeContext) -> None:

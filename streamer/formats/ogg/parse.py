@@ -27,21 +27,27 @@ from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
 from ...index.table import OK, SeekIndex
+from ..flac import parse as flac
 from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
 
-__all__ = ["AUDIO_HEADERS", "matches", "packet_durations", "parse"]
+__all__ = ["AUDIO_HEADERS", "FLAC_STREAMINFO", "matches", "packet_durations", "parse"]
 
 #: Largest identification or setup header packet kept (libvorbis writes setup
 #: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
 MAX_HEADER_PACKET = 1 << 24
+#: Where STREAMINFO's body starts in an Ogg FLAC first packet: the mapping's
+#: 9 bytes, "fLaC" and the metadata block header.
+FLAC_STREAMINFO = 17
+#: First bytes of a packet kept for its duration: a FLAC frame header is at
+#: most 16 bytes (Opus and Vorbis need 2).
+_HEAD = 16
 #: The tail of a Vorbis setup header that holds its modes: at most 64 modes
 #: of 41 bits, their count and the framing bit.
 _SETUP_TAIL = 512
 
 _UNSUPPORTED = {
-    b"\x7fFLAC": "flac",
     b"Speex": "speex",
     b"\x80theora": "theora",
     b"OVP80": "vp8",
@@ -71,6 +77,13 @@ def _identify_packet(packet: bytes) -> _Codec:
     if packet.startswith(b"OpusHead") and len(packet) >= 19:
         pre_skip = int.from_bytes(packet[10:12], "little")
         return _Codec("opus", 48000, packet[9], 48000, pre_skip, 2)
+    if packet.startswith(b"\x7fFLAC") and packet[9:13] == b"fLaC":
+        # The mapping's header, then STREAMINFO (its metadata block header first).
+        info = flac.streaminfo(packet[FLAC_STREAMINFO : FLAC_STREAMINFO + flac.STREAMINFO_SIZE])
+        following = int.from_bytes(packet[7:9], "big")
+        if not following:
+            raise NoIndex("ogg flac without its count of header packets")
+        return _Codec("flac", info.sample_rate, info.channels, info.sample_rate, 0, 1 + following)
     for magic, name in _UNSUPPORTED.items():
         if packet.startswith(magic):
             raise NoIndex(f"unsupported codec in ogg: {name}")
@@ -187,6 +200,8 @@ def _same_stream(first: list[bytes], later: list[bytes], codec: _Codec, other: _
         codec.channels,
     ):
         raise NoIndex("chained ogg streams of different formats")
+    if codec.name == "flac":
+        raise NoIndex("chained ogg flac streams")
     if codec.name == "vorbis":
         same = first[0] == later[0] and first[2] == later[2]
     else:  # all of OpusHead but the pre-skip and the input sample rate
@@ -269,6 +284,8 @@ class _Link:
         assert self.start is not None
         if self.codec.name == "opus":
             return self.base + self.start + self.codec.pre_skip
+        if self.codec.name == "flac":
+            return self.base + self.start
         return self.base + self.start + self.first_duration
 
     @property
@@ -320,7 +337,7 @@ class _Link:
         if self.start is None and not self._lengths and not self._head:
             self.data_start = page.offset
         for data, complete in list(page.packets())[skip:]:
-            self._head = (self._head + data)[:2]
+            self._head = (self._head + data)[:_HEAD]
             if complete and self._head:
                 self._last_head = self._head
                 if self.start is None:
@@ -389,6 +406,11 @@ class _Durations:
         """The duration of the next packet, which starts with ``head``."""
         if self.codec.name == "opus":
             return _opus_samples(head)
+        if self.codec.name == "flac":
+            header = flac.frame_header(head, 0)
+            if header is None:
+                raise NoIndex("invalid flac frame in ogg")
+            return header.block
         previous = self.previous
         current = self.blocksize(head)
         if current == self.blocksizes[1]:
