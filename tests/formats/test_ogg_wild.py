@@ -16,6 +16,9 @@ recorders make them). What FFmpeg does with them, which the index follows:
   Vorbis link's first packet outputs its overlap with the link before;
 - links of another rate or channel count fail its decode (no index), and
   Vorbis links with other codebooks decode to noise (no index);
+- the end-of-stream granule trims the output: Opus's to it (never past
+  what the packets decode to), Vorbis's only when that cuts into the last
+  packet alone, FLAC's never;
 - in a multiplexed file (streams side by side, pages interleaved) its
   first audio stream is the first one announced, whatever comes before.
 """
@@ -81,6 +84,15 @@ def _files() -> dict[str, bytes]:
         "flac/one-page": paginate(flac, body=65000),
         "flac/live-start": paginate(flac, offset=22050 * 3600),
     }
+    for codec, stream in (
+        ("vorbis", _stream("vorbis", 44100, 1, 1.5, 7)),
+        ("opus", _stream("opus", 48000, 1, 1.5, 8)),
+        ("flac", flac),
+    ):
+        for shift in (-100, -3000, 2000):  # the end-of-stream granule, moved
+            moved = copy.deepcopy(stream)
+            moved.granules[-1] += shift
+            out[f"{codec}/last-granule{shift:+d}"] = paginate(moved)
     vorbis, opus = (paginate(_stream(c, 44100, 2, 2.0, n)) for n, c in ((5, "vorbis"), (6, "opus")))
     # Multiplexed: FFmpeg's first audio stream is the first announced.
     out["vorbis/multiplexed"] = interleave(vorbis, opus)
@@ -125,25 +137,44 @@ def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
     return spans
 
 
-KEYS = [
-    f"{codec}/{name}"
-    for codec in ("vorbis", "opus")
-    for name in (
-        "audio-on-header-page",
-        "headers-over-pages",
-        "small-pages",
-        "one-page",
-        "live-start",
-        "negative-start",
-        "chain",
-        "chain-of-odd-pages",
-    )
-] + ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
+LAYOUTS = (
+    "audio-on-header-page",
+    "headers-over-pages",
+    "small-pages",
+    "one-page",
+    "live-start",
+    "negative-start",
+    "chain",
+    "chain-of-odd-pages",
+)
+KEYS = [f"{codec}/{name}" for codec in ("vorbis", "opus") for name in LAYOUTS]
+KEYS += ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
 KEYS += [f"flac/{name}" for name in ("plain", "audio-on-header-page", "small-pages", "one-page")]
 KEYS += ["flac/live-start"]
+KEYS += [f"{c}/last-granule{s:+d}" for c in ("vorbis", "opus", "flac") for s in (-100, -3000, 2000)]
+#: One file per mechanism in the default run; the rest with ``-m slow``.
+DEFAULT = {
+    "vorbis/audio-on-header-page",
+    "vorbis/headers-over-pages",
+    "opus/small-pages",
+    "vorbis/one-page",
+    "opus/one-page",
+    "opus/live-start",
+    "vorbis/negative-start",
+    "vorbis/chain-of-odd-pages",
+    "opus/chain-of-odd-pages",
+    "opus/large-pre-skip",
+    "opus/multiplexed",
+    "flac/audio-on-header-page",
+    "vorbis/last-granule-3000",
+    "opus/last-granule+2000",
+    "flac/last-granule-100",
+}
 
 
-@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize(
+    "key", [pytest.param(k, marks=() if k in DEFAULT else pytest.mark.slow) for k in KEYS]
+)
 def test_crops_equal_the_full_decode(wild: tuple[Path, dict[str, bytes]], key: str) -> None:
     root, files = wild
     dataset = open_dataset(root)

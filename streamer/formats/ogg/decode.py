@@ -209,8 +209,6 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
             granule = None
         if page.granule >= 0:
             granule = page.granule
-        if page.flags & EOS:
-            runs[-1].link_end = granule
         if done := [packet for packet in done if not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]

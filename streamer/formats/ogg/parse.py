@@ -249,6 +249,8 @@ class _Link:
             _same_stream(previous.headers, self.headers, previous.codec, codec)
             if previous.single:
                 raise NoIndex("a chained ogg link of one audio page")
+            if previous.trim:
+                raise NoIndex("a chained ogg link that FFmpeg does not end at its last granule")
         self.durations = _Durations(codec, self.headers)
         self.points = points
         self.previous = previous
@@ -259,7 +261,7 @@ class _Link:
         self.granule = 0  # last granule position seen
         self.known = False  # whether ``granule`` is the position of this page's start
         self.ended = False
-        self.trim = 0  # what FFmpeg trims of a one-page stream, beyond its granule
+        self.trim = 0  # how far before its last granule FFmpeg's output of the link ends
         self.single = False  # whether the link is one audio page
         self.data_end = 0
         self._bos = bos.offset if begins is None else begins
@@ -316,12 +318,14 @@ class _Link:
         # means pages (and their samples) went missing.
         lost = self._sequence >= 0 and page.sequence != self._sequence + 1
         self._sequence = page.sequence
-        if self.start is None or self.codec.name == "vorbis":
-            self._count(page, skip)
+        lengths = self._count(page, skip)
         if self.start is None:
             self._place_first(page)
         elif self.known and not lost and not page.flags & CONTINUED:
             self.points.add(self.base + self.granule, page.offset)
+        placed = self.start is not None and not self.single and self.known and not lost
+        if placed and page.flags & EOS and lengths and page.granule >= 0:
+            self._trim_end(self.granule + sum(lengths), page.granule, lengths[-1])
         if lost:
             # Pages went missing: the last granule no longer says where this
             # page starts, so no point until a granule is seen again.
@@ -331,19 +335,37 @@ class _Link:
         self.data_end = page.end
         self.ended = bool(page.flags & EOS)
 
-    def _count(self, page: Page, skip: int) -> None:
-        """Follow the packets (their first bytes): durations up to the first
-        granule, and (Vorbis) the last packet's, which a next link overlaps."""
+    def _count(self, page: Page, skip: int) -> list[int]:
+        """Follow the packets (their first bytes): the durations of those the
+        page completes (kept up to the first granule, to place the first
+        packet), and the last one's first bytes (a Vorbis link's last block
+        overlaps the next link's first)."""
         if self.start is None and not self._lengths and not self._head:
             self.data_start = page.offset
+        lengths = []
         for data, complete in list(page.packets())[skip:]:
             self._head = (self._head + data)[:_HEAD]
             if complete and self._head:
                 self._last_head = self._head
-                if self.start is None:
-                    self._lengths.append(self.durations.next(self._head))
+                lengths.append(self.durations.next(self._head))
             if complete:
                 self._head = b""
+        if self.start is None:
+            self._lengths += lengths
+        return lengths
+
+    def _trim_end(self, decoded: int, granule: int, last: int) -> None:
+        """Where FFmpeg's output of the link ends, given the end of what its
+        packets decode to and the end-of-stream granule: Opus trims to the
+        granule, Vorbis only when that cuts into the last packet alone (else
+        nothing), FLAC never; none outputs more than it decodes. Kept as
+        ``trim`` before the granule."""
+        if (
+            self.codec.name == "flac"
+            or (self.codec.name == "vorbis" and not 0 <= decoded - granule <= last)
+            or granule > decoded
+        ):
+            self.trim = granule - decoded
 
     def _place_first(self, page: Page) -> None:
         """Place the first packet as FFmpeg does: the first granule position
