@@ -1,13 +1,20 @@
-"""Ogg Vorbis and Opus: packets cut out of the planned pages, decoded bare.
+"""Ogg Vorbis, Opus and FLAC: packets cut out of the planned pages, decoded bare.
 
 The data range starts on a page whose first packet starts there; packets are
 cut by the pages' lacing values (``pages.py``) and fed to a bare decoder
-whose extradata comes from the header pages. Decoders drop what they cannot
-output yet (Vorbis primes with the first packet, Opus skips its pre-skip), so
-the output is placed by a page's granule instead of by counting: after the
-packets that end on a page with granule ``G`` have been decoded, the output
-so far ends at native position ``G``. The last page is never the anchor,
-because its granule may cut the stream short of what was decoded.
+whose extradata comes from the header pages (Opus's without its pre-skip).
+Header packets among them are skipped, and a multiplexed file's other
+streams' pages. Decoders drop what they cannot output yet (Vorbis primes
+with the first packet), so the output is placed by a page's granule instead
+of by counting: after the packets that end on a page with granule ``G`` have
+been decoded, the output so far ends at native position ``G``. The last page
+is never the anchor, because its granule may cut the stream short of what
+was decoded.
+
+A chain's links are decoded as FFmpeg decodes them, by one decoder that
+carries on: each link's output is cut at its last granule and the next
+link's follows it (less an Opus link's pre-skip); a link's granules count
+from a base that the pages the plan brings before the data tell.
 
 Every page's CRC is checked. A page that fails it is dropped with the
 packets on it (and the pieces of packets it shares with its neighbours), is

@@ -1,20 +1,25 @@
-"""Ogg (Vorbis, Opus): page scan with CRC check and resync, granule positions.
+"""Ogg (Vorbis, Opus, FLAC): page scan with CRC check and resync, granule positions.
 
 Native timeline: the stream's granule positions, i.e. PCM samples at the
-stream's rate for Vorbis and at 48 kHz for Opus, pre-skip included. Seek
-points are pages whose first packet starts on that page (not continued from
-the previous page); ``sample_pos`` is the granule position of the last page
-before it that completes a packet, which is the timestamp FFmpeg gives that
-first packet: the native position where the output of that packet begins once
-the packets before it have been decoded. For the first audio page it is
-derived from the page's granule minus the durations of the packets it
-completes, as FFmpeg does.
+stream's rate for Vorbis and FLAC and at 48 kHz for Opus, pre-skip
+included. Seek points are pages whose first packet starts on that page (not
+continued from the previous page); ``sample_pos`` is the granule position
+of the last page before it that completes a packet, which is the timestamp
+FFmpeg gives that first packet: the native position where the output of
+that packet begins once the packets before it have been decoded. The first
+packet's position is the first granule minus the durations of the packets
+up to it, as FFmpeg counts them, whatever the page layout (audio on the
+page that ends the headers, headers over several pages).
 
-Gapless: Opus output starts ``pre_skip`` after the first packet's position
-(``encoder_delay`` = pre-skip); Vorbis output starts at the first packet's
-position, clamped at 0 (a negative start means the encoder asked for leading
-samples to be dropped). With an end-of-stream page, ``num_samples`` follows
-its granule (FFmpeg trims the last packet to it); without one it is -1.
+Gapless: FFmpeg decodes every packet whatever the granules say. Opus output
+starts ``pre_skip`` after the first packet's position (``encoder_delay`` =
+pre-skip); Vorbis output after the first packet (which only primes); FLAC
+at it. With an end-of-stream page, ``num_samples`` ends where FFmpeg's
+trimming of the last packet ends it (``_Link._trim_end``); without one it
+is -1.
+
+Chains (links one after another) are one timeline, as FFmpeg decodes them
+(``_Link``); in a multiplexed file the first audio stream is indexed.
 
 Decoding from a seek point needs pre-roll: Vorbis's first packet only primes
 the overlap (it outputs nothing), Opus wants 80 ms to converge.
