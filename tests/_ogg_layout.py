@@ -86,13 +86,15 @@ def paginate(
     header_body: int | None = None,
     offset: int = 0,
     sequence: int = 0,
+    ended: bool = True,
 ) -> bytes:
     """The stream as pages of at most ``body`` bytes (and 255 segments),
     packets spanning pages where they do not fit. The first header packet
     has a page of its own (as the spec asks); the others go on pages of at
     most ``header_body`` bytes, followed on the last of them by the first
     ``audio_on_header_page`` audio packets. ``offset`` is added to every
-    granule (a stream cut from a live recording)."""
+    granule (a stream cut from a live recording). ``ended``: whether the last
+    page says it ends the stream (a recorder that cuts a stream may not)."""
     items = [(stream.headers[0], 0)]
     pages = [_pages([items[0]], 1 << 30, 0)]
     rest = [(h, 0) for h in stream.headers[1:]]
@@ -106,7 +108,7 @@ def paginate(
     flat = [p for group in pages for p in group]
     for n, (flags, granule, segments, data) in enumerate(flat):
         flags |= ogg.BOS if n == 0 else 0
-        flags |= ogg.EOS if n == len(flat) - 1 else 0
+        flags |= ogg.EOS if ended and n == len(flat) - 1 else 0
         out.append(page(flags, granule, stream.serial, sequence + n, segments, data))
     return b"".join(out)
 

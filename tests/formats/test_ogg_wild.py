@@ -12,8 +12,9 @@ recorders make them). What FFmpeg does with them, which the index follows:
   granule: every packet decoded, less Opus's pre-skip, the end trimmed to
   the last granule;
 - a chain decodes as one stream with one decoder that is never reset: each
-  link's end is trimmed, a later Opus link's pre-skip dropped, and a later
-  Vorbis link's first packet outputs its overlap with the link before;
+  link's end is trimmed (only at an end-of-stream page), a later Opus
+  link's pre-skip dropped, and a later Vorbis link's first packet outputs
+  its overlap with the link before;
 - links of another rate or channel count fail its decode (no index), and
   Vorbis links with other codebooks decode to noise (no index);
 - the end-of-stream granule trims the output: Opus's to it (never past
@@ -75,6 +76,10 @@ def _files() -> dict[str, bytes]:
             f"{codec}/chain-of-odd-pages": paginate(a, body=300, audio_on_header_page=1)
             + paginate(b, offset=rate * 100, header_body=200, audio_on_header_page=2)
             + paginate(c, body=5000, offset=-300),
+            # Links cut without their end-of-stream pages: nothing trimmed.
+            f"{codec}/chain-cut": paginate(a, ended=False)
+            + paginate(b, ended=False, body=500)
+            + paginate(c),
         }
     flac = split(cli_encode(FLAC, 22050, 2, 2.5), 4)
     out |= {
@@ -146,6 +151,7 @@ LAYOUTS = (
     "negative-start",
     "chain",
     "chain-of-odd-pages",
+    "chain-cut",
 )
 KEYS = [f"{codec}/{name}" for codec in ("vorbis", "opus") for name in LAYOUTS]
 KEYS += ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
@@ -163,6 +169,7 @@ DEFAULT = {
     "vorbis/negative-start",
     "vorbis/chain-of-odd-pages",
     "opus/chain-of-odd-pages",
+    "opus/chain-cut",
     "opus/large-pre-skip",
     "opus/multiplexed",
     "flac/audio-on-header-page",

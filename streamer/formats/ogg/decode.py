@@ -201,6 +201,7 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
     and by the links of a chain."""
     runs = [_Run()]
     granule = None  # the current link's last granule position
+    ended = False  # whether the last page ended its link
     for number, (page, done) in enumerate(packets_by_page(data)):
         if isinstance(page, Damage):
             context.bad_packet(
@@ -209,13 +210,15 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
             runs.append(_Run(after_damage=True))
             continue
         if page.flags & BOS and number:
-            runs[-1].link_end = granule
+            # FFmpeg trims a link's output at its end-of-stream page only.
+            runs[-1].link_end = granule if ended else None
             head = done[0] if done else b""
             skip = int.from_bytes(head[10:12], "little") if head.startswith(b"OpusHead") else 0
             runs.append(_Run(opens_link=True, skip=skip))
             granule = None
         if page.granule >= 0:
             granule = page.granule
+        ended = bool(page.flags & EOS)
         if done := [packet for packet in done if not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]

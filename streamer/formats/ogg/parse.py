@@ -256,7 +256,7 @@ class _Link:
             _same_stream(previous.headers, self.headers, previous.codec, codec)
             if previous.single:
                 raise NoIndex("a chained ogg link of one audio page")
-            if previous.trim:
+            if previous.trim and previous.ended:
                 raise NoIndex("a chained ogg link that FFmpeg does not end at its last granule")
         self.durations = _Durations(codec, self.headers)
         self.points = points
@@ -274,6 +274,8 @@ class _Link:
         self._bos = bos.offset if begins is None else begins
         self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
+        #: The last page taken and what was known before it (to recount it).
+        self._last: tuple[Page, bytes, bytes, int, bool] | None = None
         self._lengths: list[int] = []  # durations of the audio packets before the first granule
         self._head = b""  # first bytes of the packet being read (all its duration needs)
         self._last_head = b""  # those of the last packet completed (Vorbis: its block size)
@@ -309,6 +311,8 @@ class _Link:
                 self.data_end = page.end  # the audio range runs to the file's last page
                 continue
             if page.flags & BOS and self.start is not None and not self.others:
+                if not self.ended:
+                    self._end_unmarked()
                 return page
             if page.serial != self.serial or page.flags & BOS:
                 raise NoIndex("multiplexed ogg streams")
@@ -325,6 +329,7 @@ class _Link:
         # means pages (and their samples) went missing.
         lost = self._sequence >= 0 and page.sequence != self._sequence + 1
         self._sequence = page.sequence
+        self._last = (page, self._last_head, self._head, self.granule, self.known and not lost)
         if self.start is None or page.flags & EOS:
             lengths = self._count(page, skip)
         else:
@@ -386,6 +391,16 @@ class _Link:
             self._last_head = page.body[start : start + _HEAD]
         opened = sum(lacing[: last + 1])
         self._head = page.body[opened : opened + _HEAD]
+
+    def _end_unmarked(self) -> None:
+        """A link that ends without an end-of-stream page (a recorder cut
+        it): FFmpeg trims nothing, so its output ends where the packets of
+        its last page decode to, whatever that page's granule says."""
+        assert self._last is not None  # the link has audio pages
+        page, self._last_head, self._head, granule, known = self._last
+        if not known:
+            raise NoIndex("a chained ogg link without its end after lost pages")
+        self.trim = self.granule - (granule + sum(self._count(page, 0)))
 
     def _trim_end(self, decoded: int, granule: int, last: int) -> None:
         """Where FFmpeg's output of the link ends, given the end of what its
