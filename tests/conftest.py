@@ -37,14 +37,15 @@ def packed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def index_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ten 1-second files (two per codec, named without extensions: sniffed)
-    and a chained Opus stream, which cannot be indexed."""
+    and a chained Opus stream whose links differ in channel count, which
+    cannot be indexed (FFmpeg cannot decode it as one stream)."""
     src = tmp_path_factory.mktemp("index-src")
     for codec in ("mp3", "opus", "flac", "aac", "wav"):
         for n in range(2):
             data = encoded(codec, 48000, 1 + n, seconds=1.0)
             (src / f"{codec}{n}.bin").write_bytes(data)
-    opus = encoded("opus", 48000, 1, seconds=0.5)
-    (src / "chained.opus").write_bytes(opus + opus)
+    mono, stereo = (encoded("opus", 48000, n, seconds=0.5) for n in (1, 2))
+    (src / "chained.opus").write_bytes(mono + stereo)
     return src
 
 

@@ -186,6 +186,17 @@ class Points:
             self.offsets.append(offset)
             self._next = (sample // self.step + 1) * self.step
 
+    def restart(self, sample: int, offset: int) -> None:
+        """Make the frame a seek point whatever its bin, dropping earlier
+        points at or after its position (an Ogg chain's link must start at
+        a point, and its first sample may precede the previous link's last
+        point)."""
+        while self.samples and self.samples[-1] >= sample:
+            self.samples.pop()
+            self.offsets.pop()
+        self._next = -(1 << 62)
+        self.add(sample, offset)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return (
             np.frombuffer(self.samples, dtype=np.int64).copy(),

@@ -199,8 +199,17 @@ def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
 def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | None:
     if duration is None or not math.isfinite(duration) or duration <= 0 or index.num_samples < 0:
         return None
-    seconds = index.num_samples / index.timescale
+    if index.container == "ogg" and len(index.header) > 1:
+        return None  # a chain: FFmpeg's duration is its first link's
+    lengths = [index.num_samples]
+    if index.container == "ogg":
+        # FFmpeg's Ogg Opus and FLAC duration is the last granule position:
+        # it counts from 0 however late the stream starts (one cut from a
+        # live recording), and takes in the pre-skip (65535 in some files).
+        lengths.append(index.first_sample + index.num_samples)
     absolute, relative = _DURATION_TOLERANCE
-    if abs(seconds - duration) > max(absolute, relative * duration):
+    if all(
+        abs(n / index.timescale - duration) > max(absolute, relative * duration) for n in lengths
+    ):
         return "duration"
     return None

@@ -132,15 +132,26 @@ def long_packet_pages(serial: int, packet: bytes) -> list[bytes]:
     ]
 
 
+def _with_granule(data: bytes, page: int, granule: int) -> bytes:
+    """``data`` with the granule of its page number ``page`` replaced (CRC redone)."""
+    out = bytearray(data)
+    target = ogg_pages(data)[page]
+    struct.pack_into("<q", out, target.offset + 6, granule)
+    struct.pack_into("<I", out, target.offset + 22, 0)
+    crc = ogg.ogg_crc(bytes(out[target.offset : target.end]))
+    struct.pack_into("<I", out, target.offset + 22, crc)
+    return bytes(out)
+
+
 def test_ogg_granule_past_what_the_bytes_hold() -> None:
-    data = bytearray(encoded("opus", 48000, 1, seconds=2.0))
-    last = ogg_pages(bytes(data))[-1]
-    struct.pack_into("<q", data, last.offset + 6, 1 << 60)
-    struct.pack_into("<I", data, last.offset + 22, 0)
-    struct.pack_into("<I", data, last.offset + 22, ogg.ogg_crc(bytes(data[last.offset : last.end])))
-    assert indexed_within(bytes(data)).reason == (
-        "implausible index: more samples than the audio bytes can hold"
-    )
+    data = _with_granule(encoded("opus", 48000, 1, seconds=2.0), -3, 1 << 60)
+    assert indexed_within(data).reason.startswith("implausible index")
+
+
+def test_an_ogg_last_granule_past_the_packets_is_ignored_as_ffmpeg_does() -> None:
+    """FFmpeg's output never runs past what the packets decode to."""
+    data = _with_granule(encoded("opus", 48000, 1, seconds=2.0), -1, 1 << 60)
+    assert indexed_within(data).num_samples == decoded_length(data)
 
 
 def test_ogg_comment_packet_is_skipped_not_kept() -> None:

@@ -146,18 +146,18 @@ def test_garbage_between_pages_resyncs() -> None:
     np.testing.assert_array_equal(index.byte_pos, shifted)
 
 
-def test_chained_streams_are_rejected() -> None:
-    first, second = encoded("opus", 48000, 1), encoded("opus", 48000, 1, seconds=1.0)
+def test_chains_of_links_ffmpeg_cannot_decode_as_one_are_rejected() -> None:
+    first, second = encoded("opus", 48000, 1), encoded("opus", 48000, 2, seconds=1.0)
     index = extract(io.BytesIO(first + second))
-    assert (index.status, index.reason) == ("no index", "chained ogg streams")
+    assert (index.status, index.reason) == ("no index", "chained ogg streams of different formats")
 
 
-def test_multiplexed_streams_are_rejected() -> None:
+def test_pages_of_a_stream_no_page_announced_are_rejected() -> None:
     a, b = encoded("opus", 48000, 1), cli_encode(["opusenc", "--quiet", "-", "{out}"], 48000, 1)
     a_pages, b_pages = _pages(a), _pages(b)
     assert a_pages[0].serial != b_pages[0].serial
     first = a[: a_pages[0].end]
-    data = first + b[: b_pages[0].end] + a[a_pages[0].end :]
+    data = first + b[b_pages[1].offset : b_pages[1].end] + a[a_pages[0].end :]
     assert extract(io.BytesIO(data)).reason == "multiplexed ogg streams"
 
 

@@ -43,7 +43,9 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
 
 def test_pack_builds_the_index(index_sources, tmp_path) -> None:
     report = pack(index_sources, tmp_path / "ds", shard_size=20_000, batch_size=2, progress=False)
-    assert report.index is not None and report.index.reasons == {"chained ogg streams": 1}
+    assert report.index is not None and report.index.reasons == {
+        "chained ogg streams of different formats": 1
+    }
     dataset = streamer.open_dataset(tmp_path / "ds")
     assert sorted(os.listdir(tmp_path / "ds" / INDEX_DIR)) == sorted(
         os.listdir(tmp_path / "ds" / "audio")
@@ -51,7 +53,7 @@ def test_pack_builds_the_index(index_sources, tmp_path) -> None:
     for key in list(dataset.keys()):
         stored = dataset.seek_index(key)
         assert_same_index(stored, extract(dataset.blob(key)))
-    assert dataset.seek_index("chained").reason == "chained ogg streams"
+    assert dataset.seek_index("chained").reason == "chained ogg streams of different formats"
     assert dataset.seek_index("flac1").codec == "flac"
 
 

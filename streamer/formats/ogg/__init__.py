@@ -3,6 +3,8 @@ indexes pages and granules, ``decode`` decodes the packets of planned pages."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...index.table import SeekIndex
 from ..base import PackagedFormat
 from ..job import CropPlan
@@ -18,12 +20,34 @@ class Ogg(PackagedFormat):
     decoding = decode
 
     def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
-        """Never start on the last seek point: output is placed by the granule of
-        a page other than the last (whose granule may trim the stream), so an
-        earlier page must be decoded too."""
-        if 0 < plan.point == len(index.sample_pos) - 1:
-            return plan.starting_at(index, plan.point - 1)
-        return plan
+        """Never start on the last seek point of a link (of the stream): output
+        is placed by the granule of a page other than the link's last (whose
+        granule may trim it), so an earlier page must be decoded too.
+
+        A chain's plan reads the headers of the link it starts in only, and,
+        past a link's first seek point, the pages since the seek point before
+        (the last granule position there places the link on the timeline).
+        """
+        links = [offset for offset, _ in index.header]
+        point = plan.point
+        following = int(index.byte_pos[point + 1]) if point + 1 < len(index.byte_pos) else None
+        if point > 0 and (
+            following is None or _link(links, following) != _link(links, plan.data[0])
+        ):
+            plan = plan.starting_at(index, point - 1)
+        if len(links) == 1:
+            return plan
+        link = _link(links, plan.data[0])
+        header = (index.header[link],)
+        if plan.point and _link(links, int(index.byte_pos[plan.point - 1])) == link:
+            previous = int(index.byte_pos[plan.point - 1])
+            header += ((previous, plan.data[0] - previous),)
+        return dataclasses.replace(plan, header=header)
+
+
+def _link(links: list[int], offset: int) -> int:
+    """The chain link (by its first page's offset) holding ``offset``."""
+    return max(n for n, start in enumerate(links) if start <= offset)
 
 
 FORMAT = Ogg()

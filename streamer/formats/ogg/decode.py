@@ -1,13 +1,20 @@
-"""Ogg Vorbis and Opus: packets cut out of the planned pages, decoded bare.
+"""Ogg Vorbis, Opus and FLAC: packets cut out of the planned pages, decoded bare.
 
 The data range starts on a page whose first packet starts there; packets are
 cut by the pages' lacing values (``pages.py``) and fed to a bare decoder
-whose extradata comes from the header pages. Decoders drop what they cannot
-output yet (Vorbis primes with the first packet, Opus skips its pre-skip), so
-the output is placed by a page's granule instead of by counting: after the
-packets that end on a page with granule ``G`` have been decoded, the output
-so far ends at native position ``G``. The last page is never the anchor,
-because its granule may cut the stream short of what was decoded.
+whose extradata comes from the header pages (Opus's without its pre-skip).
+Header packets among them are skipped, and a multiplexed file's other
+streams' pages. Decoders drop what they cannot output yet (Vorbis primes
+with the first packet), so the output is placed by a page's granule instead
+of by counting: after the packets that end on a page with granule ``G`` have
+been decoded, the output so far ends at native position ``G``. The last page
+is never the anchor, because its granule may cut the stream short of what
+was decoded.
+
+A chain's links are decoded as FFmpeg decodes them, by one decoder that
+carries on: each link's output is cut at its last granule and the next
+link's follows it (less an Opus link's pre-skip); a link's granules count
+from a base that the pages the plan brings before the data tell.
 
 Every page's CRC is checked. A page that fails it is dropped with the
 packets on it (and the pieces of packets it shares with its neighbours), is
@@ -25,28 +32,49 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ..flac.parse import STREAMINFO_SIZE
 from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_packets
-from .pages import CONTINUED, EOS, Damage, Page, checked_pages
+from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
+from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, packet_durations
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
 #: overlap; Opus's decoder converges slowly after a cold start (measured
 #: here: max error 2e-8 against the full decode after 0.5 s).
-PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5}
+PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5, "flac": 0.0}
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:
     """Each page of ``data`` with the packets completed on it, and each run
     of damaged bytes (with none). A packet continued past the end of
-    ``data``, or into or out of damaged bytes, is dropped."""
-    partial: bytes | None = b""  # None: dropping the rest of a packet whose start was lost
+    ``data``, from before its start (the piece of a header that may open
+    the first audio page), or into or out of damaged bytes, is dropped.
+
+    Only the audio stream's pages come out: the stream whose first page
+    opens ``data``, or whose beginning-of-stream page starts with an audio
+    header (a multiplexed file's other streams, Skeleton or Theora, are
+    skipped; a chain's next link takes over once its stream has begun)."""
+    partial: bytes | None = None  # None: dropping the rest of a packet whose start was lost
+    serial = None
+    started = (
+        False  # whether a page of the stream followed its first (a chain's next link may come)
+    )
     for page in checked_pages(data):
         if isinstance(page, Damage):
             partial = None
             yield page, []
+            continue
+        opens_audio = page.flags & BOS and page.body.startswith(AUDIO_HEADERS)
+        if (opens_audio and (serial is None or started)) or (
+            serial is None and not page.flags & BOS
+        ):
+            serial, started = page.serial, False
+        elif page.serial == serial:
+            started = True
+        if page.serial != serial:
             continue
         if partial is None and not page.flags & CONTINUED:
             partial = b""
@@ -63,15 +91,24 @@ def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, l
 
 @dataclass
 class _Run:
-    """Packets between damaged bytes, the decoded samples and where they go."""
+    """Packets between damaged bytes or link starts, the decoded samples and
+    where they go."""
 
     #: Each packet and the page it closes, if it is the last one completed there.
     packets: list[tuple[av.Packet, Page | None]] = field(default_factory=list)
     #: Whether damaged bytes came right before it.
     after_damage: bool = False
+    #: Whether it opens a chained link met in the data: its output follows
+    #: the run before's, from a decoder that carries on as FFmpeg's does.
+    opens_link: bool = False
+    #: Samples the full decode drops from its start (a later Opus link's pre-skip).
+    skip: int = 0
+    #: The link's last granule position, when the run reaches the link's end
+    #: (FFmpeg trims the link's output there).
+    link_end: int | None = None
     pieces: list[np.ndarray] = field(default_factory=list)
-    #: Native position of the first decoded sample, from a granule (None: no page tells).
-    start: int | None = None
+    #: Granule position of the first decoded sample (None: no page tells).
+    raw_start: int | None = None
 
 
 def _xiph_extradata(headers: list[bytes]) -> bytes:
@@ -84,43 +121,121 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
+    (link_at, link_header), *before = fetched.pieces[:-1]
     headers: list[bytes] = []
-    for page, done in packets_by_page(fetched.header):
+    for page, done in packets_by_page(link_header):
         if isinstance(page, Damage):
             raise context.error("an Ogg header page fails its CRC")
         headers += done
     decoder = av.CodecContext.create(index.codec, "r")
     if index.codec == "vorbis":
         decoder.extradata = _xiph_extradata(headers[:3])
+    elif index.codec == "flac":
+        decoder.extradata = headers[0][FLAC_STREAMINFO : FLAC_STREAMINFO + STREAMINFO_SIZE]
     else:
-        decoder.extradata = headers[0]
-    runs = _runs(fetched.data, plan, context)
-    for number, run in enumerate(runs):
-        if number:
+        # Without its pre-skip: a decoder that starts mid-stream would drop
+        # that many samples (up to 1.4 s) from wherever it starts. Output is
+        # placed by granules, so samples before the full decode's are cut.
+        decoder.extradata = headers[0][:10] + b"\0\0" + headers[0][12:]
+    runs = _runs(fetched.data, plan, context, index.codec)
+    for run in runs:
+        if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
         _decode_run(decoder, run, index.channels, context)
+    base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     until = to_native(index, plan.last) if lost_end else None
-    start, samples = _place(runs, plan.start_native, until, index.channels)
+    start, samples = _place(runs, base, counted, plan.start_native, until, index.channels)
     if start is None:
         raise context.error("no Ogg page to place the decoded samples by")
     return samples, to_gapless(index, start)
 
 
-def _runs(data: memoryview, plan: CropPlan, context: DecodeContext) -> list[_Run]:
-    """The packets of ``data`` in runs split by damaged bytes (each counted)."""
+def _anchors(
+    index: SeekIndex,
+    plan: CropPlan,
+    link_at: int,
+    before: list[tuple[int, memoryview]],
+    headers: list[bytes],
+    runs: list[_Run],
+    context: DecodeContext,
+) -> tuple[int | None, int | None]:
+    """Where the decode starts on the native timeline, as far as the plan
+    tells: (native minus granule position in the first link, or None when
+    unknown; native position of the first decoded sample when the data
+    starts at the link's first packet, else None).
+
+    The first link's granule positions are native ones. For a later link
+    of a chain the plan brings the pages between the previous seek point and
+    its own (``before``): their last granule position is where the planned
+    data starts (``plan.start_native``). Without them the data starts at the
+    link's first packet, whose output begins there (Opus, decoded without
+    pre-skip) or after it (Vorbis, whose first packet only primes).
+    """
+    first_link = link_at == index.header[0][0]
+    base = None
+    if first_link:
+        base = 0
+    elif before:
+        granules = [
+            page.granule
+            for page in checked_pages(before[0][1])
+            if isinstance(page, Page) and page.granule >= 0
+        ]
+        if not granules:
+            raise context.error("no Ogg granule position before the planned data")
+        base = plan.start_native - granules[-1]
+    counted = None
+    if (plan.point == 0 or (not first_link and not before)) and runs and runs[0].packets:
+        offset = 0  # Opus: its decoder, without pre-skip, outputs from the first packet on
+        if index.codec == "vorbis":
+            packet = bytes(runs[0].packets[0][0])
+            offset = packet_durations(headers[:3]).next(packet[:2])
+        counted = plan.start_native + offset
+    return base, counted
+
+
+def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) -> list[_Run]:
+    """The packets of ``data`` in runs split by damaged bytes (each counted)
+    and by the links of a chain."""
     runs = [_Run()]
-    for page, done in packets_by_page(data):
+    granule = None  # the current link's last granule position
+    ended = False  # whether the last page ended its link
+    for number, (page, done) in enumerate(packets_by_page(data)):
         if isinstance(page, Damage):
             context.bad_packet(
                 "bytes that are not an Ogg page with a valid CRC", plan.data[0] + page.offset
             )
             runs.append(_Run(after_damage=True))
-        elif done:
+            continue
+        if page.flags & BOS and number:
+            # FFmpeg trims a link's output at its end-of-stream page only.
+            runs[-1].link_end = granule if ended else None
+            head = done[0] if done else b""
+            skip = int.from_bytes(head[10:12], "little") if head.startswith(b"OpusHead") else 0
+            runs.append(_Run(opens_link=True, skip=skip))
+            granule = None
+        if page.granule >= 0:
+            granule = page.granule
+        ended = bool(page.flags & EOS)
+        if done := [packet for packet in done if not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]
+
+
+def _is_header(codec: str, packet: bytes) -> bool:
+    """Whether a packet is a header, not audio: headers may share the first
+    audio page, and a chain's later links bring theirs. Vorbis headers start
+    with an odd byte and "vorbis" (audio packets with an even byte); an Opus
+    packet cannot start with "Opus" (a TOC asking for 48 frames of 20 ms); a
+    FLAC frame starts with its sync byte 0xFF, a metadata block never."""
+    if codec == "flac":
+        return not packet.startswith(b"\xff")
+    if codec == "vorbis":
+        return packet[:1] in (b"\x01", b"\x03", b"\x05") and packet[1:7] == b"vorbis"
+    return packet.startswith(b"Opus")
 
 
 def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: DecodeContext) -> None:
@@ -132,29 +247,54 @@ def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: Dec
         run.pieces.append(samples)
         produced += samples.shape[1]
         page = run.packets[number][1]
-        if run.start is None and page is not None and not page.flags & EOS and page.granule >= 0:
-            run.start = page.granule - produced
+        if (
+            run.raw_start is None
+            and page is not None
+            and not page.flags & EOS
+            and page.granule >= 0
+        ):
+            run.raw_start = page.granule - produced
 
 
 def _place(
-    runs: list[_Run], origin: int, until: int | None, channels: int
+    runs: list[_Run],
+    base: int | None,
+    counted: int | None,
+    origin: int,
+    until: int | None,
+    channels: int,
 ) -> tuple[int | None, np.ndarray]:
     """The runs' samples on one native timeline, silence where bytes were
-    lost: (native position of the first sample, samples). A run no granule
-    places follows the run before it; before any run is placed it is lost.
-    Damage before the first placed run is silence from ``origin`` (where the
-    planned bytes start); ``until``: silence after the last run up to there."""
+    lost: (native position of the first sample, samples).
+
+    A run is placed by its granule position plus its link's ``base``; the
+    first one, when nothing else tells, at ``counted``; one that opens a
+    link right after the one before it; any other follows the run before
+    it (before any run is placed it is lost). A run that reaches its link's
+    end is cut there. Damage before the first placed run is silence from
+    ``origin`` (where the planned bytes start); ``until``: silence after the
+    last run up to there."""
     start = end = None
     out: list[np.ndarray] = []
     damaged = False
-    for run in runs:
+    for number, run in enumerate(runs):
         damaged = damaged or run.after_damage
-        at = run.start if run.start is not None else end
+        if run.opens_link:
+            at = end
+            known = at is not None and run.raw_start is not None
+            base = at - run.skip - run.raw_start if known else None  # type: ignore[operator]
+        elif base is not None and run.raw_start is not None:
+            at = base + run.raw_start
+        elif number == 0 and counted is not None:
+            at = counted
+            base = None if run.raw_start is None else at - run.raw_start
+        else:
+            at = end
         if at is None:
             continue
+        pieces = _link_output(run, at, base)
         if end is None:
             start = end = origin if damaged and at > origin else at
-        pieces = run.pieces
         if at < end:  # the run's first packet overlaps what is placed: keep the earlier
             pieces = _drop_front(pieces, end - at)
         elif at > end:
@@ -166,6 +306,17 @@ def _place(
     return start, concat(out, channels)
 
 
+def _link_output(run: _Run, at: int, base: int | None) -> list[np.ndarray]:
+    """A run's samples as the full decode has them, placed at ``at``: cut
+    at its link's end, without the samples FFmpeg drops at a link's start."""
+    pieces = run.pieces
+    if run.link_end is not None and base is not None:
+        pieces = _keep_front(
+            pieces, base + run.link_end - (at - (run.skip if run.opens_link else 0))
+        )
+    return _drop_front(pieces, run.skip) if run.opens_link else pieces
+
+
 def _drop_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:
     """``pieces`` without their first ``count`` samples."""
     kept = []
@@ -173,4 +324,14 @@ def _drop_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:
         if count < piece.shape[1]:
             kept.append(piece[:, count:])
         count = max(count - piece.shape[1], 0)
+    return kept
+
+
+def _keep_front(pieces: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """The first ``count`` samples of ``pieces``."""
+    kept = []
+    for piece in pieces:
+        if count > 0:
+            kept.append(piece[:, :count])
+        count -= piece.shape[1]
     return kept

@@ -1,20 +1,25 @@
-"""Ogg (Vorbis, Opus): page scan with CRC check and resync, granule positions.
+"""Ogg (Vorbis, Opus, FLAC): page scan with CRC check and resync, granule positions.
 
 Native timeline: the stream's granule positions, i.e. PCM samples at the
-stream's rate for Vorbis and at 48 kHz for Opus, pre-skip included. Seek
-points are pages whose first packet starts on that page (not continued from
-the previous page); ``sample_pos`` is the granule position of the last page
-before it that completes a packet, which is the timestamp FFmpeg gives that
-first packet: the native position where the output of that packet begins once
-the packets before it have been decoded. For the first audio page it is
-derived from the page's granule minus the durations of the packets it
-completes, as FFmpeg does.
+stream's rate for Vorbis and FLAC and at 48 kHz for Opus, pre-skip
+included. Seek points are pages whose first packet starts on that page (not
+continued from the previous page); ``sample_pos`` is the granule position
+of the last page before it that completes a packet, which is the timestamp
+FFmpeg gives that first packet: the native position where the output of
+that packet begins once the packets before it have been decoded. The first
+packet's position is the first granule minus the durations of the packets
+up to it, as FFmpeg counts them, whatever the page layout (audio on the
+page that ends the headers, headers over several pages).
 
-Gapless: Opus output starts ``pre_skip`` after the first packet's position
-(``encoder_delay`` = pre-skip); Vorbis output starts at the first packet's
-position, clamped at 0 (a negative start means the encoder asked for leading
-samples to be dropped). With an end-of-stream page, ``num_samples`` follows
-its granule (FFmpeg trims the last packet to it); without one it is -1.
+Gapless: FFmpeg decodes every packet whatever the granules say. Opus output
+starts ``pre_skip`` after the first packet's position (``encoder_delay`` =
+pre-skip); Vorbis output after the first packet (which only primes); FLAC
+at it. With an end-of-stream page, ``num_samples`` ends where FFmpeg's
+trimming of the last packet ends it (``_Link._trim_end``); without one it
+is -1.
+
+Chains (links one after another) are one timeline, as FFmpeg decodes them
+(``_Link``); in a multiplexed file the first audio stream is indexed.
 
 Decoding from a seek point needs pre-roll: Vorbis's first packet only primes
 the overlap (it outputs nothing), Opus wants 80 ms to converge.
@@ -22,25 +27,34 @@ the overlap (it outputs nothing), Opus wants 80 ms to converge.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
 from ...index.table import OK, SeekIndex
+from ..flac import parse as flac
 from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
 
-__all__ = ["matches", "parse"]
+__all__ = ["AUDIO_HEADERS", "FLAC_STREAMINFO", "matches", "packet_durations", "parse"]
 
 #: Largest identification or setup header packet kept (libvorbis writes setup
 #: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
 MAX_HEADER_PACKET = 1 << 24
+#: Where STREAMINFO's body starts in an Ogg FLAC first packet: the mapping's
+#: 9 bytes, "fLaC" and the metadata block header.
+FLAC_STREAMINFO = 17
+#: First bytes of a packet kept for its duration: a FLAC frame header is at
+#: most 16 bytes (Opus and Vorbis need 2).
+_HEAD = 16
+#: Lacing values as packet ends (0) and continuations (1).
+_ENDS = bytes(1 if value == 255 else 0 for value in range(256))
 #: The tail of a Vorbis setup header that holds its modes: at most 64 modes
 #: of 41 bits, their count and the framing bit.
 _SETUP_TAIL = 512
 
 _UNSUPPORTED = {
-    b"\x7fFLAC": "flac",
     b"Speex": "speex",
     b"\x80theora": "theora",
     b"OVP80": "vp8",
@@ -61,7 +75,7 @@ class _Codec(NamedTuple):
     header_packets: int
 
 
-def _identify(packet: bytes) -> _Codec:
+def _identify_packet(packet: bytes) -> _Codec:
     if packet.startswith(b"\x01vorbis") and len(packet) >= 30:
         channels, rate = packet[11], int.from_bytes(packet[12:16], "little")
         if not channels or not rate:
@@ -70,6 +84,13 @@ def _identify(packet: bytes) -> _Codec:
     if packet.startswith(b"OpusHead") and len(packet) >= 19:
         pre_skip = int.from_bytes(packet[10:12], "little")
         return _Codec("opus", 48000, packet[9], 48000, pre_skip, 2)
+    if packet.startswith(b"\x7fFLAC") and packet[9:13] == b"fLaC":
+        # The mapping's header, then STREAMINFO (its metadata block header first).
+        info = flac.streaminfo(packet[FLAC_STREAMINFO : FLAC_STREAMINFO + flac.STREAMINFO_SIZE])
+        following = int.from_bytes(packet[7:9], "big")
+        if not following:
+            raise NoIndex("ogg flac without its count of header packets")
+        return _Codec("flac", info.sample_rate, info.channels, info.sample_rate, 0, 1 + following)
     for magic, name in _UNSUPPORTED.items():
         if packet.startswith(magic):
             raise NoIndex(f"unsupported codec in ogg: {name}")
@@ -77,7 +98,7 @@ def _identify(packet: bytes) -> _Codec:
 
 
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
-    """Index a single-stream Ogg Vorbis or Opus file; raises ``NoIndex`` otherwise."""
+    """Index an Ogg Vorbis or Opus file, chained or not; raises ``NoIndex`` otherwise."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     scan = iter(scan_pages(reader))
     first = next(scan, None)
@@ -85,27 +106,15 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         raise NoIndex("no ogg pages")
     if not first.flags & BOS or first.after_gap:
         raise NoIndex("ogg stream does not start with a beginning-of-stream page")
-    packets = list(first.packets())
-    if not packets:
-        raise NoIndex("empty first ogg page")
-    codec = _identify(packets[0][0])
-    headers, header_end = _headers(first, scan, codec)
+    group, scan = _first_pages(first, scan)
+    audio = next((page for page in group if _is_audio(page)), first)
+    codec = _identify(audio)
     points = Points(interval(codec.timescale, density))
-    state = _AudioScan(codec, _Durations(codec, headers), points)
-    for page in scan:
-        if page.serial != first.serial or page.flags & BOS:
-            chained = page.flags & BOS and state.ended
-            raise NoIndex("chained ogg streams" if chained else "multiplexed ogg streams")
-        if state.ended:
-            break
-        state.add(page)
-    if state.start is None:
-        raise NoIndex("no ogg audio pages")
-    if codec.name == "opus":
-        first_sample = state.start + codec.pre_skip
-    else:
-        first_sample = state.start + state.first_duration
-    num_samples = state.granule - first_sample if state.ended else -1
+    others = {page.serial for page in group if page is not audio}
+    links = [_Link(audio, scan, codec, points, None, others, first.offset)]
+    while (bos := links[-1].read(scan)) is not None:
+        links.append(_Link(bos, scan, _identify(bos), points, links[-1]))
+    head, last = links[0], links[-1]
     sample_pos, byte_pos = points.arrays()
     return SeekIndex(
         status=OK,
@@ -114,33 +123,65 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         sample_rate=codec.sample_rate,
         channels=codec.channels,
         timescale=codec.timescale,
-        first_sample=first_sample,
-        num_samples=max(num_samples, -1),
+        first_sample=head.first_sample,
+        num_samples=last.end - head.first_sample if last.ended else -1,
         encoder_delay=codec.pre_skip,
-        header=((first.offset, header_end - first.offset),),
-        data_start=header_end,
-        data_end=state.data_end,
+        header=tuple(link.header for link in links),
+        data_start=head.data_start,
+        data_end=last.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
     )
 
 
-def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[bytes], int]:
+#: How the first packet of an audio stream starts: FFmpeg's first audio
+#: stream is the first of these, whatever streams come before it.
+AUDIO_HEADERS = (b"\x01vorbis", b"OpusHead", b"\x7fFLAC", b"Speex")
+
+
+def _is_audio(bos: Page) -> bool:
+    return bos.body.startswith(AUDIO_HEADERS)
+
+
+def _first_pages(first: Page, scan: Iterator[Page]) -> tuple[list[Page], Iterator[Page]]:
+    """The beginning-of-stream pages that open the file (one per stream of
+    a multiplexed file: Skeleton, Theora beside the audio) and the scan
+    from the page after them."""
+    group = [first]
+    for page in scan:
+        if not page.flags & BOS:
+            return group, itertools.chain([page], scan)
+        group.append(page)
+    return group, scan
+
+
+def _identify(bos: Page) -> _Codec:
+    packets = list(bos.packets())
+    if not packets:
+        raise NoIndex("empty first ogg page")
+    return _identify_packet(packets[0][0])
+
+
+def _headers(
+    first: Page, scan: Iterator[Page], codec: _Codec, others: set[int]
+) -> tuple[list[bytes], Page, int]:
     """The header packets (the comment packet, the second, as ``b""``: nothing
-    needs it) and the end of the page that completes the last one (which must
-    end there: audio starts on a fresh page)."""
+    needs it), the page that completes the last one and how many packet
+    pieces on it are headers: audio packets may follow on that page, and
+    headers may span pages (each page a piece of a packet)."""
     done: list[bytes] = []
     pieces: list[bytes] = []  # of the packet being read
     held = 0
     page: Page | None = first
     while page is not None:
+        if page.serial in others and not page.flags & BOS:
+            page = next(scan, None)
+            continue
         if page is not first and (page.serial != first.serial or page.after_gap):
             raise NoIndex(
                 "multiplexed ogg streams" if page.serial != first.serial else "corrupt ogg headers"
             )
-        for data, complete in page.packets():
-            if len(done) == codec.header_packets:
-                raise NoIndex("audio shares a page with the ogg headers")
+        for number, (data, complete) in enumerate(page.packets()):
             if len(done) != 1:
                 held += len(data)
                 if held > MAX_HEADER_PACKET:
@@ -149,40 +190,158 @@ def _headers(first: Page, scan: Iterator[Page], codec: _Codec) -> tuple[list[byt
             if complete:
                 done.append(b"".join(pieces))
                 pieces, held = [], 0
-        if len(done) == codec.header_packets:
-            return done, page.end
+                if len(done) == codec.header_packets:
+                    return done, page, number + 1
         page = next(scan, None)
     raise NoIndex("truncated ogg headers")
 
 
-class _AudioScan:
-    """Walks audio pages: seek points, the first packet's position, the end."""
+def _same_stream(first: list[bytes], later: list[bytes], codec: _Codec, other: _Codec) -> None:
+    """Raise ``NoIndex`` unless a chained link decodes as part of the first
+    link's stream: FFmpeg decodes every link with one decoder set up by the
+    first link's headers (a link of another rate or channel count fails its
+    decode; Vorbis codebooks of another setup turn it into noise)."""
+    if (other.name, other.sample_rate, other.channels) != (
+        codec.name,
+        codec.sample_rate,
+        codec.channels,
+    ):
+        raise NoIndex("chained ogg streams of different formats")
+    if codec.name == "flac":
+        raise NoIndex("chained ogg flac streams")
+    if codec.name == "vorbis":
+        same = first[0] == later[0] and first[2] == later[2]
+    else:  # all of OpusHead but the pre-skip and the input sample rate
+        same = first[0][:10] + first[0][16:] == later[0][:10] + later[0][16:]
+    if not same:
+        raise NoIndex(f"chained ogg streams with different {codec.name} headers")
 
-    def __init__(self, codec: _Codec, durations: _Durations, points: Points) -> None:
+
+def packet_durations(headers: list[bytes]) -> _Durations:
+    """A counter of a stream's audio packet durations, in order
+    (``.next(packet)``), given its header packets."""
+    return _Durations(_identify_packet(headers[0]), headers)
+
+
+class _Link:
+    """One link of a chain (a whole stream when there is no chain): its
+    headers, its audio pages' seek points, where it starts and ends.
+
+    The native timeline runs on across links as FFmpeg's output does: a
+    link's position is its granule position plus ``base``, chosen so that
+    its first output sample follows the previous link's last (FFmpeg trims
+    a link's end to its last granule, drops an Opus link's pre-skip, and its
+    Vorbis decoder, not reset, outputs the overlap of the previous link's
+    last block with the new link's first packet).
+    """
+
+    def __init__(
+        self,
+        bos: Page,
+        scan: Iterator[Page],
+        codec: _Codec,
+        points: Points,
+        previous: _Link | None,
+        others: set[int] | None = None,
+        begins: int | None = None,
+    ) -> None:
+        """``others``: the serials of the streams beside it (a multiplexed
+        file), whose pages are skipped; ``begins``: where its header range
+        begins (the file's first page) when not at its own first page."""
         self.codec = codec
-        self.durations = durations
+        self.serial = bos.serial
+        self.others = others or set()
+        self.headers, last, skip = _headers(bos, scan, codec, self.others)
+        if previous is not None:
+            _same_stream(previous.headers, self.headers, previous.codec, codec)
+            if previous.single:
+                raise NoIndex("a chained ogg link of one audio page")
+            if previous.trim and previous.ended:
+                raise NoIndex("a chained ogg link that FFmpeg does not end at its last granule")
+        self.durations = _Durations(codec, self.headers)
         self.points = points
-        self.start: int | None = None  # native position of the first audio packet
+        self.previous = previous
+        self.base = 0
+        self.start: int | None = None  # granule position of the first audio packet
         self.first_duration = 0  # its duration (a Vorbis first packet outputs nothing)
+        self.data_start = 0  # offset of the page the first audio packet starts on
         self.granule = 0  # last granule position seen
         self.known = False  # whether ``granule`` is the position of this page's start
         self.ended = False
+        self.trim = 0  # how far before its last granule FFmpeg's output of the link ends
+        self.single = False  # whether the link is one audio page
         self.data_end = 0
+        self._bos = bos.offset if begins is None else begins
+        self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
+        #: The last page taken and what was known before it (to recount it).
+        self._last: tuple[Page, bytes, bytes, int, bool] | None = None
+        self._lengths: list[int] = []  # durations of the audio packets before the first granule
+        self._head = b""  # first bytes of the packet being read (all its duration needs)
+        self._last_head = b""  # those of the last packet completed (Vorbis: its block size)
+        if skip < len(list(last.packets())):  # audio begins on the page ending the headers
+            self.add(last, skip)
 
-    def add(self, page: Page) -> None:
+    @property
+    def header(self) -> tuple[int, int]:
+        """The byte range a decoder starting in this link needs first: its
+        headers, and for a later link also its pages up to the first
+        granule position (which place it on the chain's timeline)."""
+        return (self._bos, self._placed_at - self._bos)
+
+    @property
+    def first_sample(self) -> int:
+        """Native position of the link's first output sample on its own."""
+        assert self.start is not None
+        if self.codec.name == "opus":
+            return self.base + self.start + self.codec.pre_skip
+        if self.codec.name == "flac":
+            return self.base + self.start
+        return self.base + self.start + self.first_duration
+
+    @property
+    def end(self) -> int:
+        """Native position where the link's output ends (its last granule)."""
+        return self.base + self.granule - self.trim
+
+    def read(self, scan: Iterator[Page]) -> Page | None:
+        """Take the link's pages; returns the first page of the next link, if any."""
+        for page in scan:
+            if page.serial in self.others and not page.flags & BOS:
+                self.data_end = page.end  # the audio range runs to the file's last page
+                continue
+            if page.flags & BOS and self.start is not None and not self.others:
+                if not self.ended:
+                    self._end_unmarked()
+                return page
+            if page.serial != self.serial or page.flags & BOS:
+                raise NoIndex("multiplexed ogg streams")
+            if self.ended:
+                break
+            self.add(page)
+        if self.start is None:
+            raise NoIndex("no ogg audio pages")
+        return None
+
+    def add(self, page: Page, skip: int = 0) -> None:
+        """Take the next page; its first ``skip`` packet pieces are headers."""
         # Garbage between pages costs nothing; a break in the page numbering
         # means pages (and their samples) went missing.
         lost = self._sequence >= 0 and page.sequence != self._sequence + 1
         self._sequence = page.sequence
+        self._last = (page, self._last_head, self._head, self.granule, self.known and not lost)
+        if self.start is None or page.flags & EOS:
+            lengths = self._count(page, skip)
+        else:
+            lengths = []
+            self._follow(page)
         if self.start is None:
-            if page.granule < 0:
-                raise NoIndex("first ogg audio page has no granule position")
-            total, self.first_duration = self.durations.first_page(page)
-            self.start = page.granule - total
-            self.points.add(self.start, page.offset)
+            self._place_first(page)
         elif self.known and not lost and not page.flags & CONTINUED:
-            self.points.add(self.granule, page.offset)
+            self.points.add(self.base + self.granule, page.offset)
+        placed = self.start is not None and not self.single and self.known and not lost
+        if placed and page.flags & EOS and lengths and page.granule >= 0:
+            self._trim_end(self.granule + sum(lengths), page.granule, lengths[-1])
         if lost:
             # Pages went missing: the last granule no longer says where this
             # page starts, so no point until a granule is seen again.
@@ -192,9 +351,117 @@ class _AudioScan:
         self.data_end = page.end
         self.ended = bool(page.flags & EOS)
 
+    def _count(self, page: Page, skip: int) -> list[int]:
+        """Follow the packets (their first bytes): the durations of those the
+        page completes (kept up to the first granule, to place the first
+        packet), and the last one's first bytes (a Vorbis link's last block
+        overlaps the next link's first)."""
+        if self.start is None and not self._lengths and not self._head:
+            self.data_start = page.offset
+        if self.start is not None and self._last_head and self.codec.name == "vorbis":
+            self.durations.previous = self.durations.blocksize(self._last_head)
+        lengths = []
+        for data, complete in list(page.packets())[skip:]:
+            self._head = (self._head + data)[:_HEAD]
+            if complete and self._head:
+                self._last_head = self._head
+                lengths.append(self.durations.next(self._head))
+            if complete:
+                self._head = b""
+        if self.start is None:
+            self._lengths += lengths
+        return lengths
+
+    def _follow(self, page: Page) -> None:
+        """What ``_count`` keeps of a page but the durations, with bytes
+        operations instead of a loop over the lacing values (3x faster
+        indexing): the first bytes of the last packet the page completes and
+        of the packet it leaves open."""
+        lacing = page.lacing
+        ends = lacing.translate(_ENDS)  # b"\0" where a packet ends
+        last = ends.rfind(b"\0")
+        if last < 0:  # one piece of a packet that goes on
+            self._head = (self._head + page.body)[:_HEAD]
+            return
+        before = ends.rfind(b"\0", 0, last)
+        start = sum(lacing[: before + 1])
+        if before < 0:  # the page's first packet: continued from the pages before?
+            self._last_head = (self._head + page.body)[:_HEAD]
+        else:
+            self._last_head = page.body[start : start + _HEAD]
+        opened = sum(lacing[: last + 1])
+        self._head = page.body[opened : opened + _HEAD]
+
+    def _end_unmarked(self) -> None:
+        """A link that ends without an end-of-stream page (a recorder cut
+        it): FFmpeg trims nothing, so its output ends where the packets of
+        its last page decode to, whatever that page's granule says."""
+        assert self._last is not None  # the link has audio pages
+        page, self._last_head, self._head, granule, known = self._last
+        if not known:
+            raise NoIndex("a chained ogg link without its end after lost pages")
+        self.trim = self.granule - (granule + sum(self._count(page, 0)))
+
+    def _trim_end(self, decoded: int, granule: int, last: int) -> None:
+        """Where FFmpeg's output of the link ends, given the end of what its
+        packets decode to and the end-of-stream granule: Opus trims to the
+        granule, Vorbis only when that cuts into the last packet alone (else
+        nothing), FLAC never; none outputs more than it decodes. Kept as
+        ``trim`` before the granule."""
+        if (
+            self.codec.name == "flac"
+            or (self.codec.name == "vorbis" and not 0 <= decoded - granule <= last)
+            or granule > decoded
+        ):
+            self.trim = granule - decoded
+
+    def _place_first(self, page: Page) -> None:
+        """Place the first packet as FFmpeg does: the first granule position
+        minus the durations of the packets up to it (a packet may span
+        pages; pages before may complete none)."""
+        if page.flags & EOS and self._lengths:
+            self._one_page(page.granule)
+        if page.granule >= 0 and self._lengths:
+            self.start = page.granule - sum(self._lengths)
+        else:
+            return
+        self.first_duration = self._lengths[0] if self._lengths else 0
+        if self.previous is not None:
+            self._placed_at = max(self._placed_at, page.end)
+            self.base = self.previous.end + self._overlap() - self.first_sample
+        self.points.restart(self.base + self.start, self.data_start)
+
+    def _one_page(self, granule: int) -> None:
+        """A stream of one audio page, which ends it: FFmpeg takes its start
+        for 0 and trims the end by what that makes too much, if its rules
+        allow (Opus: at most the last packet; Vorbis: none if more than the
+        last packet). Its output ends at the granule less that trim, on a
+        timeline where, untrimmed, it would end at the granule."""
+        if self.previous is not None:
+            raise NoIndex("a chained ogg link of one audio page")
+        self.single = True
+        excess = sum(self._lengths) - granule
+        last = self._lengths[-1]
+        if self.codec.name == "opus":
+            self.trim = min(max(excess, 0), last)
+        else:
+            self.trim = excess if 0 < excess <= last else 0
+
+    def _overlap(self) -> int:
+        """Samples a Vorbis decoder carried over from the previous link
+        outputs for this link's first packet: the previous link's last
+        block and this first one overlap (alone, a first packet outputs
+        nothing)."""
+        if self.codec.name != "vorbis" or self.previous is None or not self._lengths:
+            return 0
+        previous = self.previous.durations.blocksize(self.previous._last_head)
+        return (previous + self.durations.first_blocksize) >> 2
+
 
 class _Durations:
-    """Packet durations, needed only on the first audio page (to place it)."""
+    """Packet durations at 48 kHz (Opus) or the stream's rate (Vorbis),
+    counted as FFmpeg counts them, from a packet's first two bytes; needed
+    only up to the first granule position (to place the first packet)."""
 
     def __init__(self, codec: _Codec, headers: list[bytes]) -> None:
         self.codec = codec
@@ -202,29 +469,35 @@ class _Durations:
             sizes = headers[0][28]
             self.blocksizes = (1 << (sizes & 15), 1 << (sizes >> 4))
             self.mode_long = _vorbis_modes(headers[2])
+            self.previous = self.blocksizes[0]
+            self.first_blocksize = 0
 
-    def first_page(self, page: Page) -> tuple[int, int]:
-        """(sum of the durations of the packets the first audio page completes,
-        duration of the first of them), counted as FFmpeg counts them."""
-        complete = [data for data, done in page.packets() if done and data]
+    def next(self, head: bytes) -> int:
+        """The duration of the next packet, which starts with ``head``."""
         if self.codec.name == "opus":
-            durations = [_opus_samples(p) for p in complete]
-        else:
-            durations, previous = [], self.blocksizes[0]
-            for packet in complete:
-                duration, previous = self._vorbis(packet, previous)
-                durations.append(duration)
-        return sum(durations), durations[0] if durations else 0
+            return _opus_samples(head)
+        if self.codec.name == "flac":
+            header = flac.frame_header(head, 0)
+            if header is None:
+                raise NoIndex("invalid flac frame in ogg")
+            return header.block
+        previous = self.previous
+        current = self.blocksize(head)
+        if current == self.blocksizes[1]:
+            bits = (len(self.mode_long) - 1).bit_length()
+            previous = self.blocksizes[(head[0] >> (1 + bits)) & 1]
+        self.previous = current
+        self.first_blocksize = self.first_blocksize or current
+        return (previous + current) >> 2
 
-    def _vorbis(self, packet: bytes, previous: int) -> tuple[int, int]:
+    def blocksize(self, head: bytes) -> int:
+        """A Vorbis audio packet's block size, from its mode."""
         modes = len(self.mode_long)
-        mode = 0 if modes == 1 else (packet[0] >> 1) & ((1 << (modes - 1).bit_length()) - 1)
-        if packet[0] & 1 or mode >= modes:
+        bits = (modes - 1).bit_length()
+        mode = 0 if modes == 1 else (head[0] >> 1) & ((1 << bits) - 1)
+        if head[0] & 1 or mode >= modes:
             raise NoIndex("invalid vorbis audio packet")
-        if self.mode_long[mode]:
-            previous = self.blocksizes[(packet[0] >> (1 + (modes - 1).bit_length())) & 1]
-        current = self.blocksizes[self.mode_long[mode]]
-        return (previous + current) >> 2, current
+        return self.blocksizes[self.mode_long[mode]]
 
 
 def _vorbis_modes(setup: bytes) -> list[int]:
