@@ -225,12 +225,10 @@ def test_mp4_has_no_generic_index() -> None:
     assert extract(io.BytesIO(data)).ok
 
 
-def test_ogg_flac_is_indexed_by_the_generic_candidate() -> None:
-    """The native Ogg format decodes Vorbis and Opus only: Ogg FLAC's native
-    record is "no index", and the next candidate is the generic index."""
+def test_ogg_flac_has_a_native_index_then_a_generic_candidate() -> None:
     data = make(*DIRECT["flac.oga"][:6])
-    assert not extract(io.BytesIO(data)).ok
-    (generic,) = candidates(io.BytesIO(data))
+    native, generic = candidates(io.BytesIO(data))
+    assert native.ok and (native.container, native.codec) == ("ogg", "flac")
     assert generic.ok and (generic.container, generic.codec) == ("ffmpeg:ogg", "flac")
 
 
