@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
 from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
+from testkit.corpus_manifest import corpus_dir
 
 SECONDS = 4.0
 LOSSLESS = {"flac", "alac", "wav"}
@@ -180,21 +180,19 @@ def test_a_crop_under_half_a_sample_is_empty_not_past_the_end(unindexed: Path) -
         dataset.crop("pyav/wav-1", 1.0, 1.00001)
 
 
-#: A folder of real-world audio files (issue 12's corpus) for the slow test.
-CORPUS = os.environ.get("STREAMER_CORPUS", "/work/corpus")
+#: The real-world corpus (``python -m tests.corpus.fetch``) for the slow test.
+CORPUS = corpus_dir()
 
 
 @pytest.mark.slow
 def test_every_crop_over_a_real_world_corpus_is_exact_or_raises(tmp_path: Path) -> None:
-    """Every file under ``$STREAMER_CORPUS`` as an episode without an index,
+    """Every file of the fetched corpus (``$STREAMER_CORPUS_DIR``) as an episode without an index,
     its bytes as they are (no probe): 50 random crops and the edges, each the
     full decode's samples, or a CropError where that decode has none (FFmpeg
     fails before the crop's end, or the stream ends before its start)."""
-    files = (
-        sorted(p for p in Path(CORPUS).rglob("*") if p.is_file()) if Path(CORPUS).is_dir() else []
-    )
+    files = sorted(p for p in CORPUS.rglob("*") if p.is_file()) if CORPUS.is_dir() else []
     if not files:
-        pytest.skip(f"no corpus at {CORPUS} (set STREAMER_CORPUS)")
+        pytest.skip(f"no corpus at {CORPUS}: run `python -m tests.corpus.fetch`")
     blobs = {str(p.relative_to(CORPUS)): p.read_bytes() for p in files}
     (tmp_path / "audio").mkdir()
     table = pa.table(

@@ -29,7 +29,6 @@ for bit, with no fallback and no read outside the plan.
 from __future__ import annotations
 
 import io
-import os
 import random
 import struct
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from streamer import open_dataset
 from streamer.formats.frames import frame_to_float32
 from streamer.synth import signal
 from streamer.write.pack import pack
+from testkit.corpus_manifest import corpus_dir
 
 SECONDS = 2.0
 TOLERANCE = 1e-4
@@ -401,14 +401,14 @@ KNOWN_REFUSALS = ("fragmented mp4 with an edit list", "unsupported codec", "trun
 
 @pytest.mark.slow
 def test_corpus_files(tmp_path: Path) -> None:
-    """Real files under ``$STREAMER_CORPUS`` (e.g. /work/corpus): every one
+    """The fetched corpus's files (``python -m tests.corpus.fetch``): every one
     FFmpeg decodes is indexed, or refused for a known reason, and crops
     exactly with no fallback and no read outside the plan."""
-    root = os.environ.get("STREAMER_CORPUS")
-    if not root or not os.path.isdir(root):
-        pytest.skip("STREAMER_CORPUS is not set")
+    root = corpus_dir()
+    if not root.is_dir():
+        pytest.skip(f"no corpus at {root}: run `python -m tests.corpus.fetch`")
     src = tmp_path / "src"
-    for path in sorted(Path(root).rglob("*")):
+    for path in sorted(root.rglob("*")):
         if path.suffix.lower() not in {".m4a", ".m4b", ".mp4", ".3gp", ".3g2", ".mov"}:
             continue
         try:
