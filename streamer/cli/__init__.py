@@ -17,6 +17,8 @@ from ..errors import StreamerError
 
 __all__ = ["main"]
 
+#: The name on the package index (``pip install streamer-audio``); the import name is ``streamer``.
+DISTRIBUTION = "streamer-audio"
 COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
 
 
@@ -25,12 +27,27 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streamer", description="Sample-exact audio crops from sharded Arrow datasets."
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
         sub = module.add_parser(subparsers)
         sub.set_defaults(handler=module.run)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (package metadata); the source
+    tree's ``__version__`` when run from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from .. import __version__
+
+    try:
+        return installed(DISTRIBUTION)
+    except PackageNotFoundError:
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
