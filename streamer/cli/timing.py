@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from ..errors import StreamerError
 from ..timing_report import merge, render_table, write_chart
+from ._options import writable_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,7 +20,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    phases, wall, processes = merge(args.files)
+    missing = [path for path in args.files if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(2, "no such timing file", missing[0])
+    if args.png:
+        writable_file(args.png)
+    try:
+        phases, wall, processes = merge(args.files)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StreamerError(f"not a streamer timing file among {args.files}: {exc!r}") from exc
     print(render_table(phases, wall, processes))
     if args.png:
         write_chart(phases, args.png)
