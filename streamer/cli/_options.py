@@ -68,27 +68,36 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
 
 
-def storage_options(args: argparse.Namespace, url: str | None = None) -> dict[str, object]:
-    """The storage options a command line asked for (nothing for defaults),
-    refused for a local path (they apply to remote stores only)."""
+def storage_options(args: argparse.Namespace) -> dict[str, object]:
+    """The storage options a command line asked for (nothing for defaults).
+
+    They apply to remote stores only: a ``UsageError`` names them when no URL
+    of the command is remote. ``bench`` may compare a local dataset with a
+    remote one; ``options_for`` then gives them to the remote one only.
+    """
     options: dict[str, object] = {}
     if getattr(args, "endpoint_url", None):
         options["endpoint_url"] = args.endpoint_url
     if getattr(args, "cache_dir", None):
         options["cache_dir"] = args.cache_dir
-    urls = [url] if url is not None else args.url  # bench takes several
-    for each in [urls] if isinstance(urls, str) else urls:
-        options_for(each, options)
+    urls = [args.url] if isinstance(args.url, str) else args.url
+    if options and not any(_is_remote(url) for url in urls):
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
+        where = urls[0] if len(urls) == 1 else urls
+        raise UsageError(
+            f"{flags} applies to remote URLs (s3://, b2://, http://...), not {where!r}"
+        )
     return options
 
 
 def options_for(url: str, options: dict[str, object]) -> dict[str, object]:
-    """``options`` for a remote URL; a ``UsageError`` naming them for a local path."""
+    """``options`` for a remote URL; none for a local path (local files take none)."""
+    return options if _is_remote(url) else {}
+
+
+def _is_remote(url: str) -> bool:
     scheme, sep, _ = url.partition("://")
-    if options and not (sep and scheme.lower() != "file"):
-        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
-        raise UsageError(f"{flags} applies to remote URLs (s3://, b2://, http://...), not {url!r}")
-    return options
+    return bool(sep) and scheme.lower() != "file"
 
 
 def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
@@ -112,11 +121,6 @@ def crop_config(args: argparse.Namespace) -> object:
     return BenchConfig(
         duration=args.duration, crops=args.crops, seed=args.seed, sample_rate=args.sample_rate
     )
-
-
-def storage_options_with_cache(args: argparse.Namespace) -> dict[str, object]:
-    """``storage_options`` with ``--cache-dir`` (kept for the commands that name it)."""
-    return storage_options(args)
 
 
 def writable_file(path: str) -> None:

@@ -13,7 +13,7 @@ from ._options import (
     non_negative_int,
     options_for,
     positive_int,
-    storage_options_with_cache,
+    storage_options,
 )
 
 
@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    options = storage_options_with_cache(args)
+    options = storage_options(args)
     datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
     result = bench(
         datasets, args.workers, crop_config(args), baseline=args.baseline, rounds=args.rounds

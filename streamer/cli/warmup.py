@@ -15,7 +15,7 @@ from ._options import (
     add_crop_arguments,
     add_url_arguments,
     crop_config,
-    storage_options_with_cache,
+    storage_options,
 )
 
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     if not args.cache_dir:
         raise UsageError("--cache-dir is required")
-    dataset = open_dataset(args.url, **storage_options_with_cache(args))
+    dataset = open_dataset(args.url, **storage_options(args))
     streamer = bench_streamer(dataset, crop_config(args), workers=0)
     with tqdm(
         unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=args.no_progress
