@@ -16,10 +16,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from tqdm import tqdm
 
 from .dataset.dataset import Dataset
 from .decode.crop import Crop, CropJob, CropRequest
+from .index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE
 from .pipeline import RandomCrops, Streamer
 from .pipeline.stages import plan
 from .synth import CODECS, encode, signal
@@ -68,7 +70,7 @@ def demo_dataset(
     """Path of the demo dataset, building it first if it is not cached yet
     (about a minute on one core; ``progress`` shows it on stderr)."""
     target = os.path.join(cache_dir or default_cache_dir(), f"demo-v{DEMO_VERSION}")
-    if rebuild and os.path.isdir(target):
+    if os.path.isdir(target) and (rebuild or not _current(target)):
         shutil.rmtree(target)
     if os.path.isdir(target):
         return target
@@ -92,6 +94,18 @@ def demo_dataset(
         pack(src, built, progress=progress)
         os.replace(built, target)
     return target
+
+
+def _current(target: str) -> bool:
+    """Whether a cached demo dataset has the seek indexes this version writes
+    (one built before the index format changed would be read without them)."""
+    folder = os.path.join(target, INDEX_DIR)
+    try:
+        paths = [os.path.join(folder, n) for n in os.listdir(folder) if not n.startswith(".")]
+        schemas = [pa.ipc.open_file(path).schema for path in paths]
+        return bool(schemas) and all(s.field(INDEX_COLUMN).type == INDEX_TYPE for s in schemas)
+    except (OSError, KeyError, pa.ArrowInvalid):
+        return False
 
 
 def run_demo(
