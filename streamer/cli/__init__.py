@@ -27,6 +27,8 @@ __all__ = ["main"]
 
 #: The name on the package index (``pip install streamer-audio``); the import name is ``streamer``.
 DISTRIBUTION = "streamer-audio"
+#: An error line longer than this (a library's message quoting bytes) is cut.
+MAX_MESSAGE = 500
 COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
 
 
@@ -95,4 +97,5 @@ def _describe(exc: Exception) -> str:
         text = f"{exc.strerror}{where}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split()) or type(exc).__name__
+    line = " ".join(text.split()) or type(exc).__name__
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"

@@ -25,10 +25,13 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(2, "no such timing file", missing[0])
     if args.png:
         writable_file(args.png)
-    try:
-        phases, wall, processes = merge(args.files)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StreamerError(f"not a streamer timing file among {args.files}: {exc!r}") from exc
+    for path in args.files:  # small files: each is checked alone, to name the bad one
+        try:
+            merge([path])
+        except (ValueError, KeyError, TypeError) as exc:
+            reason = type(exc).__name__
+            raise StreamerError(f"{path}: not a streamer timing file ({reason})") from exc
+    phases, wall, processes = merge(args.files)
     print(render_table(phases, wall, processes))
     if args.png:
         write_chart(phases, args.png)
