@@ -22,7 +22,7 @@ in place, the shift (lag, in samples) with the least squared error within
 are also compared with torchcodec's own full decode, which tells a seek that
 misplaces samples apart from a decoder that decodes differently.
 
-Needs the ``peers`` extra (``pip install 'streamer[peers]'``: torchcodec, which
+Needs the ``peers`` extra (``pip install 'streamer-audio[peers]'``: torchcodec, which
 needs torch and FFmpeg's shared libraries); without it, it says so and exits.
 """
 
@@ -48,7 +48,7 @@ from streamer.shard.blob import BlobHandle
 Crop = tuple[float, float]
 Method = Callable[[float, float], np.ndarray]
 
-INSTALL = "pip install 'streamer[peers]'"
+INSTALL = "pip install 'streamer-audio[peers]'"
 #: A crop is in place when its max abs error is at most this (the tests' bound for lossy codecs).
 TOLERANCE = 1e-4
 #: How far the lag search looks either side of the crop, in seconds.

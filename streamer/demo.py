@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+from tqdm import tqdm
+
 from .dataset.dataset import Dataset
 from .decode.crop import Crop, CropJob, CropRequest
+from .index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE
 from .pipeline import RandomCrops, Streamer
 from .pipeline.stages import plan
 from .synth import CODECS, encode, signal
@@ -59,25 +64,48 @@ def default_cache_dir() -> str:
     return os.path.join(base, "streamer")
 
 
-def demo_dataset(cache_dir: str | None = None, *, rebuild: bool = False) -> str:
-    """Path of the demo dataset, building it first if it is not cached yet."""
+def demo_dataset(
+    cache_dir: str | None = None, *, rebuild: bool = False, progress: bool = False
+) -> str:
+    """Path of the demo dataset, building it first if it is not cached yet
+    (about a minute on one core; ``progress`` shows it on stderr)."""
     target = os.path.join(cache_dir or default_cache_dir(), f"demo-v{DEMO_VERSION}")
-    if rebuild and os.path.isdir(target):
+    if os.path.isdir(target) and (rebuild or not _current(target)):
         shutil.rmtree(target)
     if os.path.isdir(target):
         return target
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(target), prefix=".demo-") as work:
         src = os.path.join(work, "src")
-        for index, (key, codec, rate, channels, seconds) in enumerate(DEMO_EPISODES):
+        episodes = tqdm(
+            DEMO_EPISODES,
+            desc="building the demo dataset",
+            unit="episode",
+            file=sys.stderr,
+            disable=not progress,
+        )
+        for index, (key, codec, rate, channels, seconds) in enumerate(episodes):
+            episodes.set_postfix_str(key)
             path = os.path.join(src, f"{key}.{CODECS[codec].extension}")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as file:
                 file.write(encode(signal(seconds, rate, channels, seed=index), rate, codec))
         built = os.path.join(work, "dataset")
-        pack(src, built, progress=False)
+        pack(src, built, progress=progress)
         os.replace(built, target)
     return target
+
+
+def _current(target: str) -> bool:
+    """Whether a cached demo dataset has the seek indexes this version writes
+    (one built before the index format changed would be read without them)."""
+    folder = os.path.join(target, INDEX_DIR)
+    try:
+        paths = [os.path.join(folder, n) for n in os.listdir(folder) if not n.startswith(".")]
+        schemas = [pa.ipc.open_file(path).schema for path in paths]
+        return bool(schemas) and all(s.field(INDEX_COLUMN).type == INDEX_TYPE for s in schemas)
+    except (OSError, KeyError, pa.ArrowInvalid):
+        return False
 
 
 def run_demo(
@@ -88,10 +116,11 @@ def run_demo(
     workers: int | None = None,
     cache_dir: str | None = None,
     rebuild: bool = False,
+    progress: bool = False,
 ) -> DemoSummary:
     """Stream ``crops`` random crops of ``duration`` seconds from the demo dataset
     through the pipeline (``streamer.Streamer``: decode worker processes)."""
-    dataset = Dataset(demo_dataset(cache_dir, rebuild=rebuild))
+    dataset = Dataset(demo_dataset(cache_dir, rebuild=rebuild, progress=progress))
     summary = DemoSummary(dataset=dataset.root)
     per_episode = -(-crops // len(dataset))
     streamer = Streamer(

@@ -63,7 +63,9 @@ def write_chart(phases: list[PhaseTotal], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError("the chart needs matplotlib: pip install 'streamer[plot]'") from exc
+        raise RuntimeError(
+            "the chart needs matplotlib: pip install 'streamer-audio[plot]'"
+        ) from exc
     figure, axes = plt.subplots(figsize=(8, 0.4 * len(phases) + 1.2))
     names = [p.name for p in reversed(phases)]
     axes.barh(names, [p.total_s for p in reversed(phases)])

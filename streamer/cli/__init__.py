@@ -3,6 +3,11 @@
 Every subcommand lives in its own module here with two functions,
 ``add_parser(subparsers)`` and ``run(args) -> int``; adding a command is one
 module plus one entry in ``COMMANDS``.
+
+Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
+code 2 for a command line that cannot mean anything (argparse's checks, each
+argument's type, ``UsageError``), 1 for a failure while working. A traceback
+is printed only with ``-v``.
 """
 
 from __future__ import annotations
@@ -11,20 +16,35 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
+import typing
 from collections.abc import Sequence
 
 from ..errors import StreamerError
+from ._options import UsageError
 
 __all__ = ["main"]
 
+#: The name on the package index (``pip install streamer-audio``); the import name is ``streamer``.
+DISTRIBUTION = "streamer-audio"
+#: An error line longer than this (a library's message quoting bytes) is cut.
+MAX_MESSAGE = 500
 COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block): ``--help`` shows usage."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="streamer", description="Sample-exact audio crops from sharded Arrow datasets."
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
@@ -33,18 +53,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def version() -> str:
+    """The installed distribution's version (package metadata); the source
+    tree's ``__version__`` when run from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from .. import __version__
+
+    try:
+        return installed(DISTRIBUTION)
+    except PackageNotFoundError:
+        return __version__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.handler(args)
-    except StreamerError as exc:
-        print(f"streamer {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyError as exc:  # an unknown episode key: the message says which
-        print(f"streamer {args.command}: error: {exc.args[0]}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        code = 2 if isinstance(exc, UsageError) else 1
+        if args.verbose:
+            traceback.print_exc()
+        print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)
+        return code
+
+
+def _describe(exc: Exception) -> str:
+    """One line naming what went wrong: streamer's own messages as they are,
+    an OS error with its file, anything else with its class (a library's
+    error, or a bug: ``-v`` shows the traceback)."""
+    if isinstance(exc, StreamerError | UsageError):
+        text = str(exc)
+    elif isinstance(exc, KeyError):  # an unknown episode key: the message says which
+        text = str(exc.args[0]) if exc.args else "KeyError"
+    elif isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        text = f"{exc.strerror}{where}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    line = " ".join(text.split()) or type(exc).__name__
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"

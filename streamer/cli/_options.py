@@ -1,8 +1,16 @@
-"""Options shared by subcommands that take a dataset URL."""
+"""Options shared by subcommands, and the checks every argument gets before
+any work starts (a bad value is a usage error: one line, exit code 2)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+
+
+class UsageError(Exception):
+    """The command line asks for something it cannot mean (exit code 2):
+    raised by a command's checks that need more than one argument at once."""
 
 
 def add_url_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,32 +24,92 @@ def add_url_arguments(parser: argparse.ArgumentParser) -> None:
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
-    value = int(text)
+    value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a time in seconds, finite and not negative."""
+    value = _float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, finite and above 0."""
+    value = _float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, object]:
-    """The storage options a command line asked for (nothing for defaults)."""
+    """The storage options a command line asked for (nothing for defaults).
+
+    They apply to remote stores only: a ``UsageError`` names them when no URL
+    of the command is remote. ``bench`` may compare a local dataset with a
+    remote one; ``options_for`` then gives them to the remote one only.
+    """
     options: dict[str, object] = {}
     if getattr(args, "endpoint_url", None):
         options["endpoint_url"] = args.endpoint_url
+    if getattr(args, "cache_dir", None):
+        options["cache_dir"] = args.cache_dir
+    urls = [args.url] if isinstance(args.url, str) else args.url
+    if options and not any(_is_remote(url) for url in urls):
+        flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
+        where = urls[0] if len(urls) == 1 else urls
+        raise UsageError(
+            f"{flags} applies to remote URLs (s3://, b2://, http://...), not {where!r}"
+        )
     return options
 
 
 def options_for(url: str, options: dict[str, object]) -> dict[str, object]:
     """``options`` for a remote URL; none for a local path (local files take none)."""
+    return options if _is_remote(url) else {}
+
+
+def _is_remote(url: str) -> bool:
     scheme, sep, _ = url.partition("://")
-    return options if sep and scheme.lower() != "file" else {}
+    return bool(sep) and scheme.lower() != "file"
 
 
 def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     """The crops of a bench or warmup run: same options, same plan."""
-    parser.add_argument("--duration", type=float, default=8.0, help="crop seconds (default 8)")
-    parser.add_argument("--crops", type=int, default=crops, help=f"crops (default {crops})")
+    parser.add_argument(
+        "--duration", type=positive_seconds, default=8.0, help="crop seconds (default 8)"
+    )
+    parser.add_argument(
+        "--crops", type=positive_int, default=crops, help=f"crops (default {crops})"
+    )
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
-    parser.add_argument("--sample-rate", type=int, help="resample crops to this rate")
+    parser.add_argument("--sample-rate", type=positive_int, help="resample crops to this rate")
     parser.add_argument(
         "--cache-dir", help="disk tier of the block cache (remote datasets; `streamer warmup`)"
     )
@@ -55,8 +123,19 @@ def crop_config(args: argparse.Namespace) -> object:
     )
 
 
-def storage_options_with_cache(args: argparse.Namespace) -> dict[str, object]:
-    options = storage_options(args)
-    if getattr(args, "cache_dir", None):
-        options["cache_dir"] = args.cache_dir
-    return options
+def writable_file(path: str) -> None:
+    """Fail (``OSError``, exit 1) unless a file can be created at ``path``: its
+    folder exists and is writable. Checked before any work."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(2, "no such directory", folder)
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(13, "directory is not writable", folder)
+
+
+def density(text: str) -> float:
+    """An argparse type: seek points per second, above 0 (``inf``: every frame)."""
+    value = _float(text)
+    if not value > 0:  # nan too
+        raise argparse.ArgumentTypeError(f"must be above 0 (or inf: every frame), not {text}")
+    return value

@@ -10,9 +10,10 @@ from ..pipeline.bench import bench
 from ._options import (
     add_crop_arguments,
     crop_config,
+    non_negative_int,
     options_for,
     positive_int,
-    storage_options_with_cache,
+    storage_options,
 )
 
 
@@ -30,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_crop_arguments(parser, crops=200)
     parser.add_argument(
         "--workers",
-        type=int,
+        type=non_negative_int,
         nargs="+",
         default=[2],
         help="decode processes; several: one run each",
@@ -51,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    options = storage_options_with_cache(args)
+    options = storage_options(args)
     datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
     result = bench(
         datasets, args.workers, crop_config(args), baseline=args.baseline, rounds=args.rounds
@@ -71,7 +72,6 @@ def print_table(result: dict) -> None:
         f"{'baseline':>9} {'speedup':>7}"
     )
     print(header)
-    nan = float("nan")
     for run in result["runs"]:
         hits = run["cache_hit_rate"]
         print(
@@ -80,7 +80,7 @@ def print_table(result: dict) -> None:
             f"{run['requests_per_crop']:>5.2f} {run['bytes_per_crop'] / 1e3:>7.0f} "
             f"{run['p50_ms'] or 0:>7.1f} {run['p99_ms'] or 0:>7.1f} "
             f"{'-' if hits is None else f'{hits:.0%}':>5} "
-            f"{run.get('baseline_crops_per_s', nan):>9.1f} {run.get('speedup', nan):>7.1f}"
+            f"{_figure(run, 'baseline_crops_per_s'):>9} {_figure(run, 'speedup'):>7}"
         )
     if result.get("rounds", 1) > 1:
         print(f"median of {result['rounds']} interleaved rounds")
@@ -89,3 +89,9 @@ def print_table(result: dict) -> None:
         said = "; ".join(f"{name.replace('_', ' ')} {c}" for name, c in counts.items() if c)
         if said:
             print(f"{run['url'][-40:]} workers={run['workers']}: {said}")
+
+
+def _figure(run: dict, name: str) -> str:
+    """A baseline figure, or "-" when the run has none (no ``--baseline``)."""
+    value = run.get(name)
+    return "-" if value is None or value != value else f"{value:.1f}"

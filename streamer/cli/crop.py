@@ -8,16 +8,23 @@ import wave
 import numpy as np
 
 from ..dataset import open_dataset
-from ._options import add_url_arguments, storage_options
+from ._options import (
+    UsageError,
+    add_url_arguments,
+    positive_int,
+    seconds,
+    storage_options,
+    writable_file,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("crop", help="decode one crop to a .npy or .wav file")
     add_url_arguments(parser)
     parser.add_argument("key", metavar="KEY", help="episode key")
-    parser.add_argument("start", metavar="START", type=float, help="start, seconds")
-    parser.add_argument("end", metavar="END", type=float, help="end, seconds")
-    parser.add_argument("--sample-rate", type=int, help="resample to this rate (Hz)")
+    parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
+    parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
+    parser.add_argument("--sample-rate", type=positive_int, help="resample to this rate (Hz)")
     parser.add_argument("--mono", action="store_true", help="mean of the channels")
     parser.add_argument("--pad", action="store_true", help="zero-pad a crop past the end")
     parser.add_argument(
@@ -28,8 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     if not args.output.endswith((".npy", ".wav")):
-        raise SystemExit("streamer crop: error: -o must end in .npy or .wav")
-    dataset = open_dataset(args.url, **storage_options(args))
+        raise UsageError(f"-o must end in .npy or .wav, not {args.output!r}")
+    if args.end <= args.start:
+        raise UsageError(f"END must be after START ({args.start:g} .. {args.end:g})")
+    options = storage_options(args)
+    writable_file(args.output)  # before decoding
+    dataset = open_dataset(args.url, **options)
     crop = dataset.crop(args.key, args.start, args.end, args.sample_rate, args.mono, pad=args.pad)
     audio, rate = crop.audio, crop.sample_rate
     if args.output.endswith(".npy"):

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 
 from ..demo import default_cache_dir, run_demo
+from ._options import non_negative_int, positive_int, positive_seconds
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="stream random crops from a built-in dataset")
-    parser.add_argument("--crops", type=int, default=48, help="crops to read (default 48)")
-    parser.add_argument("--duration", type=float, default=4.0, help="crop seconds (default 4)")
+    parser.add_argument("--crops", type=positive_int, default=48, help="crops to read (default 48)")
+    parser.add_argument(
+        "--duration", type=positive_seconds, default=4.0, help="crop seconds (default 4)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
-    parser.add_argument("--workers", type=int, help="decode processes (default: one per CPU)")
+    parser.add_argument(
+        "--workers", type=non_negative_int, help="decode processes (default: one per CPU)"
+    )
     parser.add_argument(
         "--cache-dir", help=f"where the demo dataset is kept (default {default_cache_dir()})"
     )
@@ -28,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         cache_dir=args.cache_dir,
         rebuild=args.rebuild,
+        progress=True,
     )
     rate = summary.crops / summary.seconds if summary.seconds else float("inf")
     print(f"dataset     {summary.dataset}")

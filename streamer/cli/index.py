@@ -9,7 +9,7 @@ import signal
 
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index
-from ._options import add_url_arguments, storage_options
+from ._options import add_url_arguments, density, positive_int, storage_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -23,13 +23,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=os.cpu_count() or 1,
         help="worker processes, one shard at a time each (default: CPU count)",
     )
     parser.add_argument(
         "--density",
-        type=float,
+        type=density,
         default=DEFAULT_DENSITY,
         help=f"seek points per second of audio (default {DEFAULT_DENSITY:g})",
     )

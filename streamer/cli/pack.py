@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
+from ._options import positive_int
 from .index import print_index_report
 
 
@@ -22,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_BATCH_SIZE,
         help=f"files per record batch; bounds memory (default {DEFAULT_BATCH_SIZE})",
     )
@@ -50,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     )
     for source, reason in report.skipped:
         print(f"skipped {source}: {reason}", file=sys.stderr)
+    for key, header, found in report.durations:
+        print(
+            f"warning: {key}: the header says {header:.1f} s, the seek index {found:.1f} s; "
+            "audio_info keeps the index's",
+            file=sys.stderr,
+        )
     print(
         f"packed {report.files} files ({report.bytes / 1e6:.1f} MB) into "
         f"{len(report.shards)} shards in {report.out}; skipped {len(report.skipped)}"
@@ -64,8 +72,16 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def _size(text: str) -> int:
+    """An argparse type: bytes, with an optional K/M/G/T unit (powers of 1024)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+    number = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(number[-1:], 1)
+    try:
+        value = float(number[:-1] if scale > 1 else number)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value * scale >= 1):
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes such as 512M, 2G or 1000000, not {text!r}"
+        )
+    return int(value * scale)

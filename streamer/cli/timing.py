@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from ..errors import StreamerError
 from ..timing_report import merge, render_table, write_chart
+from ._options import writable_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,6 +20,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = [path for path in args.files if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(2, "no such timing file", missing[0])
+    if args.png:
+        writable_file(args.png)
+    for path in args.files:  # small files: each is checked alone, to name the bad one
+        try:
+            merge([path])
+        except (ValueError, KeyError, TypeError) as exc:
+            reason = type(exc).__name__
+            raise StreamerError(f"{path}: not a streamer timing file ({reason})") from exc
     phases, wall, processes = merge(args.files)
     print(render_table(phases, wall, processes))
     if args.png:

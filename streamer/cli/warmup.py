@@ -10,7 +10,13 @@ from tqdm import tqdm
 from ..dataset import open_dataset
 from ..pipeline.bench import bench_streamer
 from ..pipeline.warmup import warmup
-from ._options import add_crop_arguments, add_url_arguments, crop_config, storage_options_with_cache
+from ._options import (
+    UsageError,
+    add_crop_arguments,
+    add_url_arguments,
+    crop_config,
+    storage_options,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -26,9 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     if not args.cache_dir:
-        print("streamer warmup: error: --cache-dir is required", file=sys.stderr)
-        return 2
-    dataset = open_dataset(args.url, **storage_options_with_cache(args))
+        raise UsageError("--cache-dir is required")
+    dataset = open_dataset(args.url, **storage_options(args))
     streamer = bench_streamer(dataset, crop_config(args), workers=0)
     with tqdm(
         unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=args.no_progress

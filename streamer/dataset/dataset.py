@@ -90,12 +90,11 @@ class Dataset:
         self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
         if not self.column_dirs:
             raise LayoutError(
-                f"no column directories holding {'/'.join(SHARD_SUFFIXES)} shards",
-                shard=self.url,
+                f"{self.url}: no column directories holding {'/'.join(SHARD_SUFFIXES)} shards"
             )
         self.audio_dir = audio_dir or self._find_audio_dir()
         if self.audio_dir not in self.column_dirs:
-            raise LayoutError(f"missing column directory {self.audio_dir!r}", shard=self.url)
+            raise LayoutError(f"{self.url}: missing column directory {self.audio_dir!r}")
         #: Every shard the store lists in the audio column directory.
         self.listed_shards = sorted(self.column_dirs[self.audio_dir])
         self._served: list[str] | None = None
@@ -195,7 +194,7 @@ class Dataset:
         """Shard ``name`` of a column directory, opened; ``LayoutError`` when
         the directory or the shard is not there."""
         if column_dir not in self.column_dirs:
-            raise LayoutError(f"missing column directory {column_dir!r}", shard=self.url)
+            raise LayoutError(f"{self.url}: missing column directory {column_dir!r}")
         path = self.column_dirs[column_dir].get(name)
         if path is None:
             raise LayoutError(
@@ -461,9 +460,7 @@ class Dataset:
                 if self.audio_column in first.schema.names:
                     return column_dir
                 break
-        raise LayoutError(
-            f"no column directory has an {self.audio_column!r} column", shard=self.url
-        )
+        raise LayoutError(f"{self.url}: no column directory has an {self.audio_column!r} column")
 
     def _open_shard(self, path: str, column_dir: str) -> Shard:
         try:
@@ -498,10 +495,8 @@ def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], di
     try:
         children = store.list_sync(root)
     except StorageError as exc:
-        raise LayoutError(
-            f"dataset directory does not exist or cannot be listed: {exc}",
-            shard=store.display(root),
-        ) from exc
+        # A dataset-level error: the message names the directory (no shard).
+        raise LayoutError(f"dataset directory does not exist or cannot be listed: {exc}") from exc
     found: dict[str, dict[str, str]] = {}
     sizes: dict[str, int] = {}
     for child in children:

@@ -49,7 +49,7 @@ class SeekIndex:
 
     Positions on the *native timeline* count in ``timescale`` units per second
     from the start of the encoded stream, before any gapless trimming; see
-    ``docs/index.md`` for what the native timeline is per codec. The gapless
+    ``docs/seek-index.md`` for what the native timeline is per codec. The gapless
     decode (what FFmpeg yields for the whole file) is the native timeline from
     ``first_sample`` for ``num_samples`` units.
 

@@ -14,7 +14,10 @@ the dataset.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -26,11 +29,14 @@ from tqdm import tqdm
 
 from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR
 from ..errors import PackError
+from ..index.table import INDEX_COLUMN, INDEX_DIR, OK
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from .index import IndexReport, build_index
 from .probe import AudioInfo, ProbeError, probe
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PackReport", "pack"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_SIZE = 1 << 30
 DEFAULT_BATCH_SIZE = 16
@@ -63,6 +69,8 @@ class PackReport:
     shards: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     index: IndexReport | None = None  # the seek_index/ build, unless index=False
+    #: (key, header's duration, index's duration) where audio_info took the index's.
+    durations: list[tuple[str, float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -86,17 +94,24 @@ def pack(
 ) -> PackReport:
     """Pack every audio file under ``src`` into a new dataset at ``out``.
 
-    A file PyAV cannot probe is skipped and listed in ``report.skipped``, or,
-    with ``strict``, fails the run (``PackError``) before anything is renamed
-    into place. With ``index`` (the default) the ``seek_index/`` column
-    directory is built once the audio shards are in place.
+    A file that is not audio (PyAV cannot probe it, no sample rate or
+    channels, nothing decodes) is skipped and listed in ``report.skipped``,
+    or, with ``strict``, fails the run (``PackError``) and nothing of the run
+    is left in ``out``; so does a source with no audio at all. With ``index``
+    (the default) the ``seek_index/`` column directory is built once the
+    audio shards are in place, and an episode whose index says a duration
+    other than its header's gets the index's in ``audio_info`` (a truncated
+    file keeps its header's; listed in ``report.durations``, and logged).
     """
     src, out = os.fspath(src), os.fspath(out)
     if not os.path.isdir(src):
         raise PackError(f"source folder {src!r} does not exist")
-    _prepare_output(out)
-    report = PackReport(out=out)
+    _check_output(out)
     candidates = sorted(_walk(src))
+    if not candidates:
+        raise PackError(f"source folder {src!r} holds no files: nothing to pack")
+    created = _create_output(out)
+    report = PackReport(out=out)
     total = sum(size for _, _, size in candidates)
     seen: dict[str, str] = {}
     writer = _ShardWriter(out, batch_size=batch_size, shard_size=shard_size, report=report)
@@ -107,11 +122,13 @@ def pack(
         bar.update(nbytes),
         bar.set_postfix(files=report.files, skipped=len(report.skipped)),
     )
+    discard = False  # a refused run leaves nothing; an interrupted one its whole shards
     try:
         for source, path, size in candidates:
             entry, reason = _entry(source, path, size, seen)
             if entry is None:
                 if strict:
+                    discard = True
                     raise PackError(f"{source}: {reason}")
                 report.skipped.append((source, reason))
                 bar.update(size)
@@ -119,13 +136,23 @@ def pack(
             seen[entry.key] = source
             writer.add(entry)
         writer.finish()
+        if not report.shards:
+            discard = True
+            first = report.skipped[0]
+            raise PackError(
+                f"none of the {len(candidates)} files under {src!r} is audio "
+                f"(e.g. {first[0]}: {first[1]})"
+            )
     except BaseException:
         writer.abort()
+        if discard:
+            _discard(out, report.shards, created)
         raise
     finally:
         bar.close()
-    if index and report.shards:
+    if index:
         report.index = build_index(out, progress=progress)
+        report.durations = _durations_from_index(out, report.shards)
     return report
 
 
@@ -151,7 +178,7 @@ def _walk(src: str) -> Iterator[tuple[str, str, int]]:
             yield os.path.relpath(path, src), path, os.path.getsize(path)
 
 
-def _prepare_output(out: str) -> None:
+def _check_output(out: str) -> None:
     """Refuse to mix with an existing dataset; clear temp files of a killed run."""
     _remove_temp_files(out)
     for column_dir in (AUDIO_COLUMN, INFO_DIR):
@@ -163,8 +190,38 @@ def _prepare_output(out: str) -> None:
                 raise PackError(
                     f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
                 )
-    os.makedirs(os.path.join(out, AUDIO_COLUMN), exist_ok=True)
-    os.makedirs(os.path.join(out, INFO_DIR), exist_ok=True)
+
+
+def _create_output(out: str) -> list[str]:
+    """Create ``out`` and its column directories; returns the folders it created."""
+    missing = []  # out and its missing parents, top first
+    folder = os.path.abspath(out)
+    while not os.path.exists(folder) and folder != os.path.dirname(folder):
+        missing.insert(0, folder)
+        folder = os.path.dirname(folder)
+    created: list[str] = []
+    for folder in [*missing, os.path.join(out, AUDIO_COLUMN), os.path.join(out, INFO_DIR)]:
+        if os.path.isdir(folder):
+            continue
+        try:
+            os.mkdir(folder)
+        except OSError as exc:
+            _discard(out, [], created)
+            raise PackError(f"cannot create {folder!r}: {exc.strerror}") from exc
+        created.append(folder)
+    return created
+
+
+def _discard(out: str, shards: list[str], created: list[str]) -> None:
+    """Remove what a failed run wrote: its shards, then the folders it made."""
+    for name in shards:
+        for column_dir in (AUDIO_COLUMN, INFO_DIR):
+            path = os.path.join(out, column_dir, name + SHARD_SUFFIX)
+            if os.path.exists(path):
+                os.remove(path)
+    for folder in reversed(created):
+        with contextlib.suppress(OSError):  # not empty: someone else's files
+            os.rmdir(folder)
 
 
 def _remove_temp_files(out: str) -> None:
@@ -290,3 +347,74 @@ def _info_batch(keys: pa.Array, entries: list[_Entry], digests: list[str]) -> pa
         pa.array(values, INFO_SCHEMA.field(name).type) for name, values in columns.items()
     ]
     return pa.record_batch(arrays, schema=INFO_SCHEMA)
+
+
+def _durations_from_index(out: str, shards: list[str]) -> list[tuple[str, float, float]]:
+    """Put the seek index's duration into ``audio_info`` where the header's
+    disagrees (by over 1 % and 0.1 s: a header's estimate is not exact), and
+    return those (key, header's, index's). A truncated mp3 keeps the header's
+    duration of the whole file; its index counts the frames that are there."""
+    changed: list[tuple[str, float, float]] = []
+    for name in shards:
+        info_path = os.path.join(out, INFO_DIR, name + SHARD_SUFFIX)
+        index_path = os.path.join(out, INDEX_DIR, name + SHARD_SUFFIX)
+        if not os.path.exists(index_path):
+            continue
+        index = _read(index_path).column(INDEX_COLUMN).combine_chunks()
+        found = _index_durations(index)
+        info = _read(info_path)
+        durations = info.column("duration").to_pylist()
+        keys = info.column(KEY_COLUMN).to_pylist()
+        rows = [
+            row
+            for row, seconds in enumerate(found)
+            if seconds is not None
+            and not math.isclose(durations[row], seconds, rel_tol=0.01, abs_tol=0.1)
+        ]
+        for row in rows:
+            log.warning(
+                "%s: the header says %.1f s, the seek index %.1f s; audio_info keeps the index's",
+                keys[row],
+                durations[row],
+                found[row],
+            )
+            changed.append((keys[row], durations[row], found[row]))
+            durations[row] = found[row]
+        if rows:
+            _rewrite_durations(info_path, info, durations)
+    return changed
+
+
+def _read(path: str) -> pa.Table:
+    """A whole (small) shard in memory, batches as written."""
+    with open(path, "rb") as file:
+        reader = pa.ipc.open_file(pa.py_buffer(file.read()))
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return pa.Table.from_batches(batches, reader.schema)
+
+
+def _index_durations(index: pa.StructArray) -> list[float | None]:
+    """Each row's gapless duration from its seek index (None: no index or unknown)."""
+    status = index.field("status").to_pylist()
+    samples = index.field("num_samples").to_pylist()
+    scale = index.field("timescale").to_pylist()
+    return [
+        n / t if s == OK and n >= 0 and t > 0 else None
+        for s, n, t in zip(status, samples, scale, strict=True)
+    ]
+
+
+def _rewrite_durations(path: str, info: pa.Table, durations: list[float]) -> None:
+    """Write an ``audio_info`` shard again with new durations, batch for batch
+    (same sizes, same metadata), under a temporary name renamed into place."""
+    schema, batches = info.schema, info.to_batches()
+    column = schema.get_field_index("duration")
+    temp = f"{os.path.dirname(path)}/.{os.path.basename(path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+    options = pa.ipc.IpcWriteOptions(compression=None)
+    start = 0
+    with pa.ipc.new_file(temp, schema, options=options) as writer:
+        for batch in batches:
+            values = pa.array(durations[start : start + batch.num_rows], pa.float64())
+            writer.write_batch(batch.set_column(column, schema.field(column), values))
+            start += batch.num_rows
+    os.replace(temp, path)

@@ -43,6 +43,11 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
                 duration = container.duration / av.time_base
             else:
                 duration = float("nan")
+            if not context.sample_rate or not context.channels:
+                # FFmpeg's probe takes random bytes named .mp3 for an mp3 stream.
+                raise ProbeError(
+                    f"not audio: sample rate {context.sample_rate}, {context.channels} channels"
+                )
             return AudioInfo(
                 codec=context.codec.canonical_name,
                 container=container.format.name,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamer.cli import main
-from streamer.demo import DEMO_EPISODES, DEMO_VERSION
+from streamer.demo import DEMO_EPISODES, DEMO_VERSION, _current
 
 
 def test_pack_then_inspect(audio_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -45,6 +45,7 @@ def test_demo_builds_once_and_reads_crops(tmp_path: Path, capsys: pytest.Capture
     assert "bytes read" in first
     dataset = cache / f"demo-v{DEMO_VERSION}"
     assert len(list((dataset / "audio").iterdir())) >= 1
+    assert _current(str(dataset))  # a cache with an older index format is rebuilt
     stamp = (dataset / "audio" / "shard-000000.wsds").stat().st_mtime_ns
     assert main(["demo", "--cache-dir", str(cache), "--crops", "3"]) == 0
     assert (dataset / "audio" / "shard-000000.wsds").stat().st_mtime_ns == stamp

@@ -298,7 +298,7 @@ def _exact_or_error(data: bytes, index: SeekIndex) -> str:
 @pytest.mark.parametrize("name", sorted({**FILES, **DIRECT}))
 def test_minute_long_files(name: str) -> None:
     """60 s of each file, 20 one-second crops: exact, inside the plan; prints
-    the figures docs/index.md quotes (bytes and time per crop)."""
+    the figures docs/seek-index.md quotes (bytes and time per crop)."""
     spec = {**FILES, **DIRECT}[name]
     data = make(*spec[:6], seconds=60.0)
     began = time.perf_counter()

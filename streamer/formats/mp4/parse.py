@@ -8,7 +8,7 @@ at byte ``chunk offset + sizes of the samples before it in its chunk``; the
 seek points are those per-sample (position, byte) pairs, thinned to the
 requested density (every sample with ``density=inf``).
 
-Gapless, as FFmpeg's full decode has it (docs/index.md lists the cases):
+Gapless, as FFmpeg's full decode has it (docs/seek-index.md lists the cases):
 the edit with media gives ``first_sample`` (its media time, also
 ``encoder_delay``: FFmpeg's timestamps are ``dts - media_time + empty
 edits``) and the end (the last packet that starts before the edit ends, a

@@ -1,0 +1,235 @@
+"""Every subcommand against bad inputs: one line on stderr naming what was
+wrong, exit code 2 for a bad command line and 1 for a failure, no traceback
+(issue 17). The table is ``BAD_INPUTS``: (argv, message, exit code); ``DS``
+stands for a packed dataset, ``TMP`` for a fresh folder, ``JUNK`` for a
+folder holding only a file of random bytes named .mp3."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamer.cli import main
+
+CROP = ["crop", "DS", "set1/flac"]
+NO_DIR = "dataset directory does not exist or cannot be listed: cannot list /nonexistent: No such"
+BAD_INPUTS: list[tuple[list[str], str, int]] = [
+    ([], "the following arguments are required: COMMAND", 2),
+    (["nosuch"], "argument COMMAND: invalid choice: 'nosuch'", 2),
+    (["crop", "DS"], "the following arguments are required: KEY, START, END, -o/--output", 2),
+    (
+        [*CROP, "-5", "2", "-o", "TMP/c.npy"],
+        "argument START: must be a finite number of seconds >= 0, not -5",
+        2,
+    ),
+    ([*CROP, "20", "10", "-o", "TMP/c.npy"], "END must be after START (20 .. 10)", 2),
+    ([*CROP, "10", "10", "-o", "TMP/c.npy"], "END must be after START (10 .. 10)", 2),
+    (
+        [*CROP, "nan", "2", "-o", "TMP/c.npy"],
+        "argument START: must be a finite number of seconds >= 0, not nan",
+        2,
+    ),
+    (
+        [*CROP, "1", "inf", "-o", "TMP/c.npy"],
+        "argument END: must be a finite number of seconds >= 0, not inf",
+        2,
+    ),
+    ([*CROP, "one", "2", "-o", "TMP/c.npy"], "argument START: must be a number, not 'one'", 2),
+    ([*CROP, "0", "1", "-o", "TMP/c.mp3"], "-o must end in .npy or .wav, not 'TMP/c.mp3'", 2),
+    (
+        [*CROP, "0", "1", "--sample-rate", "0", "-o", "TMP/c.npy"],
+        "argument --sample-rate: must be at least 1, not 0",
+        2,
+    ),
+    (
+        [*CROP, "0", "1", "--endpoint-url", "http://x", "-o", "TMP/c.npy"],
+        "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    ([*CROP, "0", "1", "-o", "TMP/missing/c.npy"], "no such directory: TMP/missing", 1),
+    (["crop", "DS", "nope", "0", "1", "-o", "TMP/c.npy"], "no episode with key 'nope' in DS", 1),
+    (
+        ["crop", "/nonexistent", "k", "0", "1", "-o", "TMP/c.npy"],
+        NO_DIR,
+        1,
+    ),
+    (
+        ["pack", "DS", "TMP/out", "--shard-size", "12Q"],
+        "argument --shard-size: expected a size in bytes such as 512M, 2G or 1000000, not '12Q'",
+        2,
+    ),
+    (
+        ["pack", "DS", "TMP/out", "--shard-size", "0"],
+        "argument --shard-size: expected a size in bytes such as 512M, 2G or 1000000, not '0'",
+        2,
+    ),
+    (
+        ["pack", "DS", "TMP/out", "--batch-size", "0"],
+        "argument --batch-size: must be at least 1, not 0",
+        2,
+    ),
+    (["pack", "/nonexistent", "TMP/out"], "source folder '/nonexistent' does not exist", 1),
+    (["pack", "TMP", "TMP/out"], "source folder 'TMP' holds no files: nothing to pack", 1),
+    (
+        ["pack", "JUNK", "TMP/out", "--no-progress"],
+        "none of the 1 files under 'JUNK' is audio (e.g. noise.mp3: not audio",
+        1,
+    ),
+    (["pack", "JUNK", "/proc/out", "--no-progress"], "cannot create '/proc/out'", 1),
+    (
+        ["pack", "JUNK", "DS"],
+        "'DS' already holds a dataset (audio/shard-000000.wsds); pick a new OUT",
+        1,
+    ),
+    (
+        ["index", "DS", "--density", "0"],
+        "argument --density: must be above 0 (or inf: every frame), not 0",
+        2,
+    ),
+    (
+        ["index", "DS", "--density", "nan"],
+        "argument --density: must be above 0 (or inf: every frame), not nan",
+        2,
+    ),
+    (
+        ["index", "DS", "--density", "-1"],
+        "argument --density: must be above 0 (or inf: every frame), not -1",
+        2,
+    ),
+    (["index", "DS", "--workers", "0"], "argument --workers: must be at least 1, not 0", 2),
+    (
+        ["index", "DS", "--endpoint-url", "http://x"],
+        "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    (["index", "DS", "--shards", "5/2"], "--shards '5/2': expected i/n with 0 <= i < n", 1),
+    (
+        ["index", "/nonexistent"],
+        NO_DIR,
+        1,
+    ),
+    (
+        ["inspect", "/nonexistent"],
+        NO_DIR,
+        1,
+    ),
+    (["inspect", "TMP"], "TMP: no column directories holding .wsds/.arrow shards", 1),
+    (
+        ["inspect", "DS", "--endpoint-url", "http://x"],
+        "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    (["bench", "DS", "--crops", "0"], "argument --crops: must be at least 1, not 0", 2),
+    (
+        ["bench", "DS", "--duration", "-1"],
+        "argument --duration: must be a finite number of seconds > 0, not -1",
+        2,
+    ),
+    (["bench", "DS", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
+    (["bench", "DS", "--rounds", "0"], "argument --rounds: must be at least 1, not 0", 2),
+    (
+        ["bench", "DS", "--cache-dir", "TMP"],
+        "--cache-dir applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    (
+        ["bench", "DS", "--endpoint-url", "http://x"],
+        "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    (["warmup", "DS"], "--cache-dir is required", 2),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP"],
+        "--cache-dir applies to remote URLs (s3://, b2://, http://...), not 'DS'",
+        2,
+    ),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP", "--crops", "0"],
+        "argument --crops: must be at least 1, not 0",
+        2,
+    ),
+    (["demo", "--crops", "0"], "argument --crops: must be at least 1, not 0", 2),
+    (
+        ["demo", "--duration", "0"],
+        "argument --duration: must be a finite number of seconds > 0, not 0",
+        2,
+    ),
+    (["demo", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
+    (["timing", "report", "nomatch.*"], "no such timing file: nomatch.*", 1),
+    (
+        ["timing", "report", "JUNK/noise.mp3"],
+        "JUNK/noise.mp3: not a streamer timing file (UnicodeDecodeError)",
+        1,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def places(packed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    junk = tmp_path_factory.mktemp("junk")
+    (junk / "noise.mp3").write_bytes(bytes(range(256)) * 64)
+    return {"DS": str(packed), "JUNK": str(junk)}
+
+
+def _fill(text: str, places: dict[str, str]) -> str:
+    for name, value in places.items():
+        text = text.replace(name, value)
+    return text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message", "code"), BAD_INPUTS, ids=[" ".join(a) or "(none)" for a, _, _ in BAD_INPUTS]
+)
+def test_bad_input(argv, message, code, places, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    where = {**places, "TMP": str(tmp_path)}
+    assert _exit_code([_fill(arg, where) for arg in argv]) == code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    command = argv[0] if argv and argv[0] != "nosuch" else ""
+    prefix = f"streamer {command}".strip() + (
+        " report" if command == "timing" and code == 2 else ""
+    )
+    assert lines[0].startswith(f"{prefix}: error: "), lines[0]
+    assert _fill(message, where) in lines[0]
+    assert "(shard=" not in lines[0] and "Traceback" not in captured.err
+    assert captured.out == ""
+    if argv[:1] == ["pack"]:
+        assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def _exit_code(argv: list[str]) -> int:
+    """``main``'s return value, or the code argparse exits with."""
+    try:
+        return main(argv)
+    except SystemExit as done:
+        return int(done.code or 0)
+
+
+def test_exit_codes_as_the_shell_sees_them(packed: Path, tmp_path: Path) -> None:
+    """The real command: a usage error exits 2, a failure 1, one line each;
+    ``-v`` adds the traceback."""
+    run = [sys.executable, "-m", "streamer.cli"]
+    usage = subprocess.run(
+        [*run, "crop", str(packed), "k", "nan", "1", "-o", str(tmp_path / "c.npy")],
+        capture_output=True,
+        text=True,
+    )
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1, usage.stderr
+    failure = subprocess.run([*run, "inspect", "/nonexistent"], capture_output=True, text=True)
+    assert failure.returncode == 1 and failure.stderr.count("\n") == 1, failure.stderr
+    verbose = subprocess.run(
+        [*run, "-v", "inspect", "/nonexistent"], capture_output=True, text=True
+    )
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+    assert verbose.stderr.strip().splitlines()[-1] == failure.stderr.strip()
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("streamer ")

@@ -1,0 +1,48 @@
+"""What ``pack`` refuses or corrects (issue 17): files that are not audio, a
+header duration the seek index contradicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.errors import PackError
+from streamer.synth import encode, signal
+from streamer.write.pack import pack
+
+
+def test_random_bytes_named_mp3_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.mp3").write_bytes(encode(signal(1.0, 44100, 1, seed=0), 44100, "mp3"))
+    # FFmpeg's probe takes these for an mp3 stream of sample rate 0.
+    (src / "noise.mp3").write_bytes(np.random.default_rng(0).bytes(200_000))
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [("noise.mp3", "not audio: sample rate 0, 0 channels")]
+    assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
+def test_an_empty_source_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    with pytest.raises(PackError, match="holds no files"):
+        pack(tmp_path / "src", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_truncated_mp3_gets_its_index_duration(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The Xing header still says the whole file (60 s); a tenth is left."""
+    src = tmp_path / "src"
+    src.mkdir()
+    whole = encode(signal(60.0, 44100, 1, seed=1), 44100, "mp3")
+    (src / "cut.mp3").write_bytes(whole[: len(whole) // 10])
+    out = tmp_path / "out"
+    assert main(["pack", str(src), str(out), "--no-progress"]) == 0
+    warning = capsys.readouterr().err
+    assert "warning: cut: the header says 60.0 s, the seek index " in warning
+    duration = open_dataset(out).info("cut")["duration"]
+    assert 5.5 < duration < 6.5
