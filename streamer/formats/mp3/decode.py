@@ -40,7 +40,9 @@ def decode(
     per_frame = frame_samples(index)
     packets = split_packets(decoder, fetched.data)
     wanted = (index.first_sample + plan.first - plan.start_native) // per_frame
-    skip = max(wanted - PREROLL_FRAMES, 0)
+    # The index's own pre-roll, when its check found the default too short.
+    preroll = max(PREROLL_FRAMES, -(-index.preroll // per_frame))
+    skip = max(wanted - preroll, 0)
     first_native = plan.start_native + skip * per_frame
     pieces = [
         samples
