@@ -90,14 +90,15 @@ def test_a_correct_index_is_verified(name: str) -> None:
 
 def test_aac_with_noise_substitution_is_verified_but_a_shift_is_caught() -> None:
     """PNS crops differ from the full decode away from the start (the noise
-    generator), yet stay in place: verified. The same file with its gapless
-    start moved by one sample or one frame is demoted."""
+    generator), yet stay in place: verified. The same file with its length
+    (so its end, where the tail probe is placed) off by one sample, two, or a
+    frame is demoted. (MP4 crops are placed by FFmpeg's own timestamps.)"""
     data = encoded("aac", 44100, 2, seconds=LONG, options={"aac_pns": "1"})
     ep = episode(data)
     assert verify.verify_index(ep).verdict == VERIFIED
     assert ep.index is not None
-    for shift in (1, -1, 1024):
-        moved = dataclasses.replace(ep.index, first_sample=ep.index.first_sample + shift)
+    for shift in (-1, -2, -1024):
+        moved = dataclasses.replace(ep.index, num_samples=ep.index.num_samples + shift)
         checked = verify.verify_index(dataclasses.replace(ep, index=moved))
         assert checked.status == NO_INDEX, shift
         assert checked.reason.startswith("failed its check: "), checked.reason
