@@ -108,7 +108,9 @@ def _wrong(index: SeekIndex, other: SeekIndex) -> dict[str, SeekIndex]:
     """Adversarial variants of a right ``index`` (``other``: another episode's)."""
     frame = int(index.sample_pos[1] - index.sample_pos[0])
     return {
-        "points shifted by a frame": dataclasses.replace(index, sample_pos=index.sample_pos + frame),
+        "points shifted by a frame": dataclasses.replace(
+            index, sample_pos=index.sample_pos + frame
+        ),
         "first_sample off by one": dataclasses.replace(index, first_sample=index.first_sample + 1),
         "encoder delay not applied": dataclasses.replace(
             index, first_sample=index.first_sample - index.encoder_delay
