@@ -80,6 +80,11 @@ TOLERANCE = 1e-4
 #: the reference's) a crop in place may have.
 AAC_MAX_LAG = 2048
 AAC_RESIDUAL = 0.25
+#: How FFmpeg opens a long episode for its head and tail: probing reads
+#: 64 KiB and decodes nothing (the default probing costs up to 50 ms, for WAV).
+#: What the decoder outputs does not depend on it; the full decode of a
+#: short episode opens with the defaults, as the reference is defined.
+QUICK_OPEN = {"probesize": "65536", "analyzeduration": "0"}
 #: Codecs whose decode is bit-exact wherever it starts (PCM: ``block_align``).
 LOSSLESS = frozenset({"flac", "alac", "wavpack", "tta", "ape", "mlp", "truehd"})
 
@@ -168,7 +173,7 @@ class _Reference:
     def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
         claimed = _claimed_samples(index)
         if claimed <= FULL_DECODE_SECONDS * index.sample_rate:
-            full, rate = _decode(blob, None, None)
+            full, rate = _decode(blob, None, None, quick=False)
             return cls(rate, full, full, whole=True)
         head, rate = _decode(blob, None, round(HEAD_SECONDS * index.sample_rate))
         return cls(rate, head, _tail(blob, claimed / index.sample_rate, rate), whole=False)
@@ -181,11 +186,13 @@ def _claimed_samples(index: SeekIndex) -> int:
     return to_gapless(index, int(index.sample_pos[-1]))
 
 
-def _frames(blob: BlobHandle, seek_seconds: float | None) -> Iterator[av.AudioFrame]:
+def _frames(
+    blob: BlobHandle, seek_seconds: float | None, options: dict[str, str]
+) -> Iterator[av.AudioFrame]:
     """FFmpeg's decoded frames of the first audio stream, from the start or
-    after a backward seek to ``seek_seconds``."""
+    after a backward seek to ``seek_seconds`` (``options``: how to open)."""
     blob.seek(0)
-    with av.open(blob, "r") as container:
+    with av.open(blob, "r", options=options) as container:
         stream = container.streams.audio[0]
         if seek_seconds is not None:
             origin = stream.start_time or 0
@@ -194,13 +201,13 @@ def _frames(blob: BlobHandle, seek_seconds: float | None) -> Iterator[av.AudioFr
 
 
 def _decode(
-    blob: BlobHandle, seek_seconds: float | None, enough: int | None
+    blob: BlobHandle, seek_seconds: float | None, enough: int | None, *, quick: bool = True
 ) -> tuple[np.ndarray, int]:
     """Samples FFmpeg decodes (from the start, or from a seek) to the end, or
-    until ``enough`` samples; and the native rate."""
+    until ``enough`` samples; and the native rate. ``quick``: ``QUICK_OPEN``."""
     pieces: list[np.ndarray] = []
     count = rate = 0
-    for frame in _frames(blob, seek_seconds):
+    for frame in _frames(blob, seek_seconds, QUICK_OPEN if quick else {}):
         pieces.append(frame_to_float32(frame))
         rate, count = frame.sample_rate, count + frame.samples
         if enough is not None and count >= enough:
@@ -263,7 +270,8 @@ def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, 
     rate = index.sample_rate
     preroll = round(max(form.preroll(index), index.preroll) * rate / index.timescale)
     span = round(PROBE_SECONDS * rate)
-    starts = np.array([to_gapless(index, int(p)) for p in index.sample_pos]) + preroll
+    points = np.asarray(index.sample_pos, dtype=np.float64) - index.first_sample
+    starts = np.rint(points * rate / index.timescale).astype(np.int64) + preroll
     usable = np.flatnonzero((starts > 0) & (starts + span <= length))
     if len(usable) == 0:
         return []
