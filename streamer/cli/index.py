@@ -69,16 +69,16 @@ def run(args: argparse.Namespace) -> int:
             verify=not args.no_verify,
             **common,
         )
-    print_index_report(report)
+    print_index_report(report, "checked" if args.verify else "indexed")
     return 1 if report.failed else 0
 
 
-def print_index_report(report: IndexReport) -> None:
+def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
     the shards that could not be indexed (then ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
-        f"indexed {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
+        f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
         f"{report.episodes} episodes: {report.ok} ok, {sum(report.reasons.values())} without index"
     )
     for label, count in sorted(report.labels.items()):

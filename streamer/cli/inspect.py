@@ -68,8 +68,9 @@ def _print_indexes(dataset: Dataset) -> None:
     demote more, counted by a crop's ``decode_stats.fallback_reasons``)."""
     labels: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    unusable = dataset.index_problems()
     for name in dataset.shard_names:
-        if name in dataset.index_problems():
+        if name in unusable:
             continue
         try:
             reader = IndexReader(dataset.shard(name, INDEX_DIR))

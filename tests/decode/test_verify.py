@@ -78,7 +78,13 @@ def assert_exact(ep: Episode, full: np.ndarray, starts: list[float], seconds: fl
         assert float(np.max(np.abs(crop - want))) <= verify.TOLERANCE, start
 
 
-@pytest.mark.parametrize("name", list(CORRECT))
+#: Also right, but slower to check: run with ``-m slow``.
+SLOW = {"long-opus", "long-flac", "opusenc"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in CORRECT]
+)
 def test_a_correct_index_is_verified(name: str) -> None:
     data = make(*CORRECT[name])
     ep = episode(data)
@@ -137,7 +143,7 @@ def test_wrong_indexes_are_demoted(seconds: float) -> None:
         assert checked.reason.startswith("failed its check: "), (name, checked.reason)
 
 
-@pytest.mark.parametrize("codec", ["flac", "opus", "vorbis"])
+@pytest.mark.parametrize("codec", ["flac", "opus", pytest.param("vorbis", marks=pytest.mark.slow)])
 def test_a_shifted_page_or_frame_is_demoted(codec: str) -> None:
     rate = 48000 if codec == "opus" else 44100
     ep = episode(encoded(codec, rate, 2, seconds=LONG))
