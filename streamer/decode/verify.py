@@ -135,11 +135,21 @@ def verify_index(episode: Episode) -> SeekIndex:
     base = form.preroll(index)
     tries = [index.preroll] + [base * f for f in PREROLL_FACTORS if base * f > index.preroll]
     try:
-        reference = _Reference.of(episode.blob, index)
+        return _first_passing(episode, tries)
     except FFMPEG_FAILURES as exc:
         return _demoted(index, f"FFmpeg cannot decode it ({type(exc).__name__})")
     except CheckFailed as exc:
         return _demoted(index, str(exc))
+
+
+def _first_passing(episode: Episode, tries: list[int]) -> SeekIndex:
+    """The index with the first pre-roll of ``tries`` its check passes with;
+    raises the first ``CheckFailed`` when none does (or a longer pre-roll
+    cannot help)."""
+    index = episode.index
+    assert index is not None
+    short = _claimed_samples(index) <= FULL_DECODE_SECONDS * index.sample_rate
+    reference = None if short else _Reference.of(episode.blob, index)
     failure: CheckFailed | None = None
     for preroll in tries:
         trial = dataclasses.replace(index, preroll=preroll, verdict=VERIFIED)
@@ -152,7 +162,7 @@ def verify_index(episode: Episode) -> SeekIndex:
             continue
         return trial
     assert failure is not None
-    return _demoted(index, str(failure))
+    raise failure
 
 
 def _demoted(index: SeekIndex, reason: str) -> SeekIndex:
@@ -161,22 +171,16 @@ def _demoted(index: SeekIndex, reason: str) -> SeekIndex:
 
 @dataclass
 class _Reference:
-    """What FFmpeg decodes: ``head`` is the full decode's first samples,
-    ``tail`` its last ones; ``whole`` when they are the full decode itself."""
+    """What FFmpeg decodes of a long episode: ``head`` is the full decode's
+    first samples, ``tail`` its last ones."""
 
-    rate: int
     head: np.ndarray
     tail: np.ndarray
-    whole: bool
 
     @classmethod
     def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
-        claimed = _claimed_samples(index)
-        if claimed <= FULL_DECODE_SECONDS * index.sample_rate:
-            full, rate = _decode(blob, None, None, quick=False)
-            return cls(rate, full, full, whole=True)
         head, rate = _decode(blob, None, round(HEAD_SECONDS * index.sample_rate))
-        return cls(rate, head, _tail(blob, claimed / index.sample_rate, rate), whole=False)
+        return cls(head, _tail(blob, _claimed_samples(index) / index.sample_rate, rate))
 
 
 def _claimed_samples(index: SeekIndex) -> int:
@@ -201,13 +205,13 @@ def _frames(
 
 
 def _decode(
-    blob: BlobHandle, seek_seconds: float | None, enough: int | None, *, quick: bool = True
+    blob: BlobHandle, seek_seconds: float | None, enough: int | None
 ) -> tuple[np.ndarray, int]:
     """Samples FFmpeg decodes (from the start, or from a seek) to the end, or
-    until ``enough`` samples; and the native rate. ``quick``: ``QUICK_OPEN``."""
+    until ``enough`` samples; and the native rate."""
     pieces: list[np.ndarray] = []
     count = rate = 0
-    for frame in _frames(blob, seek_seconds, QUICK_OPEN if quick else {}):
+    for frame in _frames(blob, seek_seconds, QUICK_OPEN):
         pieces.append(frame_to_float32(frame))
         rate, count = frame.sample_rate, count + frame.samples
         if enough is not None and count >= enough:
@@ -215,6 +219,26 @@ def _decode(
     if not pieces:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
     return np.concatenate(pieces, axis=1), rate
+
+
+def _windows(blob: BlobHandle, windows: list[tuple[int, int]]) -> tuple[list[np.ndarray], int]:
+    """Samples ``[first, last)`` of the full decode for each window, and its
+    length: the whole episode is decoded (opened as the reference is
+    defined), but only the windows are kept, so memory stays small."""
+    parts: list[list[np.ndarray]] = [[] for _ in windows]
+    at = 0
+    for frame in _frames(blob, None, {}):
+        end = at + frame.samples
+        hits = [i for i, (first, last) in enumerate(windows) if first < end and last > at]
+        data = frame_to_float32(frame) if hits else None
+        for i in hits:
+            first, last = windows[i]
+            parts[i].append(data[:, max(first - at, 0) : min(last, end) - at])
+        at = end
+    if at == 0:
+        raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
+    empty = np.zeros((0, 0), dtype=np.float32)
+    return [np.concatenate(p, axis=1) if p else empty for p in parts], at
 
 
 def _tail(blob: BlobHandle, seconds: float, rate: int) -> np.ndarray:
@@ -231,23 +255,16 @@ def _tail(blob: BlobHandle, seconds: float, rate: int) -> np.ndarray:
     raise AssertionError("unreachable")
 
 
-def _check(episode: Episode, reference: _Reference) -> None:
-    """Raise ``CheckFailed`` at the first probe that differs from its reference."""
+def _check(episode: Episode, reference: _Reference | None) -> None:
+    """Raise ``CheckFailed`` at the first probe that differs from its
+    reference (``None``: a short episode, checked against its full decode)."""
     index = episode.index
     assert index is not None
     claimed = _claimed_samples(index)
-    if reference.whole:
-        length = reference.head.shape[1]
-        if index.num_samples >= 0 and claimed != length:
-            raise CheckFailed(
-                f"claims {claimed} samples, FFmpeg decodes {length}", preroll_may_help=False
-            )
-        full = reference.head
-        probes = [(0, min(length, round(PROBE_SECONDS * index.sample_rate)))]
-        probes += _after_points(episode, SHORT_PROBES, length)
-        probes.append((max(length - round(TAIL_SECONDS * index.sample_rate), 0), length))
-        for first, last in probes:
-            _compare(episode, first, last, full[:, first:last], "the")
+    if claimed <= 0:
+        raise CheckFailed(f"claims {claimed} samples", preroll_may_help=False)
+    if reference is None:
+        _check_short(episode, claimed)
         return
     head = reference.head
     _compare(episode, 0, head.shape[1], head, "the head")
@@ -257,6 +274,24 @@ def _check(episode: Episode, reference: _Reference) -> None:
     for first, last in _after_points(episode, INTERIOR_PROBES, claimed):
         lead_in = _lead_in(episode, first, last, lead)
         _compare(episode, first, last, lead_in, "an interior")
+
+
+def _check_short(episode: Episode, claimed: int) -> None:
+    """The length, and probes at the start, after seek points and at the end,
+    against the full decode."""
+    index = episode.index
+    assert index is not None
+    rate = index.sample_rate
+    probes = [(0, min(claimed, round(PROBE_SECONDS * rate)))]
+    probes += _after_points(episode, SHORT_PROBES, claimed)
+    probes.append((max(claimed - round(TAIL_SECONDS * rate), 0), claimed))
+    windows, length = _windows(episode.blob, probes)
+    if index.num_samples >= 0 and claimed != length:
+        raise CheckFailed(
+            f"claims {claimed} samples, FFmpeg decodes {length}", preroll_may_help=False
+        )
+    for (first, last), want in zip(probes, windows, strict=True):
+        _compare(episode, first, last, want, "the")
 
 
 def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, int]]:
