@@ -1,4 +1,5 @@
-"""Seek-index benchmark: extraction MB/s per codec, and the time to read one
+"""Seek-index benchmark: extraction MB/s per codec, the cost of checking an
+index (``decode.verify``) against building it, and the time to read one
 episode's index back from an open local shard.
 
 Baselines from the same run, printed side by side as ratios (the machine is
@@ -9,7 +10,12 @@ shared and noisy):
 - index read: the naive Arrow read of the same row (``as_py()`` on the struct
   scalar, then numpy arrays from the Python lists).
 
-Run: ``python -m benchmarks.bench_index [--seconds 120] [--json PATH]``.
+Verification is timed per codec and episode length (``--verify-seconds``):
+building the index (``extract``) against building and checking it
+(``choose_index``), and FFmpeg's full decode for scale; overhead is per hour
+of audio made of episodes of that length.
+
+Run: ``python -m benchmarks.bench_index [--seconds 120] [--verify-seconds 300,1800] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import av
 import numpy as np
 
 from streamer import open_dataset, synth
+from streamer.decode.verify import choose_index
 from streamer.formats import extract
+from streamer.formats.frames import frame_to_float32
 from streamer.index import INDEX_DIR
 from streamer.index.table import INDEX_COLUMN
 from streamer.write.index import build_index
@@ -45,12 +53,14 @@ CODECS = {
 INDEX_POINTS = 15_000
 
 
-def best_of(repeats: int, work: Callable[[], object]) -> float:
+def best_of(
+    repeats: int, work: Callable[[], object], clock: Callable[[], float] = time.perf_counter
+) -> float:
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         work()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -96,6 +106,48 @@ def bench_extraction(work: str, seconds: float) -> dict[str, dict[str, float]]:
     return results
 
 
+def full_decode(blob: io.RawIOBase) -> int:
+    blob.seek(0)
+    with av.open(blob) as container:
+        stream = container.streams.audio[0]
+        return sum(frame_to_float32(f).shape[1] for f in container.decode(stream))
+
+
+def bench_verify(work: str, lengths: list[float]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per episode length and codec: index build, build + check, full decode
+    (CPU seconds per episode, best of 3: the machine is shared), and the
+    check's overhead."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for seconds in lengths:
+        src = os.path.join(work, f"verify-{seconds:g}")
+        os.makedirs(src)
+        for codec, rate in CODECS.items():
+            samples = synth.signal(seconds, rate, 2)
+            with open(os.path.join(src, f"{codec}.{synth.CODECS[codec].extension}"), "wb") as file:
+                file.write(synth.encode(samples, rate, codec))
+        root = os.path.join(work, f"verify-{seconds:g}-ds")
+        pack(src, root, progress=False, index=False)
+        dataset = open_dataset(root)
+        rows = {}
+        for codec in CODECS:
+            blob = dataset.blob(codec)
+            assert choose_index(blob, key=codec).verdict == "verified", codec
+            cpu = time.process_time
+            build = best_of(3, lambda blob=blob: extract(blob), cpu)
+            checked = best_of(3, lambda blob=blob, codec=codec: choose_index(blob, key=codec), cpu)
+            decode = best_of(1, lambda blob=blob: full_decode(blob), cpu)
+            rows[codec] = {
+                "index_s": build,
+                "index_and_verify_s": checked,
+                "full_decode_s": decode,
+                "overhead": (checked - build) / build,
+                "verify_s_per_hour": (checked - build) * 3600 / seconds,
+                "index_s_per_hour": build * 3600 / seconds,
+            }
+        results[f"{seconds:g}"] = rows
+    return results
+
+
 def bench_read(work: str, calls: int) -> dict[str, float]:
     src = os.path.join(work, "long")
     os.makedirs(src)
@@ -136,11 +188,18 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=20_000, help="index reads to time")
     parser.add_argument(
+        "--verify-seconds",
+        default="300,1800",
+        help="episode lengths (s, comma list) to time the index check on (default 300,1800)",
+    )
+    parser.add_argument(
         "--json", default=os.path.join(os.path.dirname(__file__), "results", "bench_index.json")
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         extraction = bench_extraction(work, args.seconds)
+        lengths = [float(x) for x in args.verify_seconds.split(",") if x]
+        verification = bench_verify(work, lengths)
         read = bench_read(work, args.calls)
     print(f"index extraction, {args.seconds:g} s stereo per codec, from a packed local shard")
     print(
@@ -151,13 +210,31 @@ def main() -> None:
             f"{codec:<8}{row['megabytes']:>8.1f}{row['index_mb_s']:>13.0f}"
             f"{row['ffmpeg_scan_mb_s']:>19.0f}{row['speedup']:>7.1f}x{row['points']:>8}"
         )
+    for length, rows in verification.items():
+        print(
+            f"index check, {length} s stereo episodes (per hour of audio: build -> build + check)"
+        )
+        print(
+            f"{'codec':<8}{'build s/h':>11}{'check s/h':>11}{'overhead':>10}{'full decode s/h':>17}"
+        )
+        for codec, row in rows.items():
+            hour = 3600 / float(length)
+            print(
+                f"{codec:<8}{row['index_s_per_hour']:>11.3f}{row['verify_s_per_hour']:>11.3f}"
+                f"{row['overhead']:>9.0%}{row['full_decode_s'] * hour:>17.2f}"
+            )
     print(
         f"index read ({read['points']} points, open local shard): {read['read_us']:.1f} us "
         f"vs naive as_py {read['naive_as_py_us']:.0f} us ({read['speedup']:.0f}x)"
     )
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as file:
-        report = {"machine": platform.platform(), "extraction": extraction, "read": read}
+        report = {
+            "machine": platform.platform(),
+            "extraction": extraction,
+            "verification": verification,
+            "read": read,
+        }
         json.dump(report, file, indent=2)
     print(f"wrote {args.json}")
 

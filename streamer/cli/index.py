@@ -1,5 +1,6 @@
 """``streamer index URL``: build the seek_index/ column directory of a dataset
-(a local path, or a writable store such as ``s3://``)."""
+(a local path, or a writable store such as ``s3://``), each index checked
+before it is stored; ``--verify`` re-checks the indexes already stored."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import signal
 
 from ..formats.registry import DEFAULT_DENSITY
-from ..write.index import IndexReport, build_index
+from ..write.index import IndexReport, build_index, verify_index_shards
 from ._options import add_url_arguments, density, positive_int, storage_options
 
 
@@ -33,6 +34,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=DEFAULT_DENSITY,
         help=f"seek points per second of audio (default {DEFAULT_DENSITY:g})",
     )
+    check = parser.add_mutually_exclusive_group()
+    check.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="store indexes without checking them by probe crops (stored 'unverified')",
+    )
+    check.add_argument(
+        "--verify",
+        action="store_true",
+        help="build nothing: re-check the stored indexes, demote those that fail, "
+        "rewrite the index shards with the verdicts",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -40,27 +53,37 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     # SIGTERM unwinds like Ctrl-C, so temporary index shards are removed.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    report = build_index(
-        args.url,
-        storage_options=storage_options(args),
-        shards=args.shards,
-        force=args.force,
-        workers=args.workers,
-        density=args.density,
-        progress=not args.no_progress,
-    )
-    print_index_report(report)
+    common = {
+        "storage_options": storage_options(args),
+        "shards": args.shards,
+        "workers": args.workers,
+        "progress": not args.no_progress,
+    }
+    if args.verify:
+        report = verify_index_shards(args.url, **common)
+    else:
+        report = build_index(
+            args.url,
+            force=args.force,
+            density=args.density,
+            verify=not args.no_verify,
+            **common,
+        )
+    print_index_report(report, "checked" if args.verify else "indexed")
     return 1 if report.failed else 0
 
 
-def print_index_report(report: IndexReport) -> None:
-    """The closing summary: shards, episodes, counts per "no index" reason, and
+def print_index_report(report: IndexReport, done: str = "indexed") -> None:
+    """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
     the shards that could not be indexed (then ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
-        f"indexed {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
+        f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
         f"{report.episodes} episodes: {report.ok} ok, {sum(report.reasons.values())} without index"
     )
+    for label, count in sorted(report.labels.items()):
+        if label != "no index":
+            print(f"  {label}: {count}")
     for reason, count in report.reasons.most_common():
         print(f"  no index ({count}): {reason}")
     for name, reason in sorted(report.failed.items()):

@@ -1,4 +1,5 @@
-"""``streamer inspect URL``: what a dataset holds, and what of it cannot be read."""
+"""``streamer inspect URL``: what a dataset holds, and what of it cannot be read
+(with the stored seek indexes counted by verdict and "no index" reason)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections import Counter
 
 from ..dataset import Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
+from ..decode.verify import countable
 from ..errors import DataError
-from ..index.table import INDEX_DIR
+from ..index.table import INDEX_DIR, IndexReader
+from ..write.index import index_label, is_generic
 from ._options import add_url_arguments, storage_options
 
 
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if INDEX_DIR in dataset.column_dirs:
         for name, reason in dataset.index_problems().items():
             print(f"no index  {INDEX_DIR}/{name} (its episodes fall back): {reason}")
+        _print_indexes(dataset)
     if INFO_DIR not in dataset.column_dirs:
         print(f"hours     unknown (no {INFO_DIR}/ column directory)")
         return 0
@@ -56,3 +60,29 @@ def _columns(dataset: Dataset, column_dir: str) -> str:
             continue
         return ", ".join(f"{f.name}: {f.type}" for f in first.schema)
     return ""
+
+
+def _print_indexes(dataset: Dataset) -> None:
+    """Stored indexes counted: verified, unverified, generic (FFmpeg's packet
+    index), and "no index" per reason (as stored; the open-time checks may
+    demote more, counted by a crop's ``decode_stats.fallback_reasons``)."""
+    labels: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    unusable = dataset.index_problems()
+    for name in dataset.shard_names:
+        if name in unusable:
+            continue
+        try:
+            reader = IndexReader(dataset.shard(name, INDEX_DIR))
+        except DataError:
+            continue
+        for row in range(reader.shard.num_rows):
+            index = reader.read(row)
+            labels[index_label(index)] += 1
+            labels["generic"] += is_generic(index)
+            if not index.ok:
+                reasons[countable(index.reason)] += 1
+    counts = ", ".join(f"{label} {labels[label]}" for label in sorted(labels) if labels[label])
+    print(f"indexes   {counts or 'none'}")
+    for reason, count in reasons.most_common():
+        print(f"no index  {count}: {reason}")

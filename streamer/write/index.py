@@ -11,6 +11,14 @@ worker processes (stores pickle by their options; each worker opens its
 own connections), and ``select_shards`` lets an outside scheduler split the
 work across machines.
 
+Every index is checked before it is stored (``decode.verify``: probe crops
+through the index against FFmpeg's decode): the first of the episode's
+candidate indexes that passes is stored "verified", and an episode none
+passes for is stored "no index" with the first failure's reason.
+``verify=False`` stores the first candidate "unverified".
+``verify_index_shards`` re-checks a dataset's stored indexes and rewrites
+their shards with the verdicts.
+
 One bad episode never stops a run: a cell that cannot be read or parsed
 becomes a "no index" row with its reason (``formats.extract`` never raises
 for the bytes themselves). An audio shard that cannot be opened at all is
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,13 +40,30 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset import Dataset
+from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
-from ..formats.registry import DEFAULT_DENSITY, extract
-from ..index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE, OK, SeekIndex, to_struct_array
+from ..formats.registry import DEFAULT_DENSITY
+from ..index.table import (
+    INDEX_COLUMN,
+    INDEX_DIR,
+    INDEX_TYPE,
+    OK,
+    VERIFIED,
+    SeekIndex,
+    to_struct_array,
+)
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
 
-__all__ = ["IndexReport", "build_index", "index_shard", "select_shards"]
+__all__ = [
+    "IndexReport",
+    "build_index",
+    "index_label",
+    "index_shard",
+    "is_generic",
+    "select_shards",
+    "verify_index_shards",
+]
 
 #: Episodes per record batch of an index shard: bounds the writer's memory.
 ROWS_PER_BATCH = 256
@@ -54,6 +79,26 @@ class ShardResult:
     skipped: bool = False  # already indexed, left alone
     failed: str = ""  # why the audio shard could not be read (nothing written)
     reasons: Counter[str] = field(default_factory=Counter)  # "no index" reason -> count
+    labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
+
+    def count(self, indexes: list[SeekIndex]) -> None:
+        self.labels.update(index_label(i) for i in indexes)
+        self.reasons.update(countable(i.reason) for i in indexes if i.status != OK)
+
+
+def index_label(index: SeekIndex) -> str:
+    """What a stored index is, for counting: "verified" (with "larger
+    pre-roll" when its check raised it), "unverified", or "no index"."""
+    if not index.ok:
+        return "no index"
+    if index.verdict != VERIFIED:
+        return index.verdict
+    return "verified, larger pre-roll" if index.preroll else "verified"
+
+
+def is_generic(index: SeekIndex) -> bool:
+    """Whether an index is FFmpeg's generic packet index (not a native format's)."""
+    return index.ok and index.container.startswith("ffmpeg:")
 
 
 @dataclass
@@ -68,6 +113,7 @@ class IndexReport:
     episodes: int = 0
     ok: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
+    labels: Counter[str] = field(default_factory=Counter)
 
     def add(self, result: ShardResult) -> None:
         if result.failed:
@@ -77,6 +123,7 @@ class IndexReport:
         self.episodes += result.episodes
         self.ok += result.episodes - sum(result.reasons.values())
         self.reasons.update(result.reasons)
+        self.labels.update(result.labels)
 
 
 def select_shards(names: Sequence[str], spec: str | None) -> list[str]:
@@ -104,6 +151,7 @@ def build_index(
     force: bool = False,
     workers: int = 1,
     density: float = DEFAULT_DENSITY,
+    verify: bool = True,
     progress: bool = True,
 ) -> IndexReport:
     """Index the dataset at ``url`` (every shard, or the ``shards`` spec).
@@ -112,8 +160,40 @@ def build_index(
     ``storage_options``; the store must be writable (not HTTP), which is
     checked before any work. Shards already indexed (same keys as their
     audio shard) are skipped unless ``force``. ``workers`` > 1 builds shards
-    in that many processes.
+    in that many processes. ``verify=False`` skips each index's check and
+    stores it "unverified".
     """
+    options = {"force": force, "density": density, "verify": verify}
+    return _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
+
+
+def verify_index_shards(
+    url: str | os.PathLike[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    shards: str | None = None,
+    workers: int = 1,
+    progress: bool = True,
+) -> IndexReport:
+    """Re-check the stored indexes of the dataset at ``url`` (``streamer
+    index --verify``): each row the dataset would serve (its open-time
+    checks, ``index.checks``, applied) is verified again and stored with its
+    verdict, demoted to "no index" when it fails; every index shard is
+    rewritten whole. A shard without a usable index shard is ``failed``."""
+    return _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
+
+
+def _each_shard(
+    url: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None,
+    shards: str | None,
+    workers: int,
+    progress: bool,
+    work: Callable[..., ShardResult],
+    options: dict[str, Any],
+) -> IndexReport:
+    """Run ``work(store, root, name, **options)`` on every selected shard, in
+    ``workers`` processes, into one report."""
     store, root = open_url(url, **(storage_options or {}))
     store.check_writable(store.join(root, INDEX_DIR))
     dataset = Dataset(root, store=store)
@@ -123,7 +203,7 @@ def build_index(
     total = sum(_rows(dataset, name) for name in names)
     bar = tqdm(total=total, unit="ep", desc="index", disable=not progress)
     try:
-        for result in _run(store, root, names, force=force, workers=workers, density=density):
+        for result in _run(store, root, names, work, options, workers):
             report.add(result)
             bar.update(result.episodes)
             bar.set_postfix(shards=len(report.indexed), skipped=len(report.skipped))
@@ -142,21 +222,31 @@ def _rows(dataset: Dataset, name: str) -> int:
 
 
 def _run(
-    store: Store, root: str, names: list[str], *, force: bool, workers: int, density: float
+    store: Store,
+    root: str,
+    names: list[str],
+    work: Callable[..., ShardResult],
+    options: dict[str, Any],
+    workers: int,
 ) -> Iterator[ShardResult]:
-    options = {"force": force, "density": density}
     if workers <= 1 or len(names) <= 1:
         for name in names:
-            yield index_shard(store, root, name, **options)
+            yield work(store, root, name, **options)
         return
     with ProcessPoolExecutor(max_workers=min(workers, len(names))) as pool:
-        futures = [pool.submit(index_shard, store, root, name, **options) for name in names]
+        futures = [pool.submit(work, store, root, name, **options) for name in names]
         for future in as_completed(futures):
             yield future.result()
 
 
 def index_shard(
-    store: Store, root: str, name: str, *, force: bool = False, density: float = DEFAULT_DENSITY
+    store: Store,
+    root: str,
+    name: str,
+    *,
+    force: bool = False,
+    density: float = DEFAULT_DENSITY,
+    verify: bool = True,
 ) -> ShardResult:
     """Build (or, unless ``force``, keep) the index shard of one audio shard
     of the dataset at ``root`` in ``store``; an audio shard that cannot be
@@ -171,14 +261,48 @@ def index_shard(
     if not force and _complete(dataset, name, final):
         result.skipped = True
         return result
-    with store.staged_sync(final) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
+    _write(
+        store, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
+    )
+    return result
+
+
+def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
+    """Check every stored index of one shard again and rewrite its index
+    shard with the verdicts (``verify_index_shards``)."""
+    dataset = Dataset(root, store=store)
+    try:
+        audio = dataset.shard(name)
+    except DataError as exc:
+        return ShardResult(name=name, failed=str(exc))
+    problem = dataset.index_problems().get(name)
+    if problem is None and name not in dataset.column_dirs.get(INDEX_DIR, {}):
+        problem = "not indexed (run `streamer index`)"
+    if problem is not None:
+        return ShardResult(name=name, failed=problem)
+    result = ShardResult(name=name, episodes=audio.num_rows)
+
+    def recheck(row: int) -> SeekIndex:
+        episode = dataset.episode(audio.keys[row].as_py())
+        assert episode.index is not None
+        return verify_index(episode) if episode.index.ok else episode.index
+
+    _write(store, _index_path(dataset, name), audio, result, recheck)
+    return result
+
+
+def _write(
+    store: Store, path: str, audio: Shard, result: ShardResult, index_of: Callable[[int], SeekIndex]
+) -> None:
+    """Write the index shard at ``path`` whole (``staged_sync``): ``index_of(row)``
+    for every row of ``audio``, counted in ``result``."""
+    with store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
         for start in range(0, audio.num_rows, ROWS_PER_BATCH):
             rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
-            indexes = [_index_row(audio, dataset.audio_column, row, density) for row in rows]
-            result.reasons.update(i.reason for i in indexes if i.status != OK)
+            indexes = [index_of(row) for row in rows]
+            result.count(indexes)
             keys = audio.keys.slice(start, len(rows))
             writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
-    return result
 
 
 def _index_path(dataset: Dataset, name: str) -> str:
@@ -188,10 +312,14 @@ def _index_path(dataset: Dataset, name: str) -> str:
     return dataset.store.join(dataset.root, INDEX_DIR, name + suffix)
 
 
-def _index_row(audio: Shard, column: str, row: int, density: float) -> SeekIndex:
-    """One episode's index; a cell that cannot be read is "no index" with the reason."""
+def _index_row(audio: Shard, dataset: Dataset, row: int, density: float, verify: bool) -> SeekIndex:
+    """One episode's index, checked unless not ``verify``; a cell that cannot
+    be read is "no index" with the reason."""
     try:
-        return extract(audio.blob(column, row), density=density)
+        blob = audio.blob(dataset.audio_column, row)
+        return choose_index(
+            blob, key=blob.key or "", shard=blob.shard, density=density, verify=verify
+        )
     except DataError as exc:
         return SeekIndex.unavailable(exc.reason)
 

@@ -22,6 +22,15 @@ def test_pack_then_inspect(audio_dir: Path, tmp_path: Path, capsys: pytest.Captu
     assert "hours     0.01" in report  # 7 x 3 s
     for codec in ("mp3", "vorbis", "opus", "flac", "aac", "alac", "pcm_s16le"):
         assert f"{codec} 1" in report
+    assert "indexes   verified 7" in report  # pack checks every index it stores
+
+
+def test_index_verify_and_no_verify_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["index", str(tmp_path), "--verify", "--no-verify"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

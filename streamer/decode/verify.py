@@ -1,0 +1,406 @@
+"""Self-verifying indexes: an index serves crops only after passing its own check.
+
+``verify_index`` decodes a few probe crops of one episode through the real
+crop path (``prepare`` -> ``fetch`` -> ``decode_job``) with the candidate
+index, and compares them sample for sample with FFmpeg's full decode (the
+reference of docs/decoding.md). Its answer is the index to store:
+
+- ``verdict="verified"``: every probe matched;
+- ``verdict="verified"`` with ``preroll`` raised (2x, 4x, 8x the format's):
+  a probe after a seek point differed and a longer pre-roll fixed it;
+- "no index" with a short reason naming the probe (``failed its check: the
+  tail crop differs (at 12.3 s, max error 0.4)``): the episode is served by
+  the fallback. ``countable`` drops the parenthesis, for counting.
+
+Decoding the whole episode would cost 5-50x building the index, so only
+short episodes are decoded whole (``FULL_DECODE_SECONDS``). A long one is
+checked against three references, each exact where it is used:
+
+- head: FFmpeg decoding from the first frame for ``HEAD_SECONDS`` is the
+  full decode's head, sample for sample;
+- tail: FFmpeg seeking near the end and decoding to the last frame ends
+  where the full decode ends; its last ``TAIL_SECONDS`` (after
+  ``TAIL_LEAD_SECONDS`` of convergence from the seek) are the full decode's
+  last samples, so a crop ending at the index's ``num_samples`` must equal
+  them, which checks the length and the placement at the end;
+- interior: a crop right after a seek point (``preroll`` after it, so the
+  plan starts at that very point) against the same crop decoded through the
+  index from ``LEAD_IN_SECONDS`` earlier (a converged decoder, started at an
+  earlier seek point): checks the pre-roll and that the two points agree.
+
+``choose_index`` runs the check on each of ``formats.registry.candidates``
+in turn and keeps the first index that passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from ..errors import DataError
+from ..formats.frames import frame_to_float32
+from ..formats.job import DecodeStats, Episode, to_gapless
+from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
+from ..index.table import VERIFIED, SeekIndex
+from ..shard.blob import BlobHandle
+from .crop import CropRequest, decode_job, fetch, prepare
+from .fallback import FFMPEG_FAILURES
+
+__all__ = [
+    "FULL_DECODE_SECONDS",
+    "PREROLL_FACTORS",
+    "TOLERANCE",
+    "choose_index",
+    "countable",
+    "verify_index",
+]
+
+#: Episodes up to this long are decoded whole for the reference.
+FULL_DECODE_SECONDS = 20.0
+HEAD_SECONDS = 0.5
+TAIL_SECONDS = 0.5
+#: FFmpeg does no pre-roll after a seek: what it outputs first is not compared.
+TAIL_LEAD_SECONDS = 1.0
+#: Length of an interior probe crop, and how far back its reference starts.
+PROBE_SECONDS = 0.2
+LEAD_IN_SECONDS = 0.5
+#: Interior probes per episode (short episodes: against the full decode).
+INTERIOR_PROBES = 2
+SHORT_PROBES = 4
+#: Pre-rolls tried, as multiples of the format's, when a probe after a seek point differs.
+PREROLL_FACTORS = (2, 4, 8)
+#: Lossy codecs: max abs error at zero lag.
+TOLERANCE = 1e-4
+#: AAC with noise substitution: lags searched, and the residual energy (of
+#: the reference's) a crop in place may have.
+AAC_MAX_LAG = 2048
+AAC_RESIDUAL = 0.25
+#: How FFmpeg opens a long episode for its head and tail: probing reads
+#: 64 KiB and decodes nothing (the default probing costs up to 50 ms, for WAV).
+#: What the decoder outputs does not depend on it; the full decode of a
+#: short episode opens with the defaults, as the reference is defined.
+QUICK_OPEN = {"probesize": "65536", "analyzeduration": "0"}
+#: Codecs whose decode is bit-exact wherever it starts (PCM: ``block_align``).
+LOSSLESS = frozenset({"flac", "alac", "wavpack", "tta", "ape", "mlp", "truehd"})
+
+
+class CheckFailed(Exception):
+    """A probe crop that differs from its reference; the message is the reason."""
+
+    def __init__(self, reason: str, *, preroll_may_help: bool) -> None:
+        super().__init__(reason)
+        self.preroll_may_help = preroll_may_help
+
+
+def countable(reason: str) -> str:
+    """A "no index" reason without its details (probe time, error), for counting."""
+    return reason.split(" (", 1)[0]
+
+
+def choose_index(
+    blob: BlobHandle,
+    *,
+    key: str = "",
+    shard: str | None = None,
+    density: float = DEFAULT_DENSITY,
+    verify: bool = True,
+) -> SeekIndex:
+    """The index to store for one episode: the first of its candidates that
+    passes its check (without ``verify``: the first that could be built,
+    "unverified"), or "no index" with the first failure's reason."""
+    failure: SeekIndex | None = None
+    for candidate in candidates(blob, density=density):
+        if candidate.ok:
+            checked = verify_index(Episode(key, shard, blob, candidate)) if verify else candidate
+            if checked.ok:
+                return checked
+            candidate = checked
+        failure = failure or candidate
+    return failure or SeekIndex.unavailable("no index candidate")
+
+
+def verify_index(episode: Episode) -> SeekIndex:
+    """The episode's index checked by probe crops (module docstring): verified,
+    verified with a larger ``preroll``, or "no index" with the reason."""
+    index = episode.index
+    assert index is not None and index.ok
+    form = format_for(index)
+    if form is None:
+        return SeekIndex.unavailable(f"no decoder for {index.codec} in {index.container}")
+    base = form.preroll(index)
+    tries = [index.preroll] + [base * f for f in PREROLL_FACTORS if base * f > index.preroll]
+    try:
+        return _first_passing(episode, tries)
+    except FFMPEG_FAILURES as exc:
+        return _demoted(index, f"FFmpeg cannot decode it ({type(exc).__name__})")
+    except CheckFailed as exc:
+        return _demoted(index, str(exc))
+
+
+def _first_passing(episode: Episode, tries: list[int]) -> SeekIndex:
+    """The index with the first pre-roll of ``tries`` its check passes with;
+    raises the first ``CheckFailed`` when none does (or a longer pre-roll
+    cannot help)."""
+    index = episode.index
+    assert index is not None
+    short = _claimed_samples(index) <= FULL_DECODE_SECONDS * index.sample_rate
+    reference = None if short else _Reference.of(episode.blob, index)
+    failure: CheckFailed | None = None
+    for preroll in tries:
+        trial = dataclasses.replace(index, preroll=preroll, verdict=VERIFIED)
+        try:
+            _check(dataclasses.replace(episode, index=trial), reference)
+        except CheckFailed as exc:
+            failure = failure or exc
+            if not exc.preroll_may_help:
+                break
+            continue
+        return trial
+    assert failure is not None
+    raise failure
+
+
+def _demoted(index: SeekIndex, reason: str) -> SeekIndex:
+    return SeekIndex.unavailable(f"failed its check: {reason}", index.container)
+
+
+@dataclass
+class _Reference:
+    """What FFmpeg decodes of a long episode: ``head`` is the full decode's
+    first samples, ``tail`` its last ones."""
+
+    head: np.ndarray
+    tail: np.ndarray
+
+    @classmethod
+    def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
+        head, rate = _decode(blob, None, round(HEAD_SECONDS * index.sample_rate))
+        return cls(head, _tail(blob, _claimed_samples(index) / index.sample_rate, rate))
+
+
+def _claimed_samples(index: SeekIndex) -> int:
+    """The episode's length as the index says (its last seek point when it does not)."""
+    if index.num_samples >= 0:
+        return round(index.num_samples * index.sample_rate / index.timescale)
+    return to_gapless(index, int(index.sample_pos[-1]))
+
+
+def _frames(
+    blob: BlobHandle, seek_seconds: float | None, options: dict[str, str]
+) -> Iterator[av.AudioFrame]:
+    """FFmpeg's decoded frames of the first audio stream, from the start or
+    after a backward seek to ``seek_seconds`` (``options``: how to open)."""
+    blob.seek(0)
+    with av.open(blob, "r", options=options) as container:
+        stream = container.streams.audio[0]
+        if seek_seconds is not None:
+            origin = stream.start_time or 0
+            container.seek(origin + int(seek_seconds / stream.time_base), stream=stream)
+        yield from container.decode(stream)
+
+
+def _decode(
+    blob: BlobHandle, seek_seconds: float | None, enough: int | None
+) -> tuple[np.ndarray, int]:
+    """Samples FFmpeg decodes (from the start, or from a seek) to the end, or
+    until ``enough`` samples; and the native rate."""
+    pieces: list[np.ndarray] = []
+    count = rate = 0
+    for frame in _frames(blob, seek_seconds, QUICK_OPEN):
+        pieces.append(frame_to_float32(frame))
+        rate, count = frame.sample_rate, count + frame.samples
+        if enough is not None and count >= enough:
+            break
+    if not pieces:
+        raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
+    return np.concatenate(pieces, axis=1), rate
+
+
+def _windows(blob: BlobHandle, windows: list[tuple[int, int]]) -> tuple[list[np.ndarray], int]:
+    """Samples ``[first, last)`` of the full decode for each window, and its
+    length: the whole episode is decoded (opened as the reference is
+    defined), but only the windows are kept, so memory stays small."""
+    parts: list[list[np.ndarray]] = [[] for _ in windows]
+    at = 0
+    for frame in _frames(blob, None, {}):
+        end = at + frame.samples
+        hits = [i for i, (first, last) in enumerate(windows) if first < end and last > at]
+        data = frame_to_float32(frame) if hits else None
+        for i in hits:
+            first, last = windows[i]
+            parts[i].append(data[:, max(first - at, 0) : min(last, end) - at])
+        at = end
+    if at == 0:
+        raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
+    empty = np.zeros((0, 0), dtype=np.float32)
+    return [np.concatenate(p, axis=1) if p else empty for p in parts], at
+
+
+def _tail(blob: BlobHandle, seconds: float, rate: int) -> np.ndarray:
+    """The last ``TAIL_SECONDS`` of the full decode: FFmpeg decodes from a seek
+    to the end, and what it outputs in its first ``TAIL_LEAD_SECONDS`` (no
+    pre-roll after a seek) is dropped; a seek that lands too late is redone
+    further back, finally from the start."""
+    want, lead = round(TAIL_SECONDS * rate), round(TAIL_LEAD_SECONDS * rate)
+    back = TAIL_SECONDS + TAIL_LEAD_SECONDS
+    for target in (seconds - 2 * back, seconds - 8 * back):
+        if target <= 0:
+            break
+        decoded, _ = _decode(blob, target, None)
+        if decoded.shape[1] >= want + lead:
+            return decoded[:, -want:]
+    return _decode(blob, None, None)[0][:, -want:]
+
+
+def _check(episode: Episode, reference: _Reference | None) -> None:
+    """Raise ``CheckFailed`` at the first probe that differs from its
+    reference (``None``: a short episode, checked against its full decode)."""
+    index = episode.index
+    assert index is not None
+    claimed = _claimed_samples(index)
+    if claimed <= 0:
+        raise CheckFailed(f"claims {claimed} samples", preroll_may_help=False)
+    if reference is None:
+        _check_short(episode, claimed)
+        return
+    head = reference.head
+    _compare(episode, 0, head.shape[1], head, "the head")
+    tail = reference.tail
+    _compare(episode, claimed - tail.shape[1], claimed, tail, "the tail")
+    lead = round(LEAD_IN_SECONDS * index.sample_rate)
+    for first, last in _after_points(episode, INTERIOR_PROBES, claimed):
+        lead_in = _lead_in(episode, first, last, lead)
+        _compare(episode, first, last, lead_in, "an interior")
+
+
+def _check_short(episode: Episode, claimed: int) -> None:
+    """The length, and probes at the start, after seek points and at the end,
+    against the full decode."""
+    index = episode.index
+    assert index is not None
+    rate = index.sample_rate
+    inside = _after_points(episode, SHORT_PROBES, claimed)
+    probes = [(0, min(claimed, round(PROBE_SECONDS * rate))), *inside]
+    probes.append((max(claimed - round(TAIL_SECONDS * rate), 0), claimed))
+    names = ["the head", *["an interior"] * len(inside), "the tail"]
+    windows, length = _windows(episode.blob, probes)
+    if index.num_samples >= 0 and claimed != length:
+        raise CheckFailed(
+            f"claims {claimed} samples, FFmpeg decodes {length}", preroll_may_help=False
+        )
+    for (first, last), want, name in zip(probes, windows, names, strict=True):
+        _compare(episode, first, last, want, name)
+
+
+def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, int]]:
+    """``count`` probe crops (gapless ``[first, last)``), each starting the
+    pre-roll after a seek point (plus a few samples) so that its plan starts at
+    that very point; points drawn by a generator seeded with the key."""
+    index = episode.index
+    assert index is not None
+    form = format_for(index)
+    assert form is not None
+    rate = index.sample_rate
+    preroll = round(max(form.preroll(index), index.preroll) * rate / index.timescale)
+    span = round(PROBE_SECONDS * rate)
+    points = np.asarray(index.sample_pos, dtype=np.float64) - index.first_sample
+    starts = np.rint(points * rate / index.timescale).astype(np.int64) + preroll
+    usable = np.flatnonzero((starts > 0) & (starts + span <= length))
+    if len(usable) == 0:
+        return []
+    rng = np.random.default_rng(zlib.crc32(episode.key.encode()))
+    chosen = rng.choice(usable, size=min(count, len(usable)), replace=False)
+    jitter = rng.integers(0, 64, size=len(chosen))
+    return [
+        (int(starts[i] + j), int(min(starts[i] + j + span, length)))
+        for i, j in zip(sorted(chosen), jitter, strict=True)
+    ]
+
+
+def _lead_in(episode: Episode, first: int, last: int, lead: int) -> np.ndarray:
+    """The crop decoded through the index with a pre-roll of at least ``lead``
+    samples (and twice the one under test): a converged decoder's output."""
+    index = episode.index
+    assert index is not None
+    preroll = max(round(lead * index.timescale / index.sample_rate), 2 * index.preroll)
+    longer = dataclasses.replace(episode, index=dataclasses.replace(index, preroll=preroll))
+    return _crop(longer, first, last, "the lead-in of an interior")
+
+
+def _crop(episode: Episode, first: int, last: int, probe: str) -> np.ndarray:
+    """Gapless samples ``[first, last)`` through the real crop path. (A read
+    outside the plan is served and counted there: a cost, not a wrong sample.)"""
+    index = episode.index
+    assert index is not None
+    rate = index.sample_rate
+    request = CropRequest(episode.key, first / rate, last / rate)
+    stats = DecodeStats()
+    try:
+        job = prepare(episode, request)
+        audio = decode_job(job, fetch(job), stats).audio
+    except DataError as exc:  # CropError, or a plan outside the blob; not a store's failure
+        raise CheckFailed(
+            f"{probe} crop cannot be decoded (at {first / rate:.1f} s, {exc.reason})",
+            preroll_may_help=False,
+        ) from None
+    return audio
+
+
+def _compare(episode: Episode, first: int, last: int, want: np.ndarray, probe: str) -> None:
+    """Raise ``CheckFailed`` unless the crop ``[first, last)`` equals ``want``
+    within the codec's tolerance (and has its length: a crop the index
+    ends early, or one clipped by a ``num_samples`` too long, does not)."""
+    index = episode.index
+    assert index is not None
+    got = _crop(episode, first, last, probe)
+    at = f"at {first / index.sample_rate:.1f} s"
+    may_help = first > 0
+    if got.shape != want.shape:
+        raise CheckFailed(
+            f"{probe} crop has shape {got.shape}, not {want.shape} ({at})",
+            preroll_may_help=False,
+        )
+    error = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if _lossless(index):
+        if error > 0:
+            raise CheckFailed(
+                f"{probe} crop differs ({at}, max error {error:.2g})", preroll_may_help=may_help
+            )
+        return
+    if error <= TOLERANCE or (index.codec == "aac" and _in_place(got, want)):
+        return
+    raise CheckFailed(
+        f"{probe} crop differs ({at}, max error {error:.2g})", preroll_may_help=may_help
+    )
+
+
+def _lossless(index: SeekIndex) -> bool:
+    return bool(index.block_align) or index.codec in LOSSLESS or index.codec.startswith("pcm_")
+
+
+def _in_place(got: np.ndarray, want: np.ndarray) -> bool:
+    """Whether an AAC crop that differs is still in place: AAC noise
+    substitution fills bands from a random generator no seeking decoder can
+    reproduce (docs/decoding.md), so such crops differ in those bands only.
+    In place means the channel mean's cross-correlation with the reference
+    peaks at zero lag within ``AAC_MAX_LAG`` samples (a misplaced crop peaks
+    where it belongs), and the residual is at most ``AAC_RESIDUAL`` of the
+    reference's energy (most of the signal agrees)."""
+    g, w = got.mean(axis=0, dtype=np.float64), want.mean(axis=0, dtype=np.float64)
+    energy = float(w @ w)
+    if energy == 0 or float((g - w) @ (g - w)) > AAC_RESIDUAL * energy:
+        return False
+    lags = _cross_correlation(g, w, min(AAC_MAX_LAG, len(w) - 1))
+    return int(np.argmax(lags)) == len(lags) // 2
+
+
+def _cross_correlation(a: np.ndarray, b: np.ndarray, max_lag: int) -> np.ndarray:
+    """``sum(a[n + lag] * b[n])`` for lag in ``[-max_lag, max_lag]`` (FFT)."""
+    size = 1 << (len(a) + len(b)).bit_length()
+    full = np.fft.irfft(np.fft.rfft(a, size) * np.conj(np.fft.rfft(b, size)), size)
+    return np.concatenate([full[-max_lag:], full[: max_lag + 1]]) if max_lag else full[:1]

@@ -1,0 +1,204 @@
+"""Self-verifying indexes (``decode.verify``): right indexes pass their check,
+wrong ones are demoted (or their pre-roll raised), never served as they are.
+
+Files are real encodes (PyAV and Debian's lame, oggenc, opusenc, flac).
+Short episodes are checked against FFmpeg's full decode, long ones (over
+``FULL_DECODE_SECONDS``) against its head, its tail and converged lead-ins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import av
+import numpy as np
+import pytest
+from _index_support import cli_encode, encoded
+
+from streamer.decode import verify
+from streamer.decode.crop import CropRequest, read_crop
+from streamer.formats import registry
+from streamer.formats.frames import frame_to_float32
+from streamer.formats.job import Episode
+from streamer.formats.mp3 import decode as mp3_decode
+from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
+from streamer.shard.blob import BlobHandle
+from streamer.storage.local import MemoryReader
+
+LONG = verify.FULL_DECODE_SECONDS + 4.0
+
+#: name -> how to make it: (codec, rate, channels, seconds, CLI command or None for PyAV)
+CORRECT = {
+    "pyav-mp3": ("mp3", 44100, 2, 3.0, None),
+    "pyav-vorbis": ("vorbis", 44100, 2, 3.0, None),
+    "pyav-opus": ("opus", 48000, 1, 3.0, None),
+    "pyav-aac": ("aac", 44100, 2, 3.0, None),
+    "pyav-alac": ("alac", 44100, 1, 3.0, None),
+    "pyav-wav": ("wav", 16000, 2, 3.0, None),
+    "lame-vbr": ("mp3", 44100, 2, 3.0, ["lame", "--quiet", "-V", "2", "-", "{out}"]),
+    "oggenc": ("vorbis", 22050, 1, 3.0, ["oggenc", "-Q", "-o", "{out}", "-"]),
+    "opusenc": ("opus", 44100, 2, 3.0, ["opusenc", "--quiet", "-", "{out}"]),
+    "flac": ("flac", 44100, 1, 3.0, ["flac", "-s", "-o", "{out}", "-"]),
+    "long-lame": ("mp3", 44100, 1, LONG, ["lame", "--quiet", "-V", "5", "-", "{out}"]),
+    "long-opus": ("opus", 48000, 1, LONG, None),
+    "long-aac": ("aac", 44100, 1, LONG, None),
+    "long-flac": ("flac", 22050, 1, LONG, None),
+}
+
+
+def make(codec: str, rate: int, channels: int, seconds: float, command: list[str] | None) -> bytes:
+    if command is None:
+        return encoded(codec, rate, channels, seconds=seconds)
+    return cli_encode(command, rate, channels, seconds=seconds)
+
+
+def episode(data: bytes, index: SeekIndex | None = None, key: str = "k") -> Episode:
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key=key)
+    if index is None:
+        index = registry.extract(blob)
+        assert index.ok, index.reason
+    return Episode(key, "s", blob, index)
+
+
+def full_decode(data: bytes) -> np.ndarray:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        return np.concatenate([frame_to_float32(f) for f in container.decode(stream)], axis=1)
+
+
+def assert_exact(ep: Episode, full: np.ndarray, starts: list[float], seconds: float = 0.3) -> None:
+    """Crops through the (verified) index equal the full decode's slices."""
+    assert ep.index is not None
+    rate = ep.index.sample_rate
+    for start in starts:
+        crop = read_crop(ep, CropRequest(ep.key, start, start + seconds)).audio
+        want = full[:, round(start * rate) : round((start + seconds) * rate)]
+        assert crop.shape == want.shape
+        assert float(np.max(np.abs(crop - want))) <= verify.TOLERANCE, start
+
+
+#: Also right, but slower to check: run with ``-m slow``.
+SLOW = {"long-opus", "long-flac", "opusenc"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else []) for n in CORRECT]
+)
+def test_a_correct_index_is_verified(name: str) -> None:
+    data = make(*CORRECT[name])
+    ep = episode(data)
+    assert ep.index is not None and ep.index.verdict == UNVERIFIED
+    checked = verify.verify_index(ep)
+    assert checked.ok, checked.reason
+    assert checked.verdict == VERIFIED and checked.preroll == 0
+
+
+def test_aac_with_noise_substitution_is_verified_but_a_shift_is_caught() -> None:
+    """PNS crops differ from the full decode away from the start (the noise
+    generator), yet stay in place: verified. The same file with its length
+    (so its end, where the tail probe is placed) off by one sample, two, or a
+    frame is demoted. (MP4 crops are placed by FFmpeg's own timestamps.)"""
+    data = encoded("aac", 44100, 2, seconds=LONG, options={"aac_pns": "1"})
+    ep = episode(data)
+    assert verify.verify_index(ep).verdict == VERIFIED
+    assert ep.index is not None
+    for shift in (-1, -2, -1024):
+        moved = dataclasses.replace(ep.index, num_samples=ep.index.num_samples + shift)
+        checked = verify.verify_index(dataclasses.replace(ep, index=moved))
+        assert checked.status == NO_INDEX, shift
+        assert checked.reason.startswith("failed its check: "), checked.reason
+
+
+def _wrong(index: SeekIndex, other: SeekIndex) -> dict[str, SeekIndex]:
+    """Adversarial variants of a right ``index`` (``other``: another episode's)."""
+    frame = int(index.sample_pos[1] - index.sample_pos[0])
+    return {
+        "points shifted by a frame": dataclasses.replace(
+            index, sample_pos=index.sample_pos + frame
+        ),
+        "first_sample off by one": dataclasses.replace(index, first_sample=index.first_sample + 1),
+        "encoder delay not applied": dataclasses.replace(
+            index, first_sample=index.first_sample - index.encoder_delay
+        ),
+        "num_samples too long": dataclasses.replace(index, num_samples=index.num_samples + 2000),
+        "num_samples too short": dataclasses.replace(index, num_samples=index.num_samples - 2000),
+        "another episode's points": dataclasses.replace(
+            index, sample_pos=other.sample_pos, byte_pos=other.byte_pos
+        ),
+        "another episode's index": other,
+    }
+
+
+@pytest.mark.parametrize("seconds", [4.0, LONG], ids=["short", "long"])
+def test_wrong_indexes_are_demoted(seconds: float) -> None:
+    command = ["lame", "--quiet", "-V", "2", "-", "{out}"]
+    data = cli_encode(command, 44100, 1, seconds=seconds)
+    other = registry.extract(io.BytesIO(cli_encode(command, 44100, 1, seconds=seconds + 1.5)))
+    ep = episode(data)
+    assert ep.index is not None and ep.index.encoder_delay > 0
+    for name, wrong in _wrong(ep.index, other).items():
+        checked = verify.verify_index(dataclasses.replace(ep, index=wrong))
+        assert checked.status == NO_INDEX, name
+        assert checked.reason.startswith("failed its check: "), (name, checked.reason)
+
+
+@pytest.mark.parametrize("codec", ["flac", "opus", pytest.param("vorbis", marks=pytest.mark.slow)])
+def test_a_shifted_page_or_frame_is_demoted(codec: str) -> None:
+    rate = 48000 if codec == "opus" else 44100
+    ep = episode(encoded(codec, rate, 2, seconds=LONG))
+    assert ep.index is not None
+    step = int(np.median(np.diff(ep.index.sample_pos)))
+    wrong = dataclasses.replace(ep.index, sample_pos=ep.index.sample_pos + step)
+    assert verify.verify_index(dataclasses.replace(ep, index=wrong)).status == NO_INDEX
+
+
+def test_a_too_short_preroll_is_raised_and_crops_are_then_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lame -V 5 VBR mp3 whose format pre-roll is one frame (too little for
+    the bit reservoir): verified with a larger pre-roll, crops exact."""
+    data = cli_encode(["lame", "--quiet", "-V", "5", "-", "{out}"], 44100, 2, seconds=10.0)
+    full = full_decode(data)
+    monkeypatch.setattr(mp3_decode, "PREROLL_FRAMES", 1)
+    ep = episode(data, key="reservoir")
+    assert ep.index is not None
+    per_frame = mp3_decode.frame_samples(ep.index)
+    starts = [to_start(ep.index, point, per_frame) for point in range(1, 9)]
+    with pytest.raises(AssertionError):
+        assert_exact(ep, full, starts)  # the one-frame pre-roll is wrong here
+    checked = verify.verify_index(ep)
+    assert checked.verdict == VERIFIED
+    assert checked.preroll in {f * per_frame for f in verify.PREROLL_FACTORS}
+    assert_exact(dataclasses.replace(ep, index=checked), full, starts)
+
+
+def to_start(index: SeekIndex, point: int, per_frame: int) -> float:
+    """A crop start one frame after seek point ``point`` (decoding starts there)."""
+    return (int(index.sample_pos[point]) - index.first_sample + per_frame + 7) / index.sample_rate
+
+
+def test_choose_index_keeps_the_first_candidate_that_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = encoded("mp3", 44100, 1, seconds=3.0)
+    right = registry.extract(io.BytesIO(data))
+    wrong = dataclasses.replace(right, first_sample=right.first_sample + 1)
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
+
+    def offer(*found: SeekIndex):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(verify, "candidates", lambda stream, density: iter(found))
+
+    offer(wrong, right)
+    assert verify.choose_index(blob, key="k").verdict == VERIFIED
+    offer(SeekIndex.unavailable("unknown container"), wrong)
+    chosen = verify.choose_index(blob, key="k")
+    assert chosen.status == NO_INDEX and chosen.reason == "unknown container"
+    offer(wrong)
+    assert verify.choose_index(blob, key="k").reason.startswith("failed its check: ")
+    assert verify.choose_index(blob, key="k", verify=False).verdict == UNVERIFIED
+
+
+def test_reasons_count_without_their_details() -> None:
+    reason = "failed its check: the tail crop differs (at 12.3 s, max error 0.4)"
+    assert verify.countable(reason) == "failed its check: the tail crop differs"

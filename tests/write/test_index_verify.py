@@ -1,0 +1,133 @@
+"""``streamer index`` checks every index before storing it; ``--no-verify``
+skips that, ``--verify`` re-checks a dataset's stored indexes and demotes
+exactly the rows that fail; ``streamer inspect`` counts the verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _index_support import encoded
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.index.table import (
+    INDEX_DIR,
+    NO_INDEX,
+    UNVERIFIED,
+    VERIFIED,
+    IndexReader,
+    SeekIndex,
+    to_struct_array,
+)
+from streamer.shard.ipc import Shard
+from streamer.write.index import SCHEMA
+from streamer.write.pack import pack
+
+FILES = {
+    "a-mp3": ("mp3", 44100, 1),
+    "b-mp3": ("mp3", 44100, 2),
+    "c-flac": ("flac", 22050, 1),
+    "d-opus": ("opus", 48000, 1),
+    "e-wav": ("wav", 16000, 1),
+}
+BAD = "b-mp3"
+
+
+@pytest.fixture
+def unverified(tmp_path: Path) -> Path:
+    """A dataset of ``FILES`` indexed with ``--no-verify``."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for key, (codec, rate, channels) in FILES.items():
+        (src / f"{key}.bin").write_bytes(encoded(codec, rate, channels, seconds=2.0))
+    root = tmp_path / "ds"
+    pack(src, root, progress=False, index=False)
+    assert main(["index", str(root), "--no-verify", "--no-progress", "--workers", "1"]) == 0
+    return root
+
+
+def stored(root: Path) -> dict[str, SeekIndex]:
+    (path,) = (root / INDEX_DIR).iterdir()
+    reader = IndexReader(Shard(path))
+    keys = reader.shard.keys.to_pylist()
+    return {key: reader.read(row) for row, key in enumerate(keys)}
+
+
+def plant(root: Path, key: str, change: dict[str, object]) -> None:
+    """Rewrite the index shard with one row changed (still plausible: the
+    open-time checks pass it)."""
+    rows = stored(root)
+    rows[key] = dataclasses.replace(rows[key], **change)
+    (path,) = (root / INDEX_DIR).iterdir()
+    batch = pa.record_batch([pa.array(list(rows)), to_struct_array(list(rows.values()))], SCHEMA)
+    with pa.ipc.new_file(str(path), SCHEMA) as writer:
+        writer.write_batch(batch)
+
+
+def test_index_verifies_by_default_and_no_verify_does_not(
+    unverified: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert {i.verdict for i in stored(unverified).values()} == {UNVERIFIED}
+    capsys.readouterr()
+    assert main(["index", str(unverified), "--force", "--no-progress", "--workers", "1"]) == 0
+    assert "  verified: 5" in capsys.readouterr().out
+    assert {i.verdict for i in stored(unverified).values()} == {VERIFIED}
+
+
+def test_verify_demotes_exactly_the_planted_row(
+    unverified: Path, capsys: pytest.CaptureFixture
+) -> None:
+    index = stored(unverified)[BAD]
+    plant(unverified, BAD, {"first_sample": index.first_sample + 1152})
+    ds = open_dataset(unverified)
+    assert ds.episode(BAD).index.ok  # the open-time checks cannot tell
+    capsys.readouterr()
+    assert main(["index", str(unverified), "--verify", "--no-progress", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "5 episodes: 4 ok, 1 without index" in out
+    assert "  verified: 4" in out
+    assert "  no index (1): failed its check: the " in out
+    rows = stored(unverified)
+    assert rows[BAD].status == NO_INDEX and rows[BAD].reason.startswith("failed its check: ")
+    assert all(rows[k].verdict == VERIFIED for k in FILES if k != BAD)
+
+    # A crop of the demoted row goes through the fallback, counted with its reason.
+    ds = open_dataset(unverified)
+    ds.read_crop(BAD, 0.5, 1.0)
+    ds.read_crop("a-mp3", 0.5, 1.0)
+    assert ds.decode_stats.fallback == 1
+    (reason,) = ds.decode_stats.fallback_reasons
+    assert reason == rows[BAD].reason
+
+    assert main(["inspect", str(unverified)]) == 0
+    out = capsys.readouterr().out
+    assert "indexes   no index 1, verified 4" in out
+    assert "no index  1: failed its check: the " in out
+
+
+def test_verify_keeps_a_row_the_open_time_checks_reject_as_no_index(
+    unverified: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A row the dataset would not serve (another episode's index: the
+    audio_info duration disagrees) is stored "no index" with that reason."""
+    plant(unverified, "a-mp3", {"num_samples": 4410})  # 0.1 s of 2 s
+    assert open_dataset(unverified).episode("a-mp3").index.reason.startswith("index disagrees")
+    assert main(["index", str(unverified), "--verify", "--no-progress", "--workers", "1"]) == 0
+    after = stored(unverified)["a-mp3"]
+    assert after.status == NO_INDEX and after.reason.startswith("index disagrees")
+    assert main(["inspect", str(unverified)]) == 0
+    assert "verified 4" in capsys.readouterr().out
+
+
+def test_verify_counts_unverified_and_generic_in_inspect(
+    unverified: Path, capsys: pytest.CaptureFixture
+) -> None:
+    rows = stored(unverified)
+    plant(unverified, "e-wav", {"container": "ffmpeg:wav"})
+    assert rows["e-wav"].ok
+    capsys.readouterr()
+    assert main(["inspect", str(unverified)]) == 0
+    assert "indexes   generic 1, unverified 5" in capsys.readouterr().out
