@@ -196,7 +196,7 @@ def _frames(
     """FFmpeg's decoded frames of the first audio stream, from the start or
     after a backward seek to ``seek_seconds`` (``options``: how to open)."""
     blob.seek(0)
-    with av.open(blob, "r", options=options) as container:
+    with av.open(blob, "r", options=options, metadata_errors="ignore") as container:
         stream = container.streams.audio[0]
         if seek_seconds is not None:
             origin = stream.start_time or 0

@@ -121,7 +121,12 @@ def decode(
         else:
             source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, start)
             container = av.open(
-                source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+                source,
+                "r",
+                format=name,
+                options=OPEN_OPTIONS,
+                buffer_size=BUFFER_SIZE,
+                metadata_errors="ignore",
             )
     with container:
         if name not in SPLICED and start > index.data_start:

@@ -126,7 +126,12 @@ def demuxer_name(container: Any) -> str:
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
     """A demuxer over ``header`` followed directly by ``data``."""
     return av.open(
-        io.BytesIO(header + data), "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE
+        io.BytesIO(header + data),
+        "r",
+        format=name,
+        options=OPEN_OPTIONS,
+        buffer_size=BUFFER_SIZE,
+        metadata_errors="ignore",
     )
 
 
@@ -137,7 +142,7 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
         raise NoIndex("generic index needs a seekable stream")
     source = _Recording(stream, reader.length())
     try:
-        with av.open(source, "r", buffer_size=_PROBE_BUFFER) as probe:
+        with av.open(source, "r", buffer_size=_PROBE_BUFFER, metadata_errors="ignore") as probe:
             name = demuxer_name(probe)
             if not probe.streams.audio:
                 raise NoIndex(f"no audio stream in {name}")
@@ -159,7 +164,14 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     source.seek(0)
     source.recording = True
     source.pattern = SPLICED.get(name, b"")
-    with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
+    with av.open(
+        source,
+        "r",
+        format=name,
+        options=OPEN_OPTIONS,
+        buffer_size=BUFFER_SIZE,
+        metadata_errors="ignore",
+    ) as c:
         source.recording = False
         flags = c.format.flags
         if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
@@ -358,7 +370,14 @@ def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: 
         with open_spliced(head, data, name) as container:
             return _decoded_from(container, None, stop is None)
     source.seek(0)
-    with av.open(source, "r", format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE) as c:
+    with av.open(
+        source,
+        "r",
+        format=name,
+        options=OPEN_OPTIONS,
+        buffer_size=BUFFER_SIZE,
+        metadata_errors="ignore",
+    ) as c:
         c.seek(start, unsupported_byte_offset=True)
         return _decoded_from(c, (start, stop), stop is None)
 

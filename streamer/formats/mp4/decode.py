@@ -138,7 +138,9 @@ def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxe
     # The edited moov comes first among pieces that start where it does.
     source.refill(((offset, memoryview(view.moov)), *fetched.pieces), context)
     with record("decoder_open"):
-        container = av.open(source, "r", format="mp4", options=_NO_PROBING)
+        container = av.open(
+            source, "r", format="mp4", options=_NO_PROBING, metadata_errors="ignore"
+        )
     return _Demuxer(container, source, view.origin)
 
 
