@@ -11,6 +11,7 @@ from _index_support import assert_same_index, encoded
 
 import streamer
 from streamer.cli import main
+from streamer.decode.verify import choose_index
 from streamer.formats import extract
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex
 from streamer.index.table import to_struct_array
