@@ -17,9 +17,14 @@ What FFmpeg does, and so what a crop must equal (the full decode):
   demuxer is shown the audio track only, so it reads none of their bytes;
 - AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame;
 - fragmented files (``moof``, FFmpeg's ``frag_keyframe+empty_moov`` or
-  ``+dash``): no edit list, nothing trimmed; on open FFmpeg reads every
-  ``moof`` (and reads through the short ``mdat`` between them), and past
-  the last packet it reads the ``mfra`` looking for another fragment.
+  ``+dash``): without an edit list nothing is trimmed; on open FFmpeg reads
+  every ``moof`` (and reads through the short ``mdat`` between them), and
+  past the last packet it reads the ``mfra`` looking for another fragment;
+- fragmented with an edit list (``delay_moov`` + ``use_editlist=1`` writes
+  one of duration 0, media time 1024): FFmpeg trims the media time from the
+  start (a partial frame too) and nothing at the end, as long as no sample
+  ``moov`` itself lists starts at or past the edit's end (then it would cut
+  those and still append the fragments: refused).
 
 Each file is packed and indexed, then ~25 crops (the first and last samples
 among them) must equal the full decode: AAC and AMR within 1e-4, ALAC bit
@@ -172,6 +177,16 @@ def _edit(data: bytes) -> tuple[int, int]:
     return struct.unpack_from(">Ii", data, at + 16)
 
 
+def _edit_set_to(data: bytes, duration: int, media_time: int) -> bytes:
+    """The (only) edit rewritten in place: nothing moves, so a fragmented
+    file's absolute data offsets stay right."""
+    out = bytearray(data)
+    struct.pack_into(
+        ">Ii", out, _path(data, [b"moov", b"trak", b"edts", b"elst"])[-1] + 16, duration, media_time
+    )
+    return bytes(out)
+
+
 def _smpb_value(priming: int) -> bytes:
     return (
         f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
@@ -249,6 +264,10 @@ def _timed_at_twice_the_rate(data: bytes) -> bytes:
 NO_EDIT = {"use_editlist": "0"}
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
+#: Fragments with an edit list: every sample in them (an empty ``moov``) ...
+EDITED_FRAGMENTS = {**FRAGMENTS, "movflags": "frag_keyframe+delay_moov", "use_editlist": "1"}
+#: ... or the first half second's samples in ``moov`` (the edit's duration is 0).
+EDITED_MOOV_FRAGMENTS = {**FRAGMENTS, "movflags": "frag_keyframe", "use_editlist": "1"}
 
 #: key -> how to make the file.
 FILES: dict[str, Callable[[], bytes]] = {
@@ -278,6 +297,15 @@ FILES: dict[str, Callable[[], bytes]] = {
     "fragmented.mp4": lambda: _mux(form="mp4", options=FRAGMENTS),
     "fragmented-dash.mp4": lambda: _mux(form="mp4", options={**FRAGMENTS, "movflags": "+dash"}),
     "fragmented-alac.mp4": lambda: _mux("alac", 44100, 1, form="mp4", options=FRAGMENTS),
+    "fragmented-edit.mp4": lambda: _mux(form="mp4", options=EDITED_FRAGMENTS),
+    # Priming that is not a whole frame: FFmpeg cuts into the second packet.
+    "fragmented-edit-priming.mp4": lambda: _edit_set_to(
+        _mux(form="mp4", options=EDITED_FRAGMENTS), 0, PRIMING
+    ),
+    # 0.6 s from 1024 on: past moov's last sample (0.5 s), short of the fragments'.
+    "fragmented-edit-moov-samples.mp4": lambda: _edit_set_to(
+        _mux(form="mp4", options=EDITED_MOOV_FRAGMENTS), 600, 1024
+    ),
 }
 LOSSLESS = {"alac-no-edit-list.m4a"}
 #: Where FFmpeg's decode starts on the native timeline (the index's first_sample).
@@ -293,6 +321,9 @@ FIRST_SAMPLE = {
     "smpb-garbage.m4a": 0,
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
+    "fragmented-edit.mp4": 1024,
+    "fragmented-edit-priming.mp4": PRIMING,
+    "fragmented-edit-moov-samples.mp4": 1024,
 }
 
 
@@ -368,13 +399,14 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
             "mp4 media timescale is not the sample rate",
         ),
         (
-            lambda: _splice(
-                _mux(form="mp4", options=FRAGMENTS),
-                [b"moov", b"trak"],
-                _box(b"edts", _elst((500, 0))),
-                False,
-            ),
-            "fragmented mp4 with an edit list",
+            # Duration 0 with samples in moov: FFmpeg keeps the first of them only.
+            lambda: _mux(form="mp4", options=EDITED_MOOV_FRAGMENTS),
+            "fragmented mp4 with an edit that ends before its fragments",
+        ),
+        (
+            # 0.3 s: FFmpeg cuts moov's samples there, then appends the fragments.
+            lambda: _edit_set_to(_mux(form="mp4", options=EDITED_MOOV_FRAGMENTS), 300, 1024),
+            "fragmented mp4 with an edit that ends before its fragments",
         ),
     ],
 )
@@ -396,7 +428,7 @@ def test_a_lying_fragment_is_refused_without_allocating() -> None:
 
 
 #: What a corpus file may be refused for (the full-decode path serves it).
-KNOWN_REFUSALS = ("fragmented mp4 with an edit list", "unsupported codec", "truncated mp4")
+KNOWN_REFUSALS = ("fragmented mp4 with an edit", "unsupported codec", "truncated mp4")
 
 
 @pytest.mark.slow

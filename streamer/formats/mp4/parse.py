@@ -555,15 +555,13 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
 
 def _samples(
     audio: _Track, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every sample's offset and size, and decode times (one more: the end):
-    those of ``moov``'s tables, then those of the fragments."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Every sample's offset and size, decode times (one more: the end), and
+    how many of the samples ``moov``'s tables list (the fragments' follow)."""
     track = audio.leaves
     if not moofs:
         offsets, sizes = sample_offsets(track, length)
-        return offsets, sizes, decode_times(track, len(sizes))
-    if b"elst" in track:
-        raise NoIndex("fragmented mp4 with an edit list")
+        return offsets, sizes, decode_times(track, len(sizes)), len(sizes)
     if _sizes(track, length).size:
         offsets, sizes = sample_offsets(track, length)
         times = decode_times(track, len(sizes))
@@ -577,7 +575,25 @@ def _samples(
         np.concatenate([offsets, fragments.offsets]),
         np.concatenate([sizes, fragments.sizes]),
         np.concatenate([times[:-1], fragments.times]),
+        len(sizes),
     )
+
+
+def _check_fragmented_edit(edit: _Edit, edit_end: int, moov_times: np.ndarray) -> None:
+    """Refuse the edits of a fragmented file FFmpeg does not apply as it
+    applies them to a whole one. FFmpeg trims the edit's media time from the
+    start (its timestamps are ``decode time - media time`` in the fragments
+    too) but cuts only the samples ``moov`` lists at the edit's end, and
+    appends every fragment's after them. Accepted: an edit that ends past
+    the last sample ``moov`` lists (none cut, whatever the fragments hold),
+    or of any duration when ``moov`` lists none (the ``empty_moov`` and
+    ``delay_moov`` layouts, whose edit FFmpeg writes with duration 0).
+    With samples in ``moov``, a zero duration makes FFmpeg keep only the
+    first of them, and an edit ending among them cuts the rest."""
+    if edit.empty:
+        raise NoIndex("fragmented mp4 with an empty edit")
+    if len(moov_times) and (edit.duration == 0 or edit_end <= int(moov_times[-1])):
+        raise NoIndex("fragmented mp4 with an edit that ends before its fragments")
 
 
 def _track_id(track: _Track) -> int:
@@ -659,7 +675,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     entry = _sample_entry(track[b"stsd"])
     if not _rate_agrees(entry.sample_rate, timescale):
         raise NoIndex("mp4 media timescale is not the sample rate")
-    offsets, sizes, times = _samples(audio, movie, moofs, length)
+    offsets, sizes, times, in_moov = _samples(audio, movie, moofs, length)
     # A truncated file: only the samples that are all there.
     whole = (offsets >= 0) & (offsets + sizes <= length)
     count = int(np.argmin(whole)) if not whole.all() else len(sizes)
@@ -674,7 +690,10 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # FFmpeg drops the packets that start after the edit ends but does
         # not cut into the last one it keeps.
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
-        shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+        if moofs:
+            _check_fragmented_edit(edit, edit_end, times[:in_moov])
+        else:
+            shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
     _check_composition_offsets(track)
     first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
     if first is not None and first[1] and first[1] != timescale:
