@@ -16,6 +16,10 @@ What FFmpeg does, and so what a crop must equal (the full decode):
 - chapter tracks (text, named by ``tref/chap``), cover art and video: the
   demuxer is shown the audio track only, so it reads none of their bytes;
 - AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame;
+- Vorbis (``mp4a`` object type 0xdd, FFmpeg's experimental encoder): the
+  first packet decodes to nothing, the last to a whole block whatever its
+  ``stts`` duration; an edit trims whole packets from its media time, which
+  must be a packet's start (inside one, FFmpeg moves to the next: refused);
 - fragmented files (``moof``, FFmpeg's ``frag_keyframe+empty_moov`` or
   ``+dash``): without an edit list nothing is trimmed; on open FFmpeg reads
   every ``moof`` (and reads through the short ``mdat`` between them), and
@@ -27,7 +31,7 @@ What FFmpeg does, and so what a crop must equal (the full decode):
   those and still append the fragments: refused).
 
 Each file is packed and indexed, then ~25 crops (the first and last samples
-among them) must equal the full decode: AAC and AMR within 1e-4, ALAC bit
+among them) must equal the full decode: AAC, AMR and Vorbis within 1e-4, ALAC bit
 for bit, with no fallback and no read outside the plan.
 """
 
@@ -65,6 +69,11 @@ CHAPTERS = [
 ]
 
 
+#: AAC without noise substitution (random by design); FFmpeg's own Vorbis
+#: encoder is experimental.
+ENCODER_OPTIONS = {"aac": {"aac_pns": "0"}, "vorbis": {"strict": "-2"}}
+
+
 def _mux(
     codec: str = "aac",
     rate: int = 44100,
@@ -80,15 +89,14 @@ def _mux(
         "aac": ("aac", "fltp", 1024),
         "alac": ("alac", "s16p", 4096),
         "amrnb": ("libopencore_amrnb", "s16", 160),
+        "vorbis": ("vorbis", "fltp", 1024),
     }[codec]
     samples = signal(SECONDS, rate, channels, seed=7)
     layout = {1: "mono", 2: "stereo"}[channels]
     out = io.BytesIO()
     with av.open(out, "w", format=form, options=options or {}) as muxer:
         picture = _video_stream(muxer) if video == "first" else None
-        stream = muxer.add_stream(
-            encoder, rate=rate, options={"aac_pns": "0"} if codec == "aac" else {}
-        )
+        stream = muxer.add_stream(encoder, rate=rate, options=ENCODER_OPTIONS.get(codec, {}))
         stream.layout = layout
         if video == "after":
             picture = _video_stream(muxer)
@@ -297,6 +305,12 @@ FILES: dict[str, Callable[[], bytes]] = {
     "fragmented.mp4": lambda: _mux(form="mp4", options=FRAGMENTS),
     "fragmented-dash.mp4": lambda: _mux(form="mp4", options={**FRAGMENTS, "movflags": "+dash"}),
     "fragmented-alac.mp4": lambda: _mux("alac", 44100, 1, form="mp4", options=FRAGMENTS),
+    # Vorbis (object type 0xdd): the first packet decodes to nothing; the
+    # last outputs a whole block whatever its stts duration (192 here).
+    "vorbis.mp4": lambda: _mux("vorbis", form="mp4"),
+    "vorbis-no-edit-list.mp4": lambda: _mux("vorbis", form="mp4", options=NO_EDIT),
+    # An edit from the third packet, ending before the last (trimmed there).
+    "vorbis-late-edit.mp4": lambda: _edit_set_to(_mux("vorbis", form="mp4"), 1500, 2048),
     "fragmented-edit.mp4": lambda: _mux(form="mp4", options=EDITED_FRAGMENTS),
     # Priming that is not a whole frame: FFmpeg cuts into the second packet.
     "fragmented-edit-priming.mp4": lambda: _edit_set_to(
@@ -322,6 +336,9 @@ FIRST_SAMPLE = {
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
     "fragmented-edit.mp4": 1024,
+    "vorbis.mp4": 1024,
+    "vorbis-no-edit-list.mp4": 1024,
+    "vorbis-late-edit.mp4": 2048,
     "fragmented-edit-priming.mp4": PRIMING,
     "fragmented-edit-moov-samples.mp4": 1024,
 }
@@ -397,6 +414,11 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
         (
             lambda: _timed_at_twice_the_rate(_mux(options=NO_EDIT)),
             "mp4 media timescale is not the sample rate",
+        ),
+        (
+            # FFmpeg would start at the next packet's start (2048).
+            lambda: _edit_set_to(_mux("vorbis", form="mp4"), 2000, 1100),
+            "vorbis in mp4 with an edit inside a packet",
         ),
         (
             # Duration 0 with samples in moov: FFmpeg keeps the first of them only.

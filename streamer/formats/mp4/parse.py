@@ -75,7 +75,15 @@ _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
-_OBJECT_TYPES = {0x40: "aac", 0x66: "aac", 0x67: "aac", 0x68: "aac", 0x69: "mp3", 0x6B: "mp3"}
+_OBJECT_TYPES = {
+    0x40: "aac",
+    0x66: "aac",
+    0x67: "aac",
+    0x68: "aac",
+    0x69: "mp3",
+    0x6B: "mp3",
+    0xDD: "vorbis",  # its decoder-specific info: the three headers, Xiph-laced
+}
 
 
 #: (offset, length) of bytes in the file.
@@ -295,8 +303,9 @@ def _sample_entry(stsd: bytes) -> _Entry:
         object_type, config = _esds(entry)
         if object_type not in _OBJECT_TYPES:
             raise NoIndex(f"unsupported codec in mp4: mp4a object type 0x{object_type:02x}")
-        channels = _aac_channels(config) or channels
-        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate, config)
+        codec = _OBJECT_TYPES[object_type]
+        stated = _vorbis_channels(config) if codec == "vorbis" else _aac_channels(config)
+        return _Entry(codec, stated or channels, sample_rate, config)
     if fourcc == b"alac":
         channels = _alac_channels(entry) or channels
     if fourcc in _CODECS:
@@ -325,6 +334,14 @@ def _aac_channels(config: bytes) -> int:
     if object_type == 29 and layout == 1:
         return 2
     return (0, 1, 2, 3, 4, 5, 6, 8)[layout] if 0 <= layout < 8 else 0
+
+
+def _vorbis_channels(config: bytes) -> int:
+    """The channel count of the Vorbis identification header (0 if none),
+    which FFmpeg's decoder follows: the header packet is ``\x01vorbis``,
+    a 4-byte version, then the count."""
+    at = config.find(b"\x01vorbis")
+    return config[at + 11] if at >= 0 and len(config) > at + 11 else 0
 
 
 def _alac_channels(entry: bytes) -> int:
@@ -712,6 +729,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
             raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
         first_sample = max(first_sample, silent + priming)
     end = int(times[shown])
+    if entry.codec == "vorbis":
+        _check_vorbis_edit(edit, times)
+        end = int(times[shown - 1]) + _last_output(entry, reader, offsets, sizes, shown - 1)
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
         # duration stts gives it.
@@ -734,4 +754,40 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
         byte_pos=offsets[keep],
+        # Vorbis: the first packet after a seek decodes to nothing, the
+        # second needs it (block overlap); one packet before the crop suffices.
+        preroll=int(np.diff(times).max()) if entry.codec == "vorbis" else 0,
     )
+
+
+def _check_vorbis_edit(edit: _Edit | None, times: np.ndarray) -> None:
+    """Refuse a Vorbis edit that starts inside a packet: FFmpeg then moves
+    its timestamps' origin to the next packet and drops whole frames, which
+    an edit's media time does not say. At a packet's start (FFmpeg's muxer
+    writes the first packet's duration) it trims whole frames from there,
+    on top of the first packet, which the decoder never outputs."""
+    if edit is not None and (edit.empty or edit.media_time not in times):
+        raise NoIndex("vorbis in mp4 with an edit inside a packet")
+
+
+def _last_output(
+    entry: _Entry, reader: Reader, offsets: np.ndarray, sizes: np.ndarray, last: int
+) -> int:
+    """Samples FFmpeg's decoder outputs for packet ``last``, fed after the
+    one before it: a Vorbis packet's output follows its and the previous
+    block's sizes, whatever duration ``stts`` gives the file's last packet
+    (FFmpeg's muxer writes the encoder's padding there)."""
+    stream = reader.raw_stream()
+    if stream is None:
+        raise NoIndex("vorbis in mp4 from a stream that cannot seek")
+    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder.extradata = entry.config
+    decoder.open()
+    frames = []
+    for k in range(max(0, last - 1), last + 1):
+        stream.seek(int(offsets[k]))
+        try:
+            frames = decoder.decode(av.Packet(stream.read(int(sizes[k]))))
+        except (av.FFmpegError, ValueError) as exc:
+            raise NoIndex("vorbis in mp4 whose last packets do not decode") from exc
+    return sum(f.samples for f in frames)
