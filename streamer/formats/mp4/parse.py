@@ -1,4 +1,4 @@
-"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, and any other audio track): box
+"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, Vorbis, and any other audio track): box
 walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
@@ -14,7 +14,11 @@ the edit with media gives ``first_sample`` (its media time, also
 edits``) and the end (the last packet that starts before the edit ends, a
 whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
 track moves ``first_sample`` to its priming; so does a first packet that
-decodes to nothing. Without an edit list nothing else is trimmed.
+decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
+nothing else is trimmed. In a fragmented file FFmpeg applies the edit's
+media time but cuts at its end only the samples ``moov`` lists
+(``_check_fragmented_edit``); a Vorbis edit must start at a packet
+(``_check_vorbis_edit``), and the last Vorbis packet gives a whole block.
 
 The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
 demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
