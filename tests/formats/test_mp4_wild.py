@@ -311,6 +311,8 @@ FILES: dict[str, Callable[[], bytes]] = {
     "vorbis-no-edit-list.mp4": lambda: _mux("vorbis", form="mp4", options=NO_EDIT),
     # An edit from the third packet, ending before the last (trimmed there).
     "vorbis-late-edit.mp4": lambda: _edit_set_to(_mux("vorbis", form="mp4"), 1500, 2048),
+    "vorbis-fragmented.mp4": lambda: _mux("vorbis", form="mp4", options=FRAGMENTS),
+    "vorbis-fragmented-edit.mp4": lambda: _mux("vorbis", form="mp4", options=EDITED_FRAGMENTS),
     "fragmented-edit.mp4": lambda: _mux(form="mp4", options=EDITED_FRAGMENTS),
     # Priming that is not a whole frame: FFmpeg cuts into the second packet.
     "fragmented-edit-priming.mp4": lambda: _edit_set_to(
@@ -339,6 +341,8 @@ FIRST_SAMPLE = {
     "vorbis.mp4": 1024,
     "vorbis-no-edit-list.mp4": 1024,
     "vorbis-late-edit.mp4": 2048,
+    "vorbis-fragmented.mp4": 1024,
+    "vorbis-fragmented-edit.mp4": 1024,
     "fragmented-edit-priming.mp4": PRIMING,
     "fragmented-edit-moov-samples.mp4": 1024,
 }
@@ -447,6 +451,49 @@ def test_a_lying_fragment_is_refused_without_allocating() -> None:
     struct.pack_into(">I", data, trun + 12, 1 << 31)  # sample count
     index = extract(io.BytesIO(bytes(data)))
     assert not index.ok and index.reason == "truncated mp4 trun"
+
+
+def _last_vorbis_packet_broken() -> bytes:
+    """A Vorbis file whose last packet is 0xff bytes (moov after mdat, so
+    the packet ends where mdat does)."""
+    data = bytearray(_mux("vorbis", form="mp4", options=NO_EDIT))
+    stsz = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsz"])[-1]
+    count = struct.unpack_from(">I", data, stsz + 16)[0]
+    size = struct.unpack_from(">I", data, stsz + 20 + 4 * (count - 1))[0]
+    mdat_end = data.find(b"moov") - 4
+    data[mdat_end - size : mdat_end] = b"\xff" * size
+    return bytes(data)
+
+
+class _ForwardOnly(io.RawIOBase):
+    """A stream that cannot seek (a pipe)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        return self._data.readinto(buffer)
+
+
+@pytest.mark.parametrize(
+    ("stream", "reason"),
+    [
+        # FFmpeg's full decode fails there too.
+        (lambda: io.BytesIO(_last_vorbis_packet_broken()), "whose last packets do not decode"),
+        # Its last packet's output is read from the bytes, which a pipe has gone past.
+        (lambda: _ForwardOnly(_mux("vorbis", form="mp4")), "from a stream that cannot seek"),
+    ],
+)
+def test_vorbis_without_its_last_packet_is_refused(
+    stream: Callable[[], io.RawIOBase], reason: str
+) -> None:
+    from streamer.formats import extract
+
+    index = extract(stream())
+    assert not index.ok and index.reason == f"vorbis in mp4 {reason}"
 
 
 #: What a corpus file may be refused for (the full-decode path serves it).
