@@ -16,13 +16,22 @@ What FFmpeg does, and so what a crop must equal (the full decode):
 - chapter tracks (text, named by ``tref/chap``), cover art and video: the
   demuxer is shown the audio track only, so it reads none of their bytes;
 - AMR in 3GP (``samr``): edit list as for AAC, each packet one 160-sample frame;
+- Vorbis (``mp4a`` object type 0xdd, FFmpeg's experimental encoder): the
+  first packet decodes to nothing, the last to a whole block whatever its
+  ``stts`` duration; an edit trims whole packets from its media time, which
+  must be a packet's start (inside one, FFmpeg moves to the next: refused);
 - fragmented files (``moof``, FFmpeg's ``frag_keyframe+empty_moov`` or
-  ``+dash``): no edit list, nothing trimmed; on open FFmpeg reads every
-  ``moof`` (and reads through the short ``mdat`` between them), and past
-  the last packet it reads the ``mfra`` looking for another fragment.
+  ``+dash``): without an edit list nothing is trimmed; on open FFmpeg reads
+  every ``moof`` (and reads through the short ``mdat`` between them), and
+  past the last packet it reads the ``mfra`` looking for another fragment;
+- fragmented with an edit list (``delay_moov`` + ``use_editlist=1`` writes
+  one of duration 0, media time 1024): FFmpeg trims the media time from the
+  start (a partial frame too) and nothing at the end, as long as no sample
+  ``moov`` itself lists starts at or past the edit's end (then it would cut
+  those and still append the fragments: refused).
 
 Each file is packed and indexed, then ~25 crops (the first and last samples
-among them) must equal the full decode: AAC and AMR within 1e-4, ALAC bit
+among them) must equal the full decode: AAC, AMR and Vorbis within 1e-4, ALAC bit
 for bit, with no fallback and no read outside the plan.
 """
 
@@ -60,6 +69,11 @@ CHAPTERS = [
 ]
 
 
+#: AAC without noise substitution (random by design); FFmpeg's own Vorbis
+#: encoder is experimental.
+ENCODER_OPTIONS = {"aac": {"aac_pns": "0"}, "vorbis": {"strict": "-2"}}
+
+
 def _mux(
     codec: str = "aac",
     rate: int = 44100,
@@ -75,15 +89,14 @@ def _mux(
         "aac": ("aac", "fltp", 1024),
         "alac": ("alac", "s16p", 4096),
         "amrnb": ("libopencore_amrnb", "s16", 160),
+        "vorbis": ("vorbis", "fltp", 1024),
     }[codec]
     samples = signal(SECONDS, rate, channels, seed=7)
     layout = {1: "mono", 2: "stereo"}[channels]
     out = io.BytesIO()
     with av.open(out, "w", format=form, options=options or {}) as muxer:
         picture = _video_stream(muxer) if video == "first" else None
-        stream = muxer.add_stream(
-            encoder, rate=rate, options={"aac_pns": "0"} if codec == "aac" else {}
-        )
+        stream = muxer.add_stream(encoder, rate=rate, options=ENCODER_OPTIONS.get(codec, {}))
         stream.layout = layout
         if video == "after":
             picture = _video_stream(muxer)
@@ -172,6 +185,16 @@ def _edit(data: bytes) -> tuple[int, int]:
     return struct.unpack_from(">Ii", data, at + 16)
 
 
+def _edit_set_to(data: bytes, duration: int, media_time: int) -> bytes:
+    """The (only) edit rewritten in place: nothing moves, so a fragmented
+    file's absolute data offsets stay right."""
+    out = bytearray(data)
+    struct.pack_into(
+        ">Ii", out, _path(data, [b"moov", b"trak", b"edts", b"elst"])[-1] + 16, duration, media_time
+    )
+    return bytes(out)
+
+
 def _smpb_value(priming: int) -> bytes:
     return (
         f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
@@ -249,6 +272,10 @@ def _timed_at_twice_the_rate(data: bytes) -> bytes:
 NO_EDIT = {"use_editlist": "0"}
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
+#: Fragments with an edit list: every sample in them (an empty ``moov``) ...
+EDITED_FRAGMENTS = {**FRAGMENTS, "movflags": "frag_keyframe+delay_moov", "use_editlist": "1"}
+#: ... or the first half second's samples in ``moov`` (the edit's duration is 0).
+EDITED_MOOV_FRAGMENTS = {**FRAGMENTS, "movflags": "frag_keyframe", "use_editlist": "1"}
 
 #: key -> how to make the file.
 FILES: dict[str, Callable[[], bytes]] = {
@@ -278,6 +305,23 @@ FILES: dict[str, Callable[[], bytes]] = {
     "fragmented.mp4": lambda: _mux(form="mp4", options=FRAGMENTS),
     "fragmented-dash.mp4": lambda: _mux(form="mp4", options={**FRAGMENTS, "movflags": "+dash"}),
     "fragmented-alac.mp4": lambda: _mux("alac", 44100, 1, form="mp4", options=FRAGMENTS),
+    # Vorbis (object type 0xdd): the first packet decodes to nothing; the
+    # last outputs a whole block whatever its stts duration (192 here).
+    "vorbis.mp4": lambda: _mux("vorbis", form="mp4"),
+    "vorbis-no-edit-list.mp4": lambda: _mux("vorbis", form="mp4", options=NO_EDIT),
+    # An edit from the third packet, ending before the last (trimmed there).
+    "vorbis-late-edit.mp4": lambda: _edit_set_to(_mux("vorbis", form="mp4"), 1500, 2048),
+    "vorbis-fragmented.mp4": lambda: _mux("vorbis", form="mp4", options=FRAGMENTS),
+    "vorbis-fragmented-edit.mp4": lambda: _mux("vorbis", form="mp4", options=EDITED_FRAGMENTS),
+    "fragmented-edit.mp4": lambda: _mux(form="mp4", options=EDITED_FRAGMENTS),
+    # Priming that is not a whole frame: FFmpeg cuts into the second packet.
+    "fragmented-edit-priming.mp4": lambda: _edit_set_to(
+        _mux(form="mp4", options=EDITED_FRAGMENTS), 0, PRIMING
+    ),
+    # 0.6 s from 1024 on: past moov's last sample (0.5 s), short of the fragments'.
+    "fragmented-edit-moov-samples.mp4": lambda: _edit_set_to(
+        _mux(form="mp4", options=EDITED_MOOV_FRAGMENTS), 600, 1024
+    ),
 }
 LOSSLESS = {"alac-no-edit-list.m4a"}
 #: Where FFmpeg's decode starts on the native timeline (the index's first_sample).
@@ -293,6 +337,14 @@ FIRST_SAMPLE = {
     "smpb-garbage.m4a": 0,
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
+    "fragmented-edit.mp4": 1024,
+    "vorbis.mp4": 1024,
+    "vorbis-no-edit-list.mp4": 1024,
+    "vorbis-late-edit.mp4": 2048,
+    "vorbis-fragmented.mp4": 1024,
+    "vorbis-fragmented-edit.mp4": 1024,
+    "fragmented-edit-priming.mp4": PRIMING,
+    "fragmented-edit-moov-samples.mp4": 1024,
 }
 
 
@@ -368,13 +420,19 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
             "mp4 media timescale is not the sample rate",
         ),
         (
-            lambda: _splice(
-                _mux(form="mp4", options=FRAGMENTS),
-                [b"moov", b"trak"],
-                _box(b"edts", _elst((500, 0))),
-                False,
-            ),
-            "fragmented mp4 with an edit list",
+            # FFmpeg would start at the next packet's start (2048).
+            lambda: _edit_set_to(_mux("vorbis", form="mp4"), 2000, 1100),
+            "vorbis in mp4 with an edit inside a packet",
+        ),
+        (
+            # Duration 0 with samples in moov: FFmpeg keeps the first of them only.
+            lambda: _mux(form="mp4", options=EDITED_MOOV_FRAGMENTS),
+            "fragmented mp4 with an edit that ends before its fragments",
+        ),
+        (
+            # 0.3 s: FFmpeg cuts moov's samples there, then appends the fragments.
+            lambda: _edit_set_to(_mux(form="mp4", options=EDITED_MOOV_FRAGMENTS), 300, 1024),
+            "fragmented mp4 with an edit that ends before its fragments",
         ),
     ],
 )
@@ -395,8 +453,51 @@ def test_a_lying_fragment_is_refused_without_allocating() -> None:
     assert not index.ok and index.reason == "truncated mp4 trun"
 
 
+def _last_vorbis_packet_broken() -> bytes:
+    """A Vorbis file whose last packet is 0xff bytes (moov after mdat, so
+    the packet ends where mdat does)."""
+    data = bytearray(_mux("vorbis", form="mp4", options=NO_EDIT))
+    stsz = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsz"])[-1]
+    count = struct.unpack_from(">I", data, stsz + 16)[0]
+    size = struct.unpack_from(">I", data, stsz + 20 + 4 * (count - 1))[0]
+    mdat_end = data.find(b"moov") - 4
+    data[mdat_end - size : mdat_end] = b"\xff" * size
+    return bytes(data)
+
+
+class _ForwardOnly(io.RawIOBase):
+    """A stream that cannot seek (a pipe)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        return self._data.readinto(buffer)
+
+
+@pytest.mark.parametrize(
+    ("stream", "reason"),
+    [
+        # FFmpeg's full decode fails there too.
+        (lambda: io.BytesIO(_last_vorbis_packet_broken()), "whose last packets do not decode"),
+        # Its last packet's output is read from the bytes, which a pipe has gone past.
+        (lambda: _ForwardOnly(_mux("vorbis", form="mp4")), "from a stream that cannot seek"),
+    ],
+)
+def test_vorbis_without_its_last_packet_is_refused(
+    stream: Callable[[], io.RawIOBase], reason: str
+) -> None:
+    from streamer.formats import extract
+
+    index = extract(stream())
+    assert not index.ok and index.reason == f"vorbis in mp4 {reason}"
+
+
 #: What a corpus file may be refused for (the full-decode path serves it).
-KNOWN_REFUSALS = ("fragmented mp4 with an edit list", "unsupported codec", "truncated mp4")
+KNOWN_REFUSALS = ("fragmented mp4 with an edit", "unsupported codec", "truncated mp4")
 
 
 @pytest.mark.slow

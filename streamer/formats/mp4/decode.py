@@ -1,4 +1,4 @@
-"""MP4/M4A/3GP (AAC, ALAC, AMR): FFmpeg's demuxer over the planned ranges only.
+"""MP4/M4A/3GP (AAC, ALAC, AMR, Vorbis): FFmpeg's demuxer over the planned ranges only.
 
 The demuxer reads ``moov`` (the header ranges; its copy shows the audio
 track only) and seeks natively on its own sample table, then demuxes the
@@ -45,11 +45,13 @@ _Key = tuple[object, ...]
 
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
-#: frames to converge after a cold start; ALAC frames are independent.
-PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0}
+#: frames to converge after a cold start; ALAC frames are independent; Vorbis
+#: needs the packet before (the index's ``preroll``: its longest packet).
+PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0, "vorbis": 0.0}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
-#: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB.
-PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096}
+#: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB;
+#: a Vorbis packet of a long block, 16 KiB.
+PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096, "vorbis": 16384}
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).
 SEEK_SLACK = 16384

@@ -1,4 +1,4 @@
-"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, and any other audio track): box
+"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, Vorbis, and any other audio track): box
 walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
@@ -14,7 +14,11 @@ the edit with media gives ``first_sample`` (its media time, also
 edits``) and the end (the last packet that starts before the edit ends, a
 whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
 track moves ``first_sample`` to its priming; so does a first packet that
-decodes to nothing. Without an edit list nothing else is trimmed.
+decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
+nothing else is trimmed. In a fragmented file FFmpeg applies the edit's
+media time but cuts at its end only the samples ``moov`` lists
+(``_check_fragmented_edit``); a Vorbis edit must start at a packet
+(``_check_vorbis_edit``), and the last Vorbis packet gives a whole block.
 
 The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
 demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
@@ -75,7 +79,15 @@ _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
-_OBJECT_TYPES = {0x40: "aac", 0x66: "aac", 0x67: "aac", 0x68: "aac", 0x69: "mp3", 0x6B: "mp3"}
+_OBJECT_TYPES = {
+    0x40: "aac",
+    0x66: "aac",
+    0x67: "aac",
+    0x68: "aac",
+    0x69: "mp3",
+    0x6B: "mp3",
+    0xDD: "vorbis",  # its decoder-specific info: the three headers, Xiph-laced
+}
 
 
 #: (offset, length) of bytes in the file.
@@ -295,8 +307,9 @@ def _sample_entry(stsd: bytes) -> _Entry:
         object_type, config = _esds(entry)
         if object_type not in _OBJECT_TYPES:
             raise NoIndex(f"unsupported codec in mp4: mp4a object type 0x{object_type:02x}")
-        channels = _aac_channels(config) or channels
-        return _Entry(_OBJECT_TYPES[object_type], channels, sample_rate, config)
+        codec = _OBJECT_TYPES[object_type]
+        stated = _vorbis_channels(config) if codec == "vorbis" else _aac_channels(config)
+        return _Entry(codec, stated or channels, sample_rate, config)
     if fourcc == b"alac":
         channels = _alac_channels(entry) or channels
     if fourcc in _CODECS:
@@ -325,6 +338,14 @@ def _aac_channels(config: bytes) -> int:
     if object_type == 29 and layout == 1:
         return 2
     return (0, 1, 2, 3, 4, 5, 6, 8)[layout] if 0 <= layout < 8 else 0
+
+
+def _vorbis_channels(config: bytes) -> int:
+    """The channel count of the Vorbis identification header (0 if none),
+    which FFmpeg's decoder follows: the header packet is ``\x01vorbis``,
+    a 4-byte version, then the count."""
+    at = config.find(b"\x01vorbis")
+    return config[at + 11] if at >= 0 and len(config) > at + 11 else 0
 
 
 def _alac_channels(entry: bytes) -> int:
@@ -555,15 +576,13 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
 
 def _samples(
     audio: _Track, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every sample's offset and size, and decode times (one more: the end):
-    those of ``moov``'s tables, then those of the fragments."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Every sample's offset and size, decode times (one more: the end), and
+    how many of the samples ``moov``'s tables list (the fragments' follow)."""
     track = audio.leaves
     if not moofs:
         offsets, sizes = sample_offsets(track, length)
-        return offsets, sizes, decode_times(track, len(sizes))
-    if b"elst" in track:
-        raise NoIndex("fragmented mp4 with an edit list")
+        return offsets, sizes, decode_times(track, len(sizes)), len(sizes)
     if _sizes(track, length).size:
         offsets, sizes = sample_offsets(track, length)
         times = decode_times(track, len(sizes))
@@ -577,7 +596,25 @@ def _samples(
         np.concatenate([offsets, fragments.offsets]),
         np.concatenate([sizes, fragments.sizes]),
         np.concatenate([times[:-1], fragments.times]),
+        len(sizes),
     )
+
+
+def _check_fragmented_edit(edit: _Edit, edit_end: int, moov_times: np.ndarray) -> None:
+    """Refuse the edits of a fragmented file FFmpeg does not apply as it
+    applies them to a whole one. FFmpeg trims the edit's media time from the
+    start (its timestamps are ``decode time - media time`` in the fragments
+    too) but cuts only the samples ``moov`` lists at the edit's end, and
+    appends every fragment's after them. Accepted: an edit that ends past
+    the last sample ``moov`` lists (none cut, whatever the fragments hold),
+    or of any duration when ``moov`` lists none (the ``empty_moov`` and
+    ``delay_moov`` layouts, whose edit FFmpeg writes with duration 0).
+    With samples in ``moov``, a zero duration makes FFmpeg keep only the
+    first of them, and an edit ending among them cuts the rest."""
+    if edit.empty:
+        raise NoIndex("fragmented mp4 with an empty edit")
+    if len(moov_times) and (edit.duration == 0 or edit_end <= int(moov_times[-1])):
+        raise NoIndex("fragmented mp4 with an edit that ends before its fragments")
 
 
 def _track_id(track: _Track) -> int:
@@ -659,7 +696,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     entry = _sample_entry(track[b"stsd"])
     if not _rate_agrees(entry.sample_rate, timescale):
         raise NoIndex("mp4 media timescale is not the sample rate")
-    offsets, sizes, times = _samples(audio, movie, moofs, length)
+    offsets, sizes, times, in_moov = _samples(audio, movie, moofs, length)
     # A truncated file: only the samples that are all there.
     whole = (offsets >= 0) & (offsets + sizes <= length)
     count = int(np.argmin(whole)) if not whole.all() else len(sizes)
@@ -674,7 +711,10 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # FFmpeg drops the packets that start after the edit ends but does
         # not cut into the last one it keeps.
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
-        shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+        if moofs:
+            _check_fragmented_edit(edit, edit_end, times[:in_moov])
+        else:
+            shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
     _check_composition_offsets(track)
     first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
     if first is not None and first[1] and first[1] != timescale:
@@ -693,6 +733,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
             raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
         first_sample = max(first_sample, silent + priming)
     end = int(times[shown])
+    if entry.codec == "vorbis":
+        _check_vorbis_edit(edit, times)
+        end = int(times[shown - 1]) + _last_output(entry, reader, offsets, sizes, shown - 1)
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
         # duration stts gives it.
@@ -715,4 +758,40 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
         byte_pos=offsets[keep],
+        # Vorbis: the first packet after a seek decodes to nothing, the
+        # second needs it (block overlap); one packet before the crop suffices.
+        preroll=int(np.diff(times).max()) if entry.codec == "vorbis" else 0,
     )
+
+
+def _check_vorbis_edit(edit: _Edit | None, times: np.ndarray) -> None:
+    """Refuse a Vorbis edit that starts inside a packet: FFmpeg then moves
+    its timestamps' origin to the next packet and drops whole frames, which
+    an edit's media time does not say. At a packet's start (FFmpeg's muxer
+    writes the first packet's duration) it trims whole frames from there,
+    on top of the first packet, which the decoder never outputs."""
+    if edit is not None and (edit.empty or edit.media_time not in times):
+        raise NoIndex("vorbis in mp4 with an edit inside a packet")
+
+
+def _last_output(
+    entry: _Entry, reader: Reader, offsets: np.ndarray, sizes: np.ndarray, last: int
+) -> int:
+    """Samples FFmpeg's decoder outputs for packet ``last``, fed after the
+    one before it: a Vorbis packet's output follows its and the previous
+    block's sizes, whatever duration ``stts`` gives the file's last packet
+    (FFmpeg's muxer writes the encoder's padding there)."""
+    stream = reader.raw_stream()
+    if stream is None:
+        raise NoIndex("vorbis in mp4 from a stream that cannot seek")
+    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder.extradata = entry.config
+    decoder.open()
+    frames = []
+    for k in range(max(0, last - 1), last + 1):
+        stream.seek(int(offsets[k]))
+        try:
+            frames = decoder.decode(av.Packet(stream.read(int(sizes[k]))))
+        except (av.FFmpegError, ValueError) as exc:
+            raise NoIndex("vorbis in mp4 whose last packets do not decode") from exc
+    return sum(f.samples for f in frames)
