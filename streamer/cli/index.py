@@ -81,6 +81,11 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
         f"{report.episodes} episodes: {report.ok} ok, {sum(report.reasons.values())} without index"
     )
+    if report.skipped:
+        print(
+            f"  left as they are: {len(report.skipped)} shards already indexed, "
+            f"{report.skipped_episodes} episodes (--force rebuilds them)"
+        )
     for label, count in sorted(report.labels.items()):
         if label != "no index":
             print(f"  {label}: {count}")

@@ -104,13 +104,17 @@ def is_generic(index: SeekIndex) -> bool:
 @dataclass
 class IndexReport:
     """What a ``build_index`` run did, with counts per "no index" reason, and
-    the shards that could not be indexed at all (``failed``: name -> reason)."""
+    the shards that could not be indexed at all (``failed``: name -> reason).
+    ``episodes``, ``ok`` and the counts are of the shards indexed by this run;
+    shards already indexed are left as they are, their episodes counted apart
+    (``skipped_episodes``)."""
 
     root: str
     indexed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     episodes: int = 0
+    skipped_episodes: int = 0
     ok: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
     labels: Counter[str] = field(default_factory=Counter)
@@ -119,7 +123,11 @@ class IndexReport:
         if result.failed:
             self.failed[result.name] = result.failed
             return
-        (self.skipped if result.skipped else self.indexed).append(result.name)
+        if result.skipped:
+            self.skipped.append(result.name)
+            self.skipped_episodes += result.episodes
+            return
+        self.indexed.append(result.name)
         self.episodes += result.episodes
         self.ok += result.episodes - sum(result.reasons.values())
         self.reasons.update(result.reasons)
