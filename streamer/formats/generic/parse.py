@@ -172,21 +172,26 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         buffer_size=BUFFER_SIZE,
         metadata_errors="ignore",
     ) as c:
-        source.recording = False
+        opening = list(source.ranges)
+        source.ranges.clear()
         flags = c.format.flags
         if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
             raise NoIndex(f"{name} cannot seek by byte")
         if not c.streams.audio:
             raise NoIndex(f"no audio stream in {name} opened without probing")
         counted = _count(c)
+        source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
-    if name in SPLICED:
+    if counted.unplaced:
+        points = _first_point(opening, source.ranges)
+        header = _merged(opening)
+    elif name in SPLICED:
         source.fill_flags()
         points = counted.element_points(source.found, name)
         header = ((0, int(points[1][0])),)
     else:
         points = counted.packet_points()
-        header = _merged(source.ranges)
+        header = _merged(opening)
     return counted.index(name, codec, header, points, source.length, density)
 
 
@@ -208,6 +213,16 @@ def _count(container: Any) -> _Counted:
     if not counted.total:
         raise NoIndex("no audio decoded")
     return counted
+
+
+def _first_point(opening: list[tuple[int, int]], demuxing: list[tuple[int, int]]) -> _Candidates:
+    """The one seek point of a stream whose packets have no byte positions
+    (APE, Musepack read by their own frame tables): the first packet, at the
+    lowest byte read after opening (the start of the last read of opening
+    if demuxing read nothing more). Its crops decode from the start, reading
+    what the pass read: the header ranges, then bytes at or past this point."""
+    start = min((offset for offset, _ in demuxing), default=opening[-1][0])
+    return np.zeros(1, dtype=np.int64), np.asarray([start], dtype=np.int64)
 
 
 def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -234,15 +249,17 @@ class _Counted:
         self.samples = array("q")
         self.keyframes = bytearray()
         self.total = 0
+        #: Whether packets come without byte positions (then none has a place).
+        self.unplaced = False
         self.rate = 0
         self.channels = 0
 
     def packet(self, packet: Any) -> None:
         if packet.pos is None or packet.pos < 0:
-            raise NoIndex("packets without byte positions")
-        if self.positions and packet.pos < self.positions[-1]:
+            self.unplaced = True
+        elif self.positions and packet.pos < self.positions[-1]:
             raise NoIndex("packets out of byte order")
-        self.positions.append(packet.pos)
+        self.positions.append(-1 if self.unplaced else packet.pos)
         self.sizes.append(packet.size)
         self.samples.append(self.total)
         self.keyframes.append(bool(packet.is_keyframe))
