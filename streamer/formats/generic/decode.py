@@ -30,7 +30,7 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
 from ..sparse import SparseFile
-from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced
+from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced, reposition
 
 __all__ = [
     "DEFAULT_PREROLL_SECONDS",
@@ -130,7 +130,7 @@ def decode(
             )
     with container:
         if name not in SPLICED and start > index.data_start:
-            container.seek(start, unsupported_byte_offset=True)
+            reposition(container, name, start, plan.start_native)
         limit = None if name in SPLICED or to_the_end else stop
         samples = _demux_decode(container, index.channels, limit, to_the_end, context)
     if not to_the_end:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from array import array
+from fractions import Fraction
 from typing import Any, BinaryIO
 
 import av
@@ -46,9 +47,11 @@ __all__ = [
     "CONTAINER_PREFIX",
     "OPEN_OPTIONS",
     "SPLICED",
+    "TABLE_SEEK",
     "demuxer_name",
     "open_spliced",
     "parse",
+    "reposition",
 ]
 
 #: ``SeekIndex.container`` of a generic index: this, then FFmpeg's demuxer name.
@@ -62,6 +65,11 @@ BUFFER_SIZE = 4096
 #: Demuxers read spliced, and what starts the element a seek point is: a
 #: Matroska cluster's ID, an Ogg page's capture pattern.
 SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
+#: Demuxers that read by the frame table they load at open (TTA's seek
+#: table): a byte seek leaves the table's frame counter behind, so the next
+#: packets are cut at the wrong sizes. They are repositioned by timestamp,
+#: which their own seek turns into the frame's byte position from the table.
+TABLE_SEEK = frozenset({"mpc8", "tta"})
 #: Most bytes from a cluster's start to its first block (ID, size, timestamp).
 _CLUSTER_HEAD = 64
 #: Where an Ogg page's header type is, and its "continued packet" flag.
@@ -123,6 +131,17 @@ def demuxer_name(container: Any) -> str:
     return str(container.format.name).split(",")[0]
 
 
+def reposition(container: Any, name: str, byte: int, sample: int) -> None:
+    """Move the demuxer to the seek point at ``byte``, ``sample`` samples in:
+    by byte, or by the point's timestamp for ``TABLE_SEEK`` demuxers."""
+    if name not in TABLE_SEEK:
+        container.seek(byte, unsupported_byte_offset=True)
+        return
+    stream = container.streams.audio[0]
+    pts = Fraction(sample, stream.codec_context.sample_rate) / stream.time_base
+    container.seek(round(pts), stream=stream, backward=True)
+
+
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
     """A demuxer over ``header`` followed directly by ``data``."""
     return av.open(
@@ -174,6 +193,7 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     ) as c:
         opening = list(source.ranges)
         source.ranges.clear()
+        table = _table(c, name)
         flags = c.format.flags
         if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
             raise NoIndex(f"{name} cannot seek by byte")
@@ -185,6 +205,9 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     if counted.unplaced:
         points = _first_point(opening, source.ranges)
         header = _merged(opening)
+    elif name in TABLE_SEEK:
+        points = counted.table_points(table)
+        header = _merged(opening)
     elif name in SPLICED:
         source.fill_flags()
         points = counted.element_points(source.found, name)
@@ -193,6 +216,22 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         points = counted.packet_points()
         header = _merged(opening)
     return counted.index(name, codec, header, points, source.length, density)
+
+
+def _table(container: Any, name: str) -> dict[int, tuple[int, int]]:
+    """A ``TABLE_SEEK`` demuxer's table as opening loads it: the timestamp of
+    each entry -> the sample it is at (in the decoder's rate, whole only)
+    and its byte position (where its seek reads from)."""
+    if name not in TABLE_SEEK or not container.streams.audio:
+        return {}
+    stream = container.streams.audio[0]
+    rate, base = stream.codec_context.sample_rate, stream.time_base
+    table = {}
+    for entry in stream.index_entries:
+        sample = entry.timestamp * base * rate
+        if sample.denominator == 1:
+            table[entry.timestamp] = (int(sample), entry.pos)
+    return table
 
 
 def _count(container: Any) -> _Counted:
@@ -248,6 +287,7 @@ class _Counted:
         self.sizes = array("q")
         self.samples = array("q")
         self.keyframes = bytearray()
+        self.stamps = array("q")
         self.total = 0
         #: Whether packets come without byte positions (then none has a place).
         self.unplaced = False
@@ -263,6 +303,7 @@ class _Counted:
         self.sizes.append(packet.size)
         self.samples.append(self.total)
         self.keyframes.append(bool(packet.is_keyframe))
+        self.stamps.append(-1 if packet.pts is None else packet.pts)
 
     def frames(self, frames: list[Any]) -> None:
         for frame in frames:
@@ -280,6 +321,19 @@ class _Counted:
         first[1:] = positions[1:] > positions[:-1]
         keep = first & np.frombuffer(self.keyframes, dtype=bool)
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
+
+    def table_points(self, table: dict[int, tuple[int, int]]) -> _Candidates:
+        """Keyframe packets a ``TABLE_SEEK`` demuxer's seek lands on: those
+        whose timestamp has a table entry that is the samples decoded before
+        them (a seek is asked for that sample's timestamp), at the entry's
+        byte position (MPC8's is its packet header, before the packet)."""
+        samples, positions = [], []
+        for k, stamp in enumerate(self.stamps):
+            entry = table.get(stamp)
+            if self.keyframes[k] and entry is not None and entry[0] == self.samples[k]:
+                samples.append(self.samples[k])
+                positions.append(min(entry[1], self.positions[k]))
+        return np.asarray(samples, dtype=np.int64), np.asarray(positions, dtype=np.int64)
 
     def element_points(self, found: dict[int, int], name: str) -> _Candidates:
         """Element starts that are seek points, each just before or at a
@@ -361,7 +415,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
     loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
     k = points - 2
     lost = _lost(source, name, index, k, k + 1)
-    to_end = _decoded(source, name, index, int(pos[k]), None)
+    to_end = _decoded(source, name, index, k, None)
     extra = to_end - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
         raise NoIndex(f"{name} gives fewer samples at the end after a seek")
@@ -370,7 +424,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
 
 def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
     """Samples a decode from seek point ``k`` lacks by point ``end``."""
-    decoded = _decoded(source, name, index, int(index.byte_pos[k]), int(index.byte_pos[end]))
+    decoded = _decoded(source, name, index, k, int(index.byte_pos[end]))
     if decoded == 0:
         raise NoIndex(f"{name}: nothing decoded after a seek")
     lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
@@ -379,8 +433,9 @@ def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> 
     return lost
 
 
-def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: int | None) -> int:
-    """Samples decoded from seek point ``start`` up to the one at ``stop``."""
+def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, stop: int | None) -> int:
+    """Samples decoded from seek point ``k`` up to the one at byte ``stop``."""
+    start = int(index.byte_pos[k])
     if name in SPLICED:
         head = source.read_range(0, index.header[0][1])
         data = source.read_range(start, (stop or index.data_end) - start)
@@ -395,7 +450,7 @@ def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: 
         buffer_size=BUFFER_SIZE,
         metadata_errors="ignore",
     ) as c:
-        c.seek(start, unsupported_byte_offset=True)
+        reposition(c, name, start, int(index.sample_pos[k]))
         return _decoded_from(c, (start, stop), stop is None)
 
 
