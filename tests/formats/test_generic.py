@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import io
 import random
+import shutil
+import subprocess
 import time
+import wave
 from fractions import Fraction
 from pathlib import Path
 
@@ -53,6 +56,7 @@ FILES = {
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
+    "tta.tta": ("tta", "tta", "s16", 44100, 2, {}, True),
 }
 #: Half-second Matroska clusters (FFmpeg's muxer makes 5 s ones), so that
 #: short files have seek points to splice at.
@@ -201,6 +205,45 @@ def test_spliced_containers_have_points_at_element_starts(name: str) -> None:
     pattern = b"\x1f\x43\xb6\x75" if "webm" in name else b"OggS"
     assert all(data[p : p + 4] == pattern for p in index.byte_pos.tolist())
     assert index.header == ((0, int(index.byte_pos[0])),)
+
+
+def test_tta_seek_points_are_its_frames() -> None:
+    """TTA's demuxer cuts packets by its seek table's frame counter: it is
+    repositioned by timestamp, and every frame (256/245 s) is a point."""
+    data = make(*FILES["tta.tta"][:6], seconds=4.0)
+    index = generic_index(data)
+    assert index.sample_pos.tolist() == [0, 46080, 92160, 138240]
+    assert index.preroll == index.padding == 0
+
+
+def _musepack(path: Path, seconds: float) -> bytes:
+    """``seconds`` of the test signal through mpcenc (Musepack SV8)."""
+    samples = (np.clip(signal(seconds, 44100, 2, seed=2), -1, 1) * 32767).round()
+    with wave.open(str(path / "in.wav"), "wb") as out:
+        out.setnchannels(2)
+        out.setsampwidth(2)
+        out.setframerate(44100)
+        out.writeframes(samples.astype("<i2").T.tobytes())
+    subprocess.run(
+        ["mpcenc", "--silent", "--overwrite", str(path / "in.wav"), str(path / "out.mpc")],
+        check=True,
+    )
+    return (path / "out.mpc").read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("mpcenc") is None, reason="mpcenc (musepack-tools) missing")
+def test_musepack_sv8_seeks_by_its_table(tmp_path: Path) -> None:
+    """mpc8 refuses a byte seek: its points are its seek table's entries (every
+    other packet, at the packet's header), reached by timestamp; exact crops."""
+    data = _musepack(tmp_path, 10.0)
+    index = generic_index(data)
+    assert index.container == "ffmpeg:mpc8" and len(index.byte_pos) >= 3
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, "mpc8"):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        assert_equal("mpc8", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 
 def test_what_asf_loses_after_a_byte_seek_is_pre_roll() -> None:
