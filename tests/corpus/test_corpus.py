@@ -50,8 +50,6 @@ FALLBACK_CROPS = 50
 #: little pre-roll). Strict: delete a line when its test passes (XPASS).
 EXPECTED_FAILURES: dict[str, dict[str, str]] = {
     # Exact through the fallback, but no index serves them:
-    "mutagen/5644800-2ch-s01-silence.dff": {"index": "no-index: iff cannot seek by byte"},
-    "mutagen/5644800-2ch-s01-silence.dsf": {"index": "no-index: dsf cannot seek by byte"},
     "mutagen/no-tags.3g2": {"index": "no-index: fragmented mp4 with an edit list"},
     "pymediainfo/vbr_requires_parsespeed_1.mp4": {
         "index": "no-index: unsupported codec in mp4 (Vorbis, object type 0xdd)"

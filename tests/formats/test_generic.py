@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import random
 import shutil
+import struct
 import subprocess
 import time
 import wave
@@ -243,6 +244,32 @@ def test_musepack_sv8_seeks_by_its_table(tmp_path: Path) -> None:
     for start, end in spans(full.shape[1] / rate, "mpc8"):
         crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
         assert_equal("mpc8", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+def _dsf(blocks: int, seed: int) -> bytes:
+    """A stereo DSD64 DSF file of ``blocks`` 4096-byte blocks per channel of
+    random bits (no encoder makes DSD: the layout is simple enough to write)."""
+    data = np.random.default_rng(seed).integers(0, 256, blocks * 2 * 4096, np.uint8).tobytes()
+    fmt = struct.pack("<IIIIIIQII", 1, 0, 2, 2, 2822400, 1, blocks * 4096 * 8, 4096, 0)
+    chunks = b"fmt " + struct.pack("<Q", 12 + len(fmt)) + fmt
+    chunks += b"data" + struct.pack("<Q", 12 + len(data)) + data
+    return b"DSD " + struct.pack("<QQQ", 28, 28 + len(chunks), 0) + chunks
+
+
+def test_dsd_crops_decode_from_the_first_packet() -> None:
+    """DSF refuses a byte seek and its timestamp seek reads from the start:
+    one point, the first packet; crops exact and inside the plan. Opening
+    reads the first packet (bytes 92-8284): the point is where reading goes on."""
+    data = _dsf(100, seed=3)
+    index = generic_index(data)
+    assert (index.container, index.byte_pos.tolist()) == ("ffmpeg:dsf", [8284])
+    assert index.header == ((0, 8284),)
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, "dsf")[:8]:
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        assert_equal("dsf", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
     assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 

@@ -2,8 +2,10 @@
 
 The demuxer is opened as the indexer opened it (the header ranges are what
 that reads), repositioned by *byte* at the plan's seek point (raw streams
-have no timestamps to seek by, ASF's are in milliseconds) and run up to the
-seek point that ends the plan. Reads past the start of the data that the
+have no timestamps to seek by, ASF's are in milliseconds; demuxers that read
+by their own seek table, ``TABLE_SEEK``, by the point's timestamp: their
+seek reads from the entry's byte position, the plan's start) and run up to
+the seek point that ends the plan. Reads past the start of the data that the
 plan does not hold are the end of the file to it (``_PlannedFile``): it
 flushes what it holds and stops, so nothing past the plan is ever fetched.
 Matroska and Ogg demuxers do not resume at a byte seek: they read the

@@ -14,6 +14,9 @@ records what that needs:
   reads while it opens the file with the demuxer named and probing cut
   short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
   recording file object notes them. Seek points are packets.
+- by a *timestamp seek* (``TABLE_SEEK``: TTA, Musepack SV8, whose demuxers
+  read by the seek table they load at open): seek points are the table's
+  entries, at their byte positions.
 - by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
   in the element tree and ignores a byte seek; Ogg, whose demuxer drops a
   varying part of the next page after one): the decoder reads the bytes
@@ -21,6 +24,10 @@ records what that needs:
   they were the file. Seek points are cluster or page starts, found in the
   bytes the pass reads (the element's ID or capture pattern), confirmed by
   the packets around them.
+
+Packets without byte positions (APE, Musepack SV7) and demuxers with no
+seek that stays inside a plan (``FIRST_POINT_ONLY``: DSF, DSDIFF) get one
+point, the first packet: their crops decode from the start.
 
 What a decoder started that way does differently from the full decode
 (samples it loses at the start, end trimming it misses) is measured after
@@ -45,6 +52,7 @@ from ..reader import NoIndex, Points, Reader, interval
 __all__ = [
     "BUFFER_SIZE",
     "CONTAINER_PREFIX",
+    "FIRST_POINT_ONLY",
     "OPEN_OPTIONS",
     "SPLICED",
     "TABLE_SEEK",
@@ -70,6 +78,10 @@ SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
 #: packets are cut at the wrong sizes. They are repositioned by timestamp,
 #: which their own seek turns into the frame's byte position from the table.
 TABLE_SEEK = frozenset({"mpc8", "tta"})
+#: Demuxers with no seek a crop's decoder can use inside its plan: DSF's and
+#: IFF's (DSDIFF) refuse a byte seek, and their timestamp seek reads every
+#: packet from the start (FFmpeg's generic index). One point, the first.
+FIRST_POINT_ONLY = frozenset({"dsf", "iff"})
 #: Most bytes from a cluster's start to its first block (ID, size, timestamp).
 _CLUSTER_HEAD = 64
 #: Where an Ogg page's header type is, and its "continued packet" flag.
@@ -195,14 +207,15 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         source.ranges.clear()
         table = _table(c, name)
         flags = c.format.flags
-        if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
+        seekable = SPLICED.keys() | FIRST_POINT_ONLY
+        if flags & av.format.Flags.no_byte_seek.value and name not in seekable:
             raise NoIndex(f"{name} cannot seek by byte")
         if not c.streams.audio:
             raise NoIndex(f"no audio stream in {name} opened without probing")
         counted = _count(c)
         source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
-    if counted.unplaced:
+    if counted.unplaced or name in FIRST_POINT_ONLY:
         points = _first_point(opening, source.ranges)
         header = _merged(opening)
     elif name in TABLE_SEEK:
@@ -256,7 +269,8 @@ def _count(container: Any) -> _Counted:
 
 def _first_point(opening: list[tuple[int, int]], demuxing: list[tuple[int, int]]) -> _Candidates:
     """The one seek point of a stream whose packets have no byte positions
-    (APE, Musepack read by their own frame tables): the first packet, at the
+    (APE, Musepack SV7 read by their own frame tables) or whose demuxer is in
+    ``FIRST_POINT_ONLY``: the first packet, at the
     lowest byte read after opening (the start of the last read of opening
     if demuxing read nothing more). Its crops decode from the start, reading
     what the pass read: the header ranges, then bytes at or past this point."""
