@@ -327,7 +327,7 @@ def test_garbage_is_unknown_and_truncation_is_no_index_or_a_clear_error() -> Non
         "unknown container"
     )
     outcomes = []
-    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm", "vorbis.ogg"):
+    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm", "vorbis.ogg", "tta.tta"):
         data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
         for damaged in (data[: len(data) * 2 // 3], _garbled(data, rng)):
             try:
