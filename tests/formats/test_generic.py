@@ -217,34 +217,57 @@ def test_tta_seek_points_are_its_frames() -> None:
     assert index.preroll == index.padding == 0
 
 
-def _musepack(path: Path, seconds: float) -> bytes:
-    """``seconds`` of the test signal through mpcenc (Musepack SV8)."""
+#: Monkey's Audio's encoder: jmac, Java (Debian libjmac-java).
+JMAC = Path("/usr/share/java/jmac.jar")
+
+
+def _encoded(path: Path, seconds: float, command: list[str], out: str) -> bytes:
+    """``seconds`` of the test signal (stereo, 44.1 kHz) written as ``in.wav``
+    in ``path`` and encoded by ``command`` (+ the wav and ``out``)."""
     samples = (np.clip(signal(seconds, 44100, 2, seed=2), -1, 1) * 32767).round()
-    with wave.open(str(path / "in.wav"), "wb") as out:
-        out.setnchannels(2)
-        out.setsampwidth(2)
-        out.setframerate(44100)
-        out.writeframes(samples.astype("<i2").T.tobytes())
+    with wave.open(str(path / "in.wav"), "wb") as wav:
+        wav.setnchannels(2)
+        wav.setsampwidth(2)
+        wav.setframerate(44100)
+        wav.writeframes(samples.astype("<i2").T.tobytes())
     subprocess.run(
-        ["mpcenc", "--silent", "--overwrite", str(path / "in.wav"), str(path / "out.mpc")],
-        check=True,
+        [*command, str(path / "in.wav"), str(path / out)], check=True, capture_output=True
     )
-    return (path / "out.mpc").read_bytes()
+    return (path / out).read_bytes()
+
+
+def _assert_crops_exact(data: bytes, index: SeekIndex, lossless: bool) -> None:
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, index.container):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert_equal(index.container, crop.audio, want, lossless)
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 
 @pytest.mark.skipif(shutil.which("mpcenc") is None, reason="mpcenc (musepack-tools) missing")
 def test_musepack_sv8_seeks_by_its_table(tmp_path: Path) -> None:
     """mpc8 refuses a byte seek: its points are its seek table's entries (every
     other packet, at the packet's header), reached by timestamp; exact crops."""
-    data = _musepack(tmp_path, 10.0)
+    data = _encoded(tmp_path, 10.0, ["mpcenc", "--silent", "--overwrite"], "out.mpc")
     index = generic_index(data)
     assert index.container == "ffmpeg:mpc8" and len(index.byte_pos) >= 3
-    full, rate = full_decode(data)
-    stats = DecodeStats()
-    for start, end in spans(full.shape[1] / rate, "mpc8"):
-        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
-        assert_equal("mpc8", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
-    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+    _assert_crops_exact(data, index, False)
+
+
+@pytest.mark.skipif(
+    shutil.which("java") is None or not JMAC.exists(), reason="jmac (libjmac-java) missing"
+)
+@pytest.mark.parametrize("level", ["c1", "c3"])
+def test_monkeys_audio_seeks_by_its_table(tmp_path: Path, level: str) -> None:
+    """APE packets have no byte position: points are the frame table's
+    entries, reached by timestamp; each frame reads one word past the next
+    entry (``OVERREAD``), which the plan holds. Bit-exact crops."""
+    data = _encoded(tmp_path, 8.0, ["java", "-jar", str(JMAC), level], "out.ape")
+    index = generic_index(data)
+    assert index.container == "ffmpeg:ape" and len(index.byte_pos) >= 3
+    _assert_crops_exact(data, index, True)
 
 
 def _dsf(blocks: int, seed: int) -> bytes:

@@ -14,9 +14,9 @@ records what that needs:
   reads while it opens the file with the demuxer named and probing cut
   short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
   recording file object notes them. Seek points are packets.
-- by a *timestamp seek* (``TABLE_SEEK``: TTA, Musepack SV8, whose demuxers
-  read by the seek table they load at open): seek points are the table's
-  entries, at their byte positions.
+- by a *timestamp seek* (``TABLE_SEEK``: APE, TTA, Musepack SV8, whose
+  demuxers read by the seek table they load at open): seek points are the
+  table's entries, at their byte positions.
 - by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
   in the element tree and ignores a byte seek; Ogg, whose demuxer drops a
   varying part of the next page after one): the decoder reads the bytes
@@ -25,7 +25,7 @@ records what that needs:
   bytes the pass reads (the element's ID or capture pattern), confirmed by
   the packets around them.
 
-Packets without byte positions (APE, Musepack SV7) and demuxers with no
+Packets without byte positions and no table (Musepack SV7) and demuxers with no
 seek that stays inside a plan (``FIRST_POINT_ONLY``: DSF, DSDIFF) get one
 point, the first packet: their crops decode from the start.
 
@@ -54,11 +54,14 @@ __all__ = [
     "CONTAINER_PREFIX",
     "FIRST_POINT_ONLY",
     "OPEN_OPTIONS",
+    "OVERREAD",
     "SPLICED",
+    "STAMPED",
     "TABLE_SEEK",
     "demuxer_name",
     "open_spliced",
     "parse",
+    "place",
     "reposition",
 ]
 
@@ -77,7 +80,14 @@ SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
 #: table): a byte seek leaves the table's frame counter behind, so the next
 #: packets are cut at the wrong sizes. They are repositioned by timestamp,
 #: which their own seek turns into the frame's byte position from the table.
-TABLE_SEEK = frozenset({"mpc8", "tta"})
+TABLE_SEEK = frozenset({"ape", "mpc8", "tta"})
+#: Those of them whose packets have no byte position: packets are placed
+#: by timestamp (after a seek, MPC8's timestamps can be off, its positions not).
+STAMPED = frozenset({"ape"})
+#: Bytes a packet of these demuxers reads past the next table entry: an APE
+#: frame is read in whole 32-bit words from its word-aligned start, and the
+#: next entry is its frame's start aligned down, so the word they share.
+OVERREAD = {"ape": 4}
 #: Demuxers with no seek a crop's decoder can use inside its plan: DSF's and
 #: IFF's (DSDIFF) refuse a byte seek, and their timestamp seek reads every
 #: packet from the start (FFmpeg's generic index). One point, the first.
@@ -154,6 +164,18 @@ def reposition(container: Any, name: str, byte: int, sample: int) -> None:
     container.seek(round(pts), stream=stream, backward=True)
 
 
+def place(packet: Any, name: str) -> int | None:
+    """Where ``packet`` is, in the units a crop's seek points are compared
+    in: its byte position, or for ``STAMPED`` demuxers the sample its
+    timestamp is at."""
+    if name not in STAMPED:
+        return packet.pos
+    if packet.pts is None:
+        return None
+    stream = packet.stream
+    return round(packet.pts * packet.time_base * stream.codec_context.sample_rate)
+
+
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
     """A demuxer over ``header`` followed directly by ``data``."""
     return av.open(
@@ -205,7 +227,7 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     ) as c:
         opening = list(source.ranges)
         source.ranges.clear()
-        table = _table(c, name)
+        table = _table(c) if name in TABLE_SEEK and c.streams.audio else None
         flags = c.format.flags
         seekable = SPLICED.keys() | FIRST_POINT_ONLY
         if flags & av.format.Flags.no_byte_seek.value and name not in seekable:
@@ -215,11 +237,12 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         counted = _count(c)
         source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
-    if counted.unplaced or name in FIRST_POINT_ONLY:
-        points = _first_point(opening, source.ranges)
-        header = _merged(opening)
-    elif name in TABLE_SEEK:
+    if name in TABLE_SEEK:
+        assert table is not None
         points = counted.table_points(table)
+        header = _merged(opening)
+    elif counted.unplaced or name in FIRST_POINT_ONLY:
+        points = _first_point(opening, source.ranges)
         header = _merged(opening)
     elif name in SPLICED:
         source.fill_flags()
@@ -231,20 +254,25 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     return counted.index(name, codec, header, points, source.length, density)
 
 
-def _table(container: Any, name: str) -> dict[int, tuple[int, int]]:
-    """A ``TABLE_SEEK`` demuxer's table as opening loads it: the timestamp of
-    each entry -> the sample it is at (in the decoder's rate, whole only)
-    and its byte position (where its seek reads from)."""
-    if name not in TABLE_SEEK or not container.streams.audio:
-        return {}
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """A ``TABLE_SEEK`` demuxer's seek table as opening loads it: entry
+    timestamps (ascending) and byte positions, and samples per timestamp unit."""
+
+    stamps: np.ndarray
+    positions: np.ndarray
+    samples_per_stamp: Fraction
+
+    def entry(self, stamp: int) -> int:
+        """The entry a backward seek to ``stamp`` picks (-1: none)."""
+        return int(np.searchsorted(self.stamps, stamp, side="right")) - 1
+
+
+def _table(container: Any) -> _Table:
     stream = container.streams.audio[0]
-    rate, base = stream.codec_context.sample_rate, stream.time_base
-    table = {}
-    for entry in stream.index_entries:
-        sample = entry.timestamp * base * rate
-        if sample.denominator == 1:
-            table[entry.timestamp] = (int(sample), entry.pos)
-    return table
+    entries = sorted((e.timestamp, e.pos) for e in stream.index_entries)
+    stamps, positions = (np.asarray(c, dtype=np.int64) for c in zip(*entries, strict=True))
+    return _Table(stamps, positions, stream.time_base * stream.codec_context.sample_rate)
 
 
 def _count(container: Any) -> _Counted:
@@ -269,7 +297,7 @@ def _count(container: Any) -> _Counted:
 
 def _first_point(opening: list[tuple[int, int]], demuxing: list[tuple[int, int]]) -> _Candidates:
     """The one seek point of a stream whose packets have no byte positions
-    (APE, Musepack SV7 read by their own frame tables) or whose demuxer is in
+    (Musepack SV7) or whose demuxer is in
     ``FIRST_POINT_ONLY``: the first packet, at the
     lowest byte read after opening (the start of the last read of opening
     if demuxing read nothing more). Its crops decode from the start, reading
@@ -336,17 +364,29 @@ class _Counted:
         keep = first & np.frombuffer(self.keyframes, dtype=bool)
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
 
-    def table_points(self, table: dict[int, tuple[int, int]]) -> _Candidates:
-        """Keyframe packets a ``TABLE_SEEK`` demuxer's seek lands on: those
-        whose timestamp has a table entry that is the samples decoded before
-        them (a seek is asked for that sample's timestamp), at the entry's
-        byte position (MPC8's is its packet header, before the packet)."""
+    def table_points(self, table: _Table) -> _Candidates:
+        """Keyframe packets a ``TABLE_SEEK`` demuxer's seek lands on, at the
+        entry's byte position. A seek is asked for the timestamp of the
+        samples decoded before the packet, which must be the packet's own;
+        it picks the last entry at or before it, which must be this packet's:
+        at its position or after the end of the packet before (MPC8's entries
+        are packet headers, and some carry an earlier timestamp than their
+        packet's), or, for packets without a position (APE), stamped as it."""
         samples, positions = [], []
+        ends = np.frombuffer(self.positions, np.int64) + np.frombuffer(self.sizes, np.int64)
         for k, stamp in enumerate(self.stamps):
-            entry = table.get(stamp)
-            if self.keyframes[k] and entry is not None and entry[0] == self.samples[k]:
+            entry = table.entry(stamp)
+            if (
+                not self.keyframes[k]
+                or entry < 0
+                or stamp * table.samples_per_stamp != self.samples[k]
+            ):
+                continue
+            at, pos = int(table.positions[entry]), self.positions[k]
+            after = k == 0 or ends[k - 1] <= at
+            if (pos >= 0 and after and at <= pos) or (pos < 0 and table.stamps[entry] == stamp):
                 samples.append(self.samples[k])
-                positions.append(min(entry[1], self.positions[k]))
+                positions.append(at)
         return np.asarray(samples, dtype=np.int64), np.asarray(positions, dtype=np.int64)
 
     def element_points(self, found: dict[int, int], name: str) -> _Candidates:
@@ -438,7 +478,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
 
 def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
     """Samples a decode from seek point ``k`` lacks by point ``end``."""
-    decoded = _decoded(source, name, index, k, int(index.byte_pos[end]))
+    decoded = _decoded(source, name, index, k, end)
     if decoded == 0:
         raise NoIndex(f"{name}: nothing decoded after a seek")
     lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
@@ -447,14 +487,15 @@ def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> 
     return lost
 
 
-def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, stop: int | None) -> int:
-    """Samples decoded from seek point ``k`` up to the one at byte ``stop``."""
+def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, end: int | None) -> int:
+    """Samples decoded from seek point ``k`` up to point ``end`` (None: the end)."""
     start = int(index.byte_pos[k])
     if name in SPLICED:
+        stop = index.data_end if end is None else int(index.byte_pos[end])
         head = source.read_range(0, index.header[0][1])
-        data = source.read_range(start, (stop or index.data_end) - start)
+        data = source.read_range(start, stop - start)
         with open_spliced(head, data, name) as container:
-            return _decoded_from(container, None, stop is None)
+            return _decoded_from(container, name, None, end is None)
     source.seek(0)
     with av.open(
         source,
@@ -465,22 +506,27 @@ def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, stop: int 
         metadata_errors="ignore",
     ) as c:
         reposition(c, name, start, int(index.sample_pos[k]))
-        return _decoded_from(c, (start, stop), stop is None)
+        places = index.sample_pos if name in STAMPED else index.byte_pos
+        span = (int(places[k]), None if end is None else int(places[end]))
+        return _decoded_from(c, name, span, end is None)
 
 
-def _decoded_from(container: Any, span: tuple[int, int | None] | None, flush: bool) -> int:
+def _decoded_from(
+    container: Any, name: str, span: tuple[int, int | None] | None, flush: bool
+) -> int:
     """Samples decoded from where ``container`` is; with ``span``, only from
-    packets at or after its start and before its stop."""
+    packets placed (``place``) at or after its start and before its stop."""
     stream = container.streams.audio[0]
     decoder = stream.codec_context
     total = 0
     for packet in container.demux(stream):
+        at = place(packet, name) if span is not None and packet.size else None
         if packet.size == 0:
             frames = decoder.decode(None) if flush else []
-        elif span is not None and span[1] is not None and packet.pos >= span[1]:
+        elif span is not None and (at is None or at < span[0]):
+            raise NoIndex(f"{container.format.name} does not resume at its seek point")
+        elif span is not None and span[1] is not None and at >= span[1]:
             break
-        elif span is not None and (packet.pos is None or packet.pos < span[0]):
-            raise NoIndex(f"{container.format.name} does not resume at a byte position")
         else:
             frames = decoder.decode(packet)
         total += sum(frame.samples for frame in frames)
