@@ -240,6 +240,8 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     if name in TABLE_SEEK:
         assert table is not None
         points = counted.table_points(table)
+        if not len(points[0]) or points[0][0] != 0:  # no table, or not from the start
+            points = _first_point(opening, source.ranges)
         header = _merged(opening)
     elif counted.unplaced or name in FIRST_POINT_ONLY:
         points = _first_point(opening, source.ranges)
@@ -270,9 +272,9 @@ class _Table:
 
 def _table(container: Any) -> _Table:
     stream = container.streams.audio[0]
-    entries = sorted((e.timestamp, e.pos) for e in stream.index_entries)
-    stamps, positions = (np.asarray(c, dtype=np.int64) for c in zip(*entries, strict=True))
-    return _Table(stamps, positions, stream.time_base * stream.codec_context.sample_rate)
+    entries = np.asarray(sorted((e.timestamp, e.pos) for e in stream.index_entries), np.int64)
+    entries = entries.reshape(-1, 2)  # no table (an SV8 file may have none): no points
+    return _Table(entries[:, 0], entries[:, 1], stream.time_base * stream.codec_context.sample_rate)
 
 
 def _count(container: Any) -> _Counted:
