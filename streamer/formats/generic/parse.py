@@ -227,18 +227,17 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     ) as c:
         opening = list(source.ranges)
         source.ranges.clear()
-        table = _table(c) if name in TABLE_SEEK and c.streams.audio else None
         flags = c.format.flags
         seekable = SPLICED.keys() | FIRST_POINT_ONLY
         if flags & av.format.Flags.no_byte_seek.value and name not in seekable:
             raise NoIndex(f"{name} cannot seek by byte")
         if not c.streams.audio:
             raise NoIndex(f"no audio stream in {name} opened without probing")
+        table = _table(c) if name in TABLE_SEEK else None  # as opening loads it
         counted = _count(c)
         source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
-    if name in TABLE_SEEK:
-        assert table is not None
+    if table is not None:
         points = counted.table_points(table)
         if not len(points[0]) or points[0][0] != 0:  # no table, or not from the start
             points = _first_point(opening, source.ranges)
@@ -271,6 +270,7 @@ class _Table:
 
 
 def _table(container: Any) -> _Table:
+    """The first audio stream's seek table."""
     stream = container.streams.audio[0]
     entries = np.asarray(sorted((e.timestamp, e.pos) for e in stream.index_entries), np.int64)
     entries = entries.reshape(-1, 2)  # no table (an SV8 file may have none): no points
