@@ -48,17 +48,7 @@ FALLBACK_CROPS = 50
 #: raises), ``length: <+/-n> samples`` (a crop too long or short: misplaced),
 #: ``samples: max error <e>`` (right length, wrong samples: misaligned, or too
 #: little pre-roll). Strict: delete a line when its test passes (XPASS).
-EXPECTED_FAILURES: dict[str, dict[str, str]] = {
-    # Exact through the fallback, but no index serves them:
-    "beets/empty.ape": {"index": "no-index: packets without byte positions"},
-    "beets/empty.mpc": {"index": "no-index: packets without byte positions"},
-    "mutagen/click.mpc": {"index": "no-index: packets without byte positions"},
-    "mutagen/mac-396.ape": {"index": "no-index: packets without byte positions"},
-    "mutagen/mac-399.ape": {"index": "no-index: packets without byte positions"},
-    "mutagen/5644800-2ch-s01-silence.dff": {"index": "no-index: iff cannot seek by byte"},
-    "mutagen/5644800-2ch-s01-silence.dsf": {"index": "no-index: dsf cannot seek by byte"},
-    "mutagen/empty.tta": {"index": "no-index: tta: decoding after a seek fails"},
-}
+EXPECTED_FAILURES: dict[str, dict[str, str]] = {}
 
 
 def _params(test: str) -> list[object]:

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import io
 import random
+import shutil
+import struct
+import subprocess
 import time
+import wave
 from fractions import Fraction
 from pathlib import Path
 
@@ -53,6 +57,7 @@ FILES = {
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
+    "tta.tta": ("tta", "tta", "s16", 44100, 2, {}, True),
 }
 #: Half-second Matroska clusters (FFmpeg's muxer makes 5 s ones), so that
 #: short files have seek points to splice at.
@@ -203,6 +208,98 @@ def test_spliced_containers_have_points_at_element_starts(name: str) -> None:
     assert index.header == ((0, int(index.byte_pos[0])),)
 
 
+def test_tta_seek_points_are_its_frames() -> None:
+    """TTA's demuxer cuts packets by its seek table's frame counter: it is
+    repositioned by timestamp, and every frame (256/245 s) is a point."""
+    data = make(*FILES["tta.tta"][:6], seconds=4.0)
+    index = generic_index(data)
+    assert index.sample_pos.tolist() == [0, 46080, 92160, 138240]
+    assert index.preroll == index.padding == 0
+
+
+#: Monkey's Audio's encoder: jmac, Java (Debian libjmac-java).
+JMAC = Path("/usr/share/java/jmac.jar")
+
+
+def _encoded(path: Path, seconds: float, command: list[str], out: str) -> bytes:
+    """``seconds`` of the test signal (stereo, 44.1 kHz) written as ``in.wav``
+    in ``path`` and encoded by ``command`` (+ the wav and ``out``)."""
+    samples = (np.clip(signal(seconds, 44100, 2, seed=2), -1, 1) * 32767).round()
+    with wave.open(str(path / "in.wav"), "wb") as wav:
+        wav.setnchannels(2)
+        wav.setsampwidth(2)
+        wav.setframerate(44100)
+        wav.writeframes(samples.astype("<i2").T.tobytes())
+    subprocess.run(
+        [*command, str(path / "in.wav"), str(path / out)], check=True, capture_output=True
+    )
+    return (path / out).read_bytes()
+
+
+def _assert_crops_exact(data: bytes, index: SeekIndex, lossless: bool) -> None:
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, index.container):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert_equal(index.container, crop.audio, want, lossless)
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+@pytest.mark.skipif(shutil.which("mpcenc") is None, reason="mpcenc (musepack-tools) missing")
+@pytest.mark.parametrize("table", [True, False])
+def test_musepack_sv8_seeks_by_its_table(tmp_path: Path, table: bool) -> None:
+    """mpc8 refuses a byte seek: its points are its seek table's entries (every
+    other packet, at the packet's header), reached by timestamp; without a
+    table (``--no_st``), the first packet only. Exact crops either way."""
+    command = ["mpcenc", "--silent", "--overwrite", *([] if table else ["--no_st"])]
+    data = _encoded(tmp_path, 10.0, command, "out.mpc")
+    index = generic_index(data)
+    assert index.container == "ffmpeg:mpc8"
+    assert len(index.byte_pos) >= 3 if table else len(index.byte_pos) == 1
+    _assert_crops_exact(data, index, False)
+
+
+@pytest.mark.skipif(
+    shutil.which("java") is None or not JMAC.exists(), reason="jmac (libjmac-java) missing"
+)
+@pytest.mark.parametrize("level", ["c1", "c3"])
+def test_monkeys_audio_seeks_by_its_table(tmp_path: Path, level: str) -> None:
+    """APE packets have no byte position: points are the frame table's
+    entries, reached by timestamp; each frame reads one word past the next
+    entry (``OVERREAD``), which the plan holds. Bit-exact crops."""
+    data = _encoded(tmp_path, 8.0, ["java", "-jar", str(JMAC), level], "out.ape")
+    index = generic_index(data)
+    assert index.container == "ffmpeg:ape" and len(index.byte_pos) >= 3
+    _assert_crops_exact(data, index, True)
+
+
+def _dsf(blocks: int, seed: int) -> bytes:
+    """A stereo DSD64 DSF file of ``blocks`` 4096-byte blocks per channel of
+    random bits (no encoder makes DSD: the layout is simple enough to write)."""
+    data = np.random.default_rng(seed).integers(0, 256, blocks * 2 * 4096, np.uint8).tobytes()
+    fmt = struct.pack("<IIIIIIQII", 1, 0, 2, 2, 2822400, 1, blocks * 4096 * 8, 4096, 0)
+    chunks = b"fmt " + struct.pack("<Q", 12 + len(fmt)) + fmt
+    chunks += b"data" + struct.pack("<Q", 12 + len(data)) + data
+    return b"DSD " + struct.pack("<QQQ", 28, 28 + len(chunks), 0) + chunks
+
+
+def test_dsd_crops_decode_from_the_first_packet() -> None:
+    """DSF refuses a byte seek and its timestamp seek reads from the start:
+    one point, the first packet; crops exact and inside the plan. Opening
+    reads the first packet (bytes 92-8284): the point is where reading goes on."""
+    data = _dsf(100, seed=3)
+    index = generic_index(data)
+    assert (index.container, index.byte_pos.tolist()) == ("ffmpeg:dsf", [8284])
+    assert index.header == ((0, 8284),)
+    full, rate = full_decode(data)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, "dsf")[:8]:
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        assert_equal("dsf", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
 def test_what_asf_loses_after_a_byte_seek_is_pre_roll() -> None:
     """ASF's demuxer drops the rest of the container packet it thinks it is
     in: the index measures it and adds it to the codec's pre-roll."""
@@ -257,7 +354,7 @@ def test_garbage_is_unknown_and_truncation_is_no_index_or_a_clear_error() -> Non
         "unknown container"
     )
     outcomes = []
-    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm", "vorbis.ogg"):
+    for name in ("adts.aac", "wma.wma", "ac3.ac3", "opus-webm.webm", "vorbis.ogg", "tta.tta"):
         data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
         for damaged in (data[: len(data) * 2 // 3], _garbled(data, rng)):
             try:

@@ -2,8 +2,10 @@
 
 The demuxer is opened as the indexer opened it (the header ranges are what
 that reads), repositioned by *byte* at the plan's seek point (raw streams
-have no timestamps to seek by, ASF's are in milliseconds) and run up to the
-seek point that ends the plan. Reads past the start of the data that the
+have no timestamps to seek by, ASF's are in milliseconds; demuxers that read
+by their own seek table, ``TABLE_SEEK``, by the point's timestamp: their
+seek reads from the entry's byte position, the plan's start) and run up to
+the seek point that ends the plan. Reads past the start of the data that the
 plan does not hold are the end of the file to it (``_PlannedFile``): it
 flushes what it holds and stops, so nothing past the plan is ever fetched.
 Matroska and Ogg demuxers do not resume at a byte seek: they read the
@@ -30,7 +32,17 @@ from ...timing import record
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
 from ..sparse import SparseFile
-from .parse import BUFFER_SIZE, CONTAINER_PREFIX, OPEN_OPTIONS, SPLICED, open_spliced
+from .parse import (
+    BUFFER_SIZE,
+    CONTAINER_PREFIX,
+    OPEN_OPTIONS,
+    OVERREAD,
+    SPLICED,
+    STAMPED,
+    open_spliced,
+    place,
+    reposition,
+)
 
 __all__ = [
     "DEFAULT_PREROLL_SECONDS",
@@ -76,13 +88,17 @@ READ_THROUGH = 2 * BUFFER_SIZE + 32768
 def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     """Add the bytes FFmpeg reads through on its way from the header to the
     data: from the end of the first header range that ends less than
-    ``READ_THROUGH`` before the data, up to the data. A spliced demuxer
-    reads the header and the data as they come: nothing to add."""
-    data = plan.data[0]
-    if _name(index) in SPLICED:
+    ``READ_THROUGH`` before the data, up to the data; and the bytes the last
+    packet reads past the seek point ending the plan (``OVERREAD``). A
+    spliced demuxer reads the header and the data as they come: nothing to add."""
+    name, data = _name(index), plan.data[0]
+    if name in SPLICED:
         return plan
     ends = [offset + n for offset, n in index.header if 0 < data - (offset + n) <= READ_THROUGH]
-    return plan.with_header(((min(ends), data - min(ends)),) if ends else ())
+    plan = plan.with_header(((min(ends), data - min(ends)),) if ends else ())
+    if name in OVERREAD and plan.end_native >= 0:
+        plan = plan.with_header(((sum(plan.data), OVERREAD[name]),))
+    return plan
 
 
 def preroll_seconds(codec: str) -> float:
@@ -130,9 +146,11 @@ def decode(
             )
     with container:
         if name not in SPLICED and start > index.data_start:
-            container.seek(start, unsupported_byte_offset=True)
+            reposition(container, name, start, plan.start_native)
         limit = None if name in SPLICED or to_the_end else stop
-        samples = _demux_decode(container, index.channels, limit, to_the_end, context)
+        if name in STAMPED and not to_the_end:
+            limit = plan.end_native
+        samples = _demux_decode(container, name, index.channels, limit, to_the_end, context)
     if not to_the_end:
         end = to_gapless(index, plan.end_native)
     else:  # what a decoder started at a seek point misses of the end trimming
@@ -146,10 +164,15 @@ def _name(index: SeekIndex) -> str:
 
 
 def _demux_decode(
-    container: Any, channels: int, stop: int | None, flush: bool, context: DecodeContext
+    container: Any,
+    name: str,
+    channels: int,
+    stop: int | None,
+    flush: bool,
+    context: DecodeContext,
 ) -> np.ndarray:
-    """The samples of the packets from where the demuxer is to the byte
-    ``stop`` (None: to the end), with what the decoder holds if ``flush``.
+    """The samples of the packets from where the demuxer is to ``stop``, a
+    packet's ``place`` (None: to the end), with what the decoder holds if ``flush``.
 
     A packet the decoder rejects is counted and everything decoded before it
     dropped: counting back from the end, those samples have no known place."""
@@ -161,7 +184,8 @@ def _demux_decode(
             if flush:
                 out += [frame_to_float32(frame) for frame in decoder.decode(None)]
             continue
-        if stop is not None and packet.pos is not None and packet.pos >= stop:
+        at = place(packet, name)
+        if stop is not None and at is not None and at >= stop:
             break
         try:
             frames = decoder.decode(packet)

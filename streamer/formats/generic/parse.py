@@ -14,6 +14,9 @@ records what that needs:
   reads while it opens the file with the demuxer named and probing cut
   short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
   recording file object notes them. Seek points are packets.
+- by a *timestamp seek* (``TABLE_SEEK``: APE, TTA, Musepack SV8, whose
+  demuxers read by the seek table they load at open): seek points are the
+  table's entries, at their byte positions.
 - by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
   in the element tree and ignores a byte seek; Ogg, whose demuxer drops a
   varying part of the next page after one): the decoder reads the bytes
@@ -21,6 +24,10 @@ records what that needs:
   they were the file. Seek points are cluster or page starts, found in the
   bytes the pass reads (the element's ID or capture pattern), confirmed by
   the packets around them.
+
+Packets without byte positions and no table (Musepack SV7) and demuxers with no
+seek that stays inside a plan (``FIRST_POINT_ONLY``: DSF, DSDIFF) get one
+point, the first packet: their crops decode from the start.
 
 What a decoder started that way does differently from the full decode
 (samples it loses at the start, end trimming it misses) is measured after
@@ -32,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from array import array
+from fractions import Fraction
 from typing import Any, BinaryIO
 
 import av
@@ -44,11 +52,17 @@ from ..reader import NoIndex, Points, Reader, interval
 __all__ = [
     "BUFFER_SIZE",
     "CONTAINER_PREFIX",
+    "FIRST_POINT_ONLY",
     "OPEN_OPTIONS",
+    "OVERREAD",
     "SPLICED",
+    "STAMPED",
+    "TABLE_SEEK",
     "demuxer_name",
     "open_spliced",
     "parse",
+    "place",
+    "reposition",
 ]
 
 #: ``SeekIndex.container`` of a generic index: this, then FFmpeg's demuxer name.
@@ -62,6 +76,22 @@ BUFFER_SIZE = 4096
 #: Demuxers read spliced, and what starts the element a seek point is: a
 #: Matroska cluster's ID, an Ogg page's capture pattern.
 SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
+#: Demuxers that read by the frame table they load at open (TTA's seek
+#: table): a byte seek leaves the table's frame counter behind, so the next
+#: packets are cut at the wrong sizes. They are repositioned by timestamp,
+#: which their own seek turns into the frame's byte position from the table.
+TABLE_SEEK = frozenset({"ape", "mpc8", "tta"})
+#: Those of them whose packets have no byte position: packets are placed
+#: by timestamp (after a seek, MPC8's timestamps can be off, its positions not).
+STAMPED = frozenset({"ape"})
+#: Bytes a packet of these demuxers reads past the next table entry: an APE
+#: frame is read in whole 32-bit words from its word-aligned start, and the
+#: next entry is its frame's start aligned down, so the word they share.
+OVERREAD = {"ape": 4}
+#: Demuxers with no seek a crop's decoder can use inside its plan: DSF's and
+#: IFF's (DSDIFF) refuse a byte seek, and their timestamp seek reads every
+#: packet from the start (FFmpeg's generic index). One point, the first.
+FIRST_POINT_ONLY = frozenset({"dsf", "iff"})
 #: Most bytes from a cluster's start to its first block (ID, size, timestamp).
 _CLUSTER_HEAD = 64
 #: Where an Ogg page's header type is, and its "continued packet" flag.
@@ -123,6 +153,29 @@ def demuxer_name(container: Any) -> str:
     return str(container.format.name).split(",")[0]
 
 
+def reposition(container: Any, name: str, byte: int, sample: int) -> None:
+    """Move the demuxer to the seek point at ``byte``, ``sample`` samples in:
+    by byte, or by the point's timestamp for ``TABLE_SEEK`` demuxers."""
+    if name not in TABLE_SEEK:
+        container.seek(byte, unsupported_byte_offset=True)
+        return
+    stream = container.streams.audio[0]
+    pts = Fraction(sample, stream.codec_context.sample_rate) / stream.time_base
+    container.seek(round(pts), stream=stream, backward=True)
+
+
+def place(packet: Any, name: str) -> int | None:
+    """Where ``packet`` is, in the units a crop's seek points are compared
+    in: its byte position, or for ``STAMPED`` demuxers the sample its
+    timestamp is at."""
+    if name not in STAMPED:
+        return packet.pos
+    if packet.pts is None:
+        return None
+    stream = packet.stream
+    return round(packet.pts * packet.time_base * stream.codec_context.sample_rate)
+
+
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
     """A demuxer over ``header`` followed directly by ``data``."""
     return av.open(
@@ -172,22 +225,56 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         buffer_size=BUFFER_SIZE,
         metadata_errors="ignore",
     ) as c:
-        source.recording = False
+        opening = list(source.ranges)
+        source.ranges.clear()
         flags = c.format.flags
-        if flags & av.format.Flags.no_byte_seek.value and name not in SPLICED:
+        seekable = SPLICED.keys() | FIRST_POINT_ONLY
+        if flags & av.format.Flags.no_byte_seek.value and name not in seekable:
             raise NoIndex(f"{name} cannot seek by byte")
         if not c.streams.audio:
             raise NoIndex(f"no audio stream in {name} opened without probing")
+        table = _table(c) if name in TABLE_SEEK else None  # as opening loads it
         counted = _count(c)
+        source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
-    if name in SPLICED:
+    if table is not None:
+        points = counted.table_points(table)
+        if not len(points[0]) or points[0][0] != 0:  # no table, or not from the start
+            points = _first_point(opening, source.ranges)
+        header = _merged(opening)
+    elif counted.unplaced or name in FIRST_POINT_ONLY:
+        points = _first_point(opening, source.ranges)
+        header = _merged(opening)
+    elif name in SPLICED:
         source.fill_flags()
         points = counted.element_points(source.found, name)
         header = ((0, int(points[1][0])),)
     else:
         points = counted.packet_points()
-        header = _merged(source.ranges)
+        header = _merged(opening)
     return counted.index(name, codec, header, points, source.length, density)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """A ``TABLE_SEEK`` demuxer's seek table as opening loads it: entry
+    timestamps (ascending) and byte positions, and samples per timestamp unit."""
+
+    stamps: np.ndarray
+    positions: np.ndarray
+    samples_per_stamp: Fraction
+
+    def entry(self, stamp: int) -> int:
+        """The entry a backward seek to ``stamp`` picks (-1: none)."""
+        return int(np.searchsorted(self.stamps, stamp, side="right")) - 1
+
+
+def _table(container: Any) -> _Table:
+    """The first audio stream's seek table."""
+    stream = container.streams.audio[0]
+    entries = np.asarray(sorted((e.timestamp, e.pos) for e in stream.index_entries), np.int64)
+    entries = entries.reshape(-1, 2)  # no table (an SV8 file may have none): no points
+    return _Table(entries[:, 0], entries[:, 1], stream.time_base * stream.codec_context.sample_rate)
 
 
 def _count(container: Any) -> _Counted:
@@ -208,6 +295,17 @@ def _count(container: Any) -> _Counted:
     if not counted.total:
         raise NoIndex("no audio decoded")
     return counted
+
+
+def _first_point(opening: list[tuple[int, int]], demuxing: list[tuple[int, int]]) -> _Candidates:
+    """The one seek point of a stream whose packets have no byte positions
+    (Musepack SV7) or whose demuxer is in
+    ``FIRST_POINT_ONLY``: the first packet, at the
+    lowest byte read after opening (the start of the last read of opening
+    if demuxing read nothing more). Its crops decode from the start, reading
+    what the pass read: the header ranges, then bytes at or past this point."""
+    start = min((offset for offset, _ in demuxing), default=opening[-1][0])
+    return np.zeros(1, dtype=np.int64), np.asarray([start], dtype=np.int64)
 
 
 def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -233,19 +331,23 @@ class _Counted:
         self.sizes = array("q")
         self.samples = array("q")
         self.keyframes = bytearray()
+        self.stamps = array("q")
         self.total = 0
+        #: Whether packets come without byte positions (then none has a place).
+        self.unplaced = False
         self.rate = 0
         self.channels = 0
 
     def packet(self, packet: Any) -> None:
         if packet.pos is None or packet.pos < 0:
-            raise NoIndex("packets without byte positions")
-        if self.positions and packet.pos < self.positions[-1]:
+            self.unplaced = True
+        elif self.positions and packet.pos < self.positions[-1]:
             raise NoIndex("packets out of byte order")
-        self.positions.append(packet.pos)
+        self.positions.append(-1 if self.unplaced else packet.pos)
         self.sizes.append(packet.size)
         self.samples.append(self.total)
         self.keyframes.append(bool(packet.is_keyframe))
+        self.stamps.append(-1 if packet.pts is None else packet.pts)
 
     def frames(self, frames: list[Any]) -> None:
         for frame in frames:
@@ -263,6 +365,31 @@ class _Counted:
         first[1:] = positions[1:] > positions[:-1]
         keep = first & np.frombuffer(self.keyframes, dtype=bool)
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
+
+    def table_points(self, table: _Table) -> _Candidates:
+        """Keyframe packets a ``TABLE_SEEK`` demuxer's seek lands on, at the
+        entry's byte position. A seek is asked for the timestamp of the
+        samples decoded before the packet, which must be the packet's own;
+        it picks the last entry at or before it, which must be this packet's:
+        at its position or after the end of the packet before (MPC8's entries
+        are packet headers, and some carry an earlier timestamp than their
+        packet's), or, for packets without a position (APE), stamped as it."""
+        samples, positions = [], []
+        ends = np.frombuffer(self.positions, np.int64) + np.frombuffer(self.sizes, np.int64)
+        for k, stamp in enumerate(self.stamps):
+            entry = table.entry(stamp)
+            if (
+                not self.keyframes[k]
+                or entry < 0
+                or stamp * table.samples_per_stamp != self.samples[k]
+            ):
+                continue
+            at, pos = int(table.positions[entry]), self.positions[k]
+            after = k == 0 or ends[k - 1] <= at
+            if (pos >= 0 and after and at <= pos) or (pos < 0 and table.stamps[entry] == stamp):
+                samples.append(self.samples[k])
+                positions.append(at)
+        return np.asarray(samples, dtype=np.int64), np.asarray(positions, dtype=np.int64)
 
     def element_points(self, found: dict[int, int], name: str) -> _Candidates:
         """Element starts that are seek points, each just before or at a
@@ -344,7 +471,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
     loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
     k = points - 2
     lost = _lost(source, name, index, k, k + 1)
-    to_end = _decoded(source, name, index, int(pos[k]), None)
+    to_end = _decoded(source, name, index, k, None)
     extra = to_end - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
         raise NoIndex(f"{name} gives fewer samples at the end after a seek")
@@ -353,7 +480,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
 
 def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
     """Samples a decode from seek point ``k`` lacks by point ``end``."""
-    decoded = _decoded(source, name, index, int(index.byte_pos[k]), int(index.byte_pos[end]))
+    decoded = _decoded(source, name, index, k, end)
     if decoded == 0:
         raise NoIndex(f"{name}: nothing decoded after a seek")
     lost = int(index.sample_pos[end]) - decoded - int(index.sample_pos[k])
@@ -362,13 +489,15 @@ def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> 
     return lost
 
 
-def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: int | None) -> int:
-    """Samples decoded from seek point ``start`` up to the one at ``stop``."""
+def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, end: int | None) -> int:
+    """Samples decoded from seek point ``k`` up to point ``end`` (None: the end)."""
+    start = int(index.byte_pos[k])
     if name in SPLICED:
+        stop = index.data_end if end is None else int(index.byte_pos[end])
         head = source.read_range(0, index.header[0][1])
-        data = source.read_range(start, (stop or index.data_end) - start)
+        data = source.read_range(start, stop - start)
         with open_spliced(head, data, name) as container:
-            return _decoded_from(container, None, stop is None)
+            return _decoded_from(container, name, None, end is None)
     source.seek(0)
     with av.open(
         source,
@@ -378,23 +507,28 @@ def _decoded(source: _Recording, name: str, index: SeekIndex, start: int, stop: 
         buffer_size=BUFFER_SIZE,
         metadata_errors="ignore",
     ) as c:
-        c.seek(start, unsupported_byte_offset=True)
-        return _decoded_from(c, (start, stop), stop is None)
+        reposition(c, name, start, int(index.sample_pos[k]))
+        places = index.sample_pos if name in STAMPED else index.byte_pos
+        span = (int(places[k]), None if end is None else int(places[end]))
+        return _decoded_from(c, name, span, end is None)
 
 
-def _decoded_from(container: Any, span: tuple[int, int | None] | None, flush: bool) -> int:
+def _decoded_from(
+    container: Any, name: str, span: tuple[int, int | None] | None, flush: bool
+) -> int:
     """Samples decoded from where ``container`` is; with ``span``, only from
-    packets at or after its start and before its stop."""
+    packets placed (``place``) at or after its start and before its stop."""
     stream = container.streams.audio[0]
     decoder = stream.codec_context
     total = 0
     for packet in container.demux(stream):
+        at = place(packet, name) if span is not None and packet.size else None
         if packet.size == 0:
             frames = decoder.decode(None) if flush else []
-        elif span is not None and span[1] is not None and packet.pos >= span[1]:
+        elif span is not None and (at is None or at < span[0]):
+            raise NoIndex(f"{container.format.name} does not resume at its seek point")
+        elif span is not None and span[1] is not None and at >= span[1]:
             break
-        elif span is not None and (packet.pos is None or packet.pos < span[0]):
-            raise NoIndex(f"{container.format.name} does not resume at a byte position")
         else:
             frames = decoder.decode(packet)
         total += sum(frame.samples for frame in frames)
