@@ -31,13 +31,13 @@ from streamer import synth
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.errors import CropError
 from streamer.formats import extract
-from streamer.formats.frames import frame_to_float32
 from streamer.formats.job import DecodeStats, Episode
 from streamer.formats.reader import NoIndex, Reader
 from streamer.formats.registry import GENERIC
 from streamer.index import SeekIndex
 from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
+from testkit.reference import full_decode
 
 LOSSLESS = ("flac", "alac", "wavpack", "pcm_", "ape", "tak", "tta", "wmalossless")
 
@@ -84,17 +84,10 @@ def cost(seconds: float, crops: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def _full(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
-
-
 def check_file(data: bytes) -> tuple[str, str]:
     """("exact" | "wrong" | "errors" | "no index" | "undecodable", detail)."""
     try:
-        full, rate = _full(data)
+        full, rate = full_decode(data)
     except (av.FFmpegError, ValueError, IndexError) as exc:
         return "undecodable", type(exc).__name__
     try:

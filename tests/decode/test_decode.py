@@ -7,7 +7,6 @@ ones with zero lag and a max abs difference of at most 1e-4.
 
 from __future__ import annotations
 
-import io
 import logging
 import random
 from pathlib import Path
@@ -20,9 +19,9 @@ from _index_support import cli_encode
 from streamer import open_dataset
 from streamer.decode.resample import downmix, resample
 from streamer.errors import CropError
-from streamer.formats.frames import frame_to_float32
 from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 SECONDS = 6.0
 LOSSLESS = {"flac", "alac", "wav"}
@@ -85,13 +84,6 @@ def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
-
-
 def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
     rng = random.Random(seed)
     edges = [(0.0, 0.25), (0.0, 2.0), (0.001, 1.3), (duration - 1.0, duration)]
@@ -119,7 +111,7 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, key: str) -> None:
     if key not in dataset:
         pytest.skip(f"{FILES[key][3][0]} is not installed")
     codec = FILES[key][0]
-    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
     assert dataset.seek_index(key).ok
     for start, end in _crops(full.shape[1] / rate, key):
         got = dataset.read_crop(key, start, end)
@@ -133,7 +125,7 @@ def test_aac_noise_substitution_is_in_place_but_not_exact(dataset_dir: Path) -> 
     (zero lag), but the noise itself differs from a decode from the start."""
     dataset = open_dataset(dataset_dir)
     key = "pyav/aac-pns-2"
-    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
     for start, end in _crops(full.shape[1] / rate, key)[5:15]:
         got = dataset.read_crop(key, start, end)
         first = round(start * rate)
@@ -168,7 +160,7 @@ def test_resampled_mono_crops_match_the_resampled_full_decode(
     dataset_dir: Path, key: str, target: int
 ) -> None:
     dataset = open_dataset(dataset_dir)
-    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
     reference = resample(downmix(full), rate, target)
     for start, end in _crops(full.shape[1] / rate, key)[:10]:
         got = dataset.read_crop(key, start, end, sample_rate=target, mono=True)
@@ -223,7 +215,7 @@ def test_no_index_falls_back_counted_and_warned_once(
     keys = list(dataset)
     with caplog.at_level(logging.WARNING, logger="streamer.decode.crop"):
         for key in keys:
-            full, rate = _full_decode(bytes(dataset.blob(key).view()))
+            full, rate = full_decode(bytes(dataset.blob(key).view()))
             got = dataset.read_crop(key, 0.5, 1.5)
             np.testing.assert_array_equal(got, full[:, round(0.5 * rate) : round(1.5 * rate)])
     assert dataset.decode_stats.fallback == len(keys)
@@ -295,7 +287,6 @@ def test_damaged_bytes_mid_episode_are_skipped_or_a_crop_error(
 def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     """FFmpeg's FLAC decoder swallows one-byte packets without output or error:
     the loop gives up after a bound instead of feeding it forever."""
-    import av
 
     from streamer.formats.job import DecodeContext, DecodeStats, Episode
     from streamer.formats.packets import MAX_SILENT_PACKETS, decode_packets

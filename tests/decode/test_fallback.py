@@ -27,6 +27,7 @@ from streamer.formats.reader import Reader
 from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
 from testkit.corpus_manifest import corpus_dir
+from testkit.reference import full_decode
 
 SECONDS = 4.0
 LOSSLESS = {"flac", "alac", "wav"}
@@ -62,13 +63,6 @@ def _make(key: str) -> bytes:
     if command is None:
         return encode(signal(SECONDS, rate, channels, seed=len(key)), rate, codec, options=options)
     return cli_encode(command, rate, channels, seconds=SECONDS)
-
-
-def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    """The reference (docs/decoding.md): every sample FFmpeg's decoder outputs."""
-    with av.open(io.BytesIO(data)) as container:
-        frames = list(container.decode(audio=0))
-    return np.concatenate([frame_to_float32(f) for f in frames], axis=1), frames[0].sample_rate
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +125,7 @@ def test_crops_are_exact_for_every_codec(unindexed: Path, key: str) -> None:
     if key not in dataset:
         pytest.skip(f"{FILES[key][3][0]} is not installed")
     data = bytes(dataset.blob(key).view())
-    full, rate = _full_decode(data)
+    full, rate = full_decode(data)
     crops = _crops(key, data, full.shape[1], rate)
     for start, end in crops:
         crop = dataset.crop(key, start, end)
@@ -150,7 +144,7 @@ def test_resampled_crops_follow_the_contract(unindexed: Path, key: str) -> None:
     dataset = open_dataset(unindexed)
     if key not in dataset:
         pytest.skip(f"{FILES[key][3][0]} is not installed")
-    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
     whole = resample(downmix(full), rate, 16000)
     for start, end in [(0.0, 0.5), (1.2345, 2.5), (3.0, 3.9)]:
         crop = dataset.crop(key, start, end, sample_rate=16000, mono=True)
@@ -161,7 +155,7 @@ def test_resampled_crops_follow_the_contract(unindexed: Path, key: str) -> None:
 
 def test_past_the_end_says_how_long_the_stream_is(unindexed: Path) -> None:
     dataset = open_dataset(unindexed)
-    full, rate = _full_decode(bytes(dataset.blob("pyav/aac-1").view()))
+    full, rate = full_decode(bytes(dataset.blob("pyav/aac-1").view()))
     duration = full.shape[1] / rate
     assert dataset.crop("pyav/aac-1", duration - 0.01, duration + 1).audio.shape[1] == round(
         duration * rate

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import io
 
-import av
 import numpy as np
 import pytest
 from _index_support import cli_encode, encoded
@@ -19,12 +18,12 @@ from _index_support import cli_encode, encoded
 from streamer.decode import verify
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.formats import registry
-from streamer.formats.frames import frame_to_float32
 from streamer.formats.job import Episode
 from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
+from testkit.reference import full_decode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
 
@@ -59,12 +58,6 @@ def episode(data: bytes, index: SeekIndex | None = None, key: str = "k") -> Epis
         index = registry.extract(blob)
         assert index.ok, index.reason
     return Episode(key, "s", blob, index)
-
-
-def full_decode(data: bytes) -> np.ndarray:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        return np.concatenate([frame_to_float32(f) for f in container.decode(stream)], axis=1)
 
 
 def assert_exact(ep: Episode, full: np.ndarray, starts: list[float], seconds: float = 0.3) -> None:
@@ -159,7 +152,7 @@ def test_a_too_short_preroll_is_raised_and_crops_are_then_exact(
     """A lame -V 5 VBR mp3 whose format pre-roll is one frame (too little for
     the bit reservoir): verified with a larger pre-roll, crops exact."""
     data = cli_encode(["lame", "--quiet", "-V", "5", "-", "{out}"], 44100, 2, seconds=10.0)
-    full = full_decode(data)
+    full, _ = full_decode(data)
     monkeypatch.setattr(mp3_decode, "PREROLL_FRAMES", 1)
     ep = episode(data, key="reservoir")
     assert ep.index is not None

@@ -27,7 +27,6 @@ import pytest
 from streamer import open_dataset
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.errors import CropError
-from streamer.formats.frames import frame_to_float32
 from streamer.formats.job import DecodeStats, Episode
 from streamer.formats.reader import NoIndex, Reader
 from streamer.formats.registry import GENERIC, candidates, extract, format_for
@@ -36,6 +35,7 @@ from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
 from streamer.synth import signal
 from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 SECONDS = 3.0
 TOLERANCE = 1e-4
@@ -115,13 +115,6 @@ def _frame(block: np.ndarray, sample_format: str, layout: str) -> av.AudioFrame:
         format=sample_format,
         layout=layout,
     )
-
-
-def full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
 
 
 def spans(duration: float, seed: str) -> list[tuple[float, float]]:

@@ -42,6 +42,7 @@ from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
 from streamer.synth import signal
 from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 TOLERANCE = 1e-4
 SECONDS = 2.0
@@ -85,12 +86,6 @@ def _bursts(seconds: float, rate: int, seed: int) -> np.ndarray:
     return np.clip(out, -1, 1)
 
 
-def _full_decode(data: bytes) -> np.ndarray:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        return np.concatenate([frame_to_float32(f) for f in container.decode(stream)], axis=1)
-
-
 def _episode(data: bytes, index: SeekIndex) -> Episode:
     blob = BlobHandle(MemoryReader(data), 0, len(data), shard="wild.wsds", key="k")
     return Episode("k", "wild.wsds", blob, index)
@@ -110,7 +105,7 @@ def _spans(
 
 def _assert_exact(data: bytes, crops: int = 20, seed: int = 0, longest: float = 0.5) -> SeekIndex:
     """Index ``data`` and compare crops with the full decode; returns the index."""
-    full = _full_decode(data)
+    full, _ = full_decode(data)
     index = extract(io.BytesIO(data))
     assert index.ok, index.reason
     assert index.num_samples == full.shape[1]
@@ -189,7 +184,7 @@ def test_free_format_is_refused_like_ffmpeg() -> None:
     """FFmpeg cannot open free-format mp3 (bitrate index 0): no index either."""
     data = _lame_file("--freeformat", "-b", "200")
     with pytest.raises(av.InvalidDataError):
-        _full_decode(data)
+        full_decode(data)
     assert not extract(io.BytesIO(data)).ok
 
 
@@ -210,7 +205,7 @@ def test_default_preroll_alone_is_not_enough() -> None:
     """The same -V 9 file with the stored pre-roll removed: some crop differs
     (the test above has teeth)."""
     data = _lame(["-V", "9"], _bursts(3.0, 44100, 2), 44100)
-    full = _full_decode(data)
+    full, _ = full_decode(data)
     index = dataclasses.replace(extract(io.BytesIO(data)), preroll=0)
     episode, rate = _episode(data, index), index.sample_rate
     errors = []
@@ -361,7 +356,7 @@ def test_lame_count_below_the_frames_is_no_index(change: int) -> None:
     assert not index.ok
     assert "drops samples inside the stream" in index.reason
     tagged = _tagged()
-    clean, holed = _full_decode(tagged), _full_decode(data)
+    clean, holed = full_decode(tagged)[0], full_decode(data)[0]
     stated = extract(io.BytesIO(tagged))
     frames = (stated.first_sample + stated.num_samples + stated.padding - 529) // 1152
     hole = (frames + change) * 1152 - stated.padding + 529 - stated.first_sample
@@ -379,7 +374,7 @@ def test_a_lone_frame_is_no_audio_like_ffmpeg() -> None:
     data = _untagged()
     alone = data[: _frames(data)[1]] + ID3V1
     with pytest.raises(av.InvalidDataError):
-        _full_decode(alone)
+        full_decode(alone)
     assert extract(io.BytesIO(alone)).reason == "no mpeg audio frames"
 
 
@@ -392,7 +387,7 @@ def test_packed_dataset_keeps_the_preroll(tmp_path: Path) -> None:
     pack(tmp_path / "src", tmp_path / "set", progress=False)
     dataset = open_dataset(tmp_path / "set")
     assert dataset.seek_index("bursts").preroll == extract(io.BytesIO(data)).preroll > 0
-    full, rate = _full_decode(data), 22050
+    full, rate = full_decode(data)[0], 22050
     for start, end in _spans(full.shape[1] / rate, 40, 9, 0.05):
         got = dataset.read_crop("bursts", start, end)
         np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])

@@ -49,10 +49,10 @@ import numpy as np
 import pytest
 
 from streamer import open_dataset
-from streamer.formats.frames import frame_to_float32
 from streamer.synth import signal
 from streamer.write.pack import pack
 from testkit.corpus_manifest import corpus_dir
+from testkit.reference import full_decode
 
 SECONDS = 2.0
 TOLERANCE = 1e-4
@@ -361,13 +361,6 @@ def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
-
-
 def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
     rng = random.Random(seed)
     spans = [
@@ -393,7 +386,7 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
     key = _key(name)
     if key not in dataset:
         pytest.skip("no AMR encoder (libopencore_amrnb) in this FFmpeg")
-    full, rate = _full_decode(bytes(dataset.blob(key).view()))
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
     index = dataset.seek_index(key)
     assert index.ok, index.reason
     assert index.first_sample == FIRST_SAMPLE.get(name, index.first_sample)
@@ -513,7 +506,7 @@ def test_corpus_files(tmp_path: Path) -> None:
         if path.suffix.lower() not in {".m4a", ".m4b", ".mp4", ".3gp", ".3g2", ".mov"}:
             continue
         try:
-            full, _ = _full_decode(path.read_bytes())
+            full, _ = full_decode(path.read_bytes())
         except (av.FFmpegError, ValueError, IndexError):
             continue  # not a file FFmpeg decodes: nothing to equal
         if full.shape[1]:
@@ -530,7 +523,7 @@ def test_corpus_files(tmp_path: Path) -> None:
             assert index.reason.startswith(KNOWN_REFUSALS), (key, index.reason)
             continue
         checked.append(key)
-        full, rate = _full_decode(path.read_bytes())
+        full, rate = full_decode(path.read_bytes())
         duration = full.shape[1] / rate
         for start, end in _crops(duration, key) if duration > 0.2 else [(0.0, duration)]:
             got = dataset.read_crop(key, start, end)

@@ -40,9 +40,9 @@ from _ogg_layout import Stream, interleave, paginate, split
 from streamer import open_dataset
 from streamer.decode.plan import plan_crop
 from streamer.formats import extract
-from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import FORMAT
 from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 OGGENC = ["oggenc", "-Q", "-o", "{out}", "-"]
 OPUSENC = ["opusenc", "--quiet", "-", "{out}"]
@@ -120,13 +120,6 @@ def wild(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, byte
     return out, files
 
 
-def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
-
-
 def _crops(duration: float, seed: str) -> list[tuple[float, float]]:
     """The first and the last samples, and 20 random spans."""
     rng = random.Random(seed)
@@ -187,7 +180,7 @@ def test_crops_equal_the_full_decode(wild: tuple[Path, dict[str, bytes]], key: s
     dataset = open_dataset(root)
     index = dataset.seek_index(key)
     assert index.ok, index.reason
-    full, rate = _full_decode(files[key])
+    full, rate = full_decode(files[key])
     assert index.num_samples == full.shape[1]
     for start, end in _crops(full.shape[1] / rate, key):
         got = dataset.read_crop(key, start, end)
@@ -224,7 +217,7 @@ def test_chains_ffmpeg_cannot_decode_as_one_stream_have_no_index() -> None:
     stereo, mono = _stream("vorbis", 44100, 2, 1.0, 1), _stream("vorbis", 44100, 1, 1.0, 2)
     data = paginate(stereo) + paginate(mono)
     with pytest.raises(av.FFmpegError):
-        _full_decode(data)
+        full_decode(data)
     assert extract(io.BytesIO(data)).reason == "chained ogg streams of different formats"
     # Other codebooks: FFmpeg decodes the second link with the first's (noise).
     high = split(cli_encode(["oggenc", "-Q", "-q", "9", "-o", "{out}", "-"], 44100, 2, 1.0), 3)

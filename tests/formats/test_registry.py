@@ -5,15 +5,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 
 import streamer
 from streamer.formats import FORMATS, Format, extract, format_for, sniff
-from streamer.formats.frames import frame_to_float32
 from streamer.index import SeekIndex
 from streamer.synth import encode, signal
+from testkit.reference import full_decode
 
 
 def test_every_pair_has_exactly_one_format() -> None:
@@ -26,13 +25,6 @@ def test_every_pair_has_exactly_one_format() -> None:
             assert format_for(index) is form
     assert format_for(SeekIndex(status="ok", codec="flac", container="mp4")) is None
     assert sniff(b"fLaC\0\0\0\x22") == "flac"
-
-
-def _full_decode(data: bytes) -> tuple[np.ndarray, int]:
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.audio[0]
-        frames = [frame_to_float32(f) for f in container.decode(stream)]
-        return np.concatenate(frames, axis=1), stream.codec_context.sample_rate
 
 
 @pytest.mark.parametrize(
@@ -56,7 +48,7 @@ def test_a_codec_its_container_format_does_not_decode_is_refused_when_indexing(
     # The indexer tried the generic packet index too, which cannot serve MP4.
     reason += "; generic: mov cannot seek by byte"
     assert dataset.seek_index(codec).reason == reason
-    full, full_rate = _full_decode(data)
+    full, full_rate = full_decode(data)
     for start in (0.0, 1.3, 4.5):
         crop = dataset.crop(codec, start, start + 1.0)
         assert crop.sample_rate == full_rate == rate
