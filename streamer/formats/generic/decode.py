@@ -35,10 +35,10 @@ from ..sparse import SparseFile
 from .parse import (
     BUFFER_SIZE,
     CONTAINER_PREFIX,
-    OPEN_OPTIONS,
     OVERREAD,
     SPLICED,
     STAMPED,
+    open_demuxer,
     open_spliced,
     place,
     reposition,
@@ -136,14 +136,7 @@ def decode(
             container = open_spliced(fetched.header, bytes(fetched.data), name)
         else:
             source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, start)
-            container = av.open(
-                source,
-                "r",
-                format=name,
-                options=OPEN_OPTIONS,
-                buffer_size=BUFFER_SIZE,
-                metadata_errors="ignore",
-            )
+            container = open_demuxer(source, name)
     with container:
         if name not in SPLICED and start > index.data_start:
             reposition(container, name, start, plan.start_native)

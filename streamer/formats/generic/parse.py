@@ -176,16 +176,22 @@ def place(packet: Any, name: str) -> int | None:
     return round(packet.pts * packet.time_base * stream.codec_context.sample_rate)
 
 
-def open_spliced(header: bytes, data: bytes, name: str) -> Any:
-    """A demuxer over ``header`` followed directly by ``data``."""
+def open_demuxer(source: Any, name: str) -> Any:
+    """FFmpeg's demuxer ``name`` over a file object, opened the one way the
+    indexer and every crop open it (what the header ranges were recorded with)."""
     return av.open(
-        io.BytesIO(header + data),
+        source,
         "r",
         format=name,
         options=OPEN_OPTIONS,
         buffer_size=BUFFER_SIZE,
         metadata_errors="ignore",
     )
+
+
+def open_spliced(header: bytes, data: bytes, name: str) -> Any:
+    """A demuxer over ``header`` followed directly by ``data``."""
+    return open_demuxer(io.BytesIO(header + data), name)
 
 
 def parse(reader: Reader, *, density: float) -> SeekIndex:
@@ -217,14 +223,7 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     source.seek(0)
     source.recording = True
     source.pattern = SPLICED.get(name, b"")
-    with av.open(
-        source,
-        "r",
-        format=name,
-        options=OPEN_OPTIONS,
-        buffer_size=BUFFER_SIZE,
-        metadata_errors="ignore",
-    ) as c:
+    with open_demuxer(source, name) as c:
         opening = list(source.ranges)
         source.ranges.clear()
         flags = c.format.flags
@@ -499,14 +498,7 @@ def _decoded(source: _Recording, name: str, index: SeekIndex, k: int, end: int |
         with open_spliced(head, data, name) as container:
             return _decoded_from(container, name, None, end is None)
     source.seek(0)
-    with av.open(
-        source,
-        "r",
-        format=name,
-        options=OPEN_OPTIONS,
-        buffer_size=BUFFER_SIZE,
-        metadata_errors="ignore",
-    ) as c:
+    with open_demuxer(source, name) as c:
         reposition(c, name, start, int(index.sample_pos[k]))
         places = index.sample_pos if name in STAMPED else index.byte_pos
         span = (int(places[k]), None if end is None else int(places[end]))
