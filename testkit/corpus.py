@@ -22,8 +22,8 @@ import av
 import numpy as np
 
 from streamer.dataset.dataset import Dataset
-from streamer.formats.frames import frame_to_float32
 from streamer.index import SeekIndex
+from testkit.reference import NoSamples, decode_first_stream
 
 #: Max abs error a lossy crop may have at zero lag (docs/decoding.md).
 TOLERANCE = 1e-4
@@ -69,18 +69,15 @@ def full_decode(data: bytes) -> Reference:
             if stream.codec_context is None:
                 return Reference(None, container=container, problem="no decoder for the stream")
             codec, rate = stream.codec_context.name, stream.codec_context.sample_rate
-            frames = [frame_to_float32(f) for f in opened.decode(stream)]
+            audio, rate = decode_first_stream(opened)
+    except NoSamples as exc:
+        return Reference(None, rate, codec, container, problem=str(exc))
     except (av.FFmpegError, ValueError, OSError) as exc:
         return Reference(None, rate, codec, container, problem=_first_line(exc))
     finally:
         av.logging.set_level(level)
     errors = sorted({message.strip() for level, _, message in logs if level <= av.logging.ERROR})
-    reference = Reference(None, rate, codec, container, errors="; ".join(errors)[:120])
-    if sum(f.shape[1] for f in frames) == 0:
-        reference.problem = "decodes to no samples"
-    else:
-        reference.audio = np.concatenate(frames, axis=1)
-    return reference
+    return Reference(audio, rate, codec, container, errors="; ".join(errors)[:120])
 
 
 def _first_line(exc: BaseException) -> str:

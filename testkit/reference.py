@@ -15,14 +15,26 @@ import numpy as np
 
 from streamer.formats.frames import frame_to_float32
 
-__all__ = ["full_decode"]
+__all__ = ["NoSamples", "decode_first_stream", "full_decode"]
+
+
+class NoSamples(ValueError):
+    """The stream decodes to no samples: there is no full decode."""
 
 
 def full_decode(data: bytes) -> tuple[np.ndarray, int]:
     """The full decode of an encoded file, float32 ``(channels, samples)``,
     and its sample rate; raises what FFmpeg raises on bytes it cannot decode."""
     with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
-        stream = container.streams.audio[0]
-        frames = list(container.decode(stream))
-        rate = frames[0].sample_rate if frames else stream.codec_context.sample_rate
-        return np.concatenate([frame_to_float32(f) for f in frames], axis=1), rate
+        return decode_first_stream(container)
+
+
+def decode_first_stream(container: av.container.InputContainer) -> tuple[np.ndarray, int]:
+    """Every sample of an open container's first audio stream, in order, and
+    the rate the decoder outputs (the first frame's: a stream header can
+    state HE-AAC's core rate); ``NoSamples`` when it decodes to nothing."""
+    stream = container.streams.audio[0]
+    frames = list(container.decode(stream))
+    if not sum(f.samples for f in frames):
+        raise NoSamples("decodes to no samples")
+    return np.concatenate([frame_to_float32(f) for f in frames], axis=1), frames[0].sample_rate
