@@ -24,6 +24,7 @@ from typing import BinaryIO
 import av
 import numpy as np
 
+from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from ..timing import record
 from .resample import crop_span
@@ -63,7 +64,7 @@ def decode_range(
     """
     source.seek(0)
     with record("decoder_open"):
-        container = av.open(source, "r", metadata_errors="ignore")
+        container = open_input(source)
     with container:
         if not container.streams.audio:
             raise ValueError("no audio stream")

@@ -43,6 +43,7 @@ import av
 import numpy as np
 
 from ..errors import DataError
+from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
@@ -196,7 +197,7 @@ def _frames(
     """FFmpeg's decoded frames of the first audio stream, from the start or
     after a backward seek to ``seek_seconds`` (``options``: how to open)."""
     blob.seek(0)
-    with av.open(blob, "r", options=options, metadata_errors="ignore") as container:
+    with open_input(blob, options=options) as container:
         stream = container.streams.audio[0]
         if seek_seconds is not None:
             origin = stream.start_time or 0

@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import av
 import numpy as np
 
 from ..dataset.dataset import Dataset
 from ..decode.resample import downmix, resample
+from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from .episodes import Episodes
 from .samplers import RandomCrops
@@ -204,7 +204,7 @@ def naive_crop(data: bytes, start: float, end: float) -> tuple[np.ndarray, int]:
     jump after a seek: ``ValueError`` when nothing lands in the range). The
     benchmarks' baseline, never a decode path of the library.
     """
-    with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+    with open_input(io.BytesIO(data)) as container:
         stream = container.streams.audio[0]
         rate = stream.codec_context.sample_rate
         origin = stream.start_time or 0

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import av
 
+from ..formats.ffmpeg import open_input
+
 __all__ = ["AudioInfo", "ProbeError", "probe"]
 
 
@@ -30,7 +32,7 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
     that are not UTF-8 (an ID3v1 title in Latin-1: common in mp3s from the
     wild) are ignored: PyAV would refuse the whole file over them."""
     try:
-        with av.open(os.fspath(path), "r", metadata_errors="ignore") as container:
+        with open_input(os.fspath(path)) as container:
             if not container.streams.audio:
                 raise ProbeError("no audio stream")
             stream = container.streams.audio[0]

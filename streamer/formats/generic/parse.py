@@ -47,6 +47,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...storage.files import RangeFile
+from ..ffmpeg import open_input
 from ..reader import NoIndex, Points, Reader, interval
 
 __all__ = [
@@ -179,14 +180,7 @@ def place(packet: Any, name: str) -> int | None:
 def open_demuxer(source: Any, name: str) -> Any:
     """FFmpeg's demuxer ``name`` over a file object, opened the one way the
     indexer and every crop open it (what the header ranges were recorded with)."""
-    return av.open(
-        source,
-        "r",
-        format=name,
-        options=OPEN_OPTIONS,
-        buffer_size=BUFFER_SIZE,
-        metadata_errors="ignore",
-    )
+    return open_input(source, format=name, options=OPEN_OPTIONS, buffer_size=BUFFER_SIZE)
 
 
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
@@ -201,7 +195,7 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
         raise NoIndex("generic index needs a seekable stream")
     source = _Recording(stream, reader.length())
     try:
-        with av.open(source, "r", buffer_size=_PROBE_BUFFER, metadata_errors="ignore") as probe:
+        with open_input(source, buffer_size=_PROBE_BUFFER) as probe:
             name = demuxer_name(probe)
             if not probe.streams.audio:
                 raise NoIndex(f"no audio stream in {name}")

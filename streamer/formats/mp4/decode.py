@@ -33,6 +33,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...timing import record
+from ..ffmpeg import open_input
 from ..frames import concat, frame_to_float32
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless
 from ..sparse import SparseFile
@@ -140,9 +141,7 @@ def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxe
     # The edited moov comes first among pieces that start where it does.
     source.refill(((offset, memoryview(view.moov)), *fetched.pieces), context)
     with record("decoder_open"):
-        container = av.open(
-            source, "r", format="mp4", options=_NO_PROBING, metadata_errors="ignore"
-        )
+        container = open_input(source, format="mp4", options=_NO_PROBING)
     return _Demuxer(container, source, view.origin)
 
 
