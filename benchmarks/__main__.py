@@ -20,6 +20,7 @@ import time
 SUITE = [
     ("bench_blob", ["--episode-mb", "50"], []),
     ("bench_timing", ["--calls", "200000", "--crops", "50"], []),
+    ("bench_resample", ["--repeats", "5"], []),
     ("bench_index", ["--seconds", "30"], []),
     ("bench_generic", ["--seconds", "30", "--crops", "30"], []),
     ("bench_decode", ["--quick"], []),

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..dataset.dataset import Dataset
-from ..decode.resample import downmix, resample
+from ..decode.resample import DEFAULT_QUALITY, downmix, resample
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from .episodes import Episodes
@@ -36,6 +36,8 @@ class BenchConfig:
     crops: int = 200
     seed: int = 0
     sample_rate: int | None = None
+    mono: bool = False
+    resample_quality: str = DEFAULT_QUALITY
 
 
 def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Streamer:
@@ -49,6 +51,8 @@ def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Str
         sampler,
         seed=config.seed,
         sample_rate=config.sample_rate,
+        mono=config.mono,
+        resample_quality=config.resample_quality,
         max_crops=config.crops,
         rank=0,
         world_size=1,
@@ -187,7 +191,7 @@ def _naive_crops(dataset: Dataset, streamer: Streamer) -> tuple[int, dict[str, i
             if request.mono:
                 audio = downmix(audio)
             if request.sample_rate and request.sample_rate != rate:
-                resample(audio, rate, request.sample_rate)
+                resample(audio, rate, request.sample_rate, quality=request.resample_quality)
         except Exception as exc:  # anything on bytes in memory is the naive path failing
             reason = f"{type(exc).__name__}: {exc}"
             failed[reason] = failed.get(reason, 0) + 1

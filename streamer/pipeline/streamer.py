@@ -37,6 +37,7 @@ import sniffio
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
+from ..decode.resample import DEFAULT_QUALITY, check_quality
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
@@ -68,8 +69,9 @@ class Streamer:
     ``Dataset`` or a ``Mix`` takes no ``storage_options`` (``ValueError``).
     Crops are ``Crop`` objects (``audio`` float32 ``(channels,
     samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
-    ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
-    zero-padded to full length with ``pad``.
+    ``sample_rate`` (default: each episode's own; libsoxr at
+    ``resample_quality``), downmixed with ``mono``, zero-padded to full
+    length with ``pad``.
 
     The order is a function of (seed, epoch) and this consumer's partition:
     ``rank``/``world_size`` (default: torch.distributed, else ``RANK`` /
@@ -103,6 +105,7 @@ class Streamer:
         sample_rate: int | None = None,
         mono: bool = False,
         pad: bool = False,
+        resample_quality: str = DEFAULT_QUALITY,
         workers: int | None = None,
         prefetch: int | None = None,
         queue_size: int = 16,
@@ -129,6 +132,7 @@ class Streamer:
             self.sources = [(open_source(data, storage_options), 1.0)]
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
+        self.resample_quality = check_quality(resample_quality)
         self.workers = default_workers() if workers is None else workers
         self._stores = _remote_stores(self.sources)
         self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
@@ -201,6 +205,7 @@ class Streamer:
             sample_rate=self.sample_rate,
             mono=self.mono,
             pad=self.pad,
+            resample_quality=self.resample_quality,
         )
         return self.sources[source][0], request
 
