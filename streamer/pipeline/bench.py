@@ -6,12 +6,18 @@ Every configuration (dataset URL x worker count) streams the same crops —
 same run, is what the project replaces: copy the episode's whole blob out of
 the shard (one uncached read of the cell), open it with PyAV, seek, decode,
 slice; one process.
+
+The floor, also on the same crops in the same run, is the pure decode of
+each crop's packets (``limit.py``): every run reports its CPU per crop
+(parent and decode workers, their start-up left out) over that limit.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -24,6 +30,7 @@ from ..decode.resample import DEFAULT_QUALITY, downmix, resample
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from .episodes import Episodes
+from .limit import limit_seconds
 from .samplers import RandomCrops
 from .streamer import Streamer
 
@@ -69,8 +76,11 @@ def bench(
     *,
     baseline: bool = False,
     rounds: int = 1,
+    limit: bool = True,
 ) -> dict[str, Any]:
-    """One run per (dataset, worker count), plus the baseline per dataset.
+    """One run per (dataset, worker count), plus the baseline per dataset
+    and, with ``limit``, the pure decode of the same crops (``limit.py``):
+    ``limit_ms_per_crop`` and ``cpu_over_limit`` in every run.
 
     Returns the first run's figures at the top level and every run in
     ``runs``; ``relative`` is crops/s over the first dataset's at the same
@@ -85,6 +95,7 @@ def bench(
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     naive = [_baseline(dataset, config) if baseline else None for dataset in datasets]
+    floors = [_limit(dataset, config) if limit else {} for dataset in datasets]
     tries: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for number, dataset in enumerate(datasets):
@@ -95,6 +106,9 @@ def bench(
         run = {**_median_run(measured), "rounds_crops_per_s": [r["crops_per_s"] for r in measured]}
         first = _median_run(tries[(0, count)])["crops_per_s"]
         run["relative"] = run["crops_per_s"] / first if first else None
+        run.update(floors[number])
+        if floors[number].get("limit_ms_per_crop"):
+            run["cpu_over_limit"] = run["cpu_ms_per_crop"] / floors[number]["limit_ms_per_crop"]
         if naive[number] is not None:
             run.update(naive[number])
             run["speedup"] = run["crops_per_s"] / naive[number]["baseline_crops_per_s"]
@@ -107,12 +121,22 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(runs, key=lambda run: run["crops_per_s"])[len(runs) // 2]
 
 
-def _cpu_seconds() -> float:
-    me, children = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+def _cpu_seconds(who: int) -> float:
+    """CPU seconds of this process (``RUSAGE_SELF``, every thread) or of its
+    reaped children (``RUSAGE_CHILDREN``)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds a running process has used so far (Linux ``/proc``; 0
+    elsewhere, where a worker's start-up then counts in the run's CPU)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cold(dataset: Dataset) -> dict[str, int]:
@@ -124,13 +148,18 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
     streamer = bench_streamer(dataset, config, workers=workers)
     crops = len(streamer)
     before = _cold(dataset)
-    cpu = _cpu_seconds()
-    with streamer:  # workers start (and import) before the clock does
+    children = _cpu_seconds(resource.RUSAGE_CHILDREN)
+    with streamer:  # workers start (and import) before the clocks do
+        startup = sum(_process_cpu(pid) for pid in streamer.worker_pids)
+        parent = _cpu_seconds(resource.RUSAGE_SELF)
         began = time.perf_counter()
         for _ in streamer:
             pass
         seconds = time.perf_counter() - began
-    cpu = _cpu_seconds() - cpu  # the workers are reaped by now: their CPU counts
+        parent = _cpu_seconds(resource.RUSAGE_SELF) - parent
+    # The workers are reaped by now: their CPU counts, but for their start-up.
+    workers_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children - startup
+    cpu = parent + workers_cpu
     after = dataset.store.stats.snapshot()
     stats = streamer.stats
     blocks = (after["hits"] + after["disk_hits"] + after["misses"]) - (
@@ -144,6 +173,8 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
         "seconds": seconds,
         "crops_per_s": stats.yielded / seconds if seconds else 0.0,
         "cpu_ms_per_crop": cpu * 1000 / per,
+        "parent_cpu_ms_per_crop": parent * 1000 / per,
+        "worker_cpu_ms_per_crop": workers_cpu * 1000 / per,
         "yielded": stats.yielded,
         "skipped": stats.skipped,
         "paths": dict(stats.decode.paths),
@@ -173,6 +204,33 @@ def _baseline(dataset: Dataset, config: BenchConfig) -> dict[str, Any]:
         "baseline_crops_per_s": len(streamer) / seconds if seconds else 0.0,
         "baseline_bytes_per_crop": nbytes / crops,
         "baseline_failed": failed,
+    }
+
+
+def _limit(dataset: Dataset, config: BenchConfig) -> dict[str, Any]:
+    """The pure decode of the same crops' packets (``limit.py``), CPU ms per
+    crop; a crop it cannot decode is counted by reason in ``limit_failed``
+    and left out of the mean."""
+    streamer = bench_streamer(dataset, config, workers=0)
+    requests = sorted(
+        (streamer.request(position)[1] for position in range(len(streamer))),
+        key=lambda request: (request.key, request.start),
+    )
+    seconds, counted = 0.0, 0
+    failed: dict[str, int] = {}
+    for key, group in itertools.groupby(requests, key=lambda request: request.key):
+        crops = [(request.start, request.end) for request in group]
+        blob = dataset.blob(key)
+        (data,) = blob.reader.fetch_many_sync([(blob.offset, blob.length)])
+        try:
+            seconds += limit_seconds([(bytes(data), crops)])
+            counted += len(crops)
+        except Exception as exc:  # the yardstick failing is reported, not raised
+            reason = f"{type(exc).__name__}: {exc}"
+            failed[reason] = failed.get(reason, 0) + len(crops)
+    return {
+        "limit_ms_per_crop": seconds * 1000 / counted if counted else None,
+        "limit_failed": failed,
     }
 
 
