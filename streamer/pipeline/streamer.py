@@ -355,6 +355,7 @@ class Streamer:
                 prefetch=self.prefetch,
                 queue_size=self.queue_size,
                 stats=self._stats,
+                plan_in_loop=not self._stores,
             )
             resources.run.start()
         while True:
