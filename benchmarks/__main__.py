@@ -27,6 +27,8 @@ SUITE = [
     ("bench_peers", ["--quick"], []),
     ("bench_fallback", ["--quick"], []),
     ("bench_scaling", ["--quick"], []),
+    ("bench_limit", ["--minutes", "3", "--episodes", "1", "--crops", "60"], []),
+    ("bench_memory", ["--crops", "600", "--every", "200"], []),
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),

@@ -23,6 +23,7 @@ in ``piped``). Platforms without ``memfd_create`` use the pipe for all.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import mmap
 import os
@@ -76,8 +77,11 @@ class Lease:
 
 class Arena:
     """One shared memory file, its mapping in this process and a first-fit
-    list of free regions. Thread-safe: regions are released by finalizers,
-    which run in whatever thread drops the last reference."""
+    list of free regions. Regions are released by finalizers, which run in
+    whatever thread drops the last reference, at any allocation (a garbage
+    collection), even in the middle of ``lease``: ``release`` only queues
+    the region, and the free list is changed under the lock, by ``lease``
+    and ``leased``, which take the queue first."""
 
     def __init__(self, size: int = ARENA_BYTES) -> None:
         self.size = size
@@ -92,8 +96,16 @@ class Arena:
         self._leases: dict[int, int] = {}  # offset -> serial of the lease on it
         self._serials = itertools.count()
         self._lock = threading.Lock()
-        self.leased = 0  # bytes in leased regions now
+        self._returned: collections.deque[Lease] = collections.deque()
+        self._leased = 0
         self.piped = 0  # tasks that found no free region
+
+    @property
+    def leased(self) -> int:
+        """Bytes in leased regions now."""
+        with self._lock:
+            self._take_returned()
+            return self._leased
 
     def lease(self, nbytes: int) -> Lease | None:
         """A free region of ``nbytes``, or None when there is none."""
@@ -101,13 +113,14 @@ class Arena:
             return None
         need = -(-nbytes // _ALIGN) * _ALIGN
         with self._lock:
+            self._take_returned()
             for number, (offset, length) in enumerate(self._free):
                 if length >= need:
                     if length == need:
                         del self._free[number]
                     else:
                         self._free[number] = (offset + need, length - need)
-                    self.leased += need
+                    self._leased += need
                     serial = next(self._serials)
                     self._leases[offset] = serial
                     return Lease(offset, need, serial)
@@ -115,23 +128,32 @@ class Arena:
         return None
 
     def release(self, lease: Lease) -> None:
-        """Give a leased region back (once), merged with free neighbours."""
+        """Give a leased region back (a second release of a lease is ignored).
+        Safe from any thread at any moment: it only queues the lease."""
+        self._returned.append(lease)
+
+    def _take_returned(self) -> None:
+        """Put the queued regions back in the free list (under the lock)."""
+        while self._returned:
+            self._give_back(self._returned.popleft())
+
+    def _give_back(self, lease: Lease) -> None:
+        """One region back in the free list, merged with free neighbours."""
         offset, length = lease.region
-        with self._lock:
-            if self._leases.get(offset) != lease.serial:
-                return
-            del self._leases[offset]
-            self.leased -= length
-            free = self._free
-            at = 0
-            while at < len(free) and free[at][0] < offset:
-                at += 1
-            free.insert(at, (offset, length))
-            if at + 1 < len(free) and offset + length == free[at + 1][0]:
-                free[at] = (offset, length + free.pop(at + 1)[1])
-            if at > 0 and free[at - 1][0] + free[at - 1][1] == offset:
-                start, size = free.pop(at - 1)
-                free[at - 1] = (start, size + free[at - 1][1])
+        if self._leases.get(offset) != lease.serial:
+            return
+        del self._leases[offset]
+        self._leased -= length
+        free = self._free
+        at = 0
+        while at < len(free) and free[at][0] < offset:
+            at += 1
+        free.insert(at, (offset, length))
+        if at + 1 < len(free) and offset + length == free[at + 1][0]:
+            free[at] = (offset, length + free.pop(at + 1)[1])
+        if at > 0 and free[at - 1][0] + free[at - 1][1] == offset:
+            start, size = free.pop(at - 1)
+            free[at - 1] = (start, size + free[at - 1][1])
 
     def array(self, lease: Lease, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """The crop a worker wrote in ``lease``'s region, as an array over the
