@@ -22,12 +22,15 @@ from streamer.demo import demo_dataset
 from streamer.pipeline.bench import BenchConfig, bench_streamer
 
 
-def rss_mb(pid: int | str = "self") -> float:
+def rss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """(resident MB, of which shared memory), from ``/proc/PID/status``."""
+    found = {}
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssShmem"):
+                found[name] = int(value.split()[0]) / 1024
+    return found.get("VmRSS", float("nan")), found.get("RssShmem", float("nan"))
 
 
 def main() -> None:
@@ -41,15 +44,16 @@ def main() -> None:
     config = BenchConfig(duration=args.duration, crops=args.crops)
     s = bench_streamer(dataset, config, workers=args.workers)
     rows = []
-    print(f"{'crops':>7}{'parent MB':>11}{'workers MB':>20}")
+    print(f"{'crops':>7}{'parent MB (shared)':>20}{'workers MB (shared)':>30}")
     with s:
         for count, crop in enumerate(s, 1):
             del crop
             if count % args.every == 0:
                 workers = [rss_mb(pid) for pid in s.worker_pids]
                 rows.append({"crops": count, "parent_mb": rss_mb(), "workers_mb": workers})
-                shown = " ".join(f"{mb:.0f}" for mb in workers)
-                print(f"{count:>7}{rows[-1]['parent_mb']:>11.0f}{shown:>20}", flush=True)
+                parent = "{:.0f} ({:.0f})".format(*rows[-1]["parent_mb"])
+                shown = " ".join("{:.0f} ({:.0f})".format(*mb) for mb in workers)
+                print(f"{count:>7}{parent:>20}{shown:>30}", flush=True)
     print(f"skipped {s.stats.skipped}, worker restarts {s.stats.worker_restarts}")
     print("wrote", write_json("memory", {"args": vars(args), "rows": rows, "pid": os.getpid()}))
 
