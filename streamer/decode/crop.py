@@ -67,7 +67,10 @@ _WARNED: set[tuple[str | None, str]] = set()
 
 @dataclass
 class Crop:
-    """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``."""
+    """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``.
+
+    ``position`` is set by a pipeline: the crop's place in its rank's share
+    of the epoch, which is what a training loop's checkpoint records."""
 
     audio: np.ndarray
     key: str
@@ -75,6 +78,7 @@ class Crop:
     end: float
     sample_rate: int
     shard: str | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True)

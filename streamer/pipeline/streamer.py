@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -33,6 +34,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
+import numpy as np
 import sniffio
 
 from ..dataset.dataset import Dataset
@@ -47,7 +49,7 @@ from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, default_restart_budget
 from .run import Run
 from .samplers import Sampler
-from .sharding import Partition, resolve_partition
+from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure
@@ -74,8 +76,12 @@ class Streamer:
     The order is a function of (seed, epoch) and this consumer's partition:
     ``rank``/``world_size`` (default: torch.distributed, else ``RANK`` /
     ``WORLD_SIZE``, else one rank) and ``worker``/``num_workers`` (default:
-    the DataLoader worker). ``shuffle_window`` trades locality for mixing
-    (see ``order.py``); ``max_crops`` keeps only the epoch's first crops.
+    the DataLoader worker). Every rank gets the same number of crops
+    (``even``; the remainder is dropped, or with ``drop_last=False`` filled
+    by repeating crops) and DataLoader workers take turns by whole batches
+    of ``loader_batch_size`` (the DataLoader's), so the batches come out in
+    the rank's order (``sharding.py``). ``shuffle_window`` trades locality for
+    mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first crops.
 
     ``workers`` decode processes (0: decode in threads of this process);
     ``prefetch`` crops may be planned, fetched or decoded ahead of the
@@ -112,6 +118,9 @@ class Streamer:
         world_size: int | None = None,
         worker: int | None = None,
         num_workers: int | None = None,
+        even: bool = True,
+        drop_last: bool = True,
+        loader_batch_size: int = 1,
         shuffle_window: int = 1000,
         max_crops: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
@@ -135,6 +144,7 @@ class Streamer:
         self.queue_size = queue_size
         self.seed, self.epoch = seed, epoch
         self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
+        self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
         self.shuffle_window = shuffle_window
         self.max_crops = max_crops
         self.on_error = on_error
@@ -145,7 +155,8 @@ class Streamer:
         )
         self._position = 0
         self._episodes: list[Episodes] | None = None
-        self._plans: dict[int, EpochPlan] = {}
+        self._plans: dict[int, tuple[EpochPlan, np.ndarray]] = {}
+        self._totals: dict[int, int] = {}
         self._stats = StreamerStats()
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
@@ -162,22 +173,37 @@ class Streamer:
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """This consumer's crops of ``epoch`` (default: the current one), in order."""
+        return self._consumer_plan(epoch)[0]
+
+    def _consumer_plan(self, epoch: int | None = None) -> tuple[EpochPlan, np.ndarray]:
+        """This consumer's crops and, for each, its index in the rank's share."""
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
-            whole = plan_epoch(
-                [
-                    (episodes, weight)
-                    for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
-                ],
-                self.sampler,
-                seed=self.seed,
-                epoch=epoch,
-                window=self.shuffle_window,
-                max_crops=self.max_crops,
-            )
-            first, last = self.partition.bounds(len(whole))
-            self._plans = {epoch: whole[first:last]}
+            whole = self._whole_plan(epoch)
+            self._totals[epoch] = len(whole)
+            positions, share_index = self.split.positions(len(whole), self.partition)
+            self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
+
+    def _whole_plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(
+            [
+                (episodes, weight)
+                for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
+            ],
+            self.sampler,
+            seed=self.seed,
+            epoch=epoch,
+            window=self.shuffle_window,
+            max_crops=self.max_crops,
+        )
+
+    def total(self, epoch: int | None = None) -> int:
+        """Crops in the whole of ``epoch`` (every rank's), before the split."""
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._totals:
+            self._totals[epoch] = len(self._whole_plan(epoch))
+        return self._totals[epoch]
 
     def __len__(self) -> int:
         """Crops in this consumer's share of the current epoch."""
@@ -212,7 +238,12 @@ class Streamer:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
         self._require_idle()
-        self.epoch, self._position = epoch, 0
+        self._start_pass(epoch, 0, (), 0)
+
+    def _start_pass(self, epoch: int, position: int, done: Intervals, consumed: int) -> None:
+        self.epoch, self._position = epoch, position
+        self.split = dataclasses.replace(self.split, done=done, consumed=consumed)
+        self._plans = {}
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every crop before ``position`` of ``epoch`` was
@@ -220,7 +251,12 @@ class Streamer:
         Crops prefetched but not yet consumed are not counted, so resuming
         repeats none and skips none; after a storage or pipeline error the
         crops from the one that failed on are still to do, and ``epoch``
-        advances only when a pass reaches its end."""
+        advances only when a pass reaches its end.
+
+        ``done`` (global positions consumed before this pass) and ``start``
+        (crops of the rank's share consumed before it) say where the pass
+        began; ``consumed`` counts the rank's crops up to the last one this
+        consumer handed over."""
         p = self.partition
         return {
             "seed": self.seed,
@@ -230,7 +266,19 @@ class Streamer:
             "world_size": p.world_size,
             "worker": p.worker,
             "num_workers": p.num_workers,
+            "batch_size": self.split.batch_size,
+            "done": [list(run) for run in self.split.done],
+            "start": self.split.consumed,
+            "consumed": self.consumed(),
         }
+
+    def consumed(self, position: int | None = None) -> int:
+        """Crops of this rank's share handed over once this consumer has handed
+        over its first ``position`` (default: as many as it has)."""
+        position = self._position if position is None else position
+        if not position:
+            return self.split.consumed
+        return int(self._consumer_plan()[1][position - 1]) + 1
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a ``state_dict()`` taken by the same consumer (same seed
@@ -239,10 +287,14 @@ class Streamer:
         p = self.partition
         mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
         mine |= {"worker": p.worker, "num_workers": p.num_workers}
-        theirs = {name: state[name] for name in mine}
+        mine |= {"batch_size": self.split.batch_size}
+        theirs = {name: state.get(name, 1 if name == "batch_size" else None) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
-        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+        done = merge_intervals(state.get("done", ()))
+        self._start_pass(
+            int(state["epoch"]), int(state["position"]), done, int(state.get("start", 0))
+        )
 
     @property
     def stats(self) -> StreamerStats:
@@ -359,7 +411,7 @@ class Streamer:
             self._stats.queue_wait_s += time.perf_counter() - began
             if item is None:
                 await self._stop_run()
-                self.epoch, self._position = self.epoch + 1, 0
+                self._start_pass(self.epoch + 1, 0, (), 0)
                 return _END
             if isinstance(item.result, Failure):
                 self._fail(item.position, item.result)
@@ -367,7 +419,9 @@ class Streamer:
             self._position = item.position + 1
             self._stats.yielded += 1
             self._stats.add_latency(item.latency)
-            return item.result
+            crop = item.result
+            crop.position = int(self._consumer_plan()[1][item.position])
+            return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
         """Skip and count a crop whose data failed, or raise: a storage
