@@ -123,3 +123,13 @@ def consumed_after(packed: Path, folder: Path, runs: list[tuple[int, int | None]
         torchrun(nproc, *args, *(["--stop-after", str(stop)] if stop else []))
         out.append(consumed(log, nproc))
     return out if len(runs) > 1 else out[0]
+
+
+def test_the_docs_quote_the_ddp_example() -> None:
+    """docs/pipeline.md shows the DDP script as the test above runs it."""
+    docs = (EXAMPLES.parent / "docs" / "pipeline.md").read_text()
+    after = docs[docs.index("A complete DDP script") :]
+    body = after[after.index("```python\n") + 10 :]
+    quoted = body[: body.index("\n```")]
+    assert len(quoted.splitlines()) > 40
+    assert quoted in (EXAMPLES / "torch_ddp.py").read_text()
