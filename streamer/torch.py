@@ -310,8 +310,11 @@ def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, An
     samples; ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
     samples)``, True where a sample is the crop's own; ``position`` in the
     rank's share (what ``CropDataset.state_dict(batch)`` reads); ``key``,
-    ``start``, ``end``, ``sample_rate`` and ``shard`` per crop. Use
-    ``functools.partial(collate, length=n)`` as a DataLoader's ``collate_fn``."""
+    ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
+    each of the crops' ``fields`` under its name, a tensor when every value
+    is a number, else a list; ``supervisions`` (a list per crop) when they
+    were asked for. Use ``functools.partial(collate, length=n)`` as a
+    DataLoader's ``collate_fn``."""
     if not crops:
         raise ValueError("cannot collate an empty batch")
     if length is not None and length < 1:
@@ -338,4 +341,20 @@ def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, An
     }
     if all(c.position is not None for c in crops):
         batch["position"] = torch.tensor([c.position for c in crops], dtype=torch.int64)
+    batch["source"] = [c.source for c in crops]
+    if any(c.supervisions is not None for c in crops):
+        batch["supervisions"] = [c.supervisions or [] for c in crops]
+    for name in dict.fromkeys(name for c in crops for name in c.fields):
+        if name in batch:
+            raise ValueError(f"a crop field named {name!r} would replace the batch's own")
+        batch[name] = _stacked([c.fields.get(name) for c in crops])
     return batch
+
+
+def _stacked(values: list[Any]) -> Any:
+    """Numbers as one tensor (int64, float64 or bool), anything else as a list."""
+    if values and all(isinstance(v, bool | np.bool_) for v in values):
+        return torch.tensor([bool(v) for v in values])
+    if values and all(isinstance(v, int | float | np.number) for v in values):
+        return torch.tensor([v.item() if isinstance(v, np.number) else v for v in values])
+    return values

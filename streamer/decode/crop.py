@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import av
 import numpy as np
@@ -69,8 +70,11 @@ _WARNED: set[tuple[str | None, str]] = set()
 class Crop:
     """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``.
 
-    ``position`` is set by a pipeline: the crop's place in its rank's share
-    of the epoch, which is what a training loop's checkpoint records."""
+    A pipeline fills in the rest: ``position``, the crop's place in its
+    rank's share of the epoch (what a training loop's checkpoint records);
+    ``fields``, its episode's columns and its segment's fields;
+    ``supervisions``, the segments that overlap it (times relative to
+    ``start``); ``source``, the name of the dataset it came from."""
 
     audio: np.ndarray
     key: str
@@ -79,6 +83,9 @@ class Crop:
     sample_rate: int
     shard: str | None = None
     position: int | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    supervisions: list[dict[str, Any]] | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,16 @@ class EpochPlan:
     episode: np.ndarray  # int64: row of that source's Episodes
     start: np.ndarray
     end: np.ndarray
+    fields: np.ndarray | None = None  # object: a sampler's fields per crop (dict or None)
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitem__(self, part: slice) -> EpochPlan:
-        return EpochPlan(self.source[part], self.episode[part], self.start[part], self.end[part])
+    def __getitem__(self, part: slice | np.ndarray) -> EpochPlan:
+        fields = None if self.fields is None else self.fields[part]
+        return EpochPlan(
+            self.source[part], self.episode[part], self.start[part], self.end[part], fields
+        )
 
 
 def plan_epoch(
@@ -64,14 +68,17 @@ def plan_epoch(
         order = _locality_order(
             episodes, crops.episode, crops.start, _rng(seed, epoch, number, _LOCALITY)
         )
-        drawn.append((crops.episode[order], crops.start[order], crops.end[order]))
-    shares = _shares([len(episode) for episode, _, _ in drawn], [w for _, w in sources])
+        drawn.append(crops.take(order))
+    shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
+    with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
-    for number, ((episode, start, end), share) in enumerate(zip(drawn, shares, strict=True)):
+    for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
         if share == 0:
             continue
-        take = np.arange(share) % len(episode)
-        parts.append((np.full(share, number), episode[take], start[take], end[take]))
+        take = crops.take(np.arange(share) % len(crops))
+        fields = take.fields if take.fields is not None else np.full(share, None, dtype=object)
+        columns = (np.full(share, number), take.episode, take.start, take.end)
+        parts.append(columns + ((fields,) if with_fields else ()))
         progress.append((np.arange(share) + 0.5) / share)
     if not parts:
         empty = np.zeros(0, dtype=np.int64)

@@ -15,30 +15,47 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import LayoutError
 from .episodes import Episodes
+from .metadata import find_column
 
 __all__ = ["Crops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
 
 
 @dataclass(frozen=True)
 class Crops:
-    """Planned crops of one dataset: parallel arrays."""
+    """Planned crops of one dataset: parallel arrays. ``fields`` (optional, an
+    object array of dicts or None) are what a crop carries from its sampler
+    (a segment's own fields)."""
 
     episode: np.ndarray  # int64 rows of ``Episodes``
     start: np.ndarray  # float64 seconds
     end: np.ndarray  # float64 seconds
+    fields: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.episode)
 
     @classmethod
-    def of(cls, episode: object, start: object, end: object) -> Crops:
+    def of(cls, episode: object, start: object, end: object, fields: object = None) -> Crops:
         return cls(
             np.asarray(episode, dtype=np.int64).ravel(),
             np.asarray(start, dtype=np.float64).ravel(),
             np.asarray(end, dtype=np.float64).ravel(),
+            None if fields is None else _objects(fields),
         )
+
+    def take(self, rows: np.ndarray) -> Crops:
+        """These crops at ``rows`` (reordered, repeated or left out)."""
+        fields = None if self.fields is None else self.fields[rows]
+        return Crops(self.episode[rows], self.start[rows], self.end[rows], fields)
+
+
+def _objects(values: object) -> np.ndarray:
+    """A one-dimensional object array of ``values`` (dicts stay dicts)."""
+    items = list(values)  # type: ignore[call-overload]
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 class Sampler(abc.ABC):
@@ -110,8 +127,11 @@ class SegmentCrops(Sampler):
     """One crop per segment listed in a column, e.g. voice activity ``[[start, end], ...]``
     in seconds. ``column`` names a field in one of the dataset's column
     directories (``"vad"``, or ``"vad_dir/vad"`` to say which); its cells are
-    lists of pairs, or ``.npy`` bytes of an ``(n, 2)`` array. Segments longer
-    than ``max_duration`` are cut into consecutive pieces of at most that."""
+    lists of pairs, ``.npy`` bytes of an ``(n, 2)`` array, or lists of
+    segments with ``start`` and ``end`` (Arrow structs), whose other fields
+    (a transcript's ``text``, a ``speaker``) each crop carries in
+    ``crop.fields``. Segments longer than ``max_duration`` are cut into
+    consecutive pieces of at most that, each with its segment's fields."""
 
     def __init__(self, column: str, max_duration: float | None = None) -> None:
         self.column = column
@@ -122,45 +142,48 @@ class SegmentCrops(Sampler):
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         segments = self._segments(episodes)
-        counts = [len(pairs) for pairs in segments]
-        pairs = np.concatenate(segments) if segments else np.zeros((0, 2))
+        counts = [len(pairs) for pairs, _ in segments]
+        pairs = np.concatenate([p for p, _ in segments]) if segments else np.zeros((0, 2))
         episode = np.repeat(np.arange(len(segments)), counts)
         keep = (pairs[:, 0] >= 0) & (pairs[:, 1] > pairs[:, 0])
-        crops = Crops.of(episode[keep], pairs[keep, 0], pairs[keep, 1])
+        with_fields = any(f is not None for _, f in segments)
+        fields = (
+            [f for pairs, found in segments for f in (found or [{}] * len(pairs))]
+            if with_fields
+            else None
+        )
+        crops = Crops.of(episode, pairs[:, 0], pairs[:, 1], fields).take(np.flatnonzero(keep))
         return self._split(crops) if self.max_duration else crops
 
-    def _segments(self, episodes: Episodes) -> list[np.ndarray]:
+    def _segments(self, episodes: Episodes) -> list[tuple[np.ndarray, list[dict] | None]]:
         dataset = episodes.dataset
-        column_dir, field = self._where(dataset)
-        out: list[np.ndarray] = []
+        column_dir, field = find_column(dataset, self.column)
+        out = []
         for name in dataset.shard_names:
             for cell in dataset.shard(name, column_dir).column(field).to_pylist():
-                out.append(_pairs(cell))
+                out.append(_segments(cell))
         return out
-
-    def _where(self, dataset: object) -> tuple[str, str]:
-        column_dir, _, field = self.column.rpartition("/")
-        dirs = [column_dir] if column_dir else list(dataset.column_dirs)  # type: ignore[attr-defined]
-        for candidate in dirs:
-            shard = dataset.shard(dataset.shard_names[0], candidate)  # type: ignore[attr-defined]
-            if field in shard.schema.names:
-                return candidate, field
-        raise LayoutError(f"no column directory has a {field!r} column of segments")
 
     def _split(self, crops: Crops) -> Crops:
         step = float(self.max_duration)  # type: ignore[arg-type]
         pieces = np.ceil((crops.end - crops.start) / step).astype(np.int64)
         first = np.cumsum(pieces) - pieces
         within = np.arange(pieces.sum()) - np.repeat(first, pieces)
-        start = np.repeat(crops.start, pieces) + within * step
-        end = np.minimum(start + step, np.repeat(crops.end, pieces))
-        return Crops.of(np.repeat(crops.episode, pieces), start, end)
+        whole = crops.take(np.repeat(np.arange(len(crops)), pieces))
+        start = whole.start + within * step
+        end = np.minimum(start + step, whole.end)
+        return Crops(whole.episode, start, end, whole.fields)
 
 
-def _pairs(cell: object) -> np.ndarray:
-    """A cell of segments as an ``(n, 2)`` float array (lists, or ``.npy`` bytes)."""
+def _segments(cell: object) -> tuple[np.ndarray, list[dict] | None]:
+    """A cell of segments as an ``(n, 2)`` float array (lists of pairs, ``.npy``
+    bytes, or dicts with ``start`` and ``end``) and each segment's other fields."""
     if cell is None:
-        return np.zeros((0, 2))
+        return np.zeros((0, 2)), None
     if isinstance(cell, bytes):
         cell = np.load(io.BytesIO(cell), allow_pickle=False)
-    return np.asarray(cell, dtype=np.float64).reshape(-1, 2)
+    if isinstance(cell, list) and cell and isinstance(cell[0], dict):
+        pairs = np.array([[s["start"], s["end"]] for s in cell], dtype=np.float64)
+        fields = [{k: v for k, v in s.items() if k not in ("start", "end")} for s in cell]
+        return pairs.reshape(-1, 2), fields
+    return np.asarray(cell, dtype=np.float64).reshape(-1, 2), None

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
@@ -44,6 +44,7 @@ from ..storage.loop import background_loop, run_async
 from ..timing import record
 from .episodes import Episodes
 from .keywords import check_keywords, checked_keywords, keyword_names
+from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, default_restart_budget
@@ -52,7 +53,7 @@ from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
 from .stats import StreamerStats
-from .tasks import Failure
+from .tasks import Failure, failure_of
 
 __all__ = ["Streamer", "check_streamer_options"]
 
@@ -72,6 +73,14 @@ class Streamer:
     samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
     ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
     zero-padded to full length with ``pad``.
+
+    Crops carry labels: ``columns`` names fields of the dataset's other
+    column directories (``"speaker"``, or ``"labels/speaker"``), joined to
+    each crop's episode (``crop.fields``); ``supervisions`` names a column
+    of segments (``start``, ``end``, any other fields, optional ``words``
+    with their own times) of which those overlapping the crop come with it,
+    times relative to its start (``crop.supervisions``). ``crop.source``
+    names its dataset (a ``Mix``'s item name, else its URL).
 
     The order is a function of (seed, epoch) and this consumer's partition:
     ``rank``/``world_size`` (default: torch.distributed, else ``RANK`` /
@@ -126,6 +135,8 @@ class Streamer:
         on_error: Literal["skip", "raise"] = "skip",
         max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        columns: Sequence[str] = (),
+        supervisions: str | None = None,
     ) -> None:
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
@@ -133,9 +144,15 @@ class Streamer:
             raise ValueError(f"max_worker_restarts must be >= 0, not {max_worker_restarts}")
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
-            self.sources = data.sources
+            self.sources, self.source_names = data.sources, data.names
         else:
             self.sources = [(open_source(data, storage_options), 1.0)]
+            self.source_names = [self.sources[0][0].url]
+        if isinstance(columns, str):
+            raise TypeError(f"columns is a list of names, not the string {columns!r}")
+        self.columns, self.supervisions = list(columns), supervisions
+        self._fields: list[EpisodeFields] | None = None
+        self._carried: dict[int, tuple[dict[str, Any], Any]] = {}
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
         self.workers = default_workers() if workers is None else workers
@@ -231,7 +248,41 @@ class Streamer:
         return self.sources[source][0], request
 
     def _plan_at(self, position: int) -> CropJob | Failure:
-        return plan(*self.request(position))
+        """Plan the crop at ``position`` and read what it carries (in a planner
+        thread: a remote column is a request). A crop whose labels cannot be
+        read fails like one whose audio cannot."""
+        dataset, request = self.request(position)
+        job = plan(dataset, request)
+        if isinstance(job, Failure):
+            return job
+        try:
+            self._carried[position] = self._carry(position)
+        except Exception as exc:
+            return failure_of(exc, request.key, dataset.locate(request.key)[0])
+        return job
+
+    def _carry(self, position: int) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """The fields and supervisions of the crop at ``position``."""
+        plan = self.plan()
+        source, row = int(plan.source[position]), int(plan.episode[position])
+        fields: dict[str, Any] = {}
+        if plan.fields is not None and plan.fields[position]:
+            fields |= plan.fields[position]
+        if self._fields is None:
+            return fields, None
+        episode = self._fields[source]
+        fields |= episode.fields(row)
+        start, end = float(plan.start[position]), float(plan.end[position])
+        return fields, episode.overlapping(row, start, end)
+
+    def _prepare(self) -> int:
+        """The plan's length, with the columns to join found (a thread's work)."""
+        if self._fields is None and (self.columns or self.supervisions):
+            self._fields = [
+                EpisodeFields(episodes, self.columns, self.supervisions)
+                for episodes in self.episodes()
+            ]
+        return len(self.plan())
 
     # -- state ------------------------------------------------------------------
 
@@ -243,7 +294,7 @@ class Streamer:
     def _start_pass(self, epoch: int, position: int, done: Intervals, consumed: int) -> None:
         self.epoch, self._position = epoch, position
         self.split = dataclasses.replace(self.split, done=done, consumed=consumed)
-        self._plans = {}
+        self._plans, self._carried = {}, {}
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every crop before ``position`` of ``epoch`` was
@@ -392,7 +443,7 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
-            total = len(await anyio.to_thread.run_sync(self.plan))
+            total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
                 self._plan_at,
@@ -413,6 +464,7 @@ class Streamer:
                 await self._stop_run()
                 self._start_pass(self.epoch + 1, 0, (), 0)
                 return _END
+            carried = self._carried.pop(item.position, ({}, None))
             if isinstance(item.result, Failure):
                 self._fail(item.position, item.result)
                 continue
@@ -420,7 +472,10 @@ class Streamer:
             self._stats.yielded += 1
             self._stats.add_latency(item.latency)
             crop = item.result
-            crop.position = int(self._consumer_plan()[1][item.position])
+            plan, share_index = self._consumer_plan()
+            crop.position = int(share_index[item.position])
+            crop.fields, crop.supervisions = carried
+            crop.source = self.source_names[int(plan.source[item.position])]
             return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
