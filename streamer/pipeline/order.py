@@ -60,13 +60,45 @@ def plan_epoch(
     epoch: int,
     window: int,
     max_crops: int | None = None,
+    crops_per_epoch: int | None = None,
 ) -> EpochPlan:
-    """The global order of one epoch (``max_crops``: only its first crops)."""
+    """The global order of one epoch (``max_crops``: only its first crops).
+
+    ``crops_per_epoch`` fixes the epoch's length whatever the sampler gives:
+    fewer are the first of the order; more are further rounds of the
+    sampler (new random crops; a deterministic sampler's crops again), each
+    ordered as an epoch of its own and appended, the first round being the
+    epoch as it would be without the option."""
+    if max_crops is not None and crops_per_epoch is not None:
+        raise ValueError("give max_crops or crops_per_epoch, not both")
+    plan = _round(sources, sampler, seed, epoch, window, ())
+    if crops_per_epoch is not None:
+        rounds, total = [plan], len(plan)
+        while total < crops_per_epoch and len(plan):
+            plan = _round(sources, sampler, seed, epoch, window, (len(rounds),))
+            rounds.append(plan)
+            total += len(plan)
+        plan = _concatenated(rounds)[:crops_per_epoch]
+    return plan if max_crops is None else plan[:max_crops]
+
+
+def _round(
+    sources: Sequence[tuple[Episodes, float]],
+    sampler: Sampler,
+    seed: int,
+    epoch: int,
+    window: int,
+    round_words: tuple[int, ...],
+) -> EpochPlan:
+    """One draw of the sampler over every source, in epoch order."""
     drawn = []
     for number, (episodes, _) in enumerate(sources):
-        crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER))
+        crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER, *round_words))
         order = _locality_order(
-            episodes, crops.episode, crops.start, _rng(seed, epoch, number, _LOCALITY)
+            episodes,
+            crops.episode,
+            crops.start,
+            _rng(seed, epoch, number, _LOCALITY, *round_words),
         )
         drawn.append(crops.take(order))
     shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
@@ -81,13 +113,34 @@ def plan_epoch(
         parts.append(columns + ((fields,) if with_fields else ()))
         progress.append((np.arange(share) + 0.5) / share)
     if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return EpochPlan(empty, empty, empty.astype(float), empty.astype(float))
+        return _EMPTY
     merged = np.argsort(np.concatenate(progress), kind="stable")
     columns = [np.concatenate(column)[merged] for column in zip(*parts, strict=True)]
     plan = EpochPlan(*columns)
-    plan = plan[_shuffled(len(plan), window, _rng(seed, epoch, len(sources), _SHUFFLE))]
-    return plan if max_crops is None else plan[:max_crops]
+    shuffle = _rng(seed, epoch, len(sources), _SHUFFLE, *round_words)
+    return plan[_shuffled(len(plan), window, shuffle)]
+
+
+def _concatenated(plans: list[EpochPlan]) -> EpochPlan:
+    with_fields = any(p.fields is not None for p in plans)
+    fields = (
+        np.concatenate(
+            [p.fields if p.fields is not None else np.full(len(p), None, object) for p in plans]
+        )
+        if with_fields
+        else None
+    )
+    return EpochPlan(
+        np.concatenate([p.source for p in plans]),
+        np.concatenate([p.episode for p in plans]),
+        np.concatenate([p.start for p in plans]),
+        np.concatenate([p.end for p in plans]),
+        fields,
+    )
+
+
+_NOTHING = np.zeros(0, dtype=np.int64)
+_EMPTY = EpochPlan(_NOTHING, _NOTHING, _NOTHING.astype(float), _NOTHING.astype(float))
 
 
 def _rng(*words: int) -> np.random.Generator:

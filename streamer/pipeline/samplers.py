@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import abc
 import io
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
 
+from ..errors import LayoutError
 from .episodes import Episodes
 from .metadata import find_column
 
-__all__ = ["Crops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
+__all__ = ["Crops", "ListCrops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
 
 
 @dataclass(frozen=True)
@@ -67,35 +74,57 @@ class Sampler(abc.ABC):
 
 
 class RandomCrops(Sampler):
-    """``per_episode`` crops of ``duration`` seconds at uniform random positions.
+    """Crops of ``duration`` seconds at uniform random positions: ``per_episode``
+    of each episode (default 1), or ``per_hour`` crops per hour of audio, so
+    a 40-hour audiobook gives 1200 times the crops of a 2-minute clip.
 
-    Episodes shorter than ``duration`` but at least ``min_duration`` long
-    (default: ``duration``, i.e. none) give one crop of their whole length;
-    shorter ones give none.
+    With ``per_hour`` an episode of ``h`` hours gets ``h * per_hour`` crops,
+    rounded down or up at random in proportion to the fraction (so the
+    expected count is exact even for short episodes). Episodes shorter than
+    ``duration`` but at least ``min_duration`` long (default: ``duration``,
+    i.e. none) give one crop of their whole length; shorter ones give none.
     """
 
     def __init__(
-        self, duration: float, per_episode: int = 1, min_duration: float | None = None
+        self,
+        duration: float,
+        per_episode: int | None = None,
+        min_duration: float | None = None,
+        *,
+        per_hour: float | None = None,
     ) -> None:
-        if duration <= 0 or per_episode < 1:
+        if per_episode is not None and per_hour is not None:
+            raise ValueError("RandomCrops takes per_episode or per_hour, not both")
+        per_episode = 1 if per_episode is None and per_hour is None else per_episode
+        if duration <= 0 or (per_episode is not None and per_episode < 1):
             raise ValueError("RandomCrops needs duration > 0 and per_episode >= 1")
+        if per_hour is not None and not per_hour > 0:
+            raise ValueError(f"RandomCrops needs per_hour > 0, not {per_hour}")
         self.duration = float(duration)
-        self.per_episode = int(per_episode)
+        self.per_episode = None if per_episode is None else int(per_episode)
+        self.per_hour = None if per_hour is None else float(per_hour)
         self.min_duration = self.duration if min_duration is None else float(min_duration)
 
     def __repr__(self) -> str:
-        return f"RandomCrops({self.duration:g}, per_episode={self.per_episode})"
+        count = (
+            f"per_hour={self.per_hour:g}" if self.per_hour else f"per_episode={self.per_episode}"
+        )
+        return f"RandomCrops({self.duration:g}, {count})"
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         lengths = episodes.duration
         known = np.nan_to_num(lengths, nan=-1.0)
         full = np.flatnonzero(known >= self.duration)
         short = np.flatnonzero((known >= self.min_duration) & (known < self.duration))
-        room = lengths[full] - self.duration
-        starts = rng.random((len(full), self.per_episode)) * room[:, None]
-        episode = np.concatenate([np.repeat(full, self.per_episode), short])
-        start = np.concatenate([starts.ravel(), np.zeros(len(short))])
-        end = np.concatenate([start[: starts.size] + self.duration, lengths[short]])
+        if self.per_hour is None:
+            counts = np.full(len(full), self.per_episode, dtype=np.int64)
+        else:
+            expected = lengths[full] * self.per_hour / 3600.0
+            counts = np.floor(expected + rng.random(len(full))).astype(np.int64)
+        starts = rng.random(int(counts.sum())) * np.repeat(lengths[full] - self.duration, counts)
+        episode = np.concatenate([np.repeat(full, counts), short])
+        start = np.concatenate([starts, np.zeros(len(short))])
+        end = np.concatenate([starts + self.duration, lengths[short]])
         return Crops.of(episode, start, end)
 
 
@@ -121,6 +150,72 @@ class SequentialCrops(Sampler):
         start = (np.arange(counts.sum()) - np.repeat(first, counts)) * self.hop
         end = np.minimum(start + self.duration, lengths[episode])
         return Crops.of(episode, start, end)
+
+
+class ListCrops(Sampler):
+    """Exactly the crops listed: ``(key, start, end)`` tuples, or dicts with
+    ``key``, ``start`` and ``end`` (seconds) whose other items each crop
+    carries in ``crop.fields``. ``ListCrops.read(path)`` reads a manifest.
+
+    Every epoch has these crops (in the epoch's own order); a key the
+    dataset does not hold is a ``LayoutError`` naming it and its row when
+    the epoch is planned, never a crop silently left out.
+    """
+
+    def __init__(self, crops: Iterable[tuple[str, float, float] | Mapping[str, Any]]) -> None:
+        self.keys: list[str] = []
+        self.fields: list[dict[str, Any]] = []
+        bounds = []
+        for row, item in enumerate(crops):
+            if isinstance(item, Mapping):
+                extra = {k: v for k, v in item.items() if k not in ("key", "start", "end")}
+                key, start, end = item["key"], item["start"], item["end"]
+            else:
+                (key, start, end), extra = item, {}
+            if not 0 <= float(start) < float(end):
+                raise ValueError(f"ListCrops row {row} ({key!r}): need 0 <= start < end")
+            self.keys.append(str(key))
+            self.fields.append(extra)
+            bounds.append((float(start), float(end)))
+        self.bounds = np.array(bounds, dtype=np.float64).reshape(-1, 2)
+
+    def __repr__(self) -> str:
+        return f"ListCrops({len(self.keys)} crops)"
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> ListCrops:
+        """Crops from a manifest: CSV or JSON lines (``.gz`` too) with ``key``,
+        ``start`` and ``end`` columns, or Lhotse-style cuts (``recording_id``
+        or ``recording.id``, ``start``, ``duration``; the cut's ``id`` and
+        its ``custom`` fields are carried)."""
+        path = os.fspath(path)
+        plain = path.lower().removesuffix(".gz")
+        with pa.input_stream(path, compression="detect") as stream:
+            table = pa_csv.read_csv(stream) if plain.endswith(".csv") else pa_json.read_json(stream)
+        rows = table.to_pylist()
+        if rows and "key" not in rows[0] and "duration" in rows[0]:
+            return cls(_cut(row) for row in rows)
+        return cls(rows)
+
+    def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
+        row_of = {key: row for row, key in enumerate(episodes.keys)}
+        missing = next((i for i, key in enumerate(self.keys) if key not in row_of), None)
+        if missing is not None:
+            raise LayoutError(
+                f"ListCrops: key {self.keys[missing]!r} (row {missing}) is not in "
+                f"{episodes.dataset.url}"
+            )
+        episode = [row_of[key] for key in self.keys]
+        fields = self.fields if any(self.fields) else None
+        return Crops.of(episode, self.bounds[:, 0], self.bounds[:, 1], fields)
+
+
+def _cut(cut: dict[str, Any]) -> dict[str, Any]:
+    """A Lhotse-style cut as a ``ListCrops`` item."""
+    recording = cut.get("recording_id") or (cut.get("recording") or {}).get("id")
+    start = float(cut["start"])
+    fields = {"id": cut.get("id"), **(cut.get("custom") or {})}
+    return {"key": recording, "start": start, "end": start + float(cut["duration"]), **fields}
 
 
 class SegmentCrops(Sampler):

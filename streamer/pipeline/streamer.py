@@ -90,7 +90,9 @@ class Streamer:
     by repeating crops) and DataLoader workers take turns by whole batches
     of ``loader_batch_size`` (the DataLoader's), so the batches come out in
     the rank's order (``sharding.py``). ``shuffle_window`` trades locality for
-    mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first crops.
+    mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first
+    crops; ``crops_per_epoch`` fixes the epoch's length with any sampler
+    (more rounds of it when it gives fewer).
 
     ``workers`` decode processes (0: decode in threads of this process);
     ``prefetch`` crops may be planned, fetched or decoded ahead of the
@@ -132,6 +134,7 @@ class Streamer:
         loader_batch_size: int = 1,
         shuffle_window: int = 1000,
         max_crops: int | None = None,
+        crops_per_epoch: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
         max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -164,6 +167,11 @@ class Streamer:
         self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
         self.shuffle_window = shuffle_window
         self.max_crops = max_crops
+        if crops_per_epoch is not None and crops_per_epoch < 0:
+            raise ValueError(f"crops_per_epoch must be >= 0, not {crops_per_epoch}")
+        if crops_per_epoch is not None and max_crops is not None:
+            raise ValueError("give max_crops or crops_per_epoch, not both")
+        self.crops_per_epoch = crops_per_epoch
         self.on_error = on_error
         self.max_worker_restarts = (
             default_restart_budget(self.workers)
@@ -213,6 +221,7 @@ class Streamer:
             epoch=epoch,
             window=self.shuffle_window,
             max_crops=self.max_crops,
+            crops_per_epoch=self.crops_per_epoch,
         )
 
     def total(self, epoch: int | None = None) -> int:
