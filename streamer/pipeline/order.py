@@ -3,9 +3,14 @@
 1. Each source's sampler draws its crops from a generator seeded with
    (seed, epoch, source).
 2. Locality: the crops are grouped by shard (shards in a seeded random
-   order), then by episode (random order), then by start time, so a shard's
-   blocks — its footer, seek index, the episodes' headers — are fetched once
-   and reused while they are hot.
+   order), so a shard's blocks — its footer, seek index, the episodes'
+   headers — are fetched once and reused while they are hot. Within a
+   shard, each episode's crops (in start order) are spread evenly through
+   the shard's stretch of the epoch, at a random phase (``interleave``):
+   any run of crops holds episodes in proportion to their crop counts, so
+   a batch mixes many episodes at no extra request (the shard's blocks are
+   the same ones). ``interleave=False`` keeps an episode's crops back to
+   back (episodes in random order).
 3. Mixing: with several sources, each gets a share of the epoch proportional
    to its weight (cycling through its crops if the share is larger than what
    it has), and the sources are interleaved evenly through the epoch.
@@ -61,6 +66,7 @@ def plan_epoch(
     window: int,
     max_crops: int | None = None,
     crops_per_epoch: int | None = None,
+    interleave: bool = True,
 ) -> EpochPlan:
     """The global order of one epoch (``max_crops``: only its first crops).
 
@@ -71,11 +77,11 @@ def plan_epoch(
     epoch as it would be without the option."""
     if max_crops is not None and crops_per_epoch is not None:
         raise ValueError("give max_crops or crops_per_epoch, not both")
-    plan = _round(sources, sampler, seed, epoch, window, ())
+    plan = _round(sources, sampler, seed, epoch, window, interleave, ())
     if crops_per_epoch is not None:
         rounds, total = [plan], len(plan)
         while total < crops_per_epoch and len(plan):
-            plan = _round(sources, sampler, seed, epoch, window, (len(rounds),))
+            plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),))
             rounds.append(plan)
             total += len(plan)
         plan = _concatenated(rounds)[:crops_per_epoch]
@@ -88,6 +94,7 @@ def _round(
     seed: int,
     epoch: int,
     window: int,
+    interleave: bool,
     round_words: tuple[int, ...],
 ) -> EpochPlan:
     """One draw of the sampler over every source, in epoch order."""
@@ -99,6 +106,7 @@ def _round(
             crops.episode,
             crops.start,
             _rng(seed, epoch, number, _LOCALITY, *round_words),
+            interleave,
         )
         drawn.append(crops.take(order))
     shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
@@ -148,11 +156,26 @@ def _rng(*words: int) -> np.random.Generator:
 
 
 def _locality_order(
-    episodes: Episodes, episode: np.ndarray, start: np.ndarray, rng: np.random.Generator
+    episodes: Episodes,
+    episode: np.ndarray,
+    start: np.ndarray,
+    rng: np.random.Generator,
+    interleave: bool,
 ) -> np.ndarray:
     shard_rank = rng.permutation(len(episodes.dataset.shard_names))[episodes.shard[episode]]
     episode_rank = rng.permutation(len(episodes))[episode]
-    return np.lexsort((start, episode_rank, shard_rank))
+    grouped = np.lexsort((start, episode_rank, shard_rank))
+    if not interleave or not len(grouped):
+        return grouped
+    # Each crop's place in its episode (the episode's crops are contiguous in
+    # ``grouped``), as a fraction of the episode's crops, at a random phase.
+    mine = episode[grouped]
+    begins = np.r_[True, mine[1:] != mine[:-1]]
+    first = np.maximum.accumulate(np.where(begins, np.arange(len(mine)), 0))
+    count = np.bincount(episode, minlength=len(episodes))[mine]
+    phase = rng.random(len(episodes))[mine]
+    progress = (np.arange(len(mine)) - first + phase) / count
+    return grouped[np.lexsort((episode_rank[grouped], progress, shard_rank[grouped]))]
 
 
 def _shares(sizes: list[int], weights: list[float]) -> list[int]:

@@ -89,8 +89,9 @@ class Streamer:
     (``even``; the remainder is dropped, or with ``drop_last=False`` filled
     by repeating crops) and DataLoader workers take turns by whole batches
     of ``loader_batch_size`` (the DataLoader's), so the batches come out in
-    the rank's order (``sharding.py``). ``shuffle_window`` trades locality for
-    mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first
+    the rank's order (``sharding.py``). Within a shard, episodes' crops are
+    interleaved (``interleave``) and ``shuffle_window`` trades locality for
+    more mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first
     crops; ``crops_per_epoch`` fixes the epoch's length with any sampler
     (more rounds of it when it gives fewer).
 
@@ -133,6 +134,7 @@ class Streamer:
         drop_last: bool = True,
         loader_batch_size: int = 1,
         shuffle_window: int = 1000,
+        interleave: bool = True,
         max_crops: int | None = None,
         crops_per_epoch: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
@@ -165,7 +167,7 @@ class Streamer:
         self.seed, self.epoch = seed, epoch
         self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
         self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
-        self.shuffle_window = shuffle_window
+        self.shuffle_window, self.interleave = shuffle_window, interleave
         self.max_crops = max_crops
         if crops_per_epoch is not None and crops_per_epoch < 0:
             raise ValueError(f"crops_per_epoch must be >= 0, not {crops_per_epoch}")
@@ -222,6 +224,7 @@ class Streamer:
             window=self.shuffle_window,
             max_crops=self.max_crops,
             crops_per_epoch=self.crops_per_epoch,
+            interleave=self.interleave,
         )
 
     def total(self, epoch: int | None = None) -> int:
