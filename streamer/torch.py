@@ -89,6 +89,7 @@ class CropDataset(IterableDataset):
         self._seen = 0
         self._worker_state: dict[str, Any] | None = None
         self._running: dict[str, Any] | None = None
+        self._totals: dict[int, int] = {}
         self._publish()
 
     # -- what the training loop sees ------------------------------------------------
@@ -145,7 +146,7 @@ class CropDataset(IterableDataset):
                     f"the batch ends at crop {consumed} of this rank's share, before "
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
-            return {**rank, "consumed": consumed}
+            return {**rank, "consumed": consumed, "total": self.total()}
         if self._running is None:
             raise ValueError(
                 "this process has not iterated the dataset: with DataLoader workers, "
@@ -175,7 +176,35 @@ class CropDataset(IterableDataset):
         self.epoch = int(state["epoch"])
         self._done = merge_intervals(state.get("done", ()))
         self._consumed = int(state.get("consumed", 0))
+        if "total" in state:
+            self._check_fits(state)
         self._publish()
+
+    def _check_fits(self, state: dict[str, Any]) -> None:
+        """Refuse a state whose epoch is not this dataset's (other data, sampler
+        or options make another number of crops) or that consumed more than
+        the rank has: resuming it would repeat or skip crops unseen."""
+        total = self.total(self.epoch)
+        if int(state["total"]) != total:
+            raise ValueError(
+                f"state is for an epoch of {state['total']} crops, this dataset plans "
+                f"{total} for epoch {self.epoch}: other data, sampler or options?"
+            )
+        partition = self._partition()
+        share = len(self._split().rank_share(total, partition.rank, partition.world_size))
+        if self._consumed > share:
+            raise ValueError(
+                f"state says {self._consumed} crops of this rank's share were consumed, "
+                f"but it has {share}"
+            )
+
+    def _split(self, done: Any = None) -> Split:
+        """How this dataset's epochs are split, from ``done`` (default: its own)."""
+        return Split(
+            even=bool(self.options.get("even", True)),
+            drop_last=bool(self.options.get("drop_last", True)),
+            done=self._done if done is None else merge_intervals(done),
+        )
 
     def _load_worker_state(self, state: dict[str, Any]) -> None:
         info = get_worker_info()
@@ -215,7 +244,10 @@ class CropDataset(IterableDataset):
 
     def total(self, epoch: int | None = None) -> int:
         """Crops in the whole of ``epoch`` (every rank's), before the split."""
-        return self._streamer().total(epoch)
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._totals:
+            self._totals[epoch] = self._streamer().total(epoch)
+        return self._totals[epoch]
 
     def _partition(self) -> Partition:
         return resolve_partition(self.options.get("rank"), self.options.get("world_size"))
@@ -273,20 +305,15 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
         raise ValueError(f"merge_states needs the states of all {world_size} ranks")
     total = dataset.total(int(first["epoch"]))
-    split = Split(
-        even=bool(dataset.options.get("even", True)),
-        drop_last=bool(dataset.options.get("drop_last", True)),
-        done=merge_intervals(first.get("done", ())),
-    )
+    if any(int(s.get("total", total)) != total for s in states):
+        raise ValueError(f"states are for another epoch than this dataset's {total} crops")
+    split = dataset._split(first.get("done", ()))
     positions = [
         split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
     ]
     done = merge_intervals(split.done, np.concatenate(positions))
-    return {
-        "seed": int(first["seed"]),
-        "epoch": int(first["epoch"]),
-        "done": [list(r) for r in done],
-    }
+    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "total": total}
+    return merged | {"done": [list(run) for run in done]}
 
 
 def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:

@@ -198,3 +198,21 @@ def test_collate_masks_and_fixes_the_length(packed: Path) -> None:
     assert batch["position"].tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="length must be >= 1"):
         collate(crops, length=0)
+
+
+def test_a_state_for_other_data_is_refused(packed: Path) -> None:
+    """A checkpoint of another sampler (or data, or options) plans another
+    epoch; resuming it would repeat or skip crops without a word."""
+    data = dataset(packed)
+    batch = next(iter(loader(data, 0)))
+    state = data.state_dict(batch)
+    assert state["consumed"] == BATCH and state["total"] == 63
+    other = CropDataset(str(packed), RandomCrops(0.5, per_episode=8), seed=5)
+    with pytest.raises(ValueError, match="epoch of 63 crops, this dataset plans 56"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="1000 crops of this rank's share were consumed"):
+        dataset(packed).load_state_dict({**state, "consumed": 1000})
+    with pytest.raises(ValueError, match="another epoch"):
+        merge_states(other, [state])
+    with pytest.raises(ValueError, match="has no 'position'"):
+        data.state_dict({"audio": batch["audio"]})
