@@ -2,14 +2,16 @@
 any number of processes: ``torchrun --nproc_per_node=2 examples/torch_ddp.py``.
 
     torchrun --nproc_per_node=2 examples/torch_ddp.py DATASET CHECKPOINT \\
-        [--epochs 2] [--stop-after STEPS] [--consumed-log FILE]
+        [--epochs 2] [--stop-after STEPS] [--consumed-log FILE] \\
+        [--label COLUMN] [--supervisions COLUMN]
 
 Each step is a DistributedDataParallel step (gloo: CPU only), so every rank
 must have as many batches as the others. ``--stop-after`` saves a checkpoint
 after that many steps of this run and exits, as a job that is preempted;
 running the script again resumes it, with the same or another number of
-processes. ``--consumed-log`` appends each consumed batch (rank, epoch, crops) to
-``FILE.<rank>-of-<world size>``.
+processes. ``--consumed-log`` appends each consumed batch (epoch, crops,
+the ``--label`` column and the text of the ``--supervisions`` segments that
+overlap each crop) to ``FILE.<rank>-of-<world size>``.
 """
 
 import argparse
@@ -34,6 +36,8 @@ parser.add_argument("--stop-after", type=int)
 parser.add_argument("--per-episode", type=int, default=7)
 parser.add_argument("--batch-size", type=int, default=4)
 parser.add_argument("--consumed-log")
+parser.add_argument("--label", help="a column each crop carries, e.g. speaker")
+parser.add_argument("--supervisions", help="a column of transcript segments")
 args = parser.parse_args()
 
 # A short timeout: a rank waiting on another that ran out fails in a minute, not 30.
@@ -47,6 +51,8 @@ data = CropDataset(
     sample_rate=16000,
     mono=True,
     seed=1,
+    columns=[args.label] if args.label else [],
+    supervisions=args.supervisions,
 )
 loader = torch.utils.data.DataLoader(
     data,
@@ -79,13 +85,10 @@ for epoch in range(first_epoch, args.epochs):
         optimizer.step()
         steps += 1
         if log:
-            print(
-                json.dumps(
-                    {"epoch": epoch, "crops": batch["key"], "start": batch["start"].tolist()}
-                ),
-                file=log,
-                flush=True,
-            )
+            consumed = {"epoch": epoch, "crops": batch["key"], "start": batch["start"].tolist()}
+            consumed["labels"] = batch.get(args.label)
+            consumed["texts"] = [[seg["text"] for seg in s] for s in batch.get("supervisions", [])]
+            print(json.dumps(consumed), file=log, flush=True)
         if steps == args.stop_after:
             state = gather_state(data, batch)  # every rank's progress, merged
             if rank == 0:

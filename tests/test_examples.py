@@ -65,12 +65,38 @@ def torchrun(nproc: int, *args: str) -> str:
     return run("torch_ddp.py", *args, launcher=launcher)
 
 
+#: The transcript of every 3-second fixture file, as the sidecar gives it.
+SEGMENTS = [{"start": 0.0, "end": 1.5, "text": "one"}, {"start": 1.5, "end": 3.0, "text": "two"}]
+
+
+def labelled(audio_dir: Path, out: Path) -> Path:
+    """The fixture files packed with a sidecar: a speaker and a transcript each."""
+    sidecar = out.parent / "labels.jsonl"
+    files = sorted(p.relative_to(audio_dir).as_posix() for p in audio_dir.rglob("*.*"))
+    rows = [{"path": f, "speaker": f"spk-{Path(f).stem}", "transcript": SEGMENTS} for f in files]
+    sidecar.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = [str(audio_dir), str(out), "--batch-size", "2", "--shard-size", "600000"]
+    subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "pack", *args, "--columns", str(sidecar)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
 def consumed(log: Path, nproc: int) -> dict[int, list[tuple[int, list[str]]]]:
-    """Each rank's batches from ``--consumed-log``: (epoch, crops) in order."""
+    """Each rank's batches from ``--consumed-log``: (epoch, crops) in order;
+    every batch's labels and supervisions checked against its crops."""
     out = {}
     for rank in range(nproc):
         lines = (log.parent / f"{log.name}.{rank}-of-{nproc}").read_text().splitlines()
         batches = [json.loads(line) for line in lines]
+        for b in batches:
+            assert b["labels"] == [f"spk-{key.split('/')[1]}" for key in b["crops"]]
+            assert b["texts"] == [
+                [seg["text"] for seg in SEGMENTS if seg["start"] < s + 0.5 and seg["end"] > s]
+                for s in b["start"]
+            ]
         out[rank] = [
             (b["epoch"], [f"{k}@{s:.4f}" for k, s in zip(b["crops"], b["start"], strict=True)])
             for b in batches
@@ -78,14 +104,16 @@ def consumed(log: Path, nproc: int) -> dict[int, list[tuple[int, list[str]]]]:
     return out
 
 
-def test_torch_ddp_resumes_three_times_and_elastically(packed: Path, tmp_path: Path) -> None:
+def test_torch_ddp_resumes_three_times_and_elastically(audio_dir: Path, tmp_path: Path) -> None:
     """49 crops an epoch over 2 ranks (24 each, one left out: no rank waits
     for another), batches of 4. Stops after 2, 2 and 3 steps, the third
     run on one process: the first two resumes continue each rank's batches
     exactly; over the epoch no crop is taken twice and all but one are
     taken; the last run's next epoch is the uninterrupted run's, and
-    differs from epoch 0 with persistent workers."""
+    differs from epoch 0 with persistent workers. Every batch carries each
+    crop's speaker and the transcript segments that overlap it."""
     pytest.importorskip("torch")
+    packed = labelled(audio_dir, tmp_path / "labelled")
     whole = consumed_after(packed, tmp_path / "whole", [(2, None)])
     assert [len(whole[r]) for r in (0, 1)] == [12, 12]  # 6 batches x 2 epochs, each rank
     resumed = consumed_after(packed, tmp_path / "resumed", [(2, 2), (2, 2), (1, 3), (2, None)])
@@ -120,6 +148,7 @@ def consumed_after(packed: Path, folder: Path, runs: list[tuple[int, int | None]
     for number, (nproc, stop) in enumerate(runs):
         log = folder / f"run{number}"
         args = [str(packed), str(folder / "checkpoint.pt"), "--consumed-log", str(log)]
+        args += ["--label", "speaker", "--supervisions", "transcript"]
         torchrun(nproc, *args, *(["--stop-after", str(stop)] if stop else []))
         out.append(consumed(log, nproc))
     return out if len(runs) > 1 else out[0]
