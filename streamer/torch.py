@@ -140,7 +140,13 @@ class CropDataset(IterableDataset):
         if batch is not None:
             if "position" not in batch:
                 raise ValueError("the batch has no 'position': make it with streamer.torch.collate")
-            consumed = int(torch.as_tensor(batch["position"]).max()) + 1
+            positions = torch.as_tensor(batch["position"]).tolist()
+            consumed = positions[-1] + 1
+            if positions != list(range(consumed - len(positions), consumed)):
+                raise ValueError(
+                    "the batch's crops are not consecutive in the rank's order: give "
+                    "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
+                )
             if consumed < self._consumed:
                 raise ValueError(
                     f"the batch ends at crop {consumed} of this rank's share, before "

@@ -216,3 +216,13 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
         merge_states(other, [state])
     with pytest.raises(ValueError, match="has no 'position'"):
         data.state_dict({"audio": batch["audio"]})
+
+
+def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
+    """Workers that take turns by 2 crops under a DataLoader batching 4: the
+    first batch is worker 0's positions 0, 1, 4, 5. A checkpoint after it
+    would count 2 and 3 as consumed, so it is refused."""
+    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5)
+    batch = next(iter(loader(data, 2)))
+    with pytest.raises(ValueError, match="not consecutive"):
+        data.state_dict(batch)
