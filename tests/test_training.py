@@ -3,7 +3,9 @@ resumes and any worker count, equal ranks, persistent workers, elastic resume.""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,38 @@ def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
     batch = next(iter(loader(data, 2)))
     with pytest.raises(ValueError, match="not consecutive"):
         data.state_dict(batch)
+
+
+def test_a_killed_dataloader_worker_loses_no_crop(packed: Path) -> None:
+    """SIGKILL a DataLoader worker mid-epoch: the DataLoader raises, and the
+    checkpoint of the last batch the loop consumed resumes the exact rest."""
+    whole = [ids(b) for b in loader(dataset(packed), 2)]
+    got, state = until_a_worker_is_killed(dataset(packed), after=5)
+    assert 5 <= len(got) < len(whole)
+    resumed = dataset(packed)
+    resumed.load_state_dict(state)
+    assert got + [ids(b) for b in loader(resumed, 2)] == whole
+
+
+def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-untyped-def]
+    """Batches (and the state after the last) until the DataLoader raises for
+    the worker killed after ``after`` batches. The iterator is dropped before
+    returning: torch checks the workers of every live iterator on each
+    SIGCHLD, and would raise again for this one when later workers exit."""
+    got, state = [], None
+    batches = iter(loader(data, 2))
+    try:
+        for batch in batches:
+            got.append(ids(batch))
+            state = data.state_dict(batch)
+            if len(got) == after:
+                workers = multiprocessing.active_children()
+                assert len(workers) == 2
+                os.kill(workers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+    except (RuntimeError, ConnectionResetError):  # torch says it either way
+        pass
+    else:
+        raise AssertionError("the DataLoader did not notice its killed worker")
+    finally:
+        del batches
+    return got, state
