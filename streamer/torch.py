@@ -28,7 +28,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
 from .pipeline.samplers import Sampler
-from .pipeline.sharding import Partition, Split, merge_intervals, resolve_partition
+from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .pipeline.streamer import Streamer, check_streamer_options
 
 __all__ = ["CropDataset", "collate", "gather_state", "merge_states"]
@@ -76,6 +76,8 @@ class CropDataset(IterableDataset):
         check_streamer_options("CropDataset", data, options)
         if "loader_batch_size" in options:
             raise TypeError("CropDataset takes batch_size=, the DataLoader's batch size")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.data = data
         self.sampler = sampler
         self.batch_size = int(batch_size)
@@ -179,28 +181,31 @@ class CropDataset(IterableDataset):
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
                 )
-        self.epoch = int(state["epoch"])
-        self._done = merge_intervals(state.get("done", ()))
-        self._consumed = int(state.get("consumed", 0))
+        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
+        consumed = int(state.get("consumed", 0))
         if "total" in state:
-            self._check_fits(state)
+            self._check_fits(int(state["total"]), epoch, done, consumed)
+        self.epoch, self._done, self._consumed = epoch, done, consumed
         self._publish()
 
-    def _check_fits(self, state: dict[str, Any]) -> None:
+    def _check_fits(self, theirs: int, epoch: int, done: Intervals, consumed: int) -> None:
         """Refuse a state whose epoch is not this dataset's (other data, sampler
-        or options make another number of crops) or that consumed more than
-        the rank has: resuming it would repeat or skip crops unseen."""
-        total = self.total(self.epoch)
-        if int(state["total"]) != total:
+        or options make another number of crops ``theirs``), whose ``done``
+        lies outside it, or that consumed more than the rank has: resuming it
+        would repeat or skip crops unseen."""
+        total = self.total(epoch)
+        if theirs != total:
             raise ValueError(
-                f"state is for an epoch of {state['total']} crops, this dataset plans "
-                f"{total} for epoch {self.epoch}: other data, sampler or options?"
+                f"state is for an epoch of {theirs} crops, this dataset plans "
+                f"{total} for epoch {epoch}: other data, sampler or options?"
             )
+        if any(not 0 <= first < last <= total for first, last in done):
+            raise ValueError(f"state's done intervals lie outside the epoch's {total} crops")
         partition = self._partition()
-        share = len(self._split().rank_share(total, partition.rank, partition.world_size))
-        if self._consumed > share:
+        share = len(self._split(done).rank_share(total, partition.rank, partition.world_size))
+        if consumed > share:
             raise ValueError(
-                f"state says {self._consumed} crops of this rank's share were consumed, "
+                f"state says {consumed} crops of this rank's share were consumed, "
                 f"but it has {share}"
             )
 

@@ -214,6 +214,10 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="1000 crops of this rank's share were consumed"):
         dataset(packed).load_state_dict({**state, "consumed": 1000})
+    with pytest.raises(ValueError, match="outside the epoch's 63 crops"):
+        dataset(packed).load_state_dict({**state, "done": [[-3, 2]]})
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        CropDataset(str(packed), SAMPLER, batch_size=0)
     with pytest.raises(ValueError, match="another epoch"):
         merge_states(other, [state])
     with pytest.raises(ValueError, match="has no 'position'"):
