@@ -32,6 +32,7 @@ SUITE = [
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
+    ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
     ("corpus_table", ["--small"], []),
 ]
 
