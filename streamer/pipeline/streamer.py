@@ -266,7 +266,8 @@ class Streamer:
 
     def _plan_at(self, position: int) -> CropJob | Failure:
         """Plan the crop at ``position`` and read what it carries (in a planner
-        thread: a remote column is a request). A crop whose labels cannot be
+        thread when a source is remote: a remote column is a request; on the
+        store loop when all are local, ``Run``'s ``plan_in_loop``). A crop whose labels cannot be
         read fails like one whose audio cannot."""
         dataset, request = self.request(position)
         job = plan(dataset, request)
