@@ -79,7 +79,8 @@ def bench(
     limit: bool = True,
 ) -> dict[str, Any]:
     """One run per (dataset, worker count), plus the baseline per dataset
-    and, with ``limit``, the pure decode of the same crops (``limit.py``):
+    and, with ``limit``, the pure decode of the same crops (``limit.py``),
+    measured in each round just before that dataset's runs:
     ``limit_ms_per_crop`` and ``cpu_over_limit`` in every run.
 
     Returns the first run's figures at the top level and every run in
@@ -95,20 +96,22 @@ def bench(
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     naive = [_baseline(dataset, config) if baseline else None for dataset in datasets]
-    floors = [_limit(dataset, config) if limit else {} for dataset in datasets]
     tries: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for number, dataset in enumerate(datasets):
+            # Measured next to the runs it is the floor of: on a shared
+            # machine the CPU a decode costs moves with the load.
+            floor = _limit(dataset, config) if limit else {}
             for count in workers:
-                tries.setdefault((number, count), []).append(_measure(dataset, count, config))
+                run = {**_measure(dataset, count, config), **floor}
+                if floor.get("limit_ms_per_crop"):
+                    run["cpu_over_limit"] = run["cpu_ms_per_crop"] / floor["limit_ms_per_crop"]
+                tries.setdefault((number, count), []).append(run)
     runs = []
     for (number, count), measured in tries.items():
         run = {**_median_run(measured), "rounds_crops_per_s": [r["crops_per_s"] for r in measured]}
         first = _median_run(tries[(0, count)])["crops_per_s"]
         run["relative"] = run["crops_per_s"] / first if first else None
-        run.update(floors[number])
-        if floors[number].get("limit_ms_per_crop"):
-            run["cpu_over_limit"] = run["cpu_ms_per_crop"] / floors[number]["limit_ms_per_crop"]
         if naive[number] is not None:
             run.update(naive[number])
             run["speedup"] = run["crops_per_s"] / naive[number]["baseline_crops_per_s"]
