@@ -5,7 +5,8 @@ a test signal at 44.1 and 48 kHz, the way ``decode/resample.py`` feeds it);
 CPU time per crop is the median of ``--repeats`` passes, and the ratio is
 over python-soxr's default quality measured in the same run. The candidates:
 FFmpeg's libswresample through PyAV (the resampler streamer used before),
-python-soxr at its quality presets, and scipy's ``resample_poly`` (only when
+python-soxr at its four quality presets (streamer offers HQ and VHQ, the
+two that keep the crop contract), and scipy's ``resample_poly`` (only when
 scipy is installed: it is not a dependency).
 
     python -m benchmarks.bench_resample [--repeats 20] [--seconds 8]
