@@ -1,0 +1,105 @@
+"""How S3 implementations differ, and that each difference is read right:
+ranged answers with status 200 and a whole-object checksum (rclone), 416 to
+a suffix range longer than the object, bodies without Content-Length, and
+endpoints that ignore Range (a clear one-line error, in the CLI too)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import S3_KINDS, SECRET
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.errors import StorageError
+
+FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
+
+
+@pytest.fixture(params=S3_KINDS)
+def s3_reader(request, s3_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """(a new store's reader of random.bin, the proxy in front of that server)."""
+    server = s3_servers(request.param)
+    server.reset()
+    yield (lambda name="random.bin", **o: make_store("s3", server.url, **o).reader(name)), server
+    server.reset()
+
+
+def test_rclone_answers_ranges_with_200_and_a_whole_object_checksum(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, data
+) -> None:
+    """What botocore rejects by default (``FlexibleChecksumError``) is read right."""
+    server = s3_servers("rclone")
+    server.reset()
+    reader = make_store("s3", server.url).reader(f"{s3_uploaded}/random.bin", size=len(data))
+    assert bytes(reader.read_sync(300_000, 1000)) == data[300_000:301_000]
+    (get,) = server.ranged()
+    assert get.range.startswith("bytes=262144-")
+    assert reader.store.stats.retries == 0
+
+
+def test_a_suffix_past_a_small_object_reads_it_whole(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """``bytes=-N`` with N > size: 206 with the whole object from most servers;
+    416 from rclone, after which one plain GET reads the (small) object."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin")
+    start, tail = reader.read_tail_sync(2 * len(data))
+    assert (start, bytes(tail), reader.size_sync()) == (0, data, len(data))
+    gets = [r.range for r in server.requests if r.method == "GET"]
+    assert gets[0] == f"bytes=-{2 * len(data)}"
+    assert gets[1:] in ([], [None])  # the retry without Range, when the server refused
+    assert reader.store.stats.retries == 0 and reader.store.stats.requests == 1
+
+
+def test_bodies_without_content_length_are_read_right(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = s3_reader
+    server.faults.chunked = True
+    reader = open_reader(f"{s3_uploaded}/random.bin", block_size=64 * 1024)
+    assert bytes(reader.read_sync(100_000, 150_000)) == data[100_000:250_000]
+    start, tail = reader.read_tail_sync(5000)
+    assert (start, bytes(tail)) == (len(data) - 5000, data[-5000:])
+    assert all("Content-Length" not in r.headers for r in server.ranged())  # GETs have no body
+    assert reader.store.stats.retries == 0
+
+
+def test_an_endpoint_that_ignores_range_fails_in_one_clear_line(s3_reader, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", **FAST)
+    reader.size_sync()
+    reader.store.stats.reset()
+    server.faults.ignore_range = True
+    with pytest.raises(StorageError) as caught:
+        reader.read_sync(0, 10)
+    message = str(caught.value)
+    assert "s3://data/random.bin" in message and "cannot serve byte ranges" in message
+    assert "\n" not in message and SECRET not in message
+    assert reader.store.stats.requests == 1  # not retried: it would not change
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_cli_over_each_server_and_its_one_line_failure(  # type: ignore[no-untyped-def]
+    kind, s3_servers, s3_uploaded, storage_root, tmp_path, monkeypatch, capsys
+) -> None:
+    """A crop through the CLI from each server; then a server that ignores
+    Range: exit 1 and one line on stderr, no traceback."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    server = s3_servers(kind)
+    server.reset()
+    url, endpoint = f"s3://{s3_uploaded}/packed", ["--endpoint-url", server.url]
+    key = next(iter(open_dataset(storage_root / "packed")))
+    out = tmp_path / "crop.npy"
+    assert main(["crop", url, key, "0.5", "1.5", "-o", str(out), *endpoint]) == 0
+    crop = np.load(out)
+    assert crop.shape[-1] > 0 and np.abs(crop).max() > 0
+    capsys.readouterr()
+    server.faults.ignore_range = True
+    try:
+        code = main(["inspect", url, *endpoint])
+    finally:
+        server.reset()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "cannot serve byte ranges" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and SECRET not in err
