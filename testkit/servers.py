@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 __all__ = [
@@ -304,9 +305,10 @@ class proxy_handler:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         async with self._session.request(
             request.method,
-            self.upstream + request.path_qs,
+            # As sent: a presigned URL's signature covers its exact query encoding.
+            yarl.URL(self.upstream + request.raw_path, encoded=True),
             headers=dict(request.headers),
-            data=await request.read(),
+            data=await request.read() or None,  # no body: no Content-Type added (SigV2 signs it)
             allow_redirects=False,
         ) as answer:
             payload = await answer.read()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +59,9 @@ def moto_endpoint() -> Iterator[str]:
     """A real S3 protocol server (moto's server mode) on a free loopback port."""
     from moto.server import ThreadedMotoServer
 
+    # The server's access log (it runs in this process) prints each request
+    # line, presigned queries included: the server's output, not streamer's.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
