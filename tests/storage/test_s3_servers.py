@@ -103,3 +103,23 @@ def test_cli_over_each_server_and_its_one_line_failure(  # type: ignore[no-untyp
     assert code == 1, err
     assert "cannot serve byte ranges" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and SECRET not in err
+
+
+def test_a_presigned_url_refused_as_expired_is_signed_anew(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """Credentials from the AWS chain refresh; a URL signed with old ones is
+    answered 403 ExpiredToken: dropped, signed again, retried (counted)."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    assert bytes(reader.read_sync(0, 10)) == data[:10]
+    server.faults.errors, server.faults.error_status = 1, 403
+    server.faults.error_body = (
+        b"<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message>"
+        b"</Error>"
+    )
+    assert bytes(reader.read_sync(400_000, 10)) == data[400_000:400_010]
+    assert reader.store.stats.retries == 1
+    server.faults.errors = 1
+    server.faults.error_body = b"<Error><Code>AccessDenied</Code><Message>No.</Message></Error>"
+    with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403 .*AccessDenied: No\."):
+        reader.read_sync(650_000, 10)
+    assert reader.store.stats.retries == 1  # a refusal is not retried
