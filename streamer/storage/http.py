@@ -34,6 +34,7 @@ from .retry import TransientError, parse_retry_after
 __all__ = [
     "HTTPStore",
     "RangeNotSatisfiable",
+    "check_span",
     "check_status",
     "describe",
     "open_session",
@@ -90,10 +91,7 @@ class HTTPStore(RemoteStore):
         self, client: aiohttp.ClientSession, path: str, start: int, end: int
     ) -> bytes:
         span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
-        if span[:2] != (start, min(end, span[2])):
-            raise TransientError(
-                f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
-            )
+        check_span(span, start, end)
         return body
 
     async def _get_tail(
@@ -181,6 +179,15 @@ async def ranged_get(
             raise StorageError(f"{shown}: HTTP {response.status} {response.reason}")
     except NETWORK_ERRORS as exc:
         raise TransientError(describe(exc)) from None
+
+
+def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
+    """The answer to ``bytes=start-(end-1)`` named other bytes: a transient
+    mix-up (a cache or proxy in between), retried like a short body."""
+    if span[:2] != (start, min(end, span[2])):
+        raise TransientError(
+            f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
+        )
 
 
 class RangeNotSatisfiable(StorageError):

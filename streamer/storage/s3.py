@@ -59,7 +59,7 @@ from botocore.config import Config
 from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .http import RangeNotSatisfiable, open_session, proxy_for, ranged_get
+from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
 
@@ -180,12 +180,14 @@ class S3Store(RemoteStore):
     # -- primitives -----------------------------------------------------------
 
     async def _get_range(self, client: _Clients, path: str, start: int, end: int) -> bytes:
-        _, _, body = await self._get(client, path, f"bytes={start}-{end - 1}")
+        span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+        check_span(span, start, end)
         return body
 
     async def _get_tail(self, client: _Clients, path: str, length: int) -> tuple[int, int, bytes]:
         try:
-            return await self._get(client, path, f"bytes=-{length}")
+            (start, _, size), body = await self._ranged(client, path, f"bytes=-{length}")
+            return start, size, body
         except RangeNotSatisfiable:  # the object is shorter than the suffix: read it whole
             bucket, key = _split(path)
             with self._errors(path):
@@ -194,7 +196,9 @@ class S3Store(RemoteStore):
                     body = await stream.read()
             return 0, len(body), body
 
-    async def _get(self, client: _Clients, path: str, byte_range: str) -> tuple[int, int, bytes]:
+    async def _ranged(
+        self, client: _Clients, path: str, byte_range: str
+    ) -> tuple[tuple[int, int, int], bytes]:
         """A GET by presigned URL over aiohttp: a quarter of botocore's client
         CPU per request (``benchmarks/bench_s3_client.py``)."""
         url = await client.presigned(path)
@@ -204,13 +208,15 @@ class S3Store(RemoteStore):
             if code in _EXPIRED_CODES or (response.status == 403 and "expired" in message):
                 client.forget(path)  # signed with credentials since refreshed: sign anew
                 raise TransientError(f"{response.status} {code}: presigned URL expired")
+            if code in _TRANSIENT_CODES:  # 503 SlowDown, and 4xx ones: 400 RequestTimeout
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                cause = redact(f"HTTP {response.status} {code}: {message}")
+                raise TransientError(cause, retry_after=retry_after)
             return redact(f"{code}: {message}" if code else message)
 
-        shown = self.display(path)
-        (start, _, size), body = await ranged_get(
-            client.http, url, shown, byte_range, detail, client.proxy
+        return await ranged_get(
+            client.http, url, self.display(path), byte_range, detail, client.proxy
         )
-        return start, size, body
 
     async def _get_size(self, client: _Clients, path: str) -> int:
         bucket, key = _split(path)

@@ -123,3 +123,14 @@ def test_a_presigned_url_refused_as_expired_is_signed_anew(s3_reader, s3_uploade
     with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403 .*AccessDenied: No\."):
         reader.read_sync(650_000, 10)
     assert reader.store.stats.retries == 1  # a refusal is not retried
+
+
+def test_s3_error_codes_that_mean_try_again_are_retried(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """S3 answers some transient failures with a 4xx status: 400 RequestTimeout."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    reader.size_sync()
+    server.faults.errors, server.faults.error_status = 2, 400
+    server.faults.error_body = b"<Error><Code>RequestTimeout</Code><Message>Idle.</Message></Error>"
+    assert bytes(reader.read_sync(5000, 10)) == data[5000:5010]
+    assert reader.store.stats.retries == 2
