@@ -30,6 +30,7 @@ SUITE = [
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
+    ("bench_warmup", ["--crops", "100"], []),
     ("corpus_table", ["--small"], []),
 ]
 

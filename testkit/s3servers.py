@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -26,9 +27,10 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["KINDS", "S3Process", "start"]
+__all__ = ["KINDS", "S3Process", "running", "start"]
 
 KINDS = ("seaweedfs", "rclone")
 _READY_SECONDS = 60.0
@@ -74,6 +76,11 @@ class S3Process:
                 self._process.kill()
                 self._process.wait()
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far."""
+        fields = Path(f"/proc/{self._process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:]
 
@@ -88,6 +95,32 @@ def start(kind: str, root: str | os.PathLike[str], key_id: str, secret: str) -> 
     if kind == "rclone":
         return _rclone(root, key_id, secret).wait_ready()
     raise ValueError(f"unknown S3 server {kind!r}; known: {', '.join(KINDS)}")
+
+
+@contextlib.contextmanager
+def running(
+    kind: str, root: str | os.PathLike[str], key_id: str, secret: str
+) -> Iterator[tuple[str, Callable[[], float]]]:
+    """``(endpoint, server CPU seconds so far)`` of a running server of
+    ``kind``: ``moto`` (in this process: its CPU is this process's) or one of
+    ``KINDS``; stopped when the block ends. For the benchmarks."""
+    if kind != "moto":
+        process = start(kind, root, key_id, secret)
+        try:
+            yield process.url, process.cpu_seconds
+        finally:
+            process.stop()
+        return
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto logs every request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}", lambda: 0.0
+    finally:
+        server.stop()
 
 
 def _seaweedfs(root: Path, key_id: str, secret: str) -> S3Process:
