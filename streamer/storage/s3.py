@@ -155,14 +155,16 @@ class S3Store(RemoteStore):
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> _Clients:
-        config = Config(
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=self.retry.connect_timeout,
-            read_timeout=self.retry.read_timeout,
-            max_pool_connections=self.max_concurrency,
+        settings = {
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
+            "connect_timeout": self.retry.connect_timeout,
+            "read_timeout": self.retry.read_timeout,
+            "max_pool_connections": self.max_concurrency,
             **self._config_kwargs,
-            **({"signature_version": UNSIGNED} if self._anon else {}),
-        )
+        }
+        if self._anon:
+            settings["signature_version"] = UNSIGNED
+        config = Config(**settings)
         session = get_session()
         if self._profile:
             session.set_config_variable("profile", self._profile)

@@ -5,6 +5,8 @@ endpoints that ignore Range (a clear one-line error, in the CLI too)."""
 
 from __future__ import annotations
 
+import urllib.parse
+
 import numpy as np
 import pytest
 from helpers import S3_KINDS, SECRET
@@ -12,6 +14,8 @@ from helpers import S3_KINDS, SECRET
 from streamer import open_dataset
 from streamer.cli import main
 from streamer.errors import StorageError
+from streamer.storage.loop import run_sync
+from streamer.storage.s3 import S3Store
 
 FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
 
@@ -134,3 +138,61 @@ def test_s3_error_codes_that_mean_try_again_are_retried(s3_reader, s3_uploaded, 
     server.faults.error_body = b"<Error><Code>RequestTimeout</Code><Message>Idle.</Message></Error>"
     assert bytes(reader.read_sync(5000, 10)) == data[5000:5010]
     assert reader.store.stats.retries == 2
+
+
+def test_credentials_from_a_profile_sign_the_urls(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, data, tmp_path, monkeypatch
+) -> None:
+    """``profile=`` takes the keys from the AWS config files; SeaweedFS checks
+    the signature, so the read works only if they signed the presigned URL."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[streamer-test]\naws_access_key_id = test-key-id\naws_secret_access_key = {SECRET}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    server = s3_servers("seaweedfs")
+    server.reset()
+    store = S3Store(
+        "s3", {"endpoint_url": server.url, "profile": "streamer-test", "region_name": "us-east-1"}
+    )
+    try:
+        assert bytes(store.reader(f"{s3_uploaded}/random.bin").read_sync(7, 5)) == data[7:12]
+        assert "X-Amz-Credential=test-key-id" in urllib.parse.unquote(server.ranged()[0].path)
+    finally:
+        run_sync(store._close_on_loop())
+
+
+def test_anonymous_urls_carry_no_signature(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, moto_endpoint, data
+) -> None:
+    """``anon=True``: plain URLs. A public object reads (moto, with a
+    public-read ACL); a private one is refused in one clear line."""
+    import boto3
+
+    admin = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        aws_access_key_id="test-key-id",
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    admin.create_bucket(Bucket="public")  # of its own: the shared bucket's listings stay
+    admin.put_object(Bucket="public", Key="random.bin", Body=data, ACL="public-read")
+    for kind, bucket in (("moto", "public"), ("moto", s3_uploaded), ("seaweedfs", s3_uploaded)):
+        server = s3_servers(kind)
+        server.reset()
+        store = S3Store("s3", {"endpoint_url": server.url, "anon": True, "attempts": 1})
+        reader = store.reader(f"{bucket}/random.bin", size=len(data))
+        try:
+            if bucket == "public":
+                assert bytes(reader.read_sync(7, 5)) == data[7:12]
+            else:
+                with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403"):
+                    reader.read_sync(7, 5)
+        finally:
+            run_sync(store._close_on_loop())
+        (get,) = server.ranged()
+        assert "?" not in get.path and "Authorization" not in get.headers
