@@ -90,6 +90,7 @@ _TRANSIENT_CODES = {
 #: Presigned URLs are valid this long, and reused for a fraction of it.
 URL_LIFETIME = 3600
 URL_REUSE = 300.0
+MAX_URLS = 10_000  # past this many, URLs past their reuse time are dropped
 #: Error codes of a request signed with credentials that have since expired.
 _EXPIRED_CODES = {"ExpiredToken", "TokenRefreshRequired", "RequestExpired"}
 _ERROR_BYTES = 4096  # an error document is read up to this size
@@ -292,6 +293,8 @@ class _Clients:
         found = self._urls.get(path)
         if found is not None and now < found[1]:
             return found[0]
+        if len(self._urls) >= MAX_URLS:  # keep only those still in use
+            self._urls = {p: entry for p, entry in self._urls.items() if now < entry[1]}
         bucket, key = _split(path)
         url = await self.s3.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_LIFETIME

@@ -196,3 +196,25 @@ def test_anonymous_urls_carry_no_signature(  # type: ignore[no-untyped-def]
             run_sync(store._close_on_loop())
         (get,) = server.ranged()
         assert "?" not in get.path and "Authorization" not in get.headers
+
+
+def test_urls_are_signed_anew_when_their_reuse_time_is_over(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, storage_root, monkeypatch
+) -> None:
+    """With no reuse time every GET is presigned anew (and the table of URLs
+    pruned past ``MAX_URLS``); SeaweedFS checks every signature."""
+    import streamer.storage.s3 as s3_module
+
+    monkeypatch.setattr(s3_module, "URL_REUSE", 0.0)
+    monkeypatch.setattr(s3_module, "MAX_URLS", 2)
+    server = s3_servers("seaweedfs")
+    server.reset()
+    store = make_store("s3", server.url, block_size=64 * 1024)
+    names = [p.relative_to(storage_root).as_posix() for p in storage_root.rglob("*.wsds")][:4]
+    for name in names * 2:
+        reader = store.reader(f"{s3_uploaded}/{name}")
+        size = reader.size_sync()
+        expected = (storage_root / name).read_bytes()[: min(size, 100)]
+        assert bytes(reader.fetch_many_sync([(0, len(expected))])[0]) == expected
+    signatures = {r.path.rpartition("X-Amz-Signature=")[2] for r in server.ranged()}
+    assert len(names) == 4 and len(signatures) >= 4
