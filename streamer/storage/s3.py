@@ -35,9 +35,9 @@ rclone's S3 server):
 * 200 without a ``Content-Range``: the endpoint cannot serve ranges, a
   ``StorageError`` saying so (reading whole objects block by block would
   silently cost the object's size per block);
-* a whole-object checksum on a ranged answer (rclone): response checksums
-  are validated only where botocore must ("when_required"); the body
-  length is checked against the range instead;
+* a whole-object checksum on a ranged answer (rclone): it cannot check a
+  range, so the ``Content-Range`` and the body length are checked instead
+  (botocore, for what it still reads, validates checksums only "when_required");
 * 416 to a suffix range longer than the object (rclone, Ceph): the object
   is smaller than the suffix asked for, so one plain GET reads it whole.
 """
