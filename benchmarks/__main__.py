@@ -31,6 +31,7 @@ SUITE = [
     ("bench_remote_crops", ["--quick"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
     ("bench_warmup", ["--crops", "100"], []),
+    ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
     ("corpus_table", ["--small"], []),
 ]
 
