@@ -9,7 +9,7 @@ with Backblaze B2 defaults (``B2Store``).
 
 The request path was chosen by measuring client CPU per ranged GET
 (``benchmarks/bench_s3_client.py``: 256 KiB GETs, 16 in flight, SeaweedFS
-on loopback): aiobotocore and s3fs cost 1.6-2.2 ms each, obstore 0.4 ms
+on loopback): aiobotocore and s3fs cost 1.4-2.2 ms each, obstore 0.4 ms
 (but it refuses a 200 answer to a ranged GET, which rclone's S3 server
 sends), a URL presigned by botocore per request 0.8 ms, and one presigned
 URL per object reused by plain aiohttp GETs 0.3-0.4 ms. So every GET goes
