@@ -15,6 +15,7 @@ import dataclasses
 import html
 import os
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -85,8 +86,9 @@ class Seen:
 
 
 class LoopbackServer:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.ssl_context = ssl_context  # serve HTTPS with this context
         self.faults = Faults()
         self.requests: list[Seen] = []
         self.in_flight = self.max_in_flight = 0
@@ -99,7 +101,7 @@ class LoopbackServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> LoopbackServer:
         self._thread.start()
@@ -138,7 +140,7 @@ class LoopbackServer:
             app, handle_signals=False, shutdown_timeout=0.5, access_log=None
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import html.parser
+import ssl as ssl_module
 import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -123,15 +124,24 @@ class HTTPStore(RemoteStore):
         return _links(directory, page)
 
 
-def open_session(store: RemoteStore, headers: dict[str, str]) -> aiohttp.ClientSession:
+def open_session(
+    store: RemoteStore, headers: dict[str, str], verify: bool | str | None = None
+) -> aiohttp.ClientSession:
     """The aiohttp session of ``store``: a pool of ``max_concurrency``
     connections, bodies as sent (no decompression), the store's connect and
     read timeouts (the whole attempt is bounded by ``retry.timeout``, in
     ``retry.py``; these bound the connection and each wait for bytes:
     headers, every chunk). Not ``trust_env``: it reads the proxy variables
     and ``~/.netrc`` on every request, more CPU than the request itself
-    (``proxy_for`` finds a proxy once instead)."""
-    connector = aiohttp.TCPConnector(limit=store.max_concurrency)
+    (``proxy_for`` finds a proxy once instead). ``verify`` as botocore
+    takes it: ``False`` (no certificate check), a CA bundle's path, or
+    ``None`` (the system's certificates)."""
+    ssl: bool | ssl_module.SSLContext = True
+    if verify is False:
+        ssl = False
+    elif isinstance(verify, str):
+        ssl = ssl_module.create_default_context(cafile=verify)
+    connector = aiohttp.TCPConnector(limit=store.max_concurrency, ssl=ssl)
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=store.retry.connect_timeout, sock_read=store.retry.read_timeout
     )

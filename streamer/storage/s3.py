@@ -72,6 +72,7 @@ _CREDENTIAL_ALIASES = {
 }
 _CLIENT_OPTIONS = {
     "endpoint_url",
+    "verify",
     "region_name",
     "aws_access_key_id",
     "aws_secret_access_key",
@@ -109,8 +110,9 @@ class S3Store(RemoteStore):
 
     Backend options: ``endpoint_url``, ``region_name``, ``key`` / ``secret`` /
     ``token`` (or their ``aws_*`` names), ``profile``, ``anon`` (unsigned
-    requests), ``config_kwargs`` (merged into ``botocore.config.Config``),
-    ``client_kwargs`` (passed to ``create_client``).
+    requests), ``verify`` (``False``, or a CA bundle's path: for every
+    request, GETs included), ``config_kwargs`` (merged into
+    ``botocore.config.Config``), ``client_kwargs`` (passed to ``create_client``).
     """
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
@@ -174,7 +176,10 @@ class S3Store(RemoteStore):
         client = await session.create_client(
             "s3", config=config, **self._client_kwargs
         ).__aenter__()
-        return _Clients(client, open_session(self, {}), proxy_for(client.meta.endpoint_url))
+        # GETs check certificates as botocore would: ``verify`` option, else AWS_CA_BUNDLE.
+        verify = self._client_kwargs.get("verify", os.environ.get("AWS_CA_BUNDLE"))
+        http = open_session(self, {}, verify)
+        return _Clients(client, http, proxy_for(client.meta.endpoint_url))
 
     async def _disconnect(self, client: _Clients) -> None:
         await client.http.close()

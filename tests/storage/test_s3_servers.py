@@ -5,6 +5,8 @@ endpoints that ignore Range (a clear one-line error, in the CLI too)."""
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import urllib.parse
 
 import numpy as np
@@ -16,6 +18,7 @@ from streamer.cli import main
 from streamer.errors import StorageError
 from streamer.storage.loop import run_sync
 from streamer.storage.s3 import S3Store
+from testkit.servers import LoopbackServer, proxy_handler
 
 FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
 
@@ -218,3 +221,39 @@ def test_urls_are_signed_anew_when_their_reuse_time_is_over(  # type: ignore[no-
         assert bytes(reader.fetch_many_sync([(0, len(expected))])[0]) == expected
     signatures = {r.path.rpartition("X-Amz-Signature=")[2] for r in server.ranged()}
     assert len(names) == 4 and len(signatures) >= 4
+
+
+def test_https_endpoints_check_certificates_as_botocore_does(  # type: ignore[no-untyped-def]
+    moto_endpoint, s3_uploaded, make_store, data, tmp_path, monkeypatch
+) -> None:
+    """An HTTPS endpoint with a self-signed certificate: refused by default
+    (one clear error), read with ``verify=<its certificate>``, with
+    ``AWS_CA_BUNDLE`` set, or with ``verify=False``."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = LoopbackServer(proxy_handler(moto_endpoint), ssl_context=context).start()
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    try:
+        path = f"{s3_uploaded}/random.bin"
+        refused = make_store("s3", server.url, attempts=1).reader(path, size=len(data))
+        with pytest.raises(StorageError, match=r"GET s3://data/random.bin .*(?i:certificate)"):
+            refused.read_sync(0, 10)
+        for options in ({"verify": str(cert)}, {"verify": False}):
+            reader = make_store("s3", server.url, **options).reader(path, size=len(data))
+            assert bytes(reader.read_sync(100, 10)) == data[100:110]
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
+        reader = make_store("s3", server.url).reader(path, size=len(data))
+        assert bytes(reader.read_sync(200, 10)) == data[200:210]
+        assert len(server.ranged()) == 3  # the refused one never got a request through
+    finally:
+        server.stop()
