@@ -45,6 +45,7 @@ rclone's S3 server):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import time
@@ -94,6 +95,8 @@ URL_REUSE = 300.0
 MAX_URLS = 10_000  # past this many, URLs past their reuse time are dropped
 #: Error codes of a request signed with credentials that have since expired.
 _EXPIRED_CODES = {"ExpiredToken", "TokenRefreshRequired", "RequestExpired"}
+#: Error codes of a URL signed for another region than the bucket's.
+_WRONG_REGION_CODES = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IncorrectEndpoint"}
 _ERROR_BYTES = 4096  # an error document is read up to this size
 _NETWORK_ERRORS = (
     botocore.exceptions.HTTPClientError,
@@ -216,6 +219,9 @@ class S3Store(RemoteStore):
             if code in _EXPIRED_CODES or (response.status == 403 and "expired" in message):
                 client.forget(path)  # signed with credentials since refreshed: sign anew
                 raise TransientError(f"{response.status} {code}: presigned URL expired")
+            if code in _WRONG_REGION_CODES or response.status == 301:
+                await client.learn_region(path)
+                raise TransientError(f"{response.status} {code}: signed for another region")
             if code in _TRANSIENT_CODES:  # 503 SlowDown, and 4xx ones: 400 RequestTimeout
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 cause = redact(f"HTTP {response.status} {code}: {message}")
@@ -309,6 +315,18 @@ class _Clients:
 
     def forget(self, path: str) -> None:
         self._urls.pop(path, None)
+
+    async def learn_region(self, path: str) -> None:
+        """The bucket of ``path`` lives in another region than the URL was
+        signed for (no ``region_name`` given): one HEAD of the bucket through
+        botocore, whose redirector follows the answer and remembers the
+        bucket's region, which the next presigned URL then carries."""
+        self.forget(path)
+        bucket, _ = _split(path)
+        with contextlib.suppress(
+            botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, *_NETWORK_ERRORS
+        ):
+            await self.s3.head_bucket(Bucket=bucket)
 
 
 class _S3Errors:

@@ -257,3 +257,27 @@ def test_https_endpoints_check_certificates_as_botocore_does(  # type: ignore[no
         assert len(server.ranged()) == 3  # the refused one never got a request through
     finally:
         server.stop()
+
+
+def test_a_url_signed_for_the_wrong_region_learns_the_region_and_retries(  # type: ignore[no-untyped-def]
+    s3_reader, s3_uploaded, data
+) -> None:
+    """Without ``region_name`` a URL may be signed for another region than
+    the bucket's: S3 answers 400 AuthorizationHeaderMalformed (or 301). One
+    HEAD of the bucket through botocore (whose redirector remembers the
+    region), a new URL, a retry."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    reader.size_sync()
+    server.reset()
+    server.faults.errors, server.faults.error_status = 1, 400
+    server.faults.error_body = (
+        b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region 'us-east-1' "
+        b"is wrong; expecting 'eu-west-1'</Message><Region>eu-west-1</Region></Error>"
+    )
+    assert bytes(reader.read_sync(9000, 10)) == data[9000:9010]
+    assert reader.store.stats.retries == 1
+    assert [(r.method, r.path.partition("?")[0]) for r in server.requests][:2] == [
+        ("GET", "/data/random.bin"),
+        ("HEAD", "/data"),
+    ]
