@@ -68,10 +68,12 @@ class S3Process:
         raise RuntimeError(f"{self.kind} not ready after {_READY_SECONDS:.0f} s: {self._tail()}")
 
     def stop(self) -> None:
+        """Ask the server to stop; kill it after 2 s (SeaweedFS takes longer
+        than that to shut down, and its data is thrown away anyway)."""
         if self._process.poll() is None:
             self._process.terminate()
             try:
-                self._process.wait(10)
+                self._process.wait(2)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
