@@ -28,6 +28,7 @@ SUITE = [
     ("bench_scaling", ["--quick"], []),
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
+    ("bench_cold_open", ["--minutes", "5", "--crops", "4"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
     ("corpus_table", ["--small"], []),
 ]

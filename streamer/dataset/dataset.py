@@ -298,6 +298,29 @@ class Dataset:
                 stacklevel=3,
             )
 
+    def manifest_state(self) -> str:
+        """The dataset manifest checked against a fresh listing of the store
+        (for ``streamer inspect``): ``"ok"``, ``"absent"``, why it is not
+        usable, or ``"stale: "`` and what differs (shards added, removed or
+        resized behind its back, which opening alone cannot see)."""
+        manifest, problem = read_manifest(self.store, self.root)
+        if manifest is None:
+            return problem or "absent"
+        listed, sizes = _column_dirs(self.store, self.root)
+        differences = []
+        for column_dir in sorted(listed.keys() | manifest.column_dirs.keys()):
+            ours, theirs = manifest.column_dirs.get(column_dir, {}), listed.get(column_dir, {})
+            for name in sorted(theirs.keys() - ours.keys()):
+                differences.append(f"{column_dir}/{name} is not in the manifest")
+            for name in sorted(ours.keys() - theirs.keys()):
+                differences.append(f"{column_dir}/{name} is not in the store")
+            for name in sorted(ours.keys() & theirs.keys()):
+                path, size = theirs[name], sizes.get(theirs[name])
+                entry = manifest.files.get(ours[name])
+                if path != ours[name] or (size is not None and entry and entry.size != size):
+                    differences.append(f"{column_dir}/{name} differs from the manifest")
+        return "stale: " + "; ".join(differences) if differences else "ok"
+
     # -- keys ---------------------------------------------------------------
 
     @cached_property
