@@ -28,6 +28,7 @@ from ._urls import register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
 __all__ = ["HTTPStore"]
 
@@ -121,7 +122,7 @@ class HTTPStore(RemoteStore):
         except aiohttp.InvalidURL:
             raise StorageError(f"{url}: not a valid URL") from None
         except _NETWORK_ERRORS as exc:
-            raise TransientError(_describe(exc)) from None
+            raise TransientError(_describe(exc), congestion=is_timeout(exc)) from None
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = path.rstrip("/") + "/"
@@ -130,7 +131,7 @@ class HTTPStore(RemoteStore):
                 _check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
         except _NETWORK_ERRORS as exc:
-            raise TransientError(_describe(exc)) from None
+            raise TransientError(_describe(exc), congestion=is_timeout(exc)) from None
         return _links(directory, page)
 
 
@@ -138,7 +139,10 @@ def _check_status(url: str, byte_range: str | None, response: aiohttp.ClientResp
     status = response.status
     if status >= 500 or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        raise TransientError(f"HTTP {status} {response.reason}", retry_after=retry_after)
+        congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
+        raise TransientError(
+            f"HTTP {status} {response.reason}", retry_after=retry_after, congestion=congestion
+        )
     if byte_range is None and status == 200:
         return
     if status == 206 and byte_range is not None:

@@ -32,6 +32,7 @@ from ._urls import redact, register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
 __all__ = ["B2Store", "S3Store"]
 
@@ -57,6 +58,8 @@ _TRANSIENT_CODES = {
     "ThrottlingException",
     "RequestLimitExceeded",
 }
+#: Answers that say the store is overloaded (the adaptive limit backs off, ``throttle.py``).
+_CONGESTION_CODES = _TRANSIENT_CODES - {"InternalError"}
 _NETWORK_ERRORS = (
     botocore.exceptions.HTTPClientError,
     botocore.exceptions.ConnectionError,
@@ -110,6 +113,13 @@ class S3Store(RemoteStore):
     def _host(self, path: str) -> str:
         """Buckets fail (and throttle) on their own: one outage gate per bucket."""
         return f"{self.scheme}://{path.partition('/')[0]}{self._at}"
+
+    def _throttle_key(self, path: str) -> str:
+        """S3 limits request rates per key prefix: one adaptive limit per bucket
+        and first path component (a dataset's root, usually)."""
+        bucket, _, key = path.partition("/")
+        prefix = key.partition("/")[0] if "/" in key else ""
+        return f"{self.scheme}://{bucket}/{prefix}{self._at}"
 
     # -- client ---------------------------------------------------------------
 
@@ -225,7 +235,8 @@ class _S3Errors:
         if isinstance(exc, botocore.exceptions.ClientError):
             raise _client_error(self.url, exc) from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
-            raise TransientError(redact(f"{type(exc).__name__}: {exc}")) from None
+            message = redact(f"{type(exc).__name__}: {exc}")
+            raise TransientError(message, congestion=is_timeout(exc)) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(f"{self.url}: no credentials found ({exc})") from None
         return False
@@ -254,7 +265,9 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
-        return TransientError(message, retry_after=parse_retry_after(headers.get("retry-after")))
+        retry_after = parse_retry_after(headers.get("retry-after"))
+        congestion = status in (429, 503) or code in _CONGESTION_CODES
+        return TransientError(message, retry_after=retry_after, congestion=congestion)
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
         return StorageError(f"{url}: not found ({message})")
     return StorageError(f"{url}: {message}")
