@@ -108,6 +108,8 @@ class Dataset:
         self.url = self.store.display(self.root)
         self.audio_column = audio_column
         self._relisting = threading.Lock()
+        #: Column directories listed to check the manifest: the shard names found.
+        self._listings: dict[str, set[str]] = {}
         self.manifest: Manifest | None = None
         #: Why the manifest is not used: "absent", "not used", or what was wrong with it.
         self.manifest_problem: str | None = "not used"
@@ -258,14 +260,22 @@ class Dataset:
             return self._open_listed(name, column_dir)
 
     def _listed(self, column_dir: str, name: str) -> bool:
-        """Whether a listing of the column directory has shard ``name`` (one request)."""
-        try:
-            files = self.store.list_sync(self.store.join(self.root, column_dir))
-        except StorageError:
-            if self.store.is_remote:
-                raise
-            return False  # no such directory
-        return any(f.name in {name + s for s in SHARD_SUFFIXES} for f in files if not f.is_dir)
+        """Whether a listing of the column directory has shard ``name``: one
+        request per directory and dataset. A directory the store cannot list
+        (there is none, or an HTTP server without directory indexes) has
+        nothing: the manifest is believed."""
+        names = self._listings.get(column_dir)
+        if names is None:
+            try:
+                files = self.store.list_sync(self.store.join(self.root, column_dir))
+            except StorageError:
+                files = []
+            names = self._listings[column_dir] = {
+                _shard_name(f.name)
+                for f in files
+                if not f.is_dir and not f.name.startswith(".") and f.name.endswith(SHARD_SUFFIXES)
+            }
+        return name in names
 
     def _drop_manifest(self, reason: str) -> None:
         """Stop using the manifest (it contradicts the store): warn once, list the

@@ -349,3 +349,24 @@ def test_remote_datasets_open_from_the_manifest(remote, packed) -> None:  # type
     key = next(iter(local))
     np.testing.assert_array_equal(dataset.read_crop(key, 0.5, 1.5), local.read_crop(key, 0.5, 1.5))
     assert server.requests and all(r.range for r in server.requests)  # ranged GETs only
+
+
+def test_remote_unindexed_dataset_lists_a_missing_directory_once(
+    remote, clean, storage_root, moto_endpoint, s3_uploaded
+) -> None:  # type: ignore[no-untyped-def]
+    """A dataset without ``seek_index/`` (packed with ``--no-index``): its
+    episodes fall back; the directory the manifest does not have is looked
+    for once, not once per crop (over HTTP the 404 is no outage)."""
+    open_remote, server = remote
+    name = f"unindexed-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(clean, storage_root / name, ignore=shutil.ignore_patterns(INDEX_DIR))
+    write_manifest(LocalStore(), str(storage_root / name))
+    upload_tree(moto_endpoint, storage_root / name, BUCKET, name, "test-key-id", SECRET)
+    dataset = open_remote(name)
+    assert dataset.manifest is not None and INDEX_DIR not in dataset.column_dirs
+    for key in EPISODES:
+        dataset.read_crop(key, 0.5, 1.0)
+    assert dataset.decode_stats.paths == {"fallback from the start": len(EPISODES)}
+    unranged = [r for r in server.requests if not r.range]
+    assert len(unranged) == 1 and INDEX_DIR in unranged[0].path  # the one look, a listing
+    assert dataset.manifest is not None  # nothing contradicted it
