@@ -109,7 +109,7 @@ class Dataset:
         self.audio_column = audio_column
         self._relisting = threading.Lock()
         #: Column directories listed to check the manifest: the shard names found.
-        self._listings: dict[str, set[str]] = {}
+        self._listings: dict[str, set[str] | None] = {}
         self.manifest: Manifest | None = None
         #: Why the manifest is not used: "absent", "not used", or what was wrong with it.
         self.manifest_problem: str | None = "not used"
@@ -259,23 +259,26 @@ class Dataset:
             self._drop_manifest(str(stale))
             return self._open_listed(name, column_dir)
 
-    def _listed(self, column_dir: str, name: str) -> bool:
-        """Whether a listing of the column directory has shard ``name``: one
-        request per directory and dataset. A directory the store cannot list
-        (there is none, or an HTTP server without directory indexes) has
-        nothing: the manifest is believed."""
-        names = self._listings.get(column_dir)
-        if names is None:
+    def _listed(self, column_dir: str, name: str) -> bool | None:
+        """Whether a listing of the column directory has shard ``name`` (one
+        request per directory and dataset), or None when the store cannot
+        list it (there is none, an HTTP server without directory indexes, an
+        outage): then nothing contradicts the manifest."""
+        if column_dir not in self._listings:
             try:
                 files = self.store.list_sync(self.store.join(self.root, column_dir))
             except StorageError:
-                files = []
-            names = self._listings[column_dir] = {
-                _shard_name(f.name)
-                for f in files
-                if not f.is_dir and not f.name.startswith(".") and f.name.endswith(SHARD_SUFFIXES)
-            }
-        return name in names
+                self._listings[column_dir] = None
+            else:
+                self._listings[column_dir] = {
+                    _shard_name(f.name)
+                    for f in files
+                    if not f.is_dir
+                    and not f.name.startswith(".")
+                    and f.name.endswith(SHARD_SUFFIXES)
+                }
+        names = self._listings[column_dir]
+        return None if names is None else name in names
 
     def _drop_manifest(self, reason: str) -> None:
         """Stop using the manifest (it contradicts the store): warn once, list the
@@ -589,7 +592,7 @@ class Dataset:
             reader = self.store.reader(path, self._sizes.get(path))
             shard = Shard(reader, column_dir=column_dir, tail=entry.tail if entry else TAIL_BYTES)
         except StorageError as exc:
-            if entry is not None and not self._listed(column_dir, _shard_name(path)):
+            if entry is not None and self._listed(column_dir, _shard_name(path)) is False:
                 raise _StaleManifest(f"{column_dir}/{entry.file} is not in the store") from exc
             if self.store.is_remote:
                 raise

@@ -370,3 +370,21 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     unranged = [r for r in server.requests if not r.range]
     assert len(unranged) == 1 and INDEX_DIR in unranged[0].path  # the one look, a listing
     assert dataset.manifest is not None  # nothing contradicted it
+
+
+def test_remote_shard_missing_behind_the_manifest(
+    remote, clean, storage_root, moto_endpoint
+) -> None:  # type: ignore[no-untyped-def]
+    """Over S3 and HTTP: a shard the manifest has but the store has not (a 404)
+    is told from an outage by a listing, and served as the listing says."""
+    open_remote, _ = remote
+    name = f"missing-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(clean, storage_root / name)
+    (storage_root / name / INDEX_DIR / "shard-000000.wsds").unlink()
+    upload_tree(moto_endpoint, storage_root / name, BUCKET, name, "test-key-id", SECRET)
+    dataset = open_remote(name)
+    assert dataset.manifest is not None
+    dataset.read_crop("e0", 0.5, 1.0)
+    dataset.read_crop("e2", 0.5, 1.0)
+    assert dataset.decode_stats.paths == {"fallback from the start": 1, "index": 1}
+    assert dataset.manifest_problem == "stale: seek_index/shard-000000.wsds is not in the store"
