@@ -54,6 +54,19 @@ def copy(clean: Path, tmp_path: Path) -> Path:
     return target
 
 
+def listings(server) -> list:  # type: ignore[no-untyped-def]
+    """The listing requests a server saw: S3 ``ListObjectsV2``, HTTP directory pages."""
+    return [r for r in server.requests if "list-type=" in r.path or r.path.endswith("/")]
+
+
+def upload(server, folder: Path, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """``folder`` to ``s3://data/<prefix>`` of the S3 server behind ``server``
+    (an HTTP file server already serves it)."""
+    upstream = getattr(server.handler, "upstream", None)
+    if upstream is not None:
+        upload_tree(upstream, folder, BUCKET, prefix, "test-key-id", SECRET)
+
+
 def manifest_of(root: Path) -> dict:
     return json.loads((root / MANIFEST_NAME).read_text())
 
@@ -274,7 +287,7 @@ def cold_crops(server, dataset: Path, starts, monkeypatch, tmp_path) -> list[tup
     """(requests, bytes) of ``streamer crop`` of 8 s at each start, each run
     cold (nothing cached); checks that the run lists nothing."""
     prefix = f"cold-{uuid.uuid4().hex[:8]}"
-    upload_tree(server.handler.upstream, dataset, BUCKET, prefix, "test-key-id", SECRET)
+    upload(server, dataset, prefix)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -291,7 +304,7 @@ def cold_crops(server, dataset: Path, starts, monkeypatch, tmp_path) -> list[tup
         seen = [(r.method, r.path.split("?")[0], r.range) for r in server.requests]
         assert store.stats.requests == len(seen)
         assert seen[0][:2] == ("GET", f"/{BUCKET}/{prefix}/{MANIFEST_NAME}")
-        assert all(r.range for r in server.requests), seen  # ranged GETs only: no listing
+        assert listings(server) == [], seen
         assert np.load(out).shape == (1, 8 * 44100)
         costs.append((store.stats.requests, store.stats.bytes_fetched))
     return costs
@@ -348,11 +361,11 @@ def test_remote_datasets_open_from_the_manifest(remote, packed) -> None:  # type
     assert list(dataset) == list(local)
     key = next(iter(local))
     np.testing.assert_array_equal(dataset.read_crop(key, 0.5, 1.5), local.read_crop(key, 0.5, 1.5))
-    assert server.requests and all(r.range for r in server.requests)  # ranged GETs only
+    assert server.requests and listings(server) == []
 
 
 def test_remote_unindexed_dataset_lists_a_missing_directory_once(
-    remote, clean, storage_root, moto_endpoint, s3_uploaded
+    remote, clean, storage_root
 ) -> None:  # type: ignore[no-untyped-def]
     """A dataset without ``seek_index/`` (packed with ``--no-index``): its
     episodes fall back; the directory the manifest does not have is looked
@@ -361,27 +374,25 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     name = f"unindexed-{uuid.uuid4().hex[:8]}"
     shutil.copytree(clean, storage_root / name, ignore=shutil.ignore_patterns(INDEX_DIR))
     write_manifest(LocalStore(), str(storage_root / name))
-    upload_tree(moto_endpoint, storage_root / name, BUCKET, name, "test-key-id", SECRET)
+    upload(server, storage_root / name, name)
     dataset = open_remote(name)
     assert dataset.manifest is not None and INDEX_DIR not in dataset.column_dirs
     for key in EPISODES:
         dataset.read_crop(key, 0.5, 1.0)
     assert dataset.decode_stats.paths == {"fallback from the start": len(EPISODES)}
-    unranged = [r for r in server.requests if not r.range]
-    assert len(unranged) == 1 and INDEX_DIR in unranged[0].path  # the one look, a listing
+    (listing,) = listings(server)  # the one look
+    assert INDEX_DIR in listing.path
     assert dataset.manifest is not None  # nothing contradicted it
 
 
-def test_remote_shard_missing_behind_the_manifest(
-    remote, clean, storage_root, moto_endpoint
-) -> None:  # type: ignore[no-untyped-def]
+def test_remote_shard_missing_behind_the_manifest(remote, clean, storage_root) -> None:  # type: ignore[no-untyped-def]
     """Over S3 and HTTP: a shard the manifest has but the store has not (a 404)
     is told from an outage by a listing, and served as the listing says."""
-    open_remote, _ = remote
+    open_remote, server = remote
     name = f"missing-{uuid.uuid4().hex[:8]}"
     shutil.copytree(clean, storage_root / name)
     (storage_root / name / INDEX_DIR / "shard-000000.wsds").unlink()
-    upload_tree(moto_endpoint, storage_root / name, BUCKET, name, "test-key-id", SECRET)
+    upload(server, storage_root / name, name)
     dataset = open_remote(name)
     assert dataset.manifest is not None
     dataset.read_crop("e0", 0.5, 1.0)
