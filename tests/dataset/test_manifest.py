@@ -28,7 +28,6 @@ from streamer.storage import open_url
 from streamer.storage.local import LocalFileReader, LocalStore
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
-from testkit.servers import upload_tree
 
 EPISODES = [f"e{i}" for i in range(6)]
 
@@ -59,12 +58,16 @@ def listings(server) -> list:  # type: ignore[no-untyped-def]
     return [r for r in server.requests if "list-type=" in r.path or r.path.endswith("/")]
 
 
-def upload(server, folder: Path, prefix: str) -> None:  # type: ignore[no-untyped-def]
-    """``folder`` to ``s3://data/<prefix>`` of the S3 server behind ``server``
-    (an HTTP file server already serves it)."""
+def upload(server, make_store, folder: Path, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """``folder`` to ``s3://data/<prefix>`` of the S3 server behind ``server``,
+    straight to it (an HTTP file server already serves it)."""
     upstream = getattr(server.handler, "upstream", None)
-    if upstream is not None:
-        upload_tree(upstream, folder, BUCKET, prefix, "test-key-id", SECRET)
+    if upstream is None:
+        return
+    store = make_store("s3", upstream)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            store.put_sync(f"{BUCKET}/{prefix}/{path.relative_to(folder).as_posix()}", path)
 
 
 def manifest_of(root: Path) -> dict:
@@ -283,11 +286,13 @@ def packed_mp3(folder: Path, seconds: float) -> Path:
     return folder / "ds"
 
 
-def cold_crops(server, dataset: Path, starts, monkeypatch, tmp_path) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+def cold_crops(
+    server, make_store, dataset: Path, starts, monkeypatch, tmp_path
+) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
     """(requests, bytes) of ``streamer crop`` of 8 s at each start, each run
     cold (nothing cached); checks that the run lists nothing."""
     prefix = f"cold-{uuid.uuid4().hex[:8]}"
-    upload(server, dataset, prefix)
+    upload(server, make_store, dataset, prefix)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -310,10 +315,10 @@ def cold_crops(server, dataset: Path, starts, monkeypatch, tmp_path) -> list[tup
     return costs
 
 
-def test_cold_one_crop_cli_run_over_s3(s3, s3_uploaded, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cold_one_crop_cli_run_over_s3(s3, s3_uploaded, make_store, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     dataset = packed_mp3(tmp_path, 180.0)
     # Inside one block, and across a block boundary (the most a crop reads).
-    costs = cold_crops(s3, dataset, (60.0, 95.0, 130.0), monkeypatch, tmp_path)
+    costs = cold_crops(s3, make_store, dataset, (60.0, 95.0, 130.0), monkeypatch, tmp_path)
     for requests, fetched in costs:
         assert requests <= 6  # manifest, audio footer + head, audio_info, seek_index, crop
         assert fetched <= 2 * BLOCK + 16_000  # metadata is footers and two small shards
@@ -321,13 +326,14 @@ def test_cold_one_crop_cli_run_over_s3(s3, s3_uploaded, monkeypatch, tmp_path) -
 
 @pytest.mark.slow
 def test_cold_one_crop_of_a_long_mp3_reads_under_5_percent(
-    s3, s3_uploaded, monkeypatch, tmp_path
+    s3, s3_uploaded, make_store, monkeypatch, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     """The 23-minute 64 kbps episode: at most 6 requests and 5 % of the blob
     wherever the 8 s crop falls."""
     dataset = packed_mp3(tmp_path, 23 * 60.0)
     blob = (tmp_path / "src" / "episode.mp3").stat().st_size
-    costs = cold_crops(s3, dataset, np.linspace(5, 1370, 12).round(2), monkeypatch, tmp_path)
+    starts = np.linspace(5, 1370, 12).round(2)
+    costs = cold_crops(s3, make_store, dataset, starts, monkeypatch, tmp_path)
     assert max(requests for requests, _ in costs) <= 6
     assert max(fetched for _, fetched in costs) <= 0.05 * blob
 
@@ -365,7 +371,7 @@ def test_remote_datasets_open_from_the_manifest(remote, packed) -> None:  # type
 
 
 def test_remote_unindexed_dataset_lists_a_missing_directory_once(
-    remote, clean, storage_root
+    remote, make_store, clean, storage_root
 ) -> None:  # type: ignore[no-untyped-def]
     """A dataset without ``seek_index/`` (packed with ``--no-index``): its
     episodes fall back; the directory the manifest does not have is looked
@@ -374,7 +380,7 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     name = f"unindexed-{uuid.uuid4().hex[:8]}"
     shutil.copytree(clean, storage_root / name, ignore=shutil.ignore_patterns(INDEX_DIR))
     write_manifest(LocalStore(), str(storage_root / name))
-    upload(server, storage_root / name, name)
+    upload(server, make_store, storage_root / name, name)
     dataset = open_remote(name)
     assert dataset.manifest is not None and INDEX_DIR not in dataset.column_dirs
     for key in EPISODES:
@@ -385,14 +391,14 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     assert dataset.manifest is not None  # nothing contradicted it
 
 
-def test_remote_shard_missing_behind_the_manifest(remote, clean, storage_root) -> None:  # type: ignore[no-untyped-def]
+def test_remote_shard_missing_behind_the_manifest(remote, make_store, clean, storage_root) -> None:  # type: ignore[no-untyped-def]
     """Over S3 and HTTP: a shard the manifest has but the store has not (a 404)
     is told from an outage by a listing, and served as the listing says."""
     open_remote, server = remote
     name = f"missing-{uuid.uuid4().hex[:8]}"
     shutil.copytree(clean, storage_root / name)
     (storage_root / name / INDEX_DIR / "shard-000000.wsds").unlink()
-    upload(server, storage_root / name, name)
+    upload(server, make_store, storage_root / name, name)
     dataset = open_remote(name)
     assert dataset.manifest is not None
     dataset.read_crop("e0", 0.5, 1.0)
