@@ -30,6 +30,7 @@ SUITE = [
     ("bench_remote_crops", ["--quick"], []),
     ("bench_cold_open", ["--minutes", "5", "--crops", "4"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
+    ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
     ("corpus_table", ["--small"], []),
 ]
 

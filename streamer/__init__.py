@@ -17,6 +17,7 @@ from .errors import (
     WorkerError,
 )
 from .pipeline import (
+    ListCrops,
     Mix,
     RandomCrops,
     Sampler,
@@ -39,6 +40,7 @@ __all__ = [
     "DataError",
     "Dataset",
     "LayoutError",
+    "ListCrops",
     "Mix",
     "PackError",
     "RandomCrops",

@@ -1,16 +1,25 @@
-"""PyTorch adapters: ``CropDataset`` (an ``IterableDataset`` over a Streamer) and ``collate``.
+"""PyTorch adapters: ``CropDataset`` (an ``IterableDataset`` over a Streamer),
+``collate``, and the checkpoint helpers of a training loop.
 
 Only this module imports torch (the ``torch`` extra); the rest of streamer
 works with numpy alone. Inside a DataLoader worker the Streamer takes that
 worker's share of the epoch (``torch.utils.data.get_worker_info()``) and
 decodes in the worker itself (``workers=0``): the DataLoader's processes are
 the decode processes, none are nested under them unless ``workers`` says so.
+
+Why a rank's progress is one number: the workers take turns by whole
+batches of ``batch_size`` (``pipeline/sharding.py``), so a DataLoader, which
+takes one batch from each worker in turn starting with worker 0, yields the
+rank's share in its own order whatever ``num_workers`` is. Every crop
+carries its ``position`` in that share; the last batch a loop consumed says
+how far the rank got, and a resumed DataLoader (round robin from worker 0
+again) continues from there.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,9 +28,16 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
 from .pipeline.samplers import Sampler
+from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .pipeline.streamer import Streamer, check_streamer_options
 
-__all__ = ["CropDataset", "collate", "positions_after"]
+__all__ = ["CropDataset", "collate", "gather_state", "merge_states"]
+
+#: Bytes of shared memory that carry the epoch and resume point to
+#: persistent DataLoader workers (a JSON document: thousands of intervals).
+_SHARED_BYTES = 1 << 16
+
+Transform = Callable[[Crop], Any]
 
 
 class CropDataset(IterableDataset):
@@ -29,71 +45,354 @@ class CropDataset(IterableDataset):
 
     ``options`` are the Streamer's keyword arguments, checked here (a typo is
     a ``TypeError`` now, not in a DataLoader worker later); store options go
-    in ``storage_options={...}``.
+    in ``storage_options={...}``. ``batch_size`` must be the DataLoader's:
+    the workers take turns by whole batches, so batches come out in the
+    rank's order and a checkpoint is one number per rank. Every rank gets
+    the same number of crops (``even=True``, ``drop_last=True``: see
+    ``Streamer``), so no rank of a distributed job waits on another.
 
-    ``set_epoch(n)`` before iterating picks the epoch (as with
-    ``DistributedSampler``). ``load_state_dict({"epoch": e, "positions":
-    {worker: position}})`` resumes each DataLoader worker where it stopped;
-    ``positions_after`` computes those positions from the batches a training
-    loop consumed.
+    ``transform(crop)`` runs in the process that decodes (the DataLoader
+    worker) and its result (an array or a tensor, e.g. features) replaces
+    ``crop.audio``.
+
+    ``set_epoch(n)`` before iterating picks the epoch, and reaches
+    persistent workers too. ``state_dict(batch)`` after a batch is the
+    rank's checkpoint; ``load_state_dict`` resumes it with any
+    ``num_workers``, and a state merged over the ranks (``gather_state``)
+    resumes at any world size. Under torchdata's ``StatefulDataLoader``
+    the loader's own ``state_dict()`` / ``load_state_dict()`` work as they are.
     """
 
-    def __init__(self, data: Any, sampler: Sampler, **options: Any) -> None:
+    def __init__(
+        self,
+        data: Any,
+        sampler: Sampler,
+        *,
+        batch_size: int = 1,
+        transform: Transform | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__()
         check_streamer_options("CropDataset", data, options)
+        if "loader_batch_size" in options:
+            raise TypeError("CropDataset takes batch_size=, the DataLoader's batch size")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.data = data
         self.sampler = sampler
-        self.options = options
+        self.batch_size = int(batch_size)
+        self.transform = transform
         self.epoch = int(options.pop("epoch", 0))
-        self._positions: dict[int, int] = {}
+        self.options = options
+        self._done: tuple[tuple[int, int], ...] = ()
+        self._consumed = 0
+        self._shared = torch.zeros(_SHARED_BYTES, dtype=torch.uint8).share_memory_()
+        self._generation = 0
+        self._seen = 0
+        self._worker_state: dict[str, Any] | None = None
+        self._running: dict[str, Any] | None = None
+        self._totals: dict[int, int] = {}
+        self._publish()
+
+    # -- what the training loop sees ------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch, self._positions = epoch, {}
+        """Start ``epoch`` from its beginning on the next iteration."""
+        self.epoch, self._done, self._consumed = int(epoch), (), 0
+        self._publish()
+
+    def __len__(self) -> int:
+        """Crops this consumer yields in the next iteration (the rank's in the
+        main process, the worker's in a DataLoader worker)."""
+        self._follow_shared()
+        s = self._streamer()
+        return len(s) - int(s.state_dict()["position"])
+
+    def __iter__(self) -> Iterator[Crop]:
+        self._follow_shared()
+        s = self._streamer()
+        self._worker_state = None
+        length = len(s)
+        end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
+        self._running = s.state_dict()
+        return self._crops(s, end)
+
+    def _crops(self, s: Streamer, end: dict[str, Any]) -> Iterator[Crop]:
+        """The pass of ``s``, keeping its state after every crop handed over
+        (what ``state_dict()`` reports inside the pass, and ``end`` after it:
+        the Streamer itself moves on to the next epoch)."""
+        for crop in s:
+            self._running = s.state_dict()
+            if self.transform is not None:
+                crop.audio = self.transform(crop)
+            yield crop
+        self._running = end
+
+    # -- checkpoints --------------------------------------------------------------
+
+    def state_dict(self, batch: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This rank's checkpoint once the training loop consumed ``batch``
+        (its ``position`` says how far the rank got, however many workers
+        made it). Without ``batch``: where this process's own iteration is
+        (a DataLoader with ``num_workers=0``, or inside a worker, which is
+        what ``StatefulDataLoader`` asks for)."""
+        partition = self._partition()
+        rank = {"seed": self._seed(), "epoch": self.epoch, "rank": partition.rank}
+        rank |= {"world_size": partition.world_size, "done": [list(r) for r in self._done]}
+        if batch is not None:
+            if "position" not in batch:
+                raise ValueError("the batch has no 'position': make it with streamer.torch.collate")
+            positions = torch.as_tensor(batch["position"]).tolist()
+            consumed = positions[-1] + 1
+            if positions != list(range(consumed - len(positions), consumed)):
+                raise ValueError(
+                    "the batch's crops are not consecutive in the rank's order: give "
+                    "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
+                )
+            if consumed < self._consumed:
+                raise ValueError(
+                    f"the batch ends at crop {consumed} of this rank's share, before "
+                    f"this pass began ({self._consumed}): is it from another epoch?"
+                )
+            return {**rank, "consumed": consumed, "total": self.total()}
+        if self._running is None:
+            raise ValueError(
+                "this process has not iterated the dataset: with DataLoader workers, "
+                "pass the last batch the loop consumed: state_dict(batch)"
+            )
+        return dict(self._running)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state_dict(...)`` (same world size), a DataLoader
+        worker's state (inside that worker: ``StatefulDataLoader``), or a
+        state merged over every rank (``merge_states``: any world size)."""
+        if int(state["seed"]) != self._seed():
+            raise ValueError(f"state is for seed {state['seed']}, this dataset has {self._seed()}")
+        self._running = None
+        if int(state.get("num_workers", 1)) > 1:
+            self._load_worker_state(state)
+            return
+        if "rank" in state:
+            partition = self._partition()
+            theirs = (int(state["rank"]), int(state["world_size"]))
+            if theirs != (partition.rank, partition.world_size):
+                raise ValueError(
+                    f"state is for rank {theirs[0]} of {theirs[1]}, this is rank "
+                    f"{partition.rank} of {partition.world_size}: to resume at another "
+                    "world size, load the state merged over every rank (gather_state)"
+                )
+        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
+        consumed = int(state.get("consumed", 0))
+        if "total" in state:
+            self._check_fits(int(state["total"]), epoch, done, consumed)
+        self.epoch, self._done, self._consumed = epoch, done, consumed
+        self._publish()
+
+    def _check_fits(self, theirs: int, epoch: int, done: Intervals, consumed: int) -> None:
+        """Refuse a state whose epoch is not this dataset's (other data, sampler
+        or options make another number of crops ``theirs``), whose ``done``
+        lies outside it, or that consumed more than the rank has: resuming it
+        would repeat or skip crops unseen."""
+        total = self.total(epoch)
+        if theirs != total:
+            raise ValueError(
+                f"state is for an epoch of {theirs} crops, this dataset plans "
+                f"{total} for epoch {epoch}: other data, sampler or options?"
+            )
+        if any(not 0 <= first < last <= total for first, last in done):
+            raise ValueError(f"state's done intervals lie outside the epoch's {total} crops")
+        partition = self._partition()
+        share = len(self._split(done).rank_share(total, partition.rank, partition.world_size))
+        if consumed > share:
+            raise ValueError(
+                f"state says {consumed} crops of this rank's share were consumed, "
+                f"but it has {share}"
+            )
+
+    def _split(self, done: Any = None) -> Split:
+        """How this dataset's epochs are split, from ``done`` (default: its own)."""
+        return Split(
+            even=bool(self.options.get("even", True)),
+            drop_last=bool(self.options.get("drop_last", True)),
+            done=self._done if done is None else merge_intervals(done),
+        )
+
+    def _load_worker_state(self, state: dict[str, Any]) -> None:
+        info = get_worker_info()
+        here = (info.id, info.num_workers) if info is not None else (0, 1)
+        if here != (int(state["worker"]), int(state["num_workers"])):
+            raise ValueError(
+                f"state of DataLoader worker {state['worker']} of {state['num_workers']}, "
+                f"loaded in worker {here[0]} of {here[1]}: resume a rank with "
+                "state_dict(batch), or restore the StatefulDataLoader that took it"
+            )
         self.epoch = int(state["epoch"])
-        self._positions = {int(w): int(p) for w, p in state["positions"].items()}
+        self._worker_state = dict(state)
+
+    # -- inside -------------------------------------------------------------------
+
+    def _streamer(self) -> Streamer:
+        """A Streamer for this process's share, at the resume point (or at a
+        DataLoader worker's own state, when one was loaded into it)."""
+        options = dict(self.options)
+        if get_worker_info() is not None:
+            options.setdefault("workers", 0)
+        s = Streamer(
+            self.data, self.sampler, epoch=self.epoch, loader_batch_size=self.batch_size, **options
+        )
+        state = self._worker_state or {
+            **s.state_dict(),
+            "done": self._done,
+            "start": self._consumed,
+            "position": 0,
+        }
+        s.load_state_dict(state)
+        return s
 
     def streamer(self) -> Streamer:
         """The Streamer of this process's share (the calling DataLoader worker's)."""
-        info = get_worker_info()
-        options = dict(self.options)
-        if info is not None:
-            options.setdefault("workers", 0)
-        s = Streamer(self.data, self.sampler, epoch=self.epoch, **options)
-        position = self._positions.get(s.partition.worker, 0)
-        if position:
-            s.load_state_dict({**s.state_dict(), "position": position})
-        return s
+        return self._streamer()
 
-    def __iter__(self) -> Iterator[Crop]:
-        yield from self.streamer()
+    def total(self, epoch: int | None = None) -> int:
+        """Crops in the whole of ``epoch`` (every rank's), before the split."""
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._totals:
+            self._totals[epoch] = self._streamer().total(epoch)
+        return self._totals[epoch]
+
+    def _partition(self) -> Partition:
+        return resolve_partition(self.options.get("rank"), self.options.get("world_size"))
+
+    def _seed(self) -> int:
+        return int(self.options.get("seed", 0))
+
+    def _publish(self) -> None:
+        """Write the resume point where persistent workers will read it."""
+        if get_worker_info() is not None:
+            return
+        self._generation += 1
+        document = {"generation": self._generation, "epoch": self.epoch}
+        document |= {"done": self._done, "consumed": self._consumed}
+        raw = json.dumps(document).encode()
+        if len(raw) + 4 > _SHARED_BYTES:
+            raise ValueError(f"resume point too large to share with workers ({len(raw)} bytes)")
+        data = np.frombuffer(len(raw).to_bytes(4, "little") + raw, dtype=np.uint8)
+        self._shared[: len(data)] = torch.from_numpy(data.copy())
+        self._seen = self._generation
+
+    def _follow_shared(self) -> None:
+        """In a (persistent) worker: take the epoch and resume point the main
+        process set since this copy was made."""
+        if get_worker_info() is None:
+            return
+        size = int.from_bytes(bytes(self._shared[:4].numpy()), "little")
+        document = json.loads(bytes(self._shared[4 : 4 + size].numpy()))
+        if document["generation"] != self._seen:
+            self._seen = document["generation"]
+            self.epoch = int(document["epoch"])
+            self._done = merge_intervals(document["done"])
+            self._consumed = int(document["consumed"])
+            self._worker_state = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_running"] = None
+        return state
 
 
-def positions_after(batches: int, batch_size: int, num_workers: int) -> dict[int, int]:
-    """Crops each DataLoader worker had delivered once ``batches`` batches were
-    consumed (``in_order=True``: worker ``w`` makes batches ``w, w + n, ...``)."""
-    workers = max(num_workers, 1)
-    return {w: math.ceil(max(batches - w, 0) / workers) * batch_size for w in range(workers)}
+def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One state for the whole job from every rank's ``state_dict(batch)``:
+    the positions of the epoch consumed by any rank. It resumes at any world
+    size and worker count: what is left is split evenly again, in order."""
+    if not states:
+        raise ValueError("merge_states needs every rank's state")
+    first = states[0]
+    same = {(int(s["seed"]), int(s["epoch"]), str(s.get("done", []))) for s in states}
+    if len(same) != 1:
+        raise ValueError("states to merge must be of the same seed, epoch and pass")
+    if any(int(s.get("num_workers", 1)) > 1 for s in states):
+        raise ValueError("merge the ranks' state_dict(batch), not DataLoader workers' states")
+    world_size = int(first["world_size"])
+    if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
+        raise ValueError(f"merge_states needs the states of all {world_size} ranks")
+    total = dataset.total(int(first["epoch"]))
+    if any(int(s.get("total", total)) != total for s in states):
+        raise ValueError(f"states are for another epoch than this dataset's {total} crops")
+    split = dataset._split(first.get("done", ()))
+    positions = [
+        split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
+    ]
+    done = merge_intervals(split.done, np.concatenate(positions))
+    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "total": total}
+    return merged | {"done": [list(run) for run in done]}
 
 
-def collate(crops: Sequence[Crop]) -> dict[str, Any]:
-    """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32,
-    zero-padded at the end to the longest crop, with each crop's ``lengths``;
-    ``key``, ``start``, ``end``, ``sample_rate`` and ``shard`` per crop."""
+def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
+    """The job's state after ``batch``, on every rank: each rank's
+    ``state_dict(batch)`` gathered with ``torch.distributed`` (when it is
+    initialised) and merged (``merge_states``)."""
+    mine = dataset.state_dict(batch)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        states: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(states, mine)
+    else:
+        states = [mine]
+    return merge_states(dataset, states)
+
+
+def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, Any]:
+    """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32
+    (or whatever a ``transform`` made, stacked on its last axis), zero-padded
+    at the end to the longest crop, or padded and trimmed to ``length``
+    samples; ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
+    samples)``, True where a sample is the crop's own; ``position`` in the
+    rank's share (what ``CropDataset.state_dict(batch)`` reads); ``key``,
+    ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
+    each of the crops' ``fields`` under its name, a tensor when every value
+    is a number, else a list; ``supervisions`` (a list per crop) when they
+    were asked for. Use ``functools.partial(collate, length=n)`` as a
+    DataLoader's ``collate_fn``."""
     if not crops:
         raise ValueError("cannot collate an empty batch")
-    channels = max(c.audio.shape[0] for c in crops)
-    longest = max(c.audio.shape[1] for c in crops)
-    audio = np.zeros((len(crops), channels, longest), dtype=np.float32)
-    for row, crop in enumerate(crops):
-        audio[row, : crop.audio.shape[0], : crop.audio.shape[1]] = crop.audio
-    return {
-        "audio": torch.from_numpy(audio),
-        "lengths": torch.tensor([c.audio.shape[1] for c in crops], dtype=torch.int64),
+    if length is not None and length < 1:
+        raise ValueError(f"collate length must be >= 1, not {length}")
+    arrays = [torch.as_tensor(c.audio) for c in crops]
+    if len({a.ndim for a in arrays}) != 1:
+        raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")
+    valid = [min(a.shape[-1], length) if length is not None else a.shape[-1] for a in arrays]
+    width = length if length is not None else max(valid)
+    leading = tuple(max(a.shape[i] for a in arrays) for i in range(arrays[0].ndim - 1))
+    audio = torch.zeros((len(crops), *leading, width), dtype=arrays[0].dtype)
+    for row, (array, n) in enumerate(zip(arrays, valid, strict=True)):
+        audio[(row, *(slice(0, d) for d in array.shape[:-1]), slice(0, n))] = array[..., :n]
+    lengths = torch.tensor(valid, dtype=torch.int64)
+    batch = {
+        "audio": audio,
+        "lengths": lengths,
+        "mask": torch.arange(width)[None, :] < lengths[:, None],
         "sample_rate": torch.tensor([c.sample_rate for c in crops], dtype=torch.int64),
         "start": torch.tensor([c.start for c in crops], dtype=torch.float64),
         "end": torch.tensor([c.end for c in crops], dtype=torch.float64),
         "key": [c.key for c in crops],
         "shard": [c.shard for c in crops],
     }
+    if all(c.position is not None for c in crops):
+        batch["position"] = torch.tensor([c.position for c in crops], dtype=torch.int64)
+    batch["source"] = [c.source for c in crops]
+    if any(c.supervisions is not None for c in crops):
+        batch["supervisions"] = [c.supervisions or [] for c in crops]
+    for name in dict.fromkeys(name for c in crops for name in c.fields):
+        if name in batch:
+            raise ValueError(f"a crop field named {name!r} would replace the batch's own")
+        batch[name] = _stacked([c.fields.get(name) for c in crops])
+    return batch
+
+
+def _stacked(values: list[Any]) -> Any:
+    """Numbers as one tensor (int64, float64 or bool), anything else as a list."""
+    if values and all(isinstance(v, bool | np.bool_) for v in values):
+        return torch.tensor([bool(v) for v in values])
+    if values and all(isinstance(v, int | float | np.number) for v in values):
+        return torch.tensor([v.item() if isinstance(v, np.number) else v for v in values])
+    return values

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import streamer  # noqa: E402
 from streamer import RandomCrops, Streamer  # noqa: E402
-from streamer.torch import CropDataset, collate, positions_after  # noqa: E402
+from streamer.torch import CropDataset, collate  # noqa: E402
 
 
 def test_dataloader_workers_cover_the_epoch_once(packed: Path) -> None:
@@ -34,24 +34,6 @@ def test_collate_pads_to_the_longest(packed: Path) -> None:
     batch = collate(crops[:3])
     assert batch["audio"].shape[:2] == (3, 1) and batch["lengths"][0] == 100
     assert float(batch["audio"][0, 0, 100:].abs().sum()) == 0.0
-
-
-def test_resume_a_dataloader(packed: Path) -> None:
-    sampler = RandomCrops(0.5, per_episode=4)
-    dataset = CropDataset(str(packed), sampler)
-
-    def batches(ds: CropDataset) -> list[list[str]]:
-        loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
-        return [
-            [f"{k}@{s}" for k, s in zip(b["key"], b["start"].tolist(), strict=True)] for b in loader
-        ]
-
-    everything = [crop for batch in batches(dataset) for crop in batch]
-    first_five = everything[:10]  # 5 batches of 2, in the DataLoader's order
-    resumed = CropDataset(str(packed), sampler)
-    resumed.load_state_dict({"epoch": 0, "positions": positions_after(5, 2, 2)})
-    rest = [crop for batch in batches(resumed) for crop in batch]
-    assert sorted(first_five + rest) == sorted(everything)
 
 
 def test_crop_dataset_checks_its_options_when_made(packed: Path) -> None:

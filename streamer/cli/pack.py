@@ -35,6 +35,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--no-index", action="store_true", help="do not build seek_index/ (see `streamer index`)"
     )
+    parser.add_argument(
+        "--columns",
+        metavar="SIDECAR",
+        help="CSV or JSON-lines file with a 'path' column (files under SRC): "
+        "its other columns become a column directory",
+    )
+    parser.add_argument(
+        "--columns-dir",
+        default="labels",
+        metavar="NAME",
+        help="the column directory --columns writes (default labels)",
+    )
     return parser
 
 
@@ -49,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         strict=args.strict,
         progress=not args.no_progress,
         index=not args.no_index,
+        columns=args.columns,
+        columns_dir=args.columns_dir,
     )
     for source, reason in report.skipped:
         print(f"skipped {source}: {reason}", file=sys.stderr)
@@ -58,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             "audio_info keeps the index's",
             file=sys.stderr,
         )
+    for path in report.unmatched:
+        print(f"warning: {args.columns}: {path!r} matches no packed file", file=sys.stderr)
     print(
         f"packed {report.files} files ({report.bytes / 1e6:.1f} MB) into "
         f"{len(report.shards)} shards in {report.out}; skipped {len(report.skipped)}"

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import av
 import numpy as np
@@ -67,7 +68,13 @@ _WARNED: set[tuple[str | None, str]] = set()
 
 @dataclass
 class Crop:
-    """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``."""
+    """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``.
+
+    A pipeline fills in the rest: ``position``, the crop's place in its
+    rank's share of the epoch (what a training loop's checkpoint records);
+    ``fields``, its episode's columns and its segment's fields;
+    ``supervisions``, the segments that overlap it (times relative to
+    ``start``); ``source``, the name of the dataset it came from."""
 
     audio: np.ndarray
     key: str
@@ -75,6 +82,10 @@ class Crop:
     end: float
     sample_rate: int
     shard: str | None = None
+    position: int | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    supervisions: list[dict[str, Any]] | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ them in worker processes into a bounded queue.
 """
 
 from .mix import Mix
-from .samplers import RandomCrops, Sampler, SegmentCrops, SequentialCrops
+from .samplers import ListCrops, RandomCrops, Sampler, SegmentCrops, SequentialCrops
 from .sharding import Partition
 from .stats import StreamerStats
 from .streamer import Streamer
 
 __all__ = [
+    "ListCrops",
     "Mix",
     "Partition",
     "RandomCrops",

@@ -19,18 +19,24 @@ class Mix:
     come from ``speech``, spread evenly through the epoch. Items are datasets
     or URLs (opened with ``storage_options``, which an already open
     ``Dataset`` cannot take). Every dataset uses the Streamer's sampler.
+    Each crop names its dataset in ``crop.source``: the item's third element
+    when there is one (``(speech, 3, "speech")``), else the dataset's URL.
     """
 
     @checked_keywords
     def __init__(
         self,
-        items: Sequence[tuple[Dataset | str | os.PathLike[str], float]],
+        items: Sequence[tuple[Dataset | str | os.PathLike[str], float] | tuple[Any, float, str]],
         *,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not items:
             raise ValueError("Mix needs at least one (dataset, weight) pair")
-        self.sources = [(open_source(data, storage_options), float(w)) for data, w in items]
+        self.sources = [(open_source(item[0], storage_options), float(item[1])) for item in items]
+        self.names = [
+            str(item[2]) if len(item) > 2 else dataset.url
+            for item, (dataset, _) in zip(items, self.sources, strict=True)
+        ]
 
     def __repr__(self) -> str:
         return "Mix([" + ", ".join(f"({d.url!r}, {w:g})" for d, w in self.sources) + "])"

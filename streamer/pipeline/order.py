@@ -3,9 +3,14 @@
 1. Each source's sampler draws its crops from a generator seeded with
    (seed, epoch, source).
 2. Locality: the crops are grouped by shard (shards in a seeded random
-   order), then by episode (random order), then by start time, so a shard's
-   blocks — its footer, seek index, the episodes' headers — are fetched once
-   and reused while they are hot.
+   order), so a shard's blocks — its footer, seek index, the episodes'
+   headers — are fetched once and reused while they are hot. Within a
+   shard, each episode's crops (in start order) are spread evenly through
+   the shard's stretch of the epoch, at a random phase (``interleave``):
+   any run of crops holds episodes in proportion to their crop counts, so
+   a batch mixes many episodes at no extra request (the shard's blocks are
+   the same ones). ``interleave=False`` keeps an episode's crops back to
+   back (episodes in random order).
 3. Mixing: with several sources, each gets a share of the epoch proportional
    to its weight (cycling through its crops if the share is larger than what
    it has), and the sources are interleaved evenly through the epoch.
@@ -40,12 +45,16 @@ class EpochPlan:
     episode: np.ndarray  # int64: row of that source's Episodes
     start: np.ndarray
     end: np.ndarray
+    fields: np.ndarray | None = None  # object: a sampler's fields per crop (dict or None)
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def __getitem__(self, part: slice) -> EpochPlan:
-        return EpochPlan(self.source[part], self.episode[part], self.start[part], self.end[part])
+    def __getitem__(self, part: slice | np.ndarray) -> EpochPlan:
+        fields = None if self.fields is None else self.fields[part]
+        return EpochPlan(
+            self.source[part], self.episode[part], self.start[part], self.end[part], fields
+        )
 
 
 def plan_epoch(
@@ -56,31 +65,90 @@ def plan_epoch(
     epoch: int,
     window: int,
     max_crops: int | None = None,
+    crops_per_epoch: int | None = None,
+    interleave: bool = True,
 ) -> EpochPlan:
-    """The global order of one epoch (``max_crops``: only its first crops)."""
+    """The global order of one epoch (``max_crops``: only its first crops).
+
+    ``crops_per_epoch`` fixes the epoch's length whatever the sampler gives:
+    fewer are the first of the order; more are further rounds of the
+    sampler (new random crops; a deterministic sampler's crops again), each
+    ordered as an epoch of its own and appended, the first round being the
+    epoch as it would be without the option."""
+    if max_crops is not None and crops_per_epoch is not None:
+        raise ValueError("give max_crops or crops_per_epoch, not both")
+    plan = _round(sources, sampler, seed, epoch, window, interleave, ())
+    if crops_per_epoch is not None:
+        rounds, total = [plan], len(plan)
+        while total < crops_per_epoch and len(plan):
+            plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),))
+            rounds.append(plan)
+            total += len(plan)
+        plan = _concatenated(rounds)[:crops_per_epoch]
+    return plan if max_crops is None else plan[:max_crops]
+
+
+def _round(
+    sources: Sequence[tuple[Episodes, float]],
+    sampler: Sampler,
+    seed: int,
+    epoch: int,
+    window: int,
+    interleave: bool,
+    round_words: tuple[int, ...],
+) -> EpochPlan:
+    """One draw of the sampler over every source, in epoch order."""
     drawn = []
     for number, (episodes, _) in enumerate(sources):
-        crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER))
+        crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER, *round_words))
         order = _locality_order(
-            episodes, crops.episode, crops.start, _rng(seed, epoch, number, _LOCALITY)
+            episodes,
+            crops.episode,
+            crops.start,
+            _rng(seed, epoch, number, _LOCALITY, *round_words),
+            interleave,
         )
-        drawn.append((crops.episode[order], crops.start[order], crops.end[order]))
-    shares = _shares([len(episode) for episode, _, _ in drawn], [w for _, w in sources])
+        drawn.append(crops.take(order))
+    shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
+    with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
-    for number, ((episode, start, end), share) in enumerate(zip(drawn, shares, strict=True)):
+    for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
         if share == 0:
             continue
-        take = np.arange(share) % len(episode)
-        parts.append((np.full(share, number), episode[take], start[take], end[take]))
+        take = crops.take(np.arange(share) % len(crops))
+        fields = take.fields if take.fields is not None else np.full(share, None, dtype=object)
+        columns = (np.full(share, number), take.episode, take.start, take.end)
+        parts.append(columns + ((fields,) if with_fields else ()))
         progress.append((np.arange(share) + 0.5) / share)
     if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return EpochPlan(empty, empty, empty.astype(float), empty.astype(float))
+        return _EMPTY
     merged = np.argsort(np.concatenate(progress), kind="stable")
     columns = [np.concatenate(column)[merged] for column in zip(*parts, strict=True)]
     plan = EpochPlan(*columns)
-    plan = plan[_shuffled(len(plan), window, _rng(seed, epoch, len(sources), _SHUFFLE))]
-    return plan if max_crops is None else plan[:max_crops]
+    shuffle = _rng(seed, epoch, len(sources), _SHUFFLE, *round_words)
+    return plan[_shuffled(len(plan), window, shuffle)]
+
+
+def _concatenated(plans: list[EpochPlan]) -> EpochPlan:
+    with_fields = any(p.fields is not None for p in plans)
+    fields = (
+        np.concatenate(
+            [p.fields if p.fields is not None else np.full(len(p), None, object) for p in plans]
+        )
+        if with_fields
+        else None
+    )
+    return EpochPlan(
+        np.concatenate([p.source for p in plans]),
+        np.concatenate([p.episode for p in plans]),
+        np.concatenate([p.start for p in plans]),
+        np.concatenate([p.end for p in plans]),
+        fields,
+    )
+
+
+_NOTHING = np.zeros(0, dtype=np.int64)
+_EMPTY = EpochPlan(_NOTHING, _NOTHING, _NOTHING.astype(float), _NOTHING.astype(float))
 
 
 def _rng(*words: int) -> np.random.Generator:
@@ -88,11 +156,26 @@ def _rng(*words: int) -> np.random.Generator:
 
 
 def _locality_order(
-    episodes: Episodes, episode: np.ndarray, start: np.ndarray, rng: np.random.Generator
+    episodes: Episodes,
+    episode: np.ndarray,
+    start: np.ndarray,
+    rng: np.random.Generator,
+    interleave: bool,
 ) -> np.ndarray:
     shard_rank = rng.permutation(len(episodes.dataset.shard_names))[episodes.shard[episode]]
     episode_rank = rng.permutation(len(episodes))[episode]
-    return np.lexsort((start, episode_rank, shard_rank))
+    grouped = np.lexsort((start, episode_rank, shard_rank))
+    if not interleave or not len(grouped):
+        return grouped
+    # Each crop's place in its episode (the episode's crops are contiguous in
+    # ``grouped``), as a fraction of the episode's crops, at a random phase.
+    mine = episode[grouped]
+    begins = np.r_[True, mine[1:] != mine[:-1]]
+    first = np.maximum.accumulate(np.where(begins, np.arange(len(mine)), 0))
+    count = np.bincount(episode, minlength=len(episodes))[mine]
+    phase = rng.random(len(episodes))[mine]
+    progress = (np.arange(len(mine)) - first + phase) / count
+    return grouped[np.lexsort((episode_rank[grouped], progress, shard_rank[grouped]))]
 
 
 def _shares(sizes: list[int], weights: list[float]) -> list[int]:

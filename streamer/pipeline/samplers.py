@@ -11,34 +11,58 @@ from __future__ import annotations
 
 import abc
 import io
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
 
 from ..errors import LayoutError
 from .episodes import Episodes
+from .metadata import find_column
 
-__all__ = ["Crops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
+__all__ = ["Crops", "ListCrops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
 
 
 @dataclass(frozen=True)
 class Crops:
-    """Planned crops of one dataset: parallel arrays."""
+    """Planned crops of one dataset: parallel arrays. ``fields`` (optional, an
+    object array of dicts or None) are what a crop carries from its sampler
+    (a segment's own fields)."""
 
     episode: np.ndarray  # int64 rows of ``Episodes``
     start: np.ndarray  # float64 seconds
     end: np.ndarray  # float64 seconds
+    fields: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.episode)
 
     @classmethod
-    def of(cls, episode: object, start: object, end: object) -> Crops:
+    def of(cls, episode: object, start: object, end: object, fields: object = None) -> Crops:
         return cls(
             np.asarray(episode, dtype=np.int64).ravel(),
             np.asarray(start, dtype=np.float64).ravel(),
             np.asarray(end, dtype=np.float64).ravel(),
+            None if fields is None else _objects(fields),
         )
+
+    def take(self, rows: np.ndarray) -> Crops:
+        """These crops at ``rows`` (reordered, repeated or left out)."""
+        fields = None if self.fields is None else self.fields[rows]
+        return Crops(self.episode[rows], self.start[rows], self.end[rows], fields)
+
+
+def _objects(values: object) -> np.ndarray:
+    """A one-dimensional object array of ``values`` (dicts stay dicts)."""
+    items = list(values)  # type: ignore[call-overload]
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 class Sampler(abc.ABC):
@@ -50,35 +74,57 @@ class Sampler(abc.ABC):
 
 
 class RandomCrops(Sampler):
-    """``per_episode`` crops of ``duration`` seconds at uniform random positions.
+    """Crops of ``duration`` seconds at uniform random positions: ``per_episode``
+    of each episode (default 1), or ``per_hour`` crops per hour of audio, so
+    a 40-hour audiobook gives 1200 times the crops of a 2-minute clip.
 
-    Episodes shorter than ``duration`` but at least ``min_duration`` long
-    (default: ``duration``, i.e. none) give one crop of their whole length;
-    shorter ones give none.
+    With ``per_hour`` an episode of ``h`` hours gets ``h * per_hour`` crops,
+    rounded down or up at random in proportion to the fraction (so the
+    expected count is exact even for short episodes). Episodes shorter than
+    ``duration`` but at least ``min_duration`` long (default: ``duration``,
+    i.e. none) give one crop of their whole length; shorter ones give none.
     """
 
     def __init__(
-        self, duration: float, per_episode: int = 1, min_duration: float | None = None
+        self,
+        duration: float,
+        per_episode: int | None = None,
+        min_duration: float | None = None,
+        *,
+        per_hour: float | None = None,
     ) -> None:
-        if duration <= 0 or per_episode < 1:
+        if per_episode is not None and per_hour is not None:
+            raise ValueError("RandomCrops takes per_episode or per_hour, not both")
+        per_episode = 1 if per_episode is None and per_hour is None else per_episode
+        if duration <= 0 or (per_episode is not None and per_episode < 1):
             raise ValueError("RandomCrops needs duration > 0 and per_episode >= 1")
+        if per_hour is not None and not per_hour > 0:
+            raise ValueError(f"RandomCrops needs per_hour > 0, not {per_hour}")
         self.duration = float(duration)
-        self.per_episode = int(per_episode)
+        self.per_episode = None if per_episode is None else int(per_episode)
+        self.per_hour = None if per_hour is None else float(per_hour)
         self.min_duration = self.duration if min_duration is None else float(min_duration)
 
     def __repr__(self) -> str:
-        return f"RandomCrops({self.duration:g}, per_episode={self.per_episode})"
+        count = (
+            f"per_hour={self.per_hour:g}" if self.per_hour else f"per_episode={self.per_episode}"
+        )
+        return f"RandomCrops({self.duration:g}, {count})"
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         lengths = episodes.duration
         known = np.nan_to_num(lengths, nan=-1.0)
         full = np.flatnonzero(known >= self.duration)
         short = np.flatnonzero((known >= self.min_duration) & (known < self.duration))
-        room = lengths[full] - self.duration
-        starts = rng.random((len(full), self.per_episode)) * room[:, None]
-        episode = np.concatenate([np.repeat(full, self.per_episode), short])
-        start = np.concatenate([starts.ravel(), np.zeros(len(short))])
-        end = np.concatenate([start[: starts.size] + self.duration, lengths[short]])
+        if self.per_hour is None:
+            counts = np.full(len(full), self.per_episode, dtype=np.int64)
+        else:
+            expected = lengths[full] * self.per_hour / 3600.0
+            counts = np.floor(expected + rng.random(len(full))).astype(np.int64)
+        starts = rng.random(int(counts.sum())) * np.repeat(lengths[full] - self.duration, counts)
+        episode = np.concatenate([np.repeat(full, counts), short])
+        start = np.concatenate([starts, np.zeros(len(short))])
+        end = np.concatenate([starts + self.duration, lengths[short]])
         return Crops.of(episode, start, end)
 
 
@@ -106,12 +152,81 @@ class SequentialCrops(Sampler):
         return Crops.of(episode, start, end)
 
 
+class ListCrops(Sampler):
+    """Exactly the crops listed: ``(key, start, end)`` tuples, or dicts with
+    ``key``, ``start`` and ``end`` (seconds) whose other items each crop
+    carries in ``crop.fields``. ``ListCrops.read(path)`` reads a manifest.
+
+    Every epoch has these crops (in the epoch's own order); a key the
+    dataset does not hold is a ``LayoutError`` naming it and its row when
+    the epoch is planned, never a crop silently left out.
+    """
+
+    def __init__(self, crops: Iterable[tuple[str, float, float] | Mapping[str, Any]]) -> None:
+        self.keys: list[str] = []
+        self.fields: list[dict[str, Any]] = []
+        bounds = []
+        for row, item in enumerate(crops):
+            if isinstance(item, Mapping):
+                extra = {k: v for k, v in item.items() if k not in ("key", "start", "end")}
+                key, start, end = item["key"], item["start"], item["end"]
+            else:
+                (key, start, end), extra = item, {}
+            if not 0 <= float(start) < float(end):
+                raise ValueError(f"ListCrops row {row} ({key!r}): need 0 <= start < end")
+            self.keys.append(str(key))
+            self.fields.append(extra)
+            bounds.append((float(start), float(end)))
+        self.bounds = np.array(bounds, dtype=np.float64).reshape(-1, 2)
+
+    def __repr__(self) -> str:
+        return f"ListCrops({len(self.keys)} crops)"
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> ListCrops:
+        """Crops from a manifest: CSV or JSON lines (``.gz`` too) with ``key``,
+        ``start`` and ``end`` columns, or Lhotse-style cuts (``recording_id``
+        or ``recording.id``, ``start``, ``duration``; the cut's ``id`` and
+        its ``custom`` fields are carried)."""
+        path = os.fspath(path)
+        plain = path.lower().removesuffix(".gz")
+        with pa.input_stream(path, compression="detect") as stream:
+            table = pa_csv.read_csv(stream) if plain.endswith(".csv") else pa_json.read_json(stream)
+        rows = table.to_pylist()
+        if rows and "key" not in rows[0] and "duration" in rows[0]:
+            return cls(_cut(row) for row in rows)
+        return cls(rows)
+
+    def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
+        row_of = {key: row for row, key in enumerate(episodes.keys)}
+        missing = next((i for i, key in enumerate(self.keys) if key not in row_of), None)
+        if missing is not None:
+            raise LayoutError(
+                f"ListCrops: key {self.keys[missing]!r} (row {missing}) is not in "
+                f"{episodes.dataset.url}"
+            )
+        episode = [row_of[key] for key in self.keys]
+        fields = self.fields if any(self.fields) else None
+        return Crops.of(episode, self.bounds[:, 0], self.bounds[:, 1], fields)
+
+
+def _cut(cut: dict[str, Any]) -> dict[str, Any]:
+    """A Lhotse-style cut as a ``ListCrops`` item."""
+    recording = cut.get("recording_id") or (cut.get("recording") or {}).get("id")
+    start = float(cut["start"])
+    fields = {"id": cut.get("id"), **(cut.get("custom") or {})}
+    return {"key": recording, "start": start, "end": start + float(cut["duration"]), **fields}
+
+
 class SegmentCrops(Sampler):
     """One crop per segment listed in a column, e.g. voice activity ``[[start, end], ...]``
     in seconds. ``column`` names a field in one of the dataset's column
     directories (``"vad"``, or ``"vad_dir/vad"`` to say which); its cells are
-    lists of pairs, or ``.npy`` bytes of an ``(n, 2)`` array. Segments longer
-    than ``max_duration`` are cut into consecutive pieces of at most that."""
+    lists of pairs, ``.npy`` bytes of an ``(n, 2)`` array, or lists of
+    segments with ``start`` and ``end`` (Arrow structs), whose other fields
+    (a transcript's ``text``, a ``speaker``) each crop carries in
+    ``crop.fields``. Segments longer than ``max_duration`` are cut into
+    consecutive pieces of at most that, each with its segment's fields."""
 
     def __init__(self, column: str, max_duration: float | None = None) -> None:
         self.column = column
@@ -122,45 +237,48 @@ class SegmentCrops(Sampler):
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         segments = self._segments(episodes)
-        counts = [len(pairs) for pairs in segments]
-        pairs = np.concatenate(segments) if segments else np.zeros((0, 2))
+        counts = [len(pairs) for pairs, _ in segments]
+        pairs = np.concatenate([p for p, _ in segments]) if segments else np.zeros((0, 2))
         episode = np.repeat(np.arange(len(segments)), counts)
         keep = (pairs[:, 0] >= 0) & (pairs[:, 1] > pairs[:, 0])
-        crops = Crops.of(episode[keep], pairs[keep, 0], pairs[keep, 1])
+        with_fields = any(f is not None for _, f in segments)
+        fields = (
+            [f for pairs, found in segments for f in (found or [{}] * len(pairs))]
+            if with_fields
+            else None
+        )
+        crops = Crops.of(episode, pairs[:, 0], pairs[:, 1], fields).take(np.flatnonzero(keep))
         return self._split(crops) if self.max_duration else crops
 
-    def _segments(self, episodes: Episodes) -> list[np.ndarray]:
+    def _segments(self, episodes: Episodes) -> list[tuple[np.ndarray, list[dict] | None]]:
         dataset = episodes.dataset
-        column_dir, field = self._where(dataset)
-        out: list[np.ndarray] = []
+        column_dir, field = find_column(dataset, self.column)
+        out = []
         for name in dataset.shard_names:
             for cell in dataset.shard(name, column_dir).column(field).to_pylist():
-                out.append(_pairs(cell))
+                out.append(_segments(cell))
         return out
-
-    def _where(self, dataset: object) -> tuple[str, str]:
-        column_dir, _, field = self.column.rpartition("/")
-        dirs = [column_dir] if column_dir else list(dataset.column_dirs)  # type: ignore[attr-defined]
-        for candidate in dirs:
-            shard = dataset.shard(dataset.shard_names[0], candidate)  # type: ignore[attr-defined]
-            if field in shard.schema.names:
-                return candidate, field
-        raise LayoutError(f"no column directory has a {field!r} column of segments")
 
     def _split(self, crops: Crops) -> Crops:
         step = float(self.max_duration)  # type: ignore[arg-type]
         pieces = np.ceil((crops.end - crops.start) / step).astype(np.int64)
         first = np.cumsum(pieces) - pieces
         within = np.arange(pieces.sum()) - np.repeat(first, pieces)
-        start = np.repeat(crops.start, pieces) + within * step
-        end = np.minimum(start + step, np.repeat(crops.end, pieces))
-        return Crops.of(np.repeat(crops.episode, pieces), start, end)
+        whole = crops.take(np.repeat(np.arange(len(crops)), pieces))
+        start = whole.start + within * step
+        end = np.minimum(start + step, whole.end)
+        return Crops(whole.episode, start, end, whole.fields)
 
 
-def _pairs(cell: object) -> np.ndarray:
-    """A cell of segments as an ``(n, 2)`` float array (lists, or ``.npy`` bytes)."""
+def _segments(cell: object) -> tuple[np.ndarray, list[dict] | None]:
+    """A cell of segments as an ``(n, 2)`` float array (lists of pairs, ``.npy``
+    bytes, or dicts with ``start`` and ``end``) and each segment's other fields."""
     if cell is None:
-        return np.zeros((0, 2))
+        return np.zeros((0, 2)), None
     if isinstance(cell, bytes):
         cell = np.load(io.BytesIO(cell), allow_pickle=False)
-    return np.asarray(cell, dtype=np.float64).reshape(-1, 2)
+    if isinstance(cell, list) and cell and isinstance(cell[0], dict):
+        pairs = np.array([[s["start"], s["end"]] for s in cell], dtype=np.float64)
+        fields = [{k: v for k, v in s.items() if k not in ("start", "end")} for s in cell]
+        return pairs.reshape(-1, 2), fields
+    return np.asarray(cell, dtype=np.float64).reshape(-1, 2), None

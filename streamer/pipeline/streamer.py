@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
+import numpy as np
 import sniffio
 
 from ..dataset.dataset import Dataset
@@ -42,15 +44,16 @@ from ..storage.loop import background_loop, run_async
 from ..timing import record
 from .episodes import Episodes
 from .keywords import check_keywords, checked_keywords, keyword_names
+from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, default_restart_budget
 from .run import Run
 from .samplers import Sampler
-from .sharding import Partition, resolve_partition
+from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
 from .stats import StreamerStats
-from .tasks import Failure
+from .tasks import Failure, failure_of
 
 __all__ = ["Streamer", "check_streamer_options"]
 
@@ -71,11 +74,26 @@ class Streamer:
     ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
     zero-padded to full length with ``pad``.
 
+    Crops carry labels: ``columns`` names fields of the dataset's other
+    column directories (``"speaker"``, or ``"labels/speaker"``), joined to
+    each crop's episode (``crop.fields``); ``supervisions`` names a column
+    of segments (``start``, ``end``, any other fields, optional ``words``
+    with their own times) of which those overlapping the crop come with it,
+    times relative to its start (``crop.supervisions``). ``crop.source``
+    names its dataset (a ``Mix``'s item name, else its URL).
+
     The order is a function of (seed, epoch) and this consumer's partition:
     ``rank``/``world_size`` (default: torch.distributed, else ``RANK`` /
     ``WORLD_SIZE``, else one rank) and ``worker``/``num_workers`` (default:
-    the DataLoader worker). ``shuffle_window`` trades locality for mixing
-    (see ``order.py``); ``max_crops`` keeps only the epoch's first crops.
+    the DataLoader worker). Every rank gets the same number of crops
+    (``even``; the remainder is dropped, or with ``drop_last=False`` filled
+    by repeating crops) and DataLoader workers take turns by whole batches
+    of ``loader_batch_size`` (the DataLoader's), so the batches come out in
+    the rank's order (``sharding.py``). Within a shard, episodes' crops are
+    interleaved (``interleave``) and ``shuffle_window`` trades locality for
+    more mixing (see ``order.py``); ``max_crops`` keeps only the epoch's first
+    crops; ``crops_per_epoch`` fixes the epoch's length with any sampler
+    (more rounds of it when it gives fewer).
 
     ``workers`` decode processes (0: decode in threads of this process);
     ``prefetch`` crops may be planned, fetched or decoded ahead of the
@@ -112,11 +130,18 @@ class Streamer:
         world_size: int | None = None,
         worker: int | None = None,
         num_workers: int | None = None,
+        even: bool = True,
+        drop_last: bool = True,
+        loader_batch_size: int = 1,
         shuffle_window: int = 1000,
+        interleave: bool = True,
         max_crops: int | None = None,
+        crops_per_epoch: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
         max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        columns: Sequence[str] = (),
+        supervisions: str | None = None,
     ) -> None:
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
@@ -124,9 +149,15 @@ class Streamer:
             raise ValueError(f"max_worker_restarts must be >= 0, not {max_worker_restarts}")
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
-            self.sources = data.sources
+            self.sources, self.source_names = data.sources, data.names
         else:
             self.sources = [(open_source(data, storage_options), 1.0)]
+            self.source_names = [self.sources[0][0].url]
+        if isinstance(columns, str):
+            raise TypeError(f"columns is a list of names, not the string {columns!r}")
+        self.columns, self.supervisions = list(columns), supervisions
+        self._fields: list[EpisodeFields] | None = None
+        self._carried: dict[int, tuple[dict[str, Any], Any]] = {}
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
         self.workers = default_workers() if workers is None else workers
@@ -135,8 +166,14 @@ class Streamer:
         self.queue_size = queue_size
         self.seed, self.epoch = seed, epoch
         self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
-        self.shuffle_window = shuffle_window
+        self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
+        self.shuffle_window, self.interleave = shuffle_window, interleave
         self.max_crops = max_crops
+        if crops_per_epoch is not None and crops_per_epoch < 0:
+            raise ValueError(f"crops_per_epoch must be >= 0, not {crops_per_epoch}")
+        if crops_per_epoch is not None and max_crops is not None:
+            raise ValueError("give max_crops or crops_per_epoch, not both")
+        self.crops_per_epoch = crops_per_epoch
         self.on_error = on_error
         self.max_worker_restarts = (
             default_restart_budget(self.workers)
@@ -145,7 +182,8 @@ class Streamer:
         )
         self._position = 0
         self._episodes: list[Episodes] | None = None
-        self._plans: dict[int, EpochPlan] = {}
+        self._plans: dict[int, tuple[EpochPlan, np.ndarray]] = {}
+        self._totals: dict[int, int] = {}
         self._stats = StreamerStats()
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
@@ -162,22 +200,39 @@ class Streamer:
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         """This consumer's crops of ``epoch`` (default: the current one), in order."""
+        return self._consumer_plan(epoch)[0]
+
+    def _consumer_plan(self, epoch: int | None = None) -> tuple[EpochPlan, np.ndarray]:
+        """This consumer's crops and, for each, its index in the rank's share."""
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
-            whole = plan_epoch(
-                [
-                    (episodes, weight)
-                    for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
-                ],
-                self.sampler,
-                seed=self.seed,
-                epoch=epoch,
-                window=self.shuffle_window,
-                max_crops=self.max_crops,
-            )
-            first, last = self.partition.bounds(len(whole))
-            self._plans = {epoch: whole[first:last]}
+            whole = self._whole_plan(epoch)
+            self._totals[epoch] = len(whole)
+            positions, share_index = self.split.positions(len(whole), self.partition)
+            self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
+
+    def _whole_plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(
+            [
+                (episodes, weight)
+                for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
+            ],
+            self.sampler,
+            seed=self.seed,
+            epoch=epoch,
+            window=self.shuffle_window,
+            max_crops=self.max_crops,
+            crops_per_epoch=self.crops_per_epoch,
+            interleave=self.interleave,
+        )
+
+    def total(self, epoch: int | None = None) -> int:
+        """Crops in the whole of ``epoch`` (every rank's), before the split."""
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._totals:
+            self._totals[epoch] = len(self._whole_plan(epoch))
+        return self._totals[epoch]
 
     def __len__(self) -> int:
         """Crops in this consumer's share of the current epoch."""
@@ -205,14 +260,53 @@ class Streamer:
         return self.sources[source][0], request
 
     def _plan_at(self, position: int) -> CropJob | Failure:
-        return plan(*self.request(position))
+        """Plan the crop at ``position`` and read what it carries (in a planner
+        thread: a remote column is a request). A crop whose labels cannot be
+        read fails like one whose audio cannot."""
+        dataset, request = self.request(position)
+        job = plan(dataset, request)
+        if isinstance(job, Failure):
+            return job
+        try:
+            self._carried[position] = self._carry(position)
+        except Exception as exc:
+            return failure_of(exc, request.key, dataset.locate(request.key)[0])
+        return job
+
+    def _carry(self, position: int) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        """The fields and supervisions of the crop at ``position``."""
+        plan = self.plan()
+        source, row = int(plan.source[position]), int(plan.episode[position])
+        fields: dict[str, Any] = {}
+        if plan.fields is not None and plan.fields[position]:
+            fields |= plan.fields[position]
+        if self._fields is None:
+            return fields, None
+        episode = self._fields[source]
+        fields |= episode.fields(row)
+        start, end = float(plan.start[position]), float(plan.end[position])
+        return fields, episode.overlapping(row, start, end)
+
+    def _prepare(self) -> int:
+        """The plan's length, with the columns to join found (a thread's work)."""
+        if self._fields is None and (self.columns or self.supervisions):
+            self._fields = [
+                EpisodeFields(episodes, self.columns, self.supervisions)
+                for episodes in self.episodes()
+            ]
+        return len(self.plan())
 
     # -- state ------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
         self._require_idle()
-        self.epoch, self._position = epoch, 0
+        self._start_pass(epoch, 0, (), 0)
+
+    def _start_pass(self, epoch: int, position: int, done: Intervals, consumed: int) -> None:
+        self.epoch, self._position = epoch, position
+        self.split = dataclasses.replace(self.split, done=done, consumed=consumed)
+        self._plans, self._carried = {}, {}
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every crop before ``position`` of ``epoch`` was
@@ -220,7 +314,12 @@ class Streamer:
         Crops prefetched but not yet consumed are not counted, so resuming
         repeats none and skips none; after a storage or pipeline error the
         crops from the one that failed on are still to do, and ``epoch``
-        advances only when a pass reaches its end."""
+        advances only when a pass reaches its end.
+
+        ``done`` (global positions consumed before this pass) and ``start``
+        (crops of the rank's share consumed before it) say where the pass
+        began; ``consumed`` counts the rank's crops up to the last one this
+        consumer handed over."""
         p = self.partition
         return {
             "seed": self.seed,
@@ -230,7 +329,19 @@ class Streamer:
             "world_size": p.world_size,
             "worker": p.worker,
             "num_workers": p.num_workers,
+            "batch_size": self.split.batch_size,
+            "done": [list(run) for run in self.split.done],
+            "start": self.split.consumed,
+            "consumed": self.consumed(),
         }
+
+    def consumed(self, position: int | None = None) -> int:
+        """Crops of this rank's share handed over once this consumer has handed
+        over its first ``position`` (default: as many as it has)."""
+        position = self._position if position is None else position
+        if not position:
+            return self.split.consumed
+        return int(self._consumer_plan()[1][position - 1]) + 1
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a ``state_dict()`` taken by the same consumer (same seed
@@ -239,10 +350,14 @@ class Streamer:
         p = self.partition
         mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
         mine |= {"worker": p.worker, "num_workers": p.num_workers}
-        theirs = {name: state[name] for name in mine}
+        mine |= {"batch_size": self.split.batch_size}
+        theirs = {name: state.get(name, 1 if name == "batch_size" else None) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
-        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+        done = merge_intervals(state.get("done", ()))
+        self._start_pass(
+            int(state["epoch"]), int(state["position"]), done, int(state.get("start", 0))
+        )
 
     @property
     def stats(self) -> StreamerStats:
@@ -340,7 +455,7 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
-            total = len(await anyio.to_thread.run_sync(self.plan))
+            total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
                 self._plan_at,
@@ -359,15 +474,21 @@ class Streamer:
             self._stats.queue_wait_s += time.perf_counter() - began
             if item is None:
                 await self._stop_run()
-                self.epoch, self._position = self.epoch + 1, 0
+                self._start_pass(self.epoch + 1, 0, (), 0)
                 return _END
+            carried = self._carried.pop(item.position, ({}, None))
             if isinstance(item.result, Failure):
                 self._fail(item.position, item.result)
                 continue
             self._position = item.position + 1
             self._stats.yielded += 1
             self._stats.add_latency(item.latency)
-            return item.result
+            crop = item.result
+            plan, share_index = self._consumer_plan()
+            crop.position = int(share_index[item.position])
+            crop.fields, crop.supervisions = carried
+            crop.source = self.source_names[int(plan.source[item.position])]
+            return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
         """Skip and count a crop whose data failed, or raise: a storage

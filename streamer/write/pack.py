@@ -35,6 +35,7 @@ from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage.local import LocalStore
 from .index import IndexReport, build_index
 from .probe import AudioInfo, ProbeError, probe
+from .sidecar import read_sidecar, write_columns
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PackReport", "pack"]
 
@@ -73,6 +74,8 @@ class PackReport:
     index: IndexReport | None = None  # the seek_index/ build, unless index=False
     #: (key, header's duration, index's duration) where audio_info took the index's.
     durations: list[tuple[str, float, float]] = field(default_factory=list)
+    #: Sidecar paths that matched no packed file (``columns=``).
+    unmatched: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ def pack(
     strict: bool = False,
     progress: bool = True,
     index: bool = True,
+    columns: str | os.PathLike[str] | None = None,
+    columns_dir: str = "labels",
 ) -> PackReport:
     """Pack every audio file under ``src`` into a new dataset at ``out``.
 
@@ -104,10 +109,16 @@ def pack(
     audio shards are in place, and an episode whose index says a duration
     other than its header's gets the index's in ``audio_info`` (a truncated
     file keeps its header's; listed in ``report.durations``, and logged).
+
+    ``columns`` names a sidecar (CSV, or JSON lines) whose ``path`` column
+    lists source files by their path under ``src``; its other columns are
+    written to the ``columns_dir`` column directory (``sidecar.py``), and
+    its paths that match no packed file are listed in ``report.unmatched``.
     """
     src, out = os.fspath(src), os.fspath(out)
     if not os.path.isdir(src):
         raise PackError(f"source folder {src!r} does not exist")
+    sidecar = read_sidecar(columns) if columns is not None else None
     _check_output(out)
     candidates = sorted(_walk(src))
     if not candidates:
@@ -155,6 +166,8 @@ def pack(
     if index:
         report.index = build_index(out, progress=progress, manifest=False)
         report.durations = _durations_from_index(out, report.shards)
+    if sidecar is not None:
+        report.unmatched = write_columns(out, report.shards, sidecar, columns_dir, SHARD_SUFFIX)
     write_manifest(LocalStore(), out)  # last: every shard is in place
     return report
 

@@ -35,3 +35,28 @@ def test_locality_groups_shards_and_the_window_shuffles(packed: Path) -> None:
     assert (np.diff(Episodes.of(dataset).shard[shuffled.episode]) != 0).sum() > len(
         dataset.shard_names
     )
+
+
+def test_interleaving_spreads_each_episode_through_its_shard(packed: Path) -> None:
+    """Within a shard, every stretch of crops holds its episodes in proportion:
+    an episode's crops are spread out, in start order; the shards stay grouped."""
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.2, per_episode=12)
+    plan = Streamer(dataset, sampler, shuffle_window=0).plan()
+    episodes = Episodes.of(dataset)
+    shards = episodes.shard[plan.episode]
+    assert (np.diff(shards) != 0).sum() == len(dataset.shard_names) - 1
+    for shard in np.unique(shards):
+        mine = plan.episode[shards == shard]
+        count = len(set(mine.tolist()))
+        for first in range(0, len(mine) - count + 1, count):  # each stretch: every episode
+            assert len(set(mine[first : first + count].tolist())) >= count - 1
+        for episode in set(mine.tolist()):
+            assert (np.diff(plan.start[plan.episode == episode]) >= 0).all()
+    back_to_back = Streamer(dataset, sampler, shuffle_window=0, interleave=False).plan()
+    assert (np.diff(back_to_back.episode) != 0).sum() == len(episodes) - 1
+    assert sorted(plan_rows_of(plan)) == sorted(plan_rows_of(back_to_back))
+
+
+def plan_rows_of(plan) -> list:  # type: ignore[no-untyped-def]
+    return list(zip(plan.episode.tolist(), plan.start.tolist(), strict=True))

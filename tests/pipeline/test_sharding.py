@@ -12,27 +12,52 @@ from streamer import RandomCrops, Streamer
 
 
 @pytest.mark.parametrize(("world_size", "num_workers"), [(1, 1), (2, 1), (3, 2), (4, 3)])
-def test_partitions_are_disjoint_and_complete(packed: Path, world_size, num_workers) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("even", [True, False])
+def test_partitions_are_disjoint_and_complete(packed: Path, world_size, num_workers, even) -> None:  # type: ignore[no-untyped-def]
+    """Ranks take contiguous runs of the order (equal ones with ``even``, the
+    remainder dropped); a rank's workers take turns by batches of 2, so
+    taking a batch from each in turn gives back the rank's run."""
     dataset = streamer.open_dataset(packed)
     sampler = RandomCrops(0.5, per_episode=5)
     whole = plan_rows(Streamer(dataset, sampler, seed=3, rank=0, world_size=1))
-    parts = [
-        plan_rows(
-            Streamer(
-                dataset,
-                sampler,
-                seed=3,
-                rank=rank,
-                world_size=world_size,
-                worker=worker,
-                num_workers=num_workers,
+    ranks = []
+    for rank in range(world_size):
+        parts = [
+            plan_rows(
+                Streamer(
+                    dataset,
+                    sampler,
+                    seed=3,
+                    rank=rank,
+                    world_size=world_size,
+                    worker=worker,
+                    num_workers=num_workers,
+                    even=even,
+                    loader_batch_size=2,
+                )
             )
-        )
-        for rank in range(world_size)
-        for worker in range(num_workers)
+            for worker in range(num_workers)
+        ]
+        batches = [part[i : i + 2] for i in range(0, max(map(len, parts)), 2) for part in parts]
+        ranks.append([row for batch in batches for row in batch])
+    assert [row for rank in ranks for row in rank] == whole[: sum(map(len, ranks))]
+    sizes = [len(rank) for rank in ranks]
+    if even:
+        assert len(set(sizes)) == 1 and len(whole) - sum(sizes) < world_size
+    else:
+        assert sum(sizes) == len(whole) and max(sizes) - min(sizes) <= 1
+
+
+def test_padding_repeats_crops_from_the_start(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5, per_episode=5)  # 35 crops over 4 ranks: 9 each, one repeated
+    whole = plan_rows(Streamer(dataset, sampler, seed=3))
+    ranks = [
+        plan_rows(Streamer(dataset, sampler, seed=3, rank=r, world_size=4, drop_last=False))
+        for r in range(4)
     ]
-    assert [row for part in parts for row in part] == whole  # disjoint, complete, in order
-    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert [len(r) for r in ranks] == [9] * 4
+    assert [row for rank in ranks for row in rank] == whole + whole[:1]
 
 
 def test_rank_from_the_environment(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,106 @@
+"""Sampling that fits real datasets: crops per hour of audio, a fixed epoch
+length, explicit crop lists and manifests (Lhotse-style cuts too)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import plan_rows
+
+import streamer
+from streamer import ListCrops, RandomCrops, SequentialCrops, Streamer
+from streamer.errors import LayoutError
+from streamer.pipeline.episodes import Episodes
+
+
+def test_per_hour_is_proportional_to_duration(packed: Path) -> None:
+    """A 2-minute clip and a 40-hour audiobook at 90 crops per hour: 3 and 3600."""
+    real = Episodes.of(streamer.open_dataset(packed))
+    episodes = dataclasses.replace(real, keys=real.keys[:3], shard=real.shard[:3], row=real.row[:3])
+    episodes = dataclasses.replace(episodes, duration=np.array([120.0, 40 * 3600.0, 100.0]))
+    sampler = RandomCrops(2.0, per_hour=90)
+    counts = np.zeros(3)
+    for seed in range(200):
+        crops = sampler.crops(episodes, np.random.default_rng(seed))
+        found = np.bincount(crops.episode, minlength=3)
+        assert found[0] == 3 and found[1] == 3600 and found[2] in (2, 3)  # 2.5: 2 or 3
+        assert (crops.end <= episodes.duration[crops.episode]).all() and (crops.start >= 0).all()
+        counts += found
+    assert counts[2] / 200 == pytest.approx(2.5, abs=0.15)  # rounded at random, fairly
+    with pytest.raises(ValueError, match="not both"):
+        RandomCrops(2.0, per_episode=2, per_hour=90)
+    with pytest.raises(ValueError, match="per_hour > 0"):
+        RandomCrops(2.0, per_hour=0)
+
+
+def test_crops_per_epoch_fixes_the_length(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5, per_episode=2)  # 14 crops
+    usual = plan_rows(Streamer(dataset, sampler, seed=2))
+    assert plan_rows(Streamer(dataset, sampler, seed=2, crops_per_epoch=5)) == usual[:5]
+    longer = plan_rows(Streamer(dataset, sampler, seed=2, crops_per_epoch=40))
+    assert len(longer) == 40 and longer[:14] == usual
+    assert len(set(longer)) == 40  # further rounds draw new random crops
+    windows = plan_rows(Streamer(dataset, SequentialCrops(1.0)))
+    repeated = plan_rows(Streamer(dataset, SequentialCrops(1.0), crops_per_epoch=50))
+    assert len(repeated) == 50 and set(repeated) == set(windows)  # the same windows again
+    assert len(windows) < 25 and repeated[: len(windows)] == windows
+    with pytest.raises(ValueError, match="not both"):
+        Streamer(dataset, sampler, crops_per_epoch=5, max_crops=3)
+
+
+def test_list_crops_yields_exactly_the_list(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    keys = sorted(dataset.keys())
+    wanted = [(keys[0], 0.25, 1.0), (keys[3], 1.5, 2.0), (keys[0], 2.0, 2.5)]
+    crops = list(Streamer(dataset, ListCrops(wanted), workers=0))
+    assert sorted((c.key, c.start, c.end) for c in crops) == sorted(wanted)
+    labelled = ListCrops([{"key": keys[1], "start": 0, "end": 1, "label": 7}])
+    assert [c.fields for c in Streamer(dataset, labelled, workers=0)] == [{"label": 7}]
+
+
+def test_list_crops_refuses_what_it_cannot_do(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    with pytest.raises(LayoutError, match=r"key 'nope' \(row 1\) is not in"):
+        list(Streamer(dataset, ListCrops([(next(dataset.keys()), 0, 1), ("nope", 0, 1)])))
+    with pytest.raises(ValueError, match=r"row 0 \('a'\): need 0 <= start < end"):
+        ListCrops([("a", 2.0, 1.0)])
+
+
+def test_manifests_csv_jsonl_and_cuts(packed: Path, tmp_path: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    keys = sorted(dataset.keys())
+    (tmp_path / "crops.csv").write_text(f"key,start,end,label\n{keys[0]},0.5,1.5,3\n")
+    (tmp_path / "crops.jsonl").write_text(
+        json.dumps({"key": keys[1], "start": 1, "end": 2, "speaker": "x"}) + "\n"
+    )
+    cuts = [
+        {"id": "cut-a", "start": 0.5, "duration": 1.0, "recording_id": keys[2]},
+        {
+            "id": "cut-b",
+            "start": 1.0,
+            "duration": 0.5,
+            "recording": {"id": keys[4]},
+            "custom": {"lang": "de"},
+        },
+    ]
+    with gzip.open(tmp_path / "cuts.jsonl.gz", "wt") as out:
+        out.writelines(json.dumps(cut) + "\n" for cut in cuts)
+    got = {
+        name: [
+            (c.key, c.start, c.end, c.fields)
+            for c in Streamer(dataset, ListCrops.read(tmp_path / name), workers=0)
+        ]
+        for name in ("crops.csv", "crops.jsonl", "cuts.jsonl.gz")
+    }
+    assert got["crops.csv"] == [(keys[0], 0.5, 1.5, {"label": 3})]
+    assert got["crops.jsonl"] == [(keys[1], 1.0, 2.0, {"speaker": "x"})]
+    assert sorted(got["cuts.jsonl.gz"], key=lambda c: c[1]) == [
+        (keys[2], 0.5, 1.5, {"id": "cut-a"}),
+        (keys[4], 1.0, 1.5, {"id": "cut-b", "lang": "de"}),
+    ]

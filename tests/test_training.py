@@ -1,0 +1,269 @@
+"""A training loop's view of CropDataset: checkpoints that survive any number of
+resumes and any worker count, equal ranks, persistent workers, elastic resume."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from streamer import RandomCrops  # noqa: E402
+from streamer.torch import CropDataset, collate, merge_states  # noqa: E402
+
+SAMPLER = RandomCrops(0.5, per_episode=9, min_duration=0.1)  # 63 crops of 7 episodes
+BATCH = 4
+
+
+def ids(batch: dict[str, Any]) -> list[str]:
+    return [f"{k}@{s:.4f}" for k, s in zip(batch["key"], batch["start"].tolist(), strict=True)]
+
+
+def loader(dataset: Any, num_workers: int, **options: Any) -> Any:
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=BATCH, num_workers=num_workers, collate_fn=collate, **options
+    )
+
+
+def dataset(packed: Path, **options: Any) -> CropDataset:
+    return CropDataset(str(packed), SAMPLER, batch_size=BATCH, seed=5, **options)
+
+
+@pytest.mark.parametrize(
+    "workers", [(0, 0, 0, 0), (1, 1, 1, 1), (2, 2, 2, 2), (2, 0, 1, 2)], ids=str
+)
+def test_three_resumes_reproduce_the_uninterrupted_batches(packed: Path, workers) -> None:  # type: ignore[no-untyped-def]
+    """Stop after batches 2, 5 and 9, resume from state_dict(batch) each time
+    (the last case with a different num_workers at every restart)."""
+    whole = [ids(b) for b in loader(dataset(packed), workers[0])]
+    assert len(whole) == 16  # 63 crops: 15 full batches and one of 3
+    got: list[list[str]] = []
+    state = None
+    for stop, num_workers in zip((2, 5, 9, None), workers, strict=True):
+        data = dataset(packed)
+        if state is not None:
+            data.load_state_dict(state)
+            assert len(data) == 63 - BATCH * len(got)  # what is left of the rank's share
+        for batch in loader(data, num_workers):
+            got.append(ids(batch))
+            if len(got) == stop:
+                state = data.state_dict(batch)
+                break
+    assert got == whole
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int) -> None:
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make() -> Any:
+        return stateful.StatefulDataLoader(
+            dataset(packed), batch_size=BATCH, num_workers=num_workers, collate_fn=collate
+        )
+
+    whole = [ids(b) for b in make()]
+    got: list[list[str]] = []
+    state = None
+    for stop in (3, 6, 11, None):
+        dl = make()
+        if state is not None:
+            dl.load_state_dict(state)
+        for batch in dl:
+            got.append(ids(batch))
+            if len(got) == stop:
+                state = dl.state_dict()
+                break
+    assert got == whole
+
+
+def test_a_worker_state_is_refused_outside_its_worker(packed: Path) -> None:
+    data = dataset(packed)
+    worker_state = {**data.streamer().state_dict(), "worker": 1, "num_workers": 2}
+    with pytest.raises(ValueError, match="state of DataLoader worker 1 of 2"):
+        data.load_state_dict(worker_state)
+    with pytest.raises(ValueError, match="has not iterated the dataset"):
+        data.state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        CropDataset(str(packed), SAMPLER, seed=6).load_state_dict(
+            data.state_dict({"position": [3]})
+        )
+
+
+def test_persistent_workers_follow_set_epoch(packed: Path) -> None:
+    data = dataset(packed)
+    persistent = loader(data, 2, persistent_workers=True)
+    epochs = []
+    for epoch in range(2):
+        data.set_epoch(epoch)
+        epochs.append([ids(b) for b in persistent])
+    assert epochs[0] != epochs[1]
+    fresh = dataset(packed)
+    fresh.set_epoch(1)
+    assert [ids(b) for b in loader(fresh, 2)] == epochs[1]
+
+
+@pytest.mark.parametrize(("drop_last", "per_rank"), [(True, 31), (False, 32)])
+def test_ranks_get_equal_shares_of_an_odd_count(
+    packed: Path, drop_last: bool, per_rank: int
+) -> None:
+    """63 crops over 2 ranks: 31 each (one dropped) or 32 each (one repeated)."""
+    shares = []
+    for rank in range(2):
+        data = dataset(packed, rank=rank, world_size=2, drop_last=drop_last)
+        assert len(data) == per_rank
+        batches = list(loader(data, 2))
+        assert len(batches) == -(-per_rank // BATCH)
+        shares.append([crop for b in batches for crop in ids(b)])
+    assert [len(s) for s in shares] == [per_rank, per_rank]
+    everything = {crop for b in loader(dataset(packed), 0) for crop in ids(b)}
+    union = set(shares[0]) | set(shares[1])
+    assert union <= everything and len(everything - union) == (1 if drop_last else 0)
+
+
+def test_uneven_shares_on_request(packed: Path) -> None:
+    sizes = [len(dataset(packed, rank=r, world_size=2, even=False)) for r in range(2)]
+    assert sorted(sizes) == [31, 32]
+
+
+def consume(packed: Path, world_size: int, state: dict[str, Any] | None, batches: int | None):  # type: ignore[no-untyped-def]
+    """Each rank of ``world_size`` resumes ``state`` and consumes ``batches``
+    batches (all: None); their crops and their states."""
+    crops, states = [], []
+    for rank in range(world_size):
+        data = dataset(packed, rank=rank, world_size=world_size)
+        if state is not None:
+            data.load_state_dict(state)
+        taken: list[str] = []
+        for n, batch in enumerate(loader(data, 1 + rank % 2), start=1):
+            taken += ids(batch)
+            if n == batches:
+                states.append(data.state_dict(batch))
+                break
+        crops.append(taken)
+    return crops, states
+
+
+@pytest.mark.parametrize("world_sizes", [(2, 1, 2), (2, 3, 1), (3, 2, 4)], ids=str)
+def test_elastic_resume_takes_every_crop_once(packed: Path, world_sizes) -> None:  # type: ignore[no-untyped-def]
+    """Checkpoint at W, resume at W' then W'': no crop twice, the ranks
+    equal, every crop taken but fewer than W'' dropped at the end."""
+    everything = [crop for b in loader(dataset(packed), 0) for crop in ids(b)]
+    first, second, last = world_sizes
+    taken: list[str] = []
+    crops, states = consume(packed, first, None, 2)
+    taken += [c for part in crops for c in part]
+    merged = merge_states(dataset(packed, rank=0, world_size=first), states)
+    assert merged == merge_states(dataset(packed, rank=0, world_size=first), states[::-1])
+    crops, states = consume(packed, second, merged, 1)
+    taken += [c for part in crops for c in part]
+    merged = merge_states(dataset(packed, rank=0, world_size=second), states)
+    crops, _ = consume(packed, last, merged, None)
+    assert len({len(part) for part in crops}) == 1  # equal ranks
+    taken += [c for part in crops for c in part]
+    assert len(taken) == len(set(taken))  # nothing twice
+    assert set(taken) <= set(everything) and len(everything) - len(taken) < last
+
+
+def test_merge_needs_every_rank(packed: Path) -> None:
+    _, states = consume(packed, 2, None, 1)
+    with pytest.raises(ValueError, match="all 2 ranks"):
+        merge_states(dataset(packed), states[:1])
+    with pytest.raises(ValueError, match="rank 0 of 2, this is rank 0 of 3"):
+        dataset(packed, rank=0, world_size=3).load_state_dict(states[0])
+
+
+def test_transform_runs_in_the_decoding_worker(packed: Path) -> None:
+    def spectrum(crop: Any) -> Any:
+        frames = torch.stft(torch.as_tensor(crop.audio), 256, return_complex=True).abs()
+        return torch.cat([frames, torch.full_like(frames[:, :1], float(os.getpid()))], 1)
+
+    data = dataset(packed, sample_rate=16000, mono=True, max_crops=8, transform=spectrum)
+    batch = next(iter(loader(data, 1)))
+    assert batch["audio"].shape[:3] == (BATCH, 1, 130)  # 129 bins + the pid row
+    assert int(batch["audio"][0, 0, 129, 0]) != os.getpid()
+
+
+def test_collate_masks_and_fixes_the_length(packed: Path) -> None:
+    crops = list(dataset(packed, sample_rate=16000, mono=True, max_crops=3))
+    crops[0].audio = crops[0].audio[:, :100]
+    batch = collate(crops, length=4000)
+    assert batch["audio"].shape == (3, 1, 4000) and batch["lengths"].tolist()[0] == 100
+    assert batch["mask"].shape == (3, 4000) and int(batch["mask"][0].sum()) == 100
+    assert bool(batch["mask"][1].all()) and batch["lengths"].tolist()[1:] == [4000, 4000]
+    assert float(batch["audio"][0, 0, 100:].abs().sum()) == 0.0
+    assert torch.equal(batch["audio"][1, 0], torch.as_tensor(crops[1].audio[0, :4000]))
+    assert batch["position"].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        collate(crops, length=0)
+
+
+def test_a_state_for_other_data_is_refused(packed: Path) -> None:
+    """A checkpoint of another sampler (or data, or options) plans another
+    epoch; resuming it would repeat or skip crops without a word."""
+    data = dataset(packed)
+    batch = next(iter(loader(data, 0)))
+    state = data.state_dict(batch)
+    assert state["consumed"] == BATCH and state["total"] == 63
+    other = CropDataset(str(packed), RandomCrops(0.5, per_episode=8), seed=5)
+    with pytest.raises(ValueError, match="epoch of 63 crops, this dataset plans 56"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="1000 crops of this rank's share were consumed"):
+        dataset(packed).load_state_dict({**state, "consumed": 1000})
+    with pytest.raises(ValueError, match="outside the epoch's 63 crops"):
+        dataset(packed).load_state_dict({**state, "done": [[-3, 2]]})
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        CropDataset(str(packed), SAMPLER, batch_size=0)
+    with pytest.raises(ValueError, match="another epoch"):
+        merge_states(other, [state])
+    with pytest.raises(ValueError, match="has no 'position'"):
+        data.state_dict({"audio": batch["audio"]})
+
+
+def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
+    """Workers that take turns by 2 crops under a DataLoader batching 4: the
+    first batch is worker 0's positions 0, 1, 4, 5. A checkpoint after it
+    would count 2 and 3 as consumed, so it is refused."""
+    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5)
+    batch = next(iter(loader(data, 2)))
+    with pytest.raises(ValueError, match="not consecutive"):
+        data.state_dict(batch)
+
+
+def test_a_killed_dataloader_worker_loses_no_crop(packed: Path) -> None:
+    """SIGKILL a DataLoader worker mid-epoch: the DataLoader raises, and the
+    checkpoint of the last batch the loop consumed resumes the exact rest."""
+    whole = [ids(b) for b in loader(dataset(packed), 2)]
+    got, state = until_a_worker_is_killed(dataset(packed), after=5)
+    assert 5 <= len(got) < len(whole)
+    resumed = dataset(packed)
+    resumed.load_state_dict(state)
+    assert got + [ids(b) for b in loader(resumed, 2)] == whole
+
+
+def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-untyped-def]
+    """Batches (and the state after the last) until the DataLoader raises for
+    the worker killed after ``after`` batches. The iterator is dropped before
+    returning: torch checks the workers of every live iterator on each
+    SIGCHLD, and would raise again for this one when later workers exit."""
+    got, state = [], None
+    batches = iter(loader(data, 2))
+    try:
+        for batch in batches:
+            got.append(ids(batch))
+            state = data.state_dict(batch)
+            if len(got) == after:
+                workers = multiprocessing.active_children()
+                assert len(workers) == 2
+                os.kill(workers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+    except (RuntimeError, ConnectionResetError):  # torch says it either way
+        pass
+    else:
+        raise AssertionError("the DataLoader did not notice its killed worker")
+    finally:
+        del batches
+    return got, state
