@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 __all__ = [
@@ -68,6 +69,7 @@ class Faults:
     stall_every: int = 0
     stall_seconds: float = 30.0
     ignore_range: bool = False
+    chunked: bool = False  # bodies sent without Content-Length (chunked encoding)
     only_ranged: bool = True  # faults hit only requests with a Range header
 
 
@@ -204,14 +206,17 @@ class LoopbackServer:
             request.transport.abort()
             return web.Response()
         status, headers, body = await self.handler(request)
-        if faults.ignore_range and status == 206:
+        # A range answer: 206, or 200 with a Content-Range (rclone's S3 server).
+        ranged = status in (200, 206) and "Content-Range" in headers
+        if faults.ignore_range and ranged:
             status, body = 200, await _whole(request, self.handler)
             headers = {k: v for k, v in headers.items() if k != "Content-Range"}
-        if targeted and status == 206 and faults.overlong:
+            ranged = False
+        if targeted and ranged and faults.overlong:
             faults.overlong -= 1
-            return _overlong(headers, body)
+            return _overlong(status, headers, body)
         response = web.StreamResponse(status=status, headers=headers)
-        if "Content-Length" not in headers:  # HEAD answers keep the object's length
+        if "Content-Length" not in headers and not faults.chunked:  # HEAD keeps its length
             response.content_length = len(body)
         await response.prepare(request)
         if targeted and faults.truncations and len(body) > 1:
@@ -231,11 +236,11 @@ class LoopbackServer:
         return response
 
 
-def _overlong(headers: dict[str, str], body: bytes) -> web.Response:
-    """A 206 that claims (and sends) one byte more than asked."""
+def _overlong(status: int, headers: dict[str, str], body: bytes) -> web.Response:
+    """A range answer that claims (and sends) one byte more than asked."""
     first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
     extended = {**headers, "Content-Range": f"bytes {first}-{last + 1}/{total}"}
-    return web.Response(status=206, body=body + b"\0", headers=extended)
+    return web.Response(status=status, body=body + b"\0", headers=extended)
 
 
 async def _whole(request: web.Request, handler: Handler) -> bytes:
@@ -300,9 +305,10 @@ class proxy_handler:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         async with self._session.request(
             request.method,
-            self.upstream + request.path_qs,
+            # As sent: a presigned URL's signature covers its exact query encoding.
+            yarl.URL(self.upstream + request.raw_path, encoded=True),
             headers=dict(request.headers),
-            data=await request.read(),
+            data=await request.read() or None,  # no body: no Content-Type added (SigV2 signs it)
             allow_redirects=False,
         ) as answer:
             payload = await answer.read()
