@@ -9,6 +9,11 @@ store: nothing cached) and the dataset is opened and the crop read, as
 ``streamer crop`` does. Reported per configuration: requests (from the
 store's stats) and bytes fetched as a share of the blob, mean and worst.
 
+What the block size costs a training run besides: the pipeline's crops
+(``RandomCrops(8.0)``, 12 per episode, in process) over the demo episodes
+(``bench_pipeline``'s dataset) served by the loopback HTTP server, cold,
+with 256 and 128 KiB blocks: requests and kB per crop.
+
     python -m benchmarks.bench_cold_open [--minutes 23] [--crops 12]
 """
 
@@ -31,7 +36,7 @@ from streamer.storage.cache import KiB
 from streamer.storage.loop import run_sync
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
-from testkit.servers import upload_tree
+from testkit.servers import LoopbackServer, file_handler, upload_tree
 
 BUCKET = "cold"
 KEY, SECRET = "bench", "bench-secret"
@@ -103,7 +108,41 @@ def run(args: argparse.Namespace, endpoint: str) -> dict:
             "blob_percent_mean": float(share.mean()),
             "blob_percent_max": float(share.max()),
         }
-    return {"parameters": vars(args) | {"blob_bytes": blob}, "configs": rows}
+    return {
+        "parameters": vars(args) | {"blob_bytes": blob},
+        "configs": rows,
+        "pipeline": pipeline_costs(),
+    }
+
+
+def pipeline_costs() -> dict[str, dict[str, float]]:
+    """Requests and kB per crop of a cold pipeline pass per block size."""
+    from benchmarks.bench_pipeline import small_shards
+    from streamer import RandomCrops, Streamer
+
+    costs = {}
+    with tempfile.TemporaryDirectory() as folder:
+        local = small_shards(Path(folder), 4)
+        server = LoopbackServer(file_handler(local.parent)).start()
+        try:
+            for block in (256 * KiB, 128 * KiB):
+                streamer = Streamer(
+                    f"{server.url}/demo",
+                    RandomCrops(8.0, per_episode=12),
+                    workers=0,
+                    seed=1,
+                    storage_options={"block_size": block},
+                )
+                crops = sum(1 for _ in streamer)
+                stats = streamer.stats
+                costs[f"{block // KiB} KiB"] = {
+                    "crops": crops,
+                    "requests_per_crop": stats.requests / crops,
+                    "kB_per_crop": stats.bytes_read / crops / 1e3,
+                }
+        finally:
+            server.stop()
+    return costs
 
 
 def report(result: dict) -> None:
@@ -123,6 +162,12 @@ def report(result: dict) -> None:
         f"before/after: {before['requests_max'] / after['requests_max']:.2f}x fewer requests, "
         f"{before['blob_percent_max'] / after['blob_percent_max']:.2f}x fewer bytes (worst case)"
     )
+    print("pipeline, cold, demo episodes over HTTP (RandomCrops(8.0), 12 per episode):")
+    for label, row in result["pipeline"].items():
+        print(
+            f"  {label} blocks: {row['crops']} crops, {row['requests_per_crop']:.2f} requests"
+            f" and {row['kB_per_crop']:.0f} kB per crop"
+        )
 
 
 def main() -> None:
