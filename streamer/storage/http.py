@@ -31,6 +31,7 @@ from ._urls import register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
 __all__ = [
     "HTTPStore",
@@ -120,7 +121,7 @@ class HTTPStore(RemoteStore):
                 check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
         except NETWORK_ERRORS as exc:
-            raise TransientError(describe(exc)) from None
+            raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
         return _links(directory, page)
 
 
@@ -188,7 +189,7 @@ async def ranged_get(
             check_status(shown, byte_range, response, more)
             raise StorageError(f"{shown}: HTTP {response.status} {response.reason}")
     except NETWORK_ERRORS as exc:
-        raise TransientError(describe(exc)) from None
+        raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
 
 
 def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
@@ -215,7 +216,9 @@ def check_status(
     more = f" ({detail})" if detail else ""
     if status >= 500 or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        raise TransientError(f"HTTP {status} {response.reason}{more}", retry_after=retry_after)
+        congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
+        message = f"HTTP {status} {response.reason}{more}"
+        raise TransientError(message, retry_after=retry_after, congestion=congestion)
     if byte_range is None and status == 200:
         return
     if status == 206 and byte_range is not None:

@@ -63,6 +63,7 @@ from .base import Entry
 from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
 __all__ = ["B2Store", "S3Store"]
 
@@ -89,6 +90,8 @@ _TRANSIENT_CODES = {
     "ThrottlingException",
     "RequestLimitExceeded",
 }
+#: Answers that say the store is overloaded (the adaptive limit backs off, ``throttle.py``).
+_CONGESTION_CODES = _TRANSIENT_CODES - {"InternalError"}
 #: Presigned URLs are valid this long, and reused for a fraction of it.
 URL_LIFETIME = 3600
 URL_REUSE = 300.0
@@ -158,6 +161,13 @@ class S3Store(RemoteStore):
         """Buckets fail (and throttle) on their own: one outage gate per bucket."""
         return f"{self.scheme}://{path.partition('/')[0]}{self._at}"
 
+    def _throttle_key(self, path: str) -> str:
+        """S3 limits request rates per key prefix: one adaptive limit per bucket
+        and first path component (a dataset's root, usually)."""
+        bucket, _, key = path.partition("/")
+        prefix = key.partition("/")[0] if "/" in key else ""
+        return f"{self.scheme}://{bucket}/{prefix}{self._at}"
+
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> _Clients:
@@ -225,7 +235,8 @@ class S3Store(RemoteStore):
             if code in _TRANSIENT_CODES:  # 503 SlowDown, and 4xx ones: 400 RequestTimeout
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 cause = redact(f"HTTP {response.status} {code}: {message}")
-                raise TransientError(cause, retry_after=retry_after)
+                congestion = response.status in (429, 503) or code in _CONGESTION_CODES
+                raise TransientError(cause, retry_after=retry_after, congestion=congestion)
             return redact(f"{code}: {message}" if code else message)
 
         return await ranged_get(
@@ -344,7 +355,8 @@ class _S3Errors:
         if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
             raise TransientError(f"checksum mismatch: {exc}") from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
-            raise TransientError(redact(f"{type(exc).__name__}: {exc}")) from None
+            message = redact(f"{type(exc).__name__}: {exc}")
+            raise TransientError(message, congestion=is_timeout(exc)) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(f"{self.url}: no credentials found ({exc})") from None
         return False
@@ -373,7 +385,9 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
-        return TransientError(message, retry_after=parse_retry_after(headers.get("retry-after")))
+        retry_after = parse_retry_after(headers.get("retry-after"))
+        congestion = status in (429, 503) or code in _CONGESTION_CODES
+        return TransientError(message, retry_after=retry_after, congestion=congestion)
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
         return StorageError(f"{url}: not found ({message})")
     if status == 416 or code == "InvalidRange":
