@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import av
@@ -44,13 +45,12 @@ import numpy as np
 
 from ..errors import DataError
 from ..formats.ffmpeg import open_input
-from ..formats.frames import frame_to_float32
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
 from ..index.table import VERIFIED, SeekIndex
 from ..shard.blob import BlobHandle
 from .crop import CropRequest, decode_job, fetch, prepare
-from .fallback import FFMPEG_FAILURES
+from .fallback import FFMPEG_FAILURES, Cut, cut_windows
 
 __all__ = [
     "FULL_DECODE_SECONDS",
@@ -180,8 +180,19 @@ class _Reference:
 
     @classmethod
     def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
-        head, rate = _decode(blob, None, round(HEAD_SECONDS * index.sample_rate))
-        return cls(head, _tail(blob, _claimed_samples(index) / index.sample_rate, rate))
+        """Head and tail from one FFmpeg open (``QUICK_OPEN``): the head
+        decoded from the first frame, then the tail after a seek near the
+        end (``_tail``); from the start again only when no seek lands early
+        enough."""
+        seconds = _claimed_samples(index) / index.sample_rate
+        with _opened(blob, QUICK_OPEN) as (container, stream):
+            head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
+            rate = head.rate
+            tail = _tail(container, stream, seconds, rate)
+        if tail is None:
+            with _opened(blob, QUICK_OPEN) as (container, stream):
+                tail = _cut(container.decode(stream), None).windows[0][:, -_tail_length(rate) :]
+        return cls(head.windows[0], tail)
 
 
 def _claimed_samples(index: SeekIndex) -> int:
@@ -191,71 +202,61 @@ def _claimed_samples(index: SeekIndex) -> int:
     return to_gapless(index, int(index.sample_pos[-1]))
 
 
-def _frames(
-    blob: BlobHandle, seek_seconds: float | None, options: dict[str, str]
-) -> Iterator[av.AudioFrame]:
-    """FFmpeg's decoded frames of the first audio stream, from the start or
-    after a backward seek to ``seek_seconds`` (``options``: how to open)."""
+@contextmanager
+def _opened(
+    blob: BlobHandle, options: dict[str, str]
+) -> Iterator[tuple[av.container.InputContainer, av.audio.stream.AudioStream]]:
+    """FFmpeg's container over the blob (``options``: how to open) and its
+    first audio stream, the one the full decode is of."""
     blob.seek(0)
     with open_input(blob, options=options) as container:
-        stream = container.streams.audio[0]
-        if seek_seconds is not None:
-            origin = stream.start_time or 0
-            container.seek(origin + int(seek_seconds / stream.time_base), stream=stream)
-        yield from container.decode(stream)
+        yield container, container.streams.audio[0]
 
 
-def _decode(
-    blob: BlobHandle, seek_seconds: float | None, enough: int | None
-) -> tuple[np.ndarray, int]:
-    """Samples FFmpeg decodes (from the start, or from a seek) to the end, or
-    until ``enough`` samples; and the native rate."""
-    pieces: list[np.ndarray] = []
-    count = rate = 0
-    for frame in _frames(blob, seek_seconds, QUICK_OPEN):
-        pieces.append(frame_to_float32(frame))
-        rate, count = frame.sample_rate, count + frame.samples
-        if enough is not None and count >= enough:
-            break
-    if not pieces:
+def _cut(frames: Iterator[av.AudioFrame], enough: int | None) -> Cut:
+    """The first ``enough`` samples of ``frames`` (``None``: all of them)."""
+    cut = cut_windows(frames, lambda _: ([(0, enough if enough is not None else 1 << 62)], enough))
+    if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
-    return np.concatenate(pieces, axis=1), rate
+    return cut
 
 
 def _windows(blob: BlobHandle, windows: list[tuple[int, int]]) -> tuple[list[np.ndarray], int]:
     """Samples ``[first, last)`` of the full decode for each window, and its
     length: the whole episode is decoded (opened as the reference is
     defined), but only the windows are kept, so memory stays small."""
-    parts: list[list[np.ndarray]] = [[] for _ in windows]
-    at = 0
-    for frame in _frames(blob, None, {}):
-        end = at + frame.samples
-        hits = [i for i, (first, last) in enumerate(windows) if first < end and last > at]
-        data = frame_to_float32(frame) if hits else None
-        for i in hits:
-            first, last = windows[i]
-            parts[i].append(data[:, max(first - at, 0) : min(last, end) - at])
-        at = end
-    if at == 0:
+    with _opened(blob, {}) as (container, stream):
+        cut = cut_windows(container.decode(stream), lambda _: (windows, None))
+    if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
-    empty = np.zeros((0, 0), dtype=np.float32)
-    return [np.concatenate(p, axis=1) if p else empty for p in parts], at
+    return cut.windows, cut.decoded
 
 
-def _tail(blob: BlobHandle, seconds: float, rate: int) -> np.ndarray:
+def _tail_length(rate: int) -> int:
+    return round(TAIL_SECONDS * rate)
+
+
+def _tail(
+    container: av.container.InputContainer,
+    stream: av.audio.stream.AudioStream,
+    seconds: float,
+    rate: int,
+) -> np.ndarray | None:
     """The last ``TAIL_SECONDS`` of the full decode: FFmpeg decodes from a seek
     to the end, and what it outputs in its first ``TAIL_LEAD_SECONDS`` (no
     pre-roll after a seek) is dropped; a seek that lands too late is redone
-    further back, finally from the start."""
-    want, lead = round(TAIL_SECONDS * rate), round(TAIL_LEAD_SECONDS * rate)
+    further back (``None`` when none lands early enough: decode from the start)."""
+    want, lead = _tail_length(rate), round(TAIL_LEAD_SECONDS * rate)
     back = TAIL_SECONDS + TAIL_LEAD_SECONDS
+    origin = stream.start_time or 0
     for target in (seconds - 2 * back, seconds - 8 * back):
         if target <= 0:
             break
-        decoded, _ = _decode(blob, target, None)
-        if decoded.shape[1] >= want + lead:
-            return decoded[:, -want:]
-    return _decode(blob, None, None)[0][:, -want:]
+        container.seek(origin + int(target / stream.time_base), stream=stream)
+        decoded = _cut(container.decode(stream), None)
+        if decoded.decoded >= want + lead:
+            return decoded.windows[0][:, -want:]
+    return None
 
 
 def _check(episode: Episode, reference: _Reference | None) -> None:
