@@ -21,6 +21,7 @@ from streamer.cli.bench import print_table
 from streamer.decode.fallback import PastTheEnd, decode_range
 from streamer.decode.resample import downmix, resample
 from streamer.errors import CropError
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
@@ -327,7 +328,7 @@ def _reference(data: bytes) -> tuple[np.ndarray, int, Exception | None]:
     reference past that point)."""
     pieces, rate = [np.zeros((0, 0), np.float32)], 0
     try:
-        with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+        with open_input(io.BytesIO(data)) as container:
             for frame in container.decode(audio=0):
                 pieces.append(frame_to_float32(frame))
                 if pieces[-1].shape[0] != pieces[1].shape[0]:
