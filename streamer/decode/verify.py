@@ -19,14 +19,18 @@ checked against three references, each exact where it is used:
 - head: FFmpeg decoding from the first frame for ``HEAD_SECONDS`` is the
   full decode's head, sample for sample;
 - tail: FFmpeg seeking near the end and decoding to the last frame ends
-  where the full decode ends; its last ``TAIL_SECONDS`` (after
-  ``TAIL_LEAD_SECONDS`` of convergence from the seek) are the full decode's
-  last samples, so a crop ending at the index's ``num_samples`` must equal
-  them, which checks the length and the placement at the end;
+  where the full decode ends; its last ``TAIL_SECONDS`` (after twice the
+  pre-roll of convergence from the seek, ``_converged``) are the full
+  decode's last samples, so a crop ending at the index's ``num_samples``
+  must equal them, which checks the length and the placement at the end;
 - interior: a crop right after a seek point (``preroll`` after it, so the
   plan starts at that very point) against the same crop decoded through the
-  index from ``LEAD_IN_SECONDS`` earlier (a converged decoder, started at an
-  earlier seek point): checks the pre-roll and that the two points agree.
+  index with twice the pre-roll (a converged decoder, started at an earlier
+  seek point): checks the pre-roll and that the two points agree.
+
+Head and tail come from one FFmpeg open; the windows are sized from the
+format's pre-roll, so the check decodes about a second of audio per episode
+(a few for Opus, whose pre-roll is long).
 
 ``choose_index`` runs the check on each of ``formats.registry.candidates``
 in turn and keeps the first index that passes.
@@ -35,6 +39,7 @@ in turn and keeps the first index that passes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,13 +68,15 @@ __all__ = [
 
 #: Episodes up to this long are decoded whole for the reference.
 FULL_DECODE_SECONDS = 20.0
-HEAD_SECONDS = 0.5
-TAIL_SECONDS = 0.5
-#: FFmpeg does no pre-roll after a seek: what it outputs first is not compared.
-TAIL_LEAD_SECONDS = 1.0
-#: Length of an interior probe crop, and how far back its reference starts.
+#: Lengths of the head and tail probes and of an interior probe crop: each
+#: spans several frames of every codec (a crop of a frame's length or more
+#: crosses a frame or page boundary wherever it starts).
+HEAD_SECONDS = 0.2
+TAIL_SECONDS = 0.2
 PROBE_SECONDS = 0.2
-LEAD_IN_SECONDS = 0.5
+#: The shortest convergence a reference gets: FFmpeg does no pre-roll after a
+#: seek, so what it outputs first after one is not compared (``_converged``).
+MIN_LEAD_SECONDS = 0.1
 #: Interior probes per episode (short episodes: against the full decode).
 INTERIOR_PROBES = 2
 SHORT_PROBES = 4
@@ -188,7 +195,7 @@ class _Reference:
         with _opened(blob, QUICK_OPEN) as (container, stream):
             head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
             rate = head.rate
-            tail = _tail(container, stream, seconds, rate)
+            tail = _tail(container, stream, seconds, rate, _converged(index))
         if tail is None:
             with _opened(blob, QUICK_OPEN) as (container, stream):
                 tail = _cut(container.decode(stream), None).windows[0][:, -_tail_length(rate) :]
@@ -241,13 +248,14 @@ def _tail(
     stream: av.audio.stream.AudioStream,
     seconds: float,
     rate: int,
+    lead_seconds: float,
 ) -> np.ndarray | None:
     """The last ``TAIL_SECONDS`` of the full decode: FFmpeg decodes from a seek
-    to the end, and what it outputs in its first ``TAIL_LEAD_SECONDS`` (no
-    pre-roll after a seek) is dropped; a seek that lands too late is redone
-    further back (``None`` when none lands early enough: decode from the start)."""
-    want, lead = _tail_length(rate), round(TAIL_LEAD_SECONDS * rate)
-    back = TAIL_SECONDS + TAIL_LEAD_SECONDS
+    to the end, and what it outputs in its first ``lead_seconds`` (no pre-roll
+    after a seek) is dropped; a seek that lands too late is redone further
+    back (``None`` when none lands early enough: decode from the start)."""
+    want, lead = _tail_length(rate), round(lead_seconds * rate)
+    back = TAIL_SECONDS + lead_seconds
     origin = stream.start_time or 0
     for target in (seconds - 2 * back, seconds - 8 * back):
         if target <= 0:
@@ -274,9 +282,8 @@ def _check(episode: Episode, reference: _Reference | None) -> None:
     _compare(episode, 0, head.shape[1], head, "the head")
     tail = reference.tail
     _compare(episode, claimed - tail.shape[1], claimed, tail, "the tail")
-    lead = round(LEAD_IN_SECONDS * index.sample_rate)
     for first, last in _after_points(episode, INTERIOR_PROBES, claimed):
-        lead_in = _lead_in(episode, first, last, lead)
+        lead_in = _lead_in(episode, first, last)
         _compare(episode, first, last, lead_in, "an interior")
 
 
@@ -305,10 +312,8 @@ def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, 
     that very point; points drawn by a generator seeded with the key."""
     index = episode.index
     assert index is not None
-    form = format_for(index)
-    assert form is not None
     rate = index.sample_rate
-    preroll = round(max(form.preroll(index), index.preroll) * rate / index.timescale)
+    preroll = round(_preroll(index) * rate / index.timescale)
     span = round(PROBE_SECONDS * rate)
     points = np.asarray(index.sample_pos, dtype=np.float64) - index.first_sample
     starts = np.rint(points * rate / index.timescale).astype(np.int64) + preroll
@@ -324,12 +329,27 @@ def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, 
     ]
 
 
-def _lead_in(episode: Episode, first: int, last: int, lead: int) -> np.ndarray:
-    """The crop decoded through the index with a pre-roll of at least ``lead``
-    samples (and twice the one under test): a converged decoder's output."""
+def _preroll(index: SeekIndex) -> int:
+    """The pre-roll under test, native units: the format's, or the index's when larger."""
+    form = format_for(index)
+    assert form is not None
+    return max(form.preroll(index), index.preroll)
+
+
+def _converged(index: SeekIndex) -> float:
+    """Seconds a decoder started at an arbitrary point runs before its output
+    is taken as the full decode's: twice the pre-roll under test, and at
+    least ``MIN_LEAD_SECONDS`` (sized from the format, so a codec with a short
+    pre-roll is not decoded seconds longer than it needs)."""
+    return max(MIN_LEAD_SECONDS, 2 * _preroll(index) / index.timescale)
+
+
+def _lead_in(episode: Episode, first: int, last: int) -> np.ndarray:
+    """The crop decoded through the index with a pre-roll of ``_converged``:
+    a decoder started at an earlier seek point than the probe's, converged."""
     index = episode.index
     assert index is not None
-    preroll = max(round(lead * index.timescale / index.sample_rate), 2 * index.preroll)
+    preroll = math.ceil(_converged(index) * index.timescale)
     longer = dataclasses.replace(episode, index=dataclasses.replace(index, preroll=preroll))
     return _crop(longer, first, last, "the lead-in of an interior")
 
