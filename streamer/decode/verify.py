@@ -49,7 +49,7 @@ import av
 import numpy as np
 
 from ..errors import DataError
-from ..formats.ffmpeg import open_input
+from ..formats.ffmpeg import full_decode_length, open_input
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
 from ..index.table import VERIFIED, SeekIndex
@@ -195,17 +195,19 @@ class _Reference:
         with _opened(blob, QUICK_OPEN) as (container, stream):
             head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
             rate = head.rate
-            tail = _tail(container, stream, seconds, rate, _converged(index))
+            want = _tail_length(rate)
+            tail = _tail(container, stream, seconds, want, rate, _converged(index))
         if tail is None:
             with _opened(blob, QUICK_OPEN) as (container, stream):
-                tail = _cut(container.decode(stream), None).windows[0][:, -_tail_length(rate) :]
+                tail = _cut(container.decode(stream), None).windows[0][:, -want:]
         return cls(head.windows[0], tail)
 
 
 def _claimed_samples(index: SeekIndex) -> int:
-    """The episode's length as the index says (its last seek point when it does not)."""
+    """The episode's length as the index says under the installed FFmpeg
+    (``formats.ffmpeg.full_decode_length``; its last seek point when it does not say)."""
     if index.num_samples >= 0:
-        return round(index.num_samples * index.sample_rate / index.timescale)
+        return round(full_decode_length(index) * index.sample_rate / index.timescale)
     return to_gapless(index, int(index.sample_pos[-1]))
 
 
@@ -247,15 +249,17 @@ def _tail(
     container: av.container.InputContainer,
     stream: av.audio.stream.AudioStream,
     seconds: float,
+    want: int,
     rate: int,
     lead_seconds: float,
 ) -> np.ndarray | None:
-    """The last ``TAIL_SECONDS`` of the full decode: FFmpeg decodes from a seek
-    to the end, and what it outputs in its first ``lead_seconds`` (no pre-roll
-    after a seek) is dropped; a seek that lands too late is redone further
-    back (``None`` when none lands early enough: decode from the start)."""
-    want, lead = _tail_length(rate), round(lead_seconds * rate)
-    back = TAIL_SECONDS + lead_seconds
+    """The last ``want`` samples of the full decode (``seconds`` long): FFmpeg
+    decodes from a seek to the end, and what it outputs in its first
+    ``lead_seconds`` (no pre-roll after a seek) is dropped; a seek that lands
+    too late is redone further back (``None`` when none lands early enough:
+    decode from the start). ``rate``: the decoder's output rate."""
+    lead = round(lead_seconds * rate)
+    back = want / rate + lead_seconds
     origin = stream.start_time or 0
     for target in (seconds - 2 * back, seconds - 8 * back):
         if target <= 0:
