@@ -397,12 +397,13 @@ def test_packed_dataset_keeps_the_preroll(tmp_path: Path) -> None:
 
 
 def test_latin1_id3v1_is_packed(tmp_path: Path) -> None:
-    """An ID3v1 title in Latin-1 (not UTF-8): PyAV refuses to open the file
-    unless told to ignore such tags; pack's probe does, and crops are exact
+    """An ID3v1 title in Latin-1 (not UTF-8): PyAV before 19 refuses to open
+    the file unless told to ignore such tags; pack's probe does, and crops are exact
     against the full decode (opened the same way)."""
     data = _tagged() + b"TAG" + b"Caf\xe9".ljust(30, b"\0") + bytes(95)
-    with pytest.raises(UnicodeDecodeError):
-        av.open(io.BytesIO(data)).close()
+    if int(av.__version__.split(".")[0]) < 19:  # PyAV 19 reads it with surrogateescape
+        with pytest.raises(UnicodeDecodeError):
+            av.open(io.BytesIO(data)).close()
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "cafe.mp3").write_bytes(data)
     assert pack(tmp_path / "src", tmp_path / "set", progress=False).skipped == []
