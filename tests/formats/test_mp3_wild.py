@@ -33,6 +33,7 @@ from _index_support import wav_bytes
 
 from streamer import open_dataset
 from streamer.decode.crop import CropRequest, read_crop
+from streamer.decode.verify import choose_index, verify_index
 from streamer.formats import extract
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
@@ -333,8 +334,22 @@ VARIANTS: dict[str, Callable[[], bytes]] = {
 }
 
 
+#: FFmpeg 9 (libavformat 63, PyAV 19) no longer lets the end padding reset the skip.
+FFMPEG_9 = av.library_versions["libavformat"] >= (63,)
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_header_variants(name: str) -> None:
+    if name == "very-short" and FFMPEG_9:
+        # FFmpeg 9 outputs 22 samples, not 551: the native index (FFmpeg 8's
+        # count) fails its check and FFmpeg's generic packet index serves it.
+        data = VARIANTS[name]()
+        native = extract(io.BytesIO(data))
+        checked = verify_index(_episode(data, native))
+        assert not checked.ok and "FFmpeg decodes 22" in checked.reason
+        served = choose_index(BlobHandle(MemoryReader(data), 0, len(data), key="k"), key="k")
+        assert served.ok and served.container == "ffmpeg:mp3", served.reason
+        return
     _assert_exact(VARIANTS[name]())
 
 

@@ -74,8 +74,10 @@ _CODECS = {
     b"samr": "amr_nb",
     b"sawb": "amr_wb",
 }
-#: Codecs whose every packet decodes to one frame of a fixed length.
+#: Codecs whose every packet decodes to one frame of a fixed length, and the
+#: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
 _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
+_LONGEST_FRAME = 8192
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
@@ -744,8 +746,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # duration stts gives it. FFmpeg 9 then ends the track where the
         # sample table or the edit list says: ``padding`` samples earlier
         # (``formats.ffmpeg.full_decode_length``); not in a fragmented file.
-        end = int(times[shown - 1] + (times[1] - times[0]))
-        if not moofs:
+        frame = int(times[1] - times[0])
+        end = int(times[shown - 1]) + frame
+        if not moofs and frame <= _LONGEST_FRAME:  # a longer one is a lie: num_samples says so
             padding = end - max(min(end, stated_end), int(times[shown - 1]), first_sample)
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
