@@ -29,9 +29,12 @@ SUITE = [
     ("bench_scaling", ["--quick"], []),
     ("bench_limit", ["--minutes", "3", "--episodes", "1", "--crops", "60"], []),
     ("bench_memory", ["--crops", "600", "--every", "200"], []),
+    ("bench_s3_client", ["--rounds", "1"], []),
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),
     ("bench_remote_crops", ["--quick"], []),
+    ("bench_cold_open", ["--minutes", "5", "--crops", "4"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
+    ("bench_warmup", ["--crops", "100"], []),
     ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
     ("corpus_table", ["--small"], []),
 ]

@@ -10,12 +10,15 @@ shared and noisy):
 - index read: the naive Arrow read of the same row (``as_py()`` on the struct
   scalar, then numpy arrays from the Python lists).
 
-Verification is timed per codec and episode length (``--verify-seconds``):
-building the index (``extract``) against building and checking it
-(``choose_index``), and FFmpeg's full decode for scale; overhead is per hour
-of audio made of episodes of that length.
+Verification is timed per codec and episode length (``--verify-seconds``) as
+the ``streamer index`` job does it (``build_index`` on a dataset of
+``--verify-episodes`` episodes: read each episode from its shard, build the
+index, write the index shard) without the check and with it, and against
+FFmpeg's full decode of the same audio; figures are per hour of audio made of
+episodes of that length.
 
-Run: ``python -m benchmarks.bench_index [--seconds 120] [--verify-seconds 300,1800] [--json PATH]``.
+Run: ``python -m benchmarks.bench_index [--seconds 120] [--verify-seconds 300,1800]
+[--verify-episodes 2] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import av
 import numpy as np
 
 from streamer import open_dataset, synth
-from streamer.decode.verify import choose_index
 from streamer.formats import extract
 from streamer.formats.frames import frame_to_float32
 from streamer.index import INDEX_DIR
@@ -113,36 +115,47 @@ def full_decode(blob: io.RawIOBase) -> int:
         return sum(frame_to_float32(f).shape[1] for f in container.decode(stream))
 
 
-def bench_verify(work: str, lengths: list[float]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per episode length and codec: index build, build + check, full decode
-    (CPU seconds per episode, best of 3: the machine is shared), and the
-    check's overhead."""
+def index_job(root: str, verify: bool) -> None:
+    """What ``streamer index --force [--no-verify]`` does: read each episode
+    from its shard, build (and check) its index, write the index shard."""
+    report = build_index(root, force=True, verify=verify, progress=False)
+    want = "verified" if verify else "unverified"
+    assert report.labels[want] == report.episodes > 0, (root, report.labels, report.reasons)
+
+
+def bench_verify(
+    work: str, lengths: list[float], episodes: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per episode length and codec, one dataset of ``episodes`` episodes:
+    the index job without the check and with it, and FFmpeg's full decode of
+    the same audio (CPU seconds, best of 3: the machine is shared); the
+    check's overhead over the job, and its share of the full decode."""
     results: dict[str, dict[str, dict[str, float]]] = {}
+    cpu = time.process_time
     for seconds in lengths:
-        src = os.path.join(work, f"verify-{seconds:g}")
-        os.makedirs(src)
-        for codec, rate in CODECS.items():
-            samples = synth.signal(seconds, rate, 2)
-            with open(os.path.join(src, f"{codec}.{synth.CODECS[codec].extension}"), "wb") as file:
-                file.write(synth.encode(samples, rate, codec))
-        root = os.path.join(work, f"verify-{seconds:g}-ds")
-        pack(src, root, progress=False, index=False)
-        dataset = open_dataset(root)
         rows = {}
-        for codec in CODECS:
-            blob = dataset.blob(codec)
-            assert choose_index(blob, key=codec).verdict == "verified", codec
-            cpu = time.process_time
-            build = best_of(3, lambda blob=blob: extract(blob), cpu)
-            checked = best_of(3, lambda blob=blob, codec=codec: choose_index(blob, key=codec), cpu)
-            decode = best_of(1, lambda blob=blob: full_decode(blob), cpu)
+        for codec, rate in CODECS.items():
+            src = os.path.join(work, f"verify-{seconds:g}-{codec}")
+            os.makedirs(src)
+            data = synth.encode(synth.signal(seconds, rate, 2), rate, codec)
+            for n in range(episodes):
+                with open(os.path.join(src, f"{n}.{synth.CODECS[codec].extension}"), "wb") as file:
+                    file.write(data)
+            root = src + "-ds"
+            pack(src, root, progress=False, index=False)
+            build = best_of(3, lambda root=root: index_job(root, False), cpu)
+            checked = best_of(3, lambda root=root: index_job(root, True), cpu)
+            blob = open_dataset(root).blob("0")
+            decode = best_of(1, lambda blob=blob: full_decode(blob), cpu) * episodes
+            hours = seconds * episodes / 3600
             rows[codec] = {
-                "index_s": build,
-                "index_and_verify_s": checked,
-                "full_decode_s": decode,
+                "index_s_per_hour": build / hours,
+                "index_and_verify_s_per_hour": checked / hours,
+                "verify_s_per_hour": (checked - build) / hours,
+                "verify_ms_per_episode": (checked - build) / episodes * 1e3,
                 "overhead": (checked - build) / build,
-                "verify_s_per_hour": (checked - build) * 3600 / seconds,
-                "index_s_per_hour": build * 3600 / seconds,
+                "full_decode_s_per_hour": decode / hours,
+                "share_of_full_decode": (checked - build) / decode,
             }
         results[f"{seconds:g}"] = rows
     return results
@@ -193,13 +206,16 @@ def main() -> None:
         help="episode lengths (s, comma list) to time the index check on (default 300,1800)",
     )
     parser.add_argument(
+        "--verify-episodes", type=int, default=2, help="episodes per checked dataset (default 2)"
+    )
+    parser.add_argument(
         "--json", default=os.path.join(os.path.dirname(__file__), "results", "bench_index.json")
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         extraction = bench_extraction(work, args.seconds)
         lengths = [float(x) for x in args.verify_seconds.split(",") if x]
-        verification = bench_verify(work, lengths)
+        verification = bench_verify(work, lengths, args.verify_episodes)
         read = bench_read(work, args.calls)
     print(f"index extraction, {args.seconds:g} s stereo per codec, from a packed local shard")
     print(
@@ -212,16 +228,18 @@ def main() -> None:
         )
     for length, rows in verification.items():
         print(
-            f"index check, {length} s stereo episodes (per hour of audio: build -> build + check)"
+            f"`streamer index` job, {length} s stereo episodes, per hour of audio:"
+            " without the check -> with it"
         )
         print(
-            f"{'codec':<8}{'build s/h':>11}{'check s/h':>11}{'overhead':>10}{'full decode s/h':>17}"
+            f"{'codec':<8}{'index s/h':>11}{'+check s/h':>12}{'overhead':>10}"
+            f"{'ms/episode':>12}{'full decode s/h':>17}{'check/decode':>14}"
         )
         for codec, row in rows.items():
-            hour = 3600 / float(length)
             print(
-                f"{codec:<8}{row['index_s_per_hour']:>11.3f}{row['verify_s_per_hour']:>11.3f}"
-                f"{row['overhead']:>9.0%}{row['full_decode_s'] * hour:>17.2f}"
+                f"{codec:<8}{row['index_s_per_hour']:>11.3f}{row['verify_s_per_hour']:>12.3f}"
+                f"{row['overhead']:>9.0%} {row['verify_ms_per_episode']:>11.1f}"
+                f"{row['full_decode_s_per_hour']:>17.2f}{row['share_of_full_decode']:>13.1%}"
             )
     print(
         f"index read ({read['points']} points, open local shard): {read['read_us']:.1f} us "

@@ -2,33 +2,33 @@
 
 The demo episodes (seven 1.5-4 minute episodes, one per codec), copied
 ``--copies`` times and repacked one episode per shard (``small_shards``), are
-uploaded to a real S3 protocol server (moto) behind a proxy that delays
-every request by ``--latency`` seconds; then one ``streamer bench LOCAL S3
---workers 1 2 --rounds 3 --baseline --json`` run measures both, each worker
-count from a cold memory cache, in interleaved rounds (the median stands),
-and the naive whole-blob path on the same crops. The servers run in this
-process; the bench in a child process, so they do not share its CPU time
-accounting.
+uploaded to a real S3 server on loopback (SeaweedFS by default; ``--store
+moto`` or ``rclone``) behind a proxy that delays every request by
+``--latency`` seconds; then one ``streamer bench LOCAL S3 --workers 1 2
+--rounds 3 --baseline --json`` run measures both, each worker count from a
+cold memory cache, in interleaved rounds (the median stands), and the naive
+whole-blob path on the same crops. The proxy (and moto) run in this
+process, SeaweedFS and rclone in their own; the bench in a child process,
+so they do not share its CPU time accounting.
 
     python -m benchmarks.bench_pipeline [--latency 0.05] [--crops 200] [--workers 1 2]
-    python -m benchmarks.bench_pipeline --store http   # a Range file server instead
+    python -m benchmarks.bench_pipeline --store moto   # or rclone, or http (a Range file server)
 
-moto reads the whole object for every ranged GET, so its CPU cost (on the
-same cores as the bench) weighs on the S3 figures; ``--store http`` serves
-the same shards from the test suite's Range file server, which reads only
-the range, with the same injected latency.
+moto reads the whole object for every ranged GET (about 54 ms of server CPU
+per 256 KiB GET of a 64 MB object), and that cost, on the same cores as the
+bench, weighs on its figures; SeaweedFS and rclone read only the range.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import streamer
@@ -36,6 +36,7 @@ from benchmarks._report import write_json
 from streamer.cli.bench import print_table
 from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
+from testkit import s3servers
 from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"
@@ -69,15 +70,21 @@ def _cpu() -> float:
 
 
 def run_bench(
-    command: list[str], env: dict[str, str], url: str, args: argparse.Namespace, kind: str
+    command: list[str],
+    env: dict[str, str],
+    url: str,
+    args: argparse.Namespace,
+    kind: str,
+    server_process_cpu: Callable[[], float] = lambda: 0.0,
 ) -> None:
-    """Run ``streamer bench`` in a child process and report it with the server's CPU."""
+    """Run ``streamer bench`` in a child process and report it with the
+    server's CPU: this process's (proxy, moto) and the server process's."""
     shown = " ".join(command).replace(url, "$SERVER")
     print(f"$ {shown} --json  # $SERVER: {kind} with {args.latency * 1000:.0f} ms per request")
     module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
-    before = _cpu()
+    before = _cpu() + server_process_cpu()
     answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
-    server_cpu = _cpu() - before
+    server_cpu = _cpu() + server_process_cpu() - before
     result = json.loads(answer.stdout)
     print_table(result)
     # Every round streamed its crops; the naive baseline's whole-blob
@@ -86,13 +93,13 @@ def run_bench(
         r["yielded"] for r in result["runs"] if not r["url"].startswith("/")
     )
     print(
-        f"server side ({kind}, this process): {server_cpu:.1f} s CPU, "
+        f"server side ({kind} and the latency proxy): {server_cpu:.1f} s CPU, "
         f"{server_cpu * 1000 / max(remote, 1):.1f} ms per remote crop streamed "
         f"(the baseline's downloads included), on the same {os.cpu_count()} CPUs as the bench"
     )
     result["server_cpu_s"] = server_cpu
-    name = "pipeline" if kind == "S3" else "pipeline_http"
-    print("wrote", write_json(name, {"latency_s": args.latency, **result}))
+    name = "pipeline_http" if kind == "HTTP" else "pipeline"
+    print("wrote", write_json(name, {"latency_s": args.latency, "store": kind, **result}))
 
 
 def main() -> None:
@@ -101,7 +108,7 @@ def main() -> None:
     parser.add_argument("--crops", type=int, default=200)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--workers", nargs="+", default=["1", "2"])
-    parser.add_argument("--store", choices=["s3", "http"], default="s3")
+    parser.add_argument("--store", choices=[*s3servers.KINDS, "moto", "http"], default="seaweedfs")
     parser.add_argument("--copies", type=int, default=4, help="copies of each demo episode")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     args = parser.parse_args()
@@ -119,34 +126,24 @@ def main() -> None:
         finally:
             server.stop()
         return
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto logs every request
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    host, port = moto.get_host_and_port()
-    proxy = LoopbackServer(proxy_handler(f"http://{host}:{port}")).start()
-    try:
-        upload_tree(
-            f"http://{host}:{port}",
-            local,
-            BUCKET,
-            "demo",
-            CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        )
-        proxy.faults.latency = args.latency
-        command = [
-            *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),
-            *("--endpoint-url", proxy.url, "--crops", str(args.crops)),
-            *("--duration", str(args.duration), "--workers", *args.workers),
-            *("--rounds", str(args.rounds), "--baseline"),
-        ]
-        env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
-        run_bench(command, env, proxy.url, args, "S3")
-    finally:
-        proxy.stop()
-        moto.stop()
+    with s3servers.running(args.store, local.parent / "server", *CREDENTIALS.values()) as (
+        endpoint,
+        server_cpu,
+    ):
+        proxy = LoopbackServer(proxy_handler(endpoint)).start()
+        try:
+            upload_tree(endpoint, local, BUCKET, "demo", *CREDENTIALS.values())
+            proxy.faults.latency = args.latency
+            command = [
+                *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),
+                *("--endpoint-url", proxy.url, "--crops", str(args.crops)),
+                *("--duration", str(args.duration), "--workers", *args.workers),
+                *("--rounds", str(args.rounds), "--baseline"),
+            ]
+            env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
+            run_bench(command, env, proxy.url, args, f"S3 ({args.store})", server_cpu)
+        finally:
+            proxy.stop()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 A shard of hour-long episodes (random bytes sized like a 128 kbps mp3: the
 storage layer does not care what the bytes mean) is uploaded to a real S3
-protocol server on loopback (moto). For each crop, 8 s worth of bytes at a
-random position are read two ways, in one run:
+server on loopback (SeaweedFS by default; ``--server moto`` or ``rclone``),
+reached through a proxy that delays every request by ``--latency`` seconds
+(50 ms by default, a far object store's round trip). For each crop, 8 s
+worth of bytes at a random position are read two ways, in one run:
 
 * naive: download the episode's whole blob (one ranged GET of the cell);
 * streamer: the blob handle's ``read_range`` through the block cache.
@@ -12,12 +14,12 @@ Reported per crop: requests, bytes on the wire, wall time, and the ratios.
 Opening the dataset (listing + shard footer) is reported separately.
 
     python -m benchmarks.bench_remote [--episodes 2] [--hours 1] [--kbps 128] [--crops 20]
+        [--server seaweedfs|moto|rclone] [--latency 0.05]
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import random
 import tempfile
 import time
@@ -29,7 +31,8 @@ import pyarrow as pa
 from benchmarks._report import write_json
 from streamer.dataset.dataset import Dataset
 from streamer.storage.s3 import S3Store
-from testkit.servers import upload_tree
+from testkit import s3servers
+from testkit.servers import LoopbackServer, proxy_handler, upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"key": "bench", "secret": "bench-secret", "region_name": "us-east-1"}
@@ -67,6 +70,17 @@ def run(args: argparse.Namespace, endpoint: str) -> dict:
         shard = Path(folder) / "audio" / "shard-000000.wsds"
         build_shard(shard, args.episodes, episode_bytes)
         upload_tree(endpoint, folder, BUCKET, "set", CREDENTIALS["key"], CREDENTIALS["secret"])
+    proxy = LoopbackServer(proxy_handler(endpoint)).start()
+    proxy.faults.latency = args.latency
+    try:
+        return measure_crops(args, proxy.url, episode_bytes, crop_bytes)
+    finally:
+        proxy.stop()
+
+
+def measure_crops(
+    args: argparse.Namespace, endpoint: str, episode_bytes: int, crop_bytes: int
+) -> dict:
     store = S3Store(
         "s3", {"endpoint_url": endpoint, **CREDENTIALS, "block_size": args.block_kb << 10}
     )
@@ -114,7 +128,8 @@ def report(result: dict) -> None:
     print(
         f"{p['episodes']} episodes x {p['hours']} h at {p['kbps']} kbps "
         f"({p['episode_bytes'] / 1e6:.1f} MB each), {p['crops']} crops of {p['crop_seconds']} s "
-        f"({p['crop_bytes'] / 1e3:.0f} kB), block {p['block_kb']} KiB, S3 = moto on loopback"
+        f"({p['crop_bytes'] / 1e3:.0f} kB), block {p['block_kb']} KiB, S3 = {p['server']} on "
+        f"loopback with {p['latency'] * 1000:.0f} ms per request"
     )
     for phase in ("open_dataset", "open_shard"):
         cost = result[phase]
@@ -140,17 +155,14 @@ def main() -> None:
     parser.add_argument("--crop-seconds", type=float, default=8.0)
     parser.add_argument("--crops", type=int, default=20)
     parser.add_argument("--block-kb", type=int, default=256)
+    parser.add_argument("--server", choices=[*s3servers.KINDS, "moto"], default="seaweedfs")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per request")
     args = parser.parse_args()
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto logs every request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        result = run(args, f"http://{host}:{port}")
-    finally:
-        server.stop()
+    with (
+        tempfile.TemporaryDirectory() as root,
+        s3servers.running(args.server, root, CREDENTIALS["key"], CREDENTIALS["secret"]) as served,
+    ):
+        result = run(args, served[0])
     report(result)
     print("wrote", write_json("bench_remote", result))
 

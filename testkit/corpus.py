@@ -22,6 +22,7 @@ import av
 import numpy as np
 
 from streamer.dataset.dataset import Dataset
+from streamer.formats.ffmpeg import open_input
 from streamer.index import SeekIndex
 from testkit.reference import NoSamples, decode_first_stream
 
@@ -60,7 +61,7 @@ def full_decode(data: bytes) -> Reference:
     level = av.logging.get_level()
     av.logging.set_level(av.logging.ERROR)
     try:
-        opening = av.open(io.BytesIO(data), metadata_errors="ignore")
+        opening = open_input(io.BytesIO(data))
         with av.logging.Capture() as logs, opening as opened:
             container = opened.format.name
             if not opened.streams.audio:

@@ -13,6 +13,7 @@ import io
 import av
 import numpy as np
 
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 
 __all__ = ["NoSamples", "decode_first_stream", "full_decode"]
@@ -25,7 +26,7 @@ class NoSamples(ValueError):
 def full_decode(data: bytes) -> tuple[np.ndarray, int]:
     """The full decode of an encoded file, float32 ``(channels, samples)``,
     and its sample rate; raises what FFmpeg raises on bytes it cannot decode."""
-    with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+    with open_input(io.BytesIO(data)) as container:
         return decode_first_stream(container)
 
 

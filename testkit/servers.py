@@ -15,6 +15,7 @@ import dataclasses
 import html
 import os
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -22,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 __all__ = [
@@ -68,6 +70,7 @@ class Faults:
     stall_every: int = 0
     stall_seconds: float = 30.0
     ignore_range: bool = False
+    chunked: bool = False  # bodies sent without Content-Length (chunked encoding)
     only_ranged: bool = True  # faults hit only requests with a Range header
 
 
@@ -83,8 +86,9 @@ class Seen:
 
 
 class LoopbackServer:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.ssl_context = ssl_context  # serve HTTPS with this context
         self.faults = Faults()
         self.requests: list[Seen] = []
         self.in_flight = self.max_in_flight = 0
@@ -97,7 +101,7 @@ class LoopbackServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> LoopbackServer:
         self._thread.start()
@@ -136,7 +140,7 @@ class LoopbackServer:
             app, handle_signals=False, shutdown_timeout=0.5, access_log=None
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -204,14 +208,17 @@ class LoopbackServer:
             request.transport.abort()
             return web.Response()
         status, headers, body = await self.handler(request)
-        if faults.ignore_range and status == 206:
+        # A range answer: 206, or 200 with a Content-Range (rclone's S3 server).
+        ranged = status in (200, 206) and "Content-Range" in headers
+        if faults.ignore_range and ranged:
             status, body = 200, await _whole(request, self.handler)
             headers = {k: v for k, v in headers.items() if k != "Content-Range"}
-        if targeted and status == 206 and faults.overlong:
+            ranged = False
+        if targeted and ranged and faults.overlong:
             faults.overlong -= 1
-            return _overlong(headers, body)
+            return _overlong(status, headers, body)
         response = web.StreamResponse(status=status, headers=headers)
-        if "Content-Length" not in headers:  # HEAD answers keep the object's length
+        if "Content-Length" not in headers and not faults.chunked:  # HEAD keeps its length
             response.content_length = len(body)
         await response.prepare(request)
         if targeted and faults.truncations and len(body) > 1:
@@ -231,11 +238,11 @@ class LoopbackServer:
         return response
 
 
-def _overlong(headers: dict[str, str], body: bytes) -> web.Response:
-    """A 206 that claims (and sends) one byte more than asked."""
+def _overlong(status: int, headers: dict[str, str], body: bytes) -> web.Response:
+    """A range answer that claims (and sends) one byte more than asked."""
     first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
     extended = {**headers, "Content-Range": f"bytes {first}-{last + 1}/{total}"}
-    return web.Response(status=206, body=body + b"\0", headers=extended)
+    return web.Response(status=status, body=body + b"\0", headers=extended)
 
 
 async def _whole(request: web.Request, handler: Handler) -> bytes:
@@ -300,9 +307,10 @@ class proxy_handler:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         async with self._session.request(
             request.method,
-            self.upstream + request.path_qs,
+            # As sent: a presigned URL's signature covers its exact query encoding.
+            yarl.URL(self.upstream + request.raw_path, encoded=True),
             headers=dict(request.headers),
-            data=await request.read(),
+            data=await request.read() or None,  # no body: no Content-Type added (SigV2 signs it)
             allow_redirects=False,
         ) as answer:
             payload = await answer.read()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 from _index_support import encoded
-from helpers import BUCKET, FIXTURE_FILES, SECRET, write_audio, write_blob_dataset
+from helpers import BUCKET, FIXTURE_FILES, S3_KINDS, SECRET, write_audio, write_blob_dataset
 
 from streamer.dataset.dataset import Dataset
 from streamer.write.pack import pack
+from testkit import s3servers
 from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 
@@ -57,6 +59,9 @@ def moto_endpoint() -> Iterator[str]:
     """A real S3 protocol server (moto's server mode) on a free loopback port."""
     from moto.server import ThreadedMotoServer
 
+    # The server's access log (it runs in this process) prints each request
+    # line, presigned queries included: the server's output, not streamer's.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -96,6 +101,44 @@ def s3_uploaded(moto_endpoint: str, storage_root: Path) -> str:
     """``storage_root`` uploaded to ``s3://data/`` (with boto3, straight to moto)."""
     upload_tree(moto_endpoint, storage_root, BUCKET, "", "test-key-id", SECRET)
     return BUCKET
+
+
+@pytest.fixture(scope="session")
+def s3_servers(
+    s3_proxy: LoopbackServer, s3_uploaded: str, storage_root: Path, tmp_path_factory: Any
+) -> Iterator[Callable[[str], LoopbackServer]]:
+    """``s3_servers(kind)``: the fault-injecting proxy in front of an S3 server of
+    ``kind`` (one of ``S3_KINDS``) holding ``storage_root`` in ``s3://data/``.
+    Each server starts on first use and runs until the session ends."""
+    proxies = {"moto": s3_proxy}
+    processes: list[s3servers.S3Process] = []
+
+    def get(kind: str) -> LoopbackServer:
+        if kind not in proxies:
+            process = s3servers.start(kind, tmp_path_factory.mktemp(kind), "test-key-id", SECRET)
+            processes.append(process)
+            upload_tree(process.url, storage_root, BUCKET, "", "test-key-id", SECRET)
+            proxies[kind] = LoopbackServer(proxy_handler(process.url)).start()
+        return proxies[kind]
+
+    yield get
+    for proxy in proxies.values():
+        proxy.reset()
+    for kind, proxy in proxies.items():
+        if kind != "moto":
+            proxy.stop()
+    for process in processes:
+        process.stop()
+
+
+@pytest.fixture(params=S3_KINDS)
+def s3_any(request: pytest.FixtureRequest, s3_servers: Any) -> Iterator[LoopbackServer]:
+    """The proxy of each S3 implementation in turn, faults and request log
+    cleared around the test; ``s3_uploaded`` names its bucket."""
+    server = s3_servers(request.param)
+    server.reset()
+    yield server
+    server.reset()
 
 
 @pytest.fixture(scope="session")
@@ -140,15 +183,17 @@ def make_store() -> Iterator[Callable[..., Any]]:
         run_sync(store._close_on_loop())
 
 
-@pytest.fixture(params=["s3", "http"])
-def remote(request, s3, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
-    """(open a dataset by name, server) for each remote backend; stats start at zero."""
+@pytest.fixture(params=[*S3_KINDS, "http"])
+def remote(request, s3_servers, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """(open a dataset by name, server) for each remote backend, S3 through each
+    implementation; stats start at zero."""
     kind = request.param
-    server = s3 if kind == "s3" else http
+    server = s3_servers(kind) if kind in S3_KINDS else http
 
     def open_remote(name: str, **options) -> Dataset:  # type: ignore[no-untyped-def]
-        if kind == "s3":
-            dataset = Dataset(f"{s3_uploaded}/{name}", store=make_store("s3", s3.url, **options))
+        if kind in S3_KINDS:
+            store = make_store("s3", server.url, **options)
+            dataset = Dataset(f"{s3_uploaded}/{name}", store=store)
         else:
             dataset = Dataset(f"{http.url}/{name}", store=make_store("http", **options))
         dataset.store.stats.reset()

@@ -10,6 +10,7 @@ import pytest
 
 from streamer import Streamer
 from streamer.synth import CODECS, encode, signal
+from testkit.s3servers import KINDS
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
 FIXTURE_FILES = (
@@ -26,6 +27,9 @@ FIXTURE_FILES = (
 #: A credential the storage tests hunt for in logs, reprs and error text.
 SECRET = "sekrit-0xC0FFEE-never-log-me"
 BUCKET = "data"
+#: The S3 implementations the storage tests run against, all on loopback:
+#: moto in this process, the others as child processes (``testkit.s3servers``).
+S3_KINDS = ("moto", *KINDS)
 
 
 def write_audio(

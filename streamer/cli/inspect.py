@@ -1,5 +1,6 @@
 """``streamer inspect URL``: what a dataset holds, and what of it cannot be read
-(with the stored seek indexes counted by verdict and "no index" reason)."""
+(with the stored seek indexes counted by verdict and "no index" reason, and
+the dataset manifest checked against a listing)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = f" ({len(bad)} skipped)" if bad else ""
     print(f"shards    {len(dataset.shard_names)}{skipped}")
     print(f"rows      {len(dataset)}")
+    print(f"manifest  {dataset.manifest_state()}")
     for column_dir in dataset.column_dirs:
         columns = _columns(dataset, column_dir)
         if columns:

@@ -2,9 +2,10 @@
 
 A ``Dataset`` finds its column directories and shards in a store, maps keys
 to (shard, row), and reads an episode's blob, ``audio_info`` row and seek
-index; ``read_crop`` decodes one crop through ``streamer.decode``.
+index; ``read_crop`` decodes one crop through ``streamer.decode``. The
+manifest (``manifest.py``) lets a network dataset open without listing it.
 """
 
-from .dataset import AUDIO_COLUMN, INFO_DIR, Dataset, open_dataset
+from .dataset import AUDIO_COLUMN, INFO_DIR, Dataset, open_dataset, write_manifest
 
-__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset"]
+__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset", "write_manifest"]

@@ -20,6 +20,12 @@ are not in ``len``, the keys, iteration or the episodes samplers draw from.
 A ``seek_index/`` shard that cannot be used (unreadable, truncated, its keys
 not the audio shard's) costs only speed: its episodes are decoded without
 the index, counted with the reason.
+
+Over a network the layout comes from the dataset manifest (``manifest.py``)
+when there is one: one request instead of a listing per column directory.
+Every shard opened is checked against it; the first contradiction (a shard
+rewritten, missing, or present but not in the manifest) is warned about and
+the store is listed instead, so a stale manifest costs requests, never rows.
 """
 
 from __future__ import annotations
@@ -45,13 +51,23 @@ from ..formats.job import DecodeStats, Episode
 from ..index.checks import check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
+from ..shard.footer import TAIL_BYTES
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 from ..storage import open_url
 from ..storage.base import Store
 from ..storage.local import LocalStore
 from ..timing import record
+from .manifest import Manifest, describe, read_manifest, store_manifest
 
-__all__ = ["AUDIO_COLUMN", "INDEX_UNREADABLE", "INFO_DIR", "KEYS_DIFFER", "Dataset", "open_dataset"]
+__all__ = [
+    "AUDIO_COLUMN",
+    "INDEX_UNREADABLE",
+    "INFO_DIR",
+    "KEYS_DIFFER",
+    "Dataset",
+    "open_dataset",
+    "write_manifest",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +85,10 @@ class Dataset:
 
     ``store`` is where it lives (default: the local file system) and ``root``
     its path there; ``open_dataset(url)`` picks both from a URL. Column
-    directories and shards are found by listing the store.
+    directories and shards are found in the dataset manifest when
+    ``manifest`` is true and there is one, else by listing the store;
+    ``manifest=None`` (the default) uses it for network stores, where a
+    listing costs requests, and lists local directories.
 
     ``audio_dir`` names the column directory that holds ``audio_column``;
     by default it is ``audio/`` when present, else the first column
@@ -83,22 +102,43 @@ class Dataset:
         audio_column: str = AUDIO_COLUMN,
         audio_dir: str | None = None,
         store: Store | None = None,
+        manifest: bool | None = None,
     ) -> None:
         self.store = store or LocalStore()
         self.root = os.fspath(root)
         self.url = self.store.display(self.root)
         self.audio_column = audio_column
-        self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
+        self._relisting = threading.Lock()
+        #: Column directories listed to check the manifest: the shard names found.
+        self._listings: dict[str, set[str] | None] = {}
+        self.manifest: Manifest | None = None
+        #: Why the manifest is not used: "absent", "not used", or what was wrong with it.
+        self.manifest_problem: str | None = "not used"
+        if self.store.is_remote if manifest is None else manifest:
+            self.manifest, self.manifest_problem = read_manifest(self.store, self.root)
+            if self.manifest_problem not in (None, "absent"):
+                log.warning(
+                    "%s: the dataset manifest is not used, the store is listed: %s",
+                    self.url,
+                    self.manifest_problem,
+                )
+        if self.manifest is not None:
+            self.column_dirs, self._sizes = self.manifest.column_dirs, self.manifest.sizes
+        else:
+            self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
         if not self.column_dirs:
             raise LayoutError(
                 f"{self.url}: no column directories holding {'/'.join(SHARD_SUFFIXES)} shards"
             )
+        self._served: list[str] | None = None
+        self.audio_dir = AUDIO_COLUMN  # until found: the manifest may be dropped meanwhile
         self.audio_dir = audio_dir or self._find_audio_dir()
+        if self.audio_dir not in self.column_dirs and self.manifest is not None:
+            self._drop_manifest(f"it has no column directory {self.audio_dir!r}")
         if self.audio_dir not in self.column_dirs:
             raise LayoutError(f"{self.url}: missing column directory {self.audio_dir!r}")
-        #: Every shard the store lists in the audio column directory.
+        #: Every shard the store lists (or the manifest has) in the audio column directory.
         self.listed_shards = sorted(self.column_dirs[self.audio_dir])
-        self._served: list[str] | None = None
         self._bad_shards: dict[str, str] = {}
         self._checking = threading.Lock()
         self._shards: dict[tuple[str, str], Shard] = {}
@@ -134,9 +174,15 @@ class Dataset:
         return dict(self._bad_shards)
 
     def _check_shards(self) -> list[str]:
-        threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
-        with ThreadPoolExecutor(max(threads, 1)) as pool:
-            problems = list(pool.map(self._shard_problem, self.listed_shards))
+        while True:
+            manifest = self.manifest
+            threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
+            with ThreadPoolExecutor(max(threads, 1)) as pool:
+                problems = list(pool.map(self._shard_problem, self.listed_shards))
+            if self.manifest is manifest:
+                break
+            # The manifest turned out stale while checking: check the listing's shards.
+            self._bad_shards.clear()
         served = []
         for name, problem in zip(self.listed_shards, problems, strict=True):
             if problem is None:
@@ -193,16 +239,65 @@ class Dataset:
 
     def _open_listed(self, name: str, column_dir: str) -> Shard:
         """Shard ``name`` of a column directory, opened; ``LayoutError`` when
-        the directory or the shard is not there."""
+        the directory or the shard is not there. With a manifest, the shard
+        is checked against it, and a shard the manifest does not have is
+        looked for in a listing: either way a contradiction drops the
+        manifest for the listing, and the shard is looked up there."""
+        path = self.column_dirs.get(column_dir, {}).get(name)
+        if path is None and self.manifest is not None and self._listed(column_dir, name):
+            self._drop_manifest(f"{column_dir}/{name} is in the store, not in the manifest")
+            path = self.column_dirs.get(column_dir, {}).get(name)
         if column_dir not in self.column_dirs:
             raise LayoutError(f"{self.url}: missing column directory {column_dir!r}")
-        path = self.column_dirs[column_dir].get(name)
         if path is None:
             raise LayoutError(
                 f"column directory {column_dir!r} has no shard {name!r}",
                 shard=self.store.display(self.store.join(self.root, column_dir)),
             )
-        return self._open_shard(path, column_dir)
+        try:
+            return self._open_shard(path, column_dir)
+        except _StaleManifest as stale:
+            self._drop_manifest(str(stale))
+            return self._open_listed(name, column_dir)
+
+    def _listed(self, column_dir: str, name: str) -> bool | None:
+        """Whether a listing of the column directory has shard ``name`` (one
+        request per directory and dataset), or None when the store cannot
+        list it (there is none, an HTTP server without directory indexes, an
+        outage): then nothing contradicts the manifest."""
+        if column_dir not in self._listings:
+            try:
+                files = self.store.list_sync(self.store.join(self.root, column_dir))
+            except StorageError:
+                self._listings[column_dir] = None
+            else:
+                self._listings[column_dir] = {
+                    _shard_name(f.name)
+                    for f in files
+                    if not f.is_dir
+                    and not f.name.startswith(".")
+                    and f.name.endswith(SHARD_SUFFIXES)
+                }
+        names = self._listings[column_dir]
+        return None if names is None else name in names
+
+    def _drop_manifest(self, reason: str) -> None:
+        """Stop using the manifest (it contradicts the store): warn once, list the
+        store, and take its layout. Shards already opened were opened from their
+        bytes and stay; the served shards, once settled, stay as they are."""
+        with self._relisting:
+            if self.manifest is None:
+                return
+            log.warning(
+                "%s: the dataset manifest is stale (%s); listing the store instead "
+                "(`streamer index` rewrites it)",
+                self.url,
+                reason,
+            )
+            self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
+            self.manifest, self.manifest_problem = None, f"stale: {reason}"
+            if self._served is None and self.audio_dir in self.column_dirs:
+                self.listed_shards = sorted(self.column_dirs[self.audio_dir])
 
     def _check_audio(self, shard: Shard) -> None:
         if self.audio_column not in shard.schema.names:
@@ -216,6 +311,29 @@ class Dataset:
                 CompressedShardWarning,
                 stacklevel=3,
             )
+
+    def manifest_state(self) -> str:
+        """The dataset manifest checked against a fresh listing of the store
+        (for ``streamer inspect``): ``"ok"``, ``"absent"``, why it is not
+        usable, or ``"stale: "`` and what differs (shards added, removed or
+        resized behind its back, which opening alone cannot see)."""
+        manifest, problem = read_manifest(self.store, self.root)
+        if manifest is None:
+            return problem or "absent"
+        listed, sizes = _column_dirs(self.store, self.root)
+        differences = []
+        for column_dir in sorted(listed.keys() | manifest.column_dirs.keys()):
+            ours, theirs = manifest.column_dirs.get(column_dir, {}), listed.get(column_dir, {})
+            for name in sorted(theirs.keys() - ours.keys()):
+                differences.append(f"{column_dir}/{name} is not in the manifest")
+            for name in sorted(ours.keys() - theirs.keys()):
+                differences.append(f"{column_dir}/{name} is not in the store")
+            for name in sorted(ours.keys() & theirs.keys()):
+                path, size = theirs[name], sizes.get(theirs[name])
+                entry = manifest.files.get(ours[name])
+                if path != ours[name] or (size is not None and entry and entry.size != size):
+                    differences.append(f"{column_dir}/{name} differs from the manifest")
+        return "stale: " + "; ".join(differences) if differences else "ok"
 
     # -- keys ---------------------------------------------------------------
 
@@ -476,6 +594,11 @@ class Dataset:
     def _find_audio_dir(self) -> str:
         if AUDIO_COLUMN in self.column_dirs:
             return AUDIO_COLUMN
+        if self.manifest is not None:
+            for column_dir, fields in sorted(self.manifest.fields.items()):
+                if self.audio_column in fields:
+                    return column_dir
+            self._drop_manifest(f"no column directory has an {self.audio_column!r} column")
         for column_dir, shards in sorted(self.column_dirs.items()):
             for name in sorted(shards):  # the first shard that opens says
                 try:
@@ -488,15 +611,24 @@ class Dataset:
         raise LayoutError(f"{self.url}: no column directory has an {self.audio_column!r} column")
 
     def _open_shard(self, path: str, column_dir: str) -> Shard:
+        manifest = self.manifest
+        entry = manifest.files.get(path) if manifest is not None else None
         try:
             reader = self.store.reader(path, self._sizes.get(path))
+            shard = Shard(reader, column_dir=column_dir, tail=entry.tail if entry else TAIL_BYTES)
         except StorageError as exc:
+            if entry is not None and self._listed(column_dir, _shard_name(path)) is False:
+                raise _StaleManifest(f"{column_dir}/{entry.file} is not in the store") from exc
             if self.store.is_remote:
                 raise
             # A local file listed but not readable (not a regular file, gone):
             # the shard's problem, not a store's.
             raise ShardError(f"cannot read: {exc}", shard=path) from exc
-        return Shard(reader, column_dir=column_dir)
+        if entry is not None and manifest is not None:
+            problem = entry.mismatch(shard.layout, manifest.fields.get(column_dir))
+            if problem is not None:
+                raise _StaleManifest(f"{column_dir}/{entry.file} has {problem}")
+        return shard
 
 
 def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:
@@ -512,6 +644,27 @@ def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset
     """
     store, root = open_url(url, **storage_options)
     return Dataset(root, store=store)
+
+
+def write_manifest(store: Store, root: str) -> str:
+    """List the dataset at ``root`` afresh and store its manifest beside its
+    column directories (atomically, after every shard is in place); returns
+    the manifest's path. ``streamer pack`` and ``streamer index`` call this
+    last; call it after changing a dataset's shards by other means."""
+    column_dirs, _ = _column_dirs(store, root)
+    return store_manifest(store, root, describe(store, column_dirs))
+
+
+class _StaleManifest(Exception):
+    """A shard contradicts the manifest entry it was opened by (internal)."""
+
+
+def _shard_name(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    for suffix in SHARD_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], dict[str, int]]:

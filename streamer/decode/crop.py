@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import CropError
 from ..formats.base import Format
+from ..formats.ffmpeg import full_decode_length
 from ..formats.job import CropPlan, DecodeContext, DecodeStats, Episode, Fetched, Pieces, Ranges
 from ..formats.registry import format_for
 from ..index.table import SeekIndex
@@ -296,7 +297,7 @@ def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]
         request.start, request.end, index.sample_rate, request.sample_rate
     )
     if index.num_samples >= 0:
-        last = min(last, index.num_samples)
+        last = min(last, full_decode_length(index))
     return first, last, skip
 
 

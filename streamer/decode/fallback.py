@@ -18,7 +18,8 @@ deliver the bytes comes through PyAV as the store's own ``StorageError``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import av
@@ -29,7 +30,7 @@ from ..formats.frames import frame_to_float32
 from ..timing import record
 from .resample import crop_span
 
-__all__ = ["FFMPEG_FAILURES", "PastTheEnd", "decode_range"]
+__all__ = ["FFMPEG_FAILURES", "Cut", "PastTheEnd", "cut_windows", "decode_range"]
 
 #: What FFmpeg and PyAV raise on bytes they cannot demux or decode: FFmpeg's
 #: errors (``InvalidDataError``, ``PermissionError``, ``EOFError``,
@@ -78,36 +79,79 @@ def decode_range(
 def _cut(
     frames: Iterator[av.AudioFrame], start: float, end: float, target_rate: int | None
 ) -> tuple[np.ndarray, int, int]:
-    """The span out of ``frames``, placed by counting their samples.
+    """The span out of ``frames``, placed by counting their samples
+    (``cut_windows``); stops at the frame that completes it."""
 
-    The rate is the first frame's (the stream header's can be the core rate
-    of HE-AAC); a stream whose rate or channel count changes later (an mp3
-    switching between mono and stereo frames) raises rather than mix them,
-    as the full decode cannot be one array then. Stops at the frame that
-    completes the span.
+    def span(rate: int) -> tuple[list[tuple[int, int]], int]:
+        first, last, _ = crop_span(start, end, rate, target_rate)
+        return [(first, last)], max(last, first + 1)  # under half a sample: empty, not past the end
+
+    cut = cut_windows(frames, span)
+    if cut.decoded <= round(start * cut.rate):
+        raise PastTheEnd(cut.decoded, cut.rate or 1)
+    return cut.windows[0], cut.rate, crop_span(start, end, cut.rate, target_rate)[2]
+
+
+@dataclass
+class Cut:
+    """What ``cut_windows`` kept of a decode."""
+
+    #: Samples ``[first, last)`` of the full decode per window, float32
+    #: ``(channels, samples)``, shorter where the decode ended first.
+    windows: list[np.ndarray]
+    #: Samples decoded (all of them when nothing stopped the decode early).
+    decoded: int
+    #: The decoder's output rate (the first frame's; 0 when it output nothing).
+    rate: int
+
+
+def cut_windows(
+    frames: Iterable[av.AudioFrame],
+    spans: Callable[[int], tuple[list[tuple[int, int]], int | None]],
+) -> Cut:
+    """Windows of the full decode out of ``frames``, placed by counting their
+    samples: the one frame counter of the fallback and the index check.
+
+    ``spans(rate)``, called at the first frame with the decoder's rate (the
+    stream header's can be HE-AAC's core rate), gives the windows
+    ``[first, last)`` and the sample count to stop at (``None``: decode to
+    the end). Only frames that overlap a window are converted. A stream whose
+    rate or channel count changes (an mp3 switching between mono and stereo
+    frames) raises ``ValueError`` rather than mix them, as the full decode
+    cannot be one array then. It stops at the frame that reaches the stop,
+    not one frame more: that one might be the frame FFmpeg cannot decode.
     """
-    pieces: list[np.ndarray] = []
-    rate = channels = begin = first = last = stop = skip = 0
+    windows: list[tuple[int, int]] = []
+    parts: list[list[np.ndarray]] = []
+    rate = channels = 0
+    stop: int | None = None
     at = 0  # the full decode's index of the frame's first sample
     for frame in frames:
         if not rate:
             rate, channels = frame.sample_rate, frame.layout.nb_channels
             if not rate:
                 raise ValueError("the decoder states no sample rate")
-            begin = round(start * rate)
-            first, last, skip = crop_span(start, end, rate, target_rate)
-            stop = max(last, first + 1)  # a crop under half a sample is empty, not past the end
+            windows, stop = spans(rate)
+            parts = [[] for _ in windows]
         elif (frame.sample_rate, frame.layout.nb_channels) != (rate, channels):
             raise ValueError(
                 f"the stream changes from {rate} Hz x {channels} to {frame.sample_rate} Hz x "
                 f"{frame.layout.nb_channels} channels at sample {at} ({at / rate:.3f} s)"
             )
-        if at + frame.samples > first:
+        end = at + frame.samples
+        hits = [i for i, (first, last) in enumerate(windows) if first < end and last > at]
+        if hits:
             data = frame_to_float32(frame)
-            pieces.append(data[:, max(first - at, 0) : last - at])
-        at += frame.samples
-        if at >= stop:  # not one frame more: it might be the one FFmpeg cannot decode
+            for i in hits:
+                first, last = windows[i]
+                parts[i].append(data[:, max(first - at, 0) : min(last, end) - at])
+        at = end
+        if stop is not None and at >= stop:
             break
-    if at <= begin:
-        raise PastTheEnd(at, rate or 1)
-    return np.concatenate(pieces, axis=1), rate, skip
+    return Cut([_joined(p, channels) for p in parts], at, rate)
+
+
+def _joined(pieces: list[np.ndarray], channels: int) -> np.ndarray:
+    if not pieces:
+        return np.zeros((channels, 0), dtype=np.float32)
+    return np.concatenate(pieces, axis=1)

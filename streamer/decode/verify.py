@@ -19,14 +19,18 @@ checked against three references, each exact where it is used:
 - head: FFmpeg decoding from the first frame for ``HEAD_SECONDS`` is the
   full decode's head, sample for sample;
 - tail: FFmpeg seeking near the end and decoding to the last frame ends
-  where the full decode ends; its last ``TAIL_SECONDS`` (after
-  ``TAIL_LEAD_SECONDS`` of convergence from the seek) are the full decode's
-  last samples, so a crop ending at the index's ``num_samples`` must equal
-  them, which checks the length and the placement at the end;
+  where the full decode ends; its last ``TAIL_SECONDS`` (after twice the
+  pre-roll of convergence from the seek, ``_converged``) are the full
+  decode's last samples, so a crop ending at the index's ``num_samples``
+  must equal them, which checks the length and the placement at the end;
 - interior: a crop right after a seek point (``preroll`` after it, so the
   plan starts at that very point) against the same crop decoded through the
-  index from ``LEAD_IN_SECONDS`` earlier (a converged decoder, started at an
-  earlier seek point): checks the pre-roll and that the two points agree.
+  index with twice the pre-roll (a converged decoder, started at an earlier
+  seek point): checks the pre-roll and that the two points agree.
+
+Head and tail come from one FFmpeg open; the windows are sized from the
+format's pre-roll, so the check decodes about a second of audio per episode
+(a few for Opus, whose pre-roll is long).
 
 ``choose_index`` runs the check on each of ``formats.registry.candidates``
 in turn and keeps the first index that passes.
@@ -35,22 +39,23 @@ in turn and keeps the first index that passes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import av
 import numpy as np
 
 from ..errors import DataError
-from ..formats.ffmpeg import open_input
-from ..formats.frames import frame_to_float32
+from ..formats.ffmpeg import full_decode_length, open_input
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
 from ..index.table import VERIFIED, SeekIndex
 from ..shard.blob import BlobHandle
 from .crop import CropRequest, decode_job, fetch, prepare
-from .fallback import FFMPEG_FAILURES
+from .fallback import FFMPEG_FAILURES, Cut, cut_windows
 
 __all__ = [
     "FULL_DECODE_SECONDS",
@@ -63,13 +68,15 @@ __all__ = [
 
 #: Episodes up to this long are decoded whole for the reference.
 FULL_DECODE_SECONDS = 20.0
-HEAD_SECONDS = 0.5
-TAIL_SECONDS = 0.5
-#: FFmpeg does no pre-roll after a seek: what it outputs first is not compared.
-TAIL_LEAD_SECONDS = 1.0
-#: Length of an interior probe crop, and how far back its reference starts.
+#: Lengths of the head and tail probes and of an interior probe crop: each
+#: spans several frames of every codec (a crop of a frame's length or more
+#: crosses a frame or page boundary wherever it starts).
+HEAD_SECONDS = 0.2
+TAIL_SECONDS = 0.2
 PROBE_SECONDS = 0.2
-LEAD_IN_SECONDS = 0.5
+#: The shortest convergence a reference gets: FFmpeg does no pre-roll after a
+#: seek, so what it outputs first after one is not compared (``_converged``).
+MIN_LEAD_SECONDS = 0.1
 #: Interior probes per episode (short episodes: against the full decode).
 INTERIOR_PROBES = 2
 SHORT_PROBES = 4
@@ -180,82 +187,88 @@ class _Reference:
 
     @classmethod
     def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
-        head, rate = _decode(blob, None, round(HEAD_SECONDS * index.sample_rate))
-        return cls(head, _tail(blob, _claimed_samples(index) / index.sample_rate, rate))
+        """Head and tail from one FFmpeg open (``QUICK_OPEN``): the head
+        decoded from the first frame, then the tail after a seek near the
+        end (``_tail``); from the start again only when no seek lands early
+        enough."""
+        seconds = _claimed_samples(index) / index.sample_rate
+        with _opened(blob, QUICK_OPEN) as (container, stream):
+            head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
+            rate = head.rate
+            want = _tail_length(rate)
+            tail = _tail(container, stream, seconds, want, rate, _converged(index))
+        if tail is None:
+            with _opened(blob, QUICK_OPEN) as (container, stream):
+                tail = _cut(container.decode(stream), None).windows[0][:, -want:]
+        return cls(head.windows[0], tail)
 
 
 def _claimed_samples(index: SeekIndex) -> int:
-    """The episode's length as the index says (its last seek point when it does not)."""
+    """The episode's length as the index says under the installed FFmpeg
+    (``formats.ffmpeg.full_decode_length``; its last seek point when it does not say)."""
     if index.num_samples >= 0:
-        return round(index.num_samples * index.sample_rate / index.timescale)
+        return round(full_decode_length(index) * index.sample_rate / index.timescale)
     return to_gapless(index, int(index.sample_pos[-1]))
 
 
-def _frames(
-    blob: BlobHandle, seek_seconds: float | None, options: dict[str, str]
-) -> Iterator[av.AudioFrame]:
-    """FFmpeg's decoded frames of the first audio stream, from the start or
-    after a backward seek to ``seek_seconds`` (``options``: how to open)."""
+@contextmanager
+def _opened(
+    blob: BlobHandle, options: dict[str, str]
+) -> Iterator[tuple[av.container.InputContainer, av.audio.stream.AudioStream]]:
+    """FFmpeg's container over the blob (``options``: how to open) and its
+    first audio stream, the one the full decode is of."""
     blob.seek(0)
     with open_input(blob, options=options) as container:
-        stream = container.streams.audio[0]
-        if seek_seconds is not None:
-            origin = stream.start_time or 0
-            container.seek(origin + int(seek_seconds / stream.time_base), stream=stream)
-        yield from container.decode(stream)
+        yield container, container.streams.audio[0]
 
 
-def _decode(
-    blob: BlobHandle, seek_seconds: float | None, enough: int | None
-) -> tuple[np.ndarray, int]:
-    """Samples FFmpeg decodes (from the start, or from a seek) to the end, or
-    until ``enough`` samples; and the native rate."""
-    pieces: list[np.ndarray] = []
-    count = rate = 0
-    for frame in _frames(blob, seek_seconds, QUICK_OPEN):
-        pieces.append(frame_to_float32(frame))
-        rate, count = frame.sample_rate, count + frame.samples
-        if enough is not None and count >= enough:
-            break
-    if not pieces:
+def _cut(frames: Iterator[av.AudioFrame], enough: int | None) -> Cut:
+    """The first ``enough`` samples of ``frames`` (``None``: all of them)."""
+    cut = cut_windows(frames, lambda _: ([(0, enough if enough is not None else 1 << 62)], enough))
+    if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
-    return np.concatenate(pieces, axis=1), rate
+    return cut
 
 
 def _windows(blob: BlobHandle, windows: list[tuple[int, int]]) -> tuple[list[np.ndarray], int]:
     """Samples ``[first, last)`` of the full decode for each window, and its
     length: the whole episode is decoded (opened as the reference is
     defined), but only the windows are kept, so memory stays small."""
-    parts: list[list[np.ndarray]] = [[] for _ in windows]
-    at = 0
-    for frame in _frames(blob, None, {}):
-        end = at + frame.samples
-        hits = [i for i, (first, last) in enumerate(windows) if first < end and last > at]
-        data = frame_to_float32(frame) if hits else None
-        for i in hits:
-            first, last = windows[i]
-            parts[i].append(data[:, max(first - at, 0) : min(last, end) - at])
-        at = end
-    if at == 0:
+    with _opened(blob, {}) as (container, stream):
+        cut = cut_windows(container.decode(stream), lambda _: (windows, None))
+    if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
-    empty = np.zeros((0, 0), dtype=np.float32)
-    return [np.concatenate(p, axis=1) if p else empty for p in parts], at
+    return cut.windows, cut.decoded
 
 
-def _tail(blob: BlobHandle, seconds: float, rate: int) -> np.ndarray:
-    """The last ``TAIL_SECONDS`` of the full decode: FFmpeg decodes from a seek
-    to the end, and what it outputs in its first ``TAIL_LEAD_SECONDS`` (no
-    pre-roll after a seek) is dropped; a seek that lands too late is redone
-    further back, finally from the start."""
-    want, lead = round(TAIL_SECONDS * rate), round(TAIL_LEAD_SECONDS * rate)
-    back = TAIL_SECONDS + TAIL_LEAD_SECONDS
+def _tail_length(rate: int) -> int:
+    return round(TAIL_SECONDS * rate)
+
+
+def _tail(
+    container: av.container.InputContainer,
+    stream: av.audio.stream.AudioStream,
+    seconds: float,
+    want: int,
+    rate: int,
+    lead_seconds: float,
+) -> np.ndarray | None:
+    """The last ``want`` samples of the full decode (``seconds`` long): FFmpeg
+    decodes from a seek to the end, and what it outputs in its first
+    ``lead_seconds`` (no pre-roll after a seek) is dropped; a seek that lands
+    too late is redone further back (``None`` when none lands early enough:
+    decode from the start). ``rate``: the decoder's output rate."""
+    lead = round(lead_seconds * rate)
+    back = want / rate + lead_seconds
+    origin = stream.start_time or 0
     for target in (seconds - 2 * back, seconds - 8 * back):
         if target <= 0:
             break
-        decoded, _ = _decode(blob, target, None)
-        if decoded.shape[1] >= want + lead:
-            return decoded[:, -want:]
-    return _decode(blob, None, None)[0][:, -want:]
+        container.seek(origin + int(target / stream.time_base), stream=stream)
+        decoded = _cut(container.decode(stream), None)
+        if decoded.decoded >= want + lead:
+            return decoded.windows[0][:, -want:]
+    return None
 
 
 def _check(episode: Episode, reference: _Reference | None) -> None:
@@ -273,9 +286,8 @@ def _check(episode: Episode, reference: _Reference | None) -> None:
     _compare(episode, 0, head.shape[1], head, "the head")
     tail = reference.tail
     _compare(episode, claimed - tail.shape[1], claimed, tail, "the tail")
-    lead = round(LEAD_IN_SECONDS * index.sample_rate)
     for first, last in _after_points(episode, INTERIOR_PROBES, claimed):
-        lead_in = _lead_in(episode, first, last, lead)
+        lead_in = _lead_in(episode, first, last)
         _compare(episode, first, last, lead_in, "an interior")
 
 
@@ -304,10 +316,8 @@ def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, 
     that very point; points drawn by a generator seeded with the key."""
     index = episode.index
     assert index is not None
-    form = format_for(index)
-    assert form is not None
     rate = index.sample_rate
-    preroll = round(max(form.preroll(index), index.preroll) * rate / index.timescale)
+    preroll = round(_preroll(index) * rate / index.timescale)
     span = round(PROBE_SECONDS * rate)
     points = np.asarray(index.sample_pos, dtype=np.float64) - index.first_sample
     starts = np.rint(points * rate / index.timescale).astype(np.int64) + preroll
@@ -323,12 +333,27 @@ def _after_points(episode: Episode, count: int, length: int) -> list[tuple[int, 
     ]
 
 
-def _lead_in(episode: Episode, first: int, last: int, lead: int) -> np.ndarray:
-    """The crop decoded through the index with a pre-roll of at least ``lead``
-    samples (and twice the one under test): a converged decoder's output."""
+def _preroll(index: SeekIndex) -> int:
+    """The pre-roll under test, native units: the format's, or the index's when larger."""
+    form = format_for(index)
+    assert form is not None
+    return max(form.preroll(index), index.preroll)
+
+
+def _converged(index: SeekIndex) -> float:
+    """Seconds a decoder started at an arbitrary point runs before its output
+    is taken as the full decode's: twice the pre-roll under test, and at
+    least ``MIN_LEAD_SECONDS`` (sized from the format, so a codec with a short
+    pre-roll is not decoded seconds longer than it needs)."""
+    return max(MIN_LEAD_SECONDS, 2 * _preroll(index) / index.timescale)
+
+
+def _lead_in(episode: Episode, first: int, last: int) -> np.ndarray:
+    """The crop decoded through the index with a pre-roll of ``_converged``:
+    a decoder started at an earlier seek point than the probe's, converged."""
     index = episode.index
     assert index is not None
-    preroll = max(round(lead * index.timescale / index.sample_rate), 2 * index.preroll)
+    preroll = math.ceil(_converged(index) * index.timescale)
     longer = dataclasses.replace(episode, index=dataclasses.replace(index, preroll=preroll))
     return _crop(longer, first, last, "the lead-in of an interior")
 

@@ -3,8 +3,15 @@
 Every open of an episode's bytes (indexing, decoding, checking, the
 fallback, ``pack``'s probe) goes through ``open_input``, so they all see the
 same stream. Tags that are not UTF-8 (a Latin-1 ID3v1 title, a BWF ``bext``
-field) are ignored: PyAV would otherwise refuse the whole file over them,
-although FFmpeg decodes its audio.
+field) are ignored: PyAV before 19 would otherwise refuse the whole file
+over them, although FFmpeg decodes its audio (``metadata_errors``). PyAV 19
+has no such option: it reads every tag with ``surrogateescape`` and never
+refuses a file over one.
+
+It also holds what differs between the FFmpeg builds PyAV bundles where it
+matters to the full decode (docs/decoding.md, "the reference"): an index
+stores the file's facts, the same under every FFmpeg, and
+``full_decode_length`` applies the installed one's policy to them.
 """
 
 from __future__ import annotations
@@ -13,12 +20,34 @@ from typing import Any
 
 import av
 
-__all__ = ["open_input"]
+from ..index.table import SeekIndex
+
+__all__ = ["TRIMS_MP4_END", "full_decode_length", "open_input"]
+
+
+#: How to tell the installed PyAV to ignore tags that are not UTF-8.
+_TAGS = {"metadata_errors": "ignore"} if int(av.__version__.split(".")[0]) < 19 else {}
 
 
 def open_input(source: Any, **options: Any) -> av.container.InputContainer:
     """``av.open(source, "r", **options)`` with undecodable tags ignored."""
-    container: av.container.InputContainer = av.open(
-        source, "r", metadata_errors="ignore", **options
-    )
+    container: av.container.InputContainer = av.open(source, "r", **_TAGS, **options)
     return container
+
+
+#: Whether FFmpeg's MP4 demuxer ends an AAC (or AMR) track where its sample
+#: table or edit list says, cutting into the last frame (FFmpeg 9,
+#: libavformat 63, in PyAV 19), rather than after the last frame's every
+#: sample (FFmpeg 8 and before). The index's ``num_samples`` counts the whole
+#: last frame and its ``padding`` what FFmpeg 9 cuts off, so the stored index
+#: is the same under both; ``full_decode_length`` applies the installed one.
+TRIMS_MP4_END = av.library_versions["libavformat"] >= (63,)
+
+
+def full_decode_length(index: SeekIndex) -> int:
+    """Native units the installed FFmpeg's full decode has, so the length of
+    the episode crops are served from: the index's ``num_samples``, less its
+    ``padding`` for MP4 under an FFmpeg that cuts the last frame (-1: unknown)."""
+    if index.container == "mp4" and TRIMS_MP4_END and index.num_samples >= 0:
+        return max(index.num_samples - index.padding, 0)
+    return index.num_samples

@@ -78,7 +78,10 @@ class SeekIndex:
     #: list media time); already folded into ``first_sample``.
     encoder_delay: int = 0
     #: Padding at the end as the file states it (LAME tag); already folded
-    #: into ``num_samples``.
+    #: into ``num_samples``. MP4 AAC/AMR: the rest of the last frame after
+    #: where the file ends the track; in ``num_samples``, which FFmpeg 8 and
+    #: before decode, and not in FFmpeg 9's decode
+    #: (``formats.ffmpeg.full_decode_length``).
     padding: int = 0
     #: Bytes per sample frame for PCM (wav): a sample's byte is
     #: ``data_start + sample * block_align``; 0 for compressed codecs.

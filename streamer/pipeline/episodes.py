@@ -8,6 +8,7 @@ import numpy as np
 
 from ..dataset.dataset import INFO_DIR, Dataset
 from ..errors import DataError
+from ..formats.ffmpeg import full_decode_length
 
 __all__ = ["Episodes"]
 
@@ -62,5 +63,5 @@ def _durations(dataset: Dataset, name: str, keys: list[str]) -> np.ndarray:
         except DataError:  # no usable seek_index/ row: duration unknown
             continue
         if index is not None and index.ok and index.num_samples >= 0:
-            out[j] = index.num_samples / index.timescale
+            out[j] = full_decode_length(index) / index.timescale
     return out

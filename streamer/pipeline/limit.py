@@ -41,7 +41,8 @@ class PureDecode:
             self.codec = _DECODERS.get(context.name, context.name)
             self.extradata = context.extradata
             self.rate = context.sample_rate
-            self.channels = context.channels
+            self.layout = context.layout.name
+            self.channels = context.layout.nb_channels
             scale = stream.time_base * self.rate
             packets = [(p.pts, p.duration, bytes(p)) for p in container.demux(stream) if p.size]
         self.starts = np.array([int(pts * scale) for pts, _, _ in packets], dtype=np.int64)
@@ -57,7 +58,7 @@ class PureDecode:
             context.extradata = self.extradata
         if not context.sample_rate:  # raw PCM states nothing in extradata
             context.sample_rate = self.rate
-            context.layout = "mono" if self.channels == 1 else "stereo"
+            context.layout = self.layout
         frames = [
             frame_to_float32(frame)
             for raw in self.packets[first:last]

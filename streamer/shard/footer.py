@@ -80,6 +80,9 @@ class FileLayout:
     schema: pa.Schema
     size: int
     batches: list[BatchLayout]
+    #: (file offset, length) of the footer flatbuffer: a dataset manifest
+    #: records it, so the next open asks for exactly the footer.
+    footer: tuple[int, int] = (0, 0)
 
 
 class Pieces:
@@ -110,10 +113,17 @@ class Pieces:
         return found  # type: ignore[return-value]
 
 
-def read_layout(reader: RangeReader, label: str) -> tuple[FileLayout, Pieces]:
-    """Parse the IPC file behind ``reader``; ``label`` names it in errors."""
+def read_layout(
+    reader: RangeReader, label: str, tail: int = TAIL_BYTES
+) -> tuple[FileLayout, Pieces]:
+    """Parse the IPC file behind ``reader``; ``label`` names it in errors.
+
+    ``tail`` is how many bytes the first (suffix) read asks for: a caller
+    that knows where the footer starts (a dataset manifest) asks for just
+    the footer; a shorter tail than the footer costs one more read, never a
+    wrong answer."""
     pieces = Pieces()
-    tail_start, tail = reader.read_tail_sync(TAIL_BYTES)
+    tail_start, tail = reader.read_tail_sync(max(tail, len(MAGIC) + 4))
     pieces.add(tail_start, tail)
     size = tail_start + len(tail)
     try:
@@ -142,7 +152,8 @@ def read_layout(reader: RangeReader, label: str) -> tuple[FileLayout, Pieces]:
         raise _invalid(exc.reason, label, exc.offset) from None
     except (struct.error, IndexError, ValueError, KeyError, OSError, pa.ArrowException) as exc:
         raise _invalid(f"corrupt metadata ({exc})", label) from exc
-    return FileLayout(schema=schema, size=size, batches=batches), pieces
+    footer_at = (footer_start, footer_length)
+    return FileLayout(schema=schema, size=size, batches=batches, footer=footer_at), pieces
 
 
 def _decode_names(fields: Iterable[pa.Field]) -> None:

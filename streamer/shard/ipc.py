@@ -29,7 +29,7 @@ from ..storage.local import LocalFileReader, MemoryReader
 from ..timing import record
 from .blob import BlobHandle
 from .columns import build_array, column_slots, decode_buffer, unsupported
-from .footer import read_layout
+from .footer import TAIL_BYTES, read_layout
 
 __all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
 
@@ -44,10 +44,15 @@ class Shard:
 
     ``source`` is a local path or a ``RangeReader`` (a remote object).
     ``label`` (``column_dir/name``) is what errors and logs call the shard.
+    ``tail`` is the length of the first read, the footer's (``footer.read_layout``).
     """
 
     def __init__(
-        self, source: str | os.PathLike[str] | RangeReader, *, column_dir: str | None = None
+        self,
+        source: str | os.PathLike[str] | RangeReader,
+        *,
+        column_dir: str | None = None,
+        tail: int = TAIL_BYTES,
     ) -> None:
         self.path = source.url if isinstance(source, RangeReader) else os.fspath(source)
         self.name = _shard_name(self.path)
@@ -57,7 +62,7 @@ class Shard:
             with record("shard_open"):
                 self.reader = source if isinstance(source, RangeReader) else LocalFileReader(source)
             with record("footer_read"):
-                self.layout, self._pieces = read_layout(self.reader, self.path)
+                self.layout, self._pieces = read_layout(self.reader, self.path, tail)
         except StorageError as exc:
             if isinstance(source, RangeReader) and not source.mapped:
                 raise  # a store that cannot deliver is not a bad shard

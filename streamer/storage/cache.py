@@ -1,6 +1,6 @@
 """The block cache between readers and a store's requests.
 
-Objects are cut into aligned blocks (``block_size``, default 256 KiB). A read
+Objects are cut into aligned blocks (``block_size``, default 128 KiB). A read
 becomes the set of blocks it touches; each block comes from, in order:
 
 1. the in-memory LRU (a byte budget shared by every object of the store);
@@ -42,7 +42,7 @@ Fetch = Callable[[str, int, int], Awaitable[bytes]]
 class CacheConfig:
     """Block cache settings (all are store options of the same name)."""
 
-    block_size: int = 256 * KiB
+    block_size: int = 128 * KiB
     cache_bytes: int = 256 * MiB
     coalesce_gap: int = 256 * KiB
     max_request: int = 16 * MiB

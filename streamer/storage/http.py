@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import html.parser
+import ssl as ssl_module
 import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -28,10 +31,20 @@ from ._urls import register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
-__all__ = ["HTTPStore"]
+__all__ = [
+    "HTTPStore",
+    "RangeNotSatisfiable",
+    "check_span",
+    "check_status",
+    "describe",
+    "open_session",
+    "proxy_for",
+    "ranged_get",
+]
 
-_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionError)
+NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionError)
 
 
 class HTTPStore(RemoteStore):
@@ -69,18 +82,7 @@ class HTTPStore(RemoteStore):
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=self.max_concurrency)
-        # The whole attempt is bounded by ``retry.timeout`` (retry.py); these
-        # bound the connection and each wait for bytes (headers, every chunk).
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.retry.connect_timeout, sock_read=self.retry.read_timeout
-        )
-        return aiohttp.ClientSession(
-            connector=connector,
-            headers={**self._headers, "Accept-Encoding": "identity"},
-            auto_decompress=False,
-            timeout=timeout,
-        )
+        return open_session(self, self._headers)
 
     async def _disconnect(self, client: aiohttp.ClientSession) -> None:
         await client.close()
@@ -91,10 +93,7 @@ class HTTPStore(RemoteStore):
         self, client: aiohttp.ClientSession, path: str, start: int, end: int
     ) -> bytes:
         span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
-        if span[:2] != (start, min(end, span[2])):
-            raise TransientError(
-                f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
-            )
+        check_span(span, start, end)
         return body
 
     async def _get_tail(
@@ -110,35 +109,116 @@ class HTTPStore(RemoteStore):
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[tuple[int, int, int], bytes]:
-        url = self.display(path)
         try:
-            async with client.get(path, headers={"Range": byte_range}) as response:
-                _check_status(url, byte_range, response)
-                span = parse_content_range(response.headers.get("Content-Range"))
-                if span is None:
-                    raise StorageError(f"{url}: 206 without a valid Content-Range ({byte_range})")
-                return span, await response.read()
+            return await ranged_get(client, path, self.display(path), byte_range)
         except aiohttp.InvalidURL:
-            raise StorageError(f"{url}: not a valid URL") from None
-        except _NETWORK_ERRORS as exc:
-            raise TransientError(_describe(exc)) from None
+            raise StorageError(f"{self.display(path)}: not a valid URL") from None
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = path.rstrip("/") + "/"
         try:
             async with client.get(directory) as response:
-                _check_status(self.display(directory), None, response)
+                check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
-        except _NETWORK_ERRORS as exc:
-            raise TransientError(_describe(exc)) from None
+        except NETWORK_ERRORS as exc:
+            raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
         return _links(directory, page)
 
 
-def _check_status(url: str, byte_range: str | None, response: aiohttp.ClientResponse) -> None:
+def open_session(
+    store: RemoteStore, headers: dict[str, str], verify: bool | str | None = None
+) -> aiohttp.ClientSession:
+    """The aiohttp session of ``store``: a pool of ``max_concurrency``
+    connections, bodies as sent (no decompression), the store's connect and
+    read timeouts (the whole attempt is bounded by ``retry.timeout``, in
+    ``retry.py``; these bound the connection and each wait for bytes:
+    headers, every chunk). Not ``trust_env``: it reads the proxy variables
+    and ``~/.netrc`` on every request, more CPU than the request itself
+    (``proxy_for`` finds a proxy once instead). ``verify`` as botocore
+    takes it: ``False`` (no certificate check), a CA bundle's path, or
+    ``None`` (the system's certificates)."""
+    ssl: bool | ssl_module.SSLContext = True
+    if verify is False:
+        ssl = False
+    elif isinstance(verify, str):
+        ssl = ssl_module.create_default_context(cafile=verify)
+    connector = aiohttp.TCPConnector(limit=store.max_concurrency, ssl=ssl)
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=store.retry.connect_timeout, sock_read=store.retry.read_timeout
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers={**headers, "Accept-Encoding": "identity"},
+        auto_decompress=False,
+        timeout=timeout,
+    )
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``, ``NO_PROXY``, ...) names
+    for ``url``'s host, as botocore would use it; ``None``: go direct."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+async def ranged_get(
+    session: aiohttp.ClientSession,
+    url: str,
+    shown: str,
+    byte_range: str,
+    detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
+    proxy: str | None = None,
+) -> tuple[tuple[int, int, int], bytes]:
+    """One GET of ``url`` for ``byte_range``: ``((start, end, total), body)``.
+
+    The answer must name its bytes in ``Content-Range``: with status 206,
+    or 200 (some S3 servers, rclone's among them, send ranges so). Other
+    answers raise (``check_status``), with ``detail(response)`` appended
+    when given (an S3 error code). ``shown`` is the URL errors name: ``url``
+    may carry a signature."""
+    try:
+        async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
+            span = parse_content_range(response.headers.get("Content-Range"))
+            if response.status in (200, 206) and span is not None:
+                return span, await response.read()
+            if response.status == 206:
+                raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
+            more = await detail(response) if detail is not None else ""
+            check_status(shown, byte_range, response, more)
+            raise StorageError(f"{shown}: HTTP {response.status} {response.reason}")
+    except NETWORK_ERRORS as exc:
+        raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
+
+
+def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
+    """The answer to ``bytes=start-(end-1)`` named other bytes: a transient
+    mix-up (a cache or proxy in between), retried like a short body."""
+    if span[:2] != (start, min(end, span[2])):
+        raise TransientError(
+            f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
+        )
+
+
+class RangeNotSatisfiable(StorageError):
+    """416: the range lies past the object's end. For a suffix ``bytes=-N``
+    that means the object is shorter than ``N`` bytes, which some servers
+    (rclone's S3 server) refuse to serve instead of sending it whole."""
+
+
+def check_status(
+    url: str, byte_range: str | None, response: aiohttp.ClientResponse, detail: str = ""
+) -> None:
+    """Raise what an unusable answer means: ``TransientError`` for 5xx and 429
+    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest."""
     status = response.status
+    more = f" ({detail})" if detail else ""
     if status >= 500 or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        raise TransientError(f"HTTP {status} {response.reason}", retry_after=retry_after)
+        congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
+        message = f"HTTP {status} {response.reason}{more}"
+        raise TransientError(message, retry_after=retry_after, congestion=congestion)
     if byte_range is None and status == 200:
         return
     if status == 206 and byte_range is not None:
@@ -150,13 +230,15 @@ def _check_status(url: str, byte_range: str | None, response: aiohttp.ClientResp
         )
     if status == 416:
         total = response.headers.get("Content-Range", "")
-        raise StorageError(f"{url}: range not satisfiable ({byte_range}; {total or 'no size'})")
+        raise RangeNotSatisfiable(
+            f"{url}: range not satisfiable ({byte_range}; {total or 'no size'}){more}"
+        )
     if status == 404:
-        raise StorageError(f"{url}: not found (HTTP 404)")
-    raise StorageError(f"{url}: HTTP {status} {response.reason}")
+        raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
+    raise StorageError(f"{url}: HTTP {status} {response.reason}{more}")
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """An aiohttp error's class and reason, without the URL (it may hold a signature)."""
     if isinstance(exc, aiohttp.ClientResponseError):
         return f"{type(exc).__name__}: {exc.status} {exc.message}"

@@ -35,6 +35,7 @@ from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
+from .throttle import Throttle
 
 __all__ = ["RemoteReader", "RemoteStore"]
 
@@ -59,6 +60,7 @@ class _ProcessState:
     client: Any = None
     connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     health: dict[str, StoreHealth] = dataclasses.field(default_factory=dict)
+    throttles: dict[str, Throttle] = dataclasses.field(default_factory=dict)
 
 
 class RemoteStore(Store):
@@ -71,7 +73,10 @@ class RemoteStore(Store):
       ``timeout``, ``backoff``, ``max_backoff``, ``max_retry_after``,
       ``give_up_after``, ``connect_timeout``, ``read_timeout``,
       ``hedge_after``, ``hedge_factor``;
-    * ``max_concurrency``: requests in flight at once for this store.
+    * ``max_concurrency``: requests in flight at once for this store, and the
+      most each endpoint/prefix's adaptive limit rises to (``throttle.py``);
+      ``adaptive=False`` keeps that limit fixed; ``max_rps``: requests per
+      second per endpoint/prefix (default: no cap).
 
     Every other option goes to the backend.
     """
@@ -85,6 +90,9 @@ class RemoteStore(Store):
         self.cache_config: CacheConfig = rest.pop("cache")
         self.retry: RetryPolicy = rest.pop("retry")
         self.max_concurrency = int(rest.pop("max_concurrency", 32))
+        max_rps = rest.pop("max_rps", None)
+        self.max_rps = None if max_rps is None else float(max_rps)
+        self.adaptive = bool(rest.pop("adaptive", True))
         self.backend_options = rest
         self.stats = StoreStats()
         self._state = ProcessLocal(self._new_state)
@@ -162,6 +170,11 @@ class RemoteStore(Store):
         server share an outage gate (``health.py``). One per store by default."""
         return self.url
 
+    def _throttle_key(self, path: str) -> str:
+        """Which adaptive limit ``path``'s requests share (``throttle.py``),
+        as stats may show it: one per server by default."""
+        return self._host(path)
+
     # -- Store ----------------------------------------------------------------
 
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
@@ -224,14 +237,30 @@ class RemoteStore(Store):
             healths[host] = StoreHealth(host, self.retry, self.stats)
         return healths[host]
 
+    def _throttle(self, path: str) -> Throttle:
+        """The adaptive limit of ``path``'s endpoint/prefix in this process."""
+        throttles, key = self._state.get().throttles, self._throttle_key(path)
+        if key not in throttles:
+            throttles[key] = Throttle(
+                key,
+                max_concurrency=self.max_concurrency,
+                stats=self.stats,
+                max_rps=self.max_rps,
+                adaptive=self.adaptive,
+                timeout=self.retry.timeout,
+            )
+        return throttles[key]
+
     async def _call(self, request: Any, what: str, path: str, *, hedge: bool = False) -> Any:
-        """``request(client)`` under the concurrency limit, timeouts, retries,
-        the outage gate of ``path``'s server and, for reads (``hedge``), hedging."""
+        """``request(client)`` under the adaptive limit of ``path``'s endpoint/prefix
+        and the store's concurrency limit, timeouts, retries, the outage gate
+        of ``path``'s server and, for reads (``hedge``), hedging."""
         client = await self._client()
         state = self._state.get()
+        throttle = self._throttle(path)
 
         async def attempt() -> Any:
-            async with state.limit:
+            async with throttle.slot(), state.limit:
                 self.stats.requests += 1
                 with record(self._phase):
                     return await request(client)

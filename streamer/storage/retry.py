@@ -39,11 +39,16 @@ T = TypeVar("T")
 
 
 class TransientError(Exception):
-    """A failure worth retrying. ``retry_after``: seconds the server asked for."""
+    """A failure worth retrying. ``retry_after``: seconds the server asked for;
+    ``congestion``: the store said it is overloaded (503, 429, ``SlowDown``, a
+    timeout), which makes the adaptive concurrency limit back off (``throttle.py``)."""
 
-    def __init__(self, cause: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, cause: str, *, retry_after: float | None = None, congestion: bool = False
+    ) -> None:
         super().__init__(cause)
         self.retry_after = retry_after
+        self.congestion = congestion
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""S3-compatible object stores (AWS, Backblaze B2, MinIO, R2, ...) over aiobotocore.
+"""S3-compatible object stores (AWS, Backblaze B2, MinIO, R2, ...).
 
 ``s3://bucket/key``. The endpoint comes from the ``endpoint_url`` option
 (``--endpoint-url``), else ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``;
@@ -7,17 +7,48 @@ credentials and region from the options or the standard AWS chain
 ``AWS_DEFAULT_REGION``, ``~/.aws``). ``b2://bucket/key`` is the same store
 with Backblaze B2 defaults (``B2Store``).
 
-The aiobotocore client is used directly, one per store and process: every
-GET carries exactly one ``Range`` (S3 serves no multi-range requests), and a
-suffix range ``bytes=-N`` answers the object's size in the same round trip.
-Writes are one PutObject each, which S3 applies atomically (up to 5 GB).
-botocore's own retries are off, so ``retry.py`` alone decides (and counts).
+The request path was chosen by measuring client CPU per ranged GET
+(``benchmarks/bench_s3_client.py``: 256 KiB GETs, 16 in flight, SeaweedFS
+on loopback): aiobotocore and s3fs cost 1.4-2.2 ms each, obstore 0.4 ms
+(but it refuses a 200 answer to a ranged GET, which rclone's S3 server
+sends), a URL presigned by botocore per request 0.8 ms, and one presigned
+URL per object reused by plain aiohttp GETs 0.3-0.4 ms. So every GET goes
+by a URL that botocore presigned for its object (SigV4; the signature
+covers host and path, so any ``Range`` rides on it), signed anew every few
+minutes as credentials refresh, over one aiohttp session per store and
+process. botocore keeps the rest: the AWS credential chain, endpoints and
+addressing styles, presigning, listings, sizes and writes (one PutObject
+each, atomic up to 5 GB), all rare. botocore's own retries are off, so
+``retry.py`` alone decides (and counts). Presigned URLs hold the key id,
+a session token and a signature: they are never shown (errors name
+``s3://bucket/key``), and the signature expires within the hour.
+
+Every GET carries exactly one ``Range`` (S3 serves no multi-range
+requests), and a suffix range ``bytes=-N`` answers the object's size in the
+same round trip.
+
+S3 implementations differ in what a ranged GET gets back, and every answer
+below is read right (``tests/storage`` runs against moto, SeaweedFS and
+rclone's S3 server):
+
+* 206, or 200 with a ``Content-Range`` (rclone): the range it names;
+* 200 without a ``Content-Range``: the endpoint cannot serve ranges, a
+  ``StorageError`` saying so (reading whole objects block by block would
+  silently cost the object's size per block);
+* a whole-object checksum on a ranged answer (rclone): it cannot check a
+  range, so the ``Content-Range`` and the body length are checked instead
+  (botocore, for what it still reads, validates checksums only "when_required");
+* 416 to a suffix range longer than the object (rclone, Ceph): the object
+  is smaller than the suffix asked for, so one plain GET reads it whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
+import time
 from typing import Any
 
 import aiohttp
@@ -27,11 +58,12 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from ..errors import StorageError
-from ._bounds import parse_content_range
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
+from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
+from .throttle import is_timeout
 
 __all__ = ["B2Store", "S3Store"]
 
@@ -42,6 +74,7 @@ _CREDENTIAL_ALIASES = {
 }
 _CLIENT_OPTIONS = {
     "endpoint_url",
+    "verify",
     "region_name",
     "aws_access_key_id",
     "aws_secret_access_key",
@@ -57,6 +90,17 @@ _TRANSIENT_CODES = {
     "ThrottlingException",
     "RequestLimitExceeded",
 }
+#: Answers that say the store is overloaded (the adaptive limit backs off, ``throttle.py``).
+_CONGESTION_CODES = _TRANSIENT_CODES - {"InternalError"}
+#: Presigned URLs are valid this long, and reused for a fraction of it.
+URL_LIFETIME = 3600
+URL_REUSE = 300.0
+MAX_URLS = 10_000  # past this many, URLs past their reuse time are dropped
+#: Error codes of a request signed with credentials that have since expired.
+_EXPIRED_CODES = {"ExpiredToken", "TokenRefreshRequired", "RequestExpired"}
+#: Error codes of a URL signed for another region than the bucket's.
+_WRONG_REGION_CODES = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IncorrectEndpoint"}
+_ERROR_BYTES = 4096  # an error document is read up to this size
 _NETWORK_ERRORS = (
     botocore.exceptions.HTTPClientError,
     botocore.exceptions.ConnectionError,
@@ -72,8 +116,9 @@ class S3Store(RemoteStore):
 
     Backend options: ``endpoint_url``, ``region_name``, ``key`` / ``secret`` /
     ``token`` (or their ``aws_*`` names), ``profile``, ``anon`` (unsigned
-    requests), ``config_kwargs`` (merged into ``botocore.config.Config``),
-    ``client_kwargs`` (passed to ``create_client``).
+    requests), ``verify`` (``False``, or a CA bundle's path: for every
+    request, GETs included), ``config_kwargs`` (merged into
+    ``botocore.config.Config``), ``client_kwargs`` (passed to ``create_client``).
     """
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
@@ -96,7 +141,12 @@ class S3Store(RemoteStore):
         self.url = f"{scheme}://{self._at}"
 
     def _default_config(self) -> dict[str, Any]:
-        return {}
+        """botocore validates a response checksum whenever one is sent, and some
+        servers send the whole object's for a ranged GET (which cannot match):
+        validate only when required, and check body lengths (``remote.py``).
+        URLs are presigned with SigV4, which every region and S3 server takes
+        (botocore may otherwise pick the legacy SigV2 for presigning)."""
+        return {"response_checksum_validation": "when_required", "signature_version": "s3v4"}
 
     def _endpoint_from_env(self) -> str | None:
         return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -111,62 +161,100 @@ class S3Store(RemoteStore):
         """Buckets fail (and throttle) on their own: one outage gate per bucket."""
         return f"{self.scheme}://{path.partition('/')[0]}{self._at}"
 
+    def _throttle_key(self, path: str) -> str:
+        """S3 limits request rates per key prefix: one adaptive limit per bucket
+        and first path component (a dataset's root, usually)."""
+        bucket, _, key = path.partition("/")
+        prefix = key.partition("/")[0] if "/" in key else ""
+        return f"{self.scheme}://{bucket}/{prefix}{self._at}"
+
     # -- client ---------------------------------------------------------------
 
-    async def _connect(self) -> Any:
-        config = Config(
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=self.retry.connect_timeout,
-            read_timeout=self.retry.read_timeout,
-            max_pool_connections=self.max_concurrency,
-            **({"signature_version": UNSIGNED} if self._anon else {}),
+    async def _connect(self) -> _Clients:
+        settings = {
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
+            "connect_timeout": self.retry.connect_timeout,
+            "read_timeout": self.retry.read_timeout,
+            "max_pool_connections": self.max_concurrency,
             **self._config_kwargs,
-        )
+        }
+        if self._anon:
+            settings["signature_version"] = UNSIGNED
+        config = Config(**settings)
         session = get_session()
         if self._profile:
             session.set_config_variable("profile", self._profile)
         if not self._anon:
             await _register_credentials(session, self._client_kwargs)
-        return await session.create_client("s3", config=config, **self._client_kwargs).__aenter__()
+        client = await session.create_client(
+            "s3", config=config, **self._client_kwargs
+        ).__aenter__()
+        # GETs check certificates as botocore would: ``verify`` option, else AWS_CA_BUNDLE.
+        verify = self._client_kwargs.get("verify", os.environ.get("AWS_CA_BUNDLE"))
+        http = open_session(self, {}, verify)
+        return _Clients(client, http, proxy_for(client.meta.endpoint_url))
 
-    async def _disconnect(self, client: Any) -> None:
-        await client.__aexit__(None, None, None)
+    async def _disconnect(self, client: _Clients) -> None:
+        await client.http.close()
+        await client.s3.__aexit__(None, None, None)
 
     # -- primitives -----------------------------------------------------------
 
-    async def _get_range(self, client: Any, path: str, start: int, end: int) -> bytes:
-        _, _, body = await self._get(client, path, f"bytes={start}-{end - 1}")
+    async def _get_range(self, client: _Clients, path: str, start: int, end: int) -> bytes:
+        span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+        check_span(span, start, end)
         return body
 
-    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, int, bytes]:
-        return await self._get(client, path, f"bytes=-{length}")
+    async def _get_tail(self, client: _Clients, path: str, length: int) -> tuple[int, int, bytes]:
+        try:
+            (start, _, size), body = await self._ranged(client, path, f"bytes=-{length}")
+            return start, size, body
+        except RangeNotSatisfiable:  # the object is shorter than the suffix: read it whole
+            bucket, key = _split(path)
+            with self._errors(path):
+                response = await client.s3.get_object(Bucket=bucket, Key=key)
+                async with response["Body"] as stream:
+                    body = await stream.read()
+            return 0, len(body), body
 
-    async def _get(self, client: Any, path: str, byte_range: str) -> tuple[int, int, bytes]:
+    async def _ranged(
+        self, client: _Clients, path: str, byte_range: str
+    ) -> tuple[tuple[int, int, int], bytes]:
+        """A GET by presigned URL over aiohttp: a quarter of botocore's client
+        CPU per request (``benchmarks/bench_s3_client.py``)."""
+        url = await client.presigned(path)
+
+        async def detail(response: aiohttp.ClientResponse) -> str:
+            code, message = _error_of(await response.content.read(_ERROR_BYTES))
+            if code in _EXPIRED_CODES or (response.status == 403 and "expired" in message):
+                client.forget(path)  # signed with credentials since refreshed: sign anew
+                raise TransientError(f"{response.status} {code}: presigned URL expired")
+            if code in _WRONG_REGION_CODES or response.status == 301:
+                await client.learn_region(path)
+                raise TransientError(f"{response.status} {code}: signed for another region")
+            if code in _TRANSIENT_CODES:  # 503 SlowDown, and 4xx ones: 400 RequestTimeout
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                cause = redact(f"HTTP {response.status} {code}: {message}")
+                congestion = response.status in (429, 503) or code in _CONGESTION_CODES
+                raise TransientError(cause, retry_after=retry_after, congestion=congestion)
+            return redact(f"{code}: {message}" if code else message)
+
+        return await ranged_get(
+            client.http, url, self.display(path), byte_range, detail, client.proxy
+        )
+
+    async def _get_size(self, client: _Clients, path: str) -> int:
         bucket, key = _split(path)
         with self._errors(path):
-            response = await client.get_object(Bucket=bucket, Key=key, Range=byte_range)
-            async with response["Body"] as stream:
-                body = await stream.read()
-        span = parse_content_range(response.get("ContentRange"))
-        if span is None:
-            raise StorageError(
-                f"{self.display(path)}: the endpoint ignored Range {byte_range} "
-                "(no Content-Range in the answer); it cannot serve byte ranges"
-            )
-        return span[0], span[2], body
-
-    async def _get_size(self, client: Any, path: str) -> int:
-        bucket, key = _split(path)
-        with self._errors(path):
-            response = await client.head_object(Bucket=bucket, Key=key)
+            response = await client.s3.head_object(Bucket=bucket, Key=key)
         return int(response["ContentLength"])
 
-    async def _list(self, client: Any, path: str) -> list[Entry]:
+    async def _list(self, client: _Clients, path: str) -> list[Entry]:
         bucket, key = _split(path)
         prefix = f"{key}/" if key else ""
         entries = []
         with self._errors(path):
-            pages = client.get_paginator("list_objects_v2").paginate(
+            pages = client.s3.get_paginator("list_objects_v2").paginate(
                 Bucket=bucket, Prefix=prefix, Delimiter="/"
             )
             async for page in pages:
@@ -176,11 +264,11 @@ class S3Store(RemoteStore):
                     entries.append(Entry(item["Key"][len(prefix) :], False, int(item["Size"])))
         return entries
 
-    async def _put(self, client: Any, path: str, body: bytes) -> None:
+    async def _put(self, client: _Clients, path: str, body: bytes) -> None:
         """One PutObject: S3 makes a new object visible only once it is whole."""
         bucket, key = _split(path)
         with self._errors(path):
-            await client.put_object(Bucket=bucket, Key=key, Body=body)
+            await client.s3.put_object(Bucket=bucket, Key=key, Body=body)
 
     def _errors(self, path: str) -> _S3Errors:
         return _S3Errors(self.display(path))
@@ -197,10 +285,7 @@ class B2Store(S3Store):
     """
 
     def _default_config(self) -> dict[str, Any]:
-        return {
-            "request_checksum_calculation": "when_required",
-            "response_checksum_validation": "when_required",
-        }
+        return {**super()._default_config(), "request_checksum_calculation": "when_required"}
 
     def _endpoint_from_env(self) -> str | None:
         endpoint = os.environ.get("B2_ENDPOINT_URL") or super()._endpoint_from_env()
@@ -210,6 +295,49 @@ class B2Store(S3Store):
                 "pass endpoint_url=... (CLI: --endpoint-url) or set B2_ENDPOINT_URL"
             )
         return endpoint
+
+
+class _Clients:
+    """A store's clients in one process: aiobotocore signs URLs, lists, writes
+    and asks sizes; aiohttp sends every GET, by URL presigned once per object
+    (the signature covers the host and path: any ``Range`` may ride on it)."""
+
+    def __init__(self, s3: Any, http: aiohttp.ClientSession, proxy: str | None) -> None:
+        self.s3 = s3
+        self.http = http
+        self.proxy = proxy
+        self._urls: dict[str, tuple[str, float]] = {}  # path -> (URL, reuse until)
+
+    async def presigned(self, path: str) -> str:
+        """``path``'s presigned GET URL, signed anew every ``URL_REUSE`` seconds
+        (credentials from the AWS chain refresh; an URL must not outlive them)."""
+        now = time.monotonic()
+        found = self._urls.get(path)
+        if found is not None and now < found[1]:
+            return found[0]
+        if len(self._urls) >= MAX_URLS:  # keep only those still in use
+            self._urls = {p: entry for p, entry in self._urls.items() if now < entry[1]}
+        bucket, key = _split(path)
+        url = await self.s3.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_LIFETIME
+        )
+        self._urls[path] = (url, now + URL_REUSE)
+        return url
+
+    def forget(self, path: str) -> None:
+        self._urls.pop(path, None)
+
+    async def learn_region(self, path: str) -> None:
+        """The bucket of ``path`` lives in another region than the URL was
+        signed for (no ``region_name`` given): one HEAD of the bucket through
+        botocore, whose redirector follows the answer and remembers the
+        bucket's region, which the next presigned URL then carries."""
+        self.forget(path)
+        bucket, _ = _split(path)
+        with contextlib.suppress(
+            botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, *_NETWORK_ERRORS
+        ):
+            await self.s3.head_bucket(Bucket=bucket)
 
 
 class _S3Errors:
@@ -224,8 +352,11 @@ class _S3Errors:
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
         if isinstance(exc, botocore.exceptions.ClientError):
             raise _client_error(self.url, exc) from None
+        if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
+            raise TransientError(f"checksum mismatch: {exc}") from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
-            raise TransientError(redact(f"{type(exc).__name__}: {exc}")) from None
+            message = redact(f"{type(exc).__name__}: {exc}")
+            raise TransientError(message, congestion=is_timeout(exc)) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(f"{self.url}: no credentials found ({exc})") from None
         return False
@@ -254,10 +385,22 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
-        return TransientError(message, retry_after=parse_retry_after(headers.get("retry-after")))
+        retry_after = parse_retry_after(headers.get("retry-after"))
+        congestion = status in (429, 503) or code in _CONGESTION_CODES
+        return TransientError(message, retry_after=retry_after, congestion=congestion)
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
         return StorageError(f"{url}: not found ({message})")
+    if status == 416 or code == "InvalidRange":
+        return RangeNotSatisfiable(f"{url}: {message}")
     return StorageError(f"{url}: {message}")
+
+
+def _error_of(body: bytes) -> tuple[str, str]:
+    """(code, message) of an S3 error document (``<Error><Code>...``); empty
+    when the body is something else."""
+    text = body.decode("utf-8", "replace")
+    code, message = (re.search(f"<{tag}>([^<]*)</{tag}>", text) for tag in ("Code", "Message"))
+    return (code[1] if code else ""), (message[1] if message else "")
 
 
 def _split(path: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ update it on the store's event loop thread, so plain integers suffice.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 __all__ = ["StoreStats"]
 
@@ -25,7 +26,12 @@ class StoreStats:
     requests that gave up; ``hedges`` counts GETs sent a second time because
     the first stalled, ``hedge_wins`` those where the second answered first;
     ``outages`` counts the times the store failed often enough in a row that
-    its requests waited for it together (see ``health.py``).
+    its requests waited for it together (see ``health.py``). ``throttled``
+    counts answers that said the store is overloaded (503, 429, ``SlowDown``,
+    timeouts), ``limit_cuts`` the times one of them halved an adaptive
+    concurrency limit, ``rate_waits`` requests held back by ``max_rps``;
+    ``concurrency_limits`` is a gauge, not a counter: the current limit of
+    each endpoint/prefix (``throttle.py``), kept by ``reset``.
     """
 
     requests: int = 0
@@ -40,12 +46,18 @@ class StoreStats:
     hedges: int = 0
     hedge_wins: int = 0
     outages: int = 0
+    throttled: int = 0
+    limit_cuts: int = 0
+    rate_waits: int = 0
+    concurrency_limits: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a plain dict (JSON-ready)."""
+    def snapshot(self) -> dict[str, Any]:
+        """The counters (and the limits) as a plain dict (JSON-ready)."""
         return dataclasses.asdict(self)
 
     def reset(self) -> None:
-        """Zero every counter (benchmarks measure one phase at a time)."""
+        """Zero every counter (benchmarks measure one phase at a time); the
+        limits are the stores' state, not counts, and stay."""
         for field in dataclasses.fields(self):
-            setattr(self, field.name, 0)
+            if field.type == "int":
+                setattr(self, field.name, 0)

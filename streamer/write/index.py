@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from ..dataset import Dataset
+from ..dataset import Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
@@ -161,6 +161,7 @@ def build_index(
     density: float = DEFAULT_DENSITY,
     verify: bool = True,
     progress: bool = True,
+    manifest: bool = True,
 ) -> IndexReport:
     """Index the dataset at ``url`` (every shard, or the ``shards`` spec).
 
@@ -169,10 +170,14 @@ def build_index(
     checked before any work. Shards already indexed (same keys as their
     audio shard) are skipped unless ``force``. ``workers`` > 1 builds shards
     in that many processes. ``verify=False`` skips each index's check and
-    stores it "unverified".
+    stores it "unverified". Then, with ``manifest``, the dataset manifest is
+    rewritten from a fresh listing (``dataset.write_manifest``).
     """
     options = {"force": force, "density": density, "verify": verify}
-    return _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
+    report = _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
+    if manifest:
+        write_manifest(*open_url(url, **(storage_options or {})))
+    return report
 
 
 def verify_index_shards(
@@ -187,8 +192,11 @@ def verify_index_shards(
     index --verify``): each row the dataset would serve (its open-time
     checks, ``index.checks``, applied) is verified again and stored with its
     verdict, demoted to "no index" when it fails; every index shard is
-    rewritten whole. A shard without a usable index shard is ``failed``."""
-    return _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
+    rewritten whole. A shard without a usable index shard is ``failed``.
+    The dataset manifest is rewritten after them."""
+    report = _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
+    write_manifest(*open_url(url, **(storage_options or {})))
+    return report
 
 
 def _each_shard(
@@ -204,7 +212,7 @@ def _each_shard(
     ``workers`` processes, into one report."""
     store, root = open_url(url, **(storage_options or {}))
     store.check_writable(store.join(root, INDEX_DIR))
-    dataset = Dataset(root, store=store)
+    dataset = Dataset(root, store=store, manifest=False)
     # Every listed shard, those the dataset leaves out too: they are reported ``failed``.
     names = select_shards(dataset.listed_shards, shards)
     report = IndexReport(root=dataset.url)
@@ -259,7 +267,7 @@ def index_shard(
     """Build (or, unless ``force``, keep) the index shard of one audio shard
     of the dataset at ``root`` in ``store``; an audio shard that cannot be
     read comes back ``failed`` with the reason."""
-    dataset = Dataset(root, store=store)
+    dataset = Dataset(root, store=store, manifest=False)
     try:
         audio = dataset.shard(name)
     except DataError as exc:
@@ -278,7 +286,7 @@ def index_shard(
 def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     """Check every stored index of one shard again and rewrite its index
     shard with the verdicts (``verify_index_shards``)."""
-    dataset = Dataset(root, store=store)
+    dataset = Dataset(root, store=store, manifest=False)
     try:
         audio = dataset.shard(name)
     except DataError as exc:

@@ -9,7 +9,8 @@ files): a batch's bytes are read straight into the buffer Arrow writes from.
 Every shard file is written under a hidden temporary name and renamed when
 complete, ``audio_info/`` before ``audio/``; the dataset's shard list comes
 from ``audio/``, so an interrupted run never leaves a half-written shard in
-the dataset.
+the dataset. The dataset manifest is written last, once every shard is in
+place (an interrupted run leaves none: readers list the directories).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR
+from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR, write_manifest
 from ..errors import PackError
 from ..index.table import INDEX_COLUMN, INDEX_DIR, OK
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
+from ..storage.local import LocalStore
 from .index import IndexReport, build_index
 from .probe import AudioInfo, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
@@ -162,10 +164,11 @@ def pack(
     finally:
         bar.close()
     if index:
-        report.index = build_index(out, progress=progress)
+        report.index = build_index(out, progress=progress, manifest=False)
         report.durations = _durations_from_index(out, report.shards)
     if sidecar is not None:
         report.unmatched = write_columns(out, report.shards, sidecar, columns_dir, SHARD_SUFFIX)
+    write_manifest(LocalStore(), out)  # last: every shard is in place
     return report
 
 

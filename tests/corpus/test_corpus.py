@@ -16,14 +16,18 @@ strict, so a fix elsewhere that makes one pass shows up as XPASS to delete.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
+from streamer.decode.verify import QUICK_OPEN
+from streamer.formats.ffmpeg import open_input
 from streamer.write.pack import pack
 from testkit.corpus import (
     Reference,
@@ -34,6 +38,7 @@ from testkit.corpus import (
     stage,
 )
 from testkit.corpus_manifest import CorpusFile, corpus_dir, load_manifest
+from testkit.reference import decode_first_stream
 
 FILES = load_manifest()
 #: Random interior crops per file (through the index; the fallback gets FALLBACK_CROPS).
@@ -136,3 +141,16 @@ def test_an_index_serves_the_file(datasets: Callable, file: CorpusFile) -> None:
     _reference(file)
     index = served_index(datasets(file.small, True), file.name)
     assert index.ok, f"no index: {index.reason}"
+
+
+@pytest.mark.parametrize("file", _params("quick"))
+def test_a_quick_open_decodes_the_full_decode(file: CorpusFile) -> None:
+    """The index check opens a long episode for its head and tail with little
+    probing (``decode.verify.QUICK_OPEN``): what FFmpeg decodes must not
+    depend on it, sample for sample and at the same rate."""
+    reference = _reference(file)
+    with open_input(io.BytesIO((corpus_dir() / file.name).read_bytes()), options=QUICK_OPEN) as c:
+        quick, rate = decode_first_stream(c)
+    assert rate == reference.sample_rate
+    assert quick.shape == reference.audio.shape
+    assert np.array_equal(quick, reference.audio)

@@ -18,12 +18,13 @@ from _index_support import cli_encode, encoded
 from streamer.decode import verify
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.formats import registry
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.job import Episode
 from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
-from testkit.reference import full_decode
+from testkit.reference import decode_first_stream, full_decode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
 
@@ -85,6 +86,19 @@ def test_a_correct_index_is_verified(name: str) -> None:
     checked = verify.verify_index(ep)
     assert checked.ok, checked.reason
     assert checked.verdict == VERIFIED and checked.preroll == 0
+
+
+@pytest.mark.parametrize("name", [n for n in CORRECT if n not in SLOW and CORRECT[n][3] < LONG])
+def test_a_quick_open_decodes_the_full_decode(name: str) -> None:
+    """A long episode's head and tail reference opens FFmpeg with little
+    probing (``QUICK_OPEN``): its decode must be the full decode, sample for
+    sample (the corpus test checks the same on other encoders' files)."""
+    data = make(*CORRECT[name])
+    want, rate = full_decode(data)
+    with open_input(io.BytesIO(data), options=verify.QUICK_OPEN) as container:
+        got, got_rate = decode_first_stream(container)
+    assert got_rate == rate and got.shape == want.shape
+    assert np.array_equal(got, want)
 
 
 def test_aac_with_noise_substitution_is_verified_but_a_shift_is_caught() -> None:

@@ -33,7 +33,9 @@ from _index_support import wav_bytes
 
 from streamer import open_dataset
 from streamer.decode.crop import CropRequest, read_crop
+from streamer.decode.verify import choose_index, verify_index
 from streamer.formats import extract
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 from streamer.formats.job import DecodeStats, Episode
 from streamer.formats.mp3 import parse as mp3
@@ -332,8 +334,22 @@ VARIANTS: dict[str, Callable[[], bytes]] = {
 }
 
 
+#: FFmpeg 9 (libavformat 63, PyAV 19) no longer lets the end padding reset the skip.
+FFMPEG_9 = av.library_versions["libavformat"] >= (63,)
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_header_variants(name: str) -> None:
+    if name == "very-short" and FFMPEG_9:
+        # FFmpeg 9 outputs 22 samples, not 551: the native index (FFmpeg 8's
+        # count) fails its check and FFmpeg's generic packet index serves it.
+        data = VARIANTS[name]()
+        native = extract(io.BytesIO(data))
+        checked = verify_index(_episode(data, native))
+        assert not checked.ok and "FFmpeg decodes 22" in checked.reason
+        served = choose_index(BlobHandle(MemoryReader(data), 0, len(data), key="k"), key="k")
+        assert served.ok and served.container == "ffmpeg:mp3", served.reason
+        return
     _assert_exact(VARIANTS[name]())
 
 
@@ -396,17 +412,18 @@ def test_packed_dataset_keeps_the_preroll(tmp_path: Path) -> None:
 
 
 def test_latin1_id3v1_is_packed(tmp_path: Path) -> None:
-    """An ID3v1 title in Latin-1 (not UTF-8): PyAV refuses to open the file
-    unless told to ignore such tags; pack's probe does, and crops are exact
+    """An ID3v1 title in Latin-1 (not UTF-8): PyAV before 19 refuses to open
+    the file unless told to ignore such tags; pack's probe does, and crops are exact
     against the full decode (opened the same way)."""
     data = _tagged() + b"TAG" + b"Caf\xe9".ljust(30, b"\0") + bytes(95)
-    with pytest.raises(UnicodeDecodeError):
-        av.open(io.BytesIO(data)).close()
+    if int(av.__version__.split(".")[0]) < 19:  # PyAV 19 reads it with surrogateescape
+        with pytest.raises(UnicodeDecodeError):
+            av.open(io.BytesIO(data)).close()
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "cafe.mp3").write_bytes(data)
     assert pack(tmp_path / "src", tmp_path / "set", progress=False).skipped == []
     dataset = open_dataset(tmp_path / "set")
-    with av.open(io.BytesIO(data), metadata_errors="ignore") as container:
+    with open_input(io.BytesIO(data)) as container:
         full = np.concatenate([frame_to_float32(f) for f in container.decode(audio=0)], axis=1)
     for start, end in _spans(full.shape[1] / 44100, 10, 4):
         got = dataset.read_crop("cafe", start, end)

@@ -43,12 +43,14 @@ import struct
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 import pytest
 
 from streamer import open_dataset
+from streamer.formats.ffmpeg import TRIMS_MP4_END, full_decode_length
 from streamer.synth import signal
 from streamer.write.pack import pack
 from testkit.corpus_manifest import corpus_dir
@@ -324,6 +326,17 @@ FILES: dict[str, Callable[[], bytes]] = {
     ),
 }
 LOSSLESS = {"alac-no-edit-list.m4a"}
+#: Files FFmpeg 9 (PyAV 19) serves differently, with why: its check demotes
+#: the index (or the parser refuses the file), and the fallback serves them.
+NO_INDEX_UNDER_FFMPEG_9 = {
+    # FFmpeg 9 also cuts the tag's end padding, which the index does not model.
+    "smpb-no-edit-list.m4a": "failed its check",
+    "smpb-in-track.m4a": "failed its check",
+    "smpb-in-track-with-edit.m4a": "failed its check",
+    "smpb-out-of-range.m4a": "failed its check",
+    # PyAV 19's muxer writes this edit to end before the fragments.
+    "fragmented-edit-moov-samples.mp4": "fragmented mp4 with an edit that ends before",
+}
 #: Where FFmpeg's decode starts on the native timeline (the index's first_sample).
 FIRST_SAMPLE = {
     "no-edit-list.m4a": 0,
@@ -354,7 +367,7 @@ def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, make in FILES.items():
         try:
             (src / name).write_bytes(make())
-        except (av.FFmpegError, ValueError):  # no AMR encoder in this FFmpeg
+        except (av.FFmpegError, ValueError):  # no AMR encoder; PyAV 19: no Vorbis in mp4
             continue
     out = tmp_path_factory.mktemp("mp4-wild") / "dataset"
     pack(src, out, progress=False)
@@ -385,12 +398,16 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
     dataset = open_dataset(dataset_dir)
     key = _key(name)
     if key not in dataset:
-        pytest.skip("no AMR encoder (libopencore_amrnb) in this FFmpeg")
+        pytest.skip("this PyAV cannot make it (no AMR encoder; PyAV 19 writes no Vorbis in mp4)")
     full, rate = full_decode(bytes(dataset.blob(key).view()))
     index = dataset.seek_index(key)
-    assert index.ok, index.reason
-    assert index.first_sample == FIRST_SAMPLE.get(name, index.first_sample)
-    assert index.num_samples * rate == full.shape[1] * index.timescale
+    refused = NO_INDEX_UNDER_FFMPEG_9.get(name) if TRIMS_MP4_END else None
+    if refused:
+        assert not index.ok and refused in index.reason
+    else:
+        assert index.ok, index.reason
+        assert index.first_sample == FIRST_SAMPLE.get(name, index.first_sample)
+        assert full_decode_length(index) * rate == full.shape[1] * index.timescale
     for start, end in _crops(full.shape[1] / rate, name):
         got = dataset.read_crop(key, start, end)
         want = full[:, round(start * rate) : round(end * rate)]
@@ -401,7 +418,18 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
             error = float(np.abs(got - want).max()) if got.size else 0.0
             assert error <= TOLERANCE, f"{name} [{start:.3f}, {end:.3f}): {error:.2e}"
     stats = dataset.decode_stats
-    assert stats.fallback == 0 and stats.unplanned_reads == 0 and stats.bad_packets == 0
+    assert stats.fallback == (stats.crops if refused else 0)
+    assert stats.unplanned_reads == 0 and stats.bad_packets == 0
+
+
+def _vorbis_mux(**kwargs: Any) -> bytes:
+    """Vorbis in mp4 through PyAV's muxer, which PyAV 19's refuses to write."""
+    try:
+        return _mux("vorbis", form="mp4", **kwargs)
+    except av.FFmpegError:
+        if TRIMS_MP4_END:
+            pytest.skip("PyAV 19's mp4 muxer does not write Vorbis")
+        raise
 
 
 @pytest.mark.parametrize(
@@ -414,7 +442,7 @@ def test_crops_equal_the_full_decode(dataset_dir: Path, name: str) -> None:
         ),
         (
             # FFmpeg would start at the next packet's start (2048).
-            lambda: _edit_set_to(_mux("vorbis", form="mp4"), 2000, 1100),
+            lambda: _edit_set_to(_vorbis_mux(), 2000, 1100),
             "vorbis in mp4 with an edit inside a packet",
         ),
         (
@@ -449,7 +477,7 @@ def test_a_lying_fragment_is_refused_without_allocating() -> None:
 def _last_vorbis_packet_broken() -> bytes:
     """A Vorbis file whose last packet is 0xff bytes (moov after mdat, so
     the packet ends where mdat does)."""
-    data = bytearray(_mux("vorbis", form="mp4", options=NO_EDIT))
+    data = bytearray(_vorbis_mux(options=NO_EDIT))
     stsz = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsz"])[-1]
     count = struct.unpack_from(">I", data, stsz + 16)[0]
     size = struct.unpack_from(">I", data, stsz + 20 + 4 * (count - 1))[0]
@@ -477,7 +505,7 @@ class _ForwardOnly(io.RawIOBase):
         # FFmpeg's full decode fails there too.
         (lambda: io.BytesIO(_last_vorbis_packet_broken()), "whose last packets do not decode"),
         # Its last packet's output is read from the bytes, which a pipe has gone past.
-        (lambda: _ForwardOnly(_mux("vorbis", form="mp4")), "from a stream that cannot seek"),
+        (lambda: _ForwardOnly(_vorbis_mux()), "from a stream that cannot seek"),
     ],
 )
 def test_vorbis_without_its_last_packet_is_refused(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from helpers import S3_KINDS
 
 Opener = Callable[..., Any]
 
@@ -15,10 +16,14 @@ def _opener(kind: str, request: pytest.FixtureRequest) -> tuple[Opener, Any]:
     each reader comes from a new store (own pool, cache, stats and health),
     with the server's log and faults and the store's stats cleared."""
     make_store = request.getfixturevalue("make_store")
-    server = request.getfixturevalue(kind)
+    if kind in S3_KINDS:
+        server = request.getfixturevalue("s3_servers")(kind)
+        server.reset()
+    else:
+        server = request.getfixturevalue(kind)
 
     def open_reader(**options: Any) -> Any:
-        if kind == "s3":
+        if kind in S3_KINDS:
             bucket = request.getfixturevalue("s3_uploaded")
             reader = make_store("s3", server.url, **options).reader(f"{bucket}/random.bin")
         else:
@@ -31,10 +36,12 @@ def _opener(kind: str, request: pytest.FixtureRequest) -> tuple[Opener, Any]:
     return open_reader, server
 
 
-@pytest.fixture(params=["s3", "http"])
-def served(request: pytest.FixtureRequest) -> tuple[Opener, Any]:
-    """For behaviour that depends on the backend: S3 (moto) and HTTP."""
-    return _opener(request.param, request)
+@pytest.fixture(params=[*S3_KINDS, "http"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[Opener, Any]]:
+    """For behaviour that depends on the backend: S3 (each implementation) and HTTP."""
+    opener, server = _opener(request.param, request)
+    yield opener, server
+    server.reset()
 
 
 @pytest.fixture

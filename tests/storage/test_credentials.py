@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 import traceback
+import urllib.parse
 
 import pytest
-from helpers import SECRET, everything_said
+from helpers import S3_KINDS, SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
@@ -156,7 +157,8 @@ def test_botocore_debug_output_is_redacted(s3, s3_uploaded, caplog, monkeypatch)
     dataset = open_dataset(f"s3://{s3_uploaded}/packed", attempts=2, backoff=0.011)
     blob = dataset.blob(next(iter(dataset)))
     assert len(bytes(blob.read_range(0, 100))) == 100
-    assert s3.requests[-1].headers["X-Amz-Security-Token"] == TOKEN  # it was sent
+    sent = s3.requests[-1]
+    assert f"X-Amz-Security-Token={TOKEN}" in urllib.parse.unquote(sent.path)  # GETs are presigned
     reader = dataset.store.reader(f"{s3_uploaded}/random.bin")
     s3.faults.errors = 10
     errors = failures(reader)
@@ -164,6 +166,32 @@ def test_botocore_debug_output_is_redacted(s3, s3_uploaded, caplog, monkeypatch)
     assert any("X-Amz-Security-Token" in m and "***" in m for m in botocore)
     said = everything_said(caplog, dataset, dataset.store, reader, blob) + said_by(errors)
     assert SECRET not in said
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_presigned_urls_stay_secret(kind, s3_servers, s3_uploaded, make_store, caplog) -> None:  # type: ignore[no-untyped-def]
+    """GETs go by presigned URL, whose query holds the key id and a signature
+    good for an hour: neither reaches a log, repr or error, whether the
+    server answers, fails (503) or refuses (403)."""
+    caplog.set_level(logging.DEBUG)
+    server = s3_servers(kind)
+    server.reset()
+    store = make_store("s3", server.url, attempts=2, backoff=0.01)
+    reader = store.reader(f"{s3_uploaded}/random.bin")
+    assert len(bytes(reader.read_sync(600_000, 10))) == 10  # a block failures() does not read
+    (get,) = server.ranged()
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(get.path).query)
+    signature = query["X-Amz-Signature"][0]
+    assert query["X-Amz-Credential"][0].startswith("test-key-id/")
+    server.faults.errors = 10
+    errors = failures(reader)
+    server.go_down(3600, status=403)
+    with pytest.raises(StorageError) as refused:
+        store.reader(f"{s3_uploaded}/packed/audio/shard-000000.wsds").read_tail_sync(100)
+    server.reset()
+    said = everything_said(caplog, store, reader, errors=[*errors, refused.value])
+    assert "503" in said and "403" in said and "random.bin" in said
+    assert signature not in said and "test-key-id" not in said and SECRET not in said
 
 
 def run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

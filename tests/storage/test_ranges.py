@@ -8,6 +8,7 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
+from helpers import S3_KINDS
 
 from streamer.errors import StorageError
 from streamer.storage import LocalFileReader, RangeReader
@@ -15,14 +16,16 @@ from streamer.storage import LocalFileReader, RangeReader
 BLOCK = 64 * 1024
 
 
-@pytest.fixture(params=["local", "s3", "http", "memory"])
-def reader(request, storage_root: Path, s3, http, s3_uploaded, make_store) -> RangeReader:  # type: ignore[no-untyped-def]
-    """A reader of ``random.bin`` through each kind of store (small blocks)."""
+@pytest.fixture(params=["local", *S3_KINDS, "http", "memory"])
+def reader(request, storage_root: Path, http, s3_servers, s3_uploaded, make_store) -> RangeReader:  # type: ignore[no-untyped-def]
+    """A reader of ``random.bin`` through each kind of store (small blocks),
+    S3 through each implementation."""
     kind = request.param
     if kind == "local":
         return LocalFileReader(storage_root / "random.bin")
-    if kind == "s3":
-        return make_store("s3", s3.url, block_size=BLOCK).reader(f"{s3_uploaded}/random.bin")
+    if kind in S3_KINDS:
+        store = make_store("s3", s3_servers(kind).url, block_size=BLOCK)
+        return store.reader(f"{s3_uploaded}/random.bin")
     if kind == "http":
         return make_store("http", block_size=BLOCK).reader(f"{http.url}/random.bin")
     fsspec.filesystem("memory").pipe(

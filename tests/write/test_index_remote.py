@@ -14,6 +14,7 @@ from helpers import SECRET
 
 import streamer
 from streamer.cli import main
+from streamer.dataset.manifest import MANIFEST_NAME
 from streamer.index import INDEX_DIR
 from streamer.storage import open_url
 from streamer.write.index import build_index
@@ -71,8 +72,11 @@ def test_s3_index_equals_the_local_one(s3, s3_dataset, reference, capsys) -> Non
     assert "no index (1): chained ogg streams" in capsys.readouterr().out
     names = reference.shard_names
     bucket_path = s3_dataset.removeprefix("s3://")
-    assert puts(s3) == [f"/{bucket_path}/{INDEX_DIR}/{n}.wsds" for n in names]
+    stored = [f"/{bucket_path}/{INDEX_DIR}/{n}.wsds" for n in names]
+    assert puts(s3) == [*stored, f"/{bucket_path}/{MANIFEST_NAME}"]  # the manifest last
+    assert s3.requests[-1].method == "PUT" and s3.requests[-1].path.endswith(MANIFEST_NAME)
     dataset = streamer.open_dataset(s3_dataset, endpoint_url=s3.url)
+    assert dataset.manifest is not None
     listed = [e.name for e in dataset.store.list_sync(f"{bucket_path}/{INDEX_DIR}")]
     assert listed == [f"{n}.wsds" for n in names]  # no temporary objects
     assert_indexed_like(dataset, reference)
@@ -83,16 +87,17 @@ def test_s3_reruns_skip_split_and_force(s3, s3_dataset, reference, capsys) -> No
     assert len(names) >= 3
     bucket_path = s3_dataset.removeprefix("s3://")
     stored = [f"/{bucket_path}/{INDEX_DIR}/{n}.wsds" for n in names]
+    manifest = f"/{bucket_path}/{MANIFEST_NAME}"
     assert index_cli(s3_dataset, s3.url, "--shards", "0/2", "--workers", "1") == 0
-    assert puts(s3) == stored[0::2]
+    assert puts(s3) == [*stored[0::2], manifest]
     s3.reset()
     assert index_cli(s3_dataset, s3.url, "--workers", "1") == 0
     assert f"({len(names[0::2])} already indexed)" in capsys.readouterr().out
-    assert puts(s3) == stored[1::2]
+    assert puts(s3) == [*stored[1::2], manifest]
     s3.reset()
     assert index_cli(s3_dataset, s3.url, "--workers", "1") == 0
     assert f"indexed 0 shards ({len(names)} already indexed)" in capsys.readouterr().out
-    assert puts(s3) == []
+    assert puts(s3) == []  # nothing new: the manifest already says it all
     assert index_cli(s3_dataset, s3.url, "--force", "--workers", "1") == 0
     assert puts(s3) == stored
     dataset = streamer.open_dataset(s3_dataset, endpoint_url=s3.url)

@@ -10,6 +10,7 @@ import pytest
 import streamer
 from streamer import RandomCrops, Streamer
 from streamer.cli import main
+from streamer.dataset import Dataset
 from streamer.errors import PackError
 from streamer.write.pack import pack
 
@@ -62,6 +63,8 @@ def test_jsonl_lists_become_supervisions(audio_dir: Path, tmp_path: Path) -> Non
     out = tmp_path / "ds"
     args = ["pack", str(audio_dir), str(out), "--no-progress", "--columns", str(sidecar)]
     assert main([*args, "--columns-dir", "text"]) == 0
+    manifest = Dataset(out, manifest=True)  # written after the sidecar's column directory
+    assert manifest.manifest is not None and "text" in manifest.manifest.column_dirs
     crops = list(Streamer(out, RandomCrops(1.0), supervisions="text/transcript", workers=0))
     assert len(crops) == 7
     for crop in crops:

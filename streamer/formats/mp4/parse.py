@@ -74,8 +74,10 @@ _CODECS = {
     b"samr": "amr_nb",
     b"sawb": "amr_wb",
 }
-#: Codecs whose every packet decodes to one frame of a fixed length.
+#: Codecs whose every packet decodes to one frame of a fixed length, and the
+#: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
 _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
+_LONGEST_FRAME = 8192
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
@@ -706,15 +708,17 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         raise NoIndex("mp4 audio track without samples")
     first_sample, shown = 0, len(sizes)
     edit = _edit(track, movie.timescale, timescale)
+    stated_end = int(times[-1])  # where the sample table (and the edit list) ends the track
     if edit is not None:
         first_sample = edit.media_time
-        # FFmpeg drops the packets that start after the edit ends but does
-        # not cut into the last one it keeps.
+        # FFmpeg drops the packets that start after the edit ends; up to
+        # FFmpeg 8 it does not cut into the last one it keeps (``padding``).
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
         if moofs:
             _check_fragmented_edit(edit, edit_end, times[:in_moov])
         else:
             shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
+            stated_end = min(stated_end, edit_end)
     _check_composition_offsets(track)
     first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
     if first is not None and first[1] and first[1] != timescale:
@@ -733,13 +737,19 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
             raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
         first_sample = max(first_sample, silent + priming)
     end = int(times[shown])
+    padding = 0
     if entry.codec == "vorbis":
         _check_vorbis_edit(edit, times)
         end = int(times[shown - 1]) + _last_output(entry, reader, offsets, sizes, shown - 1)
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
-        # duration stts gives it.
-        end = int(times[shown - 1] + (times[1] - times[0]))
+        # duration stts gives it. FFmpeg 9 then ends the track where the
+        # sample table or the edit list says: ``padding`` samples earlier
+        # (``formats.ffmpeg.full_decode_length``); not in a fragmented file.
+        frame = int(times[1] - times[0])
+        end = int(times[shown - 1]) + frame
+        if not moofs and frame <= _LONGEST_FRAME:  # a longer one is a lie: num_samples says so
+            padding = end - max(min(end, stated_end), int(times[shown - 1]), first_sample)
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
     return SeekIndex(
@@ -753,6 +763,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         first_sample=first_sample,
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
+        padding=padding,
         header=_header(header, moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),

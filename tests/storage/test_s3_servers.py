@@ -1,0 +1,283 @@
+"""How S3 implementations differ, and that each difference is read right:
+ranged answers with status 200 and a whole-object checksum (rclone), 416 to
+a suffix range longer than the object, bodies without Content-Length, and
+endpoints that ignore Range (a clear one-line error, in the CLI too)."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import urllib.parse
+
+import numpy as np
+import pytest
+from helpers import S3_KINDS, SECRET
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.errors import StorageError
+from streamer.storage.loop import run_sync
+from streamer.storage.s3 import S3Store
+from testkit.servers import LoopbackServer, proxy_handler
+
+FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
+
+
+@pytest.fixture(params=S3_KINDS)
+def s3_reader(request, s3_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """(a new store's reader of random.bin, the proxy in front of that server)."""
+    server = s3_servers(request.param)
+    server.reset()
+    yield (lambda name="random.bin", **o: make_store("s3", server.url, **o).reader(name)), server
+    server.reset()
+
+
+def test_rclone_answers_ranges_with_200_and_a_whole_object_checksum(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, data
+) -> None:
+    """What botocore rejects by default (``FlexibleChecksumError``) is read right."""
+    server = s3_servers("rclone")
+    server.reset()
+    reader = make_store("s3", server.url).reader(f"{s3_uploaded}/random.bin", size=len(data))
+    assert bytes(reader.read_sync(300_000, 1000)) == data[300_000:301_000]
+    (get,) = server.ranged()
+    assert get.range.startswith("bytes=262144-")
+    assert reader.store.stats.retries == 0
+
+
+def test_a_suffix_past_a_small_object_reads_it_whole(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """``bytes=-N`` with N > size: 206 with the whole object from most servers;
+    416 from rclone, after which one plain GET reads the (small) object."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin")
+    start, tail = reader.read_tail_sync(2 * len(data))
+    assert (start, bytes(tail), reader.size_sync()) == (0, data, len(data))
+    gets = [r.range for r in server.requests if r.method == "GET"]
+    assert gets[0] == f"bytes=-{2 * len(data)}"
+    assert gets[1:] in ([], [None])  # the retry without Range, when the server refused
+    assert reader.store.stats.retries == 0 and reader.store.stats.requests == 1
+
+
+def test_bodies_without_content_length_are_read_right(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = s3_reader
+    server.faults.chunked = True
+    reader = open_reader(f"{s3_uploaded}/random.bin", block_size=64 * 1024)
+    assert bytes(reader.read_sync(100_000, 150_000)) == data[100_000:250_000]
+    start, tail = reader.read_tail_sync(5000)
+    assert (start, bytes(tail)) == (len(data) - 5000, data[-5000:])
+    assert all("Content-Length" not in r.headers for r in server.ranged())  # GETs have no body
+    assert reader.store.stats.retries == 0
+
+
+def test_an_endpoint_that_ignores_range_fails_in_one_clear_line(s3_reader, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", **FAST)
+    reader.size_sync()
+    reader.store.stats.reset()
+    server.faults.ignore_range = True
+    with pytest.raises(StorageError) as caught:
+        reader.read_sync(0, 10)
+    message = str(caught.value)
+    assert "s3://data/random.bin" in message and "cannot serve byte ranges" in message
+    assert "\n" not in message and SECRET not in message
+    assert reader.store.stats.requests == 1  # not retried: it would not change
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_cli_over_each_server_and_its_one_line_failure(  # type: ignore[no-untyped-def]
+    kind, s3_servers, s3_uploaded, storage_root, tmp_path, monkeypatch, capsys
+) -> None:
+    """A crop through the CLI from each server; then a server that ignores
+    Range: exit 1 and one line on stderr, no traceback."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    server = s3_servers(kind)
+    server.reset()
+    url, endpoint = f"s3://{s3_uploaded}/packed", ["--endpoint-url", server.url]
+    key = next(iter(open_dataset(storage_root / "packed")))
+    out = tmp_path / "crop.npy"
+    assert main(["crop", url, key, "0.5", "1.5", "-o", str(out), *endpoint]) == 0
+    crop = np.load(out)
+    assert crop.shape[-1] > 0 and np.abs(crop).max() > 0
+    capsys.readouterr()
+    server.faults.ignore_range = True
+    try:
+        code = main(["inspect", url, *endpoint])
+    finally:
+        server.reset()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "cannot serve byte ranges" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and SECRET not in err
+
+
+def test_a_presigned_url_refused_as_expired_is_signed_anew(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """Credentials from the AWS chain refresh; a URL signed with old ones is
+    answered 403 ExpiredToken: dropped, signed again, retried (counted)."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    assert bytes(reader.read_sync(0, 10)) == data[:10]
+    server.faults.errors, server.faults.error_status = 1, 403
+    server.faults.error_body = (
+        b"<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message>"
+        b"</Error>"
+    )
+    assert bytes(reader.read_sync(400_000, 10)) == data[400_000:400_010]
+    assert reader.store.stats.retries == 1
+    server.faults.errors = 1
+    server.faults.error_body = b"<Error><Code>AccessDenied</Code><Message>No.</Message></Error>"
+    with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403 .*AccessDenied: No\."):
+        reader.read_sync(650_000, 10)
+    assert reader.store.stats.retries == 1  # a refusal is not retried
+
+
+def test_s3_error_codes_that_mean_try_again_are_retried(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
+    """S3 answers some transient failures with a 4xx status: 400 RequestTimeout."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    reader.size_sync()
+    server.faults.errors, server.faults.error_status = 2, 400
+    server.faults.error_body = b"<Error><Code>RequestTimeout</Code><Message>Idle.</Message></Error>"
+    assert bytes(reader.read_sync(5000, 10)) == data[5000:5010]
+    assert reader.store.stats.retries == 2
+
+
+def test_credentials_from_a_profile_sign_the_urls(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, data, tmp_path, monkeypatch
+) -> None:
+    """``profile=`` takes the keys from the AWS config files; SeaweedFS checks
+    the signature, so the read works only if they signed the presigned URL."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[streamer-test]\naws_access_key_id = test-key-id\naws_secret_access_key = {SECRET}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    server = s3_servers("seaweedfs")
+    server.reset()
+    store = S3Store(
+        "s3", {"endpoint_url": server.url, "profile": "streamer-test", "region_name": "us-east-1"}
+    )
+    try:
+        assert bytes(store.reader(f"{s3_uploaded}/random.bin").read_sync(7, 5)) == data[7:12]
+        assert "X-Amz-Credential=test-key-id" in urllib.parse.unquote(server.ranged()[0].path)
+    finally:
+        run_sync(store._close_on_loop())
+
+
+def test_anonymous_urls_carry_no_signature(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, moto_endpoint, data
+) -> None:
+    """``anon=True``: plain URLs. A public object reads (moto, with a
+    public-read ACL); a private one is refused in one clear line."""
+    import boto3
+
+    admin = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        aws_access_key_id="test-key-id",
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    admin.create_bucket(Bucket="public")  # of its own: the shared bucket's listings stay
+    admin.put_object(Bucket="public", Key="random.bin", Body=data, ACL="public-read")
+    for kind, bucket in (("moto", "public"), ("moto", s3_uploaded), ("seaweedfs", s3_uploaded)):
+        server = s3_servers(kind)
+        server.reset()
+        store = S3Store("s3", {"endpoint_url": server.url, "anon": True, "attempts": 1})
+        reader = store.reader(f"{bucket}/random.bin", size=len(data))
+        try:
+            if bucket == "public":
+                assert bytes(reader.read_sync(7, 5)) == data[7:12]
+            else:
+                with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403"):
+                    reader.read_sync(7, 5)
+        finally:
+            run_sync(store._close_on_loop())
+        (get,) = server.ranged()
+        assert "?" not in get.path and "Authorization" not in get.headers
+
+
+def test_urls_are_signed_anew_when_their_reuse_time_is_over(  # type: ignore[no-untyped-def]
+    s3_servers, s3_uploaded, make_store, storage_root, monkeypatch
+) -> None:
+    """With no reuse time every GET is presigned anew (and the table of URLs
+    pruned past ``MAX_URLS``); SeaweedFS checks every signature."""
+    import streamer.storage.s3 as s3_module
+
+    monkeypatch.setattr(s3_module, "URL_REUSE", 0.0)
+    monkeypatch.setattr(s3_module, "MAX_URLS", 2)
+    server = s3_servers("seaweedfs")
+    server.reset()
+    store = make_store("s3", server.url, block_size=64 * 1024)
+    names = [p.relative_to(storage_root).as_posix() for p in storage_root.rglob("*.wsds")][:4]
+    for name in names * 2:
+        reader = store.reader(f"{s3_uploaded}/{name}")
+        size = reader.size_sync()
+        expected = (storage_root / name).read_bytes()[: min(size, 100)]
+        assert bytes(reader.fetch_many_sync([(0, len(expected))])[0]) == expected
+    signatures = {r.path.rpartition("X-Amz-Signature=")[2] for r in server.ranged()}
+    assert len(names) == 4 and len(signatures) >= 4
+
+
+def test_https_endpoints_check_certificates_as_botocore_does(  # type: ignore[no-untyped-def]
+    moto_endpoint, s3_uploaded, make_store, data, tmp_path, monkeypatch
+) -> None:
+    """An HTTPS endpoint with a self-signed certificate: refused by default
+    (one clear error), read with ``verify=<its certificate>``, with
+    ``AWS_CA_BUNDLE`` set, or with ``verify=False``."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = LoopbackServer(proxy_handler(moto_endpoint), ssl_context=context).start()
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    try:
+        path = f"{s3_uploaded}/random.bin"
+        refused = make_store("s3", server.url, attempts=1).reader(path, size=len(data))
+        with pytest.raises(StorageError, match=r"GET s3://data/random.bin .*(?i:certificate)"):
+            refused.read_sync(0, 10)
+        for options in ({"verify": str(cert)}, {"verify": False}):
+            reader = make_store("s3", server.url, **options).reader(path, size=len(data))
+            assert bytes(reader.read_sync(100, 10)) == data[100:110]
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
+        reader = make_store("s3", server.url).reader(path, size=len(data))
+        assert bytes(reader.read_sync(200, 10)) == data[200:210]
+        assert len(server.ranged()) == 3  # the refused one never got a request through
+    finally:
+        server.stop()
+
+
+def test_a_url_signed_for_the_wrong_region_learns_the_region_and_retries(  # type: ignore[no-untyped-def]
+    s3_reader, s3_uploaded, data
+) -> None:
+    """Without ``region_name`` a URL may be signed for another region than
+    the bucket's: S3 answers 400 AuthorizationHeaderMalformed (or 301). One
+    HEAD of the bucket through botocore (whose redirector remembers the
+    region), a new URL, a retry."""
+    open_reader, server = s3_reader
+    reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
+    reader.size_sync()
+    server.reset()
+    server.faults.errors, server.faults.error_status = 1, 400
+    server.faults.error_body = (
+        b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region 'us-east-1' "
+        b"is wrong; expecting 'eu-west-1'</Message><Region>eu-west-1</Region></Error>"
+    )
+    assert bytes(reader.read_sync(9000, 10)) == data[9000:9010]
+    assert reader.store.stats.retries == 1
+    assert [(r.method, r.path.partition("?")[0]) for r in server.requests][:2] == [
+        ("GET", "/data/random.bin"),
+        ("HEAD", "/data"),
+    ]
