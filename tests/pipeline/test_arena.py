@@ -145,8 +145,9 @@ def test_a_worker_killed_mid_crop_leaves_no_region_and_no_file(packed: Path) -> 
     for a, b in zip(threads, crops, strict=True):
         np.testing.assert_array_equal(a.audio, b, err_msg=a.key)
     assert arena_files() == [] and arena_maps() == 0
-    if os.path.isdir("/dev/shm"):
-        assert set(os.listdir("/dev/shm")) == shm_before
+    if os.path.isdir("/dev/shm"):  # shared by every process of the machine: ours by name
+        new = set(os.listdir("/dev/shm")) - shm_before
+        assert not [name for name in new if "streamer" in name or "crops" in name], new
 
 
 def test_crop_bytes_is_the_crop_size(packed: Path) -> None:
