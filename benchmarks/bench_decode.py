@@ -17,51 +17,17 @@ Every method reads the same crops (local shards, page cache warm).
 from __future__ import annotations
 
 import argparse
-import io
 import tempfile
 import time
 from collections.abc import Callable
 
-import av
 import numpy as np
 
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.dataset.dataset import Dataset
-from streamer.formats.frames import frame_to_float32
 from streamer.pipeline.bench import naive_crop
-
-_DECODERS = {"mp3": "mp3float"}
-
-
-class PureDecode:
-    """The crop's own packets, demuxed up front, through a fresh decoder."""
-
-    def __init__(self, data: bytes) -> None:
-        with av.open(io.BytesIO(data)) as container:
-            stream = container.streams.audio[0]
-            context = stream.codec_context
-            self.name = _DECODERS.get(context.name, context.name)
-            self.extradata = context.extradata
-            self.rate = context.sample_rate
-            scale = stream.time_base * self.rate
-            packets = [(p.pts, p.duration, bytes(p)) for p in container.demux(stream) if p.size]
-        self.starts = np.array([int(pts * scale) for pts, _, _ in packets])
-        self.ends = np.array([int((pts + duration) * scale) for pts, duration, _ in packets])
-        self.packets = [raw for _, _, raw in packets]
-
-    def __call__(self, start: float, end: float) -> np.ndarray:
-        first = int(np.searchsorted(self.ends, start * self.rate, side="right"))
-        last = int(np.searchsorted(self.starts, end * self.rate, side="left"))
-        context = av.CodecContext.create(self.name, "r")
-        if self.extradata:
-            context.extradata = self.extradata
-        frames = [
-            frame_to_float32(frame)
-            for raw in self.packets[first:last]
-            for frame in context.decode(av.Packet(raw))
-        ]
-        return np.concatenate(frames, axis=1) if frames else np.zeros((1, 0), np.float32)
+from streamer.pipeline.limit import PureDecode
 
 
 def pure_pcm(dataset: Dataset, key: str) -> Callable[[float, float], np.ndarray]:

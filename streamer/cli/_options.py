@@ -7,6 +7,8 @@ import argparse
 import math
 import os
 
+from ..decode.resample import DEFAULT_QUALITY, QUALITIES
+
 
 class UsageError(Exception):
     """The command line asks for something it cannot mean (exit code 2):
@@ -110,6 +112,8 @@ def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
     parser.add_argument("--sample-rate", type=positive_int, help="resample crops to this rate")
+    add_quality_argument(parser)
+    parser.add_argument("--mono", action="store_true", help="crops as the mean of the channels")
     parser.add_argument(
         "--cache-dir", help="disk tier of the block cache (remote datasets; `streamer warmup`)"
     )
@@ -119,7 +123,22 @@ def crop_config(args: argparse.Namespace) -> object:
     from ..pipeline.bench import BenchConfig
 
     return BenchConfig(
-        duration=args.duration, crops=args.crops, seed=args.seed, sample_rate=args.sample_rate
+        duration=args.duration,
+        crops=args.crops,
+        seed=args.seed,
+        sample_rate=args.sample_rate,
+        mono=args.mono,
+        resample_quality=args.resample_quality,
+    )
+
+
+def add_quality_argument(parser: argparse.ArgumentParser) -> None:
+    """``--resample-quality``: libsoxr's preset for ``--sample-rate``."""
+    parser.add_argument(
+        "--resample-quality",
+        choices=QUALITIES,
+        default=DEFAULT_QUALITY,
+        help=f"resampler preset (libsoxr; default {DEFAULT_QUALITY})",
     )
 
 

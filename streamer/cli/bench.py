@@ -42,6 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="also time whole-blob PyAV decoding of the same crops",
     )
     parser.add_argument(
+        "--no-limit",
+        dest="limit",
+        action="store_false",
+        help="do not measure the pure decode of the same crops (the limit)",
+    )
+    parser.add_argument(
         "--rounds",
         type=positive_int,
         default=1,
@@ -55,7 +61,12 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options(args)
     datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
     result = bench(
-        datasets, args.workers, crop_config(args), baseline=args.baseline, rounds=args.rounds
+        datasets,
+        args.workers,
+        crop_config(args),
+        baseline=args.baseline,
+        rounds=args.rounds,
+        limit=args.limit,
     )
     if args.json:
         print(json.dumps(result))
@@ -65,9 +76,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_table(result: dict) -> None:
-    """One row per run: throughput, its ratio to the first URL, cost per crop."""
+    """One row per run: throughput, its ratio to the first URL, cost per crop
+    (CPU of parent and workers, the parent's share, the pure decode's, and
+    the ratio of the first to the last)."""
     header = (
         f"{'dataset':<40} {'workers':>7} {'crops/s':>8} {'relative':>8} {'cpu ms':>7} "
+        f"{'parent':>7} {'limit':>6} {'/limit':>6} "
         f"{'req':>5} {'kB':>7} {'p50 ms':>7} {'p99 ms':>7} {'hits':>5} "
         f"{'baseline':>9} {'speedup':>7}"
     )
@@ -77,6 +91,8 @@ def print_table(result: dict) -> None:
         print(
             f"{run['url'][-40:]:<40} {run['workers']:>7} {run['crops_per_s']:>8.1f} "
             f"{run['relative']:>8.2f} {run['cpu_ms_per_crop']:>7.1f} "
+            f"{run['parent_cpu_ms_per_crop']:>7.2f} {_figure(run, 'limit_ms_per_crop'):>6} "
+            f"{_figure(run, 'cpu_over_limit', '.2f'):>6} "
             f"{run['requests_per_crop']:>5.2f} {run['bytes_per_crop'] / 1e3:>7.0f} "
             f"{run['p50_ms'] or 0:>7.1f} {run['p99_ms'] or 0:>7.1f} "
             f"{'-' if hits is None else f'{hits:.0%}':>5} "
@@ -85,13 +101,15 @@ def print_table(result: dict) -> None:
     if result.get("rounds", 1) > 1:
         print(f"median of {result['rounds']} interleaved rounds")
     for run in result["runs"]:
-        counts = {name: run.get(name) for name in ("paths", "skipped", "baseline_failed")}
+        names = ("paths", "skipped", "baseline_failed", "limit_failed")
+        counts = {name: run.get(name) for name in names}
         said = "; ".join(f"{name.replace('_', ' ')} {c}" for name, c in counts.items() if c)
         if said:
             print(f"{run['url'][-40:]} workers={run['workers']}: {said}")
 
 
-def _figure(run: dict, name: str) -> str:
-    """A baseline figure, or "-" when the run has none (no ``--baseline``)."""
+def _figure(run: dict, name: str, form: str = ".1f") -> str:
+    """A baseline or limit figure, or "-" when the run has none (no
+    ``--baseline``, ``--no-limit``)."""
     value = run.get(name)
-    return "-" if value is None or value != value else f"{value:.1f}"
+    return "-" if value is None or value != value else f"{value:{form}}"

@@ -10,6 +10,7 @@ import numpy as np
 from ..dataset import open_dataset
 from ._options import (
     UsageError,
+    add_quality_argument,
     add_url_arguments,
     positive_int,
     seconds,
@@ -25,6 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
     parser.add_argument("--sample-rate", type=positive_int, help="resample to this rate (Hz)")
+    add_quality_argument(parser)
     parser.add_argument("--mono", action="store_true", help="mean of the channels")
     parser.add_argument("--pad", action="store_true", help="zero-pad a crop past the end")
     parser.add_argument(
@@ -41,7 +43,15 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options(args)
     writable_file(args.output)  # before decoding
     dataset = open_dataset(args.url, **options)
-    crop = dataset.crop(args.key, args.start, args.end, args.sample_rate, args.mono, pad=args.pad)
+    crop = dataset.crop(
+        args.key,
+        args.start,
+        args.end,
+        args.sample_rate,
+        args.mono,
+        pad=args.pad,
+        resample_quality=args.resample_quality,
+    )
     audio, rate = crop.audio, crop.sample_rate
     if args.output.endswith(".npy"):
         np.save(args.output, audio)

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..decode.crop import Crop, CropRequest, read_crop
+from ..decode.resample import DEFAULT_QUALITY
 from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
 from ..formats.job import DecodeStats, Episode
 from ..index.checks import check_against_blob
@@ -519,15 +520,25 @@ class Dataset:
         mono: bool = False,
         *,
         pad: bool = False,
+        resample_quality: str = DEFAULT_QUALITY,
     ) -> Crop:
         """Seconds ``[start, end)`` of an episode as a ``Crop``: float32 ``audio``
         of shape ``(channels, samples)`` and the ``sample_rate`` it is at.
 
         Sample-exact against the full decode (see docs/decoding.md); resampled
-        to ``sample_rate`` and downmixed to the channel mean with ``mono``. A
-        crop past the end is clipped, or zero-padded with ``pad``.
+        to ``sample_rate`` (libsoxr at ``resample_quality``, one of
+        ``decode.resample.QUALITIES``) and downmixed to the channel mean with
+        ``mono``. A crop past the end is clipped, or zero-padded with ``pad``.
         """
-        request = CropRequest(key, start, end, sample_rate=sample_rate, mono=mono, pad=pad)
+        request = CropRequest(
+            key,
+            start,
+            end,
+            sample_rate=sample_rate,
+            mono=mono,
+            pad=pad,
+            resample_quality=resample_quality,
+        )
         return read_crop(self.episode(key), request, self.decode_stats)
 
     def read_crop(
@@ -539,9 +550,13 @@ class Dataset:
         mono: bool = False,
         *,
         pad: bool = False,
+        resample_quality: str = DEFAULT_QUALITY,
     ) -> np.ndarray:
         """The audio of ``crop(...)``: float32 ``(channels, samples)``."""
-        return self.crop(key, start, end, sample_rate, mono, pad=pad).audio
+        crop = self.crop(
+            key, start, end, sample_rate, mono, pad=pad, resample_quality=resample_quality
+        )
+        return crop.audio
 
     async def aread_crop(
         self,
@@ -552,9 +567,19 @@ class Dataset:
         mono: bool = False,
         *,
         pad: bool = False,
+        resample_quality: str = DEFAULT_QUALITY,
     ) -> np.ndarray:
         """``read_crop`` in a worker thread, for event loops."""
-        call = functools.partial(self.read_crop, key, start, end, sample_rate, mono, pad=pad)
+        call = functools.partial(
+            self.read_crop,
+            key,
+            start,
+            end,
+            sample_rate,
+            mono,
+            pad=pad,
+            resample_quality=resample_quality,
+        )
         return await anyio.to_thread.run_sync(call)
 
     def info_table(self) -> pa.Table:

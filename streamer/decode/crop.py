@@ -35,7 +35,7 @@ from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
 from .plan import plan_crop
-from .resample import crop_span, downmix, resample
+from .resample import DEFAULT_QUALITY, check_quality, crop_span, downmix, resample
 
 __all__ = [
     "PATH_FROM_THE_START",
@@ -91,7 +91,8 @@ class Crop:
 
 @dataclass(frozen=True)
 class CropRequest:
-    """What the caller asked for. ``preroll`` (seconds) overrides the format's."""
+    """What the caller asked for. ``preroll`` (seconds) overrides the format's;
+    ``resample_quality`` is a libsoxr preset (``resample.QUALITIES``)."""
 
     key: str
     start: float
@@ -100,10 +101,12 @@ class CropRequest:
     mono: bool = False
     pad: bool = False
     preroll: float | None = None
+    resample_quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
         if not 0 <= self.start < self.end:
             raise ValueError(f"crop range [{self.start}, {self.end}) needs 0 <= start < end")
+        check_quality(self.resample_quality)
 
 
 @dataclass(frozen=True)
@@ -311,7 +314,8 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int) -> Crop:
         out_rate = target
         expected = round((request.end - request.start) * target)
         with record("resample"):
-            audio = resample(audio, rate, target)[:, skip : skip + expected]
+            audio = resample(audio, rate, target, quality=request.resample_quality)
+            audio = audio[:, skip : skip + expected]
     else:
         expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:

@@ -6,12 +6,18 @@ Every configuration (dataset URL x worker count) streams the same crops —
 same run, is what the project replaces: copy the episode's whole blob out of
 the shard (one uncached read of the cell), open it with PyAV, seek, decode,
 slice; one process.
+
+The floor, also on the same crops in the same run, is the pure decode of
+each crop's packets (``limit.py``): every run reports its CPU per crop
+(parent and decode workers, their start-up left out) over that limit.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -20,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..dataset.dataset import Dataset
-from ..decode.resample import downmix, resample
+from ..decode.resample import DEFAULT_QUALITY, downmix, resample
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from .episodes import Episodes
+from .limit import limit_seconds
 from .samplers import RandomCrops
 from .streamer import Streamer
 
@@ -36,6 +43,8 @@ class BenchConfig:
     crops: int = 200
     seed: int = 0
     sample_rate: int | None = None
+    mono: bool = False
+    resample_quality: str = DEFAULT_QUALITY
 
 
 def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Streamer:
@@ -49,6 +58,8 @@ def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Str
         sampler,
         seed=config.seed,
         sample_rate=config.sample_rate,
+        mono=config.mono,
+        resample_quality=config.resample_quality,
         max_crops=config.crops,
         rank=0,
         world_size=1,
@@ -65,8 +76,12 @@ def bench(
     *,
     baseline: bool = False,
     rounds: int = 1,
+    limit: bool = True,
 ) -> dict[str, Any]:
-    """One run per (dataset, worker count), plus the baseline per dataset.
+    """One run per (dataset, worker count), plus the baseline per dataset
+    and, with ``limit``, the pure decode of the same crops (``limit.py``),
+    measured in each round just before that dataset's runs:
+    ``limit_ms_per_crop`` and ``cpu_over_limit`` in every run.
 
     Returns the first run's figures at the top level and every run in
     ``runs``; ``relative`` is crops/s over the first dataset's at the same
@@ -84,8 +99,14 @@ def bench(
     tries: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for number, dataset in enumerate(datasets):
+            # Measured next to the runs it is the floor of: on a shared
+            # machine the CPU a decode costs moves with the load.
+            floor = _limit(dataset, config) if limit else {}
             for count in workers:
-                tries.setdefault((number, count), []).append(_measure(dataset, count, config))
+                run = {**_measure(dataset, count, config), **floor}
+                if floor.get("limit_ms_per_crop"):
+                    run["cpu_over_limit"] = run["cpu_ms_per_crop"] / floor["limit_ms_per_crop"]
+                tries.setdefault((number, count), []).append(run)
     runs = []
     for (number, count), measured in tries.items():
         run = {**_median_run(measured), "rounds_crops_per_s": [r["crops_per_s"] for r in measured]}
@@ -103,12 +124,22 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(runs, key=lambda run: run["crops_per_s"])[len(runs) // 2]
 
 
-def _cpu_seconds() -> float:
-    me, children = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+def _cpu_seconds(who: int) -> float:
+    """CPU seconds of this process (``RUSAGE_SELF``, every thread) or of its
+    reaped children (``RUSAGE_CHILDREN``)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds a running process has used so far (Linux ``/proc``; 0
+    elsewhere, where a worker's start-up then counts in the run's CPU)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cold(dataset: Dataset) -> dict[str, int]:
@@ -120,13 +151,18 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
     streamer = bench_streamer(dataset, config, workers=workers)
     crops = len(streamer)
     before = _cold(dataset)
-    cpu = _cpu_seconds()
-    with streamer:  # workers start (and import) before the clock does
+    children = _cpu_seconds(resource.RUSAGE_CHILDREN)
+    with streamer:  # workers start (and import) before the clocks do
+        startup = sum(_process_cpu(pid) for pid in streamer.worker_pids)
+        parent = _cpu_seconds(resource.RUSAGE_SELF)
         began = time.perf_counter()
         for _ in streamer:
             pass
         seconds = time.perf_counter() - began
-    cpu = _cpu_seconds() - cpu  # the workers are reaped by now: their CPU counts
+        parent = _cpu_seconds(resource.RUSAGE_SELF) - parent
+    # The workers are reaped by now: their CPU counts, but for their start-up.
+    workers_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - children - startup
+    cpu = parent + workers_cpu
     after = dataset.store.stats.snapshot()
     stats = streamer.stats
     blocks = (after["hits"] + after["disk_hits"] + after["misses"]) - (
@@ -140,6 +176,8 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
         "seconds": seconds,
         "crops_per_s": stats.yielded / seconds if seconds else 0.0,
         "cpu_ms_per_crop": cpu * 1000 / per,
+        "parent_cpu_ms_per_crop": parent * 1000 / per,
+        "worker_cpu_ms_per_crop": workers_cpu * 1000 / per,
         "yielded": stats.yielded,
         "skipped": stats.skipped,
         "paths": dict(stats.decode.paths),
@@ -172,6 +210,33 @@ def _baseline(dataset: Dataset, config: BenchConfig) -> dict[str, Any]:
     }
 
 
+def _limit(dataset: Dataset, config: BenchConfig) -> dict[str, Any]:
+    """The pure decode of the same crops' packets (``limit.py``), CPU ms per
+    crop; a crop it cannot decode is counted by reason in ``limit_failed``
+    and left out of the mean."""
+    streamer = bench_streamer(dataset, config, workers=0)
+    requests = sorted(
+        (streamer.request(position)[1] for position in range(len(streamer))),
+        key=lambda request: (request.key, request.start),
+    )
+    seconds, counted = 0.0, 0
+    failed: dict[str, int] = {}
+    for key, group in itertools.groupby(requests, key=lambda request: request.key):
+        crops = [(request.start, request.end) for request in group]
+        blob = dataset.blob(key)
+        (data,) = blob.reader.fetch_many_sync([(blob.offset, blob.length)])
+        try:
+            seconds += limit_seconds([(bytes(data), crops)])
+            counted += len(crops)
+        except Exception as exc:  # the yardstick failing is reported, not raised
+            reason = f"{type(exc).__name__}: {exc}"
+            failed[reason] = failed.get(reason, 0) + len(crops)
+    return {
+        "limit_ms_per_crop": seconds * 1000 / counted if counted else None,
+        "limit_failed": failed,
+    }
+
+
 def _naive_crops(dataset: Dataset, streamer: Streamer) -> tuple[int, dict[str, int]]:
     """(bytes read, failed crops by reason) over the streamer's crops."""
     nbytes = 0
@@ -187,7 +252,7 @@ def _naive_crops(dataset: Dataset, streamer: Streamer) -> tuple[int, dict[str, i
             if request.mono:
                 audio = downmix(audio)
             if request.sample_rate and request.sample_rate != rate:
-                resample(audio, rate, request.sample_rate)
+                resample(audio, rate, request.sample_rate, quality=request.resample_quality)
         except Exception as exc:  # anything on bytes in memory is the naive path failing
             reason = f"{type(exc).__name__}: {exc}"
             failed[reason] = failed.get(reason, 0) + 1

@@ -39,6 +39,7 @@ import sniffio
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
+from ..decode.resample import DEFAULT_QUALITY, check_quality
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
@@ -71,8 +72,9 @@ class Streamer:
     ``Dataset`` or a ``Mix`` takes no ``storage_options`` (``ValueError``).
     Crops are ``Crop`` objects (``audio`` float32 ``(channels,
     samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
-    ``sample_rate`` (default: each episode's own), downmixed with ``mono``,
-    zero-padded to full length with ``pad``.
+    ``sample_rate`` (default: each episode's own; libsoxr at
+    ``resample_quality``), downmixed with ``mono``, zero-padded to full
+    length with ``pad``.
 
     Crops carry labels: ``columns`` names fields of the dataset's other
     column directories (``"speaker"``, or ``"labels/speaker"``), joined to
@@ -121,6 +123,7 @@ class Streamer:
         sample_rate: int | None = None,
         mono: bool = False,
         pad: bool = False,
+        resample_quality: str = DEFAULT_QUALITY,
         workers: int | None = None,
         prefetch: int | None = None,
         queue_size: int = 16,
@@ -160,6 +163,7 @@ class Streamer:
         self._carried: dict[int, tuple[dict[str, Any], Any]] = {}
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
+        self.resample_quality = check_quality(resample_quality)
         self.workers = default_workers() if workers is None else workers
         self._stores = _remote_stores(self.sources)
         self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
@@ -256,12 +260,14 @@ class Streamer:
             sample_rate=self.sample_rate,
             mono=self.mono,
             pad=self.pad,
+            resample_quality=self.resample_quality,
         )
         return self.sources[source][0], request
 
     def _plan_at(self, position: int) -> CropJob | Failure:
         """Plan the crop at ``position`` and read what it carries (in a planner
-        thread: a remote column is a request). A crop whose labels cannot be
+        thread when a source is remote: a remote column is a request; on the
+        store loop when all are local, ``Run``'s ``plan_in_loop``). A crop whose labels cannot be
         read fails like one whose audio cannot."""
         dataset, request = self.request(position)
         job = plan(dataset, request)
@@ -465,6 +471,7 @@ class Streamer:
                 prefetch=self.prefetch,
                 queue_size=self.queue_size,
                 stats=self._stats,
+                plan_in_loop=not self._stores,
             )
             resources.run.start()
         while True:

@@ -3,7 +3,9 @@
 A ``Task`` carries a planned crop (``CropJob``, whose episode holds the
 blob's address) and, for remote shards, the bytes the plan needs up front
 (``Fetched``). For a local shard no audio bytes travel: the worker maps the
-shard file itself and reads the planned ranges out of its own mapping.
+shard file itself and reads the planned ranges out of its own mapping. The
+decoded crop comes back through the pool's shared memory (``arena.py``) when
+the task carries a region of it, else through the pipe.
 ``run`` is the same function in a worker process and in-process
 (``workers=0``).
 """
@@ -15,13 +17,18 @@ import logging
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from mmap import mmap
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
 from ..errors import StorageError, StreamerError, WorkerError
 from ..formats.job import DecodeStats, Fetched, Pieces
+
+if TYPE_CHECKING:
+    from .arena import Arena, Lease
 
 __all__ = ["Failure", "Task", "attempt", "failure_of", "first_error", "run"]
 
@@ -31,10 +38,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Task:
     """One crop to decode. ``fetched`` is None when the worker reads the bytes
-    itself (a mapped local shard, or the fallback's whole-blob decode)."""
+    itself (a mapped local shard, or the fallback's whole-blob decode).
+    ``region`` (offset, capacity) is where in the pool's shared memory the
+    worker writes the crop, if it fits."""
 
     job: CropJob
     fetched: Fetched | None = None
+    region: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,8 +164,15 @@ def first_error(exc: Exception) -> Exception:
     return exc
 
 
-def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) -> None:
-    """Send a worker's answer, the crop's samples as raw bytes after the rest.
+def send_answer(
+    conn: Connection,
+    answer: tuple[Crop | Failure, DecodeStats],
+    shared: mmap | None = None,
+    region: tuple[int, int] | None = None,
+) -> None:
+    """Send a worker's answer: the crop's samples written into the shared
+    memory at ``region`` when it is given and they fit (the message says
+    only their shape), else as raw bytes after the rest.
 
     Pickling would copy the samples twice more on each side (an 8 s stereo
     crop at 44.1 kHz is 2.8 MB); ``send_bytes`` hands the buffer to the socket
@@ -165,8 +182,14 @@ def send_answer(conn: Connection, answer: tuple[Crop | Failure, DecodeStats]) ->
     if not isinstance(crop, Crop):
         conn.send((crop, stats, None))
         return
-    audio = np.ascontiguousarray(crop.audio)
-    conn.send((dataclasses.replace(crop, audio=None), stats, (audio.shape, audio.dtype.str)))
+    audio = crop.audio
+    bare = dataclasses.replace(crop, audio=None)
+    if shared is not None and region is not None and audio.nbytes <= region[1]:
+        np.ndarray(audio.shape, audio.dtype, buffer=shared, offset=region[0])[...] = audio
+        conn.send((bare, stats, (audio.shape, audio.dtype.str, True)))
+        return
+    audio = np.ascontiguousarray(audio)
+    conn.send((bare, stats, (audio.shape, audio.dtype.str, False)))
     conn.send_bytes(memoryview(audio).cast("B"))
 
 
@@ -181,13 +204,24 @@ def send_held_back(conn: Connection, pieces: Pieces) -> None:
     conn.send(tuple((offset, bytes(view)) for offset, view in pieces))
 
 
-def receive_answer(conn: Connection, first: object = None) -> tuple[Crop | Failure, DecodeStats]:
+def receive_answer(
+    conn: Connection,
+    first: object = None,
+    arena: Arena | None = None,
+    lease: Lease | None = None,
+) -> tuple[tuple[Crop | Failure, DecodeStats], bool]:
     """The other end of ``send_answer``; ``first``: its first message, if
-    already received."""
+    already received. Also says whether the crop is in the arena, in
+    ``lease``'s region (then an array over it, which releases the region
+    when it is garbage)."""
     crop, stats, layout = conn.recv() if first is None else first
-    if layout is not None:
-        shape, dtype = layout
-        audio = np.empty(shape, dtype=dtype)
-        conn.recv_bytes_into(memoryview(audio).cast("B"))
-        crop = dataclasses.replace(crop, audio=audio)
-    return crop, stats
+    if layout is None:
+        return (crop, stats), False
+    shape, dtype, shared = layout
+    if shared:
+        if arena is None or lease is None:
+            raise RuntimeError("a worker answered in shared memory it was not given")
+        return (dataclasses.replace(crop, audio=arena.array(lease, shape, dtype)), stats), True
+    audio = np.empty(shape, dtype=dtype)
+    conn.recv_bytes_into(memoryview(audio).cast("B"))
+    return (dataclasses.replace(crop, audio=audio), stats), False

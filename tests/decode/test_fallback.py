@@ -151,7 +151,10 @@ def test_resampled_crops_follow_the_contract(unindexed: Path, key: str) -> None:
         crop = dataset.crop(key, start, end, sample_rate=16000, mono=True)
         first = round(start * 16000)
         want = whole[:, first : first + round((end - start) * 16000)]
-        _compare(key, crop.audio, want, (start, end))
+        assert crop.audio.shape == want.shape, (start, end)
+        error = float(np.abs(crop.audio - want).max())
+        bound = 1e-6 if FILES[key][0] in LOSSLESS else TOLERANCE  # the resampler's rounding
+        assert error <= bound, f"{key} {(start, end)}: max abs error {error:.2e}"
 
 
 def test_past_the_end_says_how_long_the_stream_is(unindexed: Path) -> None:

@@ -25,3 +25,31 @@ def test_bench_rounds_report_the_median_of_interleaved_runs(packed: Path, capsys
     with pytest.raises(SystemExit):
         main([*argv, "--rounds", "0"])
     assert "--rounds: must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_bench_reports_the_pure_decode_of_the_same_crops_as_its_limit(
+    packed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every run carries the limit (the pure decode's CPU per crop, measured
+    in the same run) and its CPU per crop over it; parent and workers add up
+    to that CPU; ``--no-limit`` leaves the limit out."""
+    argv = ["bench", str(packed), "--duration", "0.5", "--crops", "8", "--workers", "0", "1"]
+    assert main([*argv, "--sample-rate", "16000", "--mono", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["mono"] and result["config"]["sample_rate"] == 16000
+    for run in result["runs"]:
+        assert run["yielded"] == 8 and run["limit_failed"] == {}
+        assert run["limit_ms_per_crop"] > 0
+        assert run["cpu_over_limit"] == pytest.approx(
+            run["cpu_ms_per_crop"] / run["limit_ms_per_crop"]
+        )
+        assert run["cpu_ms_per_crop"] == pytest.approx(
+            run["parent_cpu_ms_per_crop"] + run["worker_cpu_ms_per_crop"]
+        )
+    zero, one = result["runs"]
+    assert zero["worker_cpu_ms_per_crop"] == 0  # workers=0: everything in the parent
+    assert one["worker_cpu_ms_per_crop"] > 0
+    assert main([*argv, "--no-limit"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split()[6:9] == ["parent", "limit", "/limit"]
+    assert all(row.split()[6:8] == ["-", "-"] for row in printed[1:3])

@@ -336,7 +336,7 @@ def test_a_kill_storm_loses_no_crop(packed: Path, caplog: pytest.LogCaptureFixtu
     assert set(s.stats.skipped) <= {"WorkerDied"} and s.epoch == 1
     got = iter(everything)
     assert all(crop in got for crop in signature(crops))  # in plan order, none invented
-    for crop in crops[::10]:
+    for crop in crops:  # a killed worker's shared-memory region is never handed out twice
         np.testing.assert_array_equal(
             crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
         )

@@ -1,0 +1,82 @@
+"""The physical limit of a crop: decoding exactly its audio, and nothing else.
+
+A crop cannot cost less CPU than decoding the packets that hold its samples.
+``PureDecode`` demuxes an episode once, up front and untimed, and then
+decodes the packets overlapping a crop with a fresh decoder: no pre-roll,
+no I/O, no seeking, no trimming, resampling or process boundary. ``limit``
+times that on a list of crops with the CPU clock; ``streamer bench`` divides
+the pipeline's CPU per crop by it (docs/performance.md).
+
+It is a yardstick, not a decode path: without pre-roll the first frames of
+mp3, AAC or Opus come out wrong, and a PCM episode goes through FFmpeg's PCM
+decoder where streamer converts the bytes with numpy (so its ratio can be
+under 1).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterable
+
+import av
+import numpy as np
+
+from ..formats.ffmpeg import open_input
+from ..formats.frames import frame_to_float32
+
+__all__ = ["PureDecode", "limit_seconds"]
+
+#: FFmpeg's float mp3 decoder, as the mp3 format uses (``mp3`` alone is the fixed-point one).
+_DECODERS = {"mp3": "mp3float"}
+
+
+class PureDecode:
+    """An episode's packets, demuxed up front, each crop's through a fresh decoder."""
+
+    def __init__(self, data: bytes) -> None:
+        with open_input(io.BytesIO(data)) as container:
+            stream = container.streams.audio[0]
+            context = stream.codec_context
+            self.codec = _DECODERS.get(context.name, context.name)
+            self.extradata = context.extradata
+            self.rate = context.sample_rate
+            self.layout = context.layout.name
+            self.channels = context.layout.nb_channels
+            scale = stream.time_base * self.rate
+            packets = [(p.pts, p.duration, bytes(p)) for p in container.demux(stream) if p.size]
+        self.starts = np.array([int(pts * scale) for pts, _, _ in packets], dtype=np.int64)
+        self.ends = np.array([int((pts + d) * scale) for pts, d, _ in packets], dtype=np.int64)
+        self.packets = [raw for _, _, raw in packets]
+
+    def __call__(self, start: float, end: float) -> np.ndarray:
+        """Float32 ``(channels, n)``: the packets overlapping ``[start, end)`` s, decoded."""
+        first = int(np.searchsorted(self.ends, start * self.rate, side="right"))
+        last = int(np.searchsorted(self.starts, end * self.rate, side="left"))
+        context = av.CodecContext.create(self.codec, "r")
+        if self.extradata:
+            context.extradata = self.extradata
+        if not context.sample_rate:  # raw PCM states nothing in extradata
+            context.sample_rate = self.rate
+            context.layout = self.layout
+        frames = [
+            frame_to_float32(frame)
+            for raw in self.packets[first:last]
+            for frame in context.decode(av.Packet(raw))
+        ]
+        if not frames:
+            return np.zeros((self.channels, 0), np.float32)
+        return np.concatenate(frames, axis=1)
+
+
+def limit_seconds(episodes: Iterable[tuple[bytes, list[tuple[float, float]]]]) -> float:
+    """CPU seconds of ``PureDecode`` over each episode's crops ``(start, end)``
+    (the demux of each episode is not counted)."""
+    seconds = 0.0
+    for data, crops in episodes:
+        pure = PureDecode(data)
+        for start, end in crops:
+            began = time.process_time()
+            pure(start, end)
+            seconds += time.process_time() - began
+    return seconds
