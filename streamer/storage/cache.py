@@ -15,12 +15,21 @@ Alignment makes overlapping and adjacent reads share blocks, and makes a
 block a stable unit for the disk tier. A read inside one block returns a
 zero-copy view of it. The cache lives on the store's event loop thread
 (``loop.py``), so it needs no locks.
+
+Blocks are keyed by the object's *stamp* as well as its path and size: a
+token naming one version of the object, which every write through the
+store replaces (``forget``). A fetch or disk lookup carries the stamp it
+started under, so the old version's bytes still arriving after a rewrite
+(a slow or retried GET, another store's late disk-tier write) land under
+the old stamp, where no reader looks any more. With a disk tier the stamp
+is an entry of it, so stores and processes opened later agree on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
@@ -36,6 +45,11 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 #: ``fetch(path, start, end)``: exactly the bytes ``[start, end)`` of one object.
 Fetch = Callable[[str, int, int], Awaitable[bytes]]
+#: A block: (path, stamp, object size, block number).
+_Key = tuple[str, str, int, int]
+#: The stamp of an object this store has not written, without a disk tier
+#: (only written objects take room in ``BlockCache._stamps`` then).
+_FIRST_STAMP = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +74,7 @@ class _Run:
     block, and how many readers wait for it (see ``BlockCache.read``)."""
 
     path: str
+    stamp: str
     size: int
     futures: dict[int, asyncio.Future[bytes]] = dataclasses.field(default_factory=dict)
     task: asyncio.Task[None] | None = None
@@ -71,8 +86,8 @@ class BlockCache:
     """Aligned blocks of every object of one store, fetched through ``fetch``.
 
     ``namespace`` (the store's URL) keeps disk entries of different stores
-    apart; objects are keyed by (path, size), so an object rewritten with a
-    new size is never served from stale blocks.
+    apart; blocks are keyed by (path, stamp, size), so an object rewritten
+    through this store is never served from its old blocks.
     """
 
     def __init__(
@@ -82,9 +97,10 @@ class BlockCache:
         self._fetch = fetch
         self._stats = stats
         self._namespace = namespace
-        self._blocks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._blocks: OrderedDict[_Key, bytes] = OrderedDict()
         self._bytes = 0
-        self._inflight: dict[tuple[str, int, int], _Run] = {}
+        self._inflight: dict[_Key, _Run] = {}
+        self._stamps: dict[str, str] = {}
         self._fetching: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Future[None]] = set()
         self._disk = (
@@ -107,12 +123,15 @@ class BlockCache:
         self, path: str, size: int, ranges: Sequence[tuple[int, int]]
     ) -> list[memoryview]:
         """The bytes of each ``(offset, length)`` range (already bounds-checked)."""
+        stamp = self._stamps.get(path, _FIRST_STAMP if self._disk is None else None)
+        if stamp is None:
+            stamp = await self.stamp(path)
         wanted = sorted({b for offset, length in ranges for b in self._span(offset, length)})
         found: dict[int, bytes] = {}
         waiting: dict[int, _Run] = {}
         missing = []
         for block in wanted:
-            key = (path, size, block)
+            key = (path, stamp, size, block)
             if key in self._blocks:
                 self._blocks.move_to_end(key)
                 found[block] = self._blocks[key]
@@ -130,10 +149,10 @@ class BlockCache:
             self._join(joined, waiting.values())
             if missing and self._disk is not None:
                 with record("disk_cache"):
-                    missing = await self._from_disk(path, size, missing, found)
+                    missing = await self._from_disk(path, stamp, size, missing, found)
             self._stats.misses += len(missing)
             for first, last in self._runs(missing):
-                started = self._start_fetch(path, size, first, last)
+                started = self._start_fetch(path, stamp, size, first, last)
                 self._join(joined, started.values())
                 waiting.update(started)
             for block, run in waiting.items():
@@ -167,25 +186,46 @@ class BlockCache:
             self._abandon(run, "the store was closed")
         await asyncio.gather(*self._fetching, return_exceptions=True)
 
-    def insert(self, path: str, size: int, offset: int, data: bytes | memoryview) -> None:
-        """Keep the whole blocks inside bytes fetched some other way (a suffix read)."""
+    async def stamp(self, path: str) -> str:
+        """The stamp of the version of ``path`` this store reads: what it set
+        when it last wrote ``path``; else the disk tier's (made by the first
+        store asking); else the first stamp. Take it before asking for bytes,
+        and keep those bytes under it."""
+        stamp, disk = self._stamps.get(path), self._disk
+        if stamp is not None:
+            return stamp
+        if disk is None:
+            return _FIRST_STAMP
+        key, new = self._stamp_key(path), uuid.uuid4().hex.encode()
+        loop = asyncio.get_running_loop()
+        found = (await loop.run_in_executor(None, disk.get_or_add, key, new)).decode()
+        # A write while the disk tier was asked set the newer stamp: it stands.
+        return self._stamps.setdefault(path, found)
+
+    def insert(
+        self, path: str, stamp: str, size: int, offset: int, data: bytes | memoryview
+    ) -> None:
+        """Keep the whole blocks inside bytes fetched some other way (a suffix
+        read), under the stamp taken before they were asked for."""
         bs = self.config.block_size
         end = offset + len(data)
         for block in range(-(-offset // bs), (end + bs - 1) // bs):
             start, stop = block * bs, min(size, (block + 1) * bs)
             if stop <= end:
-                self._keep((path, size, block), bytes(data[start - offset : stop - offset]))
+                self._keep((path, stamp, size, block), bytes(data[start - offset : stop - offset]))
 
-    async def forget(self, path: str, size: int) -> None:
-        """Drop every cached block of ``path``, which was just rewritten with ``size``
-        bytes: memory blocks of any size, and disk entries that a same-size
-        old version may have left."""
+    async def forget(self, path: str) -> None:
+        """``path`` was just rewritten: give it a new stamp, so no block of an
+        older version (cached, or still arriving) is served again. Memory
+        blocks of the old stamp are dropped now; disk entries age out."""
+        stamp = self._stamps[path] = uuid.uuid4().hex
         for key in [key for key in self._blocks if key[0] == path]:
             self._bytes -= len(self._blocks.pop(key))
         disk = self._disk
         if disk is not None:
-            keys = [self._disk_key(path, size, b) for b in self._span(0, size)]
-            await asyncio.get_running_loop().run_in_executor(None, _discard_all, disk, keys)
+            await asyncio.get_running_loop().run_in_executor(
+                None, disk.put, self._stamp_key(path), stamp.encode()
+            )
 
     def clear(self) -> None:
         """Forget the memory tier (benchmarks start each configuration cold)."""
@@ -238,15 +278,17 @@ class BlockCache:
 
     # -- fetching -------------------------------------------------------------
 
-    def _start_fetch(self, path: str, size: int, first: int, last: int) -> dict[int, _Run]:
+    def _start_fetch(
+        self, path: str, stamp: str, size: int, first: int, last: int
+    ) -> dict[int, _Run]:
         """Fetch blocks ``first..last``; returns the fetch each block comes from.
         Blocks another reader started fetching meanwhile (while this one looked
         on disk) are joined, not fetched twice."""
         loop = asyncio.get_running_loop()
-        run = _Run(path, size)
+        run = _Run(path, stamp, size)
         joined = {}
         for block in range(first, last + 1):
-            key = (path, size, block)
+            key = (path, stamp, size, block)
             if key in self._inflight:
                 joined[block] = self._inflight[key]
             else:
@@ -261,7 +303,7 @@ class BlockCache:
 
     async def _fetch_run(self, run: _Run, first: int, last: int) -> None:
         bs = self.config.block_size
-        path, size = run.path, run.size
+        path, stamp, size = run.path, run.stamp, run.size
         start, end = first * bs, min(size, (last + 1) * bs)
         try:
             data = await self._fetch(path, start, end)
@@ -275,10 +317,10 @@ class BlockCache:
             for block in range(first, last + 1)
         }
         for block, piece in pieces.items():
-            self._keep((path, size, block), piece)
+            self._keep((path, stamp, size, block), piece)
         self._settle(run, pieces)
         if self._disk is not None:
-            self._to_disk(path, size, pieces)
+            self._to_disk(path, stamp, size, pieces)
 
     def _settle(self, run: _Run, outcome: dict[int, bytes] | BaseException) -> None:
         """Hand a fetch's blocks (or its failure) to its readers; forget it."""
@@ -306,11 +348,11 @@ class BlockCache:
     def _forget(self, run: _Run) -> None:
         """Stop offering ``run``'s blocks to new readers."""
         for block in run.futures:
-            key = (run.path, run.size, block)
+            key = (run.path, run.stamp, run.size, block)
             if self._inflight.get(key) is run:
                 del self._inflight[key]
 
-    def _keep(self, key: tuple[str, int, int], data: bytes) -> None:
+    def _keep(self, key: _Key, data: bytes) -> None:
         """Put a block in the memory tier, evicting least recently used ones."""
         if len(data) > self.config.cache_bytes:
             return
@@ -325,15 +367,19 @@ class BlockCache:
 
     # -- disk tier ------------------------------------------------------------
 
-    def _disk_key(self, path: str, size: int, block: int) -> str:
-        return f"{self._namespace}\0{path}\0{size}\0{self.config.block_size}\0{block}"
+    def _disk_key(self, path: str, stamp: str, size: int, block: int) -> str:
+        bs = self.config.block_size
+        return f"{self._namespace}\0{path}\0{stamp}\0{size}\0{bs}\0{block}"
+
+    def _stamp_key(self, path: str) -> str:
+        return f"{self._namespace}\0stamp\0{path}"
 
     def _block_length(self, size: int, block: int) -> int:
         bs = self.config.block_size
         return min(size, (block + 1) * bs) - block * bs
 
     async def _from_disk(
-        self, path: str, size: int, blocks: list[int], found: dict[int, bytes]
+        self, path: str, stamp: str, size: int, blocks: list[int], found: dict[int, bytes]
     ) -> list[int]:
         """Move disk-tier hits into ``found`` and memory; return the still missing."""
         disk = self._disk
@@ -341,7 +387,7 @@ class BlockCache:
 
         def lookup() -> dict[int, bytes | None]:
             return {
-                b: disk.get(self._disk_key(path, size, b), self._block_length(size, b))
+                b: disk.get(self._disk_key(path, stamp, size, b), self._block_length(size, b))
                 for b in blocks
             }
 
@@ -352,26 +398,21 @@ class BlockCache:
                 missing.append(block)
                 continue
             found[block] = data
-            self._keep((path, size, block), data)
+            self._keep((path, stamp, size, block), data)
             self._stats.disk_hits += 1
         return missing
 
-    def _to_disk(self, path: str, size: int, pieces: dict[int, bytes]) -> None:
+    def _to_disk(self, path: str, stamp: str, size: int, pieces: dict[int, bytes]) -> None:
         disk = self._disk
         assert disk is not None
 
         def store() -> None:
             for block, data in pieces.items():
-                disk.put(self._disk_key(path, size, block), data)
+                disk.put(self._disk_key(path, stamp, size, block), data)
 
         future = asyncio.get_running_loop().run_in_executor(None, store)
         self._background.add(future)
         future.add_done_callback(self._background.discard)
-
-
-def _discard_all(disk: DiskCache, keys: list[str]) -> None:
-    for key in keys:
-        disk.discard(key)
 
 
 def _retrieve(future: asyncio.Future[bytes]) -> None:

@@ -1,14 +1,16 @@
 """The on-disk tier of the block cache: a directory several processes share.
 
-Each cached block is one file, named by a hash of (store, object, object
-size, block size, block number), under 256 fan-out subdirectories; the
+Each cached block is one file, named by a hash of (store, object, the
+object's stamp, object size, block size, block number), under 256 fan-out
+subdirectories (a stamp is an entry too, see ``cache.py``); the
 store's metadata answers (listings, shard tails and footers, sizes) are
 entries too, so a warmed directory answers a whole run without requests. Safety
 with many processes (DataLoader workers, a ``streamer warmup`` next to a
 training run) comes from the file system, not from locks:
 
 * a block is written to a private temporary file and ``os.replace``d into
-  place, so a reader sees a whole entry or none;
+  place, so a reader sees a whole entry or none (``get_or_add`` links it
+  into place instead, so the first of several writers wins);
 * every entry starts with a header (magic, payload length, CRC-32); an entry
   that fails the check (torn by a crash, truncated, bit rot) is deleted and
   reported as a miss, so the block is fetched again;
@@ -80,6 +82,22 @@ class DiskCache:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store a block atomically; failures (disk full, ...) only cost a later miss."""
+        self._write(key, data, replace=True)
+
+    def get_or_add(self, key: str, data: bytes) -> bytes:
+        """The entry's bytes; where there is none, ``data``, stored unless another
+        writer stores its own first (then theirs: every process agrees on one)."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        if self._write(key, data, replace=False):
+            return data
+        found = self.get(key)
+        return data if found is None else found
+
+    def _write(self, key: str, data: bytes | memoryview, *, replace: bool) -> bool:
+        """Whether the entry now holds ``data``: written to a private temporary file,
+        then renamed over the entry (``replace``) or linked only where none is."""
         path = self.path(key)
         temp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         header = _HEADER.pack(_MAGIC, len(data), zlib.crc32(data))
@@ -88,16 +106,20 @@ class DiskCache:
             with open(temp, "wb") as file:
                 file.write(header)
                 file.write(data)
-            os.replace(temp, path)
+            if replace:
+                os.replace(temp, path)
+            else:
+                os.link(temp, path)
+                _remove(temp)
+        except FileExistsError:
+            _remove(temp)
+            return False
         except OSError as exc:
             log.warning("disk cache: cannot write %s: %s", path, exc)
             _remove(temp)
-            return
+            return False
         self._account(_HEADER.size + len(data))
-
-    def discard(self, key: str) -> None:
-        """Remove a block's entry, if there is one (its object was rewritten)."""
-        _remove(self.path(key))
+        return True
 
     def usage(self) -> int:
         """Bytes held by entries right now (a full scan)."""

@@ -287,15 +287,21 @@ class RemoteStore(Store):
         self.stats.bytes_fetched += len(body)
         return body
 
-    async def _remembered(self, what: str, ask: Callable[[], Awaitable[bytes]]) -> bytes:
+    async def _remembered(
+        self, what: str, ask: Callable[[], Awaitable[bytes]], path: str | None = None
+    ) -> bytes:
         """A metadata answer (listing, shard tail, footer read, size), kept in the
         disk tier when the store has one: a cache directory filled by ``streamer
-        warmup`` then serves whole runs without a request. The disk tier thus
-        treats the dataset as immutable (delete the directory after changing it)."""
-        disk = self._state.get().cache.disk
+        warmup`` then serves whole runs without a request. An answer about one
+        object (``path``) is kept under its stamp, so a write through this store
+        retires it with the blocks (``cache.py``); listings are kept as they
+        are (delete the directory after changing a dataset some other way)."""
+        cache = self._state.get().cache
+        disk = cache.disk
         if disk is None:
             return await ask()
-        key = f"{self.url}\0meta\0{what}"
+        stamp = "" if path is None else await cache.stamp(path)
+        key = f"{self.url}\0meta\0{stamp}\0{what}"
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, disk.get, key)
         if found is not None:
@@ -326,10 +332,12 @@ class RemoteStore(Store):
             self.stats.bytes_fetched += len(body)
             return _TAIL_HEAD.pack(start, size) + body
 
-        answer = await self._remembered(f"tail\0{path}\0{length}", ask)
+        cache = self._state.get().cache
+        stamp = await cache.stamp(path)  # before asking: the bytes are of this version
+        answer = await self._remembered(f"tail\0{path}\0{length}", ask, path)
         start, size = _TAIL_HEAD.unpack_from(answer)
         body = answer[_TAIL_HEAD.size :]
-        self._state.get().cache.insert(path, size, start, body)
+        cache.insert(path, stamp, size, start, body)
         return start, size, body
 
     async def _size(self, path: str) -> int:
@@ -338,12 +346,12 @@ class RemoteStore(Store):
             size = await self._call(lambda c: self._get_size(c, path), what, path)
             return str(size).encode()
 
-        return int(await self._remembered(f"size\0{path}", ask))
+        return int(await self._remembered(f"size\0{path}", ask, path))
 
     async def _fetch_exact(self, path: str, start: int, end: int) -> bytes:
         """``_fetch`` for one-off metadata reads: remembered, never block-cached."""
         return await self._remembered(
-            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end)
+            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end), path
         )
 
     async def _store(self, path: str, body: bytes) -> None:
@@ -351,7 +359,7 @@ class RemoteStore(Store):
         await self._call(lambda c: self._put(c, path, body), what, path)
         self.stats.bytes_stored += len(body)
         # Blocks of an object this store replaced must not be served again.
-        await self._state.get().cache.forget(path, len(body))
+        await self._state.get().cache.forget(path)
 
     async def _read(self, path: str, size: int, ranges: Sequence[tuple[int, int]]) -> list:
         return await self._state.get().cache.read(path, size, ranges)

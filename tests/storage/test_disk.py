@@ -69,7 +69,8 @@ def test_corrupt_entries_are_dropped_and_refetched(
     data = (storage_root / "random.bin").read_bytes()
     url = f"{http.url}/random.bin"
     result(run_child(url, tmp_path, [(0, 10)]))
-    (entry,) = tmp_path.rglob("*.blk")
+    stamp, entry = sorted(tmp_path.rglob("*.blk"), key=lambda path: path.stat().st_size)
+    assert stamp.stat().st_size < 100 < entry.stat().st_size  # the object's stamp, its block
     raw = bytearray(entry.read_bytes())
     raw[100] ^= 0xFF  # bit rot
     entry.write_bytes(bytes(raw))
@@ -114,3 +115,18 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
 
     answers = run_sync(together())
     assert [bytes(a[0]) for a in answers] == [data[s : s + n] for s, n in ranges]
+
+
+def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
+    """Stores sharing a directory agree on one entry (an object's stamp): the
+    first one stored wins, and a corrupt one is replaced."""
+    first, second = DiskCache(tmp_path, max_bytes=1 << 20), DiskCache(tmp_path, max_bytes=1 << 20)
+    assert first.get_or_add("stamp", b"one") == b"one"
+    assert second.get_or_add("stamp", b"two") == b"one"
+    assert first.get("stamp") == b"one"
+    Path(first.path("stamp")).write_bytes(b"torn")
+    assert second.get_or_add("stamp", b"two") == b"two"
+    assert first.get_or_add("stamp", b"three") == b"two"
+    assert [name for _, _, names in os.walk(tmp_path) for name in names] == [
+        os.path.basename(first.path("stamp"))
+    ]  # no temporary file left behind

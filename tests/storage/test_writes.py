@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 import uuid
 
 import pytest
@@ -12,6 +14,7 @@ from helpers import BUCKET, SECRET, everything_said
 
 from streamer.errors import StorageError
 from streamer.storage import LocalStore
+from streamer.storage.loop import run_sync
 
 
 def test_local_staging_is_renamed_into_place_or_dropped(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -85,3 +88,77 @@ def test_failed_puts_keep_the_secret(s3, make_store, caplog) -> None:  # type: i
     said = everything_said(caplog, store, errors=[missing.value, exhausted.value])
     assert "PUT s3://data/key (4 bytes): 503" in said and "no-such-bucket" in said
     assert SECRET not in said
+
+
+def _wait_for(condition, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def test_a_read_of_the_old_version_finishing_after_a_rewrite_is_not_kept(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, make_store, tmp_path
+) -> None:
+    """A GET answered with the old bytes but delivered after the rewrite (held by
+    a slow server) reaches its reader, and neither tier keeps it."""
+    cache = {"cache_dir": str(tmp_path / "cache"), "block_size": 4096, "hedge_after": None}
+    store = make_store("s3", s3.url, **cache)
+    path = f"{s3_uploaded}/writes-{uuid.uuid4().hex[:8]}/index.wsds"
+    store.put_sync(path, b"a" * 10_000)
+    s3.faults.stalls, s3.faults.stall_seconds = 1, 0.5
+    old: list[bytes] = []
+    reading = threading.Thread(
+        target=lambda: old.append(bytes(store.reader(path, 10_000).read_sync(0, 10_000)))
+    )
+    reading.start()
+    # The proxy has the old answer and holds half of it back.
+    _wait_for(lambda: s3._stalled, "the GET of the old version to stall")
+    store.put_sync(path, b"b" * 10_000)
+    reading.join()
+    assert old == [b"a" * 10_000]  # read before the rewrite finished: the old bytes
+    run_sync(store.drain())
+    assert bytes(store.reader(path, 10_000).read_sync(0, 10_000)) == b"b" * 10_000
+    fresh = make_store("s3", s3.url, **cache)
+    assert bytes(fresh.reader(path, 10_000).read_sync(0, 10_000)) == b"b" * 10_000
+
+
+def test_a_disk_write_of_the_old_version_landing_after_a_rewrite_is_not_served(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, make_store, tmp_path, monkeypatch
+) -> None:
+    """Another store (as another process) caches the old blocks on the shared
+    disk tier, and its writes land only after the rewrite: never served."""
+    cache = {"cache_dir": str(tmp_path / "cache"), "block_size": 4096}
+    writer, other = make_store("s3", s3.url, **cache), make_store("s3", s3.url, **cache)
+    path = f"{s3_uploaded}/writes-{uuid.uuid4().hex[:8]}/index.wsds"
+    writer.put_sync(path, b"a" * 10_000)
+    disk = other._state.get().cache.disk
+    held: list[tuple[str, bytes]] = []
+    monkeypatch.setattr(disk, "put", lambda key, data: held.append((key, bytes(data))))
+    assert bytes(other.reader(path, 10_000).read_sync(0, 10_000)) == b"a" * 10_000
+    run_sync(other.drain())
+    assert held  # the old blocks, on their way to the disk tier
+    writer.put_sync(path, b"b" * 10_000)
+    monkeypatch.undo()
+    for key, data in held:  # the writes land late, after the rewrite
+        disk.put(key, data)
+    fresh = make_store("s3", s3.url, **cache)
+    assert bytes(fresh.reader(path, 10_000).read_sync(0, 10_000)) == b"b" * 10_000
+    assert bytes(writer.reader(path, 10_000).read_sync(0, 10_000)) == b"b" * 10_000
+
+
+def test_a_rewrite_with_a_new_size_is_not_read_at_the_old_one(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, make_store, tmp_path
+) -> None:
+    """The object's size, remembered by the disk tier, is forgotten with its blocks."""
+    store = make_store("s3", s3.url, cache_dir=str(tmp_path / "cache"), block_size=4096)
+    path = f"{s3_uploaded}/writes-{uuid.uuid4().hex[:8]}/index.wsds"
+    store.put_sync(path, b"a" * 10_000)
+    assert bytes(store.reader(path).read_sync(0, 10_000)) == b"a" * 10_000
+    assert store.reader(path).read_tail_sync(100)[0] == 9_900
+    store.put_sync(path, b"b" * 12_000)
+    assert store.reader(path).size_sync() == 12_000
+    assert bytes(store.reader(path).read_sync(0, 12_000)) == b"b" * 12_000
+    start, tail = store.reader(path).read_tail_sync(100)
+    assert (start, bytes(tail)) == (11_900, b"b" * 100)
