@@ -105,12 +105,12 @@ class CropDataset(IterableDataset):
         """Crops this consumer yields in the next iteration (the rank's in the
         main process, the worker's in a DataLoader worker)."""
         self._follow_shared()
-        s = self._streamer()
+        s = self.streamer()
         return len(s) - int(s.state_dict()["position"])
 
     def __iter__(self) -> Iterator[Crop]:
         self._follow_shared()
-        s = self._streamer()
+        s = self.streamer()
         self._worker_state = None
         length = len(s)
         end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
@@ -231,9 +231,10 @@ class CropDataset(IterableDataset):
 
     # -- inside -------------------------------------------------------------------
 
-    def _streamer(self) -> Streamer:
-        """A Streamer for this process's share, at the resume point (or at a
-        DataLoader worker's own state, when one was loaded into it)."""
+    def streamer(self) -> Streamer:
+        """A Streamer for this process's share (the calling DataLoader
+        worker's), at the resume point (or at a DataLoader worker's own
+        state, when one was loaded into it)."""
         options = dict(self.options)
         if get_worker_info() is not None:
             options.setdefault("workers", 0)
@@ -249,15 +250,11 @@ class CropDataset(IterableDataset):
         s.load_state_dict(state)
         return s
 
-    def streamer(self) -> Streamer:
-        """The Streamer of this process's share (the calling DataLoader worker's)."""
-        return self._streamer()
-
     def total(self, epoch: int | None = None) -> int:
         """Crops in the whole of ``epoch`` (every rank's), before the split."""
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._totals:
-            self._totals[epoch] = self._streamer().total(epoch)
+            self._totals[epoch] = self.streamer().total(epoch)
         return self._totals[epoch]
 
     def _partition(self) -> Partition:
