@@ -54,6 +54,24 @@ __all__ = ["Item", "Run"]
 log = logging.getLogger(__name__)
 
 
+#: The most crops in one batch (one message to a decode worker and one back).
+MAX_BATCH = 4
+
+
+def batch_size(prefetch: int, workers: int) -> int:
+    """Crops per batch. The parent's cost is mostly per batch (a message each
+    way, a wake-up, a task), so bigger batches cost it less per crop; but the
+    crops in flight (``prefetch``) must hold two batches per worker, one
+    being decoded and the next ready, or workers wait between batches (and
+    a batch never needs more room than ``prefetch``: no deadlock)."""
+    return max(1, min(MAX_BATCH, prefetch // (2 * max(workers, 1))))
+
+
+def _attempt_all(tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+    """In-process decoding of a batch: one hop to a thread for all of it."""
+    return [attempt(task) for task in tasks]
+
+
 @dataclass
 class _Slot:
     position: int
@@ -95,6 +113,7 @@ class Run:
         self._in_process = anyio.CapacityLimiter(1)
         self._first, self._last = first, last
         self._pool = pool
+        self._batch = batch_size(prefetch, pool.size if pool is not None else 1)
         self._stats = stats
         self._room = anyio.Semaphore(prefetch)
         self._slots_in, self._slots_out = anyio.create_memory_object_stream[_Slot](prefetch)
@@ -136,26 +155,60 @@ class Run:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._emit)
                 async with self._slots_in:
-                    for position in range(self._first, self._last):
-                        await self._room.acquire()
-                        slot = _Slot(position)
-                        await self._slots_in.send(slot)
-                        group.start_soon(self._work, slot)
+                    for first in range(self._first, self._last, self._batch):
+                        slots = []
+                        for position in range(first, min(first + self._batch, self._last)):
+                            await self._room.acquire()
+                            slot = _Slot(position)
+                            await self._slots_in.send(slot)
+                            slots.append(slot)
+                        group.start_soon(self._work, slots)
         except Exception as exc:
             self._error = first_error(exc)
             log.error("the crop pipeline failed: %s: %s", type(self._error).__name__, self._error)
         finally:
             self._out_in.close()
 
-    async def _work(self, slot: _Slot) -> None:
+    async def _work(self, slots: list[_Slot]) -> None:
         try:
-            slot.result = await self._produce(slot.position)
+            results = await self._produce([slot.position for slot in slots])
+            for slot, result in zip(slots, results, strict=True):
+                slot.result = result
         finally:
-            slot.latency = time.perf_counter() - slot.began
-            slot.done.set()
+            now = time.perf_counter()
+            for slot in slots:
+                slot.latency = now - slot.began
+                slot.done.set()
 
-    async def _produce(self, position: int) -> Crop | Failure:
-        """The crop at ``position``, or its failure; raises only for the machinery."""
+    async def _produce(self, positions: list[int]) -> list[Crop | Failure]:
+        """The crops at ``positions`` (one batch), or their failures; raises
+        only for the machinery. With local sources they are planned one after
+        the other on the loop; otherwise concurrently, each in a thread (a
+        crop waiting on its shard's opening must not hold up the others)."""
+        results: list[Crop | Failure | Task | None] = [None] * len(positions)
+        if self._plan_in_loop:
+            for number, position in enumerate(positions):
+                results[number] = await self._prepare(position)
+        else:
+
+            async def prepare(number: int, position: int) -> None:
+                results[number] = await self._prepare(position)
+
+            async with anyio.create_task_group() as group:
+                for number, position in enumerate(positions):
+                    group.start_soon(prepare, number, position)
+        tasks = [(number, task) for number, task in enumerate(results) if isinstance(task, Task)]
+        if tasks:
+            answers = await self._decode([task for _, task in tasks])
+            for (number, _), (result, decoded) in zip(tasks, answers, strict=True):
+                self._stats.decode.add(decoded)
+                results[number] = result
+        done = [result for result in results if isinstance(result, Crop | Failure)]
+        assert len(done) == len(positions)  # every crop is planned, then decoded or failed
+        return done
+
+    async def _prepare(self, position: int) -> Task | Failure:
+        """The decode task of the crop at ``position`` (its bytes prefetched), or its failure."""
         try:
             if self._plan_in_loop:
                 job = self._plan_at(position)
@@ -173,16 +226,14 @@ class Run:
             return failure_of(exc, job.request.key, job.episode.shard)
         if is_mapped(job):
             self._stats.bytes_read += job.nbytes
-        result, decoded = await self._decode(task)
-        self._stats.decode.add(decoded)
-        return result
+        return task
 
-    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+    async def _decode(self, tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
         if self._pool is None:  # abandoned when stopped: it may wait on a store
             return await anyio.to_thread.run_sync(
-                attempt, task, abandon_on_cancel=True, limiter=self._in_process
+                _attempt_all, tasks, abandon_on_cancel=True, limiter=self._in_process
             )
-        return await self._pool.run(task)
+        return await self._pool.run_batch(tasks)
 
     async def _emit(self) -> None:
         async for slot in self._slots_out:
