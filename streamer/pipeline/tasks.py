@@ -131,9 +131,11 @@ def run(task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None)
     job = task.job
     if job.plan is None:
         return decode_fallback(job, stats)
+    # A crop bound for shared memory is copied there: no contiguous copy before.
+    contiguous = task.region is None
     if task.fetched is None:
-        return decode_job(job, fetch(job), stats)
-    return decode_job(job, task.fetched, stats, held_back=ask)
+        return decode_job(job, fetch(job), stats, contiguous=contiguous)
+    return decode_job(job, task.fetched, stats, held_back=ask, contiguous=contiguous)
 
 
 def attempt(
