@@ -229,23 +229,32 @@ def receive_answers(
     """The other end of ``send_answers``; ``first``: its message, already
     received. Also says of each crop whether it is in the arena, in its
     lease's region (then an array over it, which releases the region when
-    it is garbage)."""
+    it is garbage).
+
+    The piped samples are all read before any array over the arena is made:
+    a worker that dies in the middle of sending them leaves no such array
+    behind, whose release would free a region its crop's retry uses."""
     heads = first
     if not isinstance(heads, list) or len(heads) != len(leases):
         raise RuntimeError("a worker answered a batch with something else")
-    got: list[tuple[tuple[Crop | Failure, DecodeStats], bool]] = []
-    for (crop, stats, layout), lease in zip(heads, leases, strict=True):
+    piped: dict[int, np.ndarray] = {}
+    for number, ((_, _, layout), lease) in enumerate(zip(heads, leases, strict=True)):
         if layout is None:
-            got.append(((crop, stats), False))
             continue
         shape, dtype, shared = layout
-        if shared:
-            if arena is None or lease is None:
-                raise RuntimeError("a worker answered in shared memory it was not given")
-            audio = arena.array(lease, shape, dtype)
+        if shared and (arena is None or lease is None):
+            raise RuntimeError("a worker answered in shared memory it was not given")
+        if not shared:
+            piped[number] = np.empty(shape, dtype=dtype)
+            conn.recv_bytes_into(memoryview(piped[number]).cast("B"))
+    got: list[tuple[tuple[Crop | Failure, DecodeStats], bool]] = []
+    for number, ((crop, stats, layout), lease) in enumerate(zip(heads, leases, strict=True)):
+        if layout is None:
+            got.append(((crop, stats), False))
+        elif number in piped:
+            got.append(((dataclasses.replace(crop, audio=piped[number]), stats), False))
+        else:
+            assert arena is not None and lease is not None  # checked above
+            audio = arena.array(lease, layout[0], layout[1])
             got.append(((dataclasses.replace(crop, audio=audio), stats), True))
-            continue
-        audio = np.empty(shape, dtype=dtype)
-        conn.recv_bytes_into(memoryview(audio).cast("B"))
-        got.append(((dataclasses.replace(crop, audio=audio), stats), False))
     return got
