@@ -28,6 +28,7 @@ SUITE = [
     ("bench_fallback", ["--quick"], []),
     ("bench_scaling", ["--quick"], []),
     ("bench_limit", ["--minutes", "3", "--episodes", "1", "--crops", "60"], []),
+    ("bench_in_process", ["--minutes", "2", "--crops", "20", "--rounds", "1"], []),
     ("bench_memory", ["--crops", "600", "--every", "200"], []),
     ("bench_s3_client", ["--rounds", "1"], []),
     ("bench_remote", ["--hours", "0.25", "--crops", "10"], []),

@@ -5,6 +5,7 @@ tests folder is on their ``sys.path``), so their readers can travel in tasks."""
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 from streamer.errors import StorageError
@@ -39,9 +40,10 @@ class MappedStore(Store):
 class SabotagedReader(RangeReader):
     """A local file's bytes here; in the process it is sent to, a reader that
     raises ``error`` on every read (or, with ``error`` None, the end of that
-    process: ``os._exit`` while the task carrying it is unpickled)."""
+    process: ``os._exit`` while the task carrying it is unpickled; with
+    ``KILL_ON_READ``, a SIGKILL of that process at its first read)."""
 
-    def __init__(self, path: str, error: BaseException | None) -> None:
+    def __init__(self, path: str, error: BaseException | str | None) -> None:
         self._file = LocalFileReader(path)
         self.url = path
         self.error = error
@@ -49,6 +51,8 @@ class SabotagedReader(RangeReader):
     def __reduce__(self) -> tuple[Any, ...]:
         if self.error is None:
             return os._exit, (70,)
+        if self.error == KILL_ON_READ:
+            return _Killing, (self.url,)
         return _Raising, (self.url, self.error)
 
     async def size(self) -> int:
@@ -62,6 +66,34 @@ class SabotagedReader(RangeReader):
 
     def read_sync(self, offset: int, length: int) -> memoryview:
         return self._file.read_sync(offset, length)
+
+
+#: ``SabotagedStore``'s error that makes the reading process SIGKILL itself.
+KILL_ON_READ = "SIGKILL on read"
+
+
+class _Killing(RangeReader):
+    """A reader whose process dies by SIGKILL when it reads: a worker killed in
+    the middle of its work, after the crops before this one were decoded."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def size(self) -> int:
+        return self._die()
+
+    async def read(self, offset: int, length: int) -> memoryview:
+        return self._die()
+
+    def size_sync(self) -> int:
+        return self._die()
+
+    def read_sync(self, offset: int, length: int) -> memoryview:
+        return self._die()
+
+    def _die(self) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("still alive after SIGKILL")
 
 
 class _Raising(RangeReader):
@@ -84,9 +116,10 @@ class _Raising(RangeReader):
 
 class SabotagedStore(MappedStore):
     """``MappedStore`` whose readers are ``SabotagedReader``: an episode decoded
-    in a worker process from its blob (no seek index) fails there with ``error``."""
+    in a worker process from its blob (no seek index) fails there with ``error``
+    (``KILL_ON_READ``: the worker SIGKILLs itself at its first read of the blob)."""
 
-    def __init__(self, error: BaseException | None) -> None:
+    def __init__(self, error: BaseException | str | None) -> None:
         super().__init__()
         self.error = error
 

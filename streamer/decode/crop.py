@@ -200,10 +200,16 @@ def decode_job(
     stats: DecodeStats,
     *,
     held_back: Callable[[], Pieces] | None = None,
+    contiguous: bool = True,
 ) -> Crop:
     """Decode a planned crop from its fetched bytes: CPU only, no storage I/O
     unless the format asks for the deferred ranges (``held_back``; default:
-    read them from the blob) or strays outside the plan (counted in ``stats``)."""
+    read them from the blob) or strays outside the plan (counted in ``stats``).
+
+    Without ``contiguous`` the crop's audio may be a view into the decoded
+    samples (a native-rate multichannel crop is a strided slice of them),
+    for a caller that copies it anyway (a worker writing it into shared
+    memory): it saves copying the whole crop once more."""
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
@@ -233,7 +239,7 @@ def decode_job(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
             f"but the crop needs [{plan.first}, {plan.last})"
         )
-    return _finish(job, audio, index.sample_rate, job.resample_skip)
+    return _finish(job, audio, index.sample_rate, job.resample_skip, contiguous)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
@@ -301,9 +307,10 @@ def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]
     return first, last, skip
 
 
-def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int) -> Crop:
+def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int, contiguous: bool = True) -> Crop:
     """Downmix, resample and pad a native-rate crop into the caller's form;
-    ``skip``: resampled outputs to drop from the front (``crop_span``)."""
+    ``skip``: resampled outputs to drop from the front (``crop_span``);
+    ``contiguous``: see ``decode_job``."""
     request = job.request
     if request.mono:
         with record("downmix"):
@@ -322,8 +329,10 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int) -> Crop:
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if request.pad and audio.shape[1] < expected:
         audio = np.pad(audio, ((0, 0), (0, expected - audio.shape[1])))
+    if contiguous or audio.dtype != np.float32:
+        audio = np.ascontiguousarray(audio, dtype=np.float32)
     return Crop(
-        audio=np.ascontiguousarray(audio, dtype=np.float32),
+        audio=audio,
         key=request.key,
         start=request.start,
         end=request.end,

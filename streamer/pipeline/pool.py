@@ -2,12 +2,15 @@
 
 ``concurrent.futures.ProcessPoolExecutor`` breaks for good when one worker
 dies, and ``multiprocessing.Pool`` loses the task; here each worker is a
-process with its own pipe, driven one task at a time, so a worker that dies
+process with its own pipe, driven one batch of tasks at a time, so a worker that dies
 (OOM killer, a crashing codec, a SIGKILL at any moment, even before it
 reported ready) is noticed by its pipe closing and replaced by a fresh
 process. A crop whose worker dies is tried again on a replacement, up to
 ``CROP_ATTEMPTS`` times in all; then the crop fails with ``WorkerDied``
 (``streamer.errors``): a crop that kills every decoder is a bad crop.
+A worker gets several crops per message and answers them in one
+(``run_batch``): the parent's cost is mostly per message and per wake-up,
+not per byte.
 
 Every death counts (``restarts``), and the pool gives up past a *restart
 budget*: ``max_restarts`` deaths since ``renew_budget()`` (the Streamer
@@ -54,12 +57,12 @@ from ..formats.job import DecodeStats
 from . import arena
 from .arena import Arena, Lease, crop_bytes, open_arena
 from .tasks import (
-    ASK_HELD_BACK,
     Failure,
     Task,
     failure_of,
     first_error,
-    receive_answer,
+    is_ask,
+    receive_answers,
     send_held_back,
 )
 
@@ -100,6 +103,11 @@ def default_restart_budget(workers: int) -> int:
 _MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 _CROP_DIED = "a decode worker process died twice while decoding this crop"  # CROP_ATTEMPTS
+
+
+def _decoding(crops: int) -> str:
+    """What a worker that died was doing, for the log."""
+    return "decoding a crop" if crops == 1 else f"decoding a batch of {crops} crops"
 
 
 def _failed(task: Task, exc: Exception) -> tuple[Failure, DecodeStats]:
@@ -145,20 +153,21 @@ class _Worker:
         self.conn.recv()
 
     async def call(
-        self, task: Task, lease: Lease | None
-    ) -> tuple[tuple[Crop | Failure, DecodeStats], bool]:
-        """The answer, and whether its crop is in ``lease``'s region. The
-        messages are small (the crop is in shared memory) and a message is
-        read only once it has begun to arrive, so the loop barely blocks."""
-        self.conn.send(task)
-        await anyio.wait_readable(self.conn.fileno())
-        first = self.conn.recv()
-        if first == ASK_HELD_BACK:  # read in a thread: it may wait on the store
-            pieces = await anyio.to_thread.run_sync(read_deferred, task.job, abandon_on_cancel=True)
-            send_held_back(self.conn, pieces)
+        self, tasks: list[Task], leases: list[Lease | None]
+    ) -> list[tuple[tuple[Crop | Failure, DecodeStats], bool]]:
+        """The answers to a batch, each with whether its crop is in its
+        lease's region. The messages are small (crops are in shared memory)
+        and a message is read only once it has begun to arrive, so the loop
+        barely blocks; the worker answers the whole batch at once."""
+        self.conn.send(tasks)
+        while True:
             await anyio.wait_readable(self.conn.fileno())
-            first = self.conn.recv()
-        return receive_answer(self.conn, first, self.arena, lease)
+            message = self.conn.recv()
+            if not is_ask(message):
+                return receive_answers(self.conn, message, self.arena, leases)
+            job = tasks[message[1]].job  # read in a thread: it may wait on the store
+            pieces = await anyio.to_thread.run_sync(read_deferred, job, abandon_on_cancel=True)
+            send_held_back(self.conn, pieces)
 
     def stop(self) -> None:
         """Ask the process to leave (it finishes its current crop first)."""
@@ -236,44 +245,84 @@ class WorkerPool:
         self._budget_from = (self.restarts, self.decoded)
 
     async def run(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
-        """The worker's answer to ``task``; a ``WorkerDied`` failure when its
-        workers died ``CROP_ATTEMPTS`` times. Raises ``WorkerDied`` past the
-        restart budget. The job's deferred ranges are read and sent only if
-        the worker asks."""
+        """``run_batch`` of one task."""
+        (answer,) = await self.run_batch([task])
+        return answer
+
+    async def run_batch(self, tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+        """The answers to ``tasks``, in their order, from one worker in one
+        round trip (one message each way: the parent's cost per crop is
+        mostly per message). A crop's answer is a ``WorkerDied`` failure
+        once workers died under it ``CROP_ATTEMPTS`` times. Raises
+        ``WorkerDied`` past the restart budget. The jobs' deferred ranges
+        are read and sent only if the worker asks.
+
+        When a worker dies under a batch, the crops it had not answered
+        (all of them: it answers at the end) are tried again one at a time
+        on its replacement, where a death is that crop's alone. Which crop
+        killed the batch is unknown, so its first crop is the one charged
+        with the death: an innocent crop is charged at most once, and every
+        attempt after that is its own."""
         async with self._free:
             worker = self._idle.pop()
-            lease = self.arena.lease(crop_bytes(task.job)) if self.arena is not None else None
-            if lease is not None:
-                task = dataclasses.replace(task, region=lease.region)
-            used = False
+            leases = [self._lease(task) for task in tasks]
+            tasks = [
+                task if lease is None else dataclasses.replace(task, region=lease.region)
+                for task, lease in zip(tasks, leases, strict=True)
+            ]
+            answers: list[tuple[Crop | Failure, DecodeStats] | None] = [None] * len(tasks)
+            used = [False] * len(tasks)
+            deaths = [0] * len(tasks)
+            groups = [list(range(len(tasks)))]  # the batch; after a death, one crop each
             try:
-                for attempt in range(1, CROP_ATTEMPTS + 1):
+                while groups:
+                    numbers = groups.pop(0)
                     if worker is None:
                         worker = await self._ready_worker()
                     try:
-                        answer, used = await worker.call(task, lease)
+                        got = await worker.call(
+                            [tasks[n] for n in numbers], [leases[n] for n in numbers]
+                        )
                     except (EOFError, OSError):
                         dead, worker = worker, None
                         self._retire(dead)
-                        retry = attempt < CROP_ATTEMPTS
-                        self._died(dead, "decoding a crop", "retrying it" if retry else "")
+                        charged = numbers[0]
+                        deaths[charged] += 1
+                        retry = deaths[charged] < CROP_ATTEMPTS
+                        self._died(dead, _decoding(len(numbers)), "retrying" if retry else "")
+                        if not retry:
+                            answers[charged] = _failed(tasks[charged], WorkerDied(_CROP_DIED))
+                            numbers = numbers[1:]
+                        groups[:0] = [[n] for n in numbers]
                         continue
-                    except Exception as exc:  # the task or answer does not pickle
+                    except Exception as exc:  # a task or an answer does not pickle
                         dead, worker = worker, None
                         self._retire(dead)  # its pipe is in an unknown state
-                        return _failed(task, exc)
-                    self.decoded += 1
-                    return answer
-                return _failed(task, WorkerDied(_CROP_DIED))
+                        if len(numbers) > 1:  # find which one, alone
+                            groups[:0] = [[n] for n in numbers]
+                            continue
+                        answers[numbers[0]] = _failed(tasks[numbers[0]], exc)
+                        continue
+                    for number, (answer, in_arena) in zip(numbers, got, strict=True):
+                        answers[number], used[number] = answer, in_arena
+                    self.decoded += len(numbers)
+                done = [answer for answer in answers if answer is not None]
+                assert len(done) == len(tasks)  # every path above answers each crop
+                return done
             except BaseException:
-                if worker is not None:  # cancelled mid-task: its answer would arrive late
+                if worker is not None:  # cancelled mid-batch: its answers would arrive late
                     self._retire(worker)
                     worker = None
                 raise
             finally:
                 self._idle.append(worker)
-                if lease is not None and not used:  # its worker is idle or reaped
-                    self.arena.release(lease)
+                for lease, in_arena in zip(leases, used, strict=True):
+                    if lease is not None and not in_arena:  # its worker is idle or reaped
+                        self.arena.release(lease)
+
+    def _lease(self, task: Task) -> Lease | None:
+        """A region of the arena for the task's crop (None: through the pipe)."""
+        return self.arena.lease(crop_bytes(task.job)) if self.arena is not None else None
 
     def close(self) -> None:
         """Stop and reap every worker: politely, then SIGTERM, then SIGKILL.

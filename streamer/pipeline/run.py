@@ -7,8 +7,11 @@ The stages, each bounded:
 * the planner walks the epoch's order from the resume position and takes a
   *slot* per crop (at most ``prefetch`` crops are between planning and the
   consumer);
-* each slot gets a task that plans its crop, prefetches its bytes (remote
-  shards) and waits for a decode worker. With a remote source crops are
+* slots go in *batches* of up to ``MAX_BATCH`` (``batch_size``): each batch
+  gets a task that plans its crops, prefetches their bytes (remote shards)
+  and hands them to one decode worker in one message, which answers them in
+  one (the parent's cost per crop is mostly per message and wake-up, so a
+  batch divides it). With a remote source crops are
   planned in threads, concurrently: planning may open a shard or read an
   index from the store, and one crop waiting on that must not hold up the
   crops behind it on shards already open. With local sources only
@@ -16,11 +19,12 @@ The stages, each bounded:
   maps, and a hop to a thread and back would cost more than the plan;
 * the emitter hands decoded crops to a bounded memory stream strictly in
   plan order (the order is part of the determinism contract, and resuming is
-  then a single position), freeing the slot.
+  then a single position), freeing the slot. Ready results go over without
+  a pause between them, so the consumer takes a batch in one hop.
 
 A slow consumer fills the stream, the emitter blocks, slots run out and the
 planner stops: nothing is fetched or decoded beyond ``prefetch + queue_size``
-crops ahead of the consumer.
+crops (and a batch taken by the consumer's side) ahead of the consumer.
 
 Failures come in two kinds. Whatever goes wrong with one crop (its plan,
 its bytes, its decode, whatever the exception) becomes that crop's
@@ -34,6 +38,7 @@ before it are consumed, never an early end of the pass.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -52,6 +57,24 @@ from .tasks import Failure, Task, attempt, failure_of, first_error
 __all__ = ["Item", "Run"]
 
 log = logging.getLogger(__name__)
+
+
+#: The most crops in one batch (one message to a decode worker and one back).
+MAX_BATCH = 4
+
+
+def batch_size(prefetch: int, workers: int) -> int:
+    """Crops per batch. The parent's cost is mostly per batch (a message each
+    way, a wake-up, a task), so bigger batches cost it less per crop; but the
+    crops in flight (``prefetch``) must hold two batches per worker, one
+    being decoded and the next ready, or workers wait between batches (and
+    a batch never needs more room than ``prefetch``: no deadlock)."""
+    return max(1, min(MAX_BATCH, prefetch // (2 * max(workers, 1))))
+
+
+def _attempt_all(tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+    """In-process decoding of a batch: one hop to a thread for all of it."""
+    return [attempt(task) for task in tasks]
 
 
 @dataclass
@@ -95,10 +118,12 @@ class Run:
         self._in_process = anyio.CapacityLimiter(1)
         self._first, self._last = first, last
         self._pool = pool
+        self._batch = batch_size(prefetch, pool.size if pool is not None else 1)
         self._stats = stats
         self._room = anyio.Semaphore(prefetch)
         self._slots_in, self._slots_out = anyio.create_memory_object_stream[_Slot](prefetch)
         self._out_in, self._out = anyio.create_memory_object_stream[Item](queue_size)
+        self._ready: collections.deque[Item] = collections.deque()
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -109,13 +134,32 @@ class Run:
 
     async def next(self) -> Item | None:
         """The next crop or failure in plan order; None at the end of the pass.
-        Raises the error that ended the pass early, after the crops before it."""
+        Raises the error that ended the pass early, after the crops before it.
+        The items already handed over behind it are taken along (up to a
+        batch), for ``take_ready``."""
+        if self._ready:
+            return self._ready.popleft()
         try:
-            return await self._out.receive()
+            item = await self._out.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             # The stream is closed only once the error (if any) is recorded.
             if self._error is not None:
                 raise self._error from None
+            return None
+        while len(self._ready) < self._batch:
+            try:
+                self._ready.append(self._out.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        return item
+
+    def take_ready(self) -> Item | None:
+        """The next item if ``next`` already took it (None: ask ``next``).
+        Safe from the consumer's thread: a crop already received is handed
+        over without a hop to the loop (a wake-up of each thread per crop)."""
+        try:
+            return self._ready.popleft()
+        except IndexError:
             return None
 
     async def stop(self) -> None:
@@ -136,26 +180,60 @@ class Run:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._emit)
                 async with self._slots_in:
-                    for position in range(self._first, self._last):
-                        await self._room.acquire()
-                        slot = _Slot(position)
-                        await self._slots_in.send(slot)
-                        group.start_soon(self._work, slot)
+                    for first in range(self._first, self._last, self._batch):
+                        slots = []
+                        for position in range(first, min(first + self._batch, self._last)):
+                            await _acquire(self._room)
+                            slot = _Slot(position)
+                            self._slots_in.send_nowait(slot)  # room for every slot with room
+                            slots.append(slot)
+                        group.start_soon(self._work, slots)
         except Exception as exc:
             self._error = first_error(exc)
             log.error("the crop pipeline failed: %s: %s", type(self._error).__name__, self._error)
         finally:
             self._out_in.close()
 
-    async def _work(self, slot: _Slot) -> None:
+    async def _work(self, slots: list[_Slot]) -> None:
         try:
-            slot.result = await self._produce(slot.position)
+            results = await self._produce([slot.position for slot in slots])
+            for slot, result in zip(slots, results, strict=True):
+                slot.result = result
         finally:
-            slot.latency = time.perf_counter() - slot.began
-            slot.done.set()
+            now = time.perf_counter()
+            for slot in slots:
+                slot.latency = now - slot.began
+                slot.done.set()
 
-    async def _produce(self, position: int) -> Crop | Failure:
-        """The crop at ``position``, or its failure; raises only for the machinery."""
+    async def _produce(self, positions: list[int]) -> list[Crop | Failure]:
+        """The crops at ``positions`` (one batch), or their failures; raises
+        only for the machinery. With local sources they are planned one after
+        the other on the loop; otherwise concurrently, each in a thread (a
+        crop waiting on its shard's opening must not hold up the others)."""
+        results: list[Crop | Failure | Task | None] = [None] * len(positions)
+        if self._plan_in_loop:
+            for number, position in enumerate(positions):
+                results[number] = await self._prepare(position)
+        else:
+
+            async def prepare(number: int, position: int) -> None:
+                results[number] = await self._prepare(position)
+
+            async with anyio.create_task_group() as group:
+                for number, position in enumerate(positions):
+                    group.start_soon(prepare, number, position)
+        tasks = [(number, task) for number, task in enumerate(results) if isinstance(task, Task)]
+        if tasks:
+            answers = await self._decode([task for _, task in tasks])
+            for (number, _), (result, decoded) in zip(tasks, answers, strict=True):
+                self._stats.decode.add(decoded)
+                results[number] = result
+        done = [result for result in results if isinstance(result, Crop | Failure)]
+        assert len(done) == len(positions)  # every crop is planned, then decoded or failed
+        return done
+
+    async def _prepare(self, position: int) -> Task | Failure:
+        """The decode task of the crop at ``position`` (its bytes prefetched), or its failure."""
         try:
             if self._plan_in_loop:
                 job = self._plan_at(position)
@@ -173,20 +251,44 @@ class Run:
             return failure_of(exc, job.request.key, job.episode.shard)
         if is_mapped(job):
             self._stats.bytes_read += job.nbytes
-        result, decoded = await self._decode(task)
-        self._stats.decode.add(decoded)
-        return result
+        return task
 
-    async def _decode(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+    async def _decode(self, tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
         if self._pool is None:  # abandoned when stopped: it may wait on a store
             return await anyio.to_thread.run_sync(
-                attempt, task, abandon_on_cancel=True, limiter=self._in_process
+                _attempt_all, tasks, abandon_on_cancel=True, limiter=self._in_process
             )
-        return await self._pool.run(task)
+        return await self._pool.run_batch(tasks)
 
     async def _emit(self) -> None:
-        async for slot in self._slots_out:
-            await slot.done.wait()
+        """Hand the slots' results over in plan order. Results that are
+        ready go over without a pause between them (the ``nowait`` calls
+        do not yield to the loop), so a batch reaches the consumer at once
+        and is taken in one hop (``next``)."""
+        while True:
+            try:
+                slot = self._slots_out.receive_nowait()
+            except anyio.WouldBlock:
+                try:
+                    slot = await self._slots_out.receive()
+                except anyio.EndOfStream:
+                    return
+            except anyio.EndOfStream:
+                return
+            if not slot.done.is_set():
+                await slot.done.wait()
             assert slot.result is not None
-            await self._out_in.send(Item(slot.position, slot.result, slot.latency))
+            item = Item(slot.position, slot.result, slot.latency)
+            try:
+                self._out_in.send_nowait(item)
+            except anyio.WouldBlock:
+                await self._out_in.send(item)
             self._room.release()
+
+
+async def _acquire(semaphore: anyio.Semaphore) -> None:
+    """Take ``semaphore``, yielding to the loop only when it must wait."""
+    try:
+        semaphore.acquire_nowait()
+    except anyio.WouldBlock:
+        await semaphore.acquire()

@@ -49,7 +49,7 @@ from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, default_restart_budget
-from .run import Run
+from .run import Item, Run
 from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
@@ -416,12 +416,32 @@ class Streamer:
     def __iter__(self) -> Iterator[Crop]:
         try:
             while True:
-                item = _blocking(self._next())
+                item = self._ready_crop()
+                if item is None:
+                    item = _blocking(self._next())
                 if item is _END:
                     return
                 yield item  # type: ignore[misc]
         finally:
             self._end_iteration()
+
+    def _ready_crop(self) -> Crop | None:
+        """The next crop if the pass already received it (``Run.take_ready``),
+        handed over on the consumer's thread: no hop to the store loop and
+        back, which costs both threads a wake-up. None: ask the loop."""
+        run = self._resources.run
+        while run is not None:
+            item = run.take_ready()
+            if item is None:
+                return None
+            try:
+                crop = self._accept(item)
+            except Exception:
+                _blocking(self._stop_run() if self._entered else self._shutdown())
+                raise
+            if crop is not None:
+                return crop
+        return None
 
     def _end_iteration(self) -> None:
         """Stop the pass (and the workers, outside ``with``) when a ``for``
@@ -483,19 +503,27 @@ class Streamer:
                 await self._stop_run()
                 self._start_pass(self.epoch + 1, 0, (), 0)
                 return _END
-            carried = self._carried.pop(item.position, ({}, None))
-            if isinstance(item.result, Failure):
-                self._fail(item.position, item.result)
-                continue
-            self._position = item.position + 1
-            self._stats.yielded += 1
-            self._stats.add_latency(item.latency)
-            crop = item.result
-            plan, share_index = self._consumer_plan()
-            crop.position = int(share_index[item.position])
-            crop.fields, crop.supervisions = carried
-            crop.source = self.source_names[int(plan.source[item.position])]
-            return crop
+            crop = self._accept(item)
+            if crop is not None:
+                return crop
+
+    def _accept(self, item: Item) -> Crop | None:
+        """Hand ``item`` over: the crop with what it carries, counted, and the
+        position moved past it; None for a failure that is skipped (counted),
+        raised for one that is not (``_fail``)."""
+        carried = self._carried.pop(item.position, ({}, None))
+        if isinstance(item.result, Failure):
+            self._fail(item.position, item.result)
+            return None
+        self._position = item.position + 1
+        self._stats.yielded += 1
+        self._stats.add_latency(item.latency)
+        crop = item.result
+        plan, share_index = self._consumer_plan()
+        crop.position = int(share_index[item.position])
+        crop.fields, crop.supervisions = carried
+        crop.source = self.source_names[int(plan.source[item.position])]
+        return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
         """Skip and count a crop whose data failed, or raise: a storage

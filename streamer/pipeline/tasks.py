@@ -131,9 +131,11 @@ def run(task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None)
     job = task.job
     if job.plan is None:
         return decode_fallback(job, stats)
+    # A crop bound for shared memory is copied there: no contiguous copy before.
+    contiguous = task.region is None
     if task.fetched is None:
-        return decode_job(job, fetch(job), stats)
-    return decode_job(job, task.fetched, stats, held_back=ask)
+        return decode_job(job, fetch(job), stats, contiguous=contiguous)
+    return decode_job(job, task.fetched, stats, held_back=ask, contiguous=contiguous)
 
 
 def attempt(
@@ -164,38 +166,47 @@ def first_error(exc: Exception) -> Exception:
     return exc
 
 
-def send_answer(
+def send_answers(
     conn: Connection,
-    answer: tuple[Crop | Failure, DecodeStats],
-    shared: mmap | None = None,
-    region: tuple[int, int] | None = None,
+    answers: list[tuple[Crop | Failure, DecodeStats]],
+    shared: mmap | None,
+    regions: list[tuple[int, int] | None],
 ) -> None:
-    """Send a worker's answer: the crop's samples written into the shared
-    memory at ``region`` when it is given and they fit (the message says
-    only their shape), else as raw bytes after the rest.
+    """Send a worker's answers to one batch of tasks, in one message: each
+    crop's samples are written into the shared memory at its task's region
+    when it has one and they fit (the message says only their shape), else
+    sent as raw bytes after the message, in the batch's order.
 
-    Pickling would copy the samples twice more on each side (an 8 s stereo
-    crop at 44.1 kHz is 2.8 MB); ``send_bytes`` hands the buffer to the socket
-    as it is and ``receive_answer`` reads it straight into the new array.
+    One message per batch is one wake-up of the parent per batch, not per
+    crop. Pickling the samples would copy them twice more on each side (an
+    8 s stereo crop at 44.1 kHz is 2.8 MB); ``send_bytes`` hands the buffer
+    to the socket as it is and ``receive_answers`` reads it straight into
+    the new array.
     """
-    crop, stats = answer
-    if not isinstance(crop, Crop):
-        conn.send((crop, stats, None))
-        return
-    audio = crop.audio
-    bare = dataclasses.replace(crop, audio=None)
-    if shared is not None and region is not None and audio.nbytes <= region[1]:
-        np.ndarray(audio.shape, audio.dtype, buffer=shared, offset=region[0])[...] = audio
-        conn.send((bare, stats, (audio.shape, audio.dtype.str, True)))
-        return
-    audio = np.ascontiguousarray(audio)
-    conn.send((bare, stats, (audio.shape, audio.dtype.str, False)))
-    conn.send_bytes(memoryview(audio).cast("B"))
+    heads: list[tuple[Crop | Failure, DecodeStats, tuple[object, ...] | None]] = []
+    piped: list[np.ndarray] = []
+    for (crop, stats), region in zip(answers, regions, strict=True):
+        if not isinstance(crop, Crop):
+            heads.append((crop, stats, None))
+            continue
+        audio = crop.audio
+        bare = dataclasses.replace(crop, audio=None)
+        if shared is not None and region is not None and audio.nbytes <= region[1]:
+            np.ndarray(audio.shape, audio.dtype, buffer=shared, offset=region[0])[...] = audio
+            heads.append((bare, stats, (audio.shape, audio.dtype.str, True)))
+            continue
+        audio = np.ascontiguousarray(audio)
+        heads.append((bare, stats, (audio.shape, audio.dtype.str, False)))
+        piped.append(audio)
+    conn.send(heads)
+    for audio in piped:
+        conn.send_bytes(memoryview(audio).cast("B"))
 
 
-def ask_held_back(conn: Connection) -> Pieces:
-    """The worker's side of a job's deferred ranges: ask the parent, receive them."""
-    conn.send(ASK_HELD_BACK)
+def ask_held_back(conn: Connection, number: int) -> Pieces:
+    """The worker's side of a job's deferred ranges: ask the parent for those
+    of the batch's task ``number``, receive them."""
+    conn.send((ASK_HELD_BACK, number))
     return tuple((offset, memoryview(data)) for offset, data in conn.recv())
 
 
@@ -204,24 +215,46 @@ def send_held_back(conn: Connection, pieces: Pieces) -> None:
     conn.send(tuple((offset, bytes(view)) for offset, view in pieces))
 
 
-def receive_answer(
+def is_ask(message: object) -> bool:
+    """Whether a worker's message asks for deferred ranges (``ask_held_back``)."""
+    return isinstance(message, tuple) and len(message) == 2 and message[0] == ASK_HELD_BACK
+
+
+def receive_answers(
     conn: Connection,
-    first: object = None,
-    arena: Arena | None = None,
-    lease: Lease | None = None,
-) -> tuple[tuple[Crop | Failure, DecodeStats], bool]:
-    """The other end of ``send_answer``; ``first``: its first message, if
-    already received. Also says whether the crop is in the arena, in
-    ``lease``'s region (then an array over it, which releases the region
-    when it is garbage)."""
-    crop, stats, layout = conn.recv() if first is None else first
-    if layout is None:
-        return (crop, stats), False
-    shape, dtype, shared = layout
-    if shared:
-        if arena is None or lease is None:
+    first: object,
+    arena: Arena | None,
+    leases: list[Lease | None],
+) -> list[tuple[tuple[Crop | Failure, DecodeStats], bool]]:
+    """The other end of ``send_answers``; ``first``: its message, already
+    received. Also says of each crop whether it is in the arena, in its
+    lease's region (then an array over it, which releases the region when
+    it is garbage).
+
+    The piped samples are all read before any array over the arena is made:
+    a worker that dies in the middle of sending them leaves no such array
+    behind, whose release would free a region its crop's retry uses."""
+    heads = first
+    if not isinstance(heads, list) or len(heads) != len(leases):
+        raise RuntimeError("a worker answered a batch with something else")
+    piped: dict[int, np.ndarray] = {}
+    for number, ((_, _, layout), lease) in enumerate(zip(heads, leases, strict=True)):
+        if layout is None:
+            continue
+        shape, dtype, shared = layout
+        if shared and (arena is None or lease is None):
             raise RuntimeError("a worker answered in shared memory it was not given")
-        return (dataclasses.replace(crop, audio=arena.array(lease, shape, dtype)), stats), True
-    audio = np.empty(shape, dtype=dtype)
-    conn.recv_bytes_into(memoryview(audio).cast("B"))
-    return (dataclasses.replace(crop, audio=audio), stats), False
+        if not shared:
+            piped[number] = np.empty(shape, dtype=dtype)
+            conn.recv_bytes_into(memoryview(piped[number]).cast("B"))
+    got: list[tuple[tuple[Crop | Failure, DecodeStats], bool]] = []
+    for number, ((crop, stats, layout), lease) in enumerate(zip(heads, leases, strict=True)):
+        if layout is None:
+            got.append(((crop, stats), False))
+        elif number in piped:
+            got.append(((dataclasses.replace(crop, audio=piped[number]), stats), False))
+        else:
+            assert arena is not None and lease is not None  # checked above
+            audio = arena.array(lease, layout[0], layout[1])
+            got.append(((dataclasses.replace(crop, audio=audio), stats), True))
+    return got

@@ -1,4 +1,4 @@
-"""The decode worker process: receive a task, decode, send the crop back, repeat.
+"""The decode worker process: receive a batch of tasks, decode them, send the crops back, repeat.
 
 Started by ``pool.py`` as ``python -m streamer.pipeline.worker FD [ARENA]``,
 FD being its end of a socket pair and ARENA the pool's shared memory file
@@ -18,29 +18,39 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
+from ..decode.crop import Crop
+from ..formats.job import DecodeStats
 from ..timing import record
-from .tasks import ask_held_back, attempt, send_answer
+from .tasks import Failure, Task, ask_held_back, attempt, send_answers
 
 __all__ = ["serve"]
 
 
 def serve(conn: Connection, shared: mmap.mmap | None = None) -> None:
-    """The worker's main loop: ``Task`` in, ``(crop or Failure, DecodeStats)`` out
-    (``tasks.send_answer``), asking for held-back pieces in between when it
-    needs them; ``None`` or a closed pipe ends it. The first message out is
-    the pid (ready). A task's crop goes into ``shared`` at the task's
+    """The worker's main loop: a list of ``Task`` in, their ``(crop or
+    Failure, DecodeStats)`` out in one message once all are decoded
+    (``tasks.send_answers``), asking for held-back pieces in between when
+    it needs them; ``None`` or a closed pipe ends it. The first message out
+    is the pid (ready). A task's crop goes into ``shared`` at the task's
     region when it has one."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn.send(os.getpid())
     while True:
         try:
             with record("worker_idle"):
-                task = conn.recv()
+                tasks = conn.recv()
         except (EOFError, OSError):
             return
-        if task is None:
+        if tasks is None:
             return
-        send_answer(conn, attempt(task, lambda: ask_held_back(conn)), shared, task.region)
+        answers = [_attempt(conn, number, task) for number, task in enumerate(tasks)]
+        send_answers(conn, answers, shared, [task.region for task in tasks])
+
+
+def _attempt(conn: Connection, number: int, task: Task) -> tuple[Crop | Failure, DecodeStats]:
+    """The batch's task ``number`` decoded (or its failure), asking the parent
+    for its deferred ranges if the decoder needs them."""
+    return attempt(task, lambda: ask_held_back(conn, number))
 
 
 def _map(fd: int) -> mmap.mmap:

@@ -207,3 +207,72 @@ def test_a_worker_dying_on_every_try_is_worker_died(unindexed: Path) -> None:
     skipping = Streamer(dataset, RandomCrops(0.5), workers=1, max_crops=2)
     assert list(skipping) == [] and skipping.stats.skipped == {"WorkerDied": 2}
     assert skipping.stats.worker_restarts == 4
+
+
+def test_a_worker_killed_mid_batch_loses_no_crop(packed: Path, unindexed: Path) -> None:
+    """A batch of four crops whose third SIGKILLs its worker when it reads,
+    after the first two were decoded into shared memory but not answered:
+    the batch's crops are tried again one at a time, the good ones come back
+    right (their regions written twice, by the dead worker and its
+    replacement), the killer fails as ``WorkerDied`` once it has killed
+    twice on its own, every death is counted, and every region is released
+    once the crops are dropped."""
+    import gc
+
+    from stores import KILL_ON_READ, SabotagedStore
+
+    from streamer.decode.crop import CropRequest, prepare
+    from streamer.pipeline.pool import WorkerPool
+    from streamer.pipeline.tasks import Failure, Task
+    from streamer.storage.loop import run_sync
+
+    good = streamer.open_dataset(packed)
+    killer = Dataset(unindexed, store=SabotagedStore(KILL_ON_READ))
+    requests = [CropRequest(key, 0.25, 1.25) for key in list(good.keys())[:4]]
+    jobs = [prepare(good.episode(r.key), r) for r in requests]
+    jobs[2] = prepare(killer.episode(requests[2].key), requests[2])
+    assert jobs[2].plan is None  # read from the blob in the worker: it dies there
+
+    async def decode() -> None:
+        pool = WorkerPool(1)
+        try:
+            await pool.start()
+            answers = [answer for answer, _ in await pool.run_batch([Task(j) for j in jobs])]
+            assert pool.restarts == 3  # the batch, then the killer alone, twice
+            failed = answers.pop(2)
+            assert isinstance(failed, Failure) and failed.reason == "WorkerDied", failed
+            for crop, request in zip(answers, requests[:2] + requests[3:], strict=True):
+                assert not isinstance(crop, Failure), crop
+                expected = good.read_crop(request.key, request.start, request.end)
+                np.testing.assert_array_equal(crop.audio, expected)
+            assert pool.arena is not None and pool.arena.leased > 0  # the crops' regions
+            del answers, crop
+            gc.collect()
+            assert pool.arena.leased == 0
+        finally:
+            pool.close()
+
+    run_sync(decode())
+
+
+def test_crops_go_to_a_worker_in_batches(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for two batches per worker, a worker gets four crops per
+    message (the parent's cost is per message), every crop in one batch."""
+    from streamer.pipeline.pool import WorkerPool
+    from streamer.pipeline.run import MAX_BATCH
+
+    sizes: list[int] = []
+    run_batch = WorkerPool.run_batch
+
+    async def recording(self: WorkerPool, tasks: list) -> list:  # type: ignore[type-arg]
+        sizes.append(len(tasks))
+        return await run_batch(self, tasks)
+
+    monkeypatch.setattr(WorkerPool, "run_batch", recording)
+    sampler = RandomCrops(0.5, per_episode=4)
+    dataset = streamer.open_dataset(packed)
+    crops = list(Streamer(dataset, sampler, seed=3, workers=1, prefetch=2 * MAX_BATCH))
+    assert len(crops) == sum(sizes) == 28 and sizes == [MAX_BATCH] * 7
+    threads = list(Streamer(dataset, sampler, seed=3, workers=0))
+    for a, b in zip(threads, crops, strict=True):
+        assert np.array_equal(a.audio, b.audio), a.key
