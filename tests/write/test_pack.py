@@ -110,8 +110,14 @@ def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
 
 
 def test_refuses_to_pack_over_an_existing_dataset(tmp_path: Path, packed: Path) -> None:
+    """Another source's shards (same names, another plan) are not a run to resume."""
+    write_audio(tmp_path / "src", "other", "flac", 16000, 1, 0.5)
+    before = sorted(p.stat().st_mtime_ns for p in packed.rglob("*.wsds"))
     with pytest.raises(PackError, match="already holds a dataset"):
-        pack(tmp_path, packed, progress=False)
+        pack(tmp_path / "src", packed, progress=False)
+    with pytest.raises(PackError, match="already holds a dataset"):  # same source, other shards
+        pack(tmp_path / "src", packed, shard_size=123, progress=False)
+    assert sorted(p.stat().st_mtime_ns for p in packed.rglob("*.wsds")) == before
 
 
 def test_a_failure_mid_run_removes_the_shard_being_written(tmp_path: Path, monkeypatch) -> None:
