@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dataset import Dataset, open_dataset, write_manifest
+from .decode.verify import countable
 from .errors import StreamerError
 from .pipeline.bench import BenchConfig, bench_streamer
 from .pipeline.samplers import RandomCrops
@@ -34,6 +35,8 @@ from .pipeline.streamer import Streamer
 from .pipeline.warmup import warmup
 from .storage import Store, open_url
 from .write.index import IndexReport, build_index
+from .write.pack import PackReport, pack
+from .write.sources import list_sources, open_store
 
 __all__ = [
     "JobSummary",
@@ -43,6 +46,8 @@ __all__ = [
     "index_part",
     "index_parts",
     "merge",
+    "pack_part",
+    "pack_parts",
     "partitions",
     "stream_example",
     "warmup_part",
@@ -165,6 +170,63 @@ def describe(error: BaseException | object) -> str:
     return " ".join(text.split()) or type(error).__name__
 
 
+def pack_parts(
+    src: str, parts: int, *, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The parts of packing the audio files at ``src`` (``--files i/n``):
+    ``parts`` partitions of its files, fewer when it has fewer files."""
+    files = len(list_sources(src, storage_options))
+    if files == 0:
+        raise StreamerError(f"{src}: no files to pack")
+    return partitions(max(1, min(parts, files)))
+
+
+def pack_part(
+    src: str,
+    out: str,
+    part: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    shard_size: int | None = None,
+    index: bool = True,
+) -> PartReport:
+    """Pack partition ``part`` (``i/n`` of the files) of ``src`` into the
+    dataset at ``out``, with seek indexes unless not ``index``. Shards already
+    complete are skipped; the part that completes the plan writes the
+    manifest (``pack``)."""
+
+    def work(part_report: PartReport) -> None:
+        sizes = {} if shard_size is None else {"shard_size": shard_size}
+        report = pack(
+            src,
+            out,
+            files=part,
+            storage_options=storage_options,
+            index=index,
+            progress=False,
+            **sizes,
+        )
+        part_report.counts = _pack_counts(report)
+
+    return _run("pack", part, [src, out], storage_options, work)
+
+
+def _pack_counts(report: PackReport) -> Counter[str]:
+    counts: Counter[str] = Counter(
+        {
+            "files packed": report.files,
+            "bytes packed": report.bytes,
+            "shards written": len(report.shards),
+            "shards already complete": len(report.already_complete),
+            "manifest written": int(report.manifest_written),
+        }
+    )
+    counts.update(f"file skipped: {countable(reason)}" for _, reason in report.skipped)
+    if report.index is not None:
+        counts.update(_index_counts(report.index))
+    return +counts
+
+
 def index_part(
     url: str,
     part: str,
@@ -190,7 +252,7 @@ def index_part(
         part_report.counts = _index_counts(report)
         part_report.problems = {f"shard {name}": why for name, why in report.failed.items()}
 
-    return _run("index", part, url, storage_options, work)
+    return _run("index", part, [url], storage_options, work)
 
 
 def finish_index(url: str, *, storage_options: Mapping[str, Any] | None = None) -> str:
@@ -254,7 +316,7 @@ def warmup_part(
             {"crops warmed": report.crops, "crops skipped (bad data)": report.skipped}
         )
 
-    return _run("warmup", part, url, options, work)
+    return _run("warmup", part, [url], options, work)
 
 
 def _rank(part: str) -> tuple[int, int]:
@@ -334,27 +396,28 @@ def stream_example(
 def _run(
     job: str,
     part: str,
-    url: str,
+    urls: Sequence[str],
     storage_options: Mapping[str, Any] | None,
     work: Callable[[PartReport], None],
 ) -> PartReport:
     """Run one part's ``work``, which fills in the report's counts and
-    problems; add the store's requests and bytes over the part, and any
-    exception as the part's ``error``."""
+    problems; add the requests and bytes of the stores of ``urls`` over the
+    part, and any exception as the part's ``error``."""
     report = PartReport(job=job, part=part)
     began = time.perf_counter()
-    store: Store | None = None
+    before: dict[int, tuple[Store, dict[str, Any]]] = {}
     try:
-        store, _ = open_url(url, **(storage_options or {}))
-        before = store.stats.snapshot()
+        for url in urls:
+            store, _ = open_store(url, storage_options)
+            before.setdefault(id(store), (store, store.stats.snapshot()))
         work(report)
     except Exception as exc:
         report.error = describe(exc)
     finally:
         report.seconds = time.perf_counter() - began
-    if store is not None:
-        after = store.stats.snapshot()
-        report.requests = after["requests"] - before["requests"]
-        report.bytes_fetched = after["bytes_fetched"] - before["bytes_fetched"]
-        report.bytes_stored = after["bytes_stored"] - before["bytes_stored"]
+    for store, then in before.values():
+        now = store.stats.snapshot()
+        report.requests += now["requests"] - then["requests"]
+        report.bytes_fetched += now["bytes_fetched"] - then["bytes_fetched"]
+        report.bytes_stored += now["bytes_stored"] - then["bytes_stored"]
     return report
