@@ -34,7 +34,7 @@ from .pipeline.samplers import RandomCrops
 from .pipeline.streamer import Streamer
 from .pipeline.warmup import warmup
 from .storage import Store, open_url
-from .write.index import IndexReport, build_index
+from .write.index import IndexReport, build_index, parse_part
 from .write.pack import PackReport, pack
 from .write.sources import list_sources, open_store
 
@@ -293,7 +293,7 @@ def warmup_part(
     ``part`` (``i/n``: rank i of n) of an epoch of ``RandomCrops(duration,
     per_episode)`` reads, so a training run with the same plan and cache reads
     nothing from the store. No decoding."""
-    rank, world = _rank(part)
+    rank, world = parse_part(part, "part")
     options = {**(storage_options or {}), "cache_dir": os.fspath(cache_dir)}
 
     def work(part_report: PartReport) -> None:
@@ -317,13 +317,6 @@ def warmup_part(
         )
 
     return _run("warmup", part, [url], options, work)
-
-
-def _rank(part: str) -> tuple[int, int]:
-    index, _, count = part.partition("/")
-    if not (index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count):
-        raise StreamerError(f"part {part!r}: expected i/n with 0 <= i < n")
-    return int(index), int(count)
 
 
 @dataclass
