@@ -134,7 +134,8 @@ class LoopbackServer:
         return self.faults.down_until
 
     async def _start(self) -> None:
-        app = web.Application()
+        # Bodies up to 1 GiB pass (whole shards PUT through the proxy); aiohttp's default is 1 MiB.
+        app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{tail:.*}", self._serve)
         self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=0.5, access_log=None
