@@ -125,11 +125,12 @@ def warmup(
 
 @app.function(secrets=[aws], timeout=3600)
 def finish(job: str, url: str) -> list[str]:
-    """After every part: the index job's manifest; then the dataset's check
-    (``streamer verify``). Returns the problems found, one line each."""
+    """After every part: the index job writes the dataset manifest (once, not
+    racing the parts); the pack job's dataset is checked as ``streamer
+    verify`` checks it. Returns the problems found, one line each."""
     if job == "index":
         jobs.finish_index(url)
-    return verify_dataset(url).problems if job in ("pack", "index") else []
+    return verify_dataset(url).problems if job == "pack" else []
 
 
 @app.function(**part_options, volumes={CACHE_DIR: cache})
@@ -222,15 +223,19 @@ def main(
     if job == "stream":
         print(stream_example.remote(url, crops=crops, duration=duration, cached=cached))
         return
-    summary = run_job(
-        job,
-        url,
-        src=src,
-        parts=parts,
-        shard_size=shard_size or None,
-        duration=duration,
-        per_episode=per_episode,
-    )
+    try:
+        summary = run_job(
+            job,
+            url,
+            src=src,
+            parts=parts,
+            shard_size=shard_size or None,
+            duration=duration,
+            per_episode=per_episode,
+        )
+    except Exception as exc:  # listing the work failed: nothing ran
+        print(f"{job}: error: {jobs.describe(exc)}")
+        raise SystemExit(1) from None
     for line in summary.lines():
         print(line)
     if not summary.ok:

@@ -17,6 +17,7 @@ from helpers import SECRET
 
 import streamer
 from streamer import jobs
+from streamer.storage import open_url
 from streamer.write.verify import verify_dataset
 
 modal = pytest.importorskip("modal", reason="needs the modal extra (tox -e deploy)")
@@ -83,6 +84,15 @@ def test_pack_job_from_local_files_into_s3(app, s3_uploaded, aws_env, audio_dir)
     assert summary.ok, (summary.failed, summary.problems)
     assert summary.counts["files packed"] == len(files)
     assert len(streamer.open_dataset(out)) == len(files)
+    # A shard that is not of the plan appears: verification names it, and a
+    # re-run refuses to pack into that dataset, every part saying why.
+    store, root = open_url(out)
+    store.put_sync(store.join(root, "audio", "zz-stray.wsds"), b"not an arrow file")
+    assert any("zz-stray" in line for line in app.finish.local("pack", out))
+    again = app.run_job("pack", out, src=str(audio_dir), parts=2, shard_size=300_000, local=True)
+    assert set(again.failed) == {"0/2", "1/2"}
+    assert all("zz-stray" in why for why in again.failed.values())
+    assert again.counts["files packed"] == 0
 
 
 def test_warmup_job_and_stream_example(app, s3_uploaded, aws_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
