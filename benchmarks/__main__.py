@@ -35,6 +35,7 @@ SUITE = [
     ("bench_cold_open", ["--minutes", "5", "--crops", "4"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
     ("bench_warmup", ["--crops", "100"], []),
+    ("bench_jobs", ["--minutes", "1", "--episodes", "1", "--crops", "50"], []),
     ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
     ("corpus_table", ["--small"], []),
 ]

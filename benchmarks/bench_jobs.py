@@ -177,8 +177,11 @@ def measure_jobs(
     report, figures = measured(
         proxy, lambda: jobs.stream_example(url, crops=args.crops, workers=args.workers)
     )
+    episodes = len(EPISODES) * args.episodes
     results["stream"] = {
         **figures,
+        # The naive consumer downloads each crop's whole episode: one GET of the blob.
+        "naive_bytes_per_crop": source_bytes / episodes,
         "crops": report.crops,
         "skipped": report.skipped,
         "crops_per_s": report.crops_per_second,
@@ -190,7 +193,8 @@ def measure_jobs(
 
 def costs(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     """USD per TB packed and indexed (in the store's region: no egress) and
-    per million crops (inside the region, and streamed out of it)."""
+    per million crops (inside the region, and streamed out of it; and the
+    naive consumer's, out of it)."""
     table: dict[str, dict[str, float]] = {}
     for store, prices in PRICES.items():
         row = {}
@@ -202,6 +206,8 @@ def costs(results: dict[str, Any]) -> dict[str, dict[str, float]]:
         egress_gb = stream["bytes_per_crop"] * 1e6 / 1e9
         row["1M crops, in region"] = price(per_million, 0.0, prices)
         row["1M crops, egress"] = price(per_million, egress_gb, prices)
+        naive_gb = stream["naive_bytes_per_crop"] * 1e6 / 1e9
+        row["1M crops, egress, naive"] = price({"read": 1e6}, naive_gb, prices)
         table[store] = row
     return table
 
@@ -239,6 +245,11 @@ def main() -> None:
         f"stream: {s['crops']} crops, per crop {kinds} requests, "
         f"{s['bytes_per_crop'] / 1e3:.1f} kB; "
         f"{s['crops_per_s']:.1f} crops/s (skipped: {s['skipped'] or 'none'})"
+    )
+    naive = s["naive_bytes_per_crop"]
+    print(
+        f"naive (the whole episode per crop): 1 read request, {naive / 1e6:.2f} MB per crop: "
+        f"{naive / s['bytes_per_crop']:.0f}x streamer's bytes"
     )
     print("USD (list prices, see PRICES):")
     for store, row in results["costs_usd"].items():
