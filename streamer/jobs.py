@@ -42,6 +42,7 @@ __all__ = [
     "JobSummary",
     "PartReport",
     "StreamReport",
+    "describe",
     "finish_index",
     "index_part",
     "index_parts",
@@ -142,7 +143,7 @@ def merge(
         result = results[position] if position < len(results) else None
         if result is None:
             summary.failed[part] = "no report (the part never finished)"
-        elif isinstance(result, BaseException):
+        elif not isinstance(result, PartReport):  # an exception, or not a report at all
             summary.failed[part] = describe(result)
         else:
             if result.error:

@@ -97,6 +97,8 @@ def test_failing_parts_are_reported_with_their_reason(s3, remote_unindexed) -> N
     text = "\n".join(crashed.lines())
     assert "1/2 parts done, 1 failed" in text and "failed part 1/2: TimeoutError" in text
     assert "failed part 5/2" in "\n".join(jobs.merge("index", ["5/2"], [bad_spec]).lines())
+    odd = jobs.merge("index", ["0/1"], [{"counts": 3}])  # whatever came back is no report
+    assert odd.failed == {"0/1": "not a part report: dict"}
 
 
 def test_an_unreadable_shard_is_a_problem_of_its_part(s3, remote_unindexed, unindexed) -> None:  # type: ignore[no-untyped-def]
