@@ -257,8 +257,10 @@ def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:
     for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
         try:
             entries = store.list_sync(store.join(root, column_dir))
-        except StorageError:  # no such folder (yet)
-            entries = []
+        except StorageError as exc:
+            if store.is_remote:  # a prefix is never missing: the bucket, the endpoint are
+                raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
+            entries = []  # no such folder (yet)
         found[column_dir] = {
             _strip_suffix(e.name): e.name
             for e in entries
