@@ -6,6 +6,7 @@ and one-line errors naming the source or output that failed."""
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import boto3
 import pytest
 from helpers import BUCKET, SECRET, write_audio
 
+from streamer import open_dataset
 from streamer.cli import main
 from streamer.errors import PackError, StorageError
 from streamer.storage import open_url
@@ -222,8 +224,6 @@ def test_bad_remote_sources_are_one_line_naming_them(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith("streamer pack: error: ")
-    import re
-
     assert re.search(message, err[0]), err[0]
 
 
@@ -238,3 +238,28 @@ def test_bad_outputs_and_list_files_are_one_line(
     (tmp_path / "list.txt").write_bytes(b"\xff\xfe not utf-8")
     assert main(["pack", str(tmp_path / "list.txt"), str(tmp_path / "o"), "--no-progress"]) == 1
     assert "cannot read the list file" in capsys.readouterr().err
+
+
+def test_a_list_file_mixing_http_and_s3_urls_packs_into_s3(
+    source: Path, s3_servers: Any, aws: None, tmp_path: Path
+) -> None:
+    """``--endpoint-url`` is the object store's: the HTTP URLs of the list go without it."""
+    s3 = s3_servers("moto")
+    raw = _prefix("listed")
+    _upload(source / "d1", raw, s3.url)
+    http = LoopbackServer(file_handler(source)).start()
+    try:
+        listing = tmp_path / "urls.txt"
+        lines = [f"{http.url}/d0/ep00.flac", f"{http.url}/d0/ep02.wav", f"{raw}/ep01.mp3"]
+        listing.write_text("\n".join(lines) + "\n")
+        out = _prefix("from-list")
+        options = {"endpoint_url": s3.url}
+        report = pack(listing, out, storage_options=options, progress=False)
+        assert report.files == 3 and report.manifest_written
+        assert verify_dataset(out, storage_options=options).ok
+        dataset = open_dataset(out, endpoint_url=s3.url)
+        keys = sorted(dataset.keys())
+        assert len(keys) == 3 and keys[-1].endswith("ep01")
+        assert bytes(dataset.blob(keys[0]).read()) == (source / "d0" / "ep00.flac").read_bytes()
+    finally:
+        http.stop()
