@@ -36,6 +36,7 @@ SUITE = [
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
     ("bench_warmup", ["--crops", "100"], []),
     ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
+    ("bench_fanout", ["--gigabytes", "0.15", "--minutes", "2", "--shard-size", "16M"], []),
     ("corpus_table", ["--small"], []),
 ]
 
