@@ -14,8 +14,11 @@ Every request goes through a counting proxy in front of the server, so the
 figures include the killed process: requests by kind (ranged GETs of the
 source, listings, PUTs, multipart parts, ...) and bytes read and written on
 the wire. The surviving processes also report their store's own stats.
-The physical reference is the source size: a pack reads each source byte
-once and writes about as much.
+Two references from the same run: the source size (a pack reads each
+source byte once and writes about as much), and a baseline copy of the
+same files by as many processes along pack's own I/O path (read through
+the store into memory, stored from a local file) with no probing, Arrow or
+indexing: the I/O limit of this setup. Pack is reported over it.
 
     python -m benchmarks.bench_fanout [--gigabytes 2] [--minutes 10] [--workers 4]
         [--shard-size 256M] [--server seaweedfs|moto|rclone]
@@ -136,6 +139,39 @@ def pack_command(endpoint: str, part: str, shard_size: str, stats: Path) -> list
     return [sys.executable, "-c", code, *argv]
 
 
+def copy_command(endpoint: str, part: str) -> list[str]:
+    """The baseline: a partition's files copied as they are from ``raw/`` to
+    ``copy/`` along pack's own I/O path (read into memory through the store,
+    written to a local file, stored), without probing, Arrow or indexing."""
+    code = (
+        "import sys, tempfile\n"
+        "from streamer.storage import open_url\n"
+        "from streamer.write.sources import list_sources, read_into\n"
+        "part, count = map(int, sys.argv[1].split('/'))\n"
+        "options = {'endpoint_url': sys.argv[2]}\n"
+        f"files = list_sources('s3://{BUCKET}/raw', options)[part::count]\n"
+        f"store, root = open_url('s3://{BUCKET}/copy', **options)\n"
+        "for file in files:\n"
+        "    buffer = bytearray(file.size)\n"
+        "    read_into(file, memoryview(buffer))\n"
+        "    with tempfile.NamedTemporaryFile(delete=False) as temp:\n"
+        "        temp.write(buffer)\n"
+        "    store.move_in_sync(store.join(root, file.source), temp.name)\n"
+    )
+    return [sys.executable, "-c", code, part, endpoint]
+
+
+def run_all(commands: list[list[str]], env: dict[str, str]) -> float:
+    """Run ``commands`` at once; their wall time (each must succeed)."""
+    start = time.perf_counter()
+    processes = [subprocess.Popen(c, env=env, stderr=subprocess.PIPE) for c in commands]
+    for process in processes:
+        _, err = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"baseline copy failed: {err.decode()}")
+    return time.perf_counter() - start
+
+
 def kind_of(seen: Seen) -> str:
     """What a request was, from its method and URL."""
     query = seen.path.partition("?")[2]
@@ -202,7 +238,21 @@ def main() -> None:
         files, total = fill_source(server.url, episodes, int(args.gigabytes * 1e9))
         print(f"source: {files} files, {total / 1e9:.2f} GB in s3://{BUCKET}/raw")
         proxy.reset()
-        server_cpu0, cpu0 = server.cpu_seconds(), children_cpu()
+        server_cpu0, cpu0, proxy_cpu0 = server.cpu_seconds(), children_cpu(), time.process_time()
+        parts = [f"{i}/{args.workers}" for i in range(args.workers)]
+        copy_seconds = run_all([copy_command(proxy.url, p) for p in parts], env)
+        copy_read, copy_written = wire_bytes(list(proxy.requests))
+        copy_cpu = {
+            "copiers": children_cpu() - cpu0,
+            "server": server.cpu_seconds() - server_cpu0,
+            "proxy": time.process_time() - proxy_cpu0,
+        }
+        print(
+            f"baseline copy: {copy_seconds:.1f} s, read {copy_read / 1e9:.2f} GB, "
+            f"wrote {copy_written / 1e9:.2f} GB, CPU {copy_cpu}"
+        )
+        proxy.reset()
+        server_cpu0, cpu0, proxy_cpu0 = server.cpu_seconds(), children_cpu(), time.process_time()
         stats = {i: work / f"stats-{i}.json" for i in range(args.workers)}
         start = time.perf_counter()
         processes = {
@@ -249,6 +299,7 @@ def main() -> None:
         pack_requests = list(proxy.requests)
         pack_cpu = children_cpu() - cpu0
         server_cpu = server.cpu_seconds() - server_cpu0
+        proxy_cpu = time.process_time() - proxy_cpu0
         verify = subprocess.run(
             [*VERIFY, f"s3://{BUCKET}/out", "--endpoint-url", server.url],
             env=env,
@@ -271,6 +322,18 @@ def main() -> None:
             "wall_seconds": round(fanout_seconds + rerun_seconds, 1),
             "pack_cpu_seconds": round(pack_cpu, 1),
             "server_cpu_seconds": round(server_cpu, 1),
+            "proxy_cpu_seconds": round(proxy_cpu, 1),
+            "baseline_copy": {
+                "wall_seconds": round(copy_seconds, 1),
+                "bytes_read": copy_read,
+                "bytes_written": copy_written,
+                "cpu_seconds": {k: round(v, 1) for k, v in copy_cpu.items()},
+            },
+            "pack_over_copy": {
+                "wall_first_round": round(fanout_seconds / copy_seconds, 2),
+                "wall_with_rerun": round((fanout_seconds + rerun_seconds) / copy_seconds, 2),
+                "client_cpu": round(pack_cpu / copy_cpu["copiers"], 2),
+            },
             "requests_first_round": dict(Counter(kind_of(r) for r in first_round)),
             "requests_total": dict(Counter(kind_of(r) for r in pack_requests)),
             "bytes_read": read,
@@ -292,7 +355,8 @@ def main() -> None:
         )
         print(f"throughput: {total / 1e6 / result['wall_seconds']:.0f} MB/s of source")
         print("requests:", json.dumps(result["requests_total"], indent=1))
-        print(f"CPU: packers {pack_cpu:.0f} s, server {server_cpu:.0f} s")
+        print(f"CPU: packers {pack_cpu:.0f} s, server {server_cpu:.0f} s, proxy {proxy_cpu:.0f} s")
+        print("pack over the baseline copy:", result["pack_over_copy"])
         print("re-run:", " | ".join(result["rerun_output"]))
         print(f"verify exit {verify.returncode}:", verify.stdout.strip().splitlines()[-1:])
         print("wrote", write_json("bench_fanout", result))
