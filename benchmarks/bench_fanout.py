@@ -129,7 +129,7 @@ def pack_command(endpoint: str, part: str, shard_size: str, stats: Path) -> list
         "from streamer.cli import main\n"
         "from streamer.storage import open_url\n"
         "code = main(sys.argv[1:])\n"
-        "store, _ = open_url(sys.argv[2], endpoint_url=sys.argv[4])\n"
+        "store, _ = open_url(sys.argv[2], endpoint_url=sys.argv[5])\n"
         f"open({str(stats)!r}, 'w').write(json.dumps(store.stats.snapshot()))\n"
         "sys.exit(code)\n"
     )
