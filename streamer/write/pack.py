@@ -198,16 +198,7 @@ def pack(
         if strict:
             raise PackError(f"{source}: {reason}")
         report.skipped.append((source, reason))
-    todo = []
-    for planned in plan.mine:
-        state = _state(store, root, planned, existing, index)
-        if state == "complete":
-            report.already_complete.append(planned.name)
-        elif state == "unindexed":  # packed by a run without index=
-            assert report.index is not None
-            report.index.add(index_shard(store, root, planned.name))
-        else:
-            todo.append(planned)
+    todo = _finish_stored(store, root, plan, existing, report)
     created = _create_output(root) if local else []
     bar = tqdm(
         total=sum(s.bytes for s in todo),
@@ -257,8 +248,10 @@ def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:
     for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
         try:
             entries = store.list_sync(store.join(root, column_dir))
-        except StorageError:  # no such folder (yet)
-            entries = []
+        except StorageError as exc:
+            if store.is_remote:  # a prefix is never missing: the bucket, the endpoint are
+                raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
+            entries = []  # no such folder (yet)
         found[column_dir] = {
             _strip_suffix(e.name): e.name
             for e in entries
@@ -301,21 +294,23 @@ def _fingerprint(store: Store, root: str, file: str) -> str | None:
     return value.decode(errors="replace") if value is not None else None
 
 
-def _state(
-    store: Store,
-    root: str,
-    shard: PlannedShard,
-    existing: dict[str, dict[str, str]],
-    index: bool,
-) -> str:
-    """ "complete", "unindexed" (stored, but without its seek index) or "missing".
-    Objects are stored whole, and ``audio/`` last: an audio shard (of this
-    plan, as checked) means its ``audio_info/`` twin is in place."""
-    if shard.name not in existing[AUDIO_COLUMN] or shard.name not in existing[INFO_DIR]:
-        return "missing"
-    if index and shard.name not in existing[INDEX_DIR]:
-        return "unindexed"
-    return "complete"
+def _finish_stored(
+    store: Store, root: str, plan: Plan, existing: dict[str, dict[str, str]], report: PackReport
+) -> list[PlannedShard]:
+    """The shards of this run's part still to build. Those already stored
+    are left as they are (``already_complete``), or indexed in place when
+    stored without their seek index (a run without ``index``). Objects are
+    stored whole and ``audio/`` last: an audio shard of this plan (its
+    fingerprint checked) with its ``audio_info/`` twin is complete."""
+    todo = []
+    for planned in plan.mine:
+        if planned.name not in existing[AUDIO_COLUMN] or planned.name not in existing[INFO_DIR]:
+            todo.append(planned)
+        elif report.index is not None and planned.name not in existing[INDEX_DIR]:
+            report.index.add(index_shard(store, root, planned.name))
+        else:
+            report.already_complete.append(planned.name)
+    return todo
 
 
 def _complete(store: Store, root: str, plan: Plan, index: bool) -> bool:

@@ -119,8 +119,11 @@ def _listed_in(list_file: str, storage_options: Mapping[str, Any]) -> list[Sourc
     names = _relative_names(urls)
     located = []
     for line, url in enumerate(urls, 1):
+        # ``endpoint_url`` and credentials are an object store's: a plain
+        # HTTP(S) URL carries what it needs (a presigned query) itself.
+        plain_http = url.lower().startswith(("http://", "https://"))
         try:
-            located.append(open_store(url, storage_options))
+            located.append(open_store(url, None if plain_http else storage_options))
         except (StorageError, TypeError) as exc:
             raise PackError(f"{list_file!r} line {line}: {_shown(url)}: {exc}") from None
     sizes = run_sync(_sizes(located))
