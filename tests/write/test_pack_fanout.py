@@ -10,6 +10,7 @@ import pytest
 from helpers import write_audio
 
 from streamer import open_dataset
+from streamer.cli import main
 from streamer.write.pack import pack
 from streamer.write.verify import verify_dataset
 
@@ -96,3 +97,17 @@ def test_a_rerun_without_index_then_with_indexes_the_stored_shards(
     assert report.shards == [] and report.index is not None
     assert len(report.index.indexed) == len(report.planned)
     assert verify_dataset(out).ok
+
+
+@pytest.mark.parametrize("option", ["--shards", "--files"])
+def test_a_bad_partition_is_a_usage_error(
+    option: str, source: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    for argv in ([option, "3/3"], ["--shards", "0/2", "--files", "0/2"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["pack", str(source), str(tmp_path / "o"), *argv])
+        assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"streamer pack: error: argument {option}: '3/3': expected i/n with 0 <= i < n"
+    assert "not allowed with argument" in err[1]
+    assert not (tmp_path / "o").exists()
