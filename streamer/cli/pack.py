@@ -8,7 +8,10 @@ import argparse
 import math
 import signal
 import sys
+from collections.abc import Callable
 
+from ..errors import StreamerError
+from ..write.index import parse_part
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
 from ._options import add_endpoint_argument, positive_int, storage_options
 from .index import print_index_report
@@ -28,11 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     part.add_argument(
         "--shards",
         metavar="I/N",
+        type=_partition("--shards"),
         help="pack only the planned shards j with j %% N == I (fan out over N runs)",
     )
     part.add_argument(
         "--files",
         metavar="I/N",
+        type=_partition("--files"),
         help="pack only the files j with j %% N == I, into shards named by the partition",
     )
     parser.add_argument(
@@ -109,6 +114,19 @@ def run(args: argparse.Namespace) -> int:
     if report.index is not None:
         print_index_report(report.index)
     return 0
+
+
+def _partition(option: str) -> Callable[[str], str]:
+    """An argparse type: an ``i/n`` spec (checked as ``streamer index --shards`` checks it)."""
+
+    def check(text: str) -> str:
+        try:
+            parse_part(text, option)
+        except StreamerError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option} ")) from None
+        return text
+
+    return check
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

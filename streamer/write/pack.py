@@ -33,8 +33,10 @@ import logging
 import math
 import os
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +70,7 @@ PLAN_KEY = "streamer.pack.plan"
 #: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
 STAGING_DIR = ".streamer-pack"
 _TEMP_MARK = ".tmp-"
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
 AUDIO_SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), (AUDIO_COLUMN, pa.large_binary())])
 INFO_SCHEMA = pa.schema(
@@ -415,13 +418,15 @@ class _ShardWriter:
                         paths[column_dir], schema.with_metadata(metadata), options=options
                     )
                 )
-            for start in range(0, len(planned.files), self.batch_size):
-                self._write_batch(planned.files[start : start + self.batch_size], writers)
+            queue = list(planned.files)
+            while queue:
+                self._write_batch(queue, writers)
         finally:
             for writer in writers:
                 writer.close()
         if self.report.index is not None:
-            self.report.index.add(index_shard(LocalStore(), folder, planned.name))
+            with _interrupts_held():
+                self.report.index.add(index_shard(LocalStore(), folder, planned.name))
             self.report.durations += _durations_from_index(folder, [planned.name])
             paths[INDEX_DIR] = os.path.join(folder, INDEX_DIR, name)
         # audio_info (and seek_index) first: a shard is part of the dataset once audio/ has it.
@@ -433,25 +438,39 @@ class _ShardWriter:
         shutil.rmtree(folder, ignore_errors=True)
 
     def _write_batch(
-        self, files: tuple[SourceFile, ...], writers: list[pa.ipc.RecordBatchFileWriter]
+        self, queue: list[SourceFile], writers: list[pa.ipc.RecordBatchFileWriter]
     ) -> None:
-        """Read ``files`` into one buffer, probing each in place; the ones that
-        are not audio are skipped (their bytes overwritten by the next)."""
-        values = np.empty(sum(f.size for f in files), dtype=np.uint8)
+        """One record batch: files taken from the front of ``queue`` until
+        ``batch_size`` of them are audio (or none are left), so every batch
+        but a shard's last is full, as wsds readers expect. Each file is read
+        into one buffer and probed in place; one that is not audio is skipped
+        and its bytes overwritten by the next file's. The buffer is sized for
+        the next ``batch_size`` files and grows only past a skipped one."""
+        values = np.empty(_bytes_ahead(queue, self.batch_size), dtype=np.uint8)
         offsets = [0]
-        entries = []
-        for file in files:
-            slot = values[offsets[-1] : offsets[-1] + file.size]
+        entries: list[_Entry] = []
+        taken = 0
+        while queue and len(entries) < self.batch_size:
+            file = queue.pop(0)
+            taken += file.size
+            end = offsets[-1] + file.size
+            if end > len(values):  # a skipped file made room for fewer than needed
+                more = _bytes_ahead(queue, self.batch_size - len(entries) - 1)
+                values = np.concatenate(
+                    [values[: offsets[-1]], np.empty(file.size + more, np.uint8)]
+                )
+            slot = values[offsets[-1] : end]
             digest = _read_into(file, memoryview(slot))
             try:
-                info = probe(MemoryFile(memoryview(slot), file.source))
+                with _interrupts_held():
+                    info = probe(MemoryFile(memoryview(slot), file.source))
             except ProbeError as exc:
                 if self.strict:
                     raise PackError(f"{file.source}: {exc}") from None
                 self.report.skipped.append((file.source, str(exc)))
                 continue
             entries.append(_Entry(file, info, digest))
-            offsets.append(offsets[-1] + file.size)
+            offsets.append(end)
         nbytes = offsets[-1]
         if entries:
             keys = pa.array([e.key for e in entries], pa.string())
@@ -469,7 +488,36 @@ class _ShardWriter:
             audio_writer.write_batch(pa.record_batch([keys, audio], schema=AUDIO_SCHEMA))
         self.report.files += len(entries)
         self.report.bytes += nbytes
-        self.on_batch(sum(f.size for f in files))
+        self.on_batch(taken)
+
+
+def _bytes_ahead(queue: list[SourceFile], count: int) -> int:
+    """Bytes of the next ``count`` files of ``queue``."""
+    return sum(f.size for f in queue[:count])
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while PyAV reads through Python file
+    objects (a probe of bytes in memory, a staged shard's index check), and
+    delivered when the block ends. PyAV ignores an exception raised in its
+    read callback: an interrupt there would be lost, and the read's failure
+    taken for a file that is not audio. In threads other than the main one
+    (signals are the main thread's) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    kept = {number: signal.getsignal(number) for number in _INTERRUPTS}
+    for number in _INTERRUPTS:
+        signal.signal(number, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            signal.signal(number, handler)
+        if held:  # now, outside PyAV: the handler the caller had (Ctrl-C: KeyboardInterrupt)
+            signal.raise_signal(held[0])
 
 
 def _read_into(file: SourceFile, target: memoryview) -> str:

@@ -5,7 +5,8 @@ so every process that lists the same SRC makes the same plan, and a pack
 fanned out over machines needs no coordinator: each run takes its part.
 
 * Whole run: files in order fill shards of about ``shard_size`` bytes
-  (a shard ends after the file that reaches it), ``shard-000000``, ...
+  (a shard ends at the first batch of ``batch_size`` files that reaches
+  it), ``shard-000000``, ...
 * ``shards="i/n"``: the same shards; this run takes those numbered
   ``j % n == i``.
 * ``files="i/n"``: this run takes the files numbered ``j % n == i`` and
@@ -103,14 +104,16 @@ def _unique_keys(files: Sequence[SourceFile]) -> tuple[list[SourceFile], list[tu
 def _cut(
     files: Sequence[SourceFile], shard_size: int, batch_size: int, prefix: str
 ) -> list[PlannedShard]:
-    """Consecutive runs of ``files`` of at least ``shard_size`` bytes (the last: the rest)."""
+    """Consecutive runs of ``files`` of at least ``shard_size`` bytes, cut
+    at the first record batch boundary (``batch_size`` files) past the size;
+    the last shard takes the rest."""
     shards: list[PlannedShard] = []
     current: list[SourceFile] = []
     total = 0
     for file in files:
         current.append(file)
         total += file.size
-        if total >= shard_size:
+        if total >= shard_size and len(current) % batch_size == 0:
             shards.append(_shard(f"{prefix}{len(shards):06d}", current, batch_size))
             current, total = [], 0
     if current:

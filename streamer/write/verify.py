@@ -69,6 +69,8 @@ def verify_dataset(
     try:
         dataset = Dataset(root, store=store, manifest=False)
     except DataError as exc:
+        if store.is_remote and isinstance(exc.__cause__, StorageError):
+            raise exc.__cause__ from None  # the store failed (credentials, bucket), not the data
         report.problems.append(str(exc))
         return report
     listed = dataset.column_dirs

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from helpers import write_audio
 
 from streamer import open_dataset
+from streamer.cli import main
 from streamer.write.pack import pack
 from streamer.write.verify import verify_dataset
 
@@ -59,6 +61,15 @@ def test_shard_partitions_write_the_whole_runs_bytes(source: Path, tmp_path: Pat
     assert _digests(tmp_path / "parts") == _digests(tmp_path / "whole")
 
 
+def test_record_batches_stay_full_past_a_skipped_file(source: Path, tmp_path: Path) -> None:
+    """wsds finds row j in batch j // batch_size: only a shard's last batch may be short."""
+    pack(source, tmp_path / "ds", shard_size=10**9, batch_size=3, progress=False)
+    (shard,) = (tmp_path / "ds" / "audio").iterdir()
+    reader = pa.ipc.open_file(pa.memory_map(str(shard)))
+    rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+    assert rows == [3, 3, 3, 2]  # eleven files of audio, one text file between them
+
+
 def test_file_partitions_pack_every_key_once(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     for i in (2, 0, 1):  # any order
@@ -73,15 +84,16 @@ def test_file_partitions_pack_every_key_once(source: Path, tmp_path: Path) -> No
 
 def test_a_rerun_finishes_what_is_missing_and_skips_the_rest(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = pack(source, out, shards="0/2", shard_size=SHARD_SIZE, progress=False)
+    options = {"shard_size": SHARD_SIZE, "batch_size": 2, "progress": False}
+    first = pack(source, out, shards="0/2", **options)
     before = _digests(out)
     (out / "audio" / f"{first.shards[1]}.wsds").unlink()  # as if killed before storing it
-    again = pack(source, out, shards="0/2", shard_size=SHARD_SIZE, progress=False)
+    again = pack(source, out, shards="0/2", **options)
     assert again.shards == [first.shards[1]]
     assert sorted(again.already_complete) == sorted(set(first.shards) - {first.shards[1]})
     assert not again.manifest_written and not (out / "streamer-manifest.json").exists()
     assert _digests(out) == before
-    last = pack(source, out, shards="1/2", shard_size=SHARD_SIZE, progress=False)
+    last = pack(source, out, shards="1/2", **options)
     assert last.manifest_written and verify_dataset(out).ok
 
 
@@ -96,3 +108,17 @@ def test_a_rerun_without_index_then_with_indexes_the_stored_shards(
     assert report.shards == [] and report.index is not None
     assert len(report.index.indexed) == len(report.planned)
     assert verify_dataset(out).ok
+
+
+@pytest.mark.parametrize("option", ["--shards", "--files"])
+def test_a_bad_partition_is_a_usage_error(
+    option: str, source: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    for argv in ([option, "3/3"], ["--shards", "0/2", "--files", "0/2"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["pack", str(source), str(tmp_path / "o"), *argv])
+        assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"streamer pack: error: argument {option}: '3/3': expected i/n with 0 <= i < n"
+    assert "not allowed with argument" in err[1]
+    assert not (tmp_path / "o").exists()

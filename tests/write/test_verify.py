@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers import SECRET
 
 from streamer.cli import main
 from streamer.write.verify import verify_dataset
@@ -102,3 +103,21 @@ def test_an_unreadable_shard_and_a_missing_dataset_are_problems(
     assert any(p.startswith("audio_info/shard-000002: ") for p in problems), problems
     missing = verify_dataset(tmp_path / "nothing")
     assert not missing.ok and "does not exist" in missing.problems[0]
+
+
+def test_a_store_that_fails_is_an_error_not_a_verdict(
+    s3_servers, s3_uploaded, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """A bucket that is not there: one line naming the URL, exit 1."""
+    server = s3_servers("moto")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert main(["verify", "s3://nosuchbucket/ds", "--endpoint-url", server.url]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("streamer verify: error: s3://nosuchbucket")
+    assert SECRET not in err[0]
+    empty = verify_dataset(
+        f"s3://{s3_uploaded}/no-dataset-here", storage_options={"endpoint_url": server.url}
+    )
+    assert not empty.ok and "no column directories" in empty.problems[0]
