@@ -36,7 +36,9 @@ SUITE = [
     ("bench_cold_open", ["--minutes", "5", "--crops", "4"], []),
     ("bench_pipeline", ["--store", "http", "--crops", "50"], []),
     ("bench_warmup", ["--crops", "100"], []),
+    ("bench_jobs", ["--minutes", "1", "--episodes", "1", "--crops", "50"], []),
     ("bench_shuffle", ["--copies", "2", "--per-episode", "40"], []),
+    ("bench_fanout", ["--gigabytes", "0.15", "--minutes", "2", "--shard-size", "16M"], []),
     ("corpus_table", ["--small"], []),
 ]
 

@@ -43,6 +43,10 @@ S3_SLOWDOWN = (
     b"<Message>Please reduce your request rate.</Message></Error>"
 )
 
+#: The largest request body the servers take (aiohttp's default is 1 MiB;
+#: multipart uploads send 5 MiB parts and more).
+MAX_BODY = 64 << 20
+
 
 @dataclasses.dataclass
 class Faults:
@@ -134,7 +138,7 @@ class LoopbackServer:
         return self.faults.down_until
 
     async def _start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/{tail:.*}", self._serve)
         self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=0.5, access_log=None

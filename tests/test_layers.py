@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "timing_report": 7,
     "demo": 8,
     "torch": 8,
+    "jobs": 8,
     "cli": 9,
     "__init__": 9,
 }

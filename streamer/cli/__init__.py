@@ -29,7 +29,7 @@ __all__ = ["main"]
 DISTRIBUTION = "streamer-audio"
 #: An error line longer than this (a library's message quoting bytes) is cut.
 MAX_MESSAGE = 500
-COMMANDS = ["demo", "pack", "index", "inspect", "crop", "bench", "warmup", "timing"]
+COMMANDS = ["demo", "pack", "index", "verify", "inspect", "crop", "bench", "warmup", "timing"]
 
 
 class _Parser(argparse.ArgumentParser):

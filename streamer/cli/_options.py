@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Sequence
 
 from ..decode.resample import DEFAULT_QUALITY, QUALITIES
 
@@ -18,6 +19,11 @@ class UsageError(Exception):
 def add_url_arguments(parser: argparse.ArgumentParser) -> None:
     """``URL`` plus ``--endpoint-url`` (standard AWS variables are honoured too)."""
     parser.add_argument("url", metavar="URL", help="dataset path or URL")
+    add_endpoint_argument(parser)
+
+
+def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
+    """``--endpoint-url`` for the command's remote URLs."""
     parser.add_argument(
         "--endpoint-url",
         help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
@@ -70,19 +76,23 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
 
 
-def storage_options(args: argparse.Namespace) -> dict[str, object]:
+def storage_options(
+    args: argparse.Namespace, urls: Sequence[str] | None = None
+) -> dict[str, object]:
     """The storage options a command line asked for (nothing for defaults).
 
     They apply to remote stores only: a ``UsageError`` names them when no URL
-    of the command is remote. ``bench`` may compare a local dataset with a
-    remote one; ``options_for`` then gives them to the remote one only.
+    of the command (``args.url``, or ``urls``) is remote. ``bench`` may
+    compare a local dataset with a remote one; ``options_for`` then gives
+    them to the remote one only.
     """
     options: dict[str, object] = {}
     if getattr(args, "endpoint_url", None):
         options["endpoint_url"] = args.endpoint_url
     if getattr(args, "cache_dir", None):
         options["cache_dir"] = args.cache_dir
-    urls = [args.url] if isinstance(args.url, str) else args.url
+    if urls is None:
+        urls = [args.url] if isinstance(args.url, str) else args.url
     if options and not any(_is_remote(url) for url in urls):
         flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
         where = urls[0] if len(urls) == 1 else urls

@@ -1,4 +1,6 @@
-"""``streamer pack SRC OUT``: a folder of audio files -> a dataset."""
+"""``streamer pack SRC OUT``: audio files (a folder, a store prefix, a list
+of URLs) -> a dataset (a folder or a store prefix), whole or one partition
+of a fanned-out pack (``--shards i/n``, ``--files i/n``)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,38 @@ import argparse
 import math
 import signal
 import sys
+from collections.abc import Callable
 
+from ..errors import StreamerError
+from ..write.index import parse_part
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
-from ._options import positive_int
+from ._options import add_endpoint_argument, positive_int, storage_options
 from .index import print_index_report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("pack", help="pack a folder of audio files into a dataset")
-    parser.add_argument("src", metavar="SRC", help="folder to walk for audio files")
-    parser.add_argument("out", metavar="OUT", help="dataset directory to create")
+    parser = subparsers.add_parser("pack", help="pack audio files into a dataset")
+    parser.add_argument(
+        "src",
+        metavar="SRC",
+        help="folder or store prefix (s3://, b2://, ...) to walk for audio files, "
+        "or a list file of URLs, one per line",
+    )
+    parser.add_argument("out", metavar="OUT", help="dataset folder or store prefix to write")
+    add_endpoint_argument(parser)
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument(
+        "--shards",
+        metavar="I/N",
+        type=_partition("--shards"),
+        help="pack only the planned shards j with j %% N == I (fan out over N runs)",
+    )
+    part.add_argument(
+        "--files",
+        metavar="I/N",
+        type=_partition("--files"),
+        help="pack only the files j with j %% N == I, into shards named by the partition",
+    )
     parser.add_argument(
         "--shard-size",
         type=_size,
@@ -56,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     report = pack(
         args.src,
         args.out,
+        shards=args.shards,
+        files=args.files,
+        storage_options=storage_options(args, [args.src, args.out]),
         shard_size=args.shard_size,
         batch_size=args.batch_size,
         strict=args.strict,
@@ -78,9 +105,28 @@ def run(args: argparse.Namespace) -> int:
         f"packed {report.files} files ({report.bytes / 1e6:.1f} MB) into "
         f"{len(report.shards)} shards in {report.out}; skipped {len(report.skipped)}"
     )
+    if report.already_complete:
+        print(f"  left as they are: {len(report.already_complete)} shards already complete")
+    if report.manifest_written:
+        print("  every planned shard is in place: manifest written")
+    else:
+        print("  manifest not written: shards of other partitions are still missing")
     if report.index is not None:
         print_index_report(report.index)
     return 0
+
+
+def _partition(option: str) -> Callable[[str], str]:
+    """An argparse type: an ``i/n`` spec (checked as ``streamer index --shards`` checks it)."""
+
+    def check(text: str) -> str:
+        try:
+            parse_part(text, option)
+        except StreamerError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option} ")) from None
+        return text
+
+    return check
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -19,7 +19,10 @@ from typing import Any
 from ..errors import StorageError
 from .stats import StoreStats
 
-__all__ = ["Entry", "RangeReader", "Source", "Store"]
+__all__ = ["COPY_CHUNK", "Entry", "RangeReader", "Source", "Store"]
+
+#: The largest request of a bulk copy (``RangeReader.read_into_sync``).
+COPY_CHUNK = 8 << 20
 
 #: What ``Store.put_sync`` stores: the bytes themselves, or a finished local file.
 Source = bytes | bytearray | memoryview | str | os.PathLike[str]
@@ -79,6 +82,15 @@ class RangeReader(abc.ABC):
         metadata) that should cost what they read and not displace cached data.
         Remote readers still group nearby ranges into one request."""
         return self.read_many_sync(ranges)
+
+    def read_into_sync(self, target: memoryview, offset: int = 0) -> None:
+        """Fill ``target`` with the object's bytes from ``offset``: a bulk copy
+        (``streamer pack`` reads its source files so), past any block cache,
+        in requests of at most ``COPY_CHUNK`` bytes, which remote readers
+        send a few at a time, so memory stays bounded by ``target``."""
+        for start in range(0, len(target), COPY_CHUNK):
+            length = min(COPY_CHUNK, len(target) - start)
+            target[start : start + length] = self.fetch_many_sync([(offset + start, length)])[0]
 
     def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
         """The last ``min(length, size)`` bytes and the offset they start at.
@@ -148,6 +160,15 @@ class Store(abc.ABC):
         listings) see the new object. Raises ``StorageError`` on a read-only
         store (``read_only`` says why).
         """
+
+    def move_in_sync(self, path: str, local_file: str) -> None:
+        """Store the finished local file ``local_file`` at ``path`` (atomically,
+        as ``put_sync``) and remove it: uploaded by a network store, renamed
+        by the local one when both sit on one file system (no copy)."""
+        try:
+            self.put_sync(path, local_file)
+        finally:
+            os.remove(local_file)
 
     @contextlib.contextmanager
     def staged_sync(self, path: str) -> Iterator[str]:

@@ -8,6 +8,7 @@ a reader (or a crashed writer's rerun) sees a whole file or the old one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import shutil
@@ -125,6 +126,16 @@ class LocalStore(Store):
             else:
                 with open(temp, "wb") as file:
                     file.write(source)
+
+    def move_in_sync(self, path: str, local_file: str) -> None:
+        """A rename onto ``path`` (atomic); a copy first across file systems."""
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            os.replace(local_file, path)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+            super().move_in_sync(path, local_file)
 
     @contextlib.contextmanager
     def staged_sync(self, path: str) -> Iterator[str]:

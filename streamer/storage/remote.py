@@ -29,7 +29,7 @@ from typing import Any
 from ..timing import record
 from ._bounds import check_range
 from ._urls import install_log_redaction
-from .base import Entry, RangeReader, Source, Store
+from .base import COPY_CHUNK, Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
 from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
@@ -39,6 +39,8 @@ from .throttle import Throttle
 
 __all__ = ["RemoteReader", "RemoteStore"]
 
+#: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
+COPY_IN_FLIGHT = 4
 #: Uncached reads this close together share one request.
 EXACT_GAP = 4096
 _TAIL_HEAD = struct.Struct("<qq")  # start, object size: before a remembered tail's body
@@ -409,6 +411,9 @@ class RemoteReader(RangeReader):
     def fetch_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
         return run_sync(self._fetch_on_loop(ranges))
 
+    def read_into_sync(self, target: memoryview, offset: int = 0) -> None:
+        run_sync(self._copy_on_loop(target, offset))
+
     def read_tail_sync(self, length: int) -> tuple[int, memoryview]:
         start, _, body = run_sync(self._tail_on_loop(length))
         return start, memoryview(body).toreadonly()
@@ -439,6 +444,26 @@ class RemoteReader(RangeReader):
             for offset, length in members:
                 found[offset, length] = view[offset - start : offset - start + length]
         return [found[r] for r in ranges]
+
+    async def _copy_on_loop(self, target: memoryview, offset: int) -> None:
+        """``COPY_CHUNK`` requests, ``COPY_IN_FLIGHT`` at a time, each copied
+        into its place in ``target`` as it arrives (never block-cached)."""
+        await self._checked([(offset, len(target))])
+        gate = asyncio.Semaphore(COPY_IN_FLIGHT)
+
+        async def chunk(start: int) -> None:
+            end = min(start + COPY_CHUNK, len(target))
+            async with gate:
+                body = await self.store._fetch(self.path, offset + start, offset + end)
+            target[start:end] = body
+
+        tasks = [asyncio.ensure_future(chunk(s)) for s in range(0, len(target), COPY_CHUNK)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # one failed: the others stop writing into ``target``
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _checked(self, ranges: Sequence[tuple[int, int]]) -> int:
         size = await self._size_on_loop()

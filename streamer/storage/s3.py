@@ -17,11 +17,12 @@ by a URL that botocore presigned for its object (SigV4; the signature
 covers host and path, so any ``Range`` rides on it), signed anew every few
 minutes as credentials refresh, over one aiohttp session per store and
 process. botocore keeps the rest: the AWS credential chain, endpoints and
-addressing styles, presigning, listings, sizes and writes (one PutObject
-each, atomic up to 5 GB), all rare. botocore's own retries are off, so
-``retry.py`` alone decides (and counts). Presigned URLs hold the key id,
-a session token and a signature: they are never shown (errors name
-``s3://bucket/key``), and the signature expires within the hour.
+addressing styles, presigning, listings, sizes and writes (one PutObject,
+or a multipart upload for files over ``multipart_threshold``), all rare.
+botocore's own retries are off, so ``retry.py`` alone decides (and
+counts). Presigned URLs hold the key id, a session token and a
+signature: they are never shown (errors name ``s3://bucket/key``), and
+the signature expires within the hour.
 
 Every GET carries exactly one ``Range`` (S3 serves no multi-range
 requests), and a suffix range ``bytes=-N`` answers the object's size in the
@@ -59,8 +60,9 @@ from botocore.config import Config
 
 from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
-from .base import Entry
+from .base import Entry, Source
 from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
+from .loop import run_sync
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
@@ -80,7 +82,22 @@ _CLIENT_OPTIONS = {
     "aws_secret_access_key",
     "aws_session_token",
 }
-_OTHER_OPTIONS = {"anon", "profile", "config_kwargs", "client_kwargs"}
+_OTHER_OPTIONS = {
+    "anon",
+    "profile",
+    "config_kwargs",
+    "client_kwargs",
+    "multipart_threshold",
+    "multipart_part_size",
+}
+#: Objects stored from a file larger than this go up in parts (S3 takes at
+#: most 5 GB in one PutObject; parts also bound the memory a write holds).
+MULTIPART_THRESHOLD = 64 << 20
+#: Bytes per part (S3: at least 5 MiB but the last, at most 10,000 parts).
+MULTIPART_PART_SIZE = 32 << 20
+MAX_PARTS = 10_000
+#: Parts of one upload in flight at once: memory held is this times the part size.
+PARTS_IN_FLIGHT = 4
 _TRANSIENT_CODES = {
     "SlowDown",
     "ServiceUnavailable",
@@ -130,6 +147,10 @@ class S3Store(RemoteStore):
                 f"unknown {scheme}:// options {sorted(unknown)}; known: "
                 f"{sorted(_CLIENT_OPTIONS | _OTHER_OPTIONS | set(_CREDENTIAL_ALIASES))}"
             )
+        self.multipart_threshold = int(backend.pop("multipart_threshold", MULTIPART_THRESHOLD))
+        self.multipart_part_size = int(backend.pop("multipart_part_size", MULTIPART_PART_SIZE))
+        if self.multipart_part_size < 1 or self.multipart_threshold < 1:
+            raise ValueError("multipart_threshold and multipart_part_size must be positive")
         self._profile = backend.pop("profile", None)
         self._anon = bool(backend.pop("anon", False))
         self._config_kwargs = {**self._default_config(), **backend.pop("config_kwargs", {})}
@@ -270,6 +291,97 @@ class S3Store(RemoteStore):
         with self._errors(path):
             await client.s3.put_object(Bucket=bucket, Key=key, Body=body)
 
+    def put_sync(self, path: str, source: Source) -> None:
+        """One PutObject, or, for a file over ``multipart_threshold`` bytes, a
+        multipart upload read from the file part by part (``PARTS_IN_FLIGHT``
+        at once). Either way the object appears whole or not at all: parts
+        are invisible until the upload is completed, and an upload that
+        fails or is interrupted (Ctrl-C, SIGTERM) is aborted before this
+        returns. One whose process is killed outright stays invisible until
+        the bucket's lifecycle rule (``AbortIncompleteMultipartUpload``)
+        clears its parts."""
+        if not isinstance(source, (str, os.PathLike)):
+            return super().put_sync(path, source)
+        size = os.path.getsize(source)
+        if size <= self.multipart_threshold:
+            return super().put_sync(path, source)
+        self.check_writable(path)
+        upload = run_sync(self._start_upload(path))
+        try:
+            run_sync(self._upload_parts(path, os.fspath(source), size, upload))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                run_sync(self._abort_upload(path, upload))
+            raise
+        return None
+
+    async def _start_upload(self, path: str) -> str:
+        bucket, key = _split(path)
+        created = await self._s3(
+            path,
+            f"start multipart upload of {self.display(path)}",
+            lambda s3: s3.create_multipart_upload(Bucket=bucket, Key=key),
+        )
+        return str(created["UploadId"])
+
+    async def _upload_parts(self, path: str, file: str, size: int, upload: str) -> None:
+        """Every part of ``file``, then the upload completed (the object appears)."""
+        bucket, key = _split(path)
+        shown = self.display(path)
+        part_size = max(self.multipart_part_size, -(-size // MAX_PARTS))
+        gate = asyncio.Semaphore(PARTS_IN_FLIGHT)
+        loop = asyncio.get_running_loop()
+
+        async def part(number: int, offset: int) -> dict[str, Any]:
+            length = min(part_size, size - offset)
+            async with gate:
+                body = await loop.run_in_executor(None, _read_part, file, offset, length)
+                answer = await self._s3(
+                    path,
+                    f"PUT part {number} of {shown} ({length} bytes)",
+                    lambda s3: s3.upload_part(
+                        Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=body
+                    ),
+                )
+            self.stats.bytes_stored += length
+            return {"PartNumber": number, "ETag": answer["ETag"]}
+
+        tasks = [
+            asyncio.ensure_future(part(number, offset))
+            for number, offset in enumerate(range(0, size, part_size), 1)
+        ]
+        try:
+            parts = await asyncio.gather(*tasks)
+        finally:  # one failed (or we are cancelled): the others stop before the abort
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await self._s3(
+            path,
+            f"complete multipart upload of {shown}",
+            lambda s3: s3.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+            ),
+        )
+        await self._state.get().cache.forget(path)
+
+    async def _abort_upload(self, path: str, upload: str) -> None:
+        bucket, key = _split(path)
+        await self._s3(
+            path,
+            f"abort multipart upload of {self.display(path)}",
+            lambda s3: s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload),
+        )
+
+    async def _s3(self, path: str, what: str, request: Any) -> Any:
+        """``request(s3 client)`` with the store's retries and limits, errors translated."""
+
+        async def call(client: _Clients) -> Any:
+            with self._errors(path):
+                return await request(client.s3)
+
+        return await self._call(call, what, path)
+
     def _errors(self, path: str) -> _S3Errors:
         return _S3Errors(self.display(path))
 
@@ -401,6 +513,15 @@ def _error_of(body: bytes) -> tuple[str, str]:
     text = body.decode("utf-8", "replace")
     code, message = (re.search(f"<{tag}>([^<]*)</{tag}>", text) for tag in ("Code", "Message"))
     return (code[1] if code else ""), (message[1] if message else "")
+
+
+def _read_part(file: str, offset: int, length: int) -> bytes:
+    with open(file, "rb") as handle:
+        handle.seek(offset)
+        body = handle.read(length)
+    if len(body) != length:
+        raise StorageError(f"{file} changed while it was being stored")
+    return body
 
 
 def _split(path: str) -> tuple[str, str]:

@@ -61,6 +61,7 @@ __all__ = [
     "index_label",
     "index_shard",
     "is_generic",
+    "parse_part",
     "select_shards",
     "verify_index_shards",
 ]
@@ -134,16 +135,24 @@ class IndexReport:
         self.labels.update(result.labels)
 
 
+def parse_part(spec: str, option: str = "--shards") -> tuple[int, int]:
+    """``(i, n)`` of an ``i/n`` partition spec (0 <= i < n), as ``--shards``
+    and ``streamer pack --files`` take it; ``StreamerError`` naming ``option``
+    otherwise."""
+    part, _, count = spec.partition("/")
+    if not (part.isdigit() and count.isdigit()) or not 0 <= int(part) < int(count):
+        raise StreamerError(f"{option} {spec!r}: expected i/n with 0 <= i < n")
+    return int(part), int(count)
+
+
 def select_shards(names: Sequence[str], spec: str | None) -> list[str]:
     """The shards a ``--shards`` value picks: ``i/n`` (every n-th from the
     i-th, 0-based, for fanning out over n machines) or a comma list of names."""
     if not spec:
         return list(names)
     if "/" in spec and "," not in spec:
-        part, _, count = spec.partition("/")
-        if not (part.isdigit() and count.isdigit()) or not 0 <= int(part) < int(count):
-            raise StreamerError(f"--shards {spec!r}: expected i/n with 0 <= i < n")
-        return list(names[int(part) :: int(count)])
+        part, count = parse_part(spec)
+        return list(names[part::count])
     wanted = [name.strip() for name in spec.split(",") if name.strip()]
     unknown = sorted(set(wanted) - set(names))
     if unknown:

@@ -1,16 +1,28 @@
-"""``streamer pack``: turn a folder of audio files into a dataset.
+"""``streamer pack``: turn audio files into a dataset, locally or in a store.
 
-Files are keyed by their path relative to the source folder without the
+SRC is a local folder, a store prefix or a list file of URLs
+(``sources.py``); OUT a local folder or a store prefix (``s3://``,
+``b2://``). Files are keyed by their path relative to SRC without the
 extension (``SRC/a/b.mp3`` -> ``a/b``) and written, unchanged and
-uncompressed, into ``audio/`` shards, with a matching ``audio_info/`` shard
-per audio shard. Memory is bounded by one record batch (``batch_size``
-files): a batch's bytes are read straight into the buffer Arrow writes from.
+uncompressed, into ``audio/`` shards, each with its ``audio_info/`` and
+(with ``index``) ``seek_index/`` twins. Memory is bounded by one record
+batch (``batch_size`` files): a batch's bytes are read straight into the
+buffer Arrow writes from, and probed there.
 
-Every shard file is written under a hidden temporary name and renamed when
-complete, ``audio_info/`` before ``audio/``; the dataset's shard list comes
-from ``audio/``, so an interrupted run never leaves a half-written shard in
-the dataset. The dataset manifest is written last, once every shard is in
-place (an interrupted run leaves none: readers list the directories).
+Which files go into which shard is planned from the listing alone
+(``plan.py``), so a pack fans out over processes or machines with
+``shards="i/n"`` or ``files="i/n"``, each run doing its part of one plan.
+
+Crash safety: a shard is built whole in a local staging folder (audio,
+audio_info, then its seek index), then stored ``audio_info/`` first and
+``audio/`` last, each object atomically (a rename locally; one PUT or a
+multipart upload completed at once on S3). The dataset's shards are those
+of ``audio/``, so a killed run leaves whole shards and no part of one, and
+a re-run skips every shard already complete (its audio shard carries the
+plan's fingerprint of its files). Two runs given one partition write the
+same bytes (nothing in a shard depends on time or the writer), so the last
+writer wins harmlessly. The dataset manifest is written last, by the run
+that finds every planned shard of every partition complete after its own.
 """
 
 from __future__ import annotations
@@ -20,31 +32,45 @@ import hashlib
 import logging
 import math
 import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR, write_manifest
-from ..errors import PackError
+from ..errors import PackError, ShardError, StorageError
 from ..index.table import INDEX_COLUMN, INDEX_DIR, OK
+from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
-from ..storage.local import LocalStore
-from .index import IndexReport, build_index
-from .probe import AudioInfo, ProbeError, probe
+from ..storage import LocalStore, Store
+from .index import IndexReport, index_shard
+from .plan import Plan, PlannedShard, make_plan
+from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
+from .sources import SourceFile, list_sources, open_store, read_into
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PackReport", "pack"]
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PLAN_KEY", "PackReport", "pack"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_SIZE = 1 << 30
 DEFAULT_BATCH_SIZE = 16
 SHARD_SUFFIX = ".wsds"
+#: Schema metadata of a packed shard: its planned files' fingerprint (``plan.py``).
+PLAN_KEY = "streamer.pack.plan"
+#: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
+STAGING_DIR = ".streamer-pack"
 _TEMP_MARK = ".tmp-"
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
 AUDIO_SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), (AUDIO_COLUMN, pa.large_binary())])
 INFO_SCHEMA = pa.schema(
@@ -69,6 +95,7 @@ class PackReport:
     out: str
     files: int = 0
     bytes: int = 0
+    #: Shards this run wrote.
     shards: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     index: IndexReport | None = None  # the seek_index/ build, unless index=False
@@ -76,21 +103,36 @@ class PackReport:
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     #: Sidecar paths that matched no packed file (``columns=``).
     unmatched: list[str] = field(default_factory=list)
+    #: This run's part of the plan: its shards' names.
+    planned: list[str] = field(default_factory=list)
+    #: Shards of this run's part found complete in OUT (an earlier or a
+    #: concurrent run wrote them) and left as they are.
+    already_complete: list[str] = field(default_factory=list)
+    #: Whether this run wrote the dataset manifest: it does when every shard
+    #: of the plan, of every partition, is complete after its own work.
+    manifest_written: bool = False
 
 
 @dataclass(frozen=True)
 class _Entry:
-    key: str
-    source: str  # path relative to SRC, with extension
-    path: str
-    size: int
+    """A packed file: where it came from, and what the probe said."""
+
+    file: SourceFile
     info: AudioInfo
+    digest: str
+
+    @property
+    def key(self) -> str:
+        return self.file.key
 
 
 def pack(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
+    shards: str | None = None,
+    files: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     shard_size: int = DEFAULT_SHARD_SIZE,
     batch_size: int = DEFAULT_BATCH_SIZE,
     strict: bool = False,
@@ -99,14 +141,28 @@ def pack(
     columns: str | os.PathLike[str] | None = None,
     columns_dir: str = "labels",
 ) -> PackReport:
-    """Pack every audio file under ``src`` into a new dataset at ``out``.
+    """Pack every audio file of ``src`` into the dataset at ``out``.
+
+    ``src``: a local folder, a store prefix (``s3://bucket/raw``, ``b2://``,
+    any fsspec URL) or the path of a list file of URLs; ``out``: a local
+    folder or a store prefix. ``storage_options`` configure whichever of
+    them is remote (``endpoint_url``, credentials, ...; as ``open_dataset``).
+
+    ``shards="i/n"`` packs only the plan's shards ``j % n == i``;
+    ``files="i/n"`` only the files ``j % n == i``, into shards named by
+    the partition. Run every ``i`` of one ``n`` (anywhere, in any order,
+    again after a crash): together they pack every file once, and the
+    last to finish writes the manifest. Shards already complete in
+    ``out`` are skipped (``report.already_complete``); a shard in ``out``
+    that is not of this plan (another source, shard size or batch size)
+    refuses the run.
 
     A file that is not audio (PyAV cannot probe it, no sample rate or
     channels, nothing decodes) is skipped and listed in ``report.skipped``,
-    or, with ``strict``, fails the run (``PackError``) and nothing of the run
-    is left in ``out``; so does a source with no audio at all. With ``index``
-    (the default) the ``seek_index/`` column directory is built once the
-    audio shards are in place, and an episode whose index says a duration
+    or, with ``strict``, fails the run (``PackError``); so does a whole run
+    with no audio at all, and then nothing of the run is left in a local
+    ``out``. With ``index`` (the default) each shard's ``seek_index/`` is
+    built before it is stored, and an episode whose index says a duration
     other than its header's gets the index's in ``audio_info`` (a truncated
     file keeps its header's; listed in ``report.durations``, and logged).
 
@@ -114,98 +170,157 @@ def pack(
     lists source files by their path under ``src``; its other columns are
     written to the ``columns_dir`` column directory (``sidecar.py``), and
     its paths that match no packed file are listed in ``report.unmatched``.
+    Sidecars need a whole run into a local ``out``.
     """
     src, out = os.fspath(src), os.fspath(out)
-    if not os.path.isdir(src):
+    if shards and files:
+        raise PackError("partition by shards or by files, not both")
+    if batch_size < 1 or shard_size < 1:
+        raise PackError("batch_size and shard_size must be positive")
+    if "://" not in src and not os.path.exists(src):
         raise PackError(f"source folder {src!r} does not exist")
+    store, root = open_store(out, storage_options)
+    local = isinstance(store, LocalStore)
+    if columns is not None and (shards or files or not local):
+        raise PackError("columns= needs a whole run (no shards= or files=) into a local OUT")
     sidecar = read_sidecar(columns) if columns is not None else None
-    _check_output(out)
-    candidates = sorted(_walk(src))
-    if not candidates:
-        raise PackError(f"source folder {src!r} holds no files: nothing to pack")
-    created = _create_output(out)
-    report = PackReport(out=out)
-    total = sum(size for _, _, size in candidates)
-    seen: dict[str, str] = {}
-    writer = _ShardWriter(out, batch_size=batch_size, shard_size=shard_size, report=report)
-    bar = tqdm(
-        total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="pack", disable=not progress
+    store.check_writable(root)
+    listing = list_sources(src, storage_options)
+    if not listing:
+        what = "source" if "://" in src or os.path.isfile(src) else "source folder"
+        raise PackError(f"{what} {src!r} holds no files: nothing to pack")
+    plan = make_plan(
+        listing, shard_size=shard_size, batch_size=batch_size, shards=shards, by_files=files
     )
-    writer.on_batch = lambda files, nbytes: (
+    existing = _listing(store, root)
+    _check_output(store, root, plan, existing)
+    report = PackReport(out=store.display(root), planned=[s.name for s in plan.mine])
+    if index:
+        report.index = IndexReport(root=report.out)
+    for source, reason in plan.duplicates:
+        if strict:
+            raise PackError(f"{source}: {reason}")
+        report.skipped.append((source, reason))
+    todo = _finish_stored(store, root, plan, existing, report)
+    created = _create_output(root) if local else []
+    bar = tqdm(
+        total=sum(s.bytes for s in todo),
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc="pack",
+        disable=not progress,
+    )
+    writer = _ShardWriter(store, root, batch_size=batch_size, strict=strict, report=report)
+    writer.on_batch = lambda nbytes: (
         bar.update(nbytes),
         bar.set_postfix(files=report.files, skipped=len(report.skipped)),
     )
-    discard = False  # a refused run leaves nothing; an interrupted one its whole shards
+    discard = False  # a refused run leaves nothing (locally); an interrupted one its whole shards
     try:
-        for source, path, size in candidates:
-            entry, reason = _entry(source, path, size, seen)
-            if entry is None:
-                if strict:
-                    discard = True
-                    raise PackError(f"{source}: {reason}")
-                report.skipped.append((source, reason))
-                bar.update(size)
-                continue
-            seen[entry.key] = source
-            writer.add(entry)
-        writer.finish()
-        if not report.shards:
+        with _staging(store, root) as staging:
+            for planned in todo:
+                writer.write(planned, staging)
+        whole_run = not shards and not files and len(todo) == len(plan.mine)
+        if whole_run and report.files == 0:  # and nothing of the plan was there before
             discard = True
             first = report.skipped[0]
             raise PackError(
-                f"none of the {len(candidates)} files under {src!r} is audio "
+                f"none of the {len(listing)} files under {src!r} is audio "
                 f"(e.g. {first[0]}: {first[1]})"
             )
-    except BaseException:
-        writer.abort()
-        if discard:
-            _discard(out, report.shards, created)
+    except PackError:
+        discard = discard or strict
         raise
     finally:
         bar.close()
-    if index:
-        report.index = build_index(out, progress=progress, manifest=False)
-        report.durations = _durations_from_index(out, report.shards)
+        if discard and local:
+            _discard(root, report.shards, created)
     if sidecar is not None:
-        report.unmatched = write_columns(out, report.shards, sidecar, columns_dir, SHARD_SUFFIX)
-    write_manifest(LocalStore(), out)  # last: every shard is in place
+        names = [s.name for s in plan.every]
+        report.unmatched = write_columns(root, names, sidecar, columns_dir, SHARD_SUFFIX)
+    if _complete(store, root, plan, index):
+        write_manifest(store, root)  # last: every shard of the plan is in place
+        report.manifest_written = True
     return report
 
 
-def _entry(source: str, path: str, size: int, seen: dict[str, str]) -> tuple[_Entry | None, str]:
-    key = os.path.splitext(source)[0].replace(os.sep, "/")
-    if key in seen:
-        return None, f"key {key!r} is already taken by {seen[key]}"
-    try:
-        info = probe(path)
-    except ProbeError as exc:
-        return None, str(exc)
-    return _Entry(key=key, source=source, path=path, size=size, info=info), ""
+def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:
+    """``{column_dir: {shard name: file name}}`` of the packed column directories in ``out``."""
+    found: dict[str, dict[str, str]] = {}
+    for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
+        try:
+            entries = store.list_sync(store.join(root, column_dir))
+        except StorageError as exc:
+            if store.is_remote:  # a prefix is never missing: the bucket, the endpoint are
+                raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
+            entries = []  # no such folder (yet)
+        found[column_dir] = {
+            _strip_suffix(e.name): e.name
+            for e in entries
+            if not e.is_dir and not e.name.startswith(".") and e.name.endswith(SHARD_SUFFIXES)
+        }
+    return found
 
 
-def _walk(src: str) -> Iterator[tuple[str, str, int]]:
-    """(relative path, path, size) of every visible regular file under ``src``."""
-    for folder, dirs, files in os.walk(src):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            path = os.path.join(folder, name)
-            if name.startswith(".") or not os.path.isfile(path):
-                continue
-            yield os.path.relpath(path, src), path, os.path.getsize(path)
+def _strip_suffix(name: str) -> str:
+    return next(name[: -len(s)] for s in SHARD_SUFFIXES if name.endswith(s))
 
 
-def _check_output(out: str) -> None:
-    """Refuse to mix with an existing dataset; clear temp files of a killed run."""
-    _remove_temp_files(out)
+def _check_output(store: Store, root: str, plan: Plan, existing: dict[str, dict[str, str]]) -> None:
+    """Refuse to mix with a dataset that is not of this plan: a shard of
+    another name, or of this run's part with another fingerprint (another
+    source, shard size or batch size)."""
+    planned = {s.name for s in plan.every}
+    mine = {s.name: s for s in plan.mine}
+    out = store.display(root)
     for column_dir in (AUDIO_COLUMN, INFO_DIR):
-        folder = os.path.join(out, column_dir)
-        if not os.path.isdir(folder):
-            continue
-        for name in os.listdir(folder):
-            if name.endswith(SHARD_SUFFIXES):
+        for name, file in sorted(existing[column_dir].items()):
+            ours = name in planned
+            if ours and column_dir == AUDIO_COLUMN and name in mine:
+                ours = _fingerprint(store, root, file) == mine[name].fingerprint
+            if not ours:
                 raise PackError(
-                    f"{out!r} already holds a dataset ({column_dir}/{name}); pick a new OUT"
+                    f"{out!r} already holds a dataset ({column_dir}/{file}); pick a new OUT"
                 )
+
+
+def _fingerprint(store: Store, root: str, file: str) -> str | None:
+    """The plan fingerprint an audio shard carries (None: none, or unreadable)."""
+    path = store.join(root, AUDIO_COLUMN, file)
+    try:
+        layout, _ = read_layout(store.reader(path), store.display(path))
+    except ShardError:
+        return None
+    metadata = layout.schema.metadata or {}
+    value = metadata.get(PLAN_KEY.encode())
+    return value.decode(errors="replace") if value is not None else None
+
+
+def _finish_stored(
+    store: Store, root: str, plan: Plan, existing: dict[str, dict[str, str]], report: PackReport
+) -> list[PlannedShard]:
+    """The shards of this run's part still to build. Those already stored
+    are left as they are (``already_complete``), or indexed in place when
+    stored without their seek index (a run without ``index``). Objects are
+    stored whole and ``audio/`` last: an audio shard of this plan (its
+    fingerprint checked) with its ``audio_info/`` twin is complete."""
+    todo = []
+    for planned in plan.mine:
+        if planned.name not in existing[AUDIO_COLUMN] or planned.name not in existing[INFO_DIR]:
+            todo.append(planned)
+        elif report.index is not None and planned.name not in existing[INDEX_DIR]:
+            report.index.add(index_shard(store, root, planned.name))
+        else:
+            report.already_complete.append(planned.name)
+    return todo
+
+
+def _complete(store: Store, root: str, plan: Plan, index: bool) -> bool:
+    """Whether every shard of the plan (every partition's) is in ``out`` now."""
+    listed = _listing(store, root)
+    needed = (AUDIO_COLUMN, INFO_DIR, INDEX_DIR) if index else (AUDIO_COLUMN, INFO_DIR)
+    return all(s.name in listed[d] for s in plan.every for d in needed)
 
 
 def _create_output(out: str) -> list[str]:
@@ -231,133 +346,196 @@ def _create_output(out: str) -> list[str]:
 def _discard(out: str, shards: list[str], created: list[str]) -> None:
     """Remove what a failed run wrote: its shards, then the folders it made."""
     for name in shards:
-        for column_dir in (AUDIO_COLUMN, INFO_DIR):
+        for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
             path = os.path.join(out, column_dir, name + SHARD_SUFFIX)
             if os.path.exists(path):
                 os.remove(path)
-    for folder in reversed(created):
+    for folder in reversed([*created, os.path.join(out, INDEX_DIR)]):
         with contextlib.suppress(OSError):  # not empty: someone else's files
             os.rmdir(folder)
 
 
-def _remove_temp_files(out: str) -> None:
-    """Delete the hidden shards-in-progress that ``pack`` writes before renaming."""
-    for column_dir in (AUDIO_COLUMN, INFO_DIR):
-        folder = os.path.join(out, column_dir)
-        if not os.path.isdir(folder):
-            continue
-        for name in os.listdir(folder):
-            if name.startswith(".") and _TEMP_MARK in name:
-                os.remove(os.path.join(folder, name))
+@contextlib.contextmanager
+def _staging(store: Store, root: str) -> Iterator[str]:
+    """This run's staging folder, removed at the end: inside a local ``out``
+    (so storing a shard is a rename), else in the system's temporary folder.
+    Folders of runs on this host that died (SIGKILL) are removed first."""
+    base = os.path.join(root, STAGING_DIR) if isinstance(store, LocalStore) else None
+    base = base or os.path.join(tempfile.gettempdir(), "streamer-pack")
+    host = socket.gethostname()
+    os.makedirs(base, exist_ok=True)
+    for name in os.listdir(base):
+        owner, _, rest = name.rpartition("-")[0].rpartition("-")
+        if owner == host and rest.isdigit() and not _alive(int(rest)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    folder = os.path.join(base, f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.mkdir(folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # other runs' folders are still there
+            os.rmdir(base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _ShardWriter:
-    """Writes batches of entries into paired ``audio/`` + ``audio_info/`` shards."""
+    """Builds planned shards in a staging folder and stores them in ``out``."""
 
-    def __init__(self, out: str, *, batch_size: int, shard_size: int, report: PackReport) -> None:
-        if batch_size < 1 or shard_size < 1:
-            raise PackError("batch_size and shard_size must be positive")
-        self.out = out
+    def __init__(
+        self, store: Store, root: str, *, batch_size: int, strict: bool, report: PackReport
+    ) -> None:
+        self.store = store
+        self.root = root
         self.batch_size = batch_size
-        self.shard_size = shard_size
+        self.strict = strict
         self.report = report
-        self.on_batch = lambda files, nbytes: None
-        self._pending: list[_Entry] = []
-        self._open: list[tuple[pa.ipc.RecordBatchFileWriter, str, str]] = []
-        self._shard_bytes = 0
+        self.on_batch = lambda nbytes: None
 
-    def add(self, entry: _Entry) -> None:
-        self._pending.append(entry)
-        if len(self._pending) >= self.batch_size:
-            self._write_batch()
-
-    def finish(self) -> None:
-        self._write_batch()
-        self._close_shard()
-
-    def abort(self) -> None:
-        """Close and delete the shard being written; finished shards stay.
-
-        Deletes every temporary file in the column directories rather than
-        the ones on record, so a signal that lands between creating a file
-        and recording it leaves nothing behind either.
-        """
-        for writer, _, _ in self._open:
-            writer.close()
-        self._open = []
-        _remove_temp_files(self.out)
-
-    def _write_batch(self) -> None:
-        if not self._pending:
-            return
-        if not self._open:
-            self._open_shard()
-        entries, self._pending = self._pending, []
-        offsets = np.zeros(len(entries) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([e.size for e in entries])
-        values = np.empty(int(offsets[-1]), dtype=np.uint8)
-        digests = [
-            _read_into(e, values[offsets[i] : offsets[i + 1]]) for i, e in enumerate(entries)
-        ]
-        keys = pa.array([e.key for e in entries], pa.string())
-        audio = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), len(entries), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-        )
-        info = _info_batch(keys, entries, digests)
-        (audio_writer, _, _), (info_writer, _, _) = self._open
-        info_writer.write_batch(info)
-        audio_writer.write_batch(pa.record_batch([keys, audio], schema=AUDIO_SCHEMA))
-        self.report.files += len(entries)
-        self.report.bytes += int(offsets[-1])
-        self._shard_bytes += int(offsets[-1])
-        self.on_batch(len(entries), int(offsets[-1]))
-        if self._shard_bytes >= self.shard_size:
-            self._close_shard()
-
-    def _open_shard(self) -> None:
-        name = f"shard-{len(self.report.shards):06d}"
-        metadata = {"batch_size": str(self.batch_size)}
+    def write(self, planned: PlannedShard, staging: str) -> None:
+        """Build ``planned`` whole in ``staging``, index it, then store it."""
+        folder = os.path.join(staging, planned.name)
+        name = planned.name + SHARD_SUFFIX
+        metadata = {"batch_size": str(self.batch_size), PLAN_KEY: planned.fingerprint}
         options = pa.ipc.IpcWriteOptions(compression=None)
-        for column_dir, schema in ((AUDIO_COLUMN, AUDIO_SCHEMA), (INFO_DIR, INFO_SCHEMA)):
-            final = os.path.join(self.out, column_dir, name + SHARD_SUFFIX)
-            temp = os.path.join(
-                self.out, column_dir, f".{name}{SHARD_SUFFIX}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+        paths = {}
+        writers = []
+        try:
+            for column_dir, schema in ((AUDIO_COLUMN, AUDIO_SCHEMA), (INFO_DIR, INFO_SCHEMA)):
+                os.makedirs(os.path.join(folder, column_dir))
+                paths[column_dir] = os.path.join(folder, column_dir, name)
+                writers.append(
+                    pa.ipc.new_file(
+                        paths[column_dir], schema.with_metadata(metadata), options=options
+                    )
+                )
+            queue = list(planned.files)
+            while queue:
+                self._write_batch(queue, writers)
+        finally:
+            for writer in writers:
+                writer.close()
+        if self.report.index is not None:
+            with _interrupts_held():
+                self.report.index.add(index_shard(LocalStore(), folder, planned.name))
+            self.report.durations += _durations_from_index(folder, [planned.name])
+            paths[INDEX_DIR] = os.path.join(folder, INDEX_DIR, name)
+        # audio_info (and seek_index) first: a shard is part of the dataset once audio/ has it.
+        for column_dir in (INFO_DIR, INDEX_DIR, AUDIO_COLUMN):
+            if column_dir in paths:
+                target = self.store.join(self.root, column_dir, name)
+                self.store.move_in_sync(target, paths[column_dir])
+        self.report.shards.append(planned.name)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _write_batch(
+        self, queue: list[SourceFile], writers: list[pa.ipc.RecordBatchFileWriter]
+    ) -> None:
+        """One record batch: files taken from the front of ``queue`` until
+        ``batch_size`` of them are audio (or none are left), so every batch
+        but a shard's last is full, as wsds readers expect. Each file is read
+        into one buffer and probed in place; one that is not audio is skipped
+        and its bytes overwritten by the next file's. The buffer is sized for
+        the next ``batch_size`` files and grows only past a skipped one."""
+        values = np.empty(_bytes_ahead(queue, self.batch_size), dtype=np.uint8)
+        offsets = [0]
+        entries: list[_Entry] = []
+        taken = 0
+        while queue and len(entries) < self.batch_size:
+            file = queue.pop(0)
+            taken += file.size
+            end = offsets[-1] + file.size
+            if end > len(values):  # a skipped file made room for fewer than needed
+                more = _bytes_ahead(queue, self.batch_size - len(entries) - 1)
+                values = np.concatenate(
+                    [values[: offsets[-1]], np.empty(file.size + more, np.uint8)]
+                )
+            slot = values[offsets[-1] : end]
+            digest = _read_into(file, memoryview(slot))
+            try:
+                with _interrupts_held():
+                    info = probe(MemoryFile(memoryview(slot), file.source))
+            except ProbeError as exc:
+                if self.strict:
+                    raise PackError(f"{file.source}: {exc}") from None
+                self.report.skipped.append((file.source, str(exc)))
+                continue
+            entries.append(_Entry(file, info, digest))
+            offsets.append(end)
+        nbytes = offsets[-1]
+        if entries:
+            keys = pa.array([e.key for e in entries], pa.string())
+            audio = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(),
+                len(entries),
+                [
+                    None,
+                    pa.py_buffer(np.array(offsets, dtype=np.int64)),
+                    pa.py_buffer(values[:nbytes]),
+                ],
             )
-            writer = pa.ipc.new_file(temp, schema.with_metadata(metadata), options=options)
-            self._open.append((writer, temp, final))
-        self._shard_bytes = 0
-
-    def _close_shard(self) -> None:
-        if not self._open:
-            return
-        for writer, _, _ in self._open:
-            writer.close()
-        # audio_info first: a shard is part of the dataset once audio/ has it.
-        for _, temp, final in reversed(self._open):
-            os.replace(temp, final)
-        self.report.shards.append(os.path.basename(self._open[0][2])[: -len(SHARD_SUFFIX)])
-        self._open = []
+            audio_writer, info_writer = writers
+            info_writer.write_batch(_info_batch(keys, entries))
+            audio_writer.write_batch(pa.record_batch([keys, audio], schema=AUDIO_SCHEMA))
+        self.report.files += len(entries)
+        self.report.bytes += nbytes
+        self.on_batch(taken)
 
 
-def _read_into(entry: _Entry, target: np.ndarray) -> str:
+def _bytes_ahead(queue: list[SourceFile], count: int) -> int:
+    """Bytes of the next ``count`` files of ``queue``."""
+    return sum(f.size for f in queue[:count])
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while PyAV reads through Python file
+    objects (a probe of bytes in memory, a staged shard's index check), and
+    delivered when the block ends. PyAV ignores an exception raised in its
+    read callback: an interrupt there would be lost, and the read's failure
+    taken for a file that is not audio. In threads other than the main one
+    (signals are the main thread's) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    kept = {number: signal.getsignal(number) for number in _INTERRUPTS}
+    for number in _INTERRUPTS:
+        signal.signal(number, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in kept.items():
+            signal.signal(number, handler)
+        if held:  # now, outside PyAV: the handler the caller had (Ctrl-C: KeyboardInterrupt)
+            signal.raise_signal(held[0])
+
+
+def _read_into(file: SourceFile, target: memoryview) -> str:
     """Read a file into its slot of the batch buffer; returns its sha256."""
-    with open(entry.path, "rb") as file:
-        got = file.readinto(memoryview(target))
-        if got != entry.size or file.read(1):
-            raise PackError(f"{entry.source}: file changed size while packing")
-    return hashlib.sha256(memoryview(target)).hexdigest()
+    read_into(file, target)
+    return hashlib.sha256(target).hexdigest()
 
 
-def _info_batch(keys: pa.Array, entries: list[_Entry], digests: list[str]) -> pa.RecordBatch:
+def _info_batch(keys: pa.Array, entries: list[_Entry]) -> pa.RecordBatch:
     columns = {
         "codec": [e.info.codec for e in entries],
         "container": [e.info.container for e in entries],
         "sample_rate": [e.info.sample_rate for e in entries],
         "channels": [e.info.channels for e in entries],
         "duration": [e.info.duration for e in entries],
-        "num_bytes": [e.size for e in entries],
-        "sha256": digests,
-        "source": [e.source.replace(os.sep, "/") for e in entries],
+        "num_bytes": [e.file.size for e in entries],
+        "sha256": [e.digest for e in entries],
+        "source": [e.file.source for e in entries],
     }
     arrays = [keys] + [
         pa.array(values, INFO_SCHEMA.field(name).type) for name, values in columns.items()

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import av
 
 from ..formats.ffmpeg import open_input
+from ..storage.files import RangeFile
 
-__all__ = ["AudioInfo", "ProbeError", "probe"]
+__all__ = ["AudioInfo", "MemoryFile", "ProbeError", "probe"]
+
+
+class MemoryFile(RangeFile):
+    """Bytes in memory as a file PyAV can open, without a copy. ``name``
+    (the file's name, extension included) is what FFmpeg's format probe
+    weighs besides the bytes, as it would for a file on disk."""
+
+    def __init__(self, data: memoryview, name: str) -> None:
+        super().__init__(len(data))
+        self._data = data
+        self.name = name
+
+    def _read_at(self, position: int, size: int) -> memoryview:
+        return self._data[position : position + size]
 
 
 class ProbeError(Exception):
@@ -27,12 +43,13 @@ class AudioInfo:
     duration: float
 
 
-def probe(path: str | os.PathLike[str]) -> AudioInfo:
-    """Open ``path`` with PyAV and describe its first audio stream. Tags
-    that are not UTF-8 (an ID3v1 title in Latin-1: common in mp3s from the
-    wild) are ignored: PyAV would refuse the whole file over them."""
+def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
+    """Open ``path`` (or a file object) with PyAV and describe its first audio
+    stream. Tags that are not UTF-8 (an ID3v1 title in Latin-1: common in
+    mp3s from the wild) are ignored: PyAV would refuse the whole file over them."""
+    source = path if hasattr(path, "read") else os.fspath(path)  # type: ignore[arg-type]
     try:
-        with open_input(os.fspath(path)) as container:
+        with open_input(source) as container:
             if not container.streams.audio:
                 raise ProbeError("no audio stream")
             stream = container.streams.audio[0]

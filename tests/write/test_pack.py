@@ -110,8 +110,14 @@ def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
 
 
 def test_refuses_to_pack_over_an_existing_dataset(tmp_path: Path, packed: Path) -> None:
+    """Another source's shards (same names, another plan) are not a run to resume."""
+    write_audio(tmp_path / "src", "other", "flac", 16000, 1, 0.5)
+    before = sorted(p.stat().st_mtime_ns for p in packed.rglob("*.wsds"))
     with pytest.raises(PackError, match="already holds a dataset"):
-        pack(tmp_path, packed, progress=False)
+        pack(tmp_path / "src", packed, progress=False)
+    with pytest.raises(PackError, match="already holds a dataset"):  # same source, other shards
+        pack(tmp_path / "src", packed, shard_size=123, progress=False)
+    assert sorted(p.stat().st_mtime_ns for p in packed.rglob("*.wsds")) == before
 
 
 def test_a_failure_mid_run_removes_the_shard_being_written(tmp_path: Path, monkeypatch) -> None:
@@ -185,3 +191,19 @@ def _all_files(folder: Path) -> list[str]:
 
 def _hidden_files(folder: Path) -> list[str]:
     return [name for name in _all_files(folder) if os.path.basename(name).startswith(".")]
+
+
+def test_an_interrupt_during_a_probe_is_delivered_after_it(tmp_path: Path) -> None:
+    """PyAV swallows an exception raised in its read callback: pack holds
+    SIGINT while PyAV reads bytes in memory, and raises it right after."""
+    import streamer.write.pack as pack_module
+    from streamer.write.probe import MemoryFile, probe
+
+    path = write_audio(tmp_path, "a", "flac", 16000, 1, 0.5)
+    data = memoryview(path.read_bytes())
+    probed = []
+    with pytest.raises(KeyboardInterrupt), pack_module._interrupts_held():
+        signal.raise_signal(signal.SIGINT)
+        probed.append(probe(MemoryFile(data, "a.flac")))  # not cut short
+    assert probed[0].sample_rate == 16000
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

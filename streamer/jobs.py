@@ -1,0 +1,417 @@
+"""Fan-out jobs: a dataset job split into parts that machines run on their own,
+and the merging of the parts' reports into one summary.
+
+A cloud job (``deploy/``: Modal, Kubernetes Indexed Jobs, Slurm arrays) is
+the same three steps wherever it runs: list the work into parts (``i/n``
+partitions, deterministic, disjoint and complete), run every part anywhere
+(each part is one call here, with plain arguments and a plain
+``PartReport`` back), and merge what came back (``merge``). A part never
+raises: whatever stops it becomes its report's ``error``, so a summary names
+every part that failed and why, and a part that never reported (a crashed
+container) is named too. Re-running a part is safe: indexing skips the shards
+already indexed, and a warmup finds its blocks in the disk cache.
+
+Each part counts what it did by reason (``PartReport.counts``) and what it
+cost on the store (requests and bytes, from the store's stats in the part's
+process), so a summary can be priced.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dataset import Dataset, open_dataset, write_manifest
+from .decode.verify import countable
+from .errors import StreamerError
+from .pipeline.bench import BenchConfig, bench_streamer
+from .pipeline.samplers import RandomCrops
+from .pipeline.streamer import Streamer
+from .pipeline.warmup import warmup
+from .storage import Store, open_url
+from .write.index import IndexReport, build_index, parse_part
+from .write.pack import PackReport, pack
+from .write.sources import list_sources, open_store
+
+__all__ = [
+    "JobSummary",
+    "PartReport",
+    "StreamReport",
+    "describe",
+    "finish_index",
+    "index_part",
+    "index_parts",
+    "merge",
+    "pack_part",
+    "pack_parts",
+    "partitions",
+    "stream_example",
+    "warmup_part",
+]
+
+
+@dataclass
+class PartReport:
+    """What one part of a job did: counts by reason, its cost on the store,
+    and, when the part failed as a whole, why (``error``, one line)."""
+
+    job: str
+    part: str
+    error: str = ""
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Items of the part that failed on their own (a shard: name -> reason).
+    problems: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+    bytes_fetched: int = 0
+    bytes_stored: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+@dataclass
+class JobSummary:
+    """The merged reports of a job's parts: summed counts and costs, every
+    part that failed or never reported, and every item of a part that failed
+    on its own, each with its reason."""
+
+    job: str
+    parts: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    requests: int = 0
+    bytes_fetched: int = 0
+    bytes_stored: int = 0
+    seconds: float = 0.0  # the slowest part's
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.problems
+
+    def lines(self) -> list[str]:
+        """The summary as printed by a job's entry point."""
+        done = self.parts - len(self.failed)
+        out = [
+            f"{self.job}: {done}/{self.parts} parts done"
+            + (f", {len(self.failed)} failed" if self.failed else "")
+            + f"; {self.requests} requests, {self.bytes_fetched / 1e6:.1f} MB read, "
+            f"{self.bytes_stored / 1e6:.1f} MB written; slowest part {self.seconds:.1f} s"
+        ]
+        out += [f"  {reason}: {count}" for reason, count in sorted(self.counts.items())]
+        out += [f"  failed: {item}: {why}" for item, why in sorted(self.problems.items())]
+        out += [f"  failed part {part}: {why}" for part, why in sorted(self.failed.items())]
+        return out
+
+
+def partitions(count: int) -> list[str]:
+    """The ``i/n`` specs of ``count`` parts (what ``--shards``/``--files`` take)."""
+    if count < 1:
+        raise StreamerError(f"a job needs at least 1 part, not {count}")
+    return [f"{i}/{count}" for i in range(count)]
+
+
+def index_parts(
+    url: str, parts: int, *, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The parts of indexing the dataset at ``url``: ``parts`` partitions of
+    its shards, fewer when it has fewer shards (no part is empty)."""
+    store, root = open_url(url, **(storage_options or {}))
+    shards = len(Dataset(root, store=store, manifest=False).listed_shards)
+    if shards == 0:
+        raise StreamerError(f"{url}: no shards to index")
+    return partitions(max(1, min(parts, shards)))
+
+
+def merge(
+    job: str, parts: Sequence[str], results: Iterable[PartReport | BaseException]
+) -> JobSummary:
+    """One summary of ``parts`` from their ``results``, in the same order (as
+    a fan-out returns them; an exception stands for a part whose run failed
+    outside the part itself, such as a lost container). A part with no
+    result is failed "no report"; none is dropped."""
+    summary = JobSummary(job=job, parts=len(parts))
+    results = list(results)
+    for position, part in enumerate(parts):
+        result = results[position] if position < len(results) else None
+        if result is None:
+            summary.failed[part] = "no report (the part never finished)"
+        elif not isinstance(result, PartReport):  # an exception, or not a report at all
+            summary.failed[part] = describe(result)
+        else:
+            if result.error:
+                summary.failed[part] = result.error
+            summary.counts.update(result.counts)
+            summary.problems.update(result.problems)
+            summary.requests += result.requests
+            summary.bytes_fetched += result.bytes_fetched
+            summary.bytes_stored += result.bytes_stored
+            summary.seconds = max(summary.seconds, result.seconds)
+    for extra in results[len(parts) :]:
+        summary.failed[f"unexpected result {len(summary.failed)}"] = describe(extra)
+    return summary
+
+
+def describe(error: BaseException | object) -> str:
+    """One line naming what went wrong: streamer's own message as it is
+    (never holding credentials), anything else with its class."""
+    if isinstance(error, StreamerError):
+        text = str(error)
+    elif isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+    else:
+        text = f"not a part report: {type(error).__name__}"
+    return " ".join(text.split()) or type(error).__name__
+
+
+def pack_parts(
+    src: str, parts: int, *, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The parts of packing the audio files at ``src`` (``--files i/n``):
+    ``parts`` partitions of its files, fewer when it has fewer files."""
+    files = len(list_sources(src, storage_options))
+    if files == 0:
+        raise StreamerError(f"{src}: no files to pack")
+    return partitions(max(1, min(parts, files)))
+
+
+def pack_part(
+    src: str,
+    out: str,
+    part: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    shard_size: int | None = None,
+    index: bool = True,
+) -> PartReport:
+    """Pack partition ``part`` (``i/n`` of the files) of ``src`` into the
+    dataset at ``out``, with seek indexes unless not ``index``. Shards already
+    complete are skipped; the part that completes the plan writes the
+    manifest (``pack``)."""
+
+    def work(part_report: PartReport) -> None:
+        sizes = {} if shard_size is None else {"shard_size": shard_size}
+        report = pack(
+            src,
+            out,
+            files=part,
+            storage_options=storage_options,
+            index=index,
+            progress=False,
+            **sizes,
+        )
+        part_report.counts = _pack_counts(report)
+
+    return _run("pack", part, [src, out], storage_options, work)
+
+
+def _pack_counts(report: PackReport) -> Counter[str]:
+    counts: Counter[str] = Counter(
+        {
+            "files packed": report.files,
+            "bytes packed": report.bytes,
+            "shards written": len(report.shards),
+            "shards already complete": len(report.already_complete),
+            "manifest written": int(report.manifest_written),
+        }
+    )
+    counts.update(f"file skipped: {countable(reason)}" for _, reason in report.skipped)
+    if report.index is not None:
+        counts.update(_index_counts(report.index))
+    return +counts
+
+
+def index_part(
+    url: str,
+    part: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    workers: int = 1,
+    verify: bool = True,
+) -> PartReport:
+    """Index the shards of partition ``part`` (``i/n``) of the dataset at
+    ``url``, skipping those already indexed. The dataset manifest is left to
+    ``finish_index``: parts writing it at once would race."""
+
+    def work(part_report: PartReport) -> None:
+        report = build_index(
+            url,
+            storage_options=storage_options,
+            shards=part,
+            workers=workers,
+            verify=verify,
+            progress=False,
+            manifest=False,
+        )
+        part_report.counts = _index_counts(report)
+        part_report.problems = {f"shard {name}": why for name, why in report.failed.items()}
+
+    return _run("index", part, [url], storage_options, work)
+
+
+def finish_index(url: str, *, storage_options: Mapping[str, Any] | None = None) -> str:
+    """The step after every index part: the dataset manifest, written once
+    from a fresh listing. Returns its path."""
+    return write_manifest(*open_url(url, **(storage_options or {})))
+
+
+def _index_counts(report: IndexReport) -> Counter[str]:
+    counts: Counter[str] = Counter(
+        {
+            "shards indexed": len(report.indexed),
+            "shards already indexed": len(report.skipped),
+            "shards failed": len(report.failed),
+            "episodes indexed": report.episodes,
+            "episodes already indexed": report.skipped_episodes,
+        }
+    )
+    counts.update({f"index {label}": n for label, n in report.labels.items()})
+    counts.update({f"no index: {reason}": n for reason, n in report.reasons.items()})
+    return +counts
+
+
+def warmup_part(
+    url: str,
+    part: str,
+    *,
+    cache_dir: str | os.PathLike[str],
+    duration: float = 8.0,
+    per_episode: int = 4,
+    seed: int = 0,
+    epoch: int = 0,
+    sample_rate: int | None = None,
+    mono: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> PartReport:
+    """Fetch into the disk cache at ``cache_dir`` every byte that partition
+    ``part`` (``i/n``: rank i of n) of an epoch of ``RandomCrops(duration,
+    per_episode)`` reads, so a training run with the same plan and cache reads
+    nothing from the store. No decoding."""
+    rank, world = parse_part(part, "part")
+    options = {**(storage_options or {}), "cache_dir": os.fspath(cache_dir)}
+
+    def work(part_report: PartReport) -> None:
+        streamer = Streamer(
+            url,
+            RandomCrops(duration, per_episode=per_episode),
+            seed=seed,
+            epoch=epoch,
+            sample_rate=sample_rate,
+            mono=mono,
+            rank=rank,
+            world_size=world,
+            worker=0,
+            num_workers=1,
+            workers=0,
+            storage_options=options,
+        )
+        report = warmup(streamer)
+        part_report.counts = +Counter(
+            {"crops warmed": report.crops, "crops skipped (bad data)": report.skipped}
+        )
+
+    return _run("warmup", part, [url], options, work)
+
+
+@dataclass
+class StreamReport:
+    """What a training consumer saw: crops by outcome, throughput and cost."""
+
+    crops: int
+    skipped: dict[str, int]
+    seconds: float
+    requests: int
+    bytes_fetched: int
+
+    @property
+    def crops_per_second(self) -> float:
+        return self.crops / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def bytes_per_crop(self) -> float:
+        return self.bytes_fetched / self.crops if self.crops else math.nan
+
+    @property
+    def requests_per_crop(self) -> float:
+        return self.requests / self.crops if self.crops else math.nan
+
+    def line(self) -> str:
+        skipped = sum(self.skipped.values())
+        return (
+            f"{self.crops} crops in {self.seconds:.1f} s: {self.crops_per_second:.1f} crops/s, "
+            f"{self.bytes_per_crop / 1e3:.1f} kB and {self.requests_per_crop:.2f} requests "
+            f"per crop" + (f"; {skipped} skipped {dict(self.skipped)}" if skipped else "")
+        )
+
+
+def stream_example(
+    url: str,
+    *,
+    crops: int = 200,
+    duration: float = 8.0,
+    sample_rate: int | None = 16000,
+    mono: bool = True,
+    workers: int | None = None,
+    seed: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
+) -> StreamReport:
+    """A minimal training consumer: stream ``crops`` random crops of the
+    dataset at ``url`` (as ``streamer bench`` plans them) and report crops/s
+    and what they cost on the store. Each crop's audio is touched as a
+    training step would touch it."""
+    dataset = open_dataset(url, **(storage_options or {}))
+    config = BenchConfig(
+        duration=duration, crops=crops, seed=seed, sample_rate=sample_rate, mono=mono
+    )
+    streamer = bench_streamer(dataset, config, workers=workers)
+    began = time.perf_counter()
+    seen = 0
+    with streamer:
+        for crop in streamer:
+            seen += int(crop.audio.shape[-1] > 0)
+    seconds = time.perf_counter() - began
+    stats = streamer.stats
+    return StreamReport(
+        crops=seen,
+        skipped=dict(stats.skipped),
+        seconds=seconds,
+        requests=stats.requests,
+        bytes_fetched=stats.bytes_read,
+    )
+
+
+def _run(
+    job: str,
+    part: str,
+    urls: Sequence[str],
+    storage_options: Mapping[str, Any] | None,
+    work: Callable[[PartReport], None],
+) -> PartReport:
+    """Run one part's ``work``, which fills in the report's counts and
+    problems; add the requests and bytes of the stores of ``urls`` over the
+    part, and any exception as the part's ``error``."""
+    report = PartReport(job=job, part=part)
+    began = time.perf_counter()
+    before: dict[int, tuple[Store, dict[str, Any]]] = {}
+    try:
+        for url in urls:
+            store, _ = open_store(url, storage_options)
+            before.setdefault(id(store), (store, store.stats.snapshot()))
+        work(report)
+    except Exception as exc:
+        report.error = describe(exc)
+    finally:
+        report.seconds = time.perf_counter() - began
+    for store, then in before.values():
+        now = store.stats.snapshot()
+        report.requests += now["requests"] - then["requests"]
+        report.bytes_fetched += now["bytes_fetched"] - then["bytes_fetched"]
+        report.bytes_stored += now["bytes_stored"] - then["bytes_stored"]
+    return report

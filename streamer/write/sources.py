@@ -1,0 +1,166 @@
+"""What ``streamer pack`` reads: the source files of SRC, listed and fetched
+through the stores.
+
+SRC is a local folder, a store prefix (``s3://bucket/raw``, ``b2://...``,
+any fsspec URL) of plain audio files, or a local *list file* naming one
+file URL per line (``http(s)://``, ``s3://``, ``b2://``, a path; blank
+lines and ``#`` comments are ignored). Every file is named by its path
+relative to SRC (for a list file: to the longest folder its URLs share,
+without scheme and query), which ``audio_info`` keeps as ``source``; the
+key is that name without its extension. Remote files are read through
+their store, with its retries, request limits and credential hygiene.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PackError, StorageError
+from ..storage import Store, open_url, safe_url
+from ..storage.loop import run_sync
+
+__all__ = ["SourceFile", "list_sources", "read_into"]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file to pack: its name under SRC, its size, and where it is."""
+
+    #: Path relative to SRC with its extension, ``/``-separated (``a/b.mp3``).
+    source: str
+    size: int
+    store: Store
+    path: str  # the store's own path of the file
+
+    @property
+    def key(self) -> str:
+        """The dataset key: ``source`` without its extension (``a/b``)."""
+        return posixpath.splitext(self.source)[0]
+
+    @property
+    def url(self) -> str:
+        """Where the file is, safe to show (no credentials, no query)."""
+        return self.store.display(self.path)
+
+
+def list_sources(
+    src: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+) -> list[SourceFile]:
+    """Every visible file of SRC, sorted by ``source``: the same list for
+    every process that lists the same SRC (what a pack plan is made of).
+    ``PackError`` names SRC when it cannot be listed or read."""
+    src = os.fspath(src)
+    if "://" not in src and os.path.isfile(src):
+        files = _listed_in(src, storage_options or {})
+    else:
+        store, root = open_store(src, storage_options)
+        try:
+            files = list(_walk(store, root, ""))
+        except StorageError as exc:
+            raise PackError(f"cannot list the source {_shown(src)}: {exc}") from None
+    return sorted(files, key=lambda f: f.source)
+
+
+def read_into(file: SourceFile, target: memoryview) -> None:
+    """Fill ``target`` (``file.size`` bytes) with the file's bytes; ``PackError``
+    when the file is no longer that size."""
+    if not file.store.is_remote:
+        with open(file.path, "rb") as handle:
+            got = handle.readinto(target)
+            if got != file.size or handle.read(1):
+                raise PackError(f"{file.source}: file changed size while packing")
+        return
+    reader = file.store.reader(file.path)
+    size = reader.size_sync()
+    if size != file.size:
+        raise PackError(f"{file.source}: {file.url} changed size while packing")
+    reader.read_into_sync(target)
+
+
+def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Store, str]:
+    """``open_url`` with the storage options for a remote URL, none for a local path."""
+    scheme, sep, _ = url.partition("://")
+    remote = bool(sep) and scheme.lower() != "file"
+    return open_url(url, **(dict(storage_options or {}) if remote else {}))
+
+
+def _walk(store: Store, root: str, prefix: str) -> list[SourceFile]:
+    """Files under ``root`` (skipping hidden names), ``source`` = ``prefix`` + name."""
+    found = []
+    for entry in store.list_sync(root):
+        if entry.name.startswith("."):
+            continue
+        path = store.join(root, entry.name)
+        name = prefix + entry.name
+        if entry.is_dir:
+            found.extend(_walk(store, path, name + "/"))
+        elif entry.size is None:  # an HTTP index page tells no sizes
+            found.append(SourceFile(name, store.reader(path).size_sync(), store, path))
+        else:
+            found.append(SourceFile(name, entry.size, store, path))
+    return found
+
+
+def _listed_in(list_file: str, storage_options: Mapping[str, Any]) -> list[SourceFile]:
+    """The files a list file names, sized concurrently (one request each for remote ones)."""
+    try:
+        with open(list_file, encoding="utf-8") as handle:
+            lines = [line.strip() for line in handle]
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise PackError(f"cannot read the list file {list_file!r}: {reason}") from None
+    urls = [line for line in lines if line and not line.startswith("#")]
+    names = _relative_names(urls)
+    located = []
+    for line, url in enumerate(urls, 1):
+        # ``endpoint_url`` and credentials are an object store's: a plain
+        # HTTP(S) URL carries what it needs (a presigned query) itself.
+        plain_http = url.lower().startswith(("http://", "https://"))
+        try:
+            located.append(open_store(url, None if plain_http else storage_options))
+        except (StorageError, TypeError) as exc:
+            raise PackError(f"{list_file!r} line {line}: {_shown(url)}: {exc}") from None
+    sizes = run_sync(_sizes(located))
+    files = []
+    for name, url, (store, path), size in zip(names, urls, located, sizes, strict=True):
+        if isinstance(size, BaseException):
+            raise PackError(f"{list_file!r}: cannot read {_shown(url)}: {size}") from None
+        files.append(SourceFile(name, size, store, path))
+    return files
+
+
+async def _sizes(located: Sequence[tuple[Store, str]]) -> list[int | BaseException]:
+    async def size(store: Store, path: str) -> int:
+        if not store.is_remote:
+            return await asyncio.to_thread(os.path.getsize, path)
+        return await store.reader(path).size()
+
+    return await asyncio.gather(*(size(s, p) for s, p in located), return_exceptions=True)
+
+
+def _relative_names(urls: Sequence[str]) -> list[str]:
+    """Each URL's host and path relative to the longest folder all of them
+    share (no scheme, no query or fragment: those may hold credentials)."""
+    paths = []
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        path = urllib.parse.unquote(parts.path) if parts.scheme else url
+        paths.append(f"{parts.netloc}/{path.lstrip('/')}" if parts.netloc else path.lstrip("/"))
+    if len(paths) == 1:
+        return [posixpath.basename(paths[0])]
+    common = posixpath.commonpath(paths) if paths else ""
+    if common in paths:  # one URL is the folder of the others: keep a name for it
+        common = posixpath.dirname(common)
+    start = len(common) + 1 if common else 0
+    return [p[start:] for p in paths]
+
+
+def _shown(url: str) -> str:
+    """A URL as errors show it: no user info, no query."""
+    return safe_url(url) if "://" in url else repr(url)

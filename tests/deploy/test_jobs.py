@@ -1,0 +1,172 @@
+"""The plain-Python side of the cloud jobs (``streamer.jobs``): parts run
+against the S3 test server with credentials from the environment only, their
+reports merged; failing parts are named with their reason, never dropped;
+re-running a part is idempotent."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+
+import pytest
+
+import streamer
+from streamer import jobs
+from streamer.dataset.manifest import MANIFEST_NAME
+from streamer.index import INDEX_DIR
+from streamer.storage import open_url
+from streamer.write.verify import verify_dataset
+
+
+def puts(server) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(r.path for r in server.requests if r.method == "PUT")
+
+
+def test_partitions_are_the_specs_the_cli_takes() -> None:
+    assert jobs.partitions(3) == ["0/3", "1/3", "2/3"]
+    with pytest.raises(streamer.StreamerError, match="at least 1 part"):
+        jobs.partitions(0)
+
+
+def test_index_parts_fan_out_merge_and_finish(s3, remote_unindexed, unindexed: Path) -> None:
+    shards = sorted(p.stem for p in (unindexed / "audio").iterdir())
+    assert len(shards) > 4
+    assert jobs.index_parts(remote_unindexed, 9) == jobs.partitions(len(shards))  # none empty
+    parts = jobs.index_parts(remote_unindexed, 4)
+    assert parts == jobs.partitions(4)
+    reports = [jobs.index_part(remote_unindexed, part) for part in parts]
+    assert all(r.ok and r.job == "index" for r in reports), [r.error for r in reports]
+    # Each shard is indexed by exactly one part, and every part paid for its own.
+    assert [r.counts["shards indexed"] for r in reports] == [len(shards[i::4]) for i in range(4)]
+    assert all(r.requests > 0 and r.bytes_stored > 0 for r in reports)
+    summary = jobs.merge("index", parts, reports)
+    assert summary.ok and summary.parts == 4
+    assert summary.counts["shards indexed"] == len(shards)
+    assert summary.counts["episodes indexed"] == 11
+    assert summary.counts["no index: " + _chained_reason(summary)] == 1
+    assert summary.requests == sum(r.requests for r in reports)
+    bucket_path = remote_unindexed.removeprefix("s3://")
+    stored = sorted(f"/{bucket_path}/{INDEX_DIR}/{name}.wsds" for name in shards)
+    assert puts(s3) == stored  # the parts leave the manifest alone...
+    jobs.finish_index(remote_unindexed)
+    assert puts(s3)[-1] == f"/{bucket_path}/{MANIFEST_NAME}"  # ...written once, after them
+    dataset = streamer.open_dataset(remote_unindexed)
+    assert len(dataset) == 11
+    assert sum(dataset.seek_index(key).ok for key in dataset) == 10
+    text = "\n".join(summary.lines())
+    assert "index: 4/4 parts done" in text and f"shards indexed: {len(shards)}" in text
+
+
+def _chained_reason(summary: jobs.JobSummary) -> str:
+    (reason,) = [r.removeprefix("no index: ") for r in summary.counts if r.startswith("no index")]
+    return reason
+
+
+def test_rerunning_a_part_is_idempotent(s3, remote_unindexed) -> None:  # type: ignore[no-untyped-def]
+    first = jobs.index_part(remote_unindexed, "1/2")
+    s3.reset()
+    again = jobs.index_part(remote_unindexed, "1/2")
+    assert first.ok and again.ok
+    assert puts(s3) == []  # nothing written twice
+    assert again.counts["shards already indexed"] == first.counts["shards indexed"] > 0
+    assert again.counts["shards indexed"] == 0
+    assert again.counts["episodes already indexed"] == first.counts["episodes indexed"]
+
+
+def test_failing_parts_are_reported_with_their_reason(s3, remote_unindexed) -> None:  # type: ignore[no-untyped-def]
+    parts = jobs.partitions(2)
+    good = jobs.index_part(remote_unindexed, "0/2")
+    bad_spec = jobs.index_part(remote_unindexed, "5/2")
+    assert not bad_spec.ok and "5/2" in bad_spec.error and "0 <= i < n" in bad_spec.error
+    # Nothing listens there; the store gives up after 2 s (300 s by default).
+    nowhere = {"endpoint_url": "http://127.0.0.1:9", "give_up_after": 2.0, "backoff": 0.05}
+    unreachable = jobs.index_part(remote_unindexed, "1/2", storage_options=nowhere)
+    assert not unreachable.ok and "127.0.0.1:9" in unreachable.error, unreachable.error
+    assert "test-key-id" not in unreachable.error and "sekrit" not in unreachable.error
+    # A lost container comes back from the fan-out as an exception, a missing
+    # result as nothing: every part is still in the summary.
+    summary = jobs.merge("index", [*parts, "2/2"], [good, unreachable])
+    assert not summary.ok
+    assert set(summary.failed) == {"1/2", "2/2"}
+    assert summary.failed["1/2"] == unreachable.error
+    assert "no report" in summary.failed["2/2"]
+    crashed = jobs.merge("index", parts, [good, TimeoutError("container lost after 3600 s")])
+    assert crashed.failed == {"1/2": "TimeoutError: container lost after 3600 s"}
+    assert crashed.counts == good.counts  # the good part's work still counts
+    text = "\n".join(crashed.lines())
+    assert "1/2 parts done, 1 failed" in text and "failed part 1/2: TimeoutError" in text
+    assert "failed part 5/2" in "\n".join(jobs.merge("index", ["5/2"], [bad_spec]).lines())
+    odd = jobs.merge("index", ["0/1"], [{"counts": 3}])  # whatever came back is no report
+    assert odd.failed == {"0/1": "not a part report: dict"}
+
+
+def test_an_unreadable_shard_is_a_problem_of_its_part(s3, remote_unindexed, unindexed) -> None:  # type: ignore[no-untyped-def]
+    store, root = open_url(remote_unindexed)
+    store.put_sync(store.join(root, "audio", "zz-garbage.wsds"), b"not an arrow file" * 10)
+    parts = jobs.partitions(5)
+    summary = jobs.merge("index", parts, [jobs.index_part(remote_unindexed, p) for p in parts])
+    assert summary.failed == {}
+    (item,) = summary.problems
+    assert item == "shard zz-garbage" and summary.problems[item]
+    shards = len(list((unindexed / "audio").iterdir()))
+    assert summary.counts["shards indexed"] == shards and summary.counts["shards failed"] == 1
+    assert not summary.ok
+    assert any(line.startswith("  failed: shard zz-garbage: ") for line in summary.lines())
+
+
+def test_warmup_parts_fill_the_disk_cache_and_rerun_from_it(
+    s3, s3_uploaded, aws_env, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    url = f"s3://{s3_uploaded}/packed"
+    cache = tmp_path / "cache"
+    parts = jobs.partitions(2)
+    options = {"duration": 1.0, "per_episode": 2, "cache_dir": cache}
+    reports = [jobs.warmup_part(url, part, **options) for part in parts]
+    summary = jobs.merge("warmup", parts, reports)
+    assert summary.ok, summary.failed
+    assert summary.counts["crops warmed"] == 14  # 7 episodes x 2, split over the parts
+    assert all(r.counts["crops warmed"] == 7 for r in reports)
+    assert summary.bytes_fetched > 0 and any(cache.rglob("*"))
+    store, _ = open_url(url, cache_dir=str(cache))
+    store.clear_memory_cache()
+    s3.reset()
+    again = jobs.warmup_part(url, "1/2", **options)
+    assert again.ok and again.counts == reports[1].counts
+    assert [r for r in s3.requests if r.method == "GET"] == []  # all from the disk cache
+
+
+def test_stream_example_reports_rate_and_cost(s3_uploaded, aws_env) -> None:  # type: ignore[no-untyped-def]
+    report = jobs.stream_example(f"s3://{s3_uploaded}/packed", crops=12, duration=1.0, workers=1)
+    assert report.crops + sum(report.skipped.values()) == 12
+    assert report.crops == 12, report.skipped
+    assert report.requests > 0 and report.bytes_fetched > 0
+    assert 0 < report.crops_per_second < math.inf
+    assert report.bytes_per_crop == report.bytes_fetched / 12
+    line = report.line()
+    assert "12 crops" in line and "crops/s" in line and "kB" in line
+
+
+def test_pack_parts_into_s3_rerun_and_verify(s3, s3_uploaded, aws_env, audio_dir) -> None:  # type: ignore[no-untyped-def]
+    """Local files packed into S3 over three file partitions, one of them run
+    twice: every file once, the manifest written by the part that completed
+    the plan, and ``verify_dataset`` passes."""
+    out = f"s3://{s3_uploaded}/packjob-{uuid.uuid4().hex[:8]}"
+    files = sorted(p for p in audio_dir.rglob("*") if p.is_file())
+    assert jobs.pack_parts(str(audio_dir), 50) == jobs.partitions(len(files))
+    parts = jobs.pack_parts(str(audio_dir), 3)
+    reports = [jobs.pack_part(str(audio_dir), out, p, shard_size=200_000) for p in parts]
+    assert all(r.ok for r in reports), [r.error for r in reports]
+    summary = jobs.merge("pack", parts, reports)
+    assert summary.counts["files packed"] == len(files)
+    assert summary.counts["manifest written"] == 1  # by the last part, once
+    assert summary.counts["episodes indexed"] == len(files)
+    assert summary.bytes_stored > summary.counts["bytes packed"] > 0
+    s3.reset()
+    again = jobs.pack_part(str(audio_dir), out, parts[1], shard_size=200_000)
+    assert again.ok and again.counts["files packed"] == 0
+    assert again.counts["shards already complete"] == reports[1].counts["shards written"]
+    assert [r for r in s3.requests if r.method == "PUT" and "/audio/" in r.path] == []
+    assert verify_dataset(out).ok
+    dataset = streamer.open_dataset(out)
+    assert sorted(dataset) == sorted(str(p.relative_to(audio_dir).with_suffix("")) for p in files)

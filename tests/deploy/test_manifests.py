@@ -1,0 +1,143 @@
+"""deploy/k8s/ and deploy/slurm/: the Indexed Jobs carry what Kubernetes needs
+to run one partition per pod, and the commands they and the Slurm array run
+parse with streamer's own CLI parser into partitions that are disjoint and
+complete (a renamed flag breaks these tests)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streamer.cli import build_parser
+from streamer.write.index import parse_part, select_shards
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+JOBS = {"index-job.yaml": ("index", "shards"), "pack-job.yaml": ("pack", "files")}
+#: The user deploy/Dockerfile creates and runs as.
+IMAGE_UID = 10001
+
+
+def load(name: str) -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load((DEPLOY / "k8s" / name).read_text())
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of a container's args (defined variables only)."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_the_job_is_an_indexed_job_with_what_it_needs(name: str) -> None:
+    job = load(name)
+    assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job"
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] >= 1
+    assert spec["backoffLimitPerIndex"] >= 1 and spec["backoffLimit"] >= 1
+    (rule,) = spec["podFailurePolicy"]["rules"]  # a usage error is not retried
+    assert rule["action"] == "FailJob" and rule["onExitCodes"]["values"] == [2]
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"  # required by podFailurePolicy
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == IMAGE_UID
+    (container,) = pod["containers"]
+    assert container["name"] == rule["onExitCodes"]["containerName"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert [e["secretRef"]["name"] for e in container["envFrom"]] == ["streamer-aws"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind])
+    env = {e["name"]: e for e in container["env"]}
+    field = env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    if container["securityContext"].get("readOnlyRootFilesystem"):
+        assert "/tmp" in [m["mountPath"] for m in container["volumeMounts"]]
+    assert not [e for e in env.values() if "AWS" in e["name"]]  # credentials: the Secret only
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_every_pod_runs_a_valid_command_on_its_own_partition(name: str) -> None:
+    command, option = JOBS[name]
+    job = load(name)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    values = {e["name"]: e.get("value", "") for e in container["env"]}
+    count = job["spec"]["completions"]
+    specs = []
+    for index in range(count):
+        env = {**values, "JOB_COMPLETION_INDEX": str(index)}
+        args = build_parser().parse_args([expand(a, env) for a in container["args"]])
+        assert args.command == command
+        assert "$(" not in str(vars(args))  # every variable was defined
+        specs.append(getattr(args, option))
+        assert parse_part(specs[-1]) == (index, count)
+    names = [f"shard-{n:06d}" for n in range(3 * count + 1)]
+    picked = [name for spec in specs for name in select_shards(names, spec)]
+    assert sorted(picked) == names  # disjoint and complete
+
+
+@pytest.fixture
+def parsed_commands(tmp_path: Path) -> Path:
+    """A folder whose ``streamer`` runs streamer's own argument parser on its
+    arguments (no work) and prints what it parsed: what the Slurm script would run."""
+    program = tmp_path / "streamer"
+    program.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        "from streamer.cli import build_parser\n"
+        "a = build_parser().parse_args(sys.argv[1:])\n"
+        "print(a.command, getattr(a, 'shards', None) or a.files, vars(a).get('workers'))\n"
+    )
+    program.chmod(0o755)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["index", "s3://b/ds"], "index {}/4 2"),
+        (["pack", "s3://b/raw", "s3://b/ds"], "pack {}/4 None"),
+    ],
+)
+def test_the_slurm_array_runs_its_partition(parsed_commands: Path, argv, expected) -> None:  # type: ignore[no-untyped-def]
+    script = DEPLOY / "slurm" / "streamer-array.sbatch"
+    for task in range(4):
+        env = {
+            **os.environ,
+            "PATH": f"{parsed_commands}{os.pathsep}{os.environ['PATH']}",
+            "SLURM_ARRAY_TASK_ID": str(task),
+            "SLURM_CPUS_PER_TASK": "2",
+            "PARTS": "4",
+        }
+        done = subprocess.run(
+            ["bash", str(script), *argv], env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == expected.format(task).split()
+
+
+def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path) -> None:
+    script = DEPLOY / "slurm" / "streamer-array.sbatch"
+    base = {**os.environ, "PATH": f"{parsed_commands}{os.pathsep}{os.environ['PATH']}"}
+    no_parts = {**base, "SLURM_ARRAY_TASK_ID": "0"}
+    done = subprocess.run(
+        ["bash", str(script), "index", "s3://b/ds"],
+        env=no_parts,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and "PARTS" in done.stderr
+    wrong = {**no_parts, "PARTS": "2"}
+    done = subprocess.run(
+        ["bash", str(script), "verify", "s3://b/ds"],
+        env=wrong,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and "unknown job 'verify'" in done.stderr

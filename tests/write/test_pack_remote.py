@@ -1,0 +1,265 @@
+"""``streamer pack`` with remote sources and outputs, through real S3 servers
+(moto, SeaweedFS) and a real HTTP server on loopback: the same bytes as a
+local pack, large shards in multipart uploads that are aborted on failure,
+and one-line errors naming the source or output that failed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from helpers import BUCKET, SECRET, write_audio
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.errors import PackError, StorageError
+from streamer.storage import open_url
+from streamer.write.pack import pack
+from streamer.write.verify import verify_dataset
+from testkit.servers import LoopbackServer, file_handler
+
+SHARD_SIZE = 40_000
+#: The S3 servers these tests write to: moto answers as botocore expects,
+#: SeaweedFS is a production object store.
+WRITE_KINDS = ("moto", "seaweedfs")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("remote-src")
+    for i in range(7):
+        codec = ("flac", "mp3", "wav")[i % 3]
+        write_audio(src, f"d{i % 2}/ep{i:02d}", codec, 16000, 1, 0.5 + 0.1 * i, seed=i)
+    (src / "notes.txt").write_text("not audio")
+    return src
+
+
+@pytest.fixture(scope="module")
+def local_pack(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What every remote pack of ``source`` must equal, byte for byte."""
+    out = tmp_path_factory.mktemp("local-pack") / "ds"
+    pack(source, out, shard_size=SHARD_SIZE, batch_size=2, progress=False)
+    return out
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture(params=WRITE_KINDS)
+def s3w(request: pytest.FixtureRequest, s3_servers: Any, s3_uploaded: str, aws: None) -> Any:
+    server = s3_servers(request.param)
+    server.reset()
+    yield server
+    server.reset()
+
+
+def _prefix(name: str) -> str:
+    return f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _digests_local(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def _digests_s3(url: str, endpoint: str) -> dict[str, str]:
+    store, root = open_url(url, endpoint_url=endpoint)
+    found = {}
+
+    def walk(path: str, prefix: str) -> None:
+        for entry in store.list_sync(path):
+            child = store.join(path, entry.name)
+            if entry.is_dir:
+                walk(child, prefix + entry.name + "/")
+            else:
+                body = store.reader(child).fetch_many_sync([(0, entry.size)])[0]
+                found[prefix + entry.name] = hashlib.sha256(body).hexdigest()
+
+    walk(root, "")
+    return found
+
+
+def _upload(folder: Path, url: str, endpoint: str) -> None:
+    store, root = open_url(url, endpoint_url=endpoint)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            store.put_sync(store.join(root, path.relative_to(folder).as_posix()), path)
+
+
+def test_local_to_s3_and_s3_to_local_write_the_local_packs_bytes(
+    source: Path, local_pack: Path, s3w: Any, tmp_path: Path
+) -> None:
+    options = {"endpoint_url": s3w.url}
+    out = _prefix("packed")
+    report = pack(
+        source, out, storage_options=options, shard_size=SHARD_SIZE, batch_size=2, progress=False
+    )
+    assert report.manifest_written and report.skipped[0][0] == "notes.txt"
+    assert verify_dataset(out, storage_options=options).ok
+    assert _digests_s3(out, s3w.url) == _digests_local(local_pack)
+    # s3 -> local: the raw files from a prefix.
+    raw = _prefix("raw")
+    _upload(source, raw, s3w.url)
+    down = pack(
+        raw,
+        tmp_path / "ds",
+        storage_options=options,
+        shard_size=SHARD_SIZE,
+        batch_size=2,
+        progress=False,
+    )
+    assert down.files == report.files == 7
+    assert _digests_local(tmp_path / "ds") == _digests_local(local_pack)
+    # s3 -> s3, and a re-run that finds everything done.
+    both = _prefix("both")
+    pack(raw, both, storage_options=options, shard_size=SHARD_SIZE, batch_size=2, progress=False)
+    again = pack(
+        raw, both, storage_options=options, shard_size=SHARD_SIZE, batch_size=2, progress=False
+    )
+    assert again.shards == [] and sorted(again.already_complete) == sorted(report.shards)
+    assert _digests_s3(both, s3w.url) == _digests_local(local_pack)
+
+
+def test_a_list_file_of_http_urls_packs_as_the_folder_would(
+    source: Path, local_pack: Path, tmp_path: Path
+) -> None:
+    server = LoopbackServer(file_handler(source)).start()
+    try:
+        files = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+        listing = tmp_path / "urls.txt"
+        listing.write_text(
+            "# the episodes\n" + "".join(f"{server.url}/{name}\n" for name in reversed(files))
+        )
+        out = tmp_path / "ds"
+        pack(listing, out, shard_size=SHARD_SIZE, batch_size=2, progress=False)
+        assert _digests_local(out) == _digests_local(local_pack)
+        assert {r.method for r in server.requests} == {"GET"}
+        (source / "gone.mp3").write_bytes(b"")  # listed, then deleted from the server
+        listing.write_text(f"{server.url}/gone.mp3\n{server.url}/d0/ep00.flac\n")
+        (source / "gone.mp3").unlink()
+        with pytest.raises(
+            PackError, match=r"cannot read http://127\.0\.0\.1:\d+/gone\.mp3: .*404"
+        ):
+            pack(listing, tmp_path / "other", progress=False)
+    finally:
+        server.stop()
+
+
+def test_multipart_uploads_store_whole_objects(s3w: Any, tmp_path: Path) -> None:
+    """A 12 MB object in 5 MiB parts (S3's smallest), through each server."""
+    body = hashlib.sha256(b"seed").digest() * (12_000_000 // 32)
+    (tmp_path / "big").write_bytes(body)
+    store, root = open_url(
+        _prefix("multi"),
+        endpoint_url=s3w.url,
+        multipart_threshold=6_000_000,
+        multipart_part_size=5 << 20,
+    )
+    path = store.join(root, "big.bin")
+    s3w.reset()
+    store.put_sync(path, tmp_path / "big")
+    writes = [(r.method, "partNumber" in r.path, "uploadId" in r.path) for r in s3w.requests]
+    assert writes.count(("PUT", True, True)) == 3
+    assert ("POST", False, False) in writes  # started ...
+    assert ("POST", False, True) in writes  # ... and completed
+    assert bytes(store.reader(path).fetch_many_sync([(0, len(body))])[0]) == body
+
+
+def test_a_failed_multipart_upload_is_aborted(s3_servers: Any, aws: None, tmp_path: Path) -> None:
+    """moto refuses parts under 5 MiB when the upload completes: the upload
+    is aborted (no parts left behind) and no object appears."""
+    server = s3_servers("moto")
+    (tmp_path / "big").write_bytes(b"x" * 3_000_000)
+    url = _prefix("abort")
+    store, root = open_url(
+        url, endpoint_url=server.url, multipart_threshold=1_000_000, multipart_part_size=1 << 20
+    )
+    with pytest.raises(StorageError, match="EntityTooSmall") as raised:
+        store.put_sync(store.join(root, "big.bin"), tmp_path / "big")
+    assert url.removeprefix("s3://") in str(raised.value) and SECRET not in str(raised.value)
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.url,
+        aws_access_key_id="test-key-id",
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    key = f"{root.partition('/')[2]}/big.bin"
+    assert not client.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
+    assert not client.list_objects_v2(Bucket=BUCKET, Prefix=key).get("Contents")
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        ("s3://nosuchbucket/raw", "cannot list the source s3://nosuchbucket/raw: .*not found"),
+        (
+            "s3://data/no-such-prefix-at-all",
+            "source 's3://data/no-such-prefix-at-all' holds no files",
+        ),
+    ],
+)
+def test_bad_remote_sources_are_one_line_naming_them(
+    s3_servers: Any,
+    aws: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    src: str,
+    message: str,
+) -> None:
+    server = s3_servers("moto")
+    code = main(["pack", src, str(tmp_path / "out"), "--endpoint-url", server.url, "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("streamer pack: error: ")
+    assert re.search(message, err[0]), err[0]
+
+
+def test_bad_outputs_and_list_files_are_one_line(
+    source: Path, s3_servers: Any, aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    server = s3_servers("moto")
+    argv = ["pack", str(source), "s3://nosuchbucket/out", "--endpoint-url", server.url]
+    assert main([*argv, "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot use s3://nosuchbucket/out as OUT" in err and "not found" in err
+    (tmp_path / "list.txt").write_bytes(b"\xff\xfe not utf-8")
+    assert main(["pack", str(tmp_path / "list.txt"), str(tmp_path / "o"), "--no-progress"]) == 1
+    assert "cannot read the list file" in capsys.readouterr().err
+
+
+def test_a_list_file_mixing_http_and_s3_urls_packs_into_s3(
+    source: Path, s3_servers: Any, aws: None, tmp_path: Path
+) -> None:
+    """``--endpoint-url`` is the object store's: the HTTP URLs of the list go without it."""
+    s3 = s3_servers("moto")
+    raw = _prefix("listed")
+    _upload(source / "d1", raw, s3.url)
+    http = LoopbackServer(file_handler(source)).start()
+    try:
+        listing = tmp_path / "urls.txt"
+        lines = [f"{http.url}/d0/ep00.flac", f"{http.url}/d0/ep02.wav", f"{raw}/ep01.mp3"]
+        listing.write_text("\n".join(lines) + "\n")
+        out = _prefix("from-list")
+        options = {"endpoint_url": s3.url}
+        report = pack(listing, out, storage_options=options, progress=False)
+        assert report.files == 3 and report.manifest_written
+        assert verify_dataset(out, storage_options=options).ok
+        dataset = open_dataset(out, endpoint_url=s3.url)
+        keys = sorted(dataset.keys())
+        assert len(keys) == 3 and keys[-1].endswith("ep01")
+        assert bytes(dataset.blob(keys[0]).read()) == (source / "d0" / "ep00.flac").read_bytes()
+    finally:
+        http.stop()
