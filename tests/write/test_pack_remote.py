@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -263,3 +267,42 @@ def test_a_list_file_mixing_http_and_s3_urls_packs_into_s3(
         assert bytes(dataset.blob(keys[0]).read()) == (source / "d0" / "ep00.flac").read_bytes()
     finally:
         http.stop()
+
+
+def test_an_interrupted_multipart_upload_is_aborted(s3w: Any, tmp_path: Path) -> None:
+    """Ctrl-C while parts go up: the upload is aborted before the process
+    exits, so neither the object nor its parts are left."""
+    (tmp_path / "big").write_bytes(b"y" * 16_000_000)
+    url = _prefix("interrupted")
+    code = (
+        "import sys\n"
+        "from streamer.storage import open_url\n"
+        "store, root = open_url(sys.argv[1], endpoint_url=sys.argv[2],"
+        " multipart_threshold=6_000_000, multipart_part_size=5 << 20)\n"
+        "store.put_sync(store.join(root, 'big.bin'), sys.argv[3])\n"
+    )
+    s3w.faults.only_ranged = False
+    s3w.faults.latency = 0.5  # every request: the parts are still in flight at the signal
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, url, s3w.url, str(tmp_path / "big")],
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not any("partNumber" in r.path for r in list(s3w.requests)):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode != 0 and b"KeyboardInterrupt" in err
+    assert any(r.method == "DELETE" and "uploadId" in r.path for r in s3w.requests)
+    s3w.faults.latency = 0.0
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3w.url,
+        aws_access_key_id="test-key-id",
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    key = f"{url.removeprefix(f's3://{BUCKET}/')}/big.bin"
+    assert not client.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
+    assert not client.list_objects_v2(Bucket=BUCKET, Prefix=key).get("Contents")
