@@ -22,7 +22,10 @@ checked against three references, each exact where it is used:
   where the full decode ends; its last ``TAIL_SECONDS`` (after twice the
   pre-roll of convergence from the seek, ``_converged``) are the full
   decode's last samples, so a crop ending at the index's ``num_samples``
-  must equal them, which checks the length and the placement at the end;
+  must equal them, which checks the length and the placement at the end.
+  Where the format offers a tail splice (``Format.tail_splice``: mp3, whose
+  seek reads every frame from the start) FFmpeg decodes that instead of
+  seeking, when it demuxes from it exactly the frames the splice is proven for;
 - interior: a crop right after a seek point (``preroll`` after it, so the
   plan starts at that very point) against the same crop decoded through the
   index with twice the pre-roll (a converged decoder, started at an earlier
