@@ -24,6 +24,7 @@ from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
+from testkit.corpus_manifest import corpus_dir
 from testkit.reference import decode_first_stream, full_decode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
@@ -285,3 +286,32 @@ def test_no_mp3_tail_splice_without_proof_and_the_check_still_holds() -> None:
     assert verify.verify_index(ep).verdict == VERIFIED
     late = dataclasses.replace(ep.index, num_samples=ep.index.num_samples + 1152)
     assert verify.verify_index(dataclasses.replace(ep, index=late)).status == NO_INDEX
+
+
+@pytest.mark.slow
+def test_mp3_tail_splices_of_the_corpus_end_as_the_full_decode() -> None:
+    """Every corpus mp3 (other encoders, tags, damage) that gets a tail
+    splice decodes from it to the full decode's last samples, bit for bit,
+    from exactly the frames claimed; the others get none (their check seeks)."""
+    root = corpus_dir()
+    if not root.is_dir():
+        pytest.skip(f"no corpus at {root}: run `python -m tests.corpus.fetch`")
+    spliced = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        ep = episode(data, SeekIndex.unavailable("unread"), key=path.name)
+        index = registry.extract(ep.blob)
+        if not index.ok or index.container != "mp3":
+            continue
+        form = registry.format_for(index)
+        assert form is not None
+        splice = form.tail_splice(ep.blob, index, index.timescale // 2)
+        if splice is None:
+            continue
+        full, rate = full_decode(data)
+        want = rate // 5
+        tail, packets = _decoded_tail(splice.data, want)
+        assert packets == splice.packets, path
+        assert np.array_equal(tail, full[:, -want:]), path
+        spliced += 1
+    assert spliced > 0
