@@ -247,16 +247,18 @@ def bench_verify(
     """Per episode length, store and codec, one dataset of ``episodes``
     episodes: the index job without the check and with it (CPU seconds, best
     of 3: the machine is shared), the check's overhead over the job, the
-    server's CPU (S3), and FFmpeg's full decode of the same audio for scale;
-    per hour of audio."""
+    server's CPU (S3), and for scale the parse alone (``formats.extract`` of
+    an episode in memory) and FFmpeg's full decode of the same audio; per
+    hour of audio."""
     results: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for seconds in lengths:
         roots = {codec: make_dataset(work, seconds, codec, episodes) for codec in CODECS}
         hours = seconds * episodes / 3600
-        decode = {}
+        decode, parse = {}, {}
         for codec, root in roots.items():
             blob = open_dataset(root).blob("0")
             decode[codec] = best_of(1, lambda b=blob: full_decode(b), time.process_time)
+            parse[codec] = best_of(3, lambda b=blob: extract(b), time.process_time)
         per_store: dict[str, dict[str, dict[str, float]]] = {}
         with places(work, roots, stores) as where:
             for store, codecs in where.items():
@@ -265,6 +267,7 @@ def bench_verify(
                     build, build_server = job_cpu(place, False)
                     checked, checked_server = job_cpu(place, True)
                     row = {
+                        "parse_s_per_hour": parse[codec] * episodes / hours,
                         "index_s_per_hour": build / hours,
                         "index_and_verify_s_per_hour": checked / hours,
                         "verify_s_per_hour": (checked - build) / hours,
@@ -378,7 +381,7 @@ def main() -> None:
                 " CPU per hour of audio: without the check -> with it"
             )
             print(
-                f"{'codec':<8}{'index s/h':>11}{'+check s/h':>12}{'overhead':>10}"
+                f"{'codec':<8}{'parse s/h':>11}{'index s/h':>11}{'+check s/h':>12}{'overhead':>10}"
                 f"{'ms/episode':>12}{'server s/h':>12}{'full decode s/h':>17}"
                 f"{'check/decode':>14}{'cli s/h':>16}"
             )
@@ -389,7 +392,8 @@ def main() -> None:
                     else ""
                 )
                 print(
-                    f"{codec:<8}{row['index_s_per_hour']:>11.3f}{row['verify_s_per_hour']:>12.3f}"
+                    f"{codec:<8}{row['parse_s_per_hour']:>11.3f}"
+                    f"{row['index_s_per_hour']:>11.3f}{row['verify_s_per_hour']:>12.3f}"
                     f"{row['overhead']:>9.0%} {row['verify_ms_per_episode']:>11.1f}"
                     f"{row['server_s_per_hour']:>12.3f}{row['full_decode_s_per_hour']:>17.2f}"
                     f"{row['share_of_full_decode']:>13.1%}  {cli}"
