@@ -528,9 +528,7 @@ def _frames_in(data: bytes) -> int | None:
     short, as FFmpeg counts it); None at anything that is not a frame."""
     count = at = 0
     while at < len(data):
-        frame = frame_info(
-            struct.unpack_from(">I", data.ljust(at + 4, b"\0"), at)[0] & _LENGTH_BITS
-        )
+        frame = frame_info(int.from_bytes(data[at : at + 4].ljust(4, b"\0"), "big") & _LENGTH_BITS)
         if frame is None:
             return None
         at += frame.length
