@@ -47,6 +47,7 @@ import pyarrow as pa
 from ..decode.crop import Crop, CropRequest, read_crop
 from ..decode.resample import DEFAULT_QUALITY
 from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
+from ..formats.ffmpeg import policy_problem
 from ..formats.job import DecodeStats, Episode
 from ..index.checks import check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
@@ -440,7 +441,8 @@ class Dataset:
     ) -> SeekIndex:
         """The index row, or "no index" with the reason when it cannot be
         trusted for this blob (``index.checks``: a corrupt row, or another
-        episode's index after rows were swapped): its crops fall back. The
+        episode's index after rows were swapped) or under this FFmpeg
+        (``formats.ffmpeg.policy_problem``): its crops fall back. The
         verdict is kept per row, so a long index is checked once."""
         try:
             with record("index_read"):
@@ -450,7 +452,8 @@ class Dataset:
         verdict = self._verdicts.get((name, row), ...)
         if verdict is ...:
             info = self.info(key) if INFO_DIR in self.column_dirs else None
-            verdict = self._verdicts[(name, row)] = check_against_blob(index, blob_length, info)
+            verdict = check_against_blob(index, blob_length, info) or policy_problem(index)
+            self._verdicts[(name, row)] = verdict
         return index if verdict is None else SeekIndex.unavailable(verdict, index.container)
 
     def index_problems(self) -> dict[str, str]:

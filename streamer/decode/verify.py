@@ -22,7 +22,10 @@ checked against three references, each exact where it is used:
   where the full decode ends; its last ``TAIL_SECONDS`` (after twice the
   pre-roll of convergence from the seek, ``_converged``) are the full
   decode's last samples, so a crop ending at the index's ``num_samples``
-  must equal them, which checks the length and the placement at the end;
+  must equal them, which checks the length and the placement at the end.
+  Where the format offers a tail splice (``Format.tail_splice``: mp3, whose
+  seek reads every frame from the start) FFmpeg decodes that instead of
+  seeking, when it demuxes from it exactly the frames the splice is proven for;
 - interior: a crop right after a seek point (``preroll`` after it, so the
   plan starts at that very point) against the same crop decoded through the
   index with twice the pre-roll (a converged decoder, started at an earlier
@@ -39,6 +42,7 @@ in turn and keeps the first index that passes.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import zlib
 from collections.abc import Iterator
@@ -196,7 +200,9 @@ class _Reference:
             head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
             rate = head.rate
             want = _tail_length(rate)
-            tail = _tail(container, stream, seconds, want, rate, _converged(index))
+            tail = _spliced_tail(blob, index, want, rate, _converged(index))
+            if tail is None:
+                tail = _tail(container, stream, seconds, want, rate, _converged(index))
         if tail is None:
             with _opened(blob, QUICK_OPEN) as (container, stream):
                 tail = _cut(container.decode(stream), None).windows[0][:, -want:]
@@ -269,6 +275,39 @@ def _tail(
         if decoded.decoded >= want + lead:
             return decoded.windows[0][:, -want:]
     return None
+
+
+def _spliced_tail(
+    blob: BlobHandle, index: SeekIndex, want: int, rate: int, lead_seconds: float
+) -> np.ndarray | None:
+    """The last ``want`` samples of the full decode from the format's tail
+    splice (``Format.tail_splice``: the file's head and its last frames),
+    after ``lead_seconds`` of convergence; None when the format has none,
+    or FFmpeg does not demux from it exactly the packets the splice is
+    proven for (then the whole file is sought in)."""
+    form = format_for(index)
+    lead = round(lead_seconds * rate)
+    # Native units: the window and its lead, and a second for the point to fall in.
+    before = math.ceil((want + lead) * index.timescale / rate) + index.timescale
+    splice = form.tail_splice(blob, index, before) if form is not None else None
+    if splice is None:
+        return None
+    packets = 0
+
+    def frames(container: av.container.InputContainer) -> Iterator[av.AudioFrame]:
+        nonlocal packets
+        for packet in container.demux(container.streams.audio[0]):
+            packets += packet.size > 0
+            yield from packet.decode()
+
+    try:
+        with open_input(io.BytesIO(splice.data), options=QUICK_OPEN) as container:
+            cut = cut_windows(frames(container), lambda _: ([(0, 1 << 62)], None))
+    except FFMPEG_FAILURES:
+        return None
+    if packets != splice.packets or cut.rate != rate or cut.decoded < want + lead:
+        return None
+    return cut.windows[0][:, -want:]
 
 
 def _check(episode: Episode, reference: _Reference | None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from types import ModuleType
-from typing import ClassVar
+from typing import BinaryIO, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,16 @@ from ..index.table import SeekIndex
 from .job import CropPlan, DecodeContext, Fetched, Ranges
 from .reader import NoIndex, Reader
 
-__all__ = ["Format", "NoIndex", "PackagedFormat"]
+__all__ = ["Format", "NoIndex", "PackagedFormat", "TailSplice"]
+
+
+class TailSplice(NamedTuple):
+    """Bytes FFmpeg decodes, as a file, to the full decode's last samples
+    (``Format.tail_splice``), and the audio packets its demuxer must hand
+    over from them for that to hold."""
+
+    data: bytes
+    packets: int
 
 
 class Format(abc.ABC):
@@ -62,6 +71,13 @@ class Format(abc.ABC):
         """Decode the fetched bytes: float32 ``(channels, n)`` samples and the
         gapless index of the first. CPU only; bytes outside ``fetched`` come
         through ``context``."""
+
+    def tail_splice(self, stream: BinaryIO, index: SeekIndex, before: int) -> TailSplice | None:
+        """For the index check's tail reference: bytes that FFmpeg decodes to
+        exactly its full decode's last samples, starting at least ``before``
+        native units before the end, where seeking in the whole file would
+        read all of it (default: None, the check seeks in the file)."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.container}: {', '.join(sorted(self.codecs))})"

@@ -11,7 +11,11 @@ refuses a file over one.
 It also holds what differs between the FFmpeg builds PyAV bundles where it
 matters to the full decode (docs/decoding.md, "the reference"): an index
 stores the file's facts, the same under every FFmpeg, and
-``full_decode_length`` applies the installed one's policy to them.
+``full_decode_length`` applies the installed one's policy to them. Where
+the index cannot say the length under every FFmpeg (an ``iTunSMPB`` tag's
+end padding: FFmpeg 9 cuts it by rules of its own), it records the FFmpeg it
+was built and checked under (``LENGTH_POLICY``), and ``policy_problem`` keeps
+it from serving crops under another one: they fall back, exact.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ import av
 
 from ..index.table import SeekIndex
 
-__all__ = ["TRIMS_MP4_END", "full_decode_length", "open_input"]
+__all__ = [
+    "LENGTH_POLICY",
+    "TRIMS_MP4_END",
+    "full_decode_length",
+    "open_input",
+    "policy_problem",
+]
 
 
 #: How to tell the installed PyAV to ignore tags that are not UTF-8.
@@ -51,3 +61,21 @@ def full_decode_length(index: SeekIndex) -> int:
     if index.container == "mp4" and TRIMS_MP4_END and index.num_samples >= 0:
         return max(index.num_samples - index.padding, 0)
     return index.num_samples
+
+
+#: The installed FFmpeg's decode-length policy, as an index records it
+#: (``SeekIndex.length_policy``): its libavformat major version, where the
+#: demuxers' trimming rules live.
+LENGTH_POLICY = f"libavformat {av.library_versions['libavformat'][0]}"
+
+
+def policy_problem(index: SeekIndex) -> str | None:
+    """Why an index cannot serve crops under the installed FFmpeg (None: it
+    can): its length holds under another FFmpeg's policy only, so a crop
+    near the end could run past this one's full decode."""
+    if not index.ok or not index.length_policy or index.length_policy == LENGTH_POLICY:
+        return None
+    return (
+        f"index length checked under another FFmpeg ({index.length_policy}, not "
+        f"{LENGTH_POLICY}: rebuild with `streamer index --force`)"
+    )

@@ -83,6 +83,12 @@ class SeekIndex:
     #: before decode, and not in FFmpeg 9's decode
     #: (``formats.ffmpeg.full_decode_length``).
     padding: int = 0
+    #: "" when ``num_samples`` (through ``formats.ffmpeg.full_decode_length``)
+    #: is the full decode's length under every FFmpeg; otherwise the FFmpeg
+    #: whose policy it follows (``formats.ffmpeg.LENGTH_POLICY`` of the one
+    #: that built and checked it: an iTunSMPB tag's end padding, which FFmpeg
+    #: 9 cuts and 8 does not). Under another FFmpeg the index is not served.
+    length_policy: str = ""
     #: Bytes per sample frame for PCM (wav): a sample's byte is
     #: ``data_start + sample * block_align``; 0 for compressed codecs.
     block_align: int = 0
@@ -127,6 +133,7 @@ _SCALARS: dict[str, pa.DataType] = {
     "codec": pa.string(),
     "container": pa.string(),
     "verdict": pa.string(),
+    "length_policy": pa.string(),
     "sample_rate": pa.int32(),
     "channels": pa.int32(),
     "timescale": pa.int32(),

@@ -24,6 +24,7 @@ from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
+from testkit.corpus_manifest import corpus_dir
 from testkit.reference import decode_first_stream, full_decode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
@@ -209,3 +210,108 @@ def test_choose_index_keeps_the_first_candidate_that_passes(
 def test_reasons_count_without_their_details() -> None:
     reason = "failed its check: the tail crop differs (at 12.3 s, max error 0.4)"
     assert verify.countable(reason) == "failed its check: the tail crop differs"
+
+
+#: mp3s the tail splice is proven for: the encoder's command (None: PyAV's).
+SPLICEABLE: dict[str, list[str] | None] = {
+    "lame CBR (Info + LAME, count)": ["lame", "--quiet", "-b", "128", "-", "{out}"],
+    "lame VBR (Xing + LAME, count)": ["lame", "--quiet", "-V", "5", "-", "{out}"],
+    "lame MPEG-2 (576 per frame)": ["lame", "--quiet", "--resample", "22.05", "-", "{out}"],
+    "lame without a tag (-t)": ["lame", "--quiet", "-t", "-b", "96", "-", "{out}"],
+    "PyAV (Xing + Lavc, count)": None,
+}
+
+
+def _decoded_tail(splice: bytes, want: int) -> tuple[np.ndarray, int]:
+    """The last ``want`` samples FFmpeg decodes from ``splice`` as a file, and
+    the audio packets its demuxer hands over."""
+    packets, frames = 0, []
+    with open_input(io.BytesIO(splice)) as container:
+        for packet in container.demux(container.streams.audio[0]):
+            packets += packet.size > 0
+            frames += [f.to_ndarray() for f in packet.decode()]
+    return np.concatenate(frames, axis=1)[:, -want:], packets
+
+
+@pytest.mark.parametrize("name", sorted(SPLICEABLE))
+def test_an_mp3_tail_splice_decodes_to_the_full_decodes_end(name: str) -> None:
+    """The check's mp3 tail reference reads the file's head and its last
+    seconds only (``Format.tail_splice``), and FFmpeg decodes it to the full
+    decode's last samples, trims and all, from exactly the frames it claims."""
+    data = make("mp3", 44100, 2, 12.0, SPLICEABLE[name])
+    full, rate = full_decode(data)
+    ep = episode(data)
+    assert ep.index is not None
+    form = registry.format_for(ep.index)
+    assert form is not None
+    splice = form.tail_splice(ep.blob, ep.index, 2 * ep.index.timescale)
+    assert splice is not None
+    assert len(splice.data) < len(data) / 3
+    want = rate // 2  # after 1.5 s or more of convergence
+    tail, packets = _decoded_tail(splice.data, want)
+    assert packets == splice.packets
+    assert np.array_equal(tail, full[:, -want:])
+
+
+def _with_count(data: bytes, change: int) -> bytes:
+    """The LAME file's Xing/Info frame count changed by ``change``."""
+    at = max(data.find(b"Info"), data.find(b"Xing")) + 8
+    count = int.from_bytes(data[at : at + 4], "big")
+    return data[:at] + (count + change).to_bytes(4, "big") + data[at + 4 :]
+
+
+def test_no_mp3_tail_splice_without_proof_and_the_check_still_holds() -> None:
+    """A tag count other than the frames present (FFmpeg then trims nothing
+    at the end), or an index counting other frames than the tag: no splice
+    (the check seeks in the whole file), and the right index still passes,
+    a wrong one still fails."""
+    data = cli_encode(["lame", "--quiet", "-b", "128", "-", "{out}"], 44100, 1, seconds=LONG)
+    above = _with_count(data, 3)
+    ep = episode(above)
+    assert ep.index is not None
+    form = registry.format_for(ep.index)
+    assert form is not None
+    assert form.tail_splice(ep.blob, ep.index, ep.index.timescale) is None
+    assert verify.verify_index(ep).verdict == VERIFIED
+    # An index that counts a frame more than the tag (points a frame late).
+    ep = episode(data)
+    assert ep.index is not None
+    late = dataclasses.replace(ep.index, sample_pos=ep.index.sample_pos + 1152)
+    assert form.tail_splice(ep.blob, late, ep.index.timescale) is None
+    assert verify.verify_index(dataclasses.replace(ep, index=late)).status == NO_INDEX
+    # A right index through the splice, and the same index ending a frame late.
+    ep = episode(data)
+    assert ep.index is not None
+    assert form.tail_splice(ep.blob, ep.index, ep.index.timescale) is not None
+    assert verify.verify_index(ep).verdict == VERIFIED
+    late = dataclasses.replace(ep.index, num_samples=ep.index.num_samples + 1152)
+    assert verify.verify_index(dataclasses.replace(ep, index=late)).status == NO_INDEX
+
+
+@pytest.mark.slow
+def test_mp3_tail_splices_of_the_corpus_end_as_the_full_decode() -> None:
+    """Every corpus mp3 (other encoders, tags, damage) that gets a tail
+    splice decodes from it to the full decode's last samples, bit for bit,
+    from exactly the frames claimed; the others get none (their check seeks)."""
+    root = corpus_dir()
+    if not root.is_dir():
+        pytest.skip(f"no corpus at {root}: run `python -m tests.corpus.fetch`")
+    spliced = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        ep = episode(data, SeekIndex.unavailable("unread"), key=path.name)
+        index = registry.extract(ep.blob)
+        if not index.ok or index.container != "mp3":
+            continue
+        form = registry.format_for(index)
+        assert form is not None
+        splice = form.tail_splice(ep.blob, index, index.timescale // 2)
+        if splice is None:
+            continue
+        full, rate = full_decode(data)
+        want = rate // 5
+        tail, packets = _decoded_tail(splice.data, want)
+        assert packets == splice.packets, path
+        assert np.array_equal(tail, full[:, -want:]), path
+        spliced += 1
+    assert spliced > 0

@@ -3,8 +3,10 @@ the frames (Xing/Info/VBRI and LAME tags), ``decode`` decodes planned frames."""
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 from ...index.table import SeekIndex
-from ..base import PackagedFormat
+from ..base import PackagedFormat, TailSplice
 from . import decode, parse
 
 __all__ = ["FORMAT", "MpegAudio"]
@@ -19,6 +21,12 @@ class MpegAudio(PackagedFormat):
     def preroll(self, index: SeekIndex) -> int:
         """``decode.preroll_frames`` frames, in native units."""
         return decode.preroll_frames(index) * decode.frame_samples(index)
+
+    def tail_splice(self, stream: BinaryIO, index: SeekIndex, before: int) -> TailSplice | None:
+        """The tag frame and the frames from a point near the end
+        (``parse.tail_splice``): FFmpeg's seek in an mp3 without a usable
+        table of contents reads every frame from the start."""
+        return parse.tail_splice(stream, index, before)
 
 
 FORMAT = MpegAudio()

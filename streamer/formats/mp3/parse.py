@@ -32,12 +32,20 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from ...index.table import OK, SeekIndex
+from ..base import TailSplice
 from ..reader import NoIndex, Points, Reader, interval
 
 #: Frames decoded before a crop unless the bit reservoir reaches further.
 PREROLL_FRAMES = 5
 
-__all__ = ["DECODER_DELAY", "PREROLL_FRAMES", "matches", "parse", "samples_per_frame"]
+__all__ = [
+    "DECODER_DELAY",
+    "PREROLL_FRAMES",
+    "matches",
+    "parse",
+    "samples_per_frame",
+    "tail_splice",
+]
 
 #: FFmpeg's decoder delay for layer III, on top of the encoder's own delay.
 DECODER_DELAY = 529
@@ -163,9 +171,7 @@ def _gapless(tag: _VbrTag, size: int, frames: int, per_frame: int) -> tuple[int,
     """
     if not tag.lame:
         return 0, frames * per_frame
-    count = tag.frames
-    if tag.bytes and size - tag.bytes > tag.bytes >> 4:
-        count = 0
+    count = _count(tag, size)
     spans = _kept(tag.delay + DECODER_DELAY, count, tag.padding, frames, per_frame)
     if len(spans) > 1:
         raise NoIndex(
@@ -173,6 +179,13 @@ def _gapless(tag: _VbrTag, size: int, frames: int, per_frame: int) -> tuple[int,
             " inside the stream"
         )
     return spans[0] if spans else (0, 0)
+
+
+def _count(tag: _VbrTag, size: int) -> int:
+    """The tag's frame count as FFmpeg takes it: void (0) when its stream
+    size is more than 1/16 below ``size``, the bytes after the tag frame's
+    header ("invalid concatenated file")."""
+    return 0 if tag.bytes and size - tag.bytes > tag.bytes >> 4 else tag.frames
 
 
 def _kept(
@@ -457,3 +470,80 @@ def _xing(data: bytes, at: int) -> _VbrTag:
         return _VbrTag(0, skipped, False, frames, size)
     packed = int.from_bytes(data[cursor + 21 : cursor + 24], "big")
     return _VbrTag(0, skipped, True, frames, size, packed >> 12, packed & 0xFFF)
+
+
+def tail_splice(stream: BinaryIO, index: SeekIndex, before: int) -> TailSplice | None:
+    """The bytes FFmpeg decodes to the last samples of its full decode
+    without reading the frames before a seek point ``before`` native units
+    (or more) ahead of the end: the file's bytes before its first audio
+    frame (ID3v2 tags, the Xing/LAME tag frame) followed by those from the
+    point on, with the tag's frame count set to the frames that follow.
+
+    FFmpeg's demuxer trims a LAME stream's end by timestamp, counting from
+    the tag's frame count; in the splice its timestamps start at the point,
+    so the count must shrink by the frames before it. That number is proven,
+    not assumed: the tag's count (the encoder's) must equal the frames this
+    index counts, and the caller must find FFmpeg demuxing exactly
+    ``packets`` frames from the splice. Without an end trim (no LAME tag, or
+    one without a count) the count does not matter. None where nothing
+    proves it (a VBRI tag, a count FFmpeg voids or that differs from the
+    frames, damage after the last seek point): the check then seeks in the
+    whole file.
+    """
+    per_frame = samples_per_frame(int(index.codec[2]), lsf=index.sample_rate < 32000)
+    if index.sample_pos[-1] % per_frame:
+        return None
+    frames = _frames_in(_read(stream, int(index.byte_pos[-1]), index.data_end))
+    if frames is None:
+        return None
+    total = int(index.sample_pos[-1]) // per_frame + frames
+    stream.seek(0)
+    reader = Reader(stream, chunk_size=1 << 14)  # the tags and the tag frame only
+    _skip_id3v2(reader)
+    tags_end = reader.pos
+    tag = _tag_at(reader, tags_end)
+    prefix = bytearray(_read(stream, 0, index.data_start))
+    point = int(np.searchsorted(index.sample_pos, total * per_frame - before, "right")) - 1
+    if point < 0:
+        return None
+    after = total - int(index.sample_pos[point]) // per_frame
+    if tag.lame and tag.frames and tag.skipped:
+        if _count(tag, reader.length() - tags_end - 4) != total:
+            return None
+        at = _count_at(bytes(prefix), tags_end)
+        if at is None:
+            return None
+        struct.pack_into(">I", prefix, at, after)
+    tail = _read(stream, int(index.byte_pos[point]), reader.length())
+    return TailSplice(bytes(prefix) + tail, after)
+
+
+def _read(stream: BinaryIO, start: int, end: int) -> bytes:
+    stream.seek(start)
+    return stream.read(end - start)
+
+
+def _frames_in(data: bytes) -> int | None:
+    """Frames from the start of ``data`` to its end (the last may be cut
+    short, as FFmpeg counts it); None at anything that is not a frame."""
+    count = at = 0
+    while at < len(data):
+        frame = frame_info(int.from_bytes(data[at : at + 4].ljust(4, b"\0"), "big") & _LENGTH_BITS)
+        if frame is None:
+            return None
+        at += frame.length
+        count += 1
+    return count
+
+
+def _count_at(prefix: bytes, tags_end: int) -> int | None:
+    """Where the Xing/Info tag's frame count sits in the tag frame at
+    ``tags_end`` (None: no such field, or a VBRI tag, whose count rules)."""
+    header = struct.unpack_from(">I", prefix, tags_end)[0]
+    frame = frame_info(header & _LENGTH_BITS)
+    if frame is None or prefix[tags_end + 36 : tags_end + 40] == b"VBRI":
+        return None
+    mono = (header >> 6) & 3 == 3
+    at = tags_end + 4 + ((9 if mono else 17) if frame.lsf else (17 if mono else 32))
+    flags = int.from_bytes(prefix[at + 4 : at + 8], "big")
+    return at + 8 if prefix[at : at + 4] in (b"Xing", b"Info") and flags & 1 else None

@@ -46,6 +46,7 @@ import av
 import numpy as np
 
 from ...index.table import OK, SeekIndex
+from ..ffmpeg import LENGTH_POLICY
 from ..reader import NoIndex, Reader, interval, thin
 from .fragments import Defaults, fragment_samples
 
@@ -564,16 +565,25 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
     to that track, where the track's edit list, applied when the track
     ends, resets it. The last tag with a priming in range wins."""
     priming = 0
+    for offset, fields in _track_tags(moov, track):
+        if has_edit and offset < track.end:
+            continue
+        number = min(int(fields.group(1), 16) % (1 << 64), (1 << 64) - 1) & 0xFFFFFFFF
+        if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
+            priming = number
+    return priming
+
+
+def _track_tags(moov: _Moov, track: _Track) -> list[tuple[int, re.Match[bytes]]]:
+    """The ``iTunSMPB`` tags FFmpeg gives ``track`` and scans (offset in
+    ``moov``, the scanned fields), in file order."""
+    tags = []
     for offset, value in moov.gapless_tags:
         owner = [t for t in moov.tracks if t.start < offset][-1:]
-        if owner != [track] or (has_edit and offset < track.end):
-            continue
         scanned = _SMPB.match(value.split(b"\0")[0])
-        if scanned is not None:
-            number = min(int(scanned.group(1), 16) % (1 << 64), (1 << 64) - 1) & 0xFFFFFFFF
-            if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
-                priming = number
-    return priming
+        if owner == [track] and scanned is not None:
+            tags.append((offset, scanned))
+    return tags
 
 
 def _samples(
@@ -729,6 +739,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     silent = int(times[1]) if first is not None and not first[0] else 0
     first_sample = max(first_sample, silent)
     priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
+    # FFmpeg 9 also cuts such a tag's end padding, by rules not modelled
+    # here: the length holds under the FFmpeg that checks it only.
+    tagged = entry.codec == "aac" and bool(_track_tags(movie, audio))
     if priming:
         # FFmpeg skips the priming from the samples the first packet it keeps
         # decodes to, which is the first unless the edit starts more than a
@@ -764,6 +777,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
         padding=padding,
+        length_policy=LENGTH_POLICY if tagged else "",
         header=_header(header, moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),

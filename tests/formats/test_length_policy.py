@@ -1,0 +1,150 @@
+"""An index whose length holds under one FFmpeg only is served under that one only.
+
+An ``iTunSMPB`` tag's end padding is cut by FFmpeg 9 (PyAV 19) and not by
+FFmpeg 8 (PyAV 18), by rules the index does not model, so an MP4 AAC index
+of a track the tag belongs to records the FFmpeg that built and checked it
+(``SeekIndex.length_policy``); under another one its crops fall back, and
+equal that FFmpeg's full decode: none runs past its end.
+
+``data/smpb-av18/`` is such a dataset built under PyAV 18 (FFmpeg 8):
+under ``tox -e av19`` it is the index of another FFmpeg, read as a user
+who upgrades PyAV would read it. Remake it (after a change of the index's
+on-disk form) under PyAV 18 with ``python -m tests.formats.test_length_policy``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from streamer import open_dataset
+from streamer.formats import extract
+from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
+from streamer.index import INDEX_DIR
+from streamer.index.table import IndexReader, SeekIndex, to_struct_array
+from streamer.shard.ipc import Shard
+from streamer.write.index import SCHEMA
+from streamer.write.pack import pack
+from testkit.reference import full_decode
+from tests.formats.test_mp4_wild import NO_EDIT, TOLERANCE, _mux, _smpb_value, _with_smpb
+
+FIXTURE = Path(__file__).parent / "data" / "smpb-av18"
+KEY = "smpb"
+#: Crops (seconds) inside every FFmpeg's decode, and one up to the index's end.
+SPANS = [(0.0, 0.3), (0.5, 1.2), (1.5, 1.9)]
+
+
+def _tagged() -> bytes:
+    """AAC with no edit list and an iTunSMPB tag (priming 2112, padding 452)."""
+    return _with_smpb(_mux(options=NO_EDIT))
+
+
+@pytest.mark.parametrize(
+    ("make", "policy"),
+    [
+        (_tagged, LENGTH_POLICY),
+        (lambda: _with_smpb(_mux(options=NO_EDIT), inside_track=True), LENGTH_POLICY),
+        # With an edit list FFmpeg 8 resets a tag inside the track; 9 still cuts.
+        (lambda: _with_smpb(_mux(), inside_track=True), LENGTH_POLICY),
+        # A priming out of range is ignored, its padding is still cut by FFmpeg 9.
+        (lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)), LENGTH_POLICY),
+        (lambda: _mux(options=NO_EDIT), ""),
+        # The tag goes to the chapter track read after the audio: nothing to cut.
+        (lambda: _with_smpb(_mux(chapters=True)), ""),
+        (lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"), ""),
+        (lambda: _mux("alac", 48000, 1, options=NO_EDIT), ""),
+    ],
+)
+def test_an_index_records_the_ffmpeg_its_length_needs(
+    make: Callable[[], bytes], policy: str
+) -> None:
+    index = extract(io.BytesIO(make()))
+    assert index.ok, index.reason
+    assert index.length_policy == policy
+
+
+def _stored(root: Path) -> tuple[Path, dict[str, SeekIndex]]:
+    (path,) = (root / INDEX_DIR).iterdir()
+    reader = IndexReader(Shard(path))
+    return path, {k: reader.read(r) for r, k in enumerate(reader.shard.keys.to_pylist())}
+
+
+def _assert_crops_are_this_ffmpegs(root: Path, served: bool) -> None:
+    """Crops equal the installed FFmpeg's full decode, from the index when
+    ``served``, else all through the fallback; a crop asked up to the
+    stored index's end stops at this FFmpeg's end."""
+    dataset = open_dataset(root)
+    full, rate = full_decode(bytes(dataset.blob(KEY).view()))
+    index = dataset.episode(KEY).index  # as crops get it
+    assert index is not None and index.ok is served, index
+    if not served:
+        assert index.reason.startswith("index length checked under another FFmpeg")
+    (path,) = (root / INDEX_DIR).iterdir()
+    stored = IndexReader(Shard(path)).read(0)
+    claimed = stored.num_samples / stored.timescale
+    for start, end in [*SPANS, (claimed - 0.05, claimed)]:
+        got = dataset.read_crop(KEY, start, end)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert got.shape == want.shape, (start, end, got.shape, want.shape)
+        assert float(np.abs(got - want).max()) <= TOLERANCE
+    stats = dataset.decode_stats
+    assert stats.fallback == (0 if served else stats.crops)
+
+
+def test_an_index_of_another_ffmpeg_falls_back_to_this_ones_decode(tmp_path: Path) -> None:
+    """An index (one every FFmpeg serves) planted with another FFmpeg's policy."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / f"{KEY}.m4a").write_bytes(_mux(options=NO_EDIT))
+    pack(src, tmp_path / "ds", progress=False)
+    _assert_crops_are_this_ffmpegs(tmp_path / "ds", served=True)
+    path, rows = _stored(tmp_path / "ds")
+    index = rows[KEY]
+    rows[KEY] = dataclasses.replace(index, length_policy="libavformat 1")
+    batch = pa.record_batch([pa.array(list(rows)), to_struct_array(list(rows.values()))], SCHEMA)
+    with pa.ipc.new_file(str(path), SCHEMA) as writer:
+        writer.write_batch(batch)
+    _assert_crops_are_this_ffmpegs(tmp_path / "ds", served=False)
+
+
+def test_an_index_built_under_pyav_18_serves_only_under_ffmpeg_8(tmp_path: Path) -> None:
+    """The committed dataset, built and checked under PyAV 18 (FFmpeg 8, whose
+    decode keeps the tag's 452 samples of padding): served from its index
+    there, through the fallback under any other FFmpeg (FFmpeg 9 cuts them)."""
+    root = tmp_path / "smpb-av18"
+    shutil.copytree(FIXTURE, root)
+    _, rows = _stored(root)
+    stored = rows[KEY]
+    assert stored.length_policy == "libavformat 62"
+    dataset = open_dataset(root)
+    full, rate = full_decode(bytes(dataset.blob(KEY).view()))
+    same = stored.length_policy == LENGTH_POLICY
+    # The hazard: FFmpeg 9's decode ends before the index's (FFmpeg 8's) end.
+    assert (full_decode_length(stored) * rate == full.shape[1] * stored.timescale) == same
+    _assert_crops_are_this_ffmpegs(root, served=same)
+
+
+def make_fixture(out: Path) -> None:
+    """Pack the tagged file into ``out`` (indexed and checked under the installed PyAV)."""
+    src = out.parent / "smpb-src"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    src.mkdir(parents=True)
+    (src / f"{KEY}.m4a").write_bytes(_tagged())
+    pack(src, out, progress=False)
+    shutil.rmtree(src)
+
+
+if __name__ == "__main__":
+    if not LENGTH_POLICY.endswith(" 62"):
+        sys.exit(f"make the fixture under PyAV 18 (FFmpeg 8), not {LENGTH_POLICY}")
+    make_fixture(FIXTURE)
+    print(f"wrote {FIXTURE}")
