@@ -66,9 +66,9 @@ class Throttle:
     """The adaptive concurrency limit and optional rate cap of one endpoint/prefix.
 
     ``name`` is what stats call it (no credentials). ``adaptive=False`` keeps
-    the limit at ``max_concurrency`` (congestion is still counted).
-    ``timeout``: a request cancelled after running this long (the retry
-    policy's whole-attempt timeout) counts as timed out, a congestion signal.
+    the limit at ``max_concurrency`` (congestion is still counted). A request
+    that outlives the retry policy's whole-attempt timeout ends with a
+    ``TransientError`` marked ``congestion`` (``health.py``), so it counts.
     """
 
     def __init__(
