@@ -1,9 +1,10 @@
 """A cold one-crop run over S3: requests and bytes to open a dataset and read one crop.
 
 A 23-minute 64 kbps mono mp3 (Debian's ``lame`` when installed, else PyAV's
-libmp3lame) is packed and uploaded to a real S3 server on loopback (moto)
-twice: with its dataset manifest, and without (as a wsds dataset, or one
-written before manifests: the store is listed). For each of ``--crops``
+libmp3lame) is packed and uploaded to a real S3 server on loopback
+(SeaweedFS by default; ``--server moto`` or ``rclone``) twice: with its
+dataset manifest, and without (as a wsds dataset, or one written before
+manifests: the store is listed). For each of ``--crops``
 8-second crops spread over the episode, a cold process is simulated (a new
 store: nothing cached) and the dataset is opened and the crop read, as
 ``streamer crop`` does. Reported per configuration: requests (from the
@@ -14,13 +15,12 @@ What the block size costs a training run besides: the pipeline's crops
 (``bench_pipeline``'s dataset) served by the loopback HTTP server, cold,
 with 256 and 128 KiB blocks: requests and kB per crop.
 
-    python -m benchmarks.bench_cold_open [--minutes 23] [--crops 12]
+    python -m benchmarks.bench_cold_open [--minutes 23] [--crops 12] [--server seaweedfs]
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._report import write_json
+from benchmarks._report import add_server_argument, s3_server, write_json
 from streamer.dataset.dataset import Dataset
 from streamer.dataset.manifest import MANIFEST_NAME
 from streamer.storage.cache import KiB
@@ -149,7 +149,7 @@ def report(result: dict) -> None:
     p = result["parameters"]
     print(
         f"{p['minutes']} min 64 kbps mp3 ({p['blob_bytes'] / 1e6:.1f} MB), {p['crops']} cold "
-        "8 s crops, S3 = moto on loopback"
+        f"8 s crops, S3 = {p['server']} on loopback"
     )
     print(f"{'':26}  {'requests mean/max':>17}  {'% of blob mean/max':>18}")
     for label, row in result["configs"].items():
@@ -174,17 +174,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=23.0)
     parser.add_argument("--crops", type=int, default=12)
+    add_server_argument(parser)
     args = parser.parse_args()
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto logs every request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        result = run(args, f"http://{host}:{port}")
-    finally:
-        server.stop()
+    with s3_server(args.server, KEY, SECRET) as (endpoint, _):
+        result = run(args, endpoint)
     report(result)
     print("wrote", write_json("bench_cold_open", result))
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import streamer
-from benchmarks._report import write_json
+from benchmarks._report import add_server_argument, write_json
 from streamer.cli.bench import print_table
 from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--crops", type=int, default=200)
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--workers", nargs="+", default=["1", "2"])
-    parser.add_argument("--store", choices=[*s3servers.KINDS, "moto", "http"], default="seaweedfs")
+    add_server_argument(parser, "--store", "http")
     parser.add_argument("--copies", type=int, default=4, help="copies of each demo episode")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     args = parser.parse_args()

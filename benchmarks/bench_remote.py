@@ -28,10 +28,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from benchmarks._report import write_json
+from benchmarks._report import add_server_argument, s3_server, write_json
 from streamer.dataset.dataset import Dataset
 from streamer.storage.s3 import S3Store
-from testkit import s3servers
 from testkit.servers import LoopbackServer, proxy_handler, upload_tree
 
 BUCKET = "bench"
@@ -155,14 +154,11 @@ def main() -> None:
     parser.add_argument("--crop-seconds", type=float, default=8.0)
     parser.add_argument("--crops", type=int, default=20)
     parser.add_argument("--block-kb", type=int, default=256)
-    parser.add_argument("--server", choices=[*s3servers.KINDS, "moto"], default="seaweedfs")
+    add_server_argument(parser)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per request")
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory() as root,
-        s3servers.running(args.server, root, CREDENTIALS["key"], CREDENTIALS["secret"]) as served,
-    ):
-        result = run(args, served[0])
+    with s3_server(args.server, CREDENTIALS["key"], CREDENTIALS["secret"]) as (endpoint, _):
+        result = run(args, endpoint)
     report(result)
     print("wrote", write_json("bench_remote", result))
 

@@ -33,15 +33,28 @@ __all__ = [
     "Seen",
     "file_handler",
     "proxy_handler",
+    "s3_error",
     "upload_tree",
 ]
 
 Handler = Callable[[web.Request], Awaitable[tuple[int, dict[str, str], bytes]]]
 
-S3_SLOWDOWN = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-    b"<Message>Please reduce your request rate.</Message></Error>"
-)
+
+def s3_error(code: str, message: str, **fields: str) -> bytes:
+    """An S3 error document, as S3 and its imitations send with a 4xx/5xx:
+    ``<Error><Code>code</Code><Message>message</Message>...</Error>``, plus
+    one element per keyword (``Region="eu-west-1"``)."""
+    elements = {"Code": code, "Message": message, **fields}
+    inner = "".join(
+        f"<{tag}>{html.escape(text, quote=False)}</{tag}>" for tag, text in elements.items()
+    )
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<Error>{inner}</Error>'.encode()
+
+
+#: What S3 servers answer to creating a bucket that exists (SeaweedFS, rclone).
+_BUCKET_EXISTS = {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}
+
+S3_SLOWDOWN = s3_error("SlowDown", "Please reduce your request rate.")
 
 #: The largest request body the servers take (aiohttp's default is 1 MiB;
 #: multipart uploads send 5 MiB parts and more).
@@ -335,10 +348,12 @@ def upload_tree(
     key_id: str,
     secret: str,
 ) -> None:
-    """Create ``bucket`` on an S3 server and upload every file under ``folder``
-    to ``<prefix>/<relative path>`` (no prefix: ``<relative path>``), with
-    boto3 from the test extra, straight to the server."""
+    """Create ``bucket`` on an S3 server (if it has none of that name) and
+    upload every file under ``folder`` to ``<prefix>/<relative path>`` (no
+    prefix: ``<relative path>``), with boto3 from the test extra, straight to
+    the server."""
     import boto3
+    import botocore.exceptions
 
     client = boto3.client(
         "s3",
@@ -347,7 +362,11 @@ def upload_tree(
         aws_secret_access_key=secret,
         region_name="us-east-1",
     )
-    client.create_bucket(Bucket=bucket)
+    try:
+        client.create_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as exc:  # moto lets it pass; others do not
+        if exc.response.get("Error", {}).get("Code") not in _BUCKET_EXISTS:
+            raise
     for root, _, files in os.walk(folder):
         for name in sorted(files):
             path = os.path.join(root, name)

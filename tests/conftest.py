@@ -201,3 +201,34 @@ def remote(request, s3_servers, http, s3_uploaded, make_store):  # type: ignore[
         return dataset
 
     return open_remote, server
+
+
+@pytest.fixture(params=[*S3_KINDS, "http"])
+def remote_folder(request, s3_servers, s3_uploaded, make_store, tmp_path):  # type: ignore[no-untyped-def]
+    """(publish, server) for each remote backend: ``publish(folder)`` serves a
+    dataset folder of this test alone, uploaded under a fresh prefix of the S3
+    server (``upload_tree``) or behind an HTTP file server of its own, and opens
+    it (stats at zero). The session's ``storage_root`` stays as it is."""
+    kind = request.param
+    served = tmp_path / "served"
+    served.mkdir()
+    server = s3_servers(kind) if kind in S3_KINDS else LoopbackServer(file_handler(served)).start()
+
+    def publish(folder: Path) -> Dataset:
+        name = folder.name
+        if kind in S3_KINDS:
+            upstream = server.handler.upstream
+            upload_tree(upstream, folder, BUCKET, f"{tmp_path.name}/{name}", "test-key-id", SECRET)
+            store = make_store("s3", server.url)
+            dataset = Dataset(f"{s3_uploaded}/{tmp_path.name}/{name}", store=store)
+        else:
+            shutil.copytree(folder, served / name)
+            dataset = Dataset(f"{server.url}/{name}", store=make_store("http"))
+        dataset.store.stats.reset()
+        server.reset()
+        return dataset
+
+    yield publish, server
+    server.reset()
+    if kind not in S3_KINDS:
+        server.stop()

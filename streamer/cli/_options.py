@@ -16,17 +16,31 @@ class UsageError(Exception):
     raised by a command's checks that need more than one argument at once."""
 
 
+#: How long a one-shot command (crop, inspect, index, warmup, pack, verify) waits out a store
+#: that does not answer before it fails: someone is waiting at the prompt. A
+#: training run keeps the library's default (``RetryPolicy.give_up_after``).
+ONE_SHOT_GIVE_UP = 30.0
+
+
 def add_url_arguments(parser: argparse.ArgumentParser) -> None:
-    """``URL`` plus ``--endpoint-url`` (standard AWS variables are honoured too)."""
+    """``URL`` plus the remote-store options (``add_endpoint_argument``)."""
     parser.add_argument("url", metavar="URL", help="dataset path or URL")
     add_endpoint_argument(parser)
 
 
 def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
-    """``--endpoint-url`` for the command's remote URLs."""
+    """``--endpoint-url`` (standard AWS variables are honoured too) and
+    ``--give-up-after`` for the command's remote URLs."""
     parser.add_argument(
         "--endpoint-url",
         help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
+    )
+    parser.add_argument(
+        "--give-up-after",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help=f"fail once a remote store has not answered for this long "
+        f"(default: {ONE_SHOT_GIVE_UP:g})",
     )
 
 
@@ -87,18 +101,20 @@ def storage_options(
     them to the remote one only.
     """
     options: dict[str, object] = {}
-    if getattr(args, "endpoint_url", None):
-        options["endpoint_url"] = args.endpoint_url
-    if getattr(args, "cache_dir", None):
-        options["cache_dir"] = args.cache_dir
+    for name in ("endpoint_url", "cache_dir", "give_up_after"):
+        if getattr(args, name, None):
+            options[name] = getattr(args, name)
     if urls is None:
         urls = [args.url] if isinstance(args.url, str) else args.url
-    if options and not any(_is_remote(url) for url in urls):
+    remote = any(_is_remote(url) for url in urls)
+    if options and not remote:
         flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
         where = urls[0] if len(urls) == 1 else urls
         raise UsageError(
             f"{flags} applies to remote URLs (s3://, b2://, http://...), not {where!r}"
         )
+    if remote and hasattr(args, "give_up_after"):
+        options.setdefault("give_up_after", ONE_SHOT_GIVE_UP)
     return options
 
 

@@ -36,6 +36,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from ..errors import StorageError
@@ -43,11 +44,13 @@ from ._urls import redact
 from .retry import RetryPolicy, TransientError
 from .stats import StoreStats
 
-__all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "StoreHealth"]
+__all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "Slot", "StoreHealth"]
 
 log = logging.getLogger("streamer.storage")
 
 T = TypeVar("T")
+#: What holds one request's place in the store's limits while it runs.
+Slot = Callable[[], AbstractAsyncContextManager[None]]
 
 #: Failures in a row (no success between them) that make an outage.
 OUTAGE_STREAK = 3
@@ -118,14 +121,23 @@ class StoreHealth:
             delay = min(delay, max(0.0, deadline - time.monotonic()))
         await asyncio.sleep(delay)
 
-    async def send(self, request: Callable[[], Awaitable[T]], *, hedge: bool, probe: bool) -> T:
-        """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store."""
+    async def send(
+        self, request: Callable[[], Awaitable[T]], *, slot: Slot, hedge: bool, probe: bool
+    ) -> T:
+        """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store.
+
+        ``slot()`` holds a request's place in the store's limits (``throttle.py``):
+        the timeout and the hedge delay run from when it is granted, so a long
+        queue of requests reads as nothing worse than a queue (not as a stalled
+        store), and a queued request holds no timers or tasks.
+        """
         began = time.monotonic()
         try:
             if hedge and self._policy.hedge_after is not None:
-                result = await self._hedged(request)
+                result = await self._hedged(request, slot)
             else:
-                result = await self._timed(request)
+                async with slot():
+                    result = await self._timed(request)
         except TransientError as exc:
             self._failed(exc, probe)
             raise
@@ -136,8 +148,6 @@ class StoreHealth:
             self._release(probe)
             raise
         self._succeeded(probe, began)
-        if hedge:
-            self._latencies.append(time.monotonic() - began)
         return result
 
     async def _wait_change(self, until: float | None) -> None:
@@ -202,15 +212,22 @@ class StoreHealth:
 
     # -- timeouts and hedging ---------------------------------------------------
 
-    async def _timed(self, request: Callable[[], Awaitable[T]]) -> T:
-        """``request()`` bounded by the policy's whole-attempt timeout."""
+    async def _timed(self, request: Callable[[], Awaitable[T]], *, timed_get: bool = False) -> T:
+        """``request()`` bounded by the policy's whole-attempt timeout; the
+        latency of a successful GET (``timed_get``) feeds the hedge delay."""
         self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
         timeout = self._policy.timeout
+        sent = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
-                return await request()
+                result = await request()
         except TimeoutError:
-            raise TransientError(f"no complete response within {timeout:g} s") from None
+            # A store answering this late is overloaded: the adaptive limit backs off.
+            message = f"no complete response within {timeout:g} s"
+            raise TransientError(message, congestion=True) from None
+        if timed_get:
+            self._latencies.append(time.monotonic() - sent)
+        return result
 
     def hedge_delay(self) -> float:
         """Seconds a GET may take before it is sent again."""
@@ -222,21 +239,36 @@ class StoreHealth:
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
         return max(floor, self._policy.hedge_factor * p95)
 
-    async def _hedged(self, request: Callable[[], Awaitable[T]]) -> T:
-        """``request()``, sent again if it stalls; the first answer wins."""
-        first = asyncio.ensure_future(self._timed(request))
+    async def _hedged(self, request: Callable[[], Awaitable[T]], slot: Slot) -> T:
+        """``request()``, sent again if it stalls; the first answer wins. Each
+        request waits for a place of its own (``slot``), and holds it only
+        while it runs; the hedge delay runs from when the first one is sent."""
+
+        async def attempt(sent: asyncio.Future[None] | None) -> T:
+            async with slot():
+                if sent is not None:
+                    sent.set_result(None)
+                return await self._timed(request, timed_get=True)
+
+        sent = asyncio.get_running_loop().create_future()
+        first = asyncio.ensure_future(attempt(sent))
         tasks = {first}
         try:
+            await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
             done, _ = await asyncio.wait(tasks, timeout=self.hedge_delay())
-            if not done and self._streak == 0 and self._hedge_tokens >= 1:
+            if done:  # the usual case: answered within the hedge delay
+                return first.result()
+            if self._streak == 0 and self._hedge_tokens >= 1:
                 self._hedge_tokens -= 1
                 self._stats.hedges += 1
-                tasks.add(asyncio.ensure_future(self._timed(request)))
+                tasks.add(asyncio.ensure_future(attempt(None)))
             return await self._first_answer(tasks, first)
         finally:
-            for task in tasks:
+            running = [task for task in tasks if not task.done()]
+            for task in running:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
     async def _first_answer(self, tasks: set[asyncio.Future[T]], first: asyncio.Future[T]) -> T:
         """The result of the first of ``tasks`` to succeed, else the first failure."""

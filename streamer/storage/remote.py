@@ -35,7 +35,7 @@ from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
 from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
-from .throttle import Throttle
+from .throttle import Slot, Throttle
 
 __all__ = ["RemoteReader", "RemoteStore"]
 
@@ -249,7 +249,6 @@ class RemoteStore(Store):
                 stats=self.stats,
                 max_rps=self.max_rps,
                 adaptive=self.adaptive,
-                timeout=self.retry.timeout,
             )
         return throttles[key]
 
@@ -262,10 +261,9 @@ class RemoteStore(Store):
         throttle = self._throttle(path)
 
         async def attempt() -> Any:
-            async with throttle.slot(), state.limit:
-                self.stats.requests += 1
-                with record(self._phase):
-                    return await request(client)
+            self.stats.requests += 1
+            with record(self._phase):
+                return await request(client)
 
         return await call_with_retries(
             attempt,
@@ -273,6 +271,7 @@ class RemoteStore(Store):
             what=what,
             stats=self.stats,
             health=self._health(path),
+            slot=lambda: _Place(throttle.slot(), state.limit),
             hedge=hedge,
         )
 
@@ -470,6 +469,29 @@ class RemoteReader(RangeReader):
         for offset, length in ranges:
             check_range(self.url, offset, length, size)
         return size
+
+
+class _Place:
+    """One request's place: a slot of its endpoint/prefix's ``Throttle``, then
+    one of the store's ``max_concurrency``."""
+
+    __slots__ = ("_limit", "_slot")
+
+    def __init__(self, slot: Slot, limit: asyncio.Semaphore) -> None:
+        self._slot = slot
+        self._limit = limit
+
+    async def __aenter__(self) -> None:
+        await self._slot.__aenter__()
+        try:
+            await self._limit.acquire()
+        except BaseException as exc:
+            await self._slot.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+
+    async def __aexit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        self._limit.release()
+        await self._slot.__aexit__(kind, error, tb)
 
 
 def _group(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int, list[tuple[int, int]]]]:

@@ -29,7 +29,7 @@ from ._urls import redact
 from .stats import StoreStats
 
 if TYPE_CHECKING:
-    from .health import StoreHealth
+    from .health import Slot, StoreHealth
 
 __all__ = ["RetryPolicy", "TransientError", "call_with_retries", "parse_retry_after"]
 
@@ -115,13 +115,15 @@ async def call_with_retries(
     what: str,
     stats: StoreStats,
     health: StoreHealth,
+    slot: Slot,
     hedge: bool = False,
 ) -> T:
     """``await request()`` until it succeeds, within ``policy``.
 
     ``what`` describes the request for logs and the final error (it is
     redacted again all the same). ``health`` is the store's shared state:
-    its outage gate, its recent latencies. ``hedge``: the request is an
+    its outage gate, its recent latencies. ``slot()`` holds an attempt's
+    place in the store's limits (``health.Slot``). ``hedge``: the request is an
     idempotent read that may be sent twice. Errors that are not transient
     (a missing object, a refused signature) propagate at once; cancelling
     the caller cancels the request in flight and every retry to come.
@@ -136,7 +138,7 @@ async def call_with_retries(
         tries += 1
         began = time.monotonic()
         try:
-            result = await health.send(request, hedge=hedge, probe=probe)
+            result = await health.send(request, slot=slot, hedge=hedge, probe=probe)
         except TransientError as exc:
             failure = exc
         else:

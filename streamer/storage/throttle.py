@@ -36,13 +36,13 @@ Everything here runs on the store loop (``loop.py``): no locks.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 from .stats import StoreStats
 
-__all__ = ["DECREASE", "INITIAL", "Throttle", "is_congestion", "is_timeout"]
+__all__ = ["DECREASE", "INITIAL", "Slot", "Throttle", "is_congestion", "is_timeout"]
 
 #: The factor a congestion signal multiplies the concurrency limit by.
 DECREASE = 0.5
@@ -66,9 +66,9 @@ class Throttle:
     """The adaptive concurrency limit and optional rate cap of one endpoint/prefix.
 
     ``name`` is what stats call it (no credentials). ``adaptive=False`` keeps
-    the limit at ``max_concurrency`` (congestion is still counted).
-    ``timeout``: a request cancelled after running this long (the retry
-    policy's whole-attempt timeout) counts as timed out, a congestion signal.
+    the limit at ``max_concurrency`` (congestion is still counted). A request
+    that outlives the retry policy's whole-attempt timeout ends with a
+    ``TransientError`` marked ``congestion`` (``health.py``), so it counts.
     """
 
     def __init__(
@@ -79,7 +79,6 @@ class Throttle:
         stats: StoreStats,
         max_rps: float | None = None,
         adaptive: bool = True,
-        timeout: float | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -89,13 +88,14 @@ class Throttle:
         self.max_concurrency = max_concurrency
         self.max_rps = max_rps
         self.adaptive = adaptive
-        self._timeout = timeout
         self._stats = stats
         self.limit = float(min(INITIAL, max_concurrency) if adaptive else max_concurrency)
         self._slow_start = True
         self.in_flight = 0
         self._last_cut = float("-inf")
-        self._changed = asyncio.Event()
+        # Requests waiting for a slot, first come first served; a freed slot
+        # goes to one of them (waking them all would cost each wait O(waiters)).
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         # Rate cap (GCRA): the earliest time the next request is due, and the
         # burst tolerated ahead of that schedule.
         self._due = float("-inf")
@@ -103,32 +103,27 @@ class Throttle:
         self._tolerance = self._interval * (max(1.0, (max_rps or 0) / 10) - 1)
         self._publish()
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one request's place: waits for the concurrency limit and the
-        rate cap, then reports how the request ended when the block exits."""
-        await self._acquire()
-        sent = time.monotonic()
-        try:
-            yield
-        except asyncio.CancelledError:
-            timed_out = self._timeout is not None and time.monotonic() - sent >= self._timeout
-            self._answered(sent, congestion=timed_out)
-            raise
-        except BaseException as exc:
-            if is_congestion(exc):
-                self._answered(sent, congestion=True)
-            raise  # any other failure (a reset, a 404) says nothing about load
-        else:
-            self._answered(sent, congestion=False)
-        finally:
-            self.in_flight -= 1
-            self._notify()
+    def slot(self) -> Slot:
+        """One request's place: entering waits for the concurrency limit and
+        the rate cap; leaving reports how the request ended."""
+        return Slot(self)
 
     async def _acquire(self) -> None:
-        while self.in_flight >= max(1, int(self.limit)):
-            await self._wait_change()
-        self.in_flight += 1
+        if self._waiters or self.in_flight >= self._capacity():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            self._grant()
+            try:
+                await waiter  # the slot is ours once it resolves (``_grant``)
+            except BaseException:
+                if waiter.cancelled():
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                else:
+                    self._release()  # granted, then cancelled: pass the slot on
+                raise
+        else:
+            self.in_flight += 1
         if self._interval:
             now = time.monotonic()
             due = max(self._due, now)
@@ -139,9 +134,23 @@ class Throttle:
                 try:
                     await asyncio.sleep(wait)
                 except BaseException:
-                    self.in_flight -= 1
-                    self._notify()
+                    self._release()
                     raise
+
+    def _capacity(self) -> int:
+        return max(1, int(self.limit))
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        """Hand free slots to the longest-waiting requests (a raised limit frees some too)."""
+        while self._waiters and self.in_flight < self._capacity():
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # cancelled, its task not yet resumed: skip it
+                self.in_flight += 1
+                waiter.set_result(None)
 
     def _answered(self, sent: float, *, congestion: bool) -> None:
         if not congestion:
@@ -149,6 +158,7 @@ class Throttle:
                 step = 1.0 if self._slow_start else 1.0 / self.limit
                 self.limit = min(float(self.max_concurrency), self.limit + step)
                 self._publish()
+                self._grant()
             return
         self._stats.throttled += 1
         self._slow_start = False
@@ -161,9 +171,26 @@ class Throttle:
     def _publish(self) -> None:
         self._stats.concurrency_limits[self.name] = int(self.limit)
 
-    async def _wait_change(self) -> None:
-        await self._changed.wait()
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+class Slot:
+    """A request's place in a ``Throttle`` (an async context manager; a small
+    class, not a generator: every request of a store makes one)."""
+
+    __slots__ = ("_sent", "_throttle")
+
+    def __init__(self, throttle: Throttle) -> None:
+        self._throttle = throttle
+        self._sent = 0.0
+
+    async def __aenter__(self) -> None:
+        await self._throttle._acquire()
+        self._sent = time.monotonic()
+
+    async def __aexit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        throttle = self._throttle
+        if error is None:
+            throttle._answered(self._sent, congestion=False)
+        elif is_congestion(error):
+            throttle._answered(self._sent, congestion=True)
+        # any other failure (a reset, a 404, cancelling) says nothing about load
+        throttle._release()

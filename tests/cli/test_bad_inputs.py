@@ -6,13 +6,18 @@ folder holding only a file of random bytes named .mp3."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from streamer.cli import main
+from streamer.cli._options import add_url_arguments
 
 CROP = ["crop", "DS", "set1/flac"]
 NO_DIR = "dataset directory does not exist or cannot be listed: cannot list /nonexistent: No such"
@@ -233,3 +238,60 @@ def test_version(capsys: pytest.CaptureFixture) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith("streamer ")
+
+
+def _dead_endpoint() -> str:
+    """An address on loopback where nothing listens (connections are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect", "s3://bucket/ds"],
+        ["crop", "HTTP/ds", "k", "0", "1", "-o", "TMP/c.npy"],
+        ["index", "s3://bucket/ds"],
+        ["warmup", "HTTP/ds", "--cache-dir", "TMP/cache"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_dead_store_fails_a_one_shot_command_within_give_up_after(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Nothing answers at the endpoint: the command gives up after
+    ``--give-up-after`` (not the library's 300 s), exit 1, one error line
+    naming the store, no traceback (a log line may say it is waiting)."""
+    endpoint = _dead_endpoint()
+    argv = [a.replace("HTTP", endpoint).replace("TMP", str(tmp_path)) for a in command]
+    if argv[1].startswith("s3://"):
+        argv += ["--endpoint-url", endpoint]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", *argv, "--give-up-after", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert time.monotonic() - began < 20  # interpreter start, imports, then 1 s of waiting
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith(f"streamer {argv[0]}: error: ") and "127.0.0.1" in lines[-1]
+    assert all(line.startswith("WARNING streamer.storage: waiting") for line in lines[:-1])
+
+
+def test_one_shot_commands_wait_less_than_training_by_default() -> None:
+    from streamer.cli._options import ONE_SHOT_GIVE_UP, storage_options
+    from streamer.storage import RetryPolicy
+
+    parser = argparse.ArgumentParser()
+    add_url_arguments(parser)
+    assert storage_options(parser.parse_args(["s3://b/ds"])) == {"give_up_after": ONE_SHOT_GIVE_UP}
+    assert RetryPolicy().give_up_after > ONE_SHOT_GIVE_UP
+    given = parser.parse_args(["http://h/ds", "--give-up-after", "5"])
+    assert storage_options(given) == {"give_up_after": 5.0}
+    assert storage_options(parser.parse_args(["/local/ds"])) == {}  # local files take none
+    assert _exit_code(["inspect", "/tmp", "--give-up-after", "0"]) == 2  # must be > 0

@@ -20,6 +20,7 @@ import pytest
 from helpers import BUCKET, SECRET
 
 from streamer.cli import main
+from streamer.cli._options import ONE_SHOT_GIVE_UP
 from streamer.dataset import Dataset, write_manifest
 from streamer.dataset.manifest import FORMAT, MANIFEST_NAME, VERSION
 from streamer.index.table import INDEX_DIR
@@ -297,7 +298,8 @@ def cold_crops(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     url = f"s3://{BUCKET}/{prefix}"
-    store, _ = open_url(url, endpoint_url=server.url)  # the store the CLI run gets
+    # the store the CLI run gets: a one-shot command's options
+    store, _ = open_url(url, endpoint_url=server.url, give_up_after=ONE_SHOT_GIVE_UP)
     costs = []
     for start in starts:
         store.clear_memory_cache()
@@ -371,17 +373,16 @@ def test_remote_datasets_open_from_the_manifest(remote, packed) -> None:  # type
 
 
 def test_remote_unindexed_dataset_lists_a_missing_directory_once(
-    remote, make_store, clean, storage_root
+    remote_folder, clean, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     """A dataset without ``seek_index/`` (packed with ``--no-index``): its
     episodes fall back; the directory the manifest does not have is looked
     for once, not once per crop (over HTTP the 404 is no outage)."""
-    open_remote, server = remote
-    name = f"unindexed-{uuid.uuid4().hex[:8]}"
-    shutil.copytree(clean, storage_root / name, ignore=shutil.ignore_patterns(INDEX_DIR))
-    write_manifest(LocalStore(), str(storage_root / name))
-    upload(server, make_store, storage_root / name, name)
-    dataset = open_remote(name)
+    publish, server = remote_folder
+    folder = tmp_path / "unindexed"
+    shutil.copytree(clean, folder, ignore=shutil.ignore_patterns(INDEX_DIR))
+    write_manifest(LocalStore(), str(folder))
+    dataset = publish(folder)
     assert dataset.manifest is not None and INDEX_DIR not in dataset.column_dirs
     for key in EPISODES:
         dataset.read_crop(key, 0.5, 1.0)
@@ -391,15 +392,14 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     assert dataset.manifest is not None  # nothing contradicted it
 
 
-def test_remote_shard_missing_behind_the_manifest(remote, make_store, clean, storage_root) -> None:  # type: ignore[no-untyped-def]
+def test_remote_shard_missing_behind_the_manifest(remote_folder, clean, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Over S3 and HTTP: a shard the manifest has but the store has not (a 404)
     is told from an outage by a listing, and served as the listing says."""
-    open_remote, server = remote
-    name = f"missing-{uuid.uuid4().hex[:8]}"
-    shutil.copytree(clean, storage_root / name)
-    (storage_root / name / INDEX_DIR / "shard-000000.wsds").unlink()
-    upload(server, make_store, storage_root / name, name)
-    dataset = open_remote(name)
+    publish, _ = remote_folder
+    folder = tmp_path / "missing"
+    shutil.copytree(clean, folder)
+    (folder / INDEX_DIR / "shard-000000.wsds").unlink()
+    dataset = publish(folder)
     assert dataset.manifest is not None
     dataset.read_crop("e0", 0.5, 1.0)
     dataset.read_crop("e2", 0.5, 1.0)

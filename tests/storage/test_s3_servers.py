@@ -18,7 +18,7 @@ from streamer.cli import main
 from streamer.errors import StorageError
 from streamer.storage.loop import run_sync
 from streamer.storage.s3 import S3Store
-from testkit.servers import LoopbackServer, proxy_handler
+from testkit.servers import LoopbackServer, proxy_handler, s3_error
 
 FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
 
@@ -119,14 +119,11 @@ def test_a_presigned_url_refused_as_expired_is_signed_anew(s3_reader, s3_uploade
     reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
     assert bytes(reader.read_sync(0, 10)) == data[:10]
     server.faults.errors, server.faults.error_status = 1, 403
-    server.faults.error_body = (
-        b"<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message>"
-        b"</Error>"
-    )
+    server.faults.error_body = s3_error("ExpiredToken", "The provided token has expired.")
     assert bytes(reader.read_sync(400_000, 10)) == data[400_000:400_010]
     assert reader.store.stats.retries == 1
     server.faults.errors = 1
-    server.faults.error_body = b"<Error><Code>AccessDenied</Code><Message>No.</Message></Error>"
+    server.faults.error_body = s3_error("AccessDenied", "No.")
     with pytest.raises(StorageError, match=r"s3://data/random.bin: HTTP 403 .*AccessDenied: No\."):
         reader.read_sync(650_000, 10)
     assert reader.store.stats.retries == 1  # a refusal is not retried
@@ -138,7 +135,7 @@ def test_s3_error_codes_that_mean_try_again_are_retried(s3_reader, s3_uploaded, 
     reader = open_reader(f"{s3_uploaded}/random.bin", backoff=0.01)
     reader.size_sync()
     server.faults.errors, server.faults.error_status = 2, 400
-    server.faults.error_body = b"<Error><Code>RequestTimeout</Code><Message>Idle.</Message></Error>"
+    server.faults.error_body = s3_error("RequestTimeout", "Idle.")
     assert bytes(reader.read_sync(5000, 10)) == data[5000:5010]
     assert reader.store.stats.retries == 2
 
@@ -213,8 +210,7 @@ def test_urls_are_signed_anew_when_their_reuse_time_is_over(  # type: ignore[no-
     server = s3_servers("seaweedfs")
     server.reset()
     store = make_store("s3", server.url, block_size=64 * 1024)
-    # The session's packed dataset only: other tests add folders to storage_root
-    # that they upload to one server, not to every one.
+    # Shards of the session's packed dataset: every server holds them.
     shards = sorted((storage_root / "packed").rglob("*.wsds"))
     names = [p.relative_to(storage_root).as_posix() for p in shards][:4]
     for name in names * 2:
@@ -274,9 +270,10 @@ def test_a_url_signed_for_the_wrong_region_learns_the_region_and_retries(  # typ
     reader.size_sync()
     server.reset()
     server.faults.errors, server.faults.error_status = 1, 400
-    server.faults.error_body = (
-        b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region 'us-east-1' "
-        b"is wrong; expecting 'eu-west-1'</Message><Region>eu-west-1</Region></Error>"
+    server.faults.error_body = s3_error(
+        "AuthorizationHeaderMalformed",
+        "the region 'us-east-1' is wrong; expecting 'eu-west-1'",
+        Region="eu-west-1",
     )
     assert bytes(reader.read_sync(9000, 10)) == data[9000:9010]
     assert reader.store.stats.retries == 1

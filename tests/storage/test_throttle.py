@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from streamer.storage.loop import run_sync
 from streamer.storage.retry import TransientError
 from streamer.storage.stats import StoreStats
 from streamer.storage.throttle import INITIAL, Throttle, is_timeout
@@ -265,6 +266,54 @@ def test_cancelled_waiter_frees_nothing_it_did_not_take() -> None:
         assert throttle.in_flight == 0
 
     run(scenario())
+
+
+def test_a_freed_slot_goes_to_the_longest_waiting_request_alone() -> None:
+    """Queued requests are served first come, first served; one that gives up
+    while queued, or right after its slot was handed to it, loses nobody a slot."""
+    throttle = Throttle("t", max_concurrency=2, stats=StoreStats(), adaptive=False)
+    served: list[int] = []
+    release = asyncio.Event()
+
+    async def request(n: int) -> None:
+        async with throttle.slot():
+            served.append(n)
+            await release.wait()
+
+    async def scenario() -> None:
+        holders = [asyncio.ensure_future(request(n)) for n in (0, 1)]
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(request(n)) for n in range(2, 8)]
+        await asyncio.sleep(0)
+        assert served == [0, 1] and len(throttle._waiters) == 6
+        queued[1].cancel()  # request 3 gives up while queued
+        await asyncio.sleep(0)
+        release.set()  # the holders finish: two slots go to 2 and 4
+        await asyncio.sleep(0)
+        queued[3].cancel()  # request 5 was granted a slot and is cancelled before it runs
+        await asyncio.gather(*holders, *queued, return_exceptions=True)
+        assert throttle.in_flight == 0 and not throttle._waiters
+
+    run(scenario())
+    assert served == [0, 1, 2, 4, 6, 7]
+
+
+def test_time_spent_queued_is_not_a_timeout(served_http) -> None:  # type: ignore[no-untyped-def]
+    """Requests queued behind a limit of one, each answered in 0.15 s: the
+    attempt timeout (0.4 s) runs from when a request is sent, so none times
+    out although the last waits about a second for its turn."""
+    open_reader, server = served_http
+    reader = open_reader(
+        timeout=0.4, max_concurrency=1, hedge_after=None, block_size=BLOCK, coalesce_gap=0
+    )
+    server.faults.latency = 0.15
+
+    async def reads() -> list[bytes]:
+        return await asyncio.gather(*(reader.read(n * 4 * BLOCK, 10) for n in range(8)))
+
+    assert len(run_sync(reads())) == 8
+    stats = reader.store.stats
+    assert (stats.retries, stats.throttled, stats.requests) == (0, 0, 8)
 
 
 def test_timeouts_are_congestion_and_options_are_checked() -> None:
