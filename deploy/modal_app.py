@@ -126,11 +126,11 @@ def warmup(
 @app.function(secrets=[aws], timeout=3600)
 def finish(job: str, url: str) -> list[str]:
     """After every part: the index job writes the dataset manifest (once, not
-    racing the parts); the pack job's dataset is checked as ``streamer
-    verify`` checks it. Returns the problems found, one line each."""
+    racing the parts); then the dataset is checked as ``streamer verify``
+    checks it. Returns the problems found, one line each."""
     if job == "index":
         jobs.finish_index(url)
-    return verify_dataset(url).problems if job == "pack" else []
+    return verify_dataset(url).problems
 
 
 @app.function(**part_options, volumes={CACHE_DIR: cache})

@@ -50,6 +50,7 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -155,9 +156,7 @@ class S3Store(RemoteStore):
         self._anon = bool(backend.pop("anon", False))
         self._config_kwargs = {**self._default_config(), **backend.pop("config_kwargs", {})}
         self._client_kwargs = {**backend.pop("client_kwargs", {}), **backend}
-        endpoint = self._client_kwargs.get("endpoint_url") or self._endpoint_from_env()
-        if endpoint:
-            self._client_kwargs["endpoint_url"] = endpoint
+        endpoint = self._client_kwargs.get("endpoint_url")
         self._at = f" at {safe_url(endpoint)}" if endpoint else ""
         self.url = f"{scheme}://{self._at}"
 
@@ -169,7 +168,25 @@ class S3Store(RemoteStore):
         (botocore may otherwise pick the legacy SigV2 for presigning)."""
         return {"response_checksum_validation": "when_required", "signature_version": "s3v4"}
 
-    def _endpoint_from_env(self) -> str | None:
+    @classmethod
+    def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The remote options, with the endpoint the environment names (when
+        the options name none) as the ``endpoint_url`` option: stores are
+        shared per canonical options, so a process whose environment names
+        another endpoint later (a job runner reusing a process) gets a store
+        of that endpoint, not the first one's."""
+        canonical = super().canonical_options(options)
+        if not canonical.get("endpoint_url") and not canonical.get("client_kwargs", {}).get(
+            "endpoint_url"
+        ):
+            canonical.pop("endpoint_url", None)
+            endpoint = cls._endpoint_from_env()
+            if endpoint:
+                canonical["endpoint_url"] = endpoint
+        return canonical
+
+    @classmethod
+    def _endpoint_from_env(cls) -> str | None:
         return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
     def display(self, path: str) -> str:
@@ -399,7 +416,8 @@ class B2Store(S3Store):
     def _default_config(self) -> dict[str, Any]:
         return {**super()._default_config(), "request_checksum_calculation": "when_required"}
 
-    def _endpoint_from_env(self) -> str | None:
+    @classmethod
+    def _endpoint_from_env(cls) -> str | None:
         endpoint = os.environ.get("B2_ENDPOINT_URL") or super()._endpoint_from_env()
         if not endpoint:
             raise StorageError(

@@ -54,6 +54,7 @@ from ..index.table import (
 )
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
+from .interrupts import interrupts_held
 
 __all__ = [
     "IndexReport",
@@ -258,10 +259,17 @@ def _run(
         for name in names:
             yield work(store, root, name, **options)
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(names))) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(names)))
+    try:
         futures = [pool.submit(work, store, root, name, **options) for name in names]
         for future in as_completed(futures):
             yield future.result()
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failed shard: the shards being built finish
+        # (each lands whole or not at all), the queued ones never start.
+        pool.shutdown(cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def index_shard(
@@ -324,10 +332,18 @@ def _write(
     with store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
         for start in range(0, audio.num_rows, ROWS_PER_BATCH):
             rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
-            indexes = [index_of(row) for row in rows]
+            indexes = [_held(index_of, row) for row in rows]
             result.count(indexes)
             keys = audio.keys.slice(start, len(rows))
             writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
+
+
+def _held(index_of: Callable[[int], SeekIndex], row: int) -> SeekIndex:
+    """``index_of(row)`` with Ctrl-C and SIGTERM held until it returns: the
+    index and its check read the episode through PyAV, which would swallow
+    the interrupt and leave the episode wrongly "no index"."""
+    with interrupts_held():
+        return index_of(row)
 
 
 def _index_path(dataset: Dataset, name: str) -> str:

@@ -33,10 +33,8 @@ import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, Store
 from .index import IndexReport, index_shard
+from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
@@ -70,7 +69,6 @@ PLAN_KEY = "streamer.pack.plan"
 #: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
 STAGING_DIR = ".streamer-pack"
 _TEMP_MARK = ".tmp-"
-_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
 AUDIO_SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), (AUDIO_COLUMN, pa.large_binary())])
 INFO_SCHEMA = pa.schema(
@@ -425,8 +423,7 @@ class _ShardWriter:
             for writer in writers:
                 writer.close()
         if self.report.index is not None:
-            with _interrupts_held():
-                self.report.index.add(index_shard(LocalStore(), folder, planned.name))
+            self.report.index.add(index_shard(LocalStore(), folder, planned.name))
             self.report.durations += _durations_from_index(folder, [planned.name])
             paths[INDEX_DIR] = os.path.join(folder, INDEX_DIR, name)
         # audio_info (and seek_index) first: a shard is part of the dataset once audio/ has it.
@@ -462,7 +459,7 @@ class _ShardWriter:
             slot = values[offsets[-1] : end]
             digest = _read_into(file, memoryview(slot))
             try:
-                with _interrupts_held():
+                with interrupts_held():
                     info = probe(MemoryFile(memoryview(slot), file.source))
             except ProbeError as exc:
                 if self.strict:
@@ -494,30 +491,6 @@ class _ShardWriter:
 def _bytes_ahead(queue: list[SourceFile], count: int) -> int:
     """Bytes of the next ``count`` files of ``queue``."""
     return sum(f.size for f in queue[:count])
-
-
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while PyAV reads through Python file
-    objects (a probe of bytes in memory, a staged shard's index check), and
-    delivered when the block ends. PyAV ignores an exception raised in its
-    read callback: an interrupt there would be lost, and the read's failure
-    taken for a file that is not audio. In threads other than the main one
-    (signals are the main thread's) this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    kept = {number: signal.getsignal(number) for number in _INTERRUPTS}
-    for number in _INTERRUPTS:
-        signal.signal(number, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        for number, handler in kept.items():
-            signal.signal(number, handler)
-        if held:  # now, outside PyAV: the handler the caller had (Ctrl-C: KeyboardInterrupt)
-            signal.raise_signal(held[0])
 
 
 def _read_into(file: SourceFile, target: memoryview) -> str:

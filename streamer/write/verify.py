@@ -3,10 +3,12 @@
 What a fanned-out pack (or any writer) must leave, checked from the store
 alone:
 
-* every ``audio/`` shard has its ``audio_info/`` and ``seek_index/``
-  twins (and every other column directory's), with the same keys in the
-  same order, so equal row counts; a twin without an audio shard is a
-  stray;
+* every ``audio/`` shard has its ``seek_index/`` twin and every other
+  column directory's (``audio_info/``, which ``pack`` writes, and any a
+  user added), with the same keys in the same order, so equal row counts;
+  a twin without an audio shard is a stray. A dataset with no
+  ``audio_info/`` at all (a wsds dataset indexed in place) is whole
+  without it;
 * every key appears once in the whole dataset;
 * the manifest is there and says what the store holds: the same shards in
   every column directory, and for each its size, row count and footer.
@@ -32,9 +34,6 @@ from ..shard.ipc import Shard
 from ..storage import open_url
 
 __all__ = ["VerifyReport", "verify_dataset"]
-
-#: Column directories every packed shard needs besides its audio (``index``: the seek index too).
-REQUIRED = ("audio_info",)
 
 
 @dataclass
@@ -75,7 +74,7 @@ def verify_dataset(
         return report
     listed = dataset.column_dirs
     audio_dir = dataset.audio_dir
-    required = [*REQUIRED, INDEX_DIR] if index else list(REQUIRED)
+    required = [INDEX_DIR] if index else []
     others = sorted({*required, *listed} - {audio_dir})
     report.column_dirs = others
     for column_dir in others:

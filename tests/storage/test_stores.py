@@ -18,6 +18,7 @@ from streamer.storage import LocalStore, open_url
 from streamer.storage.fsspec import FsspecStore
 from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import B2Store, S3Store
+from testkit.servers import LoopbackServer, proxy_handler
 
 
 def test_the_scheme_picks_the_store(tmp_path: Path) -> None:
@@ -72,6 +73,45 @@ def test_cli_takes_endpoint_url_and_aws_environment(s3, s3_uploaded, monkeypatch
     assert main(["inspect", f"s3://{s3_uploaded}/packed", "--endpoint-url", s3.url]) == 0
     out = capsys.readouterr().out
     assert f"s3://{s3_uploaded}/packed" in out and "codecs" in out
+
+
+@pytest.mark.parametrize(
+    ("scheme", "variable"),
+    [("s3", "AWS_ENDPOINT_URL"), ("s3", "AWS_ENDPOINT_URL_S3"), ("b2", "B2_ENDPOINT_URL")],
+)
+def test_a_changed_endpoint_variable_gives_a_store_of_the_new_endpoint(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, moto_endpoint, monkeypatch, scheme, variable
+) -> None:
+    """Stores are shared per options: the environment's endpoint is one of
+    them, so a process that points the variable elsewhere (a job runner
+    reusing it) reads from the new endpoint, and back again from the first store."""
+    for name in ("B2_ENDPOINT_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = {"key": "test-key-id", "secret": SECRET, "region_name": "us-east-1"}
+    url = f"{scheme}://{s3_uploaded}/random.bin"
+    other = LoopbackServer(proxy_handler(moto_endpoint)).start()
+    try:
+        monkeypatch.setenv(variable, s3.url)
+        first, path = open_url(url, **credentials)
+        monkeypatch.setenv(variable, other.url)
+        second, _ = open_url(url, **credentials)
+        assert second is not first
+        assert (first.url, second.url) == (
+            f"{scheme}:// at {s3.url}",
+            f"{scheme}:// at {other.url}",
+        )
+        for store in (first, second):
+            store.clear_memory_cache()  # either may be shared with an earlier test
+        s3.reset()
+        assert second.reader(path).read_sync(0, 10) == first.reader(path).read_sync(0, 10)
+        assert len(s3.ranged()) == len(other.ranged()) == 1
+        monkeypatch.setenv(variable, s3.url)
+        assert open_url(url, **credentials)[0] is first
+        # An endpoint given as an option wins over the environment, as before.
+        chosen, _ = open_url(url, endpoint_url=other.url, **credentials)
+        assert chosen is second
+    finally:
+        other.stop()
 
 
 def test_stores_answer_for_themselves(http, make_store, storage_root: Path) -> None:  # type: ignore[no-untyped-def]

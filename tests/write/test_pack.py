@@ -191,19 +191,3 @@ def _all_files(folder: Path) -> list[str]:
 
 def _hidden_files(folder: Path) -> list[str]:
     return [name for name in _all_files(folder) if os.path.basename(name).startswith(".")]
-
-
-def test_an_interrupt_during_a_probe_is_delivered_after_it(tmp_path: Path) -> None:
-    """PyAV swallows an exception raised in its read callback: pack holds
-    SIGINT while PyAV reads bytes in memory, and raises it right after."""
-    import streamer.write.pack as pack_module
-    from streamer.write.probe import MemoryFile, probe
-
-    path = write_audio(tmp_path, "a", "flac", 16000, 1, 0.5)
-    data = memoryview(path.read_bytes())
-    probed = []
-    with pytest.raises(KeyboardInterrupt), pack_module._interrupts_held():
-        signal.raise_signal(signal.SIGINT)
-        probed.append(probe(MemoryFile(data, "a.flac")))  # not cut short
-    assert probed[0].sample_rate == 16000
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
