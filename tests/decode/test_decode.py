@@ -292,8 +292,8 @@ def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     """FFmpeg's FLAC decoder swallows one-byte packets without output or error:
     the loop gives up after a bound instead of feeding it forever."""
 
-    from streamer.formats.job import DecodeContext, DecodeStats, Episode
     from streamer.formats.frames import SampleBuffer
+    from streamer.formats.job import DecodeContext, DecodeStats, Episode
     from streamer.formats.packets import MAX_SILENT_PACKETS, decode_packets
     from streamer.shard import BlobHandle
     from streamer.storage import MemoryReader
