@@ -234,9 +234,11 @@ def to_gapless(index: SeekIndex, native: int) -> int:
 
 
 def decode_span(index: SeekIndex, plan: CropPlan) -> int:
-    """About how many samples decoding ``plan`` gives, from where its data
-    starts to the crop's end, with a few frames to spare: the size of the
-    buffer a format decodes into (it grows when that is not enough; a
-    hint past 4 Mi samples is not taken)."""
-    span = plan.last - to_gapless(index, plan.start_native) + 16384
-    return min(max(span, 0), 1 << 22)
+    """About how many samples decoding ``plan`` gives: from where its data
+    starts to the seek point where it ends (or the crop's end), a few
+    frames to spare, rounded up to 32 Ki samples (fewer distinct sizes for
+    the allocator to reuse). The size of the buffer a format decodes into:
+    it grows when that is not enough; a hint past 4 Mi samples is not taken."""
+    end = to_gapless(index, plan.end_native) if plan.end_native >= 0 else plan.last
+    span = max(end, plan.last) - to_gapless(index, plan.start_native) + 8192
+    return min(max(-(-span // 32768) * 32768, 0), 1 << 22)
