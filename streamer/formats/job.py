@@ -26,6 +26,7 @@ __all__ = [
     "Fetched",
     "Pieces",
     "Ranges",
+    "decode_span",
     "to_gapless",
     "to_native",
 ]
@@ -230,3 +231,14 @@ def to_gapless(index: SeekIndex, native: int) -> int:
     if index.timescale == index.sample_rate:
         return native - index.first_sample
     return round((native - index.first_sample) * index.sample_rate / index.timescale)
+
+
+def decode_span(index: SeekIndex, plan: CropPlan) -> int:
+    """About how many samples decoding ``plan`` gives: from where its data
+    starts to the seek point where it ends (or the crop's end), a few
+    frames to spare, rounded up to 32 Ki samples (fewer distinct sizes for
+    the allocator to reuse). The size of the buffer a format decodes into:
+    it grows when that is not enough; a hint past 4 Mi samples is not taken."""
+    end = to_gapless(index, plan.end_native) if plan.end_native >= 0 else plan.last
+    span = max(end, plan.last) - to_gapless(index, plan.start_native) + 8192
+    return min(max(-(-span // 32768) * 32768, 0), 1 << 22)

@@ -3,7 +3,9 @@
 A crop cannot cost less CPU than decoding the packets that hold its samples.
 ``PureDecode`` demuxes an episode once, up front and untimed, and then
 decodes the packets overlapping a crop with a fresh decoder: no pre-roll,
-no I/O, no seeking, no trimming, resampling or process boundary. ``limit``
+no I/O, no seeking, no trimming, resampling or process boundary; its
+frames become one float32 array the way the formats' decoders make theirs
+(``frames.SampleBuffer``), so a faster conversion lowers the limit too. ``limit``
 times that on a list of crops with the CPU clock; ``streamer bench`` divides
 the pipeline's CPU per crop by it (docs/performance.md).
 
@@ -23,7 +25,7 @@ import av
 import numpy as np
 
 from ..formats.ffmpeg import open_input
-from ..formats.frames import frame_to_float32
+from ..formats.frames import SampleBuffer
 
 __all__ = ["PureDecode", "limit_seconds"]
 
@@ -59,14 +61,13 @@ class PureDecode:
         if not context.sample_rate:  # raw PCM states nothing in extradata
             context.sample_rate = self.rate
             context.layout = self.layout
-        frames = [
-            frame_to_float32(frame)
-            for raw in self.packets[first:last]
-            for frame in context.decode(av.Packet(raw))
-        ]
-        if not frames:
-            return np.zeros((self.channels, 0), np.float32)
-        return np.concatenate(frames, axis=1)
+        out = SampleBuffer(
+            self.channels, int(self.ends[last - 1] - self.starts[first]) if last > first else 0
+        )
+        for raw in self.packets[first:last]:
+            for frame in context.decode(av.Packet(raw)):
+                out.add_frame(frame)
+        return out.samples()
 
 
 def limit_seconds(episodes: Iterable[tuple[bytes, list[tuple[float, float]]]]) -> float:

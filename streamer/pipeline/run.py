@@ -114,7 +114,7 @@ class Run:
         self._plan_in_loop = plan_in_loop
         # In-process decoding (no pool) runs one crop at a time: PyAV holds
         # the GIL, so decoding threads only contend for it (measured: 1.3-1.7x
-        # the CPU of a plain read_crop loop with the default prefetch of 8).
+        # the CPU of a plain read_crop loop with a prefetch of 8).
         self._in_process = anyio.CapacityLimiter(1)
         self._first, self._last = first, last
         self._pool = pool

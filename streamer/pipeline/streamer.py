@@ -660,7 +660,9 @@ def default_prefetch(workers: int, *, remote: bool) -> int:
     """Crops in flight ahead of the consumer when ``prefetch`` is not given.
 
     Locally a crop spends its time in a decoder, so a few per worker keep
-    them busy. From an object store each crop also waits a round trip
+    them busy: eight, so that each worker has two batches of four in flight
+    (``run.batch_size``; a batch costs the parent one message for four
+    crops). From an object store each crop also waits a round trip
     (20-100 ms to first byte) before it can decode; to keep every worker
     busy, about (crops/s) x (round trip + decode) crops must be in flight,
     which at two workers' full rate (~120 crops/s of 8 s crops here) and
@@ -668,7 +670,7 @@ def default_prefetch(workers: int, *, remote: bool) -> int:
     Each slot holds at most its planned bytes and its decoded crop (~3 MB
     for 8 s of 44.1 kHz stereo), hence the cap of ``MAX_DEFAULT_PREFETCH``.
     """
-    return min((16 if remote else 4) * max(workers, 2), MAX_DEFAULT_PREFETCH)
+    return min((16 if remote else 8) * max(workers, 2), MAX_DEFAULT_PREFETCH)
 
 
 #: The most crops in flight by default, whatever the worker count (memory).

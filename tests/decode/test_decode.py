@@ -292,6 +292,7 @@ def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     """FFmpeg's FLAC decoder swallows one-byte packets without output or error:
     the loop gives up after a bound instead of feeding it forever."""
 
+    from streamer.formats.frames import SampleBuffer
     from streamer.formats.job import DecodeContext, DecodeStats, Episode
     from streamer.formats.packets import MAX_SILENT_PACKETS, decode_packets
     from streamer.shard import BlobHandle
@@ -302,5 +303,5 @@ def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     blob = BlobHandle(MemoryReader(b""), 0, 0, shard="audio/s.wsds", key="k")
     context = DecodeContext(Episode("k", "audio/s.wsds", blob, None), DecodeStats(), tuple)
     with pytest.raises(CropError, match="produced nothing") as caught:
-        list(decode_packets(decoder, packets, context, channels=1))
+        list(decode_packets(decoder, packets, context, SampleBuffer(1)))
     assert (caught.value.shard, caught.value.key) == ("audio/s.wsds", "k")

@@ -60,7 +60,7 @@ def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> 
     sampler = RandomCrops(0.5)
     local = Streamer(streamer.open_dataset(packed), sampler, workers=2)
     remote = Streamer(s3_dataset(), sampler, workers=2)
-    assert (local.prefetch, remote.prefetch) == (8, 32)
+    assert (local.prefetch, remote.prefetch) == (16, 32)
     assert Streamer(s3_dataset(), sampler, workers=2, prefetch=5).prefetch == 5
     assert Streamer(s3_dataset(), sampler, workers=64).prefetch == 128  # memory cap
 

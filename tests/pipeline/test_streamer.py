@@ -159,7 +159,7 @@ def test_a_mapped_store_that_is_not_local_store_is_not_taken_for_remote(packed: 
     assert not dataset.store.is_remote
     sampler = RandomCrops(0.5, per_episode=2)
     s = Streamer(dataset, sampler, seed=1, workers=1)
-    assert s.prefetch == 8  # the local depth; a remote source gets 32
+    assert s.prefetch == 16  # the local depth; a remote source gets 32
     local = Streamer(streamer.open_dataset(packed), sampler, seed=1, workers=0)
     assert signature(list(s)) == signature(list(local))
     assert s.stats.requests == 0 and s.stats.skipped == {}

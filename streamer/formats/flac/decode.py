@@ -28,9 +28,9 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
-from ..frames import concat
+from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
-from ..packets import decode_packets
+from ..packets import decode_into
 from ..reader import NoIndex
 from .parse import STREAMINFO_SIZE, StreamInfo, frame_header, streaminfo
 
@@ -81,27 +81,19 @@ def decode(
     if not wanted:
         raise context.error(f"no FLAC frame holds samples [{lo}, {hi}) in the planned bytes")
     start = wanted[0][0].position
-    pieces = []
+    # What a frame and any damaged bytes after it stand for, as far as the
+    # crop needs: the silence that replaces them is bounded.
+    lengths = [max(frame.block, min(span, hi - frame.position)) for frame, span in wanted]
+    out = SampleBuffer(index.channels, max(start - lo, 0) + sum(lengths))
     if start > lo:  # the first frame's header is damaged
         context.bad_packet("no FLAC frame header where the planned bytes start", plan.data[0])
-        pieces.append(np.zeros((index.channels, start - lo), np.float32))
+        out.add_silence(start - lo)
     view = memoryview(data)
     ends = {a.offset: b.offset for a, b in pairwise(found)}
-    pieces += [
-        samples
-        for _, samples in decode_packets(
-            decoder,
-            [av.Packet(view[frame.offset : ends.get(frame.offset)]) for frame, _ in wanted],
-            context,
-            channels=index.channels,
-            # What a frame and any damaged bytes after it stand for, as far
-            # as the crop needs: the silence that replaces them is bounded.
-            lengths=[max(frame.block, min(span, hi - frame.position)) for frame, span in wanted],
-            offsets=[plan.data[0] + frame.offset for frame, _ in wanted],
-            exact=True,
-        )
-    ]
-    return concat(pieces, index.channels), to_gapless(index, min(start, lo))
+    packets = [av.Packet(view[frame.offset : ends.get(frame.offset)]) for frame, _ in wanted]
+    offsets = [plan.data[0] + frame.offset for frame, _ in wanted]
+    decode_into(decoder, packets, context, out, lengths=lengths, offsets=offsets, exact=True)
+    return out.samples(), to_gapless(index, min(start, lo))
 
 
 def frames(data: bytes, info: StreamInfo, start: int) -> list[Frame]:

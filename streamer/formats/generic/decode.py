@@ -29,8 +29,8 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...timing import record
-from ..frames import concat, frame_to_float32
-from ..job import CropPlan, DecodeContext, Fetched, Pieces, to_gapless
+from ..frames import SampleBuffer
+from ..job import CropPlan, DecodeContext, Fetched, Pieces, decode_span, to_gapless
 from ..sparse import SparseFile
 from .parse import (
     BUFFER_SIZE,
@@ -143,7 +143,9 @@ def decode(
         limit = None if name in SPLICED or to_the_end else stop
         if name in STAMPED and not to_the_end:
             limit = plan.end_native
-        samples = _demux_decode(container, name, index.channels, limit, to_the_end, context)
+        out = SampleBuffer(index.channels, decode_span(index, plan))
+        _demux_decode(container, name, out, limit, to_the_end, context)
+        samples = out.samples()
     if not to_the_end:
         end = to_gapless(index, plan.end_native)
     else:  # what a decoder started at a seek point misses of the end trimming
@@ -159,23 +161,24 @@ def _name(index: SeekIndex) -> str:
 def _demux_decode(
     container: Any,
     name: str,
-    channels: int,
+    out: SampleBuffer,
     stop: int | None,
     flush: bool,
     context: DecodeContext,
-) -> np.ndarray:
-    """The samples of the packets from where the demuxer is to ``stop``, a
-    packet's ``place`` (None: to the end), with what the decoder holds if ``flush``.
+) -> None:
+    """Decode into ``out`` the packets from where the demuxer is to
+    ``stop``, a packet's ``place`` (None: to the end), with what the decoder
+    holds if ``flush``.
 
     A packet the decoder rejects is counted and everything decoded before it
     dropped: counting back from the end, those samples have no known place."""
     stream = container.streams.audio[0]
     decoder = stream.codec_context
-    out: list[np.ndarray] = []
     for packet in container.demux(stream):
         if packet.size == 0:  # the end of the file (or of the plan)
             if flush:
-                out += [frame_to_float32(frame) for frame in decoder.decode(None)]
+                for frame in decoder.decode(None):
+                    out.add_frame(frame)
             continue
         at = place(packet, name)
         if stop is not None and at is not None and at >= stop:
@@ -184,7 +187,7 @@ def _demux_decode(
             frames = decoder.decode(packet)
         except (av.FFmpegError, ValueError) as exc:
             context.bad_packet(f"decoder rejected it ({exc})", packet.pos)
-            out.clear()
+            out.truncate(0)
             continue
-        out += [frame_to_float32(frame) for frame in frames]
-    return concat(out, channels)
+        for frame in frames:
+            out.add_frame(frame)

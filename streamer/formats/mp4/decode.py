@@ -34,8 +34,8 @@ import numpy as np
 from ...index.table import SeekIndex
 from ...timing import record
 from ..ffmpeg import open_input
-from ..frames import concat, frame_to_float32
-from ..job import CropPlan, DecodeContext, Fetched, to_gapless
+from ..frames import SampleBuffer
+from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless
 from ..sparse import SparseFile
 from .parse import READ_THROUGH, audio_only
 
@@ -231,7 +231,7 @@ def _demux_decode(
     if plan.point > 0:
         container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)
-    out: list[np.ndarray] = []
+    out = SampleBuffer(index.channels, decode_span(index, plan))
     first = None
     end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
     for packet in container.demux(stream):
@@ -247,11 +247,10 @@ def _demux_decode(
                 first = expected = frame.pts
             if frame.pts != expected:  # a gap: a packet failed, keep timing
                 missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
-                out.append(np.zeros((index.channels, max(missing, 0)), np.float32))
-            samples = frame_to_float32(frame)
-            out.append(samples)
-            expected = frame.pts + round(samples.shape[1] * index.timescale / index.sample_rate)
+                out.add_silence(max(missing, 0))
+            out.add_frame(frame)
+            expected = frame.pts + round(frame.samples * index.timescale / index.sample_rate)
         if packet.pts + (packet.duration or 0) + origin >= end_native:
             break  # the next packet would start past the plan
     start = to_gapless(index, (first or 0) + origin)
-    return concat(out, index.channels), start
+    return out.samples(), start

@@ -33,8 +33,8 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ..flac.parse import STREAMINFO_SIZE
-from ..frames import concat
-from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
+from ..frames import SampleBuffer, concat
+from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
 from ..packets import decode_packets
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
 from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, packet_durations
@@ -138,15 +138,23 @@ def decode(
         # placed by granules, so samples before the full decode's are cut.
         decoder.extradata = headers[0][:10] + b"\0\0" + headers[0][12:]
     runs = _runs(fetched.data, plan, context, index.codec)
+    base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
+    last = to_native(index, plan.last)
+    # One run, the usual case, is placed as soon as a page tells where: its
+    # decode stops once the crop's end is out.
+    alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
     for run in runs:
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        _decode_run(decoder, run, index.channels, context)
-    base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
+        span = decode_span(index, plan) if alone else 0
+        _decode_run(
+            decoder, run, index.channels, context, span, (base, counted, last) if alone else None
+        )
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
-    until = to_native(index, plan.last) if lost_end else None
-    start, samples = _place(runs, base, counted, plan.start_native, until, index.channels)
+    start, samples = _place(
+        runs, base, counted, plan.start_native, last if lost_end else None, index.channels
+    )
     if start is None:
         raise context.error("no Ogg page to place the decoded samples by")
     return samples, to_gapless(index, start)
@@ -238,14 +246,25 @@ def _is_header(codec: str, packet: bytes) -> bool:
     return packet.startswith(b"Opus")
 
 
-def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: DecodeContext) -> None:
-    """Decode a run's packets; its start comes from the first page that
-    closes a packet with a granule, other than an end-of-stream page."""
-    produced = 0
+def _decode_run(
+    decoder: av.CodecContext,
+    run: _Run,
+    channels: int,
+    context: DecodeContext,
+    span: int,
+    until: tuple[int | None, int | None, int] | None,
+) -> None:
+    """Decode a run's packets (``span``: the samples expected); its start
+    comes from the first page that closes a packet with a granule, other
+    than an end-of-stream page.
+
+    ``until``: for a run decoded alone, ``(base, counted, last)`` as
+    ``_place`` takes them and the native position the crop ends at: the
+    decode stops once the run's output reaches it (later packets only add
+    samples after it)."""
+    out = SampleBuffer(channels, span)
     packets = [packet for packet, _ in run.packets]
-    for number, samples in decode_packets(decoder, packets, context, channels=channels):
-        run.pieces.append(samples)
-        produced += samples.shape[1]
+    for number, _ in decode_packets(decoder, packets, context, out):
         page = run.packets[number][1]
         if (
             run.raw_start is None
@@ -253,7 +272,19 @@ def _decode_run(decoder: av.CodecContext, run: _Run, channels: int, context: Dec
             and not page.flags & EOS
             and page.granule >= 0
         ):
-            run.raw_start = page.granule - produced
+            run.raw_start = page.granule - out.length
+        if until is not None and _reached(run, *until, out.length):
+            break
+    run.pieces.append(out.samples())
+
+
+def _reached(run: _Run, base: int | None, counted: int | None, last: int, produced: int) -> bool:
+    """Whether a run decoded alone has output up to native position
+    ``last``, placed as ``_place`` will place it."""
+    at = counted if base is None else None
+    if base is not None and run.raw_start is not None:
+        at = base + run.raw_start
+    return at is not None and at + produced >= last
 
 
 def _place(

@@ -1,0 +1,57 @@
+"""Frames written into a crop's buffer: every sample format, silence, a
+buffer that grows and one cut back land where converting each frame and
+joining the arrays would put them."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from streamer.formats.frames import SampleBuffer, frame_to_float32
+
+FORMATS = ["u8", "s16", "s32", "flt", "dbl", "u8p", "s16p", "s32p", "fltp", "dblp"]
+DTYPES = {"u8": np.uint8, "s16": np.int16, "s32": np.int32, "flt": np.float32, "dbl": np.float64}
+
+
+def _frame(fmt: str, samples: int, seed: int) -> av.AudioFrame:
+    """A stereo frame of random samples in ``fmt``."""
+    dtype = np.dtype(DTYPES[fmt.removesuffix("p")])
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "f":
+        values = rng.uniform(-1, 1, (2, samples)).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, (2, samples), dtype=dtype, endpoint=True)
+    if not av.AudioFormat(fmt).is_planar:
+        values = values.T.reshape(1, -1)
+    return av.AudioFrame.from_ndarray(values, format=fmt, layout="stereo")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("capacity", [0, 100_000])
+def test_frames_and_silence_land_like_a_join(fmt: str, capacity: int) -> None:
+    frames = [_frame(fmt, n, seed) for seed, n in enumerate([1024, 960, 7, 1152, 4096])]
+    arrays = [frame_to_float32(frame) for frame in frames]
+    out = SampleBuffer(2, capacity)  # 0: grows from its smallest size, several times
+    out.add_frame(frames[0])
+    out.add_silence(300)
+    for frame in frames[1:]:
+        out.add_frame(frame)
+    gap = np.zeros((2, 300), np.float32)
+    np.testing.assert_array_equal(out.samples(), np.concatenate([arrays[0], gap, *arrays[1:]], 1))
+    out.truncate(1024 + 300 + 5)
+    out.add_frame(frames[2])
+    want = np.concatenate([arrays[0], gap, arrays[1][:, :5], arrays[2]], 1)
+    np.testing.assert_array_equal(out.samples(), want)
+
+
+def test_integer_formats_scale_to_the_unit_range() -> None:
+    frame = av.AudioFrame.from_ndarray(
+        np.array([[0, 128, 255]], dtype=np.uint8), format="u8p", layout="mono"
+    )
+    np.testing.assert_array_equal(frame_to_float32(frame), [[-1.0, 0.0, 127 / 128]])
+
+
+def test_an_empty_buffer_is_an_empty_array() -> None:
+    assert SampleBuffer(3).samples().shape == (3, 0)
