@@ -216,6 +216,7 @@ class WorkerPool:
         self.decoded = 0
         self._on_restart = on_restart
         self._budget_from = (0, 0)  # (restarts, decoded) when the budget was renewed
+        self._gave_up: str | None = None  # why, once a death was past the budget
         # One entry per free slot: an idle worker, or None for one to start.
         self._idle: list[_Worker | None] = [None] * size
         self._all: list[_Worker] = []
@@ -243,6 +244,7 @@ class WorkerPool:
     def renew_budget(self) -> None:
         """Start counting deaths against the budget afresh (a new pass)."""
         self._budget_from = (self.restarts, self.decoded)
+        self._gave_up = None
 
     async def run(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
         """``run_batch`` of one task."""
@@ -392,6 +394,11 @@ class WorkerPool:
         the budget, or when the pool was closed under it."""
         if self._closed:
             raise RuntimeError("the worker pool is closed")
+        if self._gave_up is not None:
+            # Past the budget already: the other batches in flight meet their
+            # dead workers while the first WorkerDied unwinds the run; those
+            # deaths are the same storm's, not counted again.
+            raise WorkerDied(self._gave_up)
         self.restarts += 1
         if self._on_restart is not None:
             self._on_restart()
@@ -399,11 +406,12 @@ class WorkerPool:
         earned = (self.decoded - self._budget_from[1]) // CROPS_PER_RESTART
         what = f"decode worker {worker.pid} died while {doing} ({worker.status()})"
         if spent > self.max_restarts + earned:
-            raise WorkerDied(
+            self._gave_up = (
                 f"{what}; that is {spent} worker deaths in this pass over the epoch, past "
                 f"the restart budget: max_worker_restarts={self.max_restarts} plus one per "
                 f"{CROPS_PER_RESTART} crops decoded ({earned} so far)"
             )
+            raise WorkerDied(self._gave_up)
         log.warning("%s; %s", what, then or "giving up on its crop")
 
     def _retire(self, worker: _Worker) -> None:

@@ -356,8 +356,9 @@ def test_an_endless_kill_storm_raises_past_the_budget(packed: Path) -> None:
     with Storm(rounds=None), pytest.raises(WorkerDied, match="past the restart budget"):
         for _ in s:
             taken += 1
-    # The 7th death gives up; a second worker may die in the same instant.
-    assert 7 <= s.stats.worker_restarts <= 8 and s.stats.skipped.keys() <= {"WorkerDied"}
+    # The 7th death gives up; the deaths the other batches in flight meet
+    # while that unwinds are not counted again.
+    assert s.stats.worker_restarts == 7 and s.stats.skipped.keys() <= {"WorkerDied"}
     state = s.state_dict()
     assert state["epoch"] == 0 and state["position"] == taken + s.stats.skipped.get("WorkerDied", 0)
     assert worker_children() == []
