@@ -353,12 +353,14 @@ def test_an_endless_kill_storm_raises_past_the_budget(packed: Path) -> None:
         max_worker_restarts=6,
     )
     taken = 0
-    with Storm(rounds=None), pytest.raises(WorkerDied, match="past the restart budget"):
+    with Storm(rounds=None), pytest.raises(WorkerDied, match="past the restart budget") as died:
         for _ in s:
             taken += 1
-    # The 7th death gives up; the deaths the other batches in flight meet
-    # while that unwinds are not counted again.
-    assert s.stats.worker_restarts == 7 and s.stats.skipped.keys() <= {"WorkerDied"}
+    # The 7th death of the pass gives up; the deaths the other batches in
+    # flight meet while that unwinds are not counted again. Deaths while the
+    # pool started (before the pass) count in the stats, not in the budget.
+    assert "that is 7 worker deaths in this pass" in str(died.value)
+    assert s.stats.worker_restarts >= 7 and s.stats.skipped.keys() <= {"WorkerDied"}
     state = s.state_dict()
     assert state["epoch"] == 0 and state["position"] == taken + s.stats.skipped.get("WorkerDied", 0)
     assert worker_children() == []
