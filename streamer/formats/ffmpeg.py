@@ -63,19 +63,22 @@ def full_decode_length(index: SeekIndex) -> int:
     return index.num_samples
 
 
-#: The installed FFmpeg's decode-length policy, as an index records it
+#: The installed FFmpeg, as an index that holds under it only records it
 #: (``SeekIndex.length_policy``): its libavformat major version, where the
-#: demuxers' trimming rules live.
+#: demuxers' trimming and timestamp rules live. Generic indexes (FFmpeg's
+#: demuxer placed their points) and MP4 tracks with an ``iTunSMPB`` tag
+#: carry it.
 LENGTH_POLICY = f"libavformat {av.library_versions['libavformat'][0]}"
 
 
 def policy_problem(index: SeekIndex) -> str | None:
     """Why an index cannot serve crops under the installed FFmpeg (None: it
-    can): its length holds under another FFmpeg's policy only, so a crop
-    near the end could run past this one's full decode."""
+    can): it was checked under another FFmpeg only, whose demuxer may place
+    samples or end the stream otherwise (a crop near the end could run
+    past this one's full decode)."""
     if not index.ok or not index.length_policy or index.length_policy == LENGTH_POLICY:
         return None
     return (
-        f"index length checked under another FFmpeg ({index.length_policy}, not "
+        f"index checked under another FFmpeg ({index.length_policy}, not "
         f"{LENGTH_POLICY}: rebuild with `streamer index --force`)"
     )

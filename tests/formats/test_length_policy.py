@@ -34,6 +34,7 @@ from streamer.shard.ipc import Shard
 from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
 from testkit.reference import full_decode
+from tests.formats.test_generic import FILES, make
 from tests.formats.test_mp4_wild import NO_EDIT, TOLERANCE, _mux, _smpb_value, _with_smpb
 
 FIXTURE = Path(__file__).parent / "data" / "smpb-av18"
@@ -86,7 +87,7 @@ def _assert_crops_are_this_ffmpegs(root: Path, served: bool) -> None:
     index = dataset.episode(KEY).index  # as crops get it
     assert index is not None and index.ok is served, index
     if not served:
-        assert index.reason.startswith("index length checked under another FFmpeg")
+        assert index.reason.startswith("index checked under another FFmpeg")
     (path,) = (root / INDEX_DIR).iterdir()
     stored = IndexReader(Shard(path)).read(0)
     claimed = stored.num_samples / stored.timescale
@@ -109,10 +110,41 @@ def test_an_index_of_another_ffmpeg_falls_back_to_this_ones_decode(tmp_path: Pat
     path, rows = _stored(tmp_path / "ds")
     index = rows[KEY]
     rows[KEY] = dataclasses.replace(index, length_policy="libavformat 1")
+    _rewrite(path, rows)
+    _assert_crops_are_this_ffmpegs(tmp_path / "ds", served=False)
+
+
+def _rewrite(path: Path, rows: dict[str, SeekIndex]) -> None:
     batch = pa.record_batch([pa.array(list(rows)), to_struct_array(list(rows.values()))], SCHEMA)
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
         writer.write_batch(batch)
-    _assert_crops_are_this_ffmpegs(tmp_path / "ds", served=False)
+
+
+def test_a_generic_index_serves_only_under_the_ffmpeg_that_checked_it(tmp_path: Path) -> None:
+    """FFmpeg's demuxer placed a generic index's points and decodes from
+    them: the index records that FFmpeg, and under another one (planted
+    here) the crops go through the fallback, still exact, each counted."""
+    data = make(*FILES["adts.aac"][:6])
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "adts.aac").write_bytes(data)
+    pack(src, tmp_path / "ds", progress=False)
+    path, rows = _stored(tmp_path / "ds")
+    assert rows["adts"].container.startswith("ffmpeg:") and rows["adts"].ok
+    assert rows["adts"].length_policy == LENGTH_POLICY
+    rows["adts"] = dataclasses.replace(rows["adts"], length_policy="libavformat 1")
+    _rewrite(path, rows)
+    dataset = open_dataset(tmp_path / "ds")
+    index = dataset.episode("adts").index
+    assert index is not None and not index.ok
+    assert index.reason.startswith("index checked under another FFmpeg (libavformat 1, not ")
+    full, rate = full_decode(data)
+    for start, end in [(0.0, 0.5), (1.0, 2.2), (2.5, 3.0)]:
+        got = dataset.read_crop("adts", start, end)
+        want = full[:, round(start * rate) : round(end * rate)]
+        assert got.shape == want.shape, (start, end)
+        assert float(np.abs(got - want).max()) <= TOLERANCE
+    assert dataset.decode_stats.fallback == dataset.decode_stats.crops == 3
 
 
 def test_an_index_built_under_pyav_18_serves_only_under_ffmpeg_8(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...storage.files import RangeFile
-from ..ffmpeg import open_input
+from ..ffmpeg import LENGTH_POLICY, open_input
 from ..reader import NoIndex, Points, Reader, interval
 
 __all__ = [
@@ -440,6 +440,9 @@ class _Counted:
             data_end=length,
             sample_pos=sample_pos,
             byte_pos=byte_pos,
+            # FFmpeg's demuxer placed these points and decodes from them: a
+            # crop through them is exact under the FFmpeg that checked them.
+            length_policy=LENGTH_POLICY,
         )
 
 
