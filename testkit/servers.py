@@ -21,6 +21,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yarl
@@ -33,6 +34,7 @@ __all__ = [
     "Seen",
     "file_handler",
     "proxy_handler",
+    "s3_client",
     "s3_error",
     "upload_tree",
 ]
@@ -340,6 +342,20 @@ class proxy_handler:
             await self._session.close()
 
 
+def s3_client(endpoint: str, key_id: str, secret: str) -> Any:
+    """A boto3 S3 client (the test extra's) talking straight to ``endpoint``:
+    what the tests use to set a server up or look behind streamer's back."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+    )
+
+
 def upload_tree(
     endpoint: str,
     folder: str | os.PathLike[str],
@@ -352,16 +368,9 @@ def upload_tree(
     upload every file under ``folder`` to ``<prefix>/<relative path>`` (no
     prefix: ``<relative path>``), with boto3 from the test extra, straight to
     the server."""
-    import boto3
     import botocore.exceptions
 
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=key_id,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-    )
+    client = s3_client(endpoint, key_id, secret)
     try:
         client.create_bucket(Bucket=bucket)
     except botocore.exceptions.ClientError as exc:  # moto lets it pass; others do not

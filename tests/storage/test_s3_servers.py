@@ -18,7 +18,7 @@ from streamer.cli import main
 from streamer.errors import StorageError
 from streamer.storage.loop import run_sync
 from streamer.storage.s3 import S3Store
-from testkit.servers import LoopbackServer, proxy_handler, s3_error
+from testkit.servers import LoopbackServer, proxy_handler, s3_client, s3_error
 
 FAST = {"attempts": 2, "backoff": 0.01, "max_backoff": 0.02}
 
@@ -170,15 +170,7 @@ def test_anonymous_urls_carry_no_signature(  # type: ignore[no-untyped-def]
 ) -> None:
     """``anon=True``: plain URLs. A public object reads (moto, with a
     public-read ACL); a private one is refused in one clear line."""
-    import boto3
-
-    admin = boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        aws_access_key_id="test-key-id",
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
+    admin = s3_client(moto_endpoint, "test-key-id", SECRET)
     admin.create_bucket(Bucket="public")  # of its own: the shared bucket's listings stay
     admin.put_object(Bucket="public", Key="random.bin", Body=data, ACL="public-read")
     for kind, bucket in (("moto", "public"), ("moto", s3_uploaded), ("seaweedfs", s3_uploaded)):

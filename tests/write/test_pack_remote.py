@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from helpers import BUCKET, SECRET, write_audio
 
@@ -25,7 +24,7 @@ from streamer.errors import PackError, StorageError
 from streamer.storage import open_url
 from streamer.write.pack import pack
 from streamer.write.verify import verify_dataset
-from testkit.servers import LoopbackServer, file_handler
+from testkit.servers import LoopbackServer, file_handler, s3_client
 
 SHARD_SIZE = 40_000
 #: The S3 servers these tests write to: moto answers as botocore expects,
@@ -193,16 +192,7 @@ def test_a_failed_multipart_upload_is_aborted(s3_servers: Any, aws: None, tmp_pa
     with pytest.raises(StorageError, match="EntityTooSmall") as raised:
         store.put_sync(store.join(root, "big.bin"), tmp_path / "big")
     assert url.removeprefix("s3://") in str(raised.value) and SECRET not in str(raised.value)
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.url,
-        aws_access_key_id="test-key-id",
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    key = f"{root.partition('/')[2]}/big.bin"
-    assert not client.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
-    assert not client.list_objects_v2(Bucket=BUCKET, Prefix=key).get("Contents")
+    _assert_nothing_stored(server.url, f"{root.partition('/')[2]}/big.bin")
 
 
 @pytest.mark.parametrize(
@@ -296,13 +286,12 @@ def test_an_interrupted_multipart_upload_is_aborted(s3w: Any, tmp_path: Path) ->
     assert process.returncode != 0 and b"KeyboardInterrupt" in err
     assert any(r.method == "DELETE" and "uploadId" in r.path for r in s3w.requests)
     s3w.faults.latency = 0.0
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3w.url,
-        aws_access_key_id="test-key-id",
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    key = f"{url.removeprefix(f's3://{BUCKET}/')}/big.bin"
+    _assert_nothing_stored(s3w.url, f"{url.removeprefix(f's3://{BUCKET}/')}/big.bin")
+
+
+def _assert_nothing_stored(endpoint: str, key: str) -> None:
+    """Neither an object nor an unfinished multipart upload at ``key``
+    (asked of the server directly, with boto3)."""
+    client = s3_client(endpoint, "test-key-id", SECRET)
     assert not client.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
     assert not client.list_objects_v2(Bucket=BUCKET, Prefix=key).get("Contents")
