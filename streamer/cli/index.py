@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
+from ..write.interrupts import sigterm_as_ctrl_c
 from ._options import add_url_arguments, density, positive_int, storage_options
 
 
@@ -51,8 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    # SIGTERM unwinds like Ctrl-C, so temporary index shards are removed.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sigterm_as_ctrl_c()  # temporary index shards are removed
     common = {
         "storage_options": storage_options(args),
         "shards": args.shards,
@@ -93,7 +92,3 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         print(f"  no index ({count}): {reason}")
     for name, reason in sorted(report.failed.items()):
         print(f"  failed shard {name}: {reason}")
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

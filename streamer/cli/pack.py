@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import signal
 import sys
 from collections.abc import Callable
 
 from ..errors import StreamerError
 from ..write.index import parse_part
+from ..write.interrupts import sigterm_as_ctrl_c
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
 from ._options import add_endpoint_argument, positive_int, storage_options
 from .index import print_index_report
@@ -75,8 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    # SIGTERM unwinds like Ctrl-C, so the temporary shard files are removed.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sigterm_as_ctrl_c()  # the temporary shard files are removed
     report = pack(
         args.src,
         args.out,
@@ -127,10 +126,6 @@ def _partition(option: str) -> Callable[[str], str]:
         return text
 
     return check
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _size(text: str) -> int:

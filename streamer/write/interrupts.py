@@ -15,10 +15,21 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["INTERRUPTS", "interrupts_held"]
+__all__ = ["INTERRUPTS", "interrupts_held", "sigterm_as_ctrl_c"]
 
 #: The signals held: Ctrl-C, and the polite stop of job runners (Kubernetes, Modal, Slurm).
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+def sigterm_as_ctrl_c() -> None:
+    """From now on SIGTERM unwinds the program as Ctrl-C does (a
+    ``KeyboardInterrupt``), so a command stopped by its job runner removes
+    its temporary files on the way out."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

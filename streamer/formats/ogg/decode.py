@@ -143,13 +143,11 @@ def decode(
     # One run, the usual case, is placed as soon as a page tells where: its
     # decode stops once the crop's end is out.
     alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
+    span, until = (decode_span(index, plan), (base, counted, last)) if alone else (0, None)
     for run in runs:
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        span = decode_span(index, plan) if alone else 0
-        _decode_run(
-            decoder, run, index.channels, context, span, (base, counted, last) if alone else None
-        )
+        _decode_run(decoder, run, index.channels, context, span, until)
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     start, samples = _place(
