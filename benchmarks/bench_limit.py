@@ -85,6 +85,12 @@ def main() -> None:
         for number, codec in enumerate(args.codecs):
             one, two = (r for r in runs[2 * number : 2 * number + 2])
             assert (one["workers"], two["workers"]) == (1, 2)
+            for run in (one, two):
+                if not run["yielded"]:
+                    sys.exit(
+                        f"bench_limit: no crop of {codec} ({name}, {run['workers']} workers) "
+                        f"was decoded; skipped: {run['skipped']}"
+                    )
             limit = one["limit_ms_per_crop"]
             row = {
                 "codec": codec,

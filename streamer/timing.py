@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["enable", "enabled", "flush", "record", "snapshot"]
+__all__ = ["enable", "enabled", "flush", "flush_at_exit", "record", "snapshot"]
 
 ENV_ENABLE = "STREAMER_TIMING"
 ENV_OUT = "STREAMER_TIMING_OUT"
@@ -150,7 +150,9 @@ def _flush_quietly() -> None:
 _flush_failed = False
 
 
-def _at_exit() -> None:
+def flush_at_exit() -> None:
+    """The exit hook (registered with ``atexit``): the last write, when on.
+    A process that leaves through ``os._exit`` calls it first."""
     if _enabled:
         _flush_quietly()
 
@@ -165,8 +167,10 @@ class _Anchor:
 
 
 _anchor = _Anchor()
-atexit.register(_at_exit)
+atexit.register(flush_at_exit)
 os.register_at_fork(after_in_child=_after_fork)
 # multiprocessing's forked children leave through os._exit, skipping atexit;
 # they do run multiprocessing's own finalizers, so register one in each child.
-mp_util.register_after_fork(_anchor, lambda _: mp_util.Finalize(None, _at_exit, exitpriority=10))
+mp_util.register_after_fork(
+    _anchor, lambda _: mp_util.Finalize(None, flush_at_exit, exitpriority=10)
+)

@@ -224,7 +224,7 @@ def decode_job(
         stats.planned_bytes += sum(len(view) for _, view in pieces)
         return pieces
 
-    context = DecodeContext(episode, stats, delivered)
+    context = DecodeContext(episode, stats, delivered, mono=job.request.mono)
     with record("decode"):
         try:
             samples, at = form.decode(index, plan, fetched, context)

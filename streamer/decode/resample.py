@@ -130,13 +130,19 @@ def resample(
 
 
 def downmix(samples: np.ndarray) -> np.ndarray:
-    """Mono as the mean of the channels, shape ``(1, n)``.
+    """Mono as the mean of the channels, shape ``(1, n)``: summed one channel
+    after another, then divided (``np.add.reduce`` may sum eight or more
+    rows pairwise, depending on the array's layout; a fixed order gives the
+    same values however the samples were laid out, and a decoder's buffer
+    that sums frames as they come out, ``frames.SampleBuffer``, gives them
+    bit for bit).
 
     Not FFmpeg's default downmix, which is ``0.7071 * (L + R)`` for stereo.
     """
     if samples.shape[0] == 1:
         return samples
-    # What ``mean(axis=0)`` computes, bit for bit, at half its cost.
-    out = np.add.reduce(samples, axis=0, keepdims=True, dtype=np.float32)
+    out = samples[0] + samples[1]
+    for row in samples[2:]:
+        out += row
     out /= samples.shape[0]
-    return out
+    return out[np.newaxis]

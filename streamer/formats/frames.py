@@ -34,14 +34,26 @@ class SampleBuffer:
     array that doubles when full; ``samples()`` is a view of what is in it.
 
     ``capacity``: the samples expected (a crop's span and its pre-roll), so
-    that it never grows in the usual case."""
+    that it never grows in the usual case. With ``mean`` the buffer holds
+    one channel, the mean of the frames' ``channels`` (a mono crop): each
+    frame's channels are summed into it as it comes out, in channel order,
+    and divided once in ``samples()``, which gives ``resample.downmix``'s
+    values bit for bit without a full-width buffer to reduce afterwards."""
 
-    def __init__(self, channels: int, capacity: int = 0) -> None:
-        self._data = np.empty((channels, max(capacity, 1024)), dtype=np.float32)
+    def __init__(self, channels: int, capacity: int = 0, *, mean: bool = False) -> None:
+        self.channels = channels
+        self._mean = mean and channels > 1
+        rows = 1 if self._mean else channels
+        self._data = np.empty((rows, max(capacity, 1024)), dtype=np.float32)
         self.length = 0
+        self._divided = 0  # with ``mean``: the samples already divided by ``channels``
 
     def add_frame(self, frame: av.AudioFrame) -> None:
-        _write(frame, self._reserve(frame.samples))
+        place = self._reserve(frame.samples)
+        if self._mean:
+            _write_sum(frame, place[0], self.channels)
+        else:
+            _write(frame, place)
 
     def add_silence(self, count: int) -> None:
         """``count`` samples of silence (audio lost to damaged bytes)."""
@@ -50,8 +62,12 @@ class SampleBuffer:
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` samples only."""
         self.length = min(self.length, max(length, 0))
+        self._divided = min(self._divided, self.length)
 
     def samples(self) -> np.ndarray:
+        if self._mean and self._divided < self.length:
+            self._data[0, self._divided : self.length] /= self.channels
+            self._divided = self.length
         return self._data[:, : self.length]
 
     def _reserve(self, count: int) -> np.ndarray:
@@ -91,6 +107,24 @@ def _write(frame: av.AudioFrame, out: np.ndarray) -> None:
         out -= offset
     if scale != 1.0:
         out *= scale
+
+
+def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
+    """The sum of the frame's first ``channels`` channels into ``out`` (its
+    first ``len(out)`` samples), added one channel after another as
+    ``resample.downmix`` adds them. Planar float frames (what FFmpeg's lossy
+    decoders give) are summed straight from their planes; others are
+    converted first."""
+    count = out.shape[0]
+    rows: list[np.ndarray] | np.ndarray
+    if frame.format.name == "fltp":
+        rows = [np.frombuffer(plane, np.float32, count) for plane in frame.planes[:channels]]
+    else:
+        rows = np.empty((channels, count), dtype=np.float32)
+        _write(frame, rows)
+    out[:] = rows[0]
+    for row in rows[1:]:
+        out += row
 
 
 def concat(pieces: list[np.ndarray], channels: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import CropError
 from ..index.table import SeekIndex
 from ..shard.blob import BlobHandle
+from .frames import SampleBuffer
 
 __all__ = [
     "CropPlan",
@@ -194,11 +195,24 @@ class DecodeContext:
     front (``Format.deferrable``: MP4's ``moov``), wherever they are: a read
     of the blob in this process, or a request to the parent in a decode
     worker. ``read_unplanned`` reads bytes outside the plan, counted.
+    ``mono``: the crop is wanted as the mean of its channels, which the
+    decoder's buffer (``buffer``) computes as the frames come out.
     """
 
     episode: Episode
     stats: DecodeStats
     held_back: Callable[[], Pieces]
+    mono: bool = False
+
+    def buffer(self, channels: int, capacity: int) -> SampleBuffer:
+        """The buffer a decoder writes a crop's frames of ``channels``
+        channels into: their mean alone for a mono crop (no full-width copy
+        to reduce afterwards, ``frames.SampleBuffer``)."""
+        return SampleBuffer(channels, capacity, mean=self.mono)
+
+    def width(self, channels: int) -> int:
+        """The channels of ``buffer(channels, ...)``'s samples."""
+        return 1 if self.mono else channels
 
     def read_unplanned(self, offset: int, length: int) -> bytes:
         self.stats.unplanned_reads += 1

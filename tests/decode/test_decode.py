@@ -174,6 +174,20 @@ def test_resampled_mono_crops_match_the_resampled_full_decode(
         assert error <= RESAMPLED_TOLERANCE[FILES[key][0] in LOSSLESS], f"{key}: {error:.2e}"
 
 
+def test_mono_crops_are_the_downmix_of_the_crop_bit_for_bit(dataset_dir: Path) -> None:
+    """A mono crop's decoder sums the channels as the frames come out
+    (``frames.SampleBuffer``); every format's stereo files give exactly the
+    downmix of the same crop decoded at full width."""
+    dataset = open_dataset(dataset_dir)
+    stereo = [key for key, (_, _, channels, _) in FILES.items() if channels == 2]
+    assert {FILES[key][0] for key in stereo} >= {"mp3", "vorbis", "opus", "flac", "aac", "alac"}
+    for key in stereo:
+        for start in STARTS:
+            wide = dataset.read_crop(key, start, start + 0.7)
+            mono = dataset.read_crop(key, start, start + 0.7, mono=True)
+            np.testing.assert_array_equal(mono, downmix(wide), err_msg=f"{key} at {start}")
+
+
 def test_exact_output_length_and_padding(dataset_dir: Path) -> None:
     dataset = open_dataset(dataset_dir)
     key = "pyav/wav-2"

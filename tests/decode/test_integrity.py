@@ -10,6 +10,7 @@ with zero bad packets counted.)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import re
@@ -21,6 +22,7 @@ import pytest
 from streamer import open_dataset
 from streamer.dataset import Dataset
 from streamer.decode.crop import CropJob, CropRequest, decode_job, fetch, prepare
+from streamer.decode.resample import downmix
 from streamer.errors import CropError
 from streamer.formats.flac.parse import frame_header
 from streamer.formats.job import DecodeStats, Fetched
@@ -159,6 +161,21 @@ def test_a_damaged_ogg_page_is_dropped_and_later_samples_stay_in_place(
     # within Opus's tolerance once it has converged.
     settle = hi + (rate // 2 if key == "opus" else 4096)
     assert float(np.abs(got[:, settle:] - clean[:, settle:]).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("key", ["vorbis", "flac"])
+def test_a_damaged_mono_crop_is_the_downmix_of_the_damaged_crop(dataset: Dataset, key: str) -> None:
+    """A mono crop's one channel gets the silence for lost bytes, and the
+    cold start after them, where the full-width crop gets them."""
+    wide_job, fetched = _planned(dataset, key, 3.0, 8.0)
+    mono_job = dataclasses.replace(
+        wide_job, request=dataclasses.replace(wide_job.request, mono=True)
+    )
+    damaged = _flipped(fetched, len(fetched.data) // 2)
+    wide, wide_stats = _decode(wide_job, damaged)
+    mono, mono_stats = _decode(mono_job, damaged)
+    assert wide_stats.bad_packets == mono_stats.bad_packets == 1
+    np.testing.assert_array_equal(mono, downmix(wide))
 
 
 def test_damage_in_the_last_ogg_page_is_silence_to_the_end(dataset: Dataset) -> None:

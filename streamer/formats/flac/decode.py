@@ -28,7 +28,6 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
-from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into
 from ..reader import NoIndex
@@ -84,7 +83,7 @@ def decode(
     # What a frame and any damaged bytes after it stand for, as far as the
     # crop needs: the silence that replaces them is bounded.
     lengths = [max(frame.block, min(span, hi - frame.position)) for frame, span in wanted]
-    out = SampleBuffer(index.channels, max(start - lo, 0) + sum(lengths))
+    out = context.buffer(index.channels, max(start - lo, 0) + sum(lengths))
     if start > lo:  # the first frame's header is damaged
         context.bad_packet("no FLAC frame header where the planned bytes start", plan.data[0])
         out.add_silence(start - lo)

@@ -143,7 +143,7 @@ def decode(
         limit = None if name in SPLICED or to_the_end else stop
         if name in STAMPED and not to_the_end:
             limit = plan.end_native
-        out = SampleBuffer(index.channels, decode_span(index, plan))
+        out = context.buffer(index.channels, decode_span(index, plan))
         _demux_decode(container, name, out, limit, to_the_end, context)
         samples = out.samples()
     if not to_the_end:

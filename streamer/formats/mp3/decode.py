@@ -16,7 +16,6 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
-from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless
 from ..packets import decode_into, split_packets
 from .parse import PREROLL_FRAMES, samples_per_frame
@@ -49,6 +48,6 @@ def decode(
     wanted = (index.first_sample + plan.first - plan.start_native) // per_frame
     skip = max(wanted - preroll_frames(index), 0)
     first_native = plan.start_native + skip * per_frame
-    out = SampleBuffer(index.channels, decode_span(index, plan))
+    out = context.buffer(index.channels, decode_span(index, plan))
     decode_into(decoder, packets[skip:], context, out, lengths=per_frame)
     return out.samples(), to_gapless(index, first_native)

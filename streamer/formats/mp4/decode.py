@@ -34,7 +34,6 @@ import numpy as np
 from ...index.table import SeekIndex
 from ...timing import record
 from ..ffmpeg import open_input
-from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless
 from ..sparse import SparseFile
 from .parse import READ_THROUGH, audio_only
@@ -231,7 +230,7 @@ def _demux_decode(
     if plan.point > 0:
         container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)
-    out = SampleBuffer(index.channels, decode_span(index, plan))
+    out = context.buffer(index.channels, decode_span(index, plan))
     first = None
     end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
     for packet in container.demux(stream):

@@ -33,7 +33,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ..flac.parse import STREAMINFO_SIZE
-from ..frames import SampleBuffer, concat
+from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
 from ..packets import decode_packets
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
@@ -151,7 +151,12 @@ def decode(
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     start, samples = _place(
-        runs, base, counted, plan.start_native, last if lost_end else None, index.channels
+        runs,
+        base,
+        counted,
+        plan.start_native,
+        last if lost_end else None,
+        context.width(index.channels),
     )
     if start is None:
         raise context.error("no Ogg page to place the decoded samples by")
@@ -260,7 +265,7 @@ def _decode_run(
     ``_place`` takes them and the native position the crop ends at: the
     decode stops once the run's output reaches it (later packets only add
     samples after it)."""
-    out = SampleBuffer(channels, span)
+    out = context.buffer(channels, span)
     packets = [packet for packet, _ in run.packets]
     for number, _ in decode_packets(decoder, packets, context, out):
         page = run.packets[number][1]
