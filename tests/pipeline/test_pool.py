@@ -3,6 +3,7 @@ Ctrl-C, a killed worker replaced, MP4 headers shipped only when a worker needs t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -276,3 +277,23 @@ def test_crops_go_to_a_worker_in_batches(packed: Path, monkeypatch: pytest.Monke
     threads = list(Streamer(dataset, sampler, seed=3, workers=0))
     for a, b in zip(threads, crops, strict=True):
         assert np.array_equal(a.audio, b.audio), a.key
+
+
+def test_a_worker_that_stops_writes_its_phase_figures_and_is_gone(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers leave through ``os._exit`` (no interpreter teardown): what the
+    exit hooks would write must still be written."""
+    monkeypatch.setenv("STREAMER_TIMING", "1")
+    monkeypatch.setenv("STREAMER_TIMING_OUT", str(tmp_path / "timing"))
+    monkeypatch.setenv("STREAMER_TIMING_INTERVAL", "3600")  # only the exit writes
+    dataset = streamer.open_dataset(packed)
+    stream = Streamer(dataset, SequentialCrops(0.5), workers=2, max_crops=6)
+    with stream:
+        pids = stream.worker_pids
+        assert len(list(stream)) == 6
+    assert all(gone(pid) for pid in pids)
+    written = {int(path.suffix[1:]): json.loads(path.read_text()) for path in tmp_path.iterdir()}
+    assert set(pids) <= set(written)
+    decoded = sum(written[pid]["phases"].get("decode", [0])[0] for pid in pids)
+    assert decoded == 6, written
