@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import av
 import numpy as np
+from av.audio.plane import AudioPlane
 
 __all__ = ["SampleBuffer", "concat", "frame_to_float32"]
 
@@ -98,10 +99,10 @@ def _write(frame: av.AudioFrame, out: np.ndarray) -> None:
     dtype, offset, scale = _FORMATS[fmt.name.removesuffix("p")]
     channels, count = out.shape
     if fmt.is_planar:
-        for channel, plane in enumerate(frame.planes[:channels]):
+        for channel, plane in enumerate(_planes(frame, channels)):
             out[channel] = np.frombuffer(plane, dtype=dtype, count=count)
     else:
-        raw = np.frombuffer(frame.planes[0], dtype=dtype, count=count * channels)
+        raw = np.frombuffer(_planes(frame, 1)[0], dtype=dtype, count=count * channels)
         out[:] = raw.reshape(count, channels).T
     if offset:
         out -= offset
@@ -118,13 +119,22 @@ def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
     count = out.shape[0]
     rows: list[np.ndarray] | np.ndarray
     if frame.format.name == "fltp":
-        rows = [np.frombuffer(plane, np.float32, count) for plane in frame.planes[:channels]]
+        rows = [np.frombuffer(plane, np.float32, count) for plane in _planes(frame, channels)]
     else:
         rows = np.empty((channels, count), dtype=np.float32)
         _write(frame, rows)
     out[:] = rows[0]
     for row in rows[1:]:
         out += row
+
+
+def _planes(frame: av.AudioFrame, count: int) -> list[AudioPlane]:
+    """The frame's first ``count`` planes. Not ``frame.planes``: PyAV counts
+    planes by walking FFmpeg's data pointers up to a null one, which for an
+    8-channel planar frame (7.1 AAC, Opus, Vorbis, E-AC-3) reads one past
+    them; PyAV 18 then lists a ninth plane and PyAV 19 raises, so 7.1 audio
+    could not be converted at all."""
+    return [AudioPlane(frame, number) for number in range(count)]
 
 
 def concat(pieces: list[np.ndarray], channels: int) -> np.ndarray:

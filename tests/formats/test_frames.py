@@ -7,6 +7,7 @@ from __future__ import annotations
 import av
 import numpy as np
 import pytest
+from av.audio.plane import AudioPlane
 
 from streamer.decode.resample import downmix
 from streamer.formats.frames import SampleBuffer, frame_to_float32
@@ -27,10 +28,11 @@ def _frame(fmt: str, samples: int, seed: int, layout: str = "stereo") -> av.Audi
         values = rng.integers(info.min, info.max, (channels, samples), dtype=dtype, endpoint=True)
     if not av.AudioFormat(fmt).is_planar:
         values = values.T.reshape(1, -1)
-    # Not ``from_ndarray``: PyAV 18 lists a ninth plane for 8-channel planar frames and fails there.
+    # Not ``from_ndarray``, which fails on 8-channel planar frames (``frame.planes``
+    # lists a ninth plane in PyAV 18 and raises in 19; ``frames._planes`` says why).
     frame = av.AudioFrame(format=fmt, layout=layout, samples=samples)
-    for plane, row in zip(frame.planes, values, strict=False):
-        plane.update(row)
+    for number, row in enumerate(values):
+        AudioPlane(frame, number).update(row)
     return frame
 
 
