@@ -7,7 +7,7 @@ moto`` or ``rclone``) behind a proxy that delays every request by
 ``--latency`` seconds; then one ``streamer bench LOCAL S3 --workers 1 2
 --rounds 3 --baseline --json`` run measures both, each worker count from a
 cold memory cache, in interleaved rounds (the median stands), and the naive
-whole-blob path on the same crops. The relay (and moto) run in this
+whole-blob path on the same crops. The proxy (and moto) run in this
 process, SeaweedFS and rclone in their own; the bench in a child process,
 so they do not share its CPU time accounting.
 
@@ -37,8 +37,7 @@ from streamer.cli.bench import print_table
 from streamer.demo import DEMO_EPISODES, demo_dataset
 from streamer.synth import CODECS
 from testkit import s3servers
-from testkit.relay import LatencyRelay
-from testkit.servers import LoopbackServer, file_handler, upload_tree
+from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 BUCKET = "bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"}
@@ -79,7 +78,7 @@ def run_bench(
     server_process_cpu: Callable[[], float] = lambda: 0.0,
 ) -> None:
     """Run ``streamer bench`` in a child process and report it with the
-    server's CPU: this process's (relay, moto) and the server process's."""
+    server's CPU: this process's (proxy, moto) and the server process's."""
     shown = " ".join(command).replace(url, "$SERVER")
     print(f"$ {shown} --json  # $SERVER: {kind} with {args.latency * 1000:.0f} ms per request")
     module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
@@ -94,7 +93,7 @@ def run_bench(
         r["yielded"] for r in result["runs"] if not r["url"].startswith("/")
     )
     print(
-        f"server side ({kind} and the latency relay): {server_cpu:.1f} s CPU, "
+        f"server side ({kind} and the latency proxy): {server_cpu:.1f} s CPU, "
         f"{server_cpu * 1000 / max(remote, 1):.1f} ms per remote crop streamed "
         f"(the baseline's downloads included), on the same {os.cpu_count()} CPUs as the bench"
     )
@@ -131,20 +130,20 @@ def main() -> None:
         endpoint,
         server_cpu,
     ):
-        upload_tree(endpoint, local, BUCKET, "demo", *CREDENTIALS.values())
-        host, port = endpoint.removeprefix("http://").rsplit(":", 1)
-        relay = LatencyRelay(host, int(port), args.latency).start()
+        proxy = LoopbackServer(proxy_handler(endpoint)).start()
         try:
+            upload_tree(endpoint, local, BUCKET, "demo", *CREDENTIALS.values())
+            proxy.faults.latency = args.latency
             command = [
                 *("streamer", "bench", str(local), f"s3://{BUCKET}/demo"),
-                *("--endpoint-url", relay.url, "--crops", str(args.crops)),
+                *("--endpoint-url", proxy.url, "--crops", str(args.crops)),
                 *("--duration", str(args.duration), "--workers", *args.workers),
                 *("--rounds", str(args.rounds), "--baseline"),
             ]
             env = {**os.environ, **CREDENTIALS, "AWS_DEFAULT_REGION": "us-east-1"}
-            run_bench(command, env, relay.url, args, f"S3 ({args.store})", server_cpu)
+            run_bench(command, env, proxy.url, args, f"S3 ({args.store})", server_cpu)
         finally:
-            relay.stop()
+            proxy.stop()
 
 
 if __name__ == "__main__":
