@@ -13,6 +13,13 @@ the caller a numpy array over the region, with no copy. The region is
 released when that array (and every view of it) is garbage: a consumer may
 keep crops as long as it likes.
 
+A remote task's fetched bytes go to the worker the same way (``Task.shipped``):
+the parent copies them into a leased region and the task travels without
+them; the worker copies them out as it starts the task, and the region is
+released when the batch is answered (or its worker reaped). Pickled into
+the message instead they were copied three times in the parent (joined,
+pickled, written to the socket) and read back through the socket.
+
 Memory is bounded: the arena's pages are touched only where regions were
 leased (first fit, so the low offsets are reused), which is at most the
 crops in flight (prefetch and queue) plus those the consumer still holds;
@@ -107,8 +114,9 @@ class Arena:
             self._take_returned()
             return self._leased
 
-    def lease(self, nbytes: int) -> Lease | None:
-        """A free region of ``nbytes``, or None when there is none."""
+    def lease(self, nbytes: int, *, counted: bool = True) -> Lease | None:
+        """A free region of ``nbytes``, or None when there is none (which,
+        ``counted``, is a crop that goes through the pipe: ``piped``)."""
         if nbytes <= 0:
             return None
         need = -(-nbytes // _ALIGN) * _ALIGN
@@ -124,8 +132,19 @@ class Arena:
                     serial = next(self._serials)
                     self._leases[offset] = serial
                     return Lease(offset, need, serial)
-            self.piped += 1
+            self.piped += counted
         return None
+
+    def write(self, lease: Lease, pieces: list[memoryview]) -> list[tuple[int, int]]:
+        """Copy ``pieces`` one after another into ``lease``'s region (they
+        must fit); their ``(offset, length)`` in the arena."""
+        placed, at = [], lease.offset
+        for piece in pieces:
+            self._map[at : at + len(piece)] = piece
+            placed.append((at, len(piece)))
+            at += len(piece)
+        assert at <= lease.offset + lease.capacity
+        return placed
 
     def release(self, lease: Lease) -> None:
         """Give a leased region back (a second release of a lease is ignored).

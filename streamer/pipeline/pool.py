@@ -30,7 +30,8 @@ process and reaps it: no zombies, and none is started after.
 Decoded crops come back through the pool's shared memory (``arena.py``):
 each task is given a region the size of its crop, which the worker fills;
 a region whose worker dies, or whose crop fails, is released once that
-worker is reaped (a killed worker writes nothing after).
+worker is reaped (a killed worker writes nothing after). A remote task's
+fetched bytes travel the same way, the other way (``tasks.ship``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from .tasks import (
     is_ask,
     receive_answers,
     send_held_back,
+    ship,
 )
 
 __all__ = [
@@ -272,6 +274,9 @@ class WorkerPool:
                 task if lease is None else dataclasses.replace(task, region=lease.region)
                 for task, lease in zip(tasks, leases, strict=True)
             ]
+            tasks, shipped = map(
+                list, zip(*(ship(task, self.arena) for task in tasks), strict=True)
+            )
             answers: list[tuple[Crop | Failure, DecodeStats] | None] = [None] * len(tasks)
             used = [False] * len(tasks)
             deaths = [0] * len(tasks)
@@ -320,6 +325,9 @@ class WorkerPool:
                 self._idle.append(worker)
                 for lease, in_arena in zip(leases, used, strict=True):
                     if lease is not None and not in_arena:  # its worker is idle or reaped
+                        self.arena.release(lease)
+                for lease in shipped:  # read by now, or never to be
+                    if lease is not None:
                         self.arena.release(lease)
 
     def _lease(self, task: Task) -> Lease | None:

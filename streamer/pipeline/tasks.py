@@ -30,7 +30,7 @@ from ..formats.job import DecodeStats, Fetched, Pieces
 if TYPE_CHECKING:
     from .arena import Arena, Lease
 
-__all__ = ["Failure", "Task", "attempt", "failure_of", "first_error", "run"]
+__all__ = ["Failure", "Task", "attempt", "failure_of", "first_error", "run", "ship", "unshipped"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,11 @@ class Task:
     job: CropJob
     fetched: Fetched | None = None
     region: tuple[int, int] | None = None
+    #: ``fetched``'s pieces as ``(blob offset, arena offset, length)`` when
+    #: the parent put them in the pool's shared memory (``ship``); the task
+    #: then travels without them (``fetched`` is None) and ``unshipped``
+    #: gets them back.
+    shipped: tuple[tuple[int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,33 @@ def first_error(exc: Exception) -> Exception:
     while isinstance(exc, ExceptionGroup):
         exc = exc.exceptions[0]
     return exc
+
+
+def ship(task: Task, arena: Arena | None) -> tuple[Task, Lease | None]:
+    """The task with its fetched bytes put in the arena (and their lease, to
+    release once the batch is answered or its worker reaped), or the task
+    as it is when it carries none or the arena has no room."""
+    if arena is None or task.fetched is None:
+        return task, None
+    pieces = task.fetched.pieces
+    lease = arena.lease(task.fetched.nbytes, counted=False)
+    if lease is None:
+        return task, None
+    placed = arena.write(lease, [view for _, view in pieces])
+    layout = tuple((offset, at, n) for (offset, _), (at, n) in zip(pieces, placed, strict=True))
+    return dataclasses.replace(task, fetched=None, shipped=layout), lease
+
+
+def unshipped(task: Task, shared: mmap | None) -> Task:
+    """A shipped task with its fetched bytes copied back out of the shared
+    memory (the region is the parent's again once the batch is answered,
+    and a format may keep the bytes longer: an MP4 demuxer kept open)."""
+    if task.shipped is None:
+        return task
+    if shared is None:
+        raise RuntimeError("a task's bytes were shipped to a worker without shared memory")
+    pieces = tuple((offset, memoryview(shared[at : at + n])) for offset, at, n in task.shipped)
+    return dataclasses.replace(task, fetched=Fetched(pieces), shipped=None)
 
 
 def send_answers(

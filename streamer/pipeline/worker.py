@@ -23,7 +23,7 @@ from typing import NoReturn
 from ..decode.crop import Crop
 from ..formats.job import DecodeStats
 from ..timing import flush_at_exit, record
-from .tasks import Failure, Task, ask_held_back, attempt, send_answers
+from .tasks import Failure, Task, ask_held_back, attempt, send_answers, unshipped
 
 __all__ = ["leave", "serve"]
 
@@ -45,7 +45,9 @@ def serve(conn: Connection, shared: mmap.mmap | None = None) -> None:
             return
         if tasks is None:
             return
-        answers = [_attempt(conn, number, task) for number, task in enumerate(tasks)]
+        answers = [
+            _attempt(conn, number, unshipped(task, shared)) for number, task in enumerate(tasks)
+        ]
         send_answers(conn, answers, shared, [task.region for task in tasks])
 
 

@@ -106,8 +106,9 @@ class Pieces:
     def read(self, reader: RangeReader, ranges: list[tuple[int, int]]) -> list[memoryview]:
         """Every range, from the pieces where possible, else in one uncached batch."""
         missing = sorted({r for r in ranges if self.get(*r) is None})
-        for (offset, _), data in zip(missing, reader.fetch_many_sync(missing), strict=True):
-            self.add(offset, data)
+        if missing:  # a remote reader's call is a hop to the store loop, even for nothing
+            for (offset, _), data in zip(missing, reader.fetch_many_sync(missing), strict=True):
+                self.add(offset, data)
         found = [self.get(*r) for r in ranges]
         assert all(view is not None for view in found)
         return found  # type: ignore[return-value]

@@ -160,3 +160,35 @@ def test_crop_bytes_is_the_crop_size(packed: Path) -> None:
             job = prepare(dataset.episode(key), request)
             audio = dataset.read_crop(key, 0.1, 0.6, sample_rate=rate, mono=mono)
             assert crop_bytes(job) == audio.nbytes, (key, rate, mono)
+
+
+def test_a_remote_task_travels_without_its_bytes(packed: Path) -> None:
+    """``ship`` puts a task's fetched bytes in the arena and the task pickles
+    small; ``unshipped`` gives the same bytes back, at the same offsets."""
+    import pickle
+
+    from streamer.decode.crop import CropRequest, fetch, prepare
+    from streamer.pipeline.tasks import Task, ship, unshipped
+
+    dataset = streamer.open_dataset(packed)
+    key = sorted(dataset.keys())[0]
+    job = prepare(dataset.episode(key), CropRequest(key, 0.2, 1.7))
+    fetched = fetch(job)
+    arena = Arena(1 << 22)
+    try:
+        task, lease = ship(Task(job, fetched), arena)
+        assert lease is not None and task.fetched is None and task.shipped is not None
+        assert len(pickle.dumps(task)) < len(pickle.dumps(Task(job, fetched))) - fetched.nbytes
+        back = unshipped(pickle.loads(pickle.dumps(task)), arena._map).fetched
+        assert back is not None
+        assert [(o, bytes(v)) for o, v in back.pieces] == [(o, bytes(v)) for o, v in fetched.pieces]
+        arena.release(lease)
+        assert arena.leased == 0 and arena.piped == 0  # bytes that found no room are not crops
+        small = Arena(64)
+        try:
+            assert ship(Task(job, fetched), small) == (Task(job, fetched), None)
+            assert small.piped == 0
+        finally:
+            small.close()
+    finally:
+        arena.close()

@@ -210,19 +210,24 @@ def test_a_worker_dying_on_every_try_is_worker_died(unindexed: Path) -> None:
     assert skipping.stats.worker_restarts == 4
 
 
-def test_a_worker_killed_mid_batch_loses_no_crop(packed: Path, unindexed: Path) -> None:
+@pytest.mark.parametrize("shipped", [False, True], ids=["mapped", "shipped"])
+def test_a_worker_killed_mid_batch_loses_no_crop(
+    packed: Path, unindexed: Path, shipped: bool
+) -> None:
     """A batch of four crops whose third SIGKILLs its worker when it reads,
     after the first two were decoded into shared memory but not answered:
     the batch's crops are tried again one at a time, the good ones come back
     right (their regions written twice, by the dead worker and its
     replacement), the killer fails as ``WorkerDied`` once it has killed
     twice on its own, every death is counted, and every region is released
-    once the crops are dropped."""
+    once the crops are dropped. ``shipped``: the good crops' bytes travel
+    as a remote shard's do, through shared memory (``tasks.ship``), and stay
+    there for the retries."""
     import gc
 
     from stores import KILL_ON_READ, SabotagedStore
 
-    from streamer.decode.crop import CropRequest, prepare
+    from streamer.decode.crop import CropRequest, fetch, prepare
     from streamer.pipeline.pool import WorkerPool
     from streamer.pipeline.tasks import Failure, Task
     from streamer.storage.loop import run_sync
@@ -238,7 +243,8 @@ def test_a_worker_killed_mid_batch_loses_no_crop(packed: Path, unindexed: Path) 
         pool = WorkerPool(1)
         try:
             await pool.start()
-            answers = [answer for answer, _ in await pool.run_batch([Task(j) for j in jobs])]
+            tasks = [Task(j, fetch(j) if shipped and j.plan else None) for j in jobs]
+            answers = [answer for answer, _ in await pool.run_batch(tasks)]
             assert pool.restarts == 3  # the batch, then the killer alone, twice
             failed = answers.pop(2)
             assert isinstance(failed, Failure) and failed.reason == "WorkerDied", failed
