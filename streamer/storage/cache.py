@@ -267,14 +267,12 @@ class BlockCache:
                 return memoryview(b"")
             start = offset - blocks[0] * bs
             return memoryview(found[blocks[0]])[start : start + length]
-        out = bytearray(length)
+        parts = []
         for block in blocks:
             start = max(offset, block * bs)
             stop = min(offset + length, (block + 1) * bs)
-            out[start - offset : stop - offset] = memoryview(found[block])[
-                start - block * bs : stop - block * bs
-            ]
-        return memoryview(out).toreadonly()
+            parts.append(memoryview(found[block])[start - block * bs : stop - block * bs])
+        return memoryview(b"".join(parts))  # one copy, into memory not zeroed first
 
     # -- fetching -------------------------------------------------------------
 
