@@ -274,9 +274,8 @@ class WorkerPool:
                 task if lease is None else dataclasses.replace(task, region=lease.region)
                 for task, lease in zip(tasks, leases, strict=True)
             ]
-            tasks, shipped = map(
-                list, zip(*(ship(task, self.arena) for task in tasks), strict=True)
-            )
+            moved = [ship(task, self.arena) for task in tasks]  # remote bytes: shared memory
+            tasks, shipped = [task for task, _ in moved], [lease for _, lease in moved]
             answers: list[tuple[Crop | Failure, DecodeStats] | None] = [None] * len(tasks)
             used = [False] * len(tasks)
             deaths = [0] * len(tasks)
