@@ -128,12 +128,20 @@ def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
         out += row
 
 
-def _planes(frame: av.AudioFrame, count: int) -> list[AudioPlane]:
-    """The frame's first ``count`` planes. Not ``frame.planes``: PyAV counts
-    planes by walking FFmpeg's data pointers up to a null one, which for an
-    8-channel planar frame (7.1 AAC, Opus, Vorbis, E-AC-3) reads one past
-    them; PyAV 18 then lists a ninth plane and PyAV 19 raises, so 7.1 audio
-    could not be converted at all."""
+def _planes(frame: av.AudioFrame, count: int) -> list[AudioPlane] | tuple[AudioPlane, ...]:
+    """The frame's first ``count`` planes; a ``ValueError`` when it has fewer
+    (a frame of fewer channels than the crop's: PyAV 18 would hand over
+    whatever memory lies past the last one).
+
+    From eight channels on not ``frame.planes``: PyAV counts planes by
+    walking FFmpeg's data pointers up to a null one, which for an 8-channel
+    planar frame (7.1 AAC, Opus, Vorbis, E-AC-3) reads one past them; PyAV
+    18 then lists a ninth plane and PyAV 19 raises."""
+    channels = frame.layout.nb_channels
+    if count > (channels if frame.format.is_planar else 1):
+        raise ValueError(f"a frame of {channels} channels where {count} were expected")
+    if channels < 8:
+        return frame.planes[:count]
     return [AudioPlane(frame, number) for number in range(count)]
 
 

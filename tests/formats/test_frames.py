@@ -76,6 +76,17 @@ def test_a_mean_buffer_is_the_downmix_of_the_frames_bit_for_bit(fmt: str, layout
     np.testing.assert_array_equal(mean.samples(), downmix(wide.samples()))
 
 
+@pytest.mark.parametrize("mean", [False, True])
+def test_a_frame_with_fewer_channels_than_the_buffer_is_refused(mean: bool) -> None:
+    """Never the memory past a frame's last plane: a mono frame in a stereo
+    crop (a stream that changes its channels) is an error, as PyAV 19 says
+    and PyAV 18 does not."""
+    buffer = SampleBuffer(2, 0, mean=mean)
+    for fmt in ("fltp", "s16p", "s16"):
+        with pytest.raises(ValueError, match=r"1 channels where 2 were expected|buffer"):
+            buffer.add_frame(_frame(fmt, 1152, 0, "mono"))
+
+
 def test_integer_formats_scale_to_the_unit_range() -> None:
     frame = av.AudioFrame.from_ndarray(
         np.array([[0, 128, 255]], dtype=np.uint8), format="u8p", layout="mono"
