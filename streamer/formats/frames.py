@@ -11,6 +11,8 @@ allocation and cache misses than the conversion saves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import av
 import numpy as np
 from av.audio.plane import AudioPlane
@@ -98,11 +100,12 @@ def _write(frame: av.AudioFrame, out: np.ndarray) -> None:
     fmt = frame.format
     dtype, offset, scale = _FORMATS[fmt.name.removesuffix("p")]
     channels, count = out.shape
+    planes = _planes(frame, channels)
     if fmt.is_planar:
-        for channel, plane in enumerate(_planes(frame, channels)):
+        for channel, plane in enumerate(planes):
             out[channel] = np.frombuffer(plane, dtype=dtype, count=count)
     else:
-        raw = np.frombuffer(_planes(frame, 1)[0], dtype=dtype, count=count * channels)
+        raw = np.frombuffer(planes[0], dtype=dtype, count=count * channels)
         out[:] = raw.reshape(count, channels).T
     if offset:
         out -= offset
@@ -128,21 +131,22 @@ def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
         out += row
 
 
-def _planes(frame: av.AudioFrame, count: int) -> list[AudioPlane] | tuple[AudioPlane, ...]:
-    """The frame's first ``count`` planes; a ``ValueError`` when it has fewer
-    (a frame of fewer channels than the crop's: PyAV 18 would hand over
-    whatever memory lies past the last one).
+def _planes(frame: av.AudioFrame, channels: int) -> Sequence[AudioPlane]:
+    """The planes of a frame of ``channels`` channels (one when packed); a
+    ``ValueError`` when the frame has another count (a stream that changes
+    its channels: its samples would land in the wrong rows, and PyAV 18
+    hands over whatever memory follows a frame's last plane).
 
     From eight channels on not ``frame.planes``: PyAV counts planes by
     walking FFmpeg's data pointers up to a null one, which for an 8-channel
     planar frame (7.1 AAC, Opus, Vorbis, E-AC-3) reads one past them; PyAV
     18 then lists a ninth plane and PyAV 19 raises."""
-    channels = frame.layout.nb_channels
-    if count > (channels if frame.format.is_planar else 1):
-        raise ValueError(f"a frame of {channels} channels where {count} were expected")
-    if channels < 8:
-        return frame.planes[:count]
-    return [AudioPlane(frame, number) for number in range(count)]
+    have = frame.layout.nb_channels
+    if have != channels:
+        raise ValueError(f"a frame of {have} channels where {channels} were expected")
+    if channels < 8 or not frame.format.is_planar:
+        return frame.planes
+    return [AudioPlane(frame, number) for number in range(channels)]
 
 
 def concat(pieces: list[np.ndarray], channels: int) -> np.ndarray:

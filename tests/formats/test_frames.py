@@ -77,14 +77,15 @@ def test_a_mean_buffer_is_the_downmix_of_the_frames_bit_for_bit(fmt: str, layout
 
 
 @pytest.mark.parametrize("mean", [False, True])
-def test_a_frame_with_fewer_channels_than_the_buffer_is_refused(mean: bool) -> None:
-    """Never the memory past a frame's last plane: a mono frame in a stereo
-    crop (a stream that changes its channels) is an error, as PyAV 19 says
-    and PyAV 18 does not."""
+def test_a_frame_of_other_channels_than_the_buffer_is_refused(mean: bool) -> None:
+    """A frame of another channel count than the crop's (a stream that
+    changes its channels) is an error: never the memory past a frame's last
+    plane (PyAV 18), never samples in the wrong rows."""
     buffer = SampleBuffer(2, 0, mean=mean)
     for fmt in ("fltp", "s16p", "s16"):
-        with pytest.raises(ValueError, match=r"1 channels where 2 were expected|buffer"):
-            buffer.add_frame(_frame(fmt, 1152, 0, "mono"))
+        for layout in ("mono", "5.1"):
+            with pytest.raises(ValueError, match="channels where 2 were expected"):
+                buffer.add_frame(_frame(fmt, 1152, 0, layout))
 
 
 def test_integer_formats_scale_to_the_unit_range() -> None:
