@@ -8,11 +8,13 @@ must cost only the index (fallback), never the crops.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +28,7 @@ from streamer.errors import ShardError, StorageError
 from streamer.pipeline.episodes import Episodes
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
+from testkit.servers import LoopbackServer, file_handler
 
 #: Three shards of two one-second episodes each (packed one batch per shard).
 EPISODES = [f"e{i}" for i in range(6)]
@@ -181,31 +184,41 @@ def test_inspect_lists_what_cannot_be_read(
     assert "no index  seek_index/shard-000000 (its episodes fall back): __key__ mismatch" in report
 
 
+@contextlib.contextmanager
+def _served(folder: Path) -> Iterator[LoopbackServer]:
+    """An HTTP file server of this test's own over ``folder`` (the shared
+    one serves the session's storage root, which tests must not add to)."""
+    server = LoopbackServer(file_handler(folder)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def test_a_truncated_remote_shard_is_skipped(
-    http, storage_root: Path, make_store, clean: Path
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, make_store: Callable[..., Any], clean: Path
+) -> None:
     """Over HTTP too: a shard cut short is the shard's fault, not the store's."""
-    served = storage_root / "partial"
-    if not served.exists():
-        shutil.copytree(clean, served)
-        _truncate(served / "audio" / f"{VICTIM}.wsds")
-    dataset = Dataset(f"{http.url}/partial", store=make_store("http"))
-    assert dataset.shard_names == ["shard-000000", "shard-000002"]
-    assert len(dataset) == 4
-    key = next(iter(dataset))
-    assert dataset.read_crop(key, 0.1, 0.6).shape == (1, 11025)
+    shutil.copytree(clean, tmp_path / "partial")
+    _truncate(tmp_path / "partial" / "audio" / f"{VICTIM}.wsds")
+    with _served(tmp_path) as http:
+        dataset = Dataset(f"{http.url}/partial", store=make_store("http"))
+        assert dataset.shard_names == ["shard-000000", "shard-000002"]
+        assert len(dataset) == 4
+        key = next(iter(dataset))
+        assert dataset.read_crop(key, 0.1, 0.6).shape == (1, 11025)
 
 
 def test_a_failing_store_is_not_a_bad_shard(
-    http, storage_root: Path, make_store, clean: Path
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, make_store: Callable[..., Any], clean: Path
+) -> None:
     """A store that answers 503 past its retries raises: its shards are not
     quietly dropped from the dataset (a local file that cannot be read is)."""
-    served = storage_root / "partial-503"
-    if not served.exists():
-        shutil.copytree(clean, served)
-    dataset = Dataset(f"{http.url}/partial-503", store=make_store("http", attempts=2, backoff=0.01))
-    http.faults.errors = 1000
-    with pytest.raises((ShardError, StorageError), match="503"):
-        dataset.shard_names  # noqa: B018
-    assert dataset._bad_shards == {}
+    shutil.copytree(clean, tmp_path / "partial")
+    with _served(tmp_path) as http:
+        store = make_store("http", attempts=2, backoff=0.01)
+        dataset = Dataset(f"{http.url}/partial", store=store)
+        http.faults.errors = 1000
+        with pytest.raises((ShardError, StorageError), match="503"):
+            dataset.shard_names  # noqa: B018
+        assert dataset._bad_shards == {}
