@@ -29,6 +29,8 @@ from math import gcd
 import numpy as np
 import soxr
 
+from ..formats.frames import sum_channels
+
 __all__ = [
     "CONTEXT",
     "DEFAULT_QUALITY",
@@ -130,19 +132,14 @@ def resample(
 
 
 def downmix(samples: np.ndarray) -> np.ndarray:
-    """Mono as the mean of the channels, shape ``(1, n)``: summed one channel
-    after another, then divided (``np.add.reduce`` may sum eight or more
-    rows pairwise, depending on the array's layout; a fixed order gives the
-    same values however the samples were laid out, and a decoder's buffer
-    that sums frames as they come out, ``frames.SampleBuffer``, gives them
-    bit for bit).
+    """Mono as the mean of the channels, shape ``(1, n)``: summed in a fixed
+    order (``frames.sum_channels``, as a mono crop's decoder sums its
+    frames), then divided.
 
     Not FFmpeg's default downmix, which is ``0.7071 * (L + R)`` for stereo.
     """
     if samples.shape[0] == 1:
         return samples
-    out = samples[0] + samples[1]
-    for row in samples[2:]:
-        out += row
+    out = sum_channels(samples, np.empty(samples.shape[1], dtype=np.float32))
     out /= samples.shape[0]
     return out[np.newaxis]

@@ -17,7 +17,7 @@ import av
 import numpy as np
 from av.audio.plane import AudioPlane
 
-__all__ = ["SampleBuffer", "concat", "frame_to_float32"]
+__all__ = ["SampleBuffer", "concat", "frame_to_float32", "sum_channels"]
 
 #: Sample format (without the planar ``p``) -> (numpy dtype, offset, scale).
 #: Integers map into [-1, 1): every scale is a power of two, so converting
@@ -114,11 +114,10 @@ def _write(frame: av.AudioFrame, out: np.ndarray) -> None:
 
 
 def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
-    """The sum of the frame's first ``channels`` channels into ``out`` (its
-    first ``len(out)`` samples), added one channel after another as
-    ``resample.downmix`` adds them. Planar float frames (what FFmpeg's lossy
-    decoders give) are summed straight from their planes; others are
-    converted first."""
+    """The sum of the frame's ``channels`` channels into ``out`` (its first
+    ``len(out)`` samples; ``sum_channels``). Planar float frames (what
+    FFmpeg's lossy decoders give) are summed straight from their planes;
+    others are converted first."""
     count = out.shape[0]
     rows: list[np.ndarray] | np.ndarray
     if frame.format.name == "fltp":
@@ -126,9 +125,23 @@ def _write_sum(frame: av.AudioFrame, out: np.ndarray, channels: int) -> None:
     else:
         rows = np.empty((channels, count), dtype=np.float32)
         _write(frame, rows)
-    out[:] = rows[0]
-    for row in rows[1:]:
+    sum_channels(rows, out)
+
+
+def sum_channels(rows: Sequence[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """``rows`` (float32, one per channel) added into ``out`` one after
+    another, in their order, and ``out``: the one summation of a mono crop,
+    whether its decoder sums each frame as it comes out (``SampleBuffer``)
+    or the whole crop is reduced afterwards (``resample.downmix``), so the
+    two give the same values bit for bit. Not ``np.add.reduce``, which sums
+    eight or more rows pairwise for some array layouts."""
+    if len(rows) == 1:
+        out[:] = rows[0]
+        return out
+    np.add(rows[0], rows[1], out=out)
+    for row in rows[2:]:
         out += row
+    return out
 
 
 def _planes(frame: av.AudioFrame, channels: int) -> Sequence[AudioPlane]:
