@@ -22,7 +22,8 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
     if index.block_align:
         start = index.data_start + first * index.block_align
         end = min(index.data_start + last * index.block_align, index.data_end)
-        return CropPlan(first, last, -1, to_native(index, first), (), (start, end - start))
+        native = to_native(index, first)
+        return CropPlan(first, last, -1, native, native, (), (start, end - start))
     want_from = to_native(index, first) - preroll
     want_to = to_native(index, last)
     points = index.sample_pos
@@ -35,6 +36,7 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
         last=last,
         point=point,
         start_native=int(points[point]),
+        decode_from=max(want_from, int(points[point])),
         header=tuple(index.header),
         data=(start, end - start),
         end_native=int(points[after]) if after < len(points) else -1,

@@ -73,6 +73,12 @@ class CropPlan:
     point: int
     #: Native position of the first sample of the frame/page at ``data[0]``.
     start_native: int
+    #: Native position decoding must start at or before: ``first`` less the
+    #: pre-roll, and not before ``start_native``. A format that knows where
+    #: each frame of the data starts (by count, or from a sample table) starts
+    #: at the last frame at or before it, not at the seek point: seek points
+    #: are about a second apart, frames a few milliseconds.
+    decode_from: int
     #: ``(offset, length)`` in the blob: the header ranges, then the data range.
     header: Ranges
     data: tuple[int, int]

@@ -6,8 +6,9 @@ frame yields ``samples_per_frame`` samples, so a frame's native position is
 the seek point's plus a count. The bit reservoir lets a frame borrow up to
 511 bytes of the frames before it; the indexer counts how many frames back
 that reaches (``SeekIndex.preroll``, when more than ``PREROLL_FRAMES``), so
-decoding starts ``preroll_frames`` before the crop, where the output equals
-a full decode exactly; frames before those are parsed but not decoded.
+decoding starts ``preroll_frames`` before the crop (``CropPlan.decode_from``),
+where the output equals a full decode exactly; the frames before those and
+after the crop's last are parsed but not decoded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
-from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless
+from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into, split_packets
 from .parse import PREROLL_FRAMES, samples_per_frame
 
@@ -45,9 +46,11 @@ def decode(
     decoder = av.CodecContext.create(DECODERS[index.codec], "r")
     per_frame = frame_samples(index)
     packets = split_packets(decoder, fetched.data)
-    wanted = (index.first_sample + plan.first - plan.start_native) // per_frame
-    skip = max(wanted - preroll_frames(index), 0)
+    skip = (plan.decode_from - plan.start_native) // per_frame
     first_native = plan.start_native + skip * per_frame
-    out = context.buffer(index.channels, decode_span(index, plan))
-    decode_into(decoder, packets[skip:], context, out, lengths=per_frame)
+    # The frames up to the one holding the crop's last sample: the data runs
+    # on to the next seek point, whose frames would only be thrown away.
+    count = -(-(to_native(index, plan.last) - first_native) // per_frame)
+    out = context.buffer(index.channels, count * per_frame)
+    decode_into(decoder, packets[skip : skip + count], context, out, lengths=per_frame)
     return out.samples(), to_gapless(index, first_native)

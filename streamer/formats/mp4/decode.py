@@ -1,8 +1,10 @@
 """MP4/M4A/3GP (AAC, ALAC, AMR, Vorbis): FFmpeg's demuxer over the planned ranges only.
 
 The demuxer reads ``moov`` (the header ranges; its copy shows the audio
-track only) and seeks natively on its own sample table, then demuxes the
-samples in the data range; everything comes from memory through a
+track only) and seeks natively on its own sample table, to the packet where
+the pre-roll starts (``CropPlan.decode_from``; the index's seek point before
+it only bounds the bytes), then demuxes the samples in the data range up to
+the crop's end; everything comes from memory through a
 ``SparseFile``. The decoder exports what FFmpeg would trim (edit list,
 iTunSMPB), so every frame comes out, placed by its timestamp: FFmpeg's pts
 is the decode time less the edit's media time plus the empty edits before
@@ -227,8 +229,8 @@ def _demux_decode(
 ) -> tuple[np.ndarray, int]:
     container, origin = demuxer.container, demuxer.origin
     stream = container.streams.audio[0]
-    if plan.point > 0:
-        container.seek(plan.start_native - origin, stream=stream, backward=True, any_frame=True)
+    if plan.point > 0:  # to the packet at or before the pre-roll: the sample table has them all
+        container.seek(plan.decode_from - origin, stream=stream, backward=True, any_frame=True)
     decoder = _fresh_decoder(stream.codec_context)
     out = context.buffer(index.channels, decode_span(index, plan))
     first = None

@@ -36,6 +36,7 @@ from ..flac.parse import STREAMINFO_SIZE
 from ..frames import concat
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
 from ..packets import decode_packets
+from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
 from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, packet_durations
 
@@ -140,6 +141,10 @@ def decode(
     runs = _runs(fetched.data, plan, context, index.codec)
     base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
     last = to_native(index, plan.last)
+    # Placed by a page, the first run starts where the pre-roll does.
+    placed = base is not None and counted is None and runs and not runs[0].after_damage
+    if placed and not runs[0].opens_link and index.codec in ("opus", "vorbis"):
+        _start_at(runs[0], plan.decode_from - base, headers)
     # One run, the usual case, is placed as soon as a page tells where: its
     # decode stops once the crop's end is out.
     alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
@@ -234,6 +239,34 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]
+
+
+def _start_at(run: _Run, granule: int, headers: list[bytes]) -> None:
+    """Drop the packets before the last one that starts at or before
+    ``granule`` (on the link's granule timeline), up to the first page that
+    places the run: a seek point is a page, about a second of packets, of
+    which the pre-roll needs only those from ``granule`` on.
+
+    A packet starts where its page's granule position less the durations of
+    it and the packets after it on that page says (durations from their first
+    bytes, as FFmpeg counts them). Vorbis's first packet then only primes
+    the decoder, as the first packet of a page does when decoding starts at
+    a seek point; the run is still placed by that page's granule."""
+    placing = ((n, page) for n, (_, page) in enumerate(run.packets) if page and page.granule >= 0)
+    anchor, page = next(placing, (0, None))
+    if page is None or page.flags & EOS:
+        return
+    counter = packet_durations(headers[:3])
+    try:
+        durations = [counter.next(bytes(packet)[:2]) for packet, _ in run.packets[: anchor + 1]]
+    except NoIndex:  # a packet whose duration cannot be told: start at the page
+        return
+    start = page.granule
+    for number in range(anchor, 0, -1):
+        start -= durations[number]
+        if start <= granule:
+            del run.packets[:number]
+            return
 
 
 def _is_header(codec: str, packet: bytes) -> bool:
