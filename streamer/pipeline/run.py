@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
-from ..decode.crop import Crop, CropJob
+from ..decode.crop import Crop, CropJob, fetch
 from ..formats.job import DecodeStats
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
@@ -210,6 +210,8 @@ class Run:
         only for the machinery. With local sources they are planned one after
         the other on the loop; otherwise concurrently, each in a thread (a
         crop waiting on its shard's opening must not hold up the others)."""
+        if self._pool is None and self._plan_in_loop:
+            return await self._in_thread(positions)
         results: list[Crop | Failure | Task | None] = [None] * len(positions)
         if self._plan_in_loop:
             for number, position in enumerate(positions):
@@ -232,17 +234,48 @@ class Run:
         assert len(done) == len(positions)  # every crop is planned, then decoded or failed
         return done
 
+    async def _in_thread(self, positions: list[int]) -> list[Crop | Failure]:
+        """In-process decoding of local crops: each planned and decoded in the
+        decoding thread, the batch in one hop. Planned on the loop instead,
+        every crop would have the two threads take turns at the GIL
+        (measured: 0.3-0.4 ms of CPU per crop on the loop's side)."""
+
+        def plan_and_decode() -> list[tuple[Crop | Failure, DecodeStats, int]]:
+            done = []
+            for position in positions:
+                job = self._planned(self._plan_at, position)
+                if isinstance(job, Failure):
+                    done.append((job, DecodeStats(), 0))
+                    continue
+                task = Task(job) if is_mapped(job) or job.plan is None else Task(job, fetch(job))
+                result, decoded = attempt(task)
+                done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
+            return done
+
+        answers = await anyio.to_thread.run_sync(
+            plan_and_decode, abandon_on_cancel=True, limiter=self._in_process
+        )
+        for _, decoded, mapped in answers:
+            self._stats.decode.add(decoded)
+            self._stats.bytes_read += mapped
+        return [result for result, _, _ in answers]
+
+    @staticmethod
+    def _planned(plan_at: Callable[[int], CropJob | Failure], position: int) -> CropJob | Failure:
+        """``plan_at(position)``, a planner that raised turned into the crop's failure."""
+        try:
+            return plan_at(position)
+        except Exception as exc:
+            return failure_of(exc, None, None)
+
     async def _prepare(self, position: int) -> Task | Failure:
         """The decode task of the crop at ``position`` (its bytes prefetched), or its failure."""
-        try:
-            if self._plan_in_loop:
-                job = self._plan_at(position)
-            else:
-                job = await anyio.to_thread.run_sync(
-                    self._plan_at, position, abandon_on_cancel=True
-                )
-        except Exception as exc:  # a planner that raised instead of returning a Failure
-            return failure_of(exc, None, None)
+        if self._plan_in_loop:
+            job = self._planned(self._plan_at, position)
+        else:
+            job = await anyio.to_thread.run_sync(
+                self._planned, self._plan_at, position, abandon_on_cancel=True
+            )
         if isinstance(job, Failure):
             return job
         try:
