@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
-from ..decode.crop import Crop, CropJob, fetch
+from ..decode.crop import Crop, CropJob
 from ..formats.job import DecodeStats
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
@@ -247,8 +247,9 @@ class Run:
                 if isinstance(job, Failure):
                     done.append((job, DecodeStats(), 0))
                     continue
-                task = Task(job) if is_mapped(job) or job.plan is None else Task(job, fetch(job))
-                result, decoded = attempt(task)
+                result, decoded = attempt(
+                    Task(job)
+                )  # reads the bytes itself: failures are the crop's
                 done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
             return done
 
