@@ -247,9 +247,8 @@ class Run:
                 if isinstance(job, Failure):
                     done.append((job, DecodeStats(), 0))
                     continue
-                result, decoded = attempt(
-                    Task(job)
-                )  # reads the bytes itself: failures are the crop's
+                # The task reads its bytes itself: a failed read is the crop's failure.
+                result, decoded = attempt(Task(job))
                 done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
             return done
 
