@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_audio
 
 from streamer import open_dataset
 from streamer.dataset import Dataset
@@ -27,7 +28,7 @@ from streamer.errors import CropError
 from streamer.formats.flac.parse import frame_header
 from streamer.formats.job import DecodeStats, Fetched
 from streamer.formats.ogg.pages import checked_pages
-from streamer.synth import CODECS, encode, signal
+from streamer.synth import encode, signal
 from streamer.write.pack import pack
 
 SECONDS = 12.0
@@ -39,8 +40,7 @@ FILES = {"flac": ("flac", 44100, 2), "vorbis": ("vorbis", 44100, 2), "opus": ("o
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     src = tmp_path_factory.mktemp("integrity-src")
     for key, (codec, rate, channels) in FILES.items():
-        data = encode(signal(SECONDS, rate, channels, seed=len(key)), rate, codec)
-        (src / f"{key}.{CODECS[codec].extension}").write_bytes(data)
+        write_audio(src, key, codec, rate, channels, SECONDS, seed=len(key))
     out = tmp_path_factory.mktemp("integrity") / "dataset"
     pack(src, out, progress=False)
     return open_dataset(out)
