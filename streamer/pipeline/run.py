@@ -243,7 +243,7 @@ class Run:
         def plan_and_decode() -> list[tuple[Crop | Failure, DecodeStats, int]]:
             done = []
             for position in positions:
-                job = self._planned(self._plan_at, position)
+                job = self._planned(position)
                 if isinstance(job, Failure):
                     done.append((job, DecodeStats(), 0))
                     continue
@@ -260,22 +260,19 @@ class Run:
             self._stats.bytes_read += mapped
         return [result for result, _, _ in answers]
 
-    @staticmethod
-    def _planned(plan_at: Callable[[int], CropJob | Failure], position: int) -> CropJob | Failure:
-        """``plan_at(position)``, a planner that raised turned into the crop's failure."""
+    def _planned(self, position: int) -> CropJob | Failure:
+        """The crop's plan, or its failure (a planner that raised included)."""
         try:
-            return plan_at(position)
+            return self._plan_at(position)
         except Exception as exc:
             return failure_of(exc, None, None)
 
     async def _prepare(self, position: int) -> Task | Failure:
         """The decode task of the crop at ``position`` (its bytes prefetched), or its failure."""
         if self._plan_in_loop:
-            job = self._planned(self._plan_at, position)
+            job = self._planned(position)
         else:
-            job = await anyio.to_thread.run_sync(
-                self._planned, self._plan_at, position, abandon_on_cancel=True
-            )
+            job = await anyio.to_thread.run_sync(self._planned, position, abandon_on_cancel=True)
         if isinstance(job, Failure):
             return job
         try:
