@@ -67,6 +67,7 @@ from .tasks import (
     send_held_back,
     ship,
 )
+from .turns import Turns
 
 __all__ = [
     "CROPS_PER_RESTART",
@@ -223,7 +224,7 @@ class WorkerPool:
         self._idle: list[_Worker | None] = [None] * size
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
-        self._free = anyio.Semaphore(size)
+        self._turns = Turns(size)
         self._closed = False
         arena_bytes = arena.ARENA_BYTES if arena_bytes is None else arena_bytes
         self.arena = open_arena(arena_bytes) if arena_bytes > 0 else None
@@ -253,10 +254,14 @@ class WorkerPool:
         (answer,) = await self.run_batch([task])
         return answer
 
-    async def run_batch(self, tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+    async def run_batch(
+        self, tasks: list[Task], *, rank: int = 0
+    ) -> list[tuple[Crop | Failure, DecodeStats]]:
         """The answers to ``tasks``, in their order, from one worker in one
         round trip (one message each way: the parent's cost per crop is
-        mostly per message). A crop's answer is a ``WorkerDied`` failure
+        mostly per message). When batches wait for a worker, the lowest
+        ``rank`` goes first (the pipeline ranks a batch by its place in the
+        epoch), then the first to come. A crop's answer is a ``WorkerDied`` failure
         once workers died under it ``CROP_ATTEMPTS`` times. Raises
         ``WorkerDied`` past the restart budget. The jobs' deferred ranges
         are read and sent only if the worker asks.
@@ -267,7 +272,7 @@ class WorkerPool:
         killed the batch is unknown, so its first crop is the one charged
         with the death: an innocent crop is charged at most once, and every
         attempt after that is its own."""
-        async with self._free:
+        async with self._turns.turn(rank):
             worker = self._idle.pop()
             leases = [self._lease(task) for task in tasks]
             tasks = [

@@ -53,6 +53,7 @@ from .pool import WorkerPool
 from .stages import is_mapped, prefetch
 from .stats import StreamerStats
 from .tasks import Failure, Task, attempt, failure_of, first_error
+from .turns import Turns
 
 __all__ = ["Item", "Run"]
 
@@ -115,7 +116,7 @@ class Run:
         # In-process decoding (no pool) runs one crop at a time: PyAV holds
         # the GIL, so decoding threads only contend for it (measured: 1.3-1.7x
         # the CPU of a plain read_crop loop with a prefetch of 8).
-        self._in_process = anyio.CapacityLimiter(1)
+        self._in_process = Turns(1)
         self._first, self._last = first, last
         self._pool = pool
         self._batch = batch_size(prefetch, pool.size if pool is not None else 1)
@@ -226,7 +227,7 @@ class Run:
                     group.start_soon(prepare, number, position)
         tasks = [(number, task) for number, task in enumerate(results) if isinstance(task, Task)]
         if tasks:
-            answers = await self._decode([task for _, task in tasks])
+            answers = await self._decode([task for _, task in tasks], rank=positions[0])
             for (number, _), (result, decoded) in zip(tasks, answers, strict=True):
                 self._stats.decode.add(decoded)
                 results[number] = result
@@ -252,9 +253,8 @@ class Run:
                 done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
             return done
 
-        answers = await anyio.to_thread.run_sync(
-            plan_and_decode, abandon_on_cancel=True, limiter=self._in_process
-        )
+        async with self._in_process.turn(positions[0]):
+            answers = await anyio.to_thread.run_sync(plan_and_decode, abandon_on_cancel=True)
         for _, decoded, mapped in answers:
             self._stats.decode.add(decoded)
             self._stats.bytes_read += mapped
@@ -283,12 +283,13 @@ class Run:
             self._stats.bytes_read += job.nbytes
         return task
 
-    async def _decode(self, tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+    async def _decode(
+        self, tasks: list[Task], *, rank: int
+    ) -> list[tuple[Crop | Failure, DecodeStats]]:
         if self._pool is None:  # abandoned when stopped: it may wait on a store
-            return await anyio.to_thread.run_sync(
-                _attempt_all, tasks, abandon_on_cancel=True, limiter=self._in_process
-            )
-        return await self._pool.run_batch(tasks)
+            async with self._in_process.turn(rank):
+                return await anyio.to_thread.run_sync(_attempt_all, tasks, abandon_on_cancel=True)
+        return await self._pool.run_batch(tasks, rank=rank)
 
     async def _emit(self) -> None:
         """Hand the slots' results over in plan order. Results that are

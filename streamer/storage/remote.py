@@ -24,7 +24,7 @@ import os
 import struct
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..timing import record
 from ._bounds import check_range
@@ -381,13 +381,26 @@ class RemoteReader(RangeReader):
     """One object of a ``RemoteStore``, read through the store's block cache."""
 
     def __init__(self, store: RemoteStore, path: str, size: int | None = None) -> None:
-        self.store = store
+        self._store: RemoteStore | None = store
+        self._recipe = (store.scheme, store._options)
         self.path = path
         self.url = store.display(path)
         self._known_size = size
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return RemoteReader, (self.store, self.path, self._known_size)
+        return _unpickled_reader, (self._recipe, self.path, self.url, self._known_size)
+
+    @property
+    def store(self) -> RemoteStore:
+        """The reader's store; in another process, rebuilt from its options on
+        first use. A decode worker handed a crop's bytes never reads through
+        the store, and building one imports its client library (aiohttp and
+        aiobotocore: 150 ms, which every worker's first remote crop paid)."""
+        if self._store is None:
+            from .registry import get_store
+
+            self._store = cast(RemoteStore, get_store(*self._recipe))
+        return self._store
 
     async def size(self) -> int:
         return await run_async(self._size_on_loop())
@@ -532,3 +545,13 @@ def _close_all() -> None:
             # Exiting anyway: a failed close must not mask the exit status.
             with contextlib.suppress(Exception):
                 run_sync(store._close_on_loop())
+
+
+def _unpickled_reader(
+    recipe: tuple[str, dict[str, Any]], path: str, url: str, size: int | None
+) -> RemoteReader:
+    """A ``RemoteReader`` from its pickle: the store stays unbuilt until used."""
+    reader = RemoteReader.__new__(RemoteReader)
+    reader._store, reader._recipe = None, recipe
+    reader.path, reader.url, reader._known_size = path, url, size
+    return reader

@@ -264,22 +264,27 @@ def test_a_worker_killed_mid_batch_loses_no_crop(
 
 def test_crops_go_to_a_worker_in_batches(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With room for two batches per worker, a worker gets four crops per
-    message (the parent's cost is per message), every crop in one batch."""
+    message (the parent's cost is per message), every crop in one batch,
+    each batch ranked by its first crop's place in the epoch (the waiting
+    batch the consumer needs first gets the next free worker)."""
     from streamer.pipeline.pool import WorkerPool
     from streamer.pipeline.run import MAX_BATCH
 
     sizes: list[int] = []
+    ranks: list[int] = []
     run_batch = WorkerPool.run_batch
 
-    async def recording(self: WorkerPool, tasks: list) -> list:  # type: ignore[type-arg]
+    async def recording(self: WorkerPool, tasks: list, *, rank: int) -> list:  # type: ignore[type-arg]
         sizes.append(len(tasks))
-        return await run_batch(self, tasks)
+        ranks.append(rank)
+        return await run_batch(self, tasks, rank=rank)
 
     monkeypatch.setattr(WorkerPool, "run_batch", recording)
     sampler = RandomCrops(0.5, per_episode=4)
     dataset = streamer.open_dataset(packed)
     crops = list(Streamer(dataset, sampler, seed=3, workers=1, prefetch=2 * MAX_BATCH))
     assert len(crops) == sum(sizes) == 28 and sizes == [MAX_BATCH] * 7
+    assert sorted(ranks) == list(range(0, 28, MAX_BATCH))
     threads = list(Streamer(dataset, sampler, seed=3, workers=0))
     for a, b in zip(threads, crops, strict=True):
         assert np.array_equal(a.audio, b.audio), a.key

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,34 @@ def test_a_store_with_policy_objects_pickles_to_a_worker_process(  # type: ignor
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         got = pool.apply(_settings_in_worker, (reader,))
     assert got == (retry, cache, data[123:173])
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_an_unpickled_reader_builds_its_store_only_when_it_reads(  # type: ignore[no-untyped-def]
+    s3, http, s3_uploaded, data, kind: str
+) -> None:
+    """A decode worker handed a crop's bytes never reads through the store:
+    unpickling its reader imports no client library (150 ms per worker);
+    the first read builds the store from the pickled options."""
+    if kind == "s3":
+        url, options = f"s3://{s3_uploaded}/random.bin", {"endpoint_url": s3.url, **CREDENTIALS}
+    else:
+        url, options = f"{http.url}/random.bin", {}
+    store, path = open_url(url, **options)
+    pickled = pickle.dumps(store.reader(path))
+    script = (
+        "import pickle, sys\n"
+        "reader = pickle.loads(sys.stdin.buffer.read())\n"
+        "print(repr(reader), 'aiohttp' in sys.modules, 'aiobotocore' in sys.modules)\n"
+        "print(bytes(reader.read_sync(123, 50)).hex(), 'aiohttp' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=pickled, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    unpickled, read = done.stdout.decode().splitlines()
+    assert unpickled == f"{store.reader(path)!r} False False"
+    assert read == f"{data[123:173].hex()} True"
 
 
 def test_remote_crops_in_decode_workers_with_policy_objects(  # type: ignore[no-untyped-def]
