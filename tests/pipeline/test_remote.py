@@ -175,3 +175,30 @@ def test_bench_and_warmup_commands(
     assert remote["url"] == url and remote["relative"] > 0
     assert main(["bench", str(packed), "--duration", "0.5", "--crops", "4", "--workers", "0"]) == 0
     assert "crops/s" in capsys.readouterr().out
+
+
+def test_a_worker_reads_an_unindexed_remote_episode_through_its_own_store(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, make_store, packed: Path, tmp_path: Path
+) -> None:
+    """Without an index nothing is planned or shipped: the worker reads the
+    blob itself, through a store it builds from the task's reader on first
+    use (an unpickled reader builds none until it reads)."""
+    import shutil
+    import uuid
+
+    local = tmp_path / "unindexed"
+    shutil.copytree(packed, local, ignore=shutil.ignore_patterns("seek_index"))
+    store = make_store("s3", s3.url)
+    prefix = f"{s3_uploaded}/unindexed-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            store.put_sync(f"{prefix}/{path.relative_to(local).as_posix()}", path)
+    sampler = RandomCrops(0.5, per_episode=2)
+    expected = list(Streamer(streamer.open_dataset(local), sampler, seed=4, workers=0))
+    s = Streamer(Dataset(prefix, store=store), sampler, seed=4, workers=1)
+    remote = list(s)
+    assert [(c.key, c.start) for c in remote] == [(c.key, c.start) for c in expected]
+    for a, b in zip(expected, remote, strict=True):
+        np.testing.assert_array_equal(a.audio, b.audio, err_msg=a.key)
+    assert s.stats.yielded == 14 and not s.stats.skipped
+    assert "index" not in s.stats.decode.paths and sum(s.stats.decode.paths.values()) == 14
