@@ -17,6 +17,12 @@ so they do not share its CPU time accounting.
 moto reads the whole object for every ranged GET (about 54 ms of server CPU
 per 256 KiB GET of a 64 MB object), and that cost, on the same cores as the
 bench, weighs on its figures; SeaweedFS and rclone read only the range.
+
+``--split-cpus`` (Linux) keeps the server and the proxy off the bench's
+CPUs, as a real object store is: the bench (its parent and decode workers)
+runs on the first half of this process's CPUs, the server and the proxy on
+the rest. On a 2-CPU machine that is one CPU each, so only ``--workers 1``
+means anything there.
 """
 
 from __future__ import annotations
@@ -83,7 +89,13 @@ def run_bench(
     print(f"$ {shown} --json  # $SERVER: {kind} with {args.latency * 1000:.0f} ms per request")
     module = [sys.executable, "-m", "streamer.cli", *command[1:], "--json"]
     before = _cpu() + server_process_cpu()
-    answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE)
+    cpus = args.bench_cpus
+
+    def pinned() -> None:  # in the child, before it runs the bench
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    answer = subprocess.run(module, env=env, check=True, stdout=subprocess.PIPE, preexec_fn=pinned)
     server_cpu = _cpu() + server_process_cpu() - before
     result = json.loads(answer.stdout)
     print_table(result)
@@ -95,11 +107,33 @@ def run_bench(
     print(
         f"server side ({kind} and the latency proxy): {server_cpu:.1f} s CPU, "
         f"{server_cpu * 1000 / max(remote, 1):.1f} ms per remote crop streamed "
-        f"(the baseline's downloads included), on the same {os.cpu_count()} CPUs as the bench"
+        f"(the baseline's downloads included), {where_server(args)}"
     )
     result["server_cpu_s"] = server_cpu
     name = "pipeline_http" if kind == "HTTP" else "pipeline"
-    print("wrote", write_json(name, {"latency_s": args.latency, "store": kind, **result}))
+    shape = {"latency_s": args.latency, "store": kind, "split_cpus": bool(args.bench_cpus)}
+    print("wrote", write_json(name, {**shape, **result}))
+
+
+def where_server(args: argparse.Namespace) -> str:
+    if not args.bench_cpus:
+        return f"on the same {os.cpu_count()} CPUs as the bench"
+    server = sorted(os.sched_getaffinity(0))
+    return f"on CPUs {server}, the bench on CPUs {sorted(args.bench_cpus)}"
+
+
+def split_cpus() -> set[int]:
+    """Keep this process (the proxy, moto, and the server it starts) on the
+    second half of its CPUs; the bench's half. Called before any thread
+    starts: a thread takes its CPUs from the one that starts it."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise SystemExit("--split-cpus needs Linux (sched_setaffinity)")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"--split-cpus needs at least 2 CPUs, this process has {len(cpus)}")
+    half = len(cpus) // 2
+    os.sched_setaffinity(0, cpus[half:])
+    return set(cpus[:half])
 
 
 def main() -> None:
@@ -111,7 +145,13 @@ def main() -> None:
     add_server_argument(parser, "--store", "http")
     parser.add_argument("--copies", type=int, default=4, help="copies of each demo episode")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument(
+        "--split-cpus",
+        action="store_true",
+        help="the server and proxy on half the CPUs, the bench on the other half (Linux)",
+    )
     args = parser.parse_args()
+    args.bench_cpus = split_cpus() if args.split_cpus else None
     local = small_shards(Path(tempfile.mkdtemp(prefix="bench-pipeline-")), args.copies)
     if args.store == "http":
         server = LoopbackServer(file_handler(local.parent)).start()
