@@ -78,11 +78,12 @@ def run(args: argparse.Namespace) -> int:
 def print_table(result: dict) -> None:
     """One row per run: throughput, its ratio to the first URL, cost per crop
     (CPU of parent and workers, the parent's share, the pure decode's, and
-    the ratio of the first to the last)."""
+    the ratio of the first to the last), requests and bytes per crop, crop
+    latency, the milliseconds to the pass's first crop."""
     header = (
         f"{'dataset':<40} {'workers':>7} {'crops/s':>8} {'relative':>8} {'cpu ms':>7} "
         f"{'parent':>7} {'limit':>6} {'/limit':>6} "
-        f"{'req':>5} {'kB':>7} {'p50 ms':>7} {'p99 ms':>7} {'hits':>5} "
+        f"{'req':>5} {'kB':>7} {'p50 ms':>7} {'p99 ms':>7} {'first':>6} {'hits':>5} "
         f"{'baseline':>9} {'speedup':>7}"
     )
     print(header)
@@ -95,6 +96,7 @@ def print_table(result: dict) -> None:
             f"{_figure(run, 'cpu_over_limit', '.2f'):>6} "
             f"{run['requests_per_crop']:>5.2f} {run['bytes_per_crop'] / 1e3:>7.0f} "
             f"{run['p50_ms'] or 0:>7.1f} {run['p99_ms'] or 0:>7.1f} "
+            f"{_figure(run, 'first_crop_ms', '.0f'):>6} "
             f"{'-' if hits is None else f'{hits:.0%}':>5} "
             f"{_figure(run, 'baseline_crops_per_s'):>9} {_figure(run, 'speedup'):>7}"
         )

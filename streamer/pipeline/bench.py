@@ -156,8 +156,10 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
         startup = sum(_process_cpu(pid) for pid in streamer.worker_pids)
         parent = _cpu_seconds(resource.RUSAGE_SELF)
         began = time.perf_counter()
+        first: float | None = None
         for _ in streamer:
-            pass
+            if first is None:
+                first = time.perf_counter() - began
         seconds = time.perf_counter() - began
         parent = _cpu_seconds(resource.RUSAGE_SELF) - parent
     # The workers are reaped by now: their CPU counts, but for their start-up.
@@ -187,6 +189,7 @@ def _measure(dataset: Dataset, workers: int, config: BenchConfig) -> dict[str, A
         "bytes_per_crop": stats.bytes_read / per,
         "p50_ms": stats.percentile_ms(50),
         "p99_ms": stats.percentile_ms(99),
+        "first_crop_ms": None if first is None else first * 1000,
         "cache_hit_rate": stats.cache_hits / blocks if blocks else None,
         "queue_wait_s": stats.queue_wait_s,
     }

@@ -19,6 +19,8 @@ def test_bench_rounds_report_the_median_of_interleaved_runs(packed: Path, capsys
         rates = run["rounds_crops_per_s"]
         assert len(rates) == 3 and run["crops_per_s"] == sorted(rates)[1]
         assert run["yielded"] == 6
+        # The first crop comes after some time, and before the pass's end.
+        assert 0 < run["first_crop_ms"] <= 1000 * 6 / run["crops_per_s"]
     first = {run["workers"]: run["crops_per_s"] for run in result["runs"][:2]}
     for run in result["runs"]:
         assert run["relative"] == pytest.approx(run["crops_per_s"] / first[run["workers"]])
