@@ -251,13 +251,16 @@ def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-
     returning: torch checks the workers of every live iterator on each
     SIGCHLD, and would raise again for this one when later workers exit."""
     got, state = [], None
+    # Another test's DataLoader workers may still be exiting: only this
+    # loader's own are candidates.
+    earlier = {child.pid for child in multiprocessing.active_children()}
     batches = iter(loader(data, 2))
     try:
         for batch in batches:
             got.append(ids(batch))
             state = data.state_dict(batch)
             if len(got) == after:
-                workers = multiprocessing.active_children()
+                workers = [c for c in multiprocessing.active_children() if c.pid not in earlier]
                 assert len(workers) == 2
                 os.kill(workers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
     except (RuntimeError, ConnectionResetError):  # torch says it either way
