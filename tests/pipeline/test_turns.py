@@ -16,26 +16,28 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+async def _hold(turns: Turns, until: anyio.Event) -> None:
+    async with turns.turn(0):
+        await until.wait()
+
+
+async def _take(turns: Turns, rank: int, name: str, order: list[str]) -> None:
+    """Wait for a place at ``rank``, then note ``name`` in ``order``."""
+    async with turns.turn(rank):
+        order.append(name)
+        await anyio.sleep(0)
+
+
 async def _queue(turns: Turns, arrivals: list[tuple[int, str]]) -> list[str]:
     """Names in the order they got a place, ``arrivals`` queued behind a held
     place in the order given (each waiting before the next arrives)."""
     order: list[str] = []
     held = anyio.Event()
-
-    async def hold() -> None:
-        async with turns.turn(0):
-            await held.wait()
-
-    async def wait(rank: int, name: str) -> None:
-        async with turns.turn(rank):
-            order.append(name)
-            await anyio.sleep(0)
-
     async with anyio.create_task_group() as group:
-        group.start_soon(hold)
+        group.start_soon(_hold, turns, held)
         await anyio.wait_all_tasks_blocked()
         for rank, name in arrivals:
-            group.start_soon(wait, rank, name)
+            group.start_soon(_take, turns, rank, name, order)
             await anyio.wait_all_tasks_blocked()
         assert order == []  # nothing passes the held place
         held.set()
@@ -71,24 +73,15 @@ async def test_a_waiter_cancelled_before_its_turn_is_skipped() -> None:
     turns = Turns(1)
     order: list[str] = []
     held = anyio.Event()
-
-    async def hold() -> None:
-        async with turns.turn(0):
-            await held.wait()
-
-    async def wait(rank: int, name: str) -> None:
-        async with turns.turn(rank):
-            order.append(name)
-
     async with anyio.create_task_group() as group:
-        group.start_soon(hold)
+        group.start_soon(_hold, turns, held)
         await anyio.wait_all_tasks_blocked()
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as doomed:
-                doomed.start_soon(wait, 1, "cancelled")
+                doomed.start_soon(_take, turns, 1, "cancelled", order)
                 await anyio.wait_all_tasks_blocked()
                 scope.cancel()
-        group.start_soon(wait, 2, "next")
+        group.start_soon(_take, turns, 2, "next", order)
         await anyio.wait_all_tasks_blocked()
         held.set()
     assert order == ["next"]
@@ -105,16 +98,11 @@ async def test_a_place_granted_to_a_cancelled_waiter_passes_on() -> None:
 
     turns = Turns(1)
     order: list[str] = []
-
-    async def wait(rank: int, name: str) -> None:
-        async with turns.turn(rank):
-            order.append(name)
-
     with anyio.fail_after(5):
         held = turns.turn(0)
         await held.__aenter__()
-        doomed = asyncio.create_task(wait(1, "granted, then cancelled"))
-        later = asyncio.create_task(wait(2, "next"))
+        doomed = asyncio.create_task(_take(turns, 1, "granted, then cancelled", order))
+        later = asyncio.create_task(_take(turns, 2, "next", order))
         await anyio.wait_all_tasks_blocked()
         await held.__aexit__(None, None, None)  # rank 1 is granted the place...
         doomed.cancel()  # ...and cancelled before it runs
