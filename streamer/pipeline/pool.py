@@ -15,7 +15,7 @@ not per byte.
 Every death counts (``restarts``), and the pool gives up past a *restart
 budget*: ``max_restarts`` deaths since ``renew_budget()`` (the Streamer
 renews it for each pass over an epoch), plus one for every
-``CROPS_PER_RESTART`` crops decoded since. Then ``run`` raises
+``CROPS_PER_RESTART`` crops decoded since. Then ``run_batch`` raises
 ``WorkerDied`` naming the budget: workers that cannot stay alive (a crash
 loop, a machine out of memory) end the pass with a clear error instead of
 being restarted forever, while sporadic deaths over a long epoch are paid
@@ -199,7 +199,7 @@ class _Worker:
 class WorkerPool:
     """``size`` decode processes; ``restarts`` counts workers replaced after
     dying, ``on_restart()`` is called for each; past the restart budget
-    (``max_restarts``, default ``default_restart_budget(size)``) ``run``
+    (``max_restarts``, default ``default_restart_budget(size)``) ``run_batch``
     raises ``WorkerDied``. Crops come back through ``arena_bytes`` of
     shared memory (default ``arena.ARENA_BYTES``; 0: through the pipes)."""
 
@@ -248,11 +248,6 @@ class WorkerPool:
         """Start counting deaths against the budget afresh (a new pass)."""
         self._budget_from = (self.restarts, self.decoded)
         self._gave_up = None
-
-    async def run(self, task: Task) -> tuple[Crop | Failure, DecodeStats]:
-        """``run_batch`` of one task."""
-        (answer,) = await self.run_batch([task])
-        return answer
 
     async def run_batch(
         self, tasks: list[Task], *, rank: int = 0
