@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from streamer import Streamer
+from streamer import Streamer, open_dataset
+from streamer.dataset import Dataset
 from streamer.synth import CODECS, encode, signal
+from streamer.write.pack import pack
 from testkit.s3servers import KINDS
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
@@ -40,6 +42,16 @@ def write_audio(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(encode(signal(seconds, rate, channels, seed=seed), rate, codec))
     return path
+
+
+def pack_audio(root: Path, files: dict[str, tuple[str, int, int]], seconds: float) -> Dataset:
+    """``files`` (key -> codec, rate, channels) encoded under ``root/src``, each
+    with the key's length as its signal's seed, packed and indexed into
+    ``root/dataset`` (one seek point a second), opened."""
+    for key, (codec, rate, channels) in files.items():
+        write_audio(root / "src", key, codec, rate, channels, seconds, seed=len(key))
+    pack(root / "src", root / "dataset", progress=False)
+    return open_dataset(root / "dataset")
 
 
 def rss_kib() -> int:

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import write_audio
+from helpers import pack_audio
 
-from streamer import open_dataset
 from streamer.dataset import Dataset
 from streamer.decode.crop import CropRequest, decode_job, fetch, prepare, read_deferred
 from streamer.formats.job import DecodeContext, DecodeStats, to_gapless
 from streamer.formats.registry import format_for
-from streamer.write.pack import pack
 
 SECONDS = 12.0
 #: key -> (codec, sample rate, channels)
@@ -39,12 +37,7 @@ FRAME = 4096
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    src = tmp_path_factory.mktemp("span-src")
-    for key, (codec, rate, channels) in FILES.items():
-        write_audio(src, key, codec, rate, channels, SECONDS, seed=len(key))
-    out = tmp_path_factory.mktemp("span") / "dataset"
-    pack(src, out, progress=False)  # one seek point a second
-    return open_dataset(out)
+    return pack_audio(tmp_path_factory.mktemp("span"), FILES, SECONDS)
 
 
 @pytest.mark.parametrize("key", sorted(FILES))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import write_audio
+from helpers import pack_audio
 
 from streamer import open_dataset
 from streamer.dataset import Dataset
@@ -38,12 +38,7 @@ FILES = {"flac": ("flac", 44100, 2), "vorbis": ("vorbis", 44100, 2), "opus": ("o
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    src = tmp_path_factory.mktemp("integrity-src")
-    for key, (codec, rate, channels) in FILES.items():
-        write_audio(src, key, codec, rate, channels, SECONDS, seed=len(key))
-    out = tmp_path_factory.mktemp("integrity") / "dataset"
-    pack(src, out, progress=False)
-    return open_dataset(out)
+    return pack_audio(tmp_path_factory.mktemp("integrity"), FILES, SECONDS)
 
 
 def _planned(dataset: Dataset, key: str, start: float, end: float) -> tuple[CropJob, Fetched]:
