@@ -21,6 +21,7 @@ import typing
 from collections.abc import Sequence
 
 from ..errors import StreamerError
+from ..storage import redact
 from ._options import UsageError
 
 __all__ = ["main"]
@@ -97,5 +98,5 @@ def _describe(exc: Exception) -> str:
         text = f"{exc.strerror}{where}"
     else:
         text = f"{type(exc).__name__}: {exc}"
-    line = " ".join(text.split()) or type(exc).__name__
+    line = " ".join(redact(text).split()) or type(exc).__name__
     return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"

@@ -12,7 +12,7 @@ Their I/O runs on one background event loop per process (``loop.py``:
 on too.
 """
 
-from ._urls import safe_url
+from ._urls import redact, safe_url
 from .base import Entry, RangeReader, Source, Store
 from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
@@ -32,5 +32,6 @@ __all__ = [
     "Store",
     "StoreStats",
     "open_url",
+    "redact",
     "safe_url",
 ]

@@ -193,6 +193,14 @@ class S3Store(RemoteStore):
         return f"{self.scheme}://{path}"
 
     def path_of(self, scheme: str, rest: str) -> str:
+        bucket = rest.strip("/").partition("/")[0]
+        if "@" in bucket:
+            # ``s3://key:secret@bucket``: refused before the bucket name (and
+            # with it the secret) can reach botocore's validation message.
+            raise StorageError(
+                f"{scheme}:// URLs carry no credentials (user info before '@' in the bucket): "
+                "give the key and its secret as store options, or use the AWS credential chain"
+            )
         return rest.strip("/")
 
     def _host(self, path: str) -> str:

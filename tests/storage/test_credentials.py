@@ -221,3 +221,16 @@ def test_the_cli_keeps_credentials_off_stderr(http, s3, s3_uploaded) -> None:  #
         assert done.returncode == 1 and "streamer inspect: error:" in done.stderr
         assert "403" in done.stderr and SECRET not in done.stderr + done.stdout
     assert "DEBUG botocore" in over_s3.stderr  # its debug output was there, redacted
+
+
+@pytest.mark.parametrize("scheme", ["s3", "b2"])
+def test_an_s3_url_with_user_info_is_refused_without_showing_it(scheme, s3) -> None:  # type: ignore[no-untyped-def]
+    """``s3://key:secret@bucket/...`` put the secret in the bucket name, which
+    botocore's parameter check quoted back in its message."""
+    url = f"{scheme}://{KEY_ID}:{SECRET_KEY}@bucket/packed"
+    with pytest.raises(StorageError, match="carry no credentials") as caught:
+        open_dataset(url, endpoint_url=s3.url)
+    assert SECRET not in said_by([caught.value])
+    done = run_cli("inspect", url, "--endpoint-url", s3.url)
+    assert done.returncode == 1 and "carry no credentials" in done.stderr
+    assert SECRET not in done.stderr + done.stdout
