@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..decode.resample import DEFAULT_QUALITY, QUALITIES
+from ..errors import StreamerError
+from ..write.index import parse_part
 
 
 class UsageError(Exception):
@@ -74,6 +76,22 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
     return value
+
+
+def partition(option: str, *, or_names: bool = False) -> Callable[[str], str]:
+    """An argparse type: an ``i/n`` spec (``or_names``: or a comma list of
+    shard names, which only the dataset can check)."""
+
+    def check(text: str) -> str:
+        if or_names and ("/" not in text or "," in text):
+            return text
+        try:
+            parse_part(text, option)
+        except StreamerError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option} ")) from None
+        return text
+
+    return check
 
 
 def _int(text: str) -> int:

@@ -10,7 +10,7 @@ import os
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
 from ..write.interrupts import sigterm_as_ctrl_c
-from ._options import add_url_arguments, density, positive_int, storage_options
+from ._options import add_url_arguments, density, partition, positive_int, storage_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--shards",
         metavar="SPEC",
+        type=partition("--shards", or_names=True),
         help="only some shards: i/n (every n-th from the i-th, 0-based) or a comma list of names",
     )
     parser.add_argument(

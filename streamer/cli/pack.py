@@ -7,13 +7,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
 
-from ..errors import StreamerError
-from ..write.index import parse_part
 from ..write.interrupts import sigterm_as_ctrl_c
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
-from ._options import add_endpoint_argument, positive_int, storage_options
+from ._options import add_endpoint_argument, partition, positive_int, storage_options
 from .index import print_index_report
 
 
@@ -31,13 +28,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     part.add_argument(
         "--shards",
         metavar="I/N",
-        type=_partition("--shards"),
+        type=partition("--shards"),
         help="pack only the planned shards j with j %% N == I (fan out over N runs)",
     )
     part.add_argument(
         "--files",
         metavar="I/N",
-        type=_partition("--files"),
+        type=partition("--files"),
         help="pack only the files j with j %% N == I, into shards named by the partition",
     )
     parser.add_argument(
@@ -113,19 +110,6 @@ def run(args: argparse.Namespace) -> int:
     if report.index is not None:
         print_index_report(report.index)
     return 0
-
-
-def _partition(option: str) -> Callable[[str], str]:
-    """An argparse type: an ``i/n`` spec (checked as ``streamer index --shards`` checks it)."""
-
-    def check(text: str) -> str:
-        try:
-            parse_part(text, option)
-        except StreamerError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option} ")) from None
-        return text
-
-    return check
 
 
 def _size(text: str) -> int:

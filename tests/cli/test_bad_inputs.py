@@ -110,7 +110,12 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
     ),
-    (["index", "DS", "--shards", "5/2"], "--shards '5/2': expected i/n with 0 <= i < n", 1),
+    (
+        ["index", "DS", "--shards", "5/2"],
+        "argument --shards: '5/2': expected i/n with 0 <= i < n",
+        2,
+    ),
+    (["index", "DS", "--shards", "a,b"], "--shards: no such shards: a, b", 1),
     (
         ["index", "/nonexistent"],
         NO_DIR,
