@@ -92,6 +92,7 @@ class CropDataset(IterableDataset):
         self._worker_state: dict[str, Any] | None = None
         self._running: dict[str, Any] | None = None
         self._totals: dict[int, int] = {}
+        self._ranks: tuple[int, int] | None = None
         self._publish()
 
     # -- what the training loop sees ------------------------------------------------
@@ -238,6 +239,8 @@ class CropDataset(IterableDataset):
         options = dict(self.options)
         if get_worker_info() is not None:
             options.setdefault("workers", 0)
+        partition = self._partition()
+        options |= {"rank": partition.rank, "world_size": partition.world_size}
         s = Streamer(
             self.data, self.sampler, epoch=self.epoch, loader_batch_size=self.batch_size, **options
         )
@@ -258,6 +261,11 @@ class CropDataset(IterableDataset):
         return self._totals[epoch]
 
     def _partition(self) -> Partition:
+        """This rank: the options, else as the main process found it when it
+        sent this copy to a DataLoader worker (``__getstate__``), else found
+        here (``resolve_partition``)."""
+        if self._ranks is not None:
+            return Partition(*self._ranks)
         return resolve_partition(self.options.get("rank"), self.options.get("world_size"))
 
     def _seed(self) -> int:
@@ -292,8 +300,16 @@ class CropDataset(IterableDataset):
             self._worker_state = None
 
     def __getstate__(self) -> dict[str, Any]:
+        """The copy a DataLoader worker gets carries the rank found here: a
+        worker started by ``spawn`` or ``forkserver`` has no copy of the
+        process group, and without ``RANK`` / ``WORLD_SIZE`` in the
+        environment (``mp.spawn``) it would take the whole epoch as rank 0
+        of 1, on every rank."""
         state = dict(self.__dict__)
         state["_running"] = None
+        if get_worker_info() is None:
+            partition = self._partition()
+            state["_ranks"] = (partition.rank, partition.world_size)
         return state
 
 

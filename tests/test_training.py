@@ -3,9 +3,11 @@ resumes and any worker count, equal ranks, persistent workers, elastic resume.""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,37 @@ def test_ranks_get_equal_shares_of_an_odd_count(
     everything = {crop for b in loader(dataset(packed), 0) for crop in ids(b)}
     union = set(shares[0]) | set(shares[1])
     assert union <= everything and len(everything - union) == (1 if drop_last else 0)
+
+
+def test_spawned_loader_workers_take_their_ranks_share(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ranks of a gloo group given their rank in code (``mp.spawn``: no
+    ``RANK`` / ``WORLD_SIZE`` in the environment), DataLoader workers started
+    by ``spawn`` (no copy of the group): each rank's workers serve that
+    rank's share, not the whole epoch each."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.multiprocessing.spawn(spawned_rank, args=(packed, port, tmp_path), nprocs=2)
+    shares = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
+    everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
+    assert shares[0]["crops"] + shares[1]["crops"] == everything
+
+
+def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
+    """One rank of ``test_spawned_loader_workers_take_their_ranks_share``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    try:
+        data = dataset(packed, max_crops=8)
+        crops = [c for b in loader(data, 1, multiprocessing_context="spawn") for c in ids(b)]
+        (out / f"{rank}.json").write_text(json.dumps({"len": len(data), "crops": crops}))
+    finally:
+        torch.distributed.destroy_process_group()
 
 
 def test_uneven_shares_on_request(packed: Path) -> None:
