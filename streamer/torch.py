@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,13 +32,29 @@ from .pipeline.samplers import Sampler
 from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .pipeline.streamer import Streamer, check_streamer_options
 
-__all__ = ["CropDataset", "collate", "gather_state", "merge_states"]
+__all__ = ["CropDataset", "Skipped", "collate", "gather_state", "merge_states"]
 
 #: Bytes of shared memory that carry the epoch and resume point to
 #: persistent DataLoader workers (a JSON document: thousands of intervals).
 _SHARED_BYTES = 1 << 16
 
 Transform = Callable[[Crop], Any]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A crop of the rank's order whose data failed (logged, and counted in
+    the decoding process's ``stats.skipped``), yielded in its place.
+
+    The DataLoader batches whatever a worker yields by count: a crop that
+    just went missing would pull the worker's next turn into the batch
+    (batches out of the rank's order, checkpoints that repeat crops) and
+    could leave a rank one batch short of the others (a DDP hang).
+    ``collate`` leaves it out of the batch's arrays and lists it under
+    ``skipped``."""
+
+    position: int  # in the rank's share, like ``Crop.position``
+    reason: str  # the error's class name
 
 
 class CropDataset(IterableDataset):
@@ -118,16 +135,32 @@ class CropDataset(IterableDataset):
         self._running = s.state_dict()
         return self._crops(s, end)
 
-    def _crops(self, s: Streamer, end: dict[str, Any]) -> Iterator[Crop]:
-        """The pass of ``s``, keeping its state after every crop handed over
-        (what ``state_dict()`` reports inside the pass, and ``end`` after it:
-        the Streamer itself moves on to the next epoch)."""
+    def _crops(self, s: Streamer, end: dict[str, Any]) -> Iterator[Crop | Skipped]:
+        """The pass of ``s``, a ``Skipped`` in the place of each crop that
+        failed, keeping the state after every one handed over (what
+        ``state_dict()`` reports inside the pass, and ``end`` after it: the
+        Streamer itself moves on to the next epoch)."""
+        failed: list[tuple[Skipped, dict[str, Any]]] = []
+
+        def note(position: int, reason: str) -> None:
+            state = s.state_dict()  # already past the failed crop
+            failed.append((Skipped(state["consumed"] - 1, reason), state))
+
+        s.on_skip = note
         for crop in s:
+            yield from self._stand_ins(failed)
             self._running = s.state_dict()
             if self.transform is not None:
                 crop.audio = self.transform(crop)
             yield crop
+        yield from self._stand_ins(failed)
         self._running = end
+
+    def _stand_ins(self, failed: list[tuple[Skipped, dict[str, Any]]]) -> Iterator[Skipped]:
+        """The ``Skipped`` noted since the last crop, each with its state."""
+        while failed:
+            stand_in, self._running = failed.pop(0)
+            yield stand_in
 
     # -- checkpoints --------------------------------------------------------------
 
@@ -144,6 +177,7 @@ class CropDataset(IterableDataset):
             if "position" not in batch:
                 raise ValueError("the batch has no 'position': make it with streamer.torch.collate")
             positions = torch.as_tensor(batch["position"]).tolist()
+            positions = sorted(positions + [p for p, _ in batch.get("skipped", ())])
             consumed = positions[-1] + 1
             if positions != list(range(consumed - len(positions), consumed)):
                 raise ValueError(
@@ -354,7 +388,7 @@ def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
     return merge_states(dataset, states)
 
 
-def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, Any]:
+def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> dict[str, Any]:
     """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32
     (or whatever a ``transform`` made, stacked on its last axis), zero-padded
     at the end to the longest crop, or padded and trimmed to ``length``
@@ -364,19 +398,24 @@ def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, An
     ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
     each of the crops' ``fields`` under its name, a tensor when every value
     is a number, else a list; ``supervisions`` (a list per crop) when they
-    were asked for. Use ``functools.partial(collate, length=n)`` as a
-    DataLoader's ``collate_fn``."""
-    if not crops:
+    were asked for; ``skipped``: ``(position, reason)`` of the batch's crops
+    that failed (``Skipped``: no row; a batch of only those has none). Use
+    ``functools.partial(collate, length=n)`` as a DataLoader's
+    ``collate_fn``."""
+    if not items:
         raise ValueError("cannot collate an empty batch")
+    crops = [c for c in items if not isinstance(c, Skipped)]
     if length is not None and length < 1:
         raise ValueError(f"collate length must be >= 1, not {length}")
     arrays = [torch.as_tensor(c.audio) for c in crops]
     if len({a.ndim for a in arrays}) != 1:
         raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")
     valid = [min(a.shape[-1], length) if length is not None else a.shape[-1] for a in arrays]
-    width = length if length is not None else max(valid)
-    leading = tuple(max(a.shape[i] for a in arrays) for i in range(arrays[0].ndim - 1))
-    audio = torch.zeros((len(crops), *leading, width), dtype=arrays[0].dtype)
+    width = length if length is not None else max(valid, default=0)
+    ndim = arrays[0].ndim if arrays else 2
+    leading = tuple(max((a.shape[i] for a in arrays), default=0) for i in range(ndim - 1))
+    dtype = arrays[0].dtype if arrays else torch.float32
+    audio = torch.zeros((len(crops), *leading, width), dtype=dtype)
     for row, (array, n) in enumerate(zip(arrays, valid, strict=True)):
         audio[(row, *(slice(0, d) for d in array.shape[:-1]), slice(0, n))] = array[..., :n]
     lengths = torch.tensor(valid, dtype=torch.int64)
@@ -393,6 +432,7 @@ def collate(crops: Sequence[Crop], *, length: int | None = None) -> dict[str, An
     if all(c.position is not None for c in crops):
         batch["position"] = torch.tensor([c.position for c in crops], dtype=torch.int64)
     batch["source"] = [c.source for c in crops]
+    batch["skipped"] = [(c.position, c.reason) for c in items if isinstance(c, Skipped)]
     if any(c.supervisions is not None for c in crops):
         batch["supervisions"] = [c.supervisions or [] for c in crops]
     for name in dict.fromkeys(name for c in crops for name in c.fields):

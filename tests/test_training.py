@@ -15,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from streamer import RandomCrops  # noqa: E402
+import streamer  # noqa: E402
+from streamer import ListCrops, RandomCrops  # noqa: E402
 from streamer.torch import CropDataset, collate, merge_states  # noqa: E402
 
 SAMPLER = RandomCrops(0.5, per_episode=9, min_duration=0.1)  # 63 crops of 7 episodes
@@ -276,6 +277,39 @@ def test_a_killed_dataloader_worker_loses_no_crop(packed: Path) -> None:
     resumed = dataset(packed)
     resumed.load_state_dict(state)
     assert got + [ids(b) for b in loader(resumed, 2)] == whole
+
+
+def failing(packed: Path) -> ListCrops:
+    """4 crops of each of the 7 episodes; those of the first episode start
+    past its end, so they fail (``CropError``) wherever they fall in turns."""
+    keys = sorted(streamer.open_dataset(packed).keys())
+    starts = [(key, 0.5 * n + (50 if key == keys[0] else 0)) for key in keys for n in range(4)]
+    return ListCrops([(key, start, start + 0.4) for key, start in starts])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_failed_crops_keep_the_batches_and_the_checkpoints(packed: Path, num_workers: int) -> None:
+    """Crops that fail keep their place in their batch, named in it: every
+    rank's batch count stays the rank's share, each batch's checkpoint is
+    exact, and a resume after one continues with the next batch."""
+
+    def data() -> CropDataset:
+        return CropDataset(str(packed), failing(packed), batch_size=BATCH, seed=5)
+
+    whole = list(loader(data(), num_workers))
+    assert len(whole) == 7  # 28 crops
+    skipped = [reason for batch in whole for _, reason in batch["skipped"]]
+    assert skipped == ["CropError"] * 4
+    assert sum(len(b["key"]) for b in whole) == 24
+    data_then = data()
+    for n, batch in enumerate(loader(data_then, num_workers), start=1):
+        if n == 3:
+            state = data_then.state_dict(batch)
+            break
+    assert state["consumed"] == 12
+    resumed = data()
+    resumed.load_state_dict(state)
+    assert [ids(b) for b in loader(resumed, num_workers)] == [ids(b) for b in whole[3:]]
 
 
 def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-untyped-def]

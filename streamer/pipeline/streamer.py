@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio.to_thread
@@ -112,6 +112,11 @@ class Streamer:
 
     Each completed pass advances ``epoch`` by one; ``state_dict()`` /
     ``load_state_dict()`` resume in the middle of one (docs/pipeline.md).
+
+    ``on_skip``, when set, is called with the position (in this consumer's
+    plan) and reason of every crop skipped, once ``state_dict()`` has moved
+    past it: a consumer that must keep every crop's place (a DataLoader's
+    batches, ``streamer.torch``) learns of the ones that will not come.
     """
 
     @checked_keywords
@@ -185,6 +190,7 @@ class Streamer:
             else max_worker_restarts
         )
         self._position = 0
+        self.on_skip: Callable[[int, str], None] | None = None
         self._episodes: list[Episodes] | None = None
         self._plans: dict[int, tuple[EpochPlan, np.ndarray]] = {}
         self._totals: dict[int, int] = {}
@@ -535,6 +541,8 @@ class Streamer:
         if self.on_error == "raise":
             raise failure.error()
         self._stats.count_skip(failure.reason)
+        if self.on_skip is not None:
+            self.on_skip(position, failure.reason)
         _, request = self.request(position)
         log.warning(
             "skipping crop [%g, %g) s of key %r (shard %s): %s: %s",
