@@ -93,6 +93,12 @@ class CropDataset(IterableDataset):
         check_streamer_options("CropDataset", data, options)
         if "loader_batch_size" in options:
             raise TypeError("CropDataset takes batch_size=, the DataLoader's batch size")
+        for name in ("worker", "num_workers"):
+            if name in options:
+                raise TypeError(
+                    f"CropDataset takes no {name}=: each copy learns its worker from the "
+                    "DataLoader (set the DataLoader's num_workers; decode processes are workers=)"
+                )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.data = data

@@ -46,3 +46,12 @@ def test_crop_dataset_checks_its_options_when_made(packed: Path) -> None:
         CropDataset(streamer.open_dataset(packed), sampler, storage_options={"attempts": 2})
     dataset = CropDataset(str(packed), sampler, epoch=2, workers=0, storage_options={})
     assert dataset.epoch == 2 and len(dataset.streamer()) == 7
+
+
+@pytest.mark.parametrize("option", ["worker", "num_workers"])
+def test_crop_dataset_refuses_a_worker_partition_of_its_own(packed: Path, option: str) -> None:
+    """The DataLoader says which worker a copy is: ``num_workers=4`` taken
+    for decode processes (that is ``workers``) under a DataLoader of 2 would
+    serve the turns of workers 0 and 1 of 4, half the epoch, without a word."""
+    with pytest.raises(TypeError, match="the DataLoader's num_workers"):
+        CropDataset(str(packed), RandomCrops(0.5), **{option: 4})
