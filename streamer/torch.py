@@ -30,7 +30,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .decode.crop import Crop
 from .pipeline.samplers import Sampler
 from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
-from .pipeline.streamer import Streamer, check_streamer_options
+from .pipeline.streamer import Streamer, check_order, check_streamer_options
 
 __all__ = ["CropDataset", "Skipped", "collate", "gather_state", "merge_states"]
 
@@ -114,7 +114,7 @@ class CropDataset(IterableDataset):
         self._seen = 0
         self._worker_state: dict[str, Any] | None = None
         self._running: dict[str, Any] | None = None
-        self._totals: dict[int, int] = {}
+        self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
         self._publish()
 
@@ -195,7 +195,7 @@ class CropDataset(IterableDataset):
                     f"the batch ends at crop {consumed} of this rank's share, before "
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
-            return {**rank, "consumed": consumed, "total": self.total()}
+            return {**rank, "consumed": consumed, "total": self.total(), "plan": self.digest()}
         if self._running is None:
             raise ValueError(
                 "this process has not iterated the dataset: with DataLoader workers, "
@@ -225,21 +225,24 @@ class CropDataset(IterableDataset):
         epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
         consumed = int(state.get("consumed", 0))
         if "total" in state:
-            self._check_fits(int(state["total"]), epoch, done, consumed)
+            self._check_fits(state, epoch, done, consumed)
         self.epoch, self._done, self._consumed = epoch, done, consumed
         self._publish()
 
-    def _check_fits(self, theirs: int, epoch: int, done: Intervals, consumed: int) -> None:
+    def _check_fits(
+        self, state: dict[str, Any], epoch: int, done: Intervals, consumed: int
+    ) -> None:
         """Refuse a state whose epoch is not this dataset's (other data, sampler
-        or options make another number of crops ``theirs``), whose ``done``
-        lies outside it, or that consumed more than the rank has: resuming it
-        would repeat or skip crops unseen."""
-        total = self.total(epoch)
+        or options make another number of crops, or another order of
+        them), whose ``done`` lies outside it, or that consumed more than
+        the rank has: resuming it would repeat or skip crops unseen."""
+        theirs, total = int(state["total"]), self.total(epoch)
         if theirs != total:
             raise ValueError(
                 f"state is for an epoch of {theirs} crops, this dataset plans "
                 f"{total} for epoch {epoch}: other data, sampler or options?"
             )
+        check_order(state, total, self.digest(epoch))
         if any(not 0 <= first < last <= total for first, last in done):
             raise ValueError(f"state's done intervals lie outside the epoch's {total} crops")
         partition = self._partition()
@@ -295,10 +298,18 @@ class CropDataset(IterableDataset):
 
     def total(self, epoch: int | None = None) -> int:
         """Crops in the whole of ``epoch`` (every rank's), before the split."""
+        return self._epoch(epoch)[0]
+
+    def digest(self, epoch: int | None = None) -> str:
+        """A digest of the whole of ``epoch``'s order (``Streamer.digest``)."""
+        return self._epoch(epoch)[1]
+
+    def _epoch(self, epoch: int | None) -> tuple[int, str]:
         epoch = self.epoch if epoch is None else epoch
-        if epoch not in self._totals:
-            self._totals[epoch] = self.streamer().total(epoch)
-        return self._totals[epoch]
+        if epoch not in self._epochs:
+            s = self.streamer()
+            self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
+        return self._epochs[epoch]
 
     def _partition(self) -> Partition:
         """This rank: the options, else as the main process found it when it
@@ -368,8 +379,8 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     world_size = int(first["world_size"])
     if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
         raise ValueError(f"merge_states needs the states of all {world_size} ranks")
-    total = dataset.total(int(first["epoch"]))
-    if any(int(s.get("total", total)) != total for s in states):
+    total, digest = dataset.total(int(first["epoch"])), dataset.digest(int(first["epoch"]))
+    if any(int(s.get("total", total)) != total or s.get("plan", digest) != digest for s in states):
         raise ValueError(f"states are for another epoch than this dataset's {total} crops")
     split = dataset._split(first.get("done", ()))
     positions = [
@@ -377,6 +388,7 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     ]
     done = merge_intervals(split.done, np.concatenate(positions))
     merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "total": total}
+    merged["plan"] = digest
     return merged | {"done": [list(run) for run in done]}
 
 

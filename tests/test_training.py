@@ -246,6 +246,8 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
     other = CropDataset(str(packed), RandomCrops(0.5, per_episode=8), seed=5)
     with pytest.raises(ValueError, match="epoch of 63 crops, this dataset plans 56"):
         other.load_state_dict(state)
+    with pytest.raises(ValueError, match="another order of epoch 0"):
+        dataset(packed, shuffle_window=0).load_state_dict(state)  # same crops, reordered
     with pytest.raises(ValueError, match="1000 crops of this rank's share were consumed"):
         dataset(packed).load_state_dict({**state, "consumed": 1000})
     with pytest.raises(ValueError, match="outside the epoch's 63 crops"):

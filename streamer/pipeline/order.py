@@ -24,6 +24,7 @@ this one global order, which is why the partitions are disjoint and complete.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,6 +50,14 @@ class EpochPlan:
 
     def __len__(self) -> int:
         return len(self.source)
+
+    def digest(self) -> str:
+        """A short digest of the order (which crop at which place): a resume
+        point is a place in one order and means other crops in another."""
+        digest = hashlib.blake2b(digest_size=8)
+        for column in (self.source, self.episode, self.start, self.end):
+            digest.update(np.ascontiguousarray(column, dtype=np.float64).tobytes())
+        return digest.hexdigest()
 
     def __getitem__(self, part: slice | np.ndarray) -> EpochPlan:
         fields = None if self.fields is None else self.fields[part]

@@ -56,7 +56,7 @@ from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure, failure_of
 
-__all__ = ["Streamer", "check_streamer_options"]
+__all__ = ["Streamer", "check_order", "check_streamer_options"]
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class Streamer:
         self.on_skip: Callable[[int, str], None] | None = None
         self._episodes: list[Episodes] | None = None
         self._plans: dict[int, tuple[EpochPlan, np.ndarray]] = {}
-        self._totals: dict[int, int] = {}
+        self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._stats = StreamerStats()
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
@@ -217,7 +217,7 @@ class Streamer:
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
             whole = self._whole_plan(epoch)
-            self._totals[epoch] = len(whole)
+            self._epochs[epoch] = (len(whole), whole.digest())
             positions, share_index = self.split.positions(len(whole), self.partition)
             self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
@@ -239,10 +239,18 @@ class Streamer:
 
     def total(self, epoch: int | None = None) -> int:
         """Crops in the whole of ``epoch`` (every rank's), before the split."""
+        return self._epoch(epoch)[0]
+
+    def digest(self, epoch: int | None = None) -> str:
+        """A digest of the whole of ``epoch``'s order (``EpochPlan.digest``)."""
+        return self._epoch(epoch)[1]
+
+    def _epoch(self, epoch: int | None) -> tuple[int, str]:
         epoch = self.epoch if epoch is None else epoch
-        if epoch not in self._totals:
-            self._totals[epoch] = len(self._whole_plan(epoch))
-        return self._totals[epoch]
+        if epoch not in self._epochs:
+            whole = self._whole_plan(epoch)
+            self._epochs[epoch] = (len(whole), whole.digest())
+        return self._epochs[epoch]
 
     def __len__(self) -> int:
         """Crops in this consumer's share of the current epoch."""
@@ -331,11 +339,14 @@ class Streamer:
         ``done`` (global positions consumed before this pass) and ``start``
         (crops of the rank's share consumed before it) say where the pass
         began; ``consumed`` counts the rank's crops up to the last one this
-        consumer handed over."""
+        consumer handed over. ``total`` and ``plan`` (``digest()``) say
+        which order these are places in."""
         p = self.partition
         return {
             "seed": self.seed,
             "epoch": self.epoch,
+            "total": self.total(),
+            "plan": self.digest(),
             "position": self._position,
             "rank": p.rank,
             "world_size": p.world_size,
@@ -366,6 +377,8 @@ class Streamer:
         theirs = {name: state.get(name, 1 if name == "batch_size" else None) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
+        epoch = int(state["epoch"])
+        check_order(state, self.total(epoch), self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
         self._start_pass(
             int(state["epoch"]), int(state["position"]), done, int(state.get("start", 0))
@@ -641,6 +654,19 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:
+    """Refuse a state taken in another order of its epoch than the one
+    planned here (``total`` crops, ``digest``): other data, sampler or
+    options. Its places would be other crops here, repeated or skipped
+    without a word (a state without ``plan`` is not checked)."""
+    if "plan" in state and state["plan"] != digest:
+        raise ValueError(
+            f"state is for another order of epoch {state['epoch']} "
+            f"({state.get('total', '?')} crops), this dataset plans {total}: "
+            "other data, sampler or options?"
+        )
 
 
 def check_streamer_options(owner: str, data: object, options: Mapping[str, Any]) -> None:

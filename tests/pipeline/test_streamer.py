@@ -48,6 +48,23 @@ def test_resume_repeats_nothing_and_skips_nothing(packed: Path, workers: int) ->
         Streamer(dataset, RandomCrops(0.5), seed=9).load_state_dict(state)
 
 
+def test_a_state_of_another_order_is_refused(packed: Path) -> None:
+    """A resume point is a place in one epoch's order: another sampler (other
+    crops) or another shuffle window (the same crops, reordered) would
+    repeat some and skip others, or end the epoch at once, without a word."""
+    dataset = streamer.open_dataset(packed)
+    state = Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2).state_dict()
+    state["position"] = state["consumed"] = 8
+    with pytest.raises(ValueError, match=r"another order of epoch 0 \(21 crops\).*plans 7:"):
+        Streamer(dataset, RandomCrops(0.5), seed=2).load_state_dict(state)
+    reordered = Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2, shuffle_window=0)
+    with pytest.raises(ValueError, match=r"another order of epoch 0 \(21 crops\).*plans 21:"):
+        reordered.load_state_dict(state)
+    same = Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2, workers=0)
+    same.load_state_dict(state)
+    assert len(list(same)) == 21 - 8
+
+
 # -- memory ----------------------------------------------------------------------------
 
 
