@@ -426,7 +426,7 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     if length is not None and length < 1:
         raise ValueError(f"collate length must be >= 1, not {length}")
     arrays = [torch.as_tensor(c.audio) for c in crops]
-    if len({a.ndim for a in arrays}) != 1:
+    if len({a.ndim for a in arrays}) > 1:
         raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")
     valid = [min(a.shape[-1], length) if length is not None else a.shape[-1] for a in arrays]
     width = length if length is not None else max(valid, default=0)

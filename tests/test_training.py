@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 import streamer  # noqa: E402
 from streamer import ListCrops, RandomCrops  # noqa: E402
-from streamer.torch import CropDataset, collate, merge_states  # noqa: E402
+from streamer.torch import CropDataset, Skipped, collate, merge_states  # noqa: E402
 
 SAMPLER = RandomCrops(0.5, per_episode=9, min_duration=0.1)  # 63 crops of 7 episodes
 BATCH = 4
@@ -312,6 +312,13 @@ def test_failed_crops_keep_the_batches_and_the_checkpoints(packed: Path, num_wor
     resumed = data()
     resumed.load_state_dict(state)
     assert [ids(b) for b in loader(resumed, num_workers)] == [ids(b) for b in whole[3:]]
+
+
+def test_a_batch_of_failed_crops_has_no_rows(packed: Path) -> None:
+    batch = collate([Skipped(4, "CropError"), Skipped(5, "WorkerDied")])
+    assert batch["audio"].shape == (0, 0, 0) and batch["key"] == []
+    assert batch["skipped"] == [(4, "CropError"), (5, "WorkerDied")]
+    assert dataset(packed).state_dict(batch)["consumed"] == 6
 
 
 def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-untyped-def]
