@@ -25,6 +25,7 @@ this one global order, which is why the partitions are disjoint and complete.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,8 @@ from .episodes import Episodes
 from .samplers import Sampler
 
 __all__ = ["EpochPlan", "plan_epoch"]
+
+log = logging.getLogger(__name__)
 
 _SAMPLER, _LOCALITY, _SHUFFLE = 0, 1, 2
 
@@ -83,18 +86,40 @@ def plan_epoch(
     fewer are the first of the order; more are further rounds of the
     sampler (new random crops; a deterministic sampler's crops again), each
     ordered as an epoch of its own and appended, the first round being the
-    epoch as it would be without the option."""
+    epoch as it would be without the option.
+
+    A round that draws nothing does not end the rounds: a sparse random
+    sampler (``per_hour`` over little audio) draws none in many of them.
+    Only ``_EMPTY_ROUNDS`` empty rounds in a row do (a sampler that can never
+    draw a crop), with a warning that the epoch is short."""
     if max_crops is not None and crops_per_epoch is not None:
         raise ValueError("give max_crops or crops_per_epoch, not both")
     plan = _round(sources, sampler, seed, epoch, window, interleave, ())
     if crops_per_epoch is not None:
-        rounds, total = [plan], len(plan)
-        while total < crops_per_epoch and len(plan):
+        rounds, total, empty = [plan], len(plan), int(not len(plan))
+        while total < crops_per_epoch and empty < _EMPTY_ROUNDS:
             plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),))
             rounds.append(plan)
             total += len(plan)
+            empty = 0 if len(plan) else empty + 1
+        if total < crops_per_epoch:
+            log.warning(
+                "crops_per_epoch=%d: %r drew no crop in %d rounds in a row; epoch %d has %d",
+                crops_per_epoch,
+                sampler,
+                empty,
+                epoch,
+                total,
+            )
         plan = _concatenated(rounds)[:crops_per_epoch]
     return plan if max_crops is None else plan[:max_crops]
+
+
+#: Rounds in a row that draw no crop after which ``crops_per_epoch`` gives
+#: up. A sampler averaging 0.1 crops a round draws none 64 times in a row
+#: with a chance of e^-6.4 (0.2 %); rounds that draw nothing are over little
+#: audio, so they are cheap.
+_EMPTY_ROUNDS = 64
 
 
 def _round(

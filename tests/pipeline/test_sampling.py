@@ -54,6 +54,21 @@ def test_crops_per_epoch_fixes_the_length(packed: Path) -> None:
         Streamer(dataset, sampler, crops_per_epoch=5, max_crops=3)
 
 
+def test_crops_per_epoch_goes_on_past_a_round_that_drew_nothing(
+    packed: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """21 s of audio at 100 crops an hour: 0.6 crops a round, and many rounds
+    draw none. Such a round is not the end of the sampler's crops; one that
+    can never draw any (every episode shorter than the crop) is, with a
+    warning."""
+    dataset = streamer.open_dataset(packed)
+    sparse = RandomCrops(0.5, per_hour=100)
+    totals = [Streamer(dataset, sparse, seed=s, crops_per_epoch=30).total() for s in range(8)]
+    assert totals == [30] * 8
+    assert Streamer(dataset, RandomCrops(10.0), crops_per_epoch=5).total() == 0
+    assert "crops_per_epoch=5" in caplog.text
+
+
 def test_list_crops_yields_exactly_the_list(packed: Path) -> None:
     dataset = streamer.open_dataset(packed)
     keys = sorted(dataset.keys())
