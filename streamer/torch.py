@@ -387,9 +387,8 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
         split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
     ]
     done = merge_intervals(split.done, np.concatenate(positions))
-    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "total": total}
-    merged["plan"] = digest
-    return merged | {"done": [list(run) for run in done]}
+    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"])}
+    return merged | {"total": total, "plan": digest, "done": [list(run) for run in done]}
 
 
 def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:

@@ -380,9 +380,7 @@ class Streamer:
         epoch = int(state["epoch"])
         check_order(state, self.total(epoch), self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
-        self._start_pass(
-            int(state["epoch"]), int(state["position"]), done, int(state.get("start", 0))
-        )
+        self._start_pass(epoch, int(state["position"]), done, int(state.get("start", 0)))
 
     @property
     def stats(self) -> StreamerStats:
