@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +12,8 @@ from ..errors import DataError
 from ..formats.ffmpeg import full_decode_length
 
 __all__ = ["Episodes"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,32 @@ class Episodes:
             shards.append(np.full(len(shard_keys), number, dtype=np.int32))
             rows.append(np.arange(len(shard_keys), dtype=np.int64))
             durations.append(_durations(dataset, name, shard_keys))
-        return cls(
+        episodes = cls(
             dataset=dataset,
             keys=keys,
             shard=np.concatenate(shards) if shards else np.zeros(0, np.int32),
             row=np.concatenate(rows) if rows else np.zeros(0, np.int64),
             duration=np.concatenate(durations) if durations else np.zeros(0),
         )
+        episodes._warn_unknown()
+        return episodes
+
+    def _warn_unknown(self) -> None:
+        """Say which episodes no sampler will draw from: they are not crops
+        that fail (nothing counts them later), they are never planned."""
+        unknown = np.flatnonzero(~np.isfinite(self.duration))
+        if len(unknown):
+            shown = ", ".join(repr(self.keys[i]) for i in unknown[:3])
+            log.warning(
+                "%s: %d of %d episodes have no known duration (no audio_info/ duration "
+                "and no usable seek index): samplers draw no crop from them (%s%s); "
+                "`streamer index` or `streamer pack` records it",
+                self.dataset.url,
+                len(unknown),
+                len(self),
+                shown,
+                ", ..." if len(unknown) > 3 else "",
+            )
 
 
 def _durations(dataset: Dataset, name: str, keys: list[str]) -> np.ndarray:

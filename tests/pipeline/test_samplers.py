@@ -64,3 +64,25 @@ def test_segment_crops_and_skipped_failures(with_segments: Path) -> None:
     assert s.stats.skipped == {"CropError": len(episodes)}  # the segments past the end
     with pytest.raises(CropError, match="past the end"):
         list(Streamer(dataset, SegmentCrops("vad"), workers=0, on_error="raise"))
+
+
+def test_episodes_no_sampler_can_draw_from_are_named(packed: Path, tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Without ``audio_info/`` and a seek index an episode's duration is
+    unknown and no sampler plans a crop of it: that is said, not silent."""
+    import shutil
+
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        Episodes.of(streamer.open_dataset(packed))
+    assert not caplog.records
+    root = tmp_path / "bare"
+    shutil.copytree(packed, root)
+    for column in ("audio_info", "seek_index"):
+        shutil.rmtree(root / column)
+    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        episodes = Episodes.of(streamer.open_dataset(root))
+    assert np.isnan(episodes.duration).all()
+    [record] = caplog.records
+    said = record.getMessage()
+    assert f"{len(episodes)} of {len(episodes)} episodes have no known duration" in said
+    assert repr(episodes.keys[0]) in said
