@@ -80,6 +80,7 @@ class Faults:
     down_until: float = 0.0
     error_status: int = 503
     error_body: bytes = b""
+    echo_reason: bool = False  # error answers' reason phrase repeats the request's path and query
     retry_after: str | None = None
     resets: int = 0
     truncations: int = 0
@@ -221,7 +222,10 @@ class LoopbackServer:
         if targeted and (faults.errors or down):
             faults.errors -= 0 if down else 1
             headers = {"Retry-After": faults.retry_after} if faults.retry_after else {}
-            return web.Response(status=faults.error_status, body=faults.error_body, headers=headers)
+            reason = f"Refused {request.path_qs}" if faults.echo_reason else None
+            return web.Response(
+                status=faults.error_status, reason=reason, body=faults.error_body, headers=headers
+            )
         if targeted and faults.resets:
             faults.resets -= 1
             request.transport.abort()

@@ -27,7 +27,7 @@ import aiohttp
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import register_secret, safe_url
+from ._urls import redact, register_secret, safe_url
 from .base import Entry
 from .remote import RemoteStore
 from .retry import TransientError, parse_retry_after
@@ -187,7 +187,7 @@ async def ranged_get(
                 raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
             more = await detail(response) if detail is not None else ""
             check_status(shown, byte_range, response, more)
-            raise StorageError(f"{shown}: HTTP {response.status} {response.reason}")
+            raise StorageError(f"{shown}: HTTP {response.status} {_reason(response)}")
     except NETWORK_ERRORS as exc:
         raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
 
@@ -217,7 +217,7 @@ def check_status(
     if status >= 500 or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
-        message = f"HTTP {status} {response.reason}{more}"
+        message = f"HTTP {status} {_reason(response)}{more}"
         raise TransientError(message, retry_after=retry_after, congestion=congestion)
     if byte_range is None and status == 200:
         return
@@ -235,7 +235,13 @@ def check_status(
         )
     if status == 404:
         raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
-    raise StorageError(f"{url}: HTTP {status} {response.reason}{more}")
+    raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
+
+
+def _reason(response: aiohttp.ClientResponse) -> str:
+    """The status line's reason phrase: server text, which may echo the
+    request's URL (its signature, its token), so it is redacted like any."""
+    return redact(response.reason or "")
 
 
 def describe(exc: BaseException) -> str:
