@@ -115,7 +115,7 @@ class HTTPStore(RemoteStore):
             raise StorageError(f"{self.display(path)}: not a valid URL") from None
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
-        directory = path.rstrip("/") + "/"
+        directory = _directory(path)
         try:
             async with client.get(directory) as response:
                 check_status(self.display(directory), None, response)
@@ -259,6 +259,13 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return f"{type(exc).__name__}: server closed the connection"
     return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) else "")
+
+
+def _directory(url: str) -> str:
+    """``url`` as a directory (its path ending in ``/``), for its index page.
+    The slash goes on the path: a query (an access token) stays as given."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/"))
 
 
 class _LinkParser(html.parser.HTMLParser):
