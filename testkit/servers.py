@@ -30,6 +30,7 @@ from aiohttp import web
 __all__ = [
     "S3_SLOWDOWN",
     "Faults",
+    "Handler",
     "LoopbackServer",
     "Seen",
     "file_handler",

@@ -121,7 +121,7 @@ class HTTPStore(RemoteStore):
                 check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
         except NETWORK_ERRORS as exc:
-            raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
+            raise _network_error(self.display(directory), exc) from None
         return _links(directory, page)
 
 
@@ -189,7 +189,15 @@ async def ranged_get(
             check_status(shown, byte_range, response, more)
             raise StorageError(f"{shown}: HTTP {response.status} {_reason(response)}")
     except NETWORK_ERRORS as exc:
-        raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
+        raise _network_error(shown, exc) from None
+
+
+def _network_error(url: str, exc: BaseException) -> Exception:
+    """What a failure below HTTP means: retry it (``TransientError``), except a
+    redirect loop, which no retry ends (it would cost the whole time budget)."""
+    if isinstance(exc, aiohttp.TooManyRedirects):
+        return StorageError(f"{url}: redirected {len(exc.history)} times without an answer")
+    return TransientError(describe(exc), congestion=is_timeout(exc))
 
 
 def check_span(span: tuple[int, int, int], start: int, end: int) -> None:

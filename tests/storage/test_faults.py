@@ -7,7 +7,7 @@ import time
 import pytest
 
 from streamer.errors import StorageError
-from testkit.servers import S3_SLOWDOWN
+from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
 
@@ -103,3 +103,36 @@ def test_missing_objects_are_not_retried(served, make_store, http, s3, s3_upload
         with pytest.raises(StorageError, match="not found"):
             reader.size_sync()
         assert reader.store.stats.retries == 0
+
+
+def redirecting(files: Handler) -> Handler:
+    """``/moved/...`` is served by ``files``; ``/loop/...`` redirects to itself;
+    anything else redirects (307) to ``/moved/...``."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        if request.path.startswith("/moved/"):
+            return await files(request.clone(rel_url=request.path_qs.removeprefix("/moved")))
+        target = (
+            request.path_qs if request.path.startswith("/loop/") else "/moved" + request.path_qs
+        )
+        return 307, {"Location": target}, b""
+
+    return handle
+
+
+def test_redirects_are_followed_and_a_redirect_loop_is_a_clear_error(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """A redirect to another path keeps the Range; a redirect loop fails at
+    once, naming the URL, instead of being retried for the whole time budget."""
+    server = LoopbackServer(redirecting(file_handler(storage_root))).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        assert bytes(store.reader(f"{server.url}/random.bin").read_sync(5, 10)) == data[5:15]
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"/loop/random\.bin: redirected 10 times"):
+            store.reader(f"{server.url}/loop/random.bin").size_sync()
+        assert time.monotonic() - started < 5
+        assert store.stats.retries == 0
+    finally:
+        server.stop()
