@@ -275,7 +275,8 @@ async def _whole(request: web.Request, handler: Handler) -> bytes:
 
 
 def file_handler(root: Path) -> Handler:
-    """Serve files under ``root`` with Range support and HTML directory indexes."""
+    """Serve files under ``root`` with Range support, an ``ETag`` (from the
+    file's mtime and size) and HTML directory indexes."""
 
     async def handle(request: web.Request) -> tuple[int, dict[str, str], bytes]:
         relative = urllib.parse.unquote(request.path).lstrip("/")
@@ -288,10 +289,12 @@ def file_handler(root: Path) -> Handler:
             return 200, {"Content-Type": "text/html"}, f"<html><body>{links}</body></html>".encode()
         if not path.is_file():
             return 404, {}, b"not found"
-        size = path.stat().st_size
+        stat = path.stat()
+        size = stat.st_size
+        etag = {"ETag": f'"{stat.st_mtime_ns:x}-{size:x}"'}  # as nginx makes it, finer
         spec = request.headers.get("Range")
         if spec is None:
-            return 200, {}, path.read_bytes()
+            return 200, etag, path.read_bytes()
         span = _parse_range(spec, size)
         if span is None:
             return 416, {"Content-Range": f"bytes */{size}"}, b""
@@ -299,7 +302,7 @@ def file_handler(root: Path) -> Handler:
         with open(path, "rb") as file:  # only the range: big shards stay cheap to serve
             file.seek(start)
             body = file.read(end - start)
-        headers = {"Content-Range": f"bytes {start}-{end - 1}/{size}"}
+        headers = {"Content-Range": f"bytes {start}-{end - 1}/{size}", **etag}
         return 206, headers, body
 
     return handle

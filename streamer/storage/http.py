@@ -29,7 +29,7 @@ from ..errors import StorageError
 from ._bounds import parse_content_range
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .remote import RemoteStore
+from .remote import Answer, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -91,16 +91,16 @@ class HTTPStore(RemoteStore):
 
     async def _get_range(
         self, client: aiohttp.ClientSession, path: str, start: int, end: int
-    ) -> bytes:
-        span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+    ) -> Answer:
+        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
         check_span(span, start, end)
-        return body
+        return answer
 
     async def _get_tail(
         self, client: aiohttp.ClientSession, path: str, length: int
-    ) -> tuple[int, int, bytes]:
-        span, body = await self._ranged(client, path, f"bytes=-{length}")
-        return span[0], span[2], body
+    ) -> tuple[int, Answer]:
+        span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        return span[0], answer
 
     async def _get_size(self, client: aiohttp.ClientSession, path: str) -> int:
         span, _ = await self._ranged(client, path, "bytes=0-0")
@@ -108,7 +108,7 @@ class HTTPStore(RemoteStore):
 
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
-    ) -> tuple[tuple[int, int, int], bytes]:
+    ) -> tuple[tuple[int, int, int], Answer]:
         try:
             return await ranged_get(client, path, self.display(path), byte_range)
         except aiohttp.InvalidURL:
@@ -170,8 +170,8 @@ async def ranged_get(
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
     proxy: str | None = None,
-) -> tuple[tuple[int, int, int], bytes]:
-    """One GET of ``url`` for ``byte_range``: ``((start, end, total), body)``.
+) -> tuple[tuple[int, int, int], Answer]:
+    """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
 
     The answer must name its bytes in ``Content-Range``: with status 206,
     or 200 (some S3 servers, rclone's among them, send ranges so). Other
@@ -182,7 +182,8 @@ async def ranged_get(
         async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
             span = parse_content_range(response.headers.get("Content-Range"))
             if response.status in (200, 206) and span is not None:
-                return span, await response.read()
+                body = await response.read()
+                return span, Answer(body, span[2], _version(response))
             if response.status == 206:
                 raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
             more = await detail(response) if detail is not None else ""
@@ -244,6 +245,12 @@ def check_status(
     if status == 404:
         raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
+
+
+def _version(response: aiohttp.ClientResponse) -> str | None:
+    """What names the version of the object an answer comes from: its
+    ``ETag``, else its ``Last-Modified``, else nothing."""
+    return response.headers.get("ETag") or response.headers.get("Last-Modified")
 
 
 def _reason(response: aiohttp.ClientResponse) -> str:
