@@ -183,6 +183,7 @@ async def ranged_get(
             span = parse_content_range(response.headers.get("Content-Range"))
             if response.status in (200, 206) and span is not None:
                 body = await response.read()
+                _check_encoding(shown, response, len(body), span)
                 return span, Answer(body, span[2], _version(response))
             if response.status == 206:
                 raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
@@ -245,6 +246,22 @@ def check_status(
     if status == 404:
         raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
+
+
+def _check_encoding(
+    url: str, response: aiohttp.ClientResponse, got: int, span: tuple[int, int, int]
+) -> None:
+    """The range came compressed (``Content-Encoding: gzip``, though asked for
+    ``identity``) to another length than it names: no retry changes that, and
+    retried as a short body it would cost the whole time budget. (Stored
+    bytes merely labelled with an encoding, as S3 keeps them, arrive at the
+    named length and are read as they are.)"""
+    encoding = response.headers.get("Content-Encoding", "identity")
+    if encoding.lower() != "identity" and got != span[1] - span[0]:
+        raise StorageError(
+            f"{url}: the server sent the range {encoding}-encoded ({got} bytes for "
+            f"{span[1] - span[0]}); serve it uncompressed (Content-Encoding: identity)"
+        )
 
 
 def _version(response: aiohttp.ClientResponse) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import time
 
 import pytest
@@ -134,5 +135,30 @@ def test_redirects_are_followed_and_a_redirect_loop_is_a_clear_error(  # type: i
             store.reader(f"{server.url}/loop/random.bin").size_sync()
         assert time.monotonic() - started < 5
         assert store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that gzips answers though asked for ``identity``: not retried as
+    a short body for the whole time budget. Bytes merely labelled gzip (as S3
+    keeps an object's Content-Encoding) arrive at their length and are read."""
+    files = file_handler(storage_root)
+
+    async def gzipping(request):  # type: ignore[no-untyped-def]
+        status, headers, body = await files(request)
+        if "labelled" in request.query:
+            return status, {**headers, "Content-Encoding": "gzip"}, body
+        return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
+
+    server = LoopbackServer(gzipping).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        labelled = store.reader(f"{server.url}/random.bin?labelled", size=len(data))
+        assert bytes(labelled.read_sync(5, 10)) == data[5:15]
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"random\.bin: the server sent the range gzip-"):
+            store.reader(f"{server.url}/random.bin", size=len(data)).read_sync(100_000, 10)
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
     finally:
         server.stop()
