@@ -109,10 +109,7 @@ class HTTPStore(RemoteStore):
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[tuple[int, int, int], Answer]:
-        try:
-            return await ranged_get(client, path, self.display(path), byte_range)
-        except aiohttp.InvalidURL:
-            raise StorageError(f"{self.display(path)}: not a valid URL") from None
+        return await ranged_get(client, path, self.display(path), byte_range)
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = _directory(path)
@@ -196,7 +193,10 @@ async def ranged_get(
 
 def _network_error(url: str, exc: BaseException) -> Exception:
     """What a failure below HTTP means: retry it (``TransientError``), except a
-    redirect loop, which no retry ends (it would cost the whole time budget)."""
+    URL aiohttp cannot request and a redirect loop, which no retry ends (they
+    would cost the whole time budget)."""
+    if isinstance(exc, aiohttp.InvalidURL):
+        return StorageError(f"{url}: not a valid URL")
     if isinstance(exc, aiohttp.TooManyRedirects):
         return StorageError(f"{url}: redirected {len(exc.history)} times without an answer")
     return TransientError(describe(exc), congestion=is_timeout(exc))

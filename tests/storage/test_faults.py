@@ -6,6 +6,7 @@ import gzip
 import time
 
 import pytest
+from helpers import SECRET
 
 from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
@@ -162,3 +163,17 @@ def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make
         assert time.monotonic() - started < 5 and store.stats.retries == 0
     finally:
         server.stop()
+
+
+def test_a_url_aiohttp_cannot_request_fails_at_once(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A port out of range, no host: not retried for the whole time budget,
+    and the user info stays out of the error."""
+    store = make_store("http", give_up_after=30, **FAST)
+    started = time.monotonic()
+    for url in (f"http://user:{SECRET}@127.0.0.1:99999/data/", "http:///data/"):
+        with pytest.raises(StorageError, match="not a valid URL") as listing:
+            store.list_sync(url)
+        with pytest.raises(StorageError, match="not a valid URL") as reading:
+            store.reader(url + "random.bin").size_sync()
+        assert SECRET not in str(listing.value) + str(reading.value)
+    assert time.monotonic() - started < 5 and store.stats.retries == 0
