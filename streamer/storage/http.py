@@ -99,7 +99,10 @@ class HTTPStore(RemoteStore):
     async def _get_tail(
         self, client: aiohttp.ClientSession, path: str, length: int
     ) -> tuple[int, Answer]:
-        span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        try:
+            span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        except RangeNotSatisfiable:  # shorter than the suffix (S3 servers: rclone, Ceph)
+            span, answer = await self._ranged(client, path, "bytes=0-")
         return span[0], answer
 
     async def _get_size(self, client: aiohttp.ClientSession, path: str) -> int:
