@@ -182,8 +182,7 @@ async def ranged_get(
         async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
             span = parse_content_range(response.headers.get("Content-Range"))
             if response.status in (200, 206) and span is not None:
-                body = await response.read()
-                _check_encoding(shown, response, len(body), span)
+                body = await _range_body(shown, response, span)
                 return span, Answer(body, span[2], _version(response))
             if response.status == 206:
                 raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
@@ -251,20 +250,33 @@ def check_status(
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
 
 
-def _check_encoding(
-    url: str, response: aiohttp.ClientResponse, got: int, span: tuple[int, int, int]
-) -> None:
-    """The range came compressed (``Content-Encoding: gzip``, though asked for
-    ``identity``) to another length than it names: no retry changes that, and
-    retried as a short body it would cost the whole time budget. (Stored
-    bytes merely labelled with an encoding, as S3 keeps them, arrive at the
-    named length and are read as they are.)"""
+async def _range_body(
+    url: str, response: aiohttp.ClientResponse, span: tuple[int, int, int]
+) -> bytes:
+    """The body of an answer naming ``span``, read only when its declared
+    length is the span's: a server (or proxy) that names the range but sends
+    more, up to the whole object, is not read into memory for each block.
+
+    A body compressed though ``identity`` was asked for (``Content-Encoding:
+    gzip``) at another length than the span's fails for good: no retry
+    changes it, and retried as a short body it would cost the whole time
+    budget. Stored bytes merely labelled with an encoding, as S3 keeps
+    them, come at the span's length and are read as they are."""
+    named = span[1] - span[0]
+    body, got = b"", response.content_length
+    if got in (None, named):  # chunked, or as long as named: read it
+        body = await response.read()
+        got = len(body)
     encoding = response.headers.get("Content-Encoding", "identity")
-    if encoding.lower() != "identity" and got != span[1] - span[0]:
+    if encoding.lower() != "identity" and got != named:
         raise StorageError(
             f"{url}: the server sent the range {encoding}-encoded ({got} bytes for "
-            f"{span[1] - span[0]}); serve it uncompressed (Content-Encoding: identity)"
+            f"{named}); serve it uncompressed (Content-Encoding: identity)"
         )
+    if got != named:
+        kind = "short" if got < named else "over-long"
+        raise TransientError(f"{kind} body: {got} bytes instead of {named}")
+    return body
 
 
 def _version(response: aiohttp.ClientResponse) -> str | None:

@@ -200,3 +200,27 @@ def test_a_suffix_past_a_small_object_reads_it_whole_over_http(tmp_path, make_st
         assert bytes(reader.read_tail_sync(5)[1]) == b"56789"
     finally:
         server.stop()
+
+
+def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A proxy that names the asked range but sends the whole object: failed
+    (and retried) on its Content-Length, before its body is read into memory
+    (here the body stalls: reading it would wait out the attempt's timeout)."""
+    files = file_handler(storage_root)
+
+    async def whole(request):  # type: ignore[no-untyped-def]
+        status, headers, _ = await files(request)
+        return status, {**headers, "Content-Length": str(len(data))}, data
+
+    server = LoopbackServer(whole).start()
+    try:
+        server.faults.stalls, server.faults.stall_seconds = 1, 30
+        reader = make_store("http", attempts=1, timeout=5).reader(
+            f"{server.url}/random.bin", size=len(data)
+        )
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=rf"over-long body: {len(data)} bytes instead of"):
+            reader.read_sync(0, 10)
+        assert time.monotonic() - started < 2
+    finally:
+        server.stop()
