@@ -29,7 +29,7 @@ from ..errors import StorageError
 from ._bounds import parse_content_range
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .remote import Answer, RemoteStore
+from .remote import Answer, RangeNotSatisfiable, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -213,12 +213,6 @@ def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
         )
 
 
-class RangeNotSatisfiable(StorageError):
-    """416: the range lies past the object's end. For a suffix ``bytes=-N``
-    that means the object is shorter than ``N`` bytes, which some servers
-    (rclone's S3 server) refuse to serve instead of sending it whole."""
-
-
 def check_status(
     url: str, byte_range: str | None, response: aiohttp.ClientResponse, detail: str = ""
 ) -> None:
@@ -243,7 +237,8 @@ def check_status(
     if status == 416:
         total = response.headers.get("Content-Range", "")
         raise RangeNotSatisfiable(
-            f"{url}: range not satisfiable ({byte_range}; {total or 'no size'}){more}"
+            f"{url}: range not satisfiable ({byte_range}; {total or 'no size'}){more}",
+            size=_unsatisfied_size(total),
         )
     if status == 404:
         raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
@@ -277,6 +272,12 @@ async def _range_body(
         kind = "short" if got < named else "over-long"
         raise TransientError(f"{kind} body: {got} bytes instead of {named}")
     return body
+
+
+def _unsatisfied_size(content_range: str) -> int | None:
+    """The object size a 416's ``Content-Range: bytes */SIZE`` names."""
+    total = content_range.rpartition("/")[2].strip()
+    return int(total) if total.isdigit() else None
 
 
 def _version(response: aiohttp.ClientResponse) -> str | None:

@@ -38,7 +38,7 @@ from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 from .throttle import Slot, Throttle
 
-__all__ = ["Answer", "RemoteReader", "RemoteStore"]
+__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore"]
 
 #: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
 COPY_IN_FLIGHT = 4
@@ -62,6 +62,18 @@ class Answer(NamedTuple):
     body: bytes
     size: int | None = None
     tag: str | None = None
+
+
+class RangeNotSatisfiable(StorageError):
+    """416: the range lies past the object's end. For a suffix ``bytes=-N``
+    that means the object is shorter than ``N`` bytes, which some servers
+    (rclone's S3 server) refuse to serve instead of sending it whole; for
+    a range inside the size a reader knows, that the object shrank.
+    ``size``: the object's size, when the answer said it."""
+
+    def __init__(self, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
 
 
 @dataclasses.dataclass
@@ -296,13 +308,18 @@ class RemoteStore(Store):
         stamp = await self._state.get().cache.stamp(path)
 
         async def request(client: Any) -> Answer:
-            answer = await self._get_range(client, path, start, end)
+            try:
+                answer = await self._get_range(client, path, start, end)
+            except RangeNotSatisfiable as exc:  # past the end: of this version?
+                await self._check_version(path, stamp, Answer(b"", exc.size), size)
+                raise
+            # Before the length: a shrunk object's short answer is no transient.
+            await self._check_version(path, stamp, answer, size)
             _check_length(len(answer.body), end - start)
             return answer
 
         what = f"GET {self.display(path)} bytes={start}-{end - 1}"
         answer = await self._call(request, what, path, hedge=True)
-        await self._check_version(path, stamp, answer, size)
         self.stats.bytes_fetched += len(answer.body)
         return answer.body
 

@@ -94,8 +94,14 @@ def test_a_server_ignoring_range_is_a_clear_error(http, make_store) -> None:  # 
 
 def test_416_is_a_clear_error(http, make_store) -> None:  # type: ignore[no-untyped-def]
     reader = make_store("http").reader(f"{http.url}/random.bin", size=10**9)  # a wrong size
-    with pytest.raises(StorageError, match="range not satisfiable"):
+    # The 416 names the object's size: not the one the reader was given.
+    with pytest.raises(StorageError, match=r"\(1000000000 bytes, now 700001\)"):
         reader.read_sync(900_000_000, 10)
+    http.reset()
+    http.faults.only_ranged, http.faults.error_status = True, 416  # a 416 naming no size
+    http.faults.errors = 1
+    with pytest.raises(StorageError, match="range not satisfiable"):
+        make_store("http").reader(f"{http.url}/random.bin", size=700_001).read_sync(0, 10)
 
 
 def test_missing_objects_are_not_retried(served, make_store, http, s3, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
