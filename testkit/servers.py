@@ -30,6 +30,7 @@ from aiohttp import web
 __all__ = [
     "S3_SLOWDOWN",
     "Faults",
+    "Handler",
     "LoopbackServer",
     "Seen",
     "file_handler",
@@ -80,6 +81,7 @@ class Faults:
     down_until: float = 0.0
     error_status: int = 503
     error_body: bytes = b""
+    echo_reason: bool = False  # error answers' reason phrase repeats the request's path and query
     retry_after: str | None = None
     resets: int = 0
     truncations: int = 0
@@ -221,7 +223,10 @@ class LoopbackServer:
         if targeted and (faults.errors or down):
             faults.errors -= 0 if down else 1
             headers = {"Retry-After": faults.retry_after} if faults.retry_after else {}
-            return web.Response(status=faults.error_status, body=faults.error_body, headers=headers)
+            reason = f"Refused {request.path_qs}" if faults.echo_reason else None
+            return web.Response(
+                status=faults.error_status, reason=reason, body=faults.error_body, headers=headers
+            )
         if targeted and faults.resets:
             faults.resets -= 1
             request.transport.abort()
@@ -270,7 +275,8 @@ async def _whole(request: web.Request, handler: Handler) -> bytes:
 
 
 def file_handler(root: Path) -> Handler:
-    """Serve files under ``root`` with Range support and HTML directory indexes."""
+    """Serve files under ``root`` with Range support, an ``ETag`` (from the
+    file's mtime and size) and HTML directory indexes."""
 
     async def handle(request: web.Request) -> tuple[int, dict[str, str], bytes]:
         relative = urllib.parse.unquote(request.path).lstrip("/")
@@ -283,10 +289,12 @@ def file_handler(root: Path) -> Handler:
             return 200, {"Content-Type": "text/html"}, f"<html><body>{links}</body></html>".encode()
         if not path.is_file():
             return 404, {}, b"not found"
-        size = path.stat().st_size
+        stat = path.stat()
+        size = stat.st_size
+        etag = {"ETag": f'"{stat.st_mtime_ns:x}-{size:x}"'}  # as nginx makes it, finer
         spec = request.headers.get("Range")
         if spec is None:
-            return 200, {}, path.read_bytes()
+            return 200, etag, path.read_bytes()
         span = _parse_range(spec, size)
         if span is None:
             return 416, {"Content-Range": f"bytes */{size}"}, b""
@@ -294,7 +302,7 @@ def file_handler(root: Path) -> Handler:
         with open(path, "rb") as file:  # only the range: big shards stay cheap to serve
             file.seek(start)
             body = file.read(end - start)
-        headers = {"Content-Range": f"bytes {start}-{end - 1}/{size}"}
+        headers = {"Content-Range": f"bytes {start}-{end - 1}/{size}", **etag}
         return 206, headers, body
 
     return handle

@@ -43,8 +43,9 @@ __all__ = ["BlockCache", "CacheConfig"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
-#: ``fetch(path, start, end)``: exactly the bytes ``[start, end)`` of one object.
-Fetch = Callable[[str, int, int], Awaitable[bytes]]
+#: ``fetch(path, start, end, size)``: exactly the bytes ``[start, end)`` of one
+#: object of ``size`` bytes.
+Fetch = Callable[[str, int, int, int], Awaitable[bytes]]
 #: A block: (path, stamp, object size, block number).
 _Key = tuple[str, str, int, int]
 #: The stamp of an object this store has not written, without a disk tier
@@ -304,7 +305,7 @@ class BlockCache:
         path, stamp, size = run.path, run.stamp, run.size
         start, end = first * bs, min(size, (last + 1) * bs)
         try:
-            data = await self._fetch(path, start, end)
+            data = await self._fetch(path, start, end, size)
         except BaseException as exc:
             self._settle(run, exc)
             if not isinstance(exc, (Exception, asyncio.CancelledError)):

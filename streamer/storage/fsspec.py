@@ -19,7 +19,7 @@ import fsspec.asyn
 
 from ..errors import StorageError
 from .base import Entry
-from .remote import RemoteStore
+from .remote import Answer, RemoteStore
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]
@@ -69,13 +69,15 @@ class FsspecStore(RemoteStore):
         except (ConnectionError, TimeoutError) as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
 
-    async def _get_range(self, client: Any, path: str, start: int, end: int) -> bytes:
-        return await self._call_fs(client, "cat_file", path, start, end)
+    async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
+        """The bytes alone: file systems do not say which version they read."""
+        return Answer(await self._call_fs(client, "cat_file", path, start, end))
 
-    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, int, bytes]:
+    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         size = await self._get_size(client, path)
         start = max(0, size - length)
-        return start, size, await self._get_range(client, path, start, size)
+        answer = await self._get_range(client, path, start, size)
+        return start, answer._replace(size=size)
 
     async def _get_size(self, client: Any, path: str) -> int:
         return int((await self._call_fs(client, "info", path))["size"])

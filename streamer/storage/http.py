@@ -27,9 +27,9 @@ import aiohttp
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import register_secret, safe_url
+from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .remote import RemoteStore
+from .remote import Answer, RangeNotSatisfiable, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -91,16 +91,19 @@ class HTTPStore(RemoteStore):
 
     async def _get_range(
         self, client: aiohttp.ClientSession, path: str, start: int, end: int
-    ) -> bytes:
-        span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+    ) -> Answer:
+        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
         check_span(span, start, end)
-        return body
+        return answer
 
     async def _get_tail(
         self, client: aiohttp.ClientSession, path: str, length: int
-    ) -> tuple[int, int, bytes]:
-        span, body = await self._ranged(client, path, f"bytes=-{length}")
-        return span[0], span[2], body
+    ) -> tuple[int, Answer]:
+        try:
+            span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        except RangeNotSatisfiable:  # shorter than the suffix (S3 servers: rclone, Ceph)
+            span, answer = await self._ranged(client, path, "bytes=0-")
+        return span[0], answer
 
     async def _get_size(self, client: aiohttp.ClientSession, path: str) -> int:
         span, _ = await self._ranged(client, path, "bytes=0-0")
@@ -108,20 +111,17 @@ class HTTPStore(RemoteStore):
 
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
-    ) -> tuple[tuple[int, int, int], bytes]:
-        try:
-            return await ranged_get(client, path, self.display(path), byte_range)
-        except aiohttp.InvalidURL:
-            raise StorageError(f"{self.display(path)}: not a valid URL") from None
+    ) -> tuple[tuple[int, int, int], Answer]:
+        return await ranged_get(client, path, self.display(path), byte_range)
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
-        directory = path.rstrip("/") + "/"
+        directory = _directory(path)
         try:
             async with client.get(directory) as response:
                 check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
         except NETWORK_ERRORS as exc:
-            raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
+            raise _network_error(self.display(directory), exc) from None
         return _links(directory, page)
 
 
@@ -170,8 +170,8 @@ async def ranged_get(
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
     proxy: str | None = None,
-) -> tuple[tuple[int, int, int], bytes]:
-    """One GET of ``url`` for ``byte_range``: ``((start, end, total), body)``.
+) -> tuple[tuple[int, int, int], Answer]:
+    """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
 
     The answer must name its bytes in ``Content-Range``: with status 206,
     or 200 (some S3 servers, rclone's among them, send ranges so). Other
@@ -182,14 +182,26 @@ async def ranged_get(
         async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
             span = parse_content_range(response.headers.get("Content-Range"))
             if response.status in (200, 206) and span is not None:
-                return span, await response.read()
+                body = await _range_body(shown, response, span)
+                return span, Answer(body, span[2], _version(response))
             if response.status == 206:
                 raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
             more = await detail(response) if detail is not None else ""
             check_status(shown, byte_range, response, more)
-            raise StorageError(f"{shown}: HTTP {response.status} {response.reason}")
+            raise StorageError(f"{shown}: HTTP {response.status} {_reason(response)}")
     except NETWORK_ERRORS as exc:
-        raise TransientError(describe(exc), congestion=is_timeout(exc)) from None
+        raise _network_error(shown, exc) from None
+
+
+def _network_error(url: str, exc: BaseException) -> Exception:
+    """What a failure below HTTP means: retry it (``TransientError``), except a
+    URL aiohttp cannot request and a redirect loop, which no retry ends (they
+    would cost the whole time budget)."""
+    if isinstance(exc, aiohttp.InvalidURL):
+        return StorageError(f"{url}: not a valid URL")
+    if isinstance(exc, aiohttp.TooManyRedirects):
+        return StorageError(f"{url}: redirected {len(exc.history)} times without an answer")
+    return TransientError(describe(exc), congestion=is_timeout(exc))
 
 
 def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
@@ -199,12 +211,6 @@ def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
         raise TransientError(
             f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
         )
-
-
-class RangeNotSatisfiable(StorageError):
-    """416: the range lies past the object's end. For a suffix ``bytes=-N``
-    that means the object is shorter than ``N`` bytes, which some servers
-    (rclone's S3 server) refuse to serve instead of sending it whole."""
 
 
 def check_status(
@@ -217,7 +223,7 @@ def check_status(
     if status >= 500 or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
-        message = f"HTTP {status} {response.reason}{more}"
+        message = f"HTTP {status} {_reason(response)}{more}"
         raise TransientError(message, retry_after=retry_after, congestion=congestion)
     if byte_range is None and status == 200:
         return
@@ -231,11 +237,59 @@ def check_status(
     if status == 416:
         total = response.headers.get("Content-Range", "")
         raise RangeNotSatisfiable(
-            f"{url}: range not satisfiable ({byte_range}; {total or 'no size'}){more}"
+            f"{url}: range not satisfiable ({byte_range}; {total or 'no size'}){more}",
+            size=_unsatisfied_size(total),
         )
     if status == 404:
         raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
-    raise StorageError(f"{url}: HTTP {status} {response.reason}{more}")
+    raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
+
+
+async def _range_body(
+    url: str, response: aiohttp.ClientResponse, span: tuple[int, int, int]
+) -> bytes:
+    """The body of an answer naming ``span``, read only when its declared
+    length is the span's: a server (or proxy) that names the range but sends
+    more, up to the whole object, is not read into memory for each block.
+
+    A body compressed though ``identity`` was asked for (``Content-Encoding:
+    gzip``) at another length than the span's fails for good: no retry
+    changes it, and retried as a short body it would cost the whole time
+    budget. Stored bytes merely labelled with an encoding, as S3 keeps
+    them, come at the span's length and are read as they are."""
+    named = span[1] - span[0]
+    body, got = b"", response.content_length
+    if got in (None, named):  # chunked, or as long as named: read it
+        body = await response.read()
+        got = len(body)
+    encoding = response.headers.get("Content-Encoding", "identity")
+    if encoding.lower() != "identity" and got != named:
+        raise StorageError(
+            f"{url}: the server sent the range {encoding}-encoded ({got} bytes for "
+            f"{named}); serve it uncompressed (Content-Encoding: identity)"
+        )
+    if got != named:
+        kind = "short" if got < named else "over-long"
+        raise TransientError(f"{kind} body: {got} bytes instead of {named}")
+    return body
+
+
+def _unsatisfied_size(content_range: str) -> int | None:
+    """The object size a 416's ``Content-Range: bytes */SIZE`` names."""
+    total = content_range.rpartition("/")[2].strip()
+    return int(total) if total.isdigit() else None
+
+
+def _version(response: aiohttp.ClientResponse) -> str | None:
+    """What names the version of the object an answer comes from: its
+    ``ETag``, else its ``Last-Modified``, else nothing."""
+    return response.headers.get("ETag") or response.headers.get("Last-Modified")
+
+
+def _reason(response: aiohttp.ClientResponse) -> str:
+    """The status line's reason phrase: server text, which may echo the
+    request's URL (its signature, its token), so it is redacted like any."""
+    return redact(response.reason or "")
 
 
 def describe(exc: BaseException) -> str:
@@ -253,6 +307,13 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return f"{type(exc).__name__}: server closed the connection"
     return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) else "")
+
+
+def _directory(url: str) -> str:
+    """``url`` as a directory (its path ending in ``/``), for its index page.
+    The slash goes on the path: a query (an access token) stays as given."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/"))
 
 
 class _LinkParser(html.parser.HTMLParser):

@@ -6,10 +6,10 @@ GET, a size query, a listing and, if it can write, one whole-object PUT —
 against its client. Everything else is here,
 once: ``RemoteReader`` (the ``RangeReader`` of one object), the per-store
 block cache and concurrency limit, request timeouts, retries and hedges,
-the outage gate (``health.py``), body length checks, and stats. All of it
-runs on the background store loop (``loop.py``), which is how one
-connection pool serves every shard, every caller's event loop and every
-blocking caller of the process.
+the outage gate (``health.py``), body length and object version checks,
+and stats. All of it runs on the background store loop (``loop.py``),
+which is how one connection pool serves every shard, every caller's event
+loop and every blocking caller of the process.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import os
 import struct
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
+from ..errors import StorageError
 from ..timing import record
 from ._bounds import check_range
 from ._urls import install_log_redaction
@@ -37,7 +38,7 @@ from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 from .throttle import Slot, Throttle
 
-__all__ = ["RemoteReader", "RemoteStore"]
+__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore"]
 
 #: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
 COPY_IN_FLIGHT = 4
@@ -53,6 +54,28 @@ _GROUPS: dict[str, tuple[type, set[str]]] = {
 _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
 
 
+class Answer(NamedTuple):
+    """A ranged GET's bytes, and what the answer said of the object they are
+    from: its size (``Content-Range``) and its version (``ETag``, else
+    ``Last-Modified``); ``None`` when it did not say."""
+
+    body: bytes
+    size: int | None = None
+    tag: str | None = None
+
+
+class RangeNotSatisfiable(StorageError):
+    """416: the range lies past the object's end. For a suffix ``bytes=-N``
+    that means the object is shorter than ``N`` bytes, which some servers
+    (rclone's S3 server) refuse to serve instead of sending it whole; for
+    a range inside the size a reader knows, that the object shrank.
+    ``size``: the object's size, when the answer said it."""
+
+    def __init__(self, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 @dataclasses.dataclass
 class _ProcessState:
     """A store's per-process, per-loop machinery (rebuilt after ``fork``)."""
@@ -63,6 +86,8 @@ class _ProcessState:
     connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     health: dict[str, StoreHealth] = dataclasses.field(default_factory=dict)
     throttles: dict[str, Throttle] = dataclasses.field(default_factory=dict)
+    #: (path, stamp) -> the version tag the first answer about it carried.
+    tags: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
 
 class RemoteStore(Store):
@@ -140,7 +165,7 @@ class RemoteStore(Store):
         """Close a client made by ``_connect``."""
 
     @abc.abstractmethod
-    async def _get_range(self, client: Any, path: str, start: int, end: int) -> bytes:
+    async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
         """One request for the bytes ``[start, end)``; may return the wrong length.
 
         Raise ``TransientError`` for what is worth retrying, ``StorageError``
@@ -148,8 +173,9 @@ class RemoteStore(Store):
         """
 
     @abc.abstractmethod
-    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, int, bytes]:
-        """One request for the last ``length`` bytes: (start, object size, body)."""
+    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
+        """One request for the last ``length`` bytes: (start, answer), the
+        answer's ``size`` being the object's (never ``None``)."""
 
     @abc.abstractmethod
     async def _get_size(self, client: Any, path: str) -> int:
@@ -275,18 +301,65 @@ class RemoteStore(Store):
             hedge=hedge,
         )
 
-    async def _fetch(self, path: str, start: int, end: int) -> bytes:
-        """Exactly ``[start, end)``; wrong-length bodies count as transient failures."""
+    async def _fetch(self, path: str, start: int, end: int, size: int) -> bytes:
+        """Exactly ``[start, end)`` of the object of ``size`` bytes; wrong-length
+        bodies count as transient failures, an answer from another version of
+        the object (``_check_version``) as a permanent one."""
+        stamp = await self._state.get().cache.stamp(path)
 
-        async def request(client: Any) -> bytes:
-            body = await self._get_range(client, path, start, end)
-            _check_length(len(body), end - start)
-            return body
+        async def request(client: Any) -> Answer:
+            try:
+                answer = await self._get_range(client, path, start, end)
+            except RangeNotSatisfiable as exc:  # past the end: of this version?
+                await self._check_version(path, stamp, Answer(b"", exc.size), size)
+                raise
+            # Before the length: a shrunk object's short answer is no transient.
+            await self._check_version(path, stamp, answer, size)
+            _check_length(len(answer.body), end - start)
+            return answer
 
         what = f"GET {self.display(path)} bytes={start}-{end - 1}"
-        body = await self._call(request, what, path, hedge=True)
-        self.stats.bytes_fetched += len(body)
-        return body
+        answer = await self._call(request, what, path, hedge=True)
+        self.stats.bytes_fetched += len(answer.body)
+        return answer.body
+
+    async def _check_version(self, path: str, stamp: str, answer: Answer, size: int) -> None:
+        """Raise unless ``answer`` comes from the version of ``path`` read so far:
+        the object has ``size`` bytes, and the first answer under this stamp
+        carried the same tag (kept in the disk tier, so a later run checks
+        its requests against the bytes cached by earlier ones). An object
+        replaced on the server behind the store's back would otherwise mix
+        its new bytes with offsets (footers, indexes) and blocks of the old."""
+        tag = answer.tag
+        known = await self._first_tag(path, stamp, tag) if tag is not None else None
+        if answer.size not in (None, size):
+            change = f"{size} bytes, now {answer.size}"
+        elif known not in (None, tag):
+            change = f"version {known}, now {tag}"
+        else:
+            return
+        where = self.cache_config.cache_dir
+        clear = f" and clear its cache directory {where}" if where else ""
+        raise StorageError(
+            f"{self.display(path)} changed on the server while it was being read "
+            f"({change}): restart the reading process{clear}, so that no crop mixes "
+            "bytes of the two versions"
+        )
+
+    async def _first_tag(self, path: str, stamp: str, tag: str) -> str:
+        """The tag of the first answer about ``path`` under ``stamp``: in this
+        process, else the disk tier's (the first run's), else ``tag``."""
+        tags = self._state.get().tags
+        if (path, stamp) not in tags:
+            disk = self._state.get().cache.disk
+            first = tag
+            if disk is not None:
+                key = f"{self.url}\0tag\0{stamp}\0{path}"
+                loop = asyncio.get_running_loop()
+                found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
+                first = found.decode()
+            tags.setdefault((path, stamp), first)
+        return tags[(path, stamp)]
 
     async def _remembered(
         self, what: str, ask: Callable[[], Awaitable[bytes]], path: str | None = None
@@ -322,16 +395,19 @@ class RemoteStore(Store):
         return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
-        async def request(client: Any) -> tuple[int, int, bytes]:
-            start, size, body = await self._get_tail(client, path, length)
-            _check_length(len(body), size - start)
-            return start, size, body
+        async def request(client: Any) -> tuple[int, Answer]:
+            start, answer = await self._get_tail(client, path, length)
+            assert answer.size is not None
+            _check_length(len(answer.body), answer.size - start)
+            return start, answer
 
         async def ask() -> bytes:
             what = f"GET {self.display(path)} bytes=-{length}"
-            start, size, body = await self._call(request, what, path, hedge=True)
-            self.stats.bytes_fetched += len(body)
-            return _TAIL_HEAD.pack(start, size) + body
+            start, answer = await self._call(request, what, path, hedge=True)
+            assert answer.size is not None
+            await self._check_version(path, stamp, answer, answer.size)
+            self.stats.bytes_fetched += len(answer.body)
+            return _TAIL_HEAD.pack(start, answer.size) + answer.body
 
         cache = self._state.get().cache
         stamp = await cache.stamp(path)  # before asking: the bytes are of this version
@@ -349,10 +425,10 @@ class RemoteStore(Store):
 
         return int(await self._remembered(f"size\0{path}", ask, path))
 
-    async def _fetch_exact(self, path: str, start: int, end: int) -> bytes:
+    async def _fetch_exact(self, path: str, start: int, end: int, size: int) -> bytes:
         """``_fetch`` for one-off metadata reads: remembered, never block-cached."""
         return await self._remembered(
-            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end), path
+            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end, size), path
         )
 
     async def _store(self, path: str, body: bytes) -> None:
@@ -445,10 +521,10 @@ class RemoteReader(RangeReader):
         return await self.store._read(self.path, size, ranges)
 
     async def _fetch_on_loop(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-        await self._checked(ranges)
+        size = await self._checked(ranges)
         groups = _group(sorted(set(ranges)), EXACT_GAP)
         bodies = await asyncio.gather(
-            *(self.store._fetch_exact(self.path, start, end) for start, end, _ in groups)
+            *(self.store._fetch_exact(self.path, start, end, size) for start, end, _ in groups)
         )
         found = {}
         for (start, _, members), body in zip(groups, bodies, strict=True):
@@ -460,13 +536,13 @@ class RemoteReader(RangeReader):
     async def _copy_on_loop(self, target: memoryview, offset: int) -> None:
         """``COPY_CHUNK`` requests, ``COPY_IN_FLIGHT`` at a time, each copied
         into its place in ``target`` as it arrives (never block-cached)."""
-        await self._checked([(offset, len(target))])
+        size = await self._checked([(offset, len(target))])
         gate = asyncio.Semaphore(COPY_IN_FLIGHT)
 
         async def chunk(start: int) -> None:
             end = min(start + COPY_CHUNK, len(target))
             async with gate:
-                body = await self.store._fetch(self.path, offset + start, offset + end)
+                body = await self.store._fetch(self.path, offset + start, offset + end, size)
             target[start:end] = body
 
         tasks = [asyncio.ensure_future(chunk(s)) for s in range(0, len(target), COPY_CHUNK)]

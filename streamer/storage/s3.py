@@ -64,7 +64,7 @@ from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
 from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
 from .loop import run_sync
-from .remote import RemoteStore
+from .remote import Answer, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -246,26 +246,26 @@ class S3Store(RemoteStore):
 
     # -- primitives -----------------------------------------------------------
 
-    async def _get_range(self, client: _Clients, path: str, start: int, end: int) -> bytes:
-        span, body = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+    async def _get_range(self, client: _Clients, path: str, start: int, end: int) -> Answer:
+        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
         check_span(span, start, end)
-        return body
+        return answer
 
-    async def _get_tail(self, client: _Clients, path: str, length: int) -> tuple[int, int, bytes]:
+    async def _get_tail(self, client: _Clients, path: str, length: int) -> tuple[int, Answer]:
         try:
-            (start, _, size), body = await self._ranged(client, path, f"bytes=-{length}")
-            return start, size, body
+            (start, _, _), answer = await self._ranged(client, path, f"bytes=-{length}")
+            return start, answer
         except RangeNotSatisfiable:  # the object is shorter than the suffix: read it whole
             bucket, key = _split(path)
             with self._errors(path):
                 response = await client.s3.get_object(Bucket=bucket, Key=key)
                 async with response["Body"] as stream:
                     body = await stream.read()
-            return 0, len(body), body
+            return 0, Answer(body, len(body), response.get("ETag"))
 
     async def _ranged(
         self, client: _Clients, path: str, byte_range: str
-    ) -> tuple[tuple[int, int, int], bytes]:
+    ) -> tuple[tuple[int, int, int], Answer]:
         """A GET by presigned URL over aiohttp: a quarter of botocore's client
         CPU per request (``benchmarks/bench_s3_client.py``)."""
         url = await client.presigned(path)

@@ -141,6 +141,24 @@ def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None
     assert SECRET not in said_by(errors)
 
 
+def test_a_reason_phrase_echoing_the_url_is_redacted(http, make_store) -> None:  # type: ignore[no-untyped-def]
+    """Servers may repeat the request line in their status line's reason
+    phrase ("403 Refused /data?token=..."): it is server text, redacted."""
+    http.go_down(3600, status=403)
+    http.faults.echo_reason = True
+    store = make_store("http", attempts=1)
+    query = f"X-Amz-Credential={SECRET}&X-Amz-Signature={SECRET}&token={SECRET}"
+    errors = []
+    for url in (f"{http.url}/random.bin?{query}", f"{http.url}/packed?{query}"):
+        with pytest.raises(StorageError) as caught:
+            store.reader(url).size_sync()
+        errors.append(caught.value)
+    with pytest.raises(LayoutError) as listing:
+        Dataset(f"{http.url}/packed?{query}", store=store)
+    assert "403 Refused /" in str(errors[0])
+    assert SECRET not in said_by([*errors, listing.value])
+
+
 def test_botocore_debug_output_is_redacted(s3, s3_uploaded, caplog, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Key id, secret key and session token from the environment, at DEBUG:
     botocore prints the key id and the token; the log records carry ***."""

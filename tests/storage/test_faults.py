@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import time
 
 import pytest
+from helpers import SECRET
 
 from streamer.errors import StorageError
-from testkit.servers import S3_SLOWDOWN
+from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
 
@@ -92,8 +94,14 @@ def test_a_server_ignoring_range_is_a_clear_error(http, make_store) -> None:  # 
 
 def test_416_is_a_clear_error(http, make_store) -> None:  # type: ignore[no-untyped-def]
     reader = make_store("http").reader(f"{http.url}/random.bin", size=10**9)  # a wrong size
-    with pytest.raises(StorageError, match="range not satisfiable"):
+    # The 416 names the object's size: not the one the reader was given.
+    with pytest.raises(StorageError, match=r"\(1000000000 bytes, now 700001\)"):
         reader.read_sync(900_000_000, 10)
+    http.reset()
+    http.faults.only_ranged, http.faults.error_status = True, 416  # a 416 naming no size
+    http.faults.errors = 1
+    with pytest.raises(StorageError, match="range not satisfiable"):
+        make_store("http").reader(f"{http.url}/random.bin", size=700_001).read_sync(0, 10)
 
 
 def test_missing_objects_are_not_retried(served, make_store, http, s3, s3_uploaded) -> None:  # type: ignore[no-untyped-def]
@@ -103,3 +111,122 @@ def test_missing_objects_are_not_retried(served, make_store, http, s3, s3_upload
         with pytest.raises(StorageError, match="not found"):
             reader.size_sync()
         assert reader.store.stats.retries == 0
+
+
+def redirecting(files: Handler) -> Handler:
+    """``/moved/...`` is served by ``files``; ``/loop/...`` redirects to itself;
+    anything else redirects (307) to ``/moved/...``."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        if request.path.startswith("/moved/"):
+            return await files(request.clone(rel_url=request.path_qs.removeprefix("/moved")))
+        target = (
+            request.path_qs if request.path.startswith("/loop/") else "/moved" + request.path_qs
+        )
+        return 307, {"Location": target}, b""
+
+    return handle
+
+
+def test_redirects_are_followed_and_a_redirect_loop_is_a_clear_error(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """A redirect to another path keeps the Range; a redirect loop fails at
+    once, naming the URL, instead of being retried for the whole time budget."""
+    server = LoopbackServer(redirecting(file_handler(storage_root))).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        assert bytes(store.reader(f"{server.url}/random.bin").read_sync(5, 10)) == data[5:15]
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"/loop/random\.bin: redirected 10 times"):
+            store.reader(f"{server.url}/loop/random.bin").size_sync()
+        assert time.monotonic() - started < 5
+        assert store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that gzips answers though asked for ``identity``: not retried as
+    a short body for the whole time budget. Bytes merely labelled gzip (as S3
+    keeps an object's Content-Encoding) arrive at their length and are read."""
+    files = file_handler(storage_root)
+
+    async def gzipping(request):  # type: ignore[no-untyped-def]
+        status, headers, body = await files(request)
+        if "labelled" in request.query:
+            return status, {**headers, "Content-Encoding": "gzip"}, body
+        return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
+
+    server = LoopbackServer(gzipping).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        labelled = store.reader(f"{server.url}/random.bin?labelled", size=len(data))
+        assert bytes(labelled.read_sync(5, 10)) == data[5:15]
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"random\.bin: the server sent the range gzip-"):
+            store.reader(f"{server.url}/random.bin", size=len(data)).read_sync(100_000, 10)
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_url_aiohttp_cannot_request_fails_at_once(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A port out of range, no host: not retried for the whole time budget,
+    and the user info stays out of the error."""
+    store = make_store("http", give_up_after=30, **FAST)
+    started = time.monotonic()
+    for url in (f"http://user:{SECRET}@127.0.0.1:99999/data/", "http:///data/"):
+        with pytest.raises(StorageError, match="not a valid URL") as listing:
+            store.list_sync(url)
+        with pytest.raises(StorageError, match="not a valid URL") as reading:
+            store.reader(url + "random.bin").size_sync()
+        assert SECRET not in str(listing.value) + str(reading.value)
+    assert time.monotonic() - started < 5 and store.stats.retries == 0
+
+
+def test_a_suffix_past_a_small_object_reads_it_whole_over_http(tmp_path, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A public bucket of an S3 server that answers 416 to a suffix range
+    longer than the object (rclone, Ceph), read as plain HTTPS: the small
+    shards of a dataset (``audio_info/``, ``seek_index/``) still open."""
+    files = file_handler(tmp_path)
+
+    async def strict(request):  # type: ignore[no-untyped-def]
+        size = (tmp_path / request.path.lstrip("/")).stat().st_size
+        if int(request.headers["Range"].partition("=-")[2] or 0) > size:
+            return 416, {"Content-Range": f"bytes */{size}"}, b""
+        return await files(request)
+
+    (tmp_path / "small.bin").write_bytes(b"0123456789" * 100)
+    server = LoopbackServer(strict).start()
+    try:
+        reader = make_store("http", **FAST).reader(f"{server.url}/small.bin")
+        start, tail = reader.read_tail_sync(65536)
+        assert (start, bytes(tail)) == (0, b"0123456789" * 100)
+        assert bytes(reader.read_tail_sync(5)[1]) == b"56789"
+    finally:
+        server.stop()
+
+
+def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A proxy that names the asked range but sends the whole object: failed
+    (and retried) on its Content-Length, before its body is read into memory
+    (here the body stalls: reading it would wait out the attempt's timeout)."""
+    files = file_handler(storage_root)
+
+    async def whole(request):  # type: ignore[no-untyped-def]
+        status, headers, _ = await files(request)
+        return status, {**headers, "Content-Length": str(len(data))}, data
+
+    server = LoopbackServer(whole).start()
+    try:
+        server.faults.stalls, server.faults.stall_seconds = 1, 30
+        reader = make_store("http", attempts=1, timeout=5).reader(
+            f"{server.url}/random.bin", size=len(data)
+        )
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=rf"over-long body: {len(data)} bytes instead of"):
+            reader.read_sync(0, 10)
+        assert time.monotonic() - started < 2
+    finally:
+        server.stop()

@@ -18,7 +18,7 @@ from streamer.storage import LocalStore, open_url
 from streamer.storage.fsspec import FsspecStore
 from streamer.storage.http import HTTPStore
 from streamer.storage.s3 import B2Store, S3Store
-from testkit.servers import LoopbackServer, proxy_handler
+from testkit.servers import LoopbackServer, file_handler, proxy_handler
 
 
 def test_the_scheme_picks_the_store(tmp_path: Path) -> None:
@@ -172,3 +172,26 @@ def test_readers_work_in_worker_processes(http, storage_root: Path, method: str)
     fresh = store.reader(path)
     started = time.monotonic()
     assert fresh.size_sync() == len(data) and time.monotonic() - started < 5
+
+
+def test_an_http_dataset_behind_a_token_query_lists_with_the_token_intact(  # type: ignore[no-untyped-def]
+    storage_root: Path, make_store
+) -> None:
+    """A server that wants ``?token=...`` on every request (CDNs, signed
+    dataset links): the listing of a directory must carry the token as
+    given, not with the directory's slash appended to it."""
+    files = file_handler(storage_root)
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        if request.query.get("token") != SECRET:
+            return 403, {}, b"bad token"
+        return await files(request)
+
+    server = LoopbackServer(handle).start()
+    try:
+        store = make_store("http")
+        names = [entry.name for entry in store.list_sync(f"{server.url}/packed?token={SECRET}")]
+        assert "audio" in names
+        assert server.requests[0].path == f"/packed/?token={SECRET}"
+    finally:
+        server.stop()

@@ -10,11 +10,12 @@ import time
 import uuid
 
 import pytest
-from helpers import BUCKET, SECRET, everything_said
+from helpers import BUCKET, S3_KINDS, SECRET, everything_said
 
 from streamer.errors import StorageError
 from streamer.storage import LocalStore
 from streamer.storage.loop import run_sync
+from testkit.servers import LoopbackServer, file_handler, s3_client
 
 
 def test_local_staging_is_renamed_into_place_or_dropped(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -162,3 +163,114 @@ def test_a_rewrite_with_a_new_size_is_not_read_at_the_old_one(  # type: ignore[n
     assert bytes(store.reader(path).read_sync(0, 12_000)) == b"b" * 12_000
     start, tail = store.reader(path).read_tail_sync(100)
     assert (start, bytes(tail)) == (11_900, b"b" * 100)
+
+
+# -- objects replaced on the server behind the store's back -------------------------
+
+
+@pytest.fixture
+def replaceable(tmp_path, s3_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+    """``replaceable(kind, **options)``: (store, path, put) of a fresh object on
+    a server of ``kind``; ``put(data)`` replaces it there without the store
+    knowing (boto3 straight to the S3 server; a file of an HTTP file server
+    of this test, stopped after it)."""
+    started: list[LoopbackServer] = []
+
+    def make(kind: str, **options):  # type: ignore[no-untyped-def]
+        if kind == "http":
+            root = tmp_path / "served"
+            root.mkdir(exist_ok=True)
+            started.append(LoopbackServer(file_handler(root)).start())
+            url = f"{started[-1].url}/object.bin"
+            return make_store("http", **options), url, (root / "object.bin").write_bytes
+        server = s3_servers(kind)
+        key = f"replaced-{uuid.uuid4().hex[:8]}/object.bin"
+        client = s3_client(server.handler.upstream, "test-key-id", SECRET)
+
+        def put(data: bytes) -> None:
+            client.put_object(Bucket=BUCKET, Key=key, Body=data)
+
+        return make_store("s3", server.url, **options), f"{s3_uploaded}/{key}", put
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", [*S3_KINDS, "http"])
+def test_an_object_replaced_on_the_server_is_never_mixed_with_the_old(  # type: ignore[no-untyped-def]
+    replaceable, kind
+) -> None:
+    """Same size, other bytes: the answers' ETag differs from the first one's,
+    so the read fails instead of returning new bytes at the old offsets."""
+    store, path, put = replaceable(kind, block_size=4096)
+    put(b"a" * 40_000)
+    reader = store.reader(path)
+    assert reader.read_tail_sync(100)[0] == 39_900  # what a shard's opening reads
+    assert bytes(reader.read_sync(0, 10)) == b"a" * 10
+    put(b"b" * 40_000)
+    with pytest.raises(StorageError, match=r"changed on the server while it was being read"):
+        reader.read_sync(20_000, 10)
+    assert bytes(reader.read_sync(0, 10)) == b"a" * 10  # cached: the old version, whole
+
+
+def test_a_changed_size_is_caught_without_versions(make_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A server that sends neither ETag nor Last-Modified: a different
+    Content-Range total still shows the object changed."""
+    files = file_handler(tmp_path)
+
+    async def without_versions(request):  # type: ignore[no-untyped-def]
+        status, headers, body = await files(request)
+        return status, {k: v for k, v in headers.items() if k != "ETag"}, body
+
+    server = LoopbackServer(without_versions).start()
+    try:
+        (tmp_path / "object.bin").write_bytes(b"a" * 40_000)
+        reader = make_store("http", block_size=4096).reader(f"{server.url}/object.bin")
+        assert bytes(reader.read_sync(0, 10)) == b"a" * 10
+        (tmp_path / "object.bin").write_bytes(b"b" * 50_000)
+        with pytest.raises(StorageError, match=r"\(40000 bytes, now 50000\)"):
+            reader.read_sync(20_000, 10)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["moto", "http"])
+def test_a_disk_tier_of_an_earlier_run_never_mixes_versions(  # type: ignore[no-untyped-def]
+    replaceable, kind, tmp_path
+) -> None:
+    """The object is replaced between two runs sharing a cache directory: the
+    second run's cached blocks and size are of the old version, so a block it
+    must fetch (of the new one) fails, naming the directory to clear."""
+    cache = {"block_size": 4096, "cache_dir": str(tmp_path / "cache")}
+    first, path, put = replaceable(kind, **cache)
+    put(b"a" * 40_000)
+    assert bytes(first.reader(path).read_sync(0, 10)) == b"a" * 10
+    run_sync(first.drain())
+    put(b"b" * 40_000)
+    second = type(first)(first.scheme, first._options)  # as a new process would build it
+    reader = second.reader(path)
+    assert bytes(reader.read_sync(0, 10)) == b"a" * 10  # from the disk tier
+    with pytest.raises(StorageError, match=r"changed on the server.*clear its cache directory"):
+        reader.read_sync(20_000, 10)
+    run_sync(second._close_on_loop())
+
+
+@pytest.mark.parametrize("kind", [*S3_KINDS, "http"])
+def test_an_object_that_shrank_on_the_server_fails_at_once(replaceable, kind) -> None:  # type: ignore[no-untyped-def]
+    """A block across the new end comes back short: that is the object's new
+    size, not a transient short body to retry for the whole time budget."""
+    store, path, put = replaceable(kind, block_size=4096, give_up_after=30, backoff=0.01)
+    put(b"a" * 40_000)
+    reader = store.reader(path)
+    assert bytes(reader.read_sync(0, 10)) == b"a" * 10
+    put(b"b" * 30_000)
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"changed on the server .*\(40000 bytes, now 30000\)"):
+        reader.read_sync(29_000, 10)  # the block 28672-32767: 1328 bytes now
+    with pytest.raises(StorageError) as past_the_end:
+        reader.read_sync(35_000, 10)  # past the new end: 416
+    # The file server names the size in its 416, not every S3 server does (then: not retried).
+    said = str(past_the_end.value)
+    assert "changed on the server" in said or (kind != "http" and "not satisfiable" in said)
+    assert time.monotonic() - started < 5 and store.stats.retries == 0
