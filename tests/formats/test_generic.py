@@ -353,6 +353,22 @@ def test_mp2_in_mpegts_with_video_keeps_its_index(tmp_path: Path) -> None:
     assert dataset.decode_stats.paths == {"generic index": 8}
 
 
+def test_crops_at_the_very_end_of_an_ogg_splice_are_in_place() -> None:
+    """A crop whose pre-roll starts after the last seek point decodes from
+    the one before, where ``padding`` was measured: from the last, FFmpeg's
+    Ogg demuxer sees a one-page stream and does not trim its end (PyAV's
+    Vorbis at 8 kHz: 512 samples more, and the crop came out shifted)."""
+    data = make("ogg", "vorbis", "fltp", 8000, 2, {"strict": "experimental"}, seconds=8.0)
+    index = generic_index(data)
+    full, rate = full_decode(data)
+    length = full.shape[1]
+    stats = DecodeStats()
+    for first in (length - 800, length - 100, length - 1):
+        request = CropRequest("k", first / rate, length / rate)
+        crop = read_crop(episode(data, index), request, stats)
+        assert_equal(f"from {first}", crop.audio, full[:, first:], False)
+
+
 def test_mp4_has_no_generic_index() -> None:
     """FFmpeg's mov demuxer cannot seek by byte (the native index serves MP4)."""
     data = make("mp4", "aac", "fltp", 48000, 2, {})
