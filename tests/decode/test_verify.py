@@ -201,6 +201,21 @@ def test_an_aac_preroll_too_short_is_not_taken_for_noise_substitution(
     assert_exact(dataclasses.replace(ep, index=checked), full, [(p + 900) / 8000 for p in points])
 
 
+def test_ogg_vorbis_below_20_khz_keeps_its_index() -> None:
+    """A Vorbis packet of PyAV's encoder outputs 1024 samples, more than the
+    0.05 s pre-roll below 20 kHz: a decode started in the crop's own packet
+    (which only primes the decoder) did not reach back to the crop, and the
+    index failed its check. The index's pre-roll is half a long block."""
+    data = encoded("vorbis", 8000, 2, seconds=8.0)
+    full, _ = full_decode(data)
+    ep = episode(data, key="vorbis-8k")
+    assert ep.index is not None and ep.index.preroll == 1024
+    checked = verify.verify_index(ep)
+    assert checked.verdict == VERIFIED, checked.reason
+    points = checked.sample_pos[1:] - checked.first_sample
+    assert_exact(dataclasses.replace(ep, index=checked), full, [(p + 900) / 8000 for p in points])
+
+
 def to_start(index: SeekIndex, point: int, per_frame: int) -> float:
     """A crop start one frame after seek point ``point`` (decoding starts there)."""
     return (int(index.sample_pos[point]) - index.first_sample + per_frame + 7) / index.sample_rate
