@@ -145,10 +145,10 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
         return CropJob(request, episode, None, fallback_reason=reason)
     form = _format(episode, index)
     first, last, skip = _native_span(index, request)
-    if first >= last:
-        raise episode.error(
-            f"range [{request.start}, {request.end}) s is past the end of the episode"
-        )
+    past = _past_the_end(index, request)
+    if past or first >= last:
+        said = "is past the end of the episode" if past else "decodes to nothing"
+        raise episode.error(f"range [{request.start}, {request.end}) s {said}")
     if request.preroll is None:
         preroll = max(form.preroll(index), index.preroll)
     else:
@@ -305,6 +305,16 @@ def _native_span(index: SeekIndex, request: CropRequest) -> tuple[int, int, int]
     if index.num_samples >= 0:
         last = min(last, full_decode_length(index))
     return first, last, skip
+
+
+def _past_the_end(index: SeekIndex, request: CropRequest) -> bool:
+    """Whether the episode ends at or before the crop's start (as the
+    fallback says it): a crop of under half a sample before the end is
+    empty, not past the end, and a resampled crop starting past the end is
+    past the end although its resampler's window reaches back into the
+    episode."""
+    start = round(request.start * index.sample_rate)
+    return index.num_samples >= 0 and start >= full_decode_length(index)
 
 
 def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int, contiguous: bool = True) -> Crop:

@@ -175,7 +175,7 @@ def _check_lengths(index: SeekIndex) -> str | None:
 def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
     """The first ``audio_info`` field the index contradicts, or None."""
     codec, container = info.get("codec"), info.get("container")
-    if codec and codec != index.codec:
+    if codec and _codec_family(codec) != _codec_family(index.codec):
         return "codec"
     # FFmpeg names demuxers by their aliases: "mov,mp4,m4a,3gp,3g2,mj2"; a
     # generic index names the demuxer after "ffmpeg:".
@@ -194,6 +194,18 @@ def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
     ):
         return "channels"
     return _duration_disagreement(index, info.get("duration"))
+
+
+#: Codecs FFmpeg names by how far it probed: an MPEG-TS (or PS) stream of
+#: MPEG audio is "mp3" until its parser has read a frame of it, which a long
+#: probe does (a file with a video track: "mp2") and a short one does not (the
+#: generic index opens with little probing). Every MPEG audio decoder of
+#: FFmpeg decodes every layer, so they are one codec to an index.
+_CODEC_FAMILIES = {"mp1": "mp3", "mp2": "mp3"}
+
+
+def _codec_family(codec: str) -> str:
+    return _CODEC_FAMILIES.get(codec, codec)
 
 
 def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | None:

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from ..dataset import Dataset, write_manifest
+from ..dataset import INFO_DIR, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
@@ -54,6 +54,7 @@ from ..index.table import (
 )
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
+from .durations import DURATION, corrected, index_durations, read_table, write_durations
 from .interrupts import interrupts_held
 
 __all__ = [
@@ -82,6 +83,8 @@ class ShardResult:
     failed: str = ""  # why the audio shard could not be read (nothing written)
     reasons: Counter[str] = field(default_factory=Counter)  # "no index" reason -> count
     labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
+    #: ``audio_info`` durations replaced by the index's: (key, header's, index's).
+    durations: list[tuple[str, float, float]] = field(default_factory=list)
 
     def count(self, indexes: list[SeekIndex]) -> None:
         self.labels.update(index_label(i) for i in indexes)
@@ -120,6 +123,7 @@ class IndexReport:
     ok: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
     labels: Counter[str] = field(default_factory=Counter)
+    durations: list[tuple[str, float, float]] = field(default_factory=list)
 
     def add(self, result: ShardResult) -> None:
         if result.failed:
@@ -134,6 +138,7 @@ class IndexReport:
         self.ok += result.episodes - sum(result.reasons.values())
         self.reasons.update(result.reasons)
         self.labels.update(result.labels)
+        self.durations += result.durations
 
 
 def parse_part(spec: str, option: str = "--shards") -> tuple[int, int]:
@@ -294,10 +299,33 @@ def index_shard(
     if not force and _complete(dataset, name, final):
         result.skipped = True
         return result
-    _write(
+    found = _write(
         store, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
     )
+    result.durations = _durations_into_info(dataset, name, audio, found)
     return result
+
+
+def _durations_into_info(
+    dataset: Dataset, name: str, audio: Shard, found: list[float | None]
+) -> list[tuple[str, float, float]]:
+    """``durations.corrected`` for the ``audio_info`` shard of ``name`` (one
+    ``pack --no-index`` wrote: its header's durations), rewritten whole
+    (``staged_sync``) where the index disagrees; what changed. Nothing for a
+    dataset without ``audio_info`` durations for exactly the audio's rows."""
+    path = dataset.column_dirs.get(INFO_DIR, {}).get(name)
+    if path is None:
+        return []
+    reader = dataset.store.reader(path)
+    info = read_table(pa.py_buffer(reader.read_sync(0, reader.size_sync())))
+    keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
+    if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
+        return []
+    durations, changed = corrected(info, found)
+    if changed:
+        with dataset.store.staged_sync(path) as temp:
+            write_durations(temp, info, durations)
+    return changed
 
 
 def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
@@ -326,16 +354,21 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
 
 def _write(
     store: Store, path: str, audio: Shard, result: ShardResult, index_of: Callable[[int], SeekIndex]
-) -> None:
+) -> list[float | None]:
     """Write the index shard at ``path`` whole (``staged_sync``): ``index_of(row)``
-    for every row of ``audio``, counted in ``result``."""
+    for every row of ``audio``, counted in ``result``; each row's duration
+    (``durations.index_durations``)."""
+    found: list[float | None] = []
     with store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
         for start in range(0, audio.num_rows, ROWS_PER_BATCH):
             rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
             indexes = [_held(index_of, row) for row in rows]
             result.count(indexes)
             keys = audio.keys.slice(start, len(rows))
-            writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
+            column = to_struct_array(indexes)
+            found += index_durations(column)
+            writer.write_batch(pa.record_batch([keys, column], schema=SCHEMA))
+    return found
 
 
 def _held(index_of: Callable[[int], SeekIndex], row: int) -> SeekIndex:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import math
 import os
 import shutil
 import socket
@@ -46,7 +45,7 @@ from tqdm import tqdm
 
 from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR, write_manifest
 from ..errors import PackError, ShardError, StorageError
-from ..index.table import INDEX_COLUMN, INDEX_DIR, OK
+from ..index.table import INDEX_DIR
 from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, Store
@@ -68,7 +67,6 @@ SHARD_SUFFIX = ".wsds"
 PLAN_KEY = "streamer.pack.plan"
 #: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
 STAGING_DIR = ".streamer-pack"
-_TEMP_MARK = ".tmp-"
 
 AUDIO_SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), (AUDIO_COLUMN, pa.large_binary())])
 INFO_SCHEMA = pa.schema(
@@ -423,8 +421,9 @@ class _ShardWriter:
             for writer in writers:
                 writer.close()
         if self.report.index is not None:
-            self.report.index.add(index_shard(LocalStore(), folder, planned.name))
-            self.report.durations += _durations_from_index(folder, [planned.name])
+            indexed = index_shard(LocalStore(), folder, planned.name)
+            self.report.index.add(indexed)
+            self.report.durations += indexed.durations
             paths[INDEX_DIR] = os.path.join(folder, INDEX_DIR, name)
         # audio_info (and seek_index) first: a shard is part of the dataset once audio/ has it.
         for column_dir in (INFO_DIR, INDEX_DIR, AUDIO_COLUMN):
@@ -514,74 +513,3 @@ def _info_batch(keys: pa.Array, entries: list[_Entry]) -> pa.RecordBatch:
         pa.array(values, INFO_SCHEMA.field(name).type) for name, values in columns.items()
     ]
     return pa.record_batch(arrays, schema=INFO_SCHEMA)
-
-
-def _durations_from_index(out: str, shards: list[str]) -> list[tuple[str, float, float]]:
-    """Put the seek index's duration into ``audio_info`` where the header's
-    disagrees (by over 1 % and 0.1 s: a header's estimate is not exact), and
-    return those (key, header's, index's). A truncated mp3 keeps the header's
-    duration of the whole file; its index counts the frames that are there."""
-    changed: list[tuple[str, float, float]] = []
-    for name in shards:
-        info_path = os.path.join(out, INFO_DIR, name + SHARD_SUFFIX)
-        index_path = os.path.join(out, INDEX_DIR, name + SHARD_SUFFIX)
-        if not os.path.exists(index_path):
-            continue
-        index = _read(index_path).column(INDEX_COLUMN).combine_chunks()
-        found = _index_durations(index)
-        info = _read(info_path)
-        durations = info.column("duration").to_pylist()
-        keys = info.column(KEY_COLUMN).to_pylist()
-        rows = [
-            row
-            for row, seconds in enumerate(found)
-            if seconds is not None
-            and not math.isclose(durations[row], seconds, rel_tol=0.01, abs_tol=0.1)
-        ]
-        for row in rows:
-            log.warning(
-                "%s: the header says %.1f s, the seek index %.1f s; audio_info keeps the index's",
-                keys[row],
-                durations[row],
-                found[row],
-            )
-            changed.append((keys[row], durations[row], found[row]))
-            durations[row] = found[row]
-        if rows:
-            _rewrite_durations(info_path, info, durations)
-    return changed
-
-
-def _read(path: str) -> pa.Table:
-    """A whole (small) shard in memory, batches as written."""
-    with open(path, "rb") as file:
-        reader = pa.ipc.open_file(pa.py_buffer(file.read()))
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        return pa.Table.from_batches(batches, reader.schema)
-
-
-def _index_durations(index: pa.StructArray) -> list[float | None]:
-    """Each row's gapless duration from its seek index (None: no index or unknown)."""
-    status = index.field("status").to_pylist()
-    samples = index.field("num_samples").to_pylist()
-    scale = index.field("timescale").to_pylist()
-    return [
-        n / t if s == OK and n >= 0 and t > 0 else None
-        for s, n, t in zip(status, samples, scale, strict=True)
-    ]
-
-
-def _rewrite_durations(path: str, info: pa.Table, durations: list[float]) -> None:
-    """Write an ``audio_info`` shard again with new durations, batch for batch
-    (same sizes, same metadata), under a temporary name renamed into place."""
-    schema, batches = info.schema, info.to_batches()
-    column = schema.get_field_index("duration")
-    temp = f"{os.path.dirname(path)}/.{os.path.basename(path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
-    options = pa.ipc.IpcWriteOptions(compression=None)
-    start = 0
-    with pa.ipc.new_file(temp, schema, options=options) as writer:
-        for batch in batches:
-            values = pa.array(durations[start : start + batch.num_rows], pa.float64())
-            writer.write_batch(batch.set_column(column, schema.field(column), values))
-            start += batch.num_rows
-    os.replace(temp, path)

@@ -214,6 +214,20 @@ def test_crops_past_the_end_raise_a_crop_error(dataset_dir: Path) -> None:
         dataset.read_crop("pyav/flac-1", 2.0, 1.0)
 
 
+@pytest.mark.parametrize("key", ["pyav/flac-1", "pyav/mp3-1"])
+def test_an_empty_crop_is_not_said_past_the_end(dataset_dir: Path, key: str) -> None:
+    """Through an index as through the fallback: a crop of under half a
+    sample inside the episode "decodes to nothing"; a resampled crop that
+    starts past the end is past the end (its resampler's window reaches back
+    into the episode). The index path had them the other way round."""
+    dataset = open_dataset(dataset_dir)
+    length = dataset.seek_index(key).num_samples / dataset.seek_index(key).sample_rate
+    with pytest.raises(CropError, match="decodes to nothing"):
+        dataset.read_crop(key, 1.0, 1.0 + 1e-7)
+    with pytest.raises(CropError, match="past the end"):
+        dataset.read_crop(key, length + 0.001, length + 1, sample_rate=16000)
+
+
 def test_crops_read_only_their_bytes(dataset_dir: Path) -> None:
     dataset = open_dataset(dataset_dir)
     # (MP4 is left out: on a file this small, FFmpeg reads through the first

@@ -21,6 +21,7 @@ from streamer.formats import registry
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.job import Episode
 from streamer.formats.mp3 import decode as mp3_decode
+from streamer.formats.mp4 import decode as mp4_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
@@ -179,6 +180,40 @@ def test_a_too_short_preroll_is_raised_and_crops_are_then_exact(
     assert checked.verdict == VERIFIED
     assert checked.preroll in {f * per_frame for f in verify.PREROLL_FACTORS}
     assert_exact(dataclasses.replace(ep, index=checked), full, starts)
+
+
+def test_an_aac_preroll_too_short_is_not_taken_for_noise_substitution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decode started in the crop's own AAC packet lacks that packet's
+    overlap: its probes err in place, as noise substitution's do, and passed
+    as such. A longer pre-roll makes them exact, which noise would not be:
+    verified with a larger pre-roll, crops exact."""
+    data = encoded("aac", 8000, 1, seconds=LONG)
+    full, _ = full_decode(data)
+    monkeypatch.setitem(mp4_decode.PREROLL_SECONDS, "aac", 0.05)  # 400 samples
+    monkeypatch.setitem(mp4_decode.MIN_PREROLL_SAMPLES, "aac", 0)
+    ep = episode(data, key="aac-8k")
+    assert ep.index is not None
+    checked = verify.verify_index(ep)
+    assert checked.verdict == VERIFIED and checked.preroll >= 1024, checked.preroll
+    points = checked.sample_pos[1:6] - checked.first_sample
+    assert_exact(dataclasses.replace(ep, index=checked), full, [(p + 900) / 8000 for p in points])
+
+
+def test_ogg_vorbis_below_20_khz_keeps_its_index() -> None:
+    """A Vorbis packet of PyAV's encoder outputs 1024 samples, more than the
+    0.05 s pre-roll below 20 kHz: a decode started in the crop's own packet
+    (which only primes the decoder) did not reach back to the crop, and the
+    index failed its check. The index's pre-roll is half a long block."""
+    data = encoded("vorbis", 8000, 2, seconds=8.0)
+    full, _ = full_decode(data)
+    ep = episode(data, key="vorbis-8k")
+    assert ep.index is not None and ep.index.preroll == 1024
+    checked = verify.verify_index(ep)
+    assert checked.verdict == VERIFIED, checked.reason
+    points = checked.sample_pos[1:] - checked.first_sample
+    assert_exact(dataclasses.replace(ep, index=checked), full, [(p + 900) / 8000 for p in points])
 
 
 def to_start(index: SeekIndex, point: int, per_frame: int) -> float:

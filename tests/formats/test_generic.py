@@ -307,6 +307,68 @@ def test_lame_padding_is_trimmed_after_a_byte_seek() -> None:
     assert index.padding > 0
 
 
+def _ts_with_video(seconds: float) -> bytes:
+    """MPEG-TS holding a small MPEG-4 video track and MP2 audio (a broadcast
+    recording): with the video, FFmpeg's default probe reads MP2 frames and
+    names the audio ``mp2``; the generic index's short probe names it ``mp3``."""
+    rate, fps = 48000, 5
+    samples = signal(seconds, rate, 2, seed=2)
+    out = io.BytesIO()
+    with av.open(out, "w", format="mpegts") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.width, video.height, video.pix_fmt = 32, 32, "yuv420p"
+        audio = container.add_stream("mp2", rate=rate)
+        audio.layout = "stereo"
+        for n in range(round(seconds * fps)):
+            picture = av.VideoFrame.from_ndarray(np.full((32, 32, 3), n * 40 % 256, np.uint8))
+            picture.pts, picture.time_base = n, Fraction(1, fps)
+            for packet in video.encode(picture.reformat(format="yuv420p")):
+                container.mux(packet)
+        for start in range(0, samples.shape[1], 1152):  # MP2 frames
+            frame = _frame(samples[:, start : start + 1152], "s16", "stereo")
+            frame.sample_rate, frame.pts, frame.time_base = rate, start, Fraction(1, rate)
+            for packet in audio.encode(frame):
+                container.mux(packet)
+        for stream in (video, audio):
+            for packet in stream.encode(None):
+                container.mux(packet)
+    return out.getvalue()
+
+
+def test_mp2_in_mpegts_with_video_keeps_its_index(tmp_path: Path) -> None:
+    """``audio_info`` (FFmpeg's default probe) says ``mp2`` where the generic
+    index says ``mp3``: one codec family, so the index serves the crops
+    (it was refused as "index disagrees with audio_info: codec", and every
+    crop decoded the file from its start)."""
+    data = _ts_with_video(3.0)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "tv.ts").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "dataset", progress=False)
+    dataset = open_dataset(tmp_path / "dataset")
+    assert (dataset.info("tv")["codec"], dataset.seek_index("tv").codec) == ("mp2", "mp3")
+    full, rate = full_decode(data)
+    for start, end in spans(full.shape[1] / rate, "tv")[:8]:
+        crop = dataset.crop("tv", start, end)
+        assert_equal("tv", crop.audio, full[:, round(start * rate) : round(end * rate)], False)
+    assert dataset.decode_stats.paths == {"generic index": 8}
+
+
+def test_crops_at_the_very_end_of_an_ogg_splice_are_in_place() -> None:
+    """A crop whose pre-roll starts after the last seek point decodes from
+    the one before, where ``padding`` was measured: from the last, FFmpeg's
+    Ogg demuxer sees a one-page stream and does not trim its end (PyAV's
+    Vorbis at 8 kHz: 512 samples more, and the crop came out shifted)."""
+    data = make("ogg", "vorbis", "fltp", 8000, 2, {"strict": "experimental"}, seconds=8.0)
+    index = generic_index(data)
+    full, rate = full_decode(data)
+    length = full.shape[1]
+    stats = DecodeStats()
+    for first in (length - 800, length - 100, length - 1):
+        request = CropRequest("k", first / rate, length / rate)
+        crop = read_crop(episode(data, index), request, stats)
+        assert_equal(f"from {first}", crop.audio, full[:, first:], False)
+
+
 def test_mp4_has_no_generic_index() -> None:
     """FFmpeg's mov demuxer cannot seek by byte (the native index serves MP4)."""
     data = make("mp4", "aac", "fltp", 48000, 2, {})

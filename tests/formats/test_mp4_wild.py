@@ -51,7 +51,7 @@ import pytest
 
 from streamer import open_dataset
 from streamer.formats.ffmpeg import TRIMS_MP4_END, full_decode_length
-from streamer.synth import signal
+from streamer.synth import encode, signal
 from streamer.write.pack import pack
 from testkit.corpus_manifest import corpus_dir
 from testkit.reference import full_decode
@@ -519,6 +519,29 @@ def test_vorbis_without_its_last_packet_is_refused(
 
 #: What a corpus file may be refused for (the full-decode path serves it).
 KNOWN_REFUSALS = ("fragmented mp4 with an edit", "unsupported codec", "truncated mp4")
+
+
+@pytest.mark.parametrize("rate", [7350, 8000])
+def test_aac_below_10_khz_decodes_a_whole_packet_before_the_crop(tmp_path: Path, rate: int) -> None:
+    """AAC's pre-roll of 0.1 s is under one 1024-sample packet below 10240 Hz:
+    a crop starting late in a packet after a seek point decoded from that
+    very packet, whose output needs the packet before (off by up to 0.08;
+    the index check let it through as if it were noise substitution)."""
+    (tmp_path / "src").mkdir()
+    data = encode(signal(4.0, rate, 1, seed=3), rate, "aac")
+    (tmp_path / "src" / "low.m4a").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "dataset", progress=False)
+    dataset = open_dataset(tmp_path / "dataset")
+    index = dataset.seek_index("low")
+    full, _ = full_decode(data)
+    packets = [int(point) // 1024 for point in index.sample_pos[1:]]
+    assert packets and index.ok
+    for packet in packets:
+        for offset in (800, 900, 1000):  # samples into the packet
+            first = packet * 1024 + offset - index.first_sample
+            got = dataset.read_crop("low", first / rate, (first + 400) / rate)
+            error = float(np.abs(got - full[:, first : first + 400]).max())
+            assert error <= TOLERANCE, f"packet {packet} + {offset}: {error:.2e}"
 
 
 @pytest.mark.slow

@@ -46,3 +46,24 @@ def test_a_truncated_mp3_gets_its_index_duration(tmp_path: Path, capsys) -> None
     assert "warning: cut: the header says 60.0 s, the seek index " in warning
     duration = open_dataset(out).info("cut")["duration"]
     assert 5.5 < duration < 6.5
+
+
+def test_indexing_a_pack_without_index_corrects_the_duration_too(tmp_path: Path) -> None:
+    """``pack --no-index`` keeps the header's 60 s; ``streamer index`` then
+    gives ``audio_info`` the index's 6 s, as ``pack`` would have. It kept
+    the 60 s: the samplers drew crops over 54 s of nothing, and the
+    open-time check refused the index (``index disagrees with audio_info:
+    duration``), so every crop decoded the file from its start."""
+    src = tmp_path / "src"
+    src.mkdir()
+    whole = encode(signal(60.0, 44100, 1, seed=1), 44100, "mp3")
+    (src / "cut.mp3").write_bytes(whole[: len(whole) // 10])
+    out = tmp_path / "out"
+    pack(src, out, progress=False, index=False)
+    assert open_dataset(out).info("cut")["duration"] == pytest.approx(60.0, abs=0.1)
+    assert main(["index", str(out), "--no-progress"]) == 0
+    dataset = open_dataset(out)
+    assert 5.5 < dataset.info("cut")["duration"] < 6.5
+    assert dataset.episode("cut").index.ok
+    dataset.read_crop("cut", 3.0, 3.5)
+    assert dataset.decode_stats.paths == {"index": 1}

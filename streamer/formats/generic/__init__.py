@@ -47,6 +47,15 @@ class Generic(PackagedFormat):
         return index
 
     def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
+        """``decode.refine_plan``, from the last but one seek point when the
+        plan would start at the last: ``padding`` is what a decode from there
+        gives past the end (``parse``), and a decode from the last point may
+        trim otherwise (FFmpeg's Ogg demuxer takes a splice of the last page
+        for a one-page stream: PyAV's Vorbis at 8 kHz ended 512 samples later,
+        and such crops came out shifted)."""
+        last = len(index.byte_pos) - 1
+        if 0 < plan.point == last:
+            plan = plan.starting_at(index, last - 1)
         return decode.refine_plan(index, plan)
 
     def preroll(self, index: SeekIndex) -> int:

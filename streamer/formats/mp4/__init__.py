@@ -18,6 +18,12 @@ class Mp4(PackagedFormat):
     parse = parse
     decoding = decode
 
+    def preroll(self, index: SeekIndex) -> int:
+        """The codec's seconds, and for AAC at least one packet (``decode.MIN_PREROLL_SAMPLES``)."""
+        samples = decode.MIN_PREROLL_SAMPLES.get(index.codec, 0)
+        least = -(-samples * index.timescale // index.sample_rate)
+        return max(super().preroll(index), least)
+
     def refine_plan(self, index: SeekIndex, plan: CropPlan) -> CropPlan:
         return decode.refine_plan(index, plan)
 

@@ -50,6 +50,12 @@ _Key = tuple[object, ...]
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
 #: needs the packet before (the index's ``preroll``: its longest packet).
 PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0, "vorbis": 0.0}
+#: Samples decoded before a crop at the least: an AAC packet's output is
+#: overlapped with the packet before it, so decoding must start a whole
+#: packet (1024 samples) before the crop's first sample. 0.1 s is less below
+#: 10240 Hz (735 samples at 7350 Hz, 800 at 8 kHz): a crop starting late in
+#: a packet decoded that packet first, and its samples were off by up to 0.08.
+MIN_PREROLL_SAMPLES = {"aac": 1024}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB;
 #: a Vorbis packet of a long block, 16 KiB.

@@ -38,14 +38,14 @@ from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_
 from ..packets import decode_packets
 from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
-from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, packet_durations
+from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, VORBIS_PREROLL_SECONDS, packet_durations
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
 #: overlap; Opus's decoder converges slowly after a cold start (measured
 #: here: max error 2e-8 against the full decode after 0.5 s).
-PREROLL_SECONDS = {"vorbis": 0.05, "opus": 0.5, "flac": 0.0}
+PREROLL_SECONDS = {"vorbis": VORBIS_PREROLL_SECONDS, "opus": 0.5, "flac": 0.0}
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:

@@ -131,7 +131,24 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         data_end=last.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
+        preroll=_longest_packet(head),
     )
+
+
+#: Vorbis's pre-roll (``decode.PREROLL_SECONDS``): one block's overlap.
+VORBIS_PREROLL_SECONDS = 0.05
+
+
+def _longest_packet(link: _Link) -> int:
+    """The most a Vorbis packet can output (half a long block) when that is
+    more than ``VORBIS_PREROLL_SECONDS`` (else 0, as for other codecs): a
+    decode must start a packet before the crop's, since its first packet
+    only primes the decoder, and 0.05 s is less below 20 kHz (400 samples at
+    8 kHz, where a packet of PyAV's encoder outputs 1024)."""
+    if link.codec.name != "vorbis":
+        return 0
+    longest = link.durations.blocksizes[1] // 2
+    return longest if longest > round(VORBIS_PREROLL_SECONDS * link.codec.sample_rate) else 0
 
 
 #: How the first packet of an audio stream starts: FFmpeg's first audio
