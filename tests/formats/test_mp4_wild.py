@@ -536,12 +536,17 @@ def test_aac_below_10_khz_decodes_a_whole_packet_before_the_crop(tmp_path: Path,
     full, _ = full_decode(data)
     packets = [int(point) // 1024 for point in index.sample_pos[1:]]
     assert packets and index.ok
+    checked = 0
     for packet in packets:
         for offset in (800, 900, 1000):  # samples into the packet
             first = packet * 1024 + offset - index.first_sample
+            if first + 400 > full.shape[1]:  # the encoders' padding differs by FFmpeg version
+                continue
+            checked += 1
             got = dataset.read_crop("low", first / rate, (first + 400) / rate)
             error = float(np.abs(got - full[:, first : first + 400]).max())
             assert error <= TOLERANCE, f"packet {packet} + {offset}: {error:.2e}"
+    assert checked >= 3 * (len(packets) - 1)
 
 
 @pytest.mark.slow
