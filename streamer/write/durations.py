@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..index.table import OK
 from ..shard.ipc import KEY_COLUMN
 
-__all__ = ["DURATION", "corrected", "index_durations", "read_table", "write_durations"]
+__all__ = ["DURATION", "corrected", "index_durations", "write_durations"]
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,6 @@ def corrected(
         changed.append((keys[row], header, seconds))
         durations[row] = seconds
     return durations, changed
-
-
-def read_table(data: pa.Buffer) -> pa.Table:
-    """A whole (small) IPC file's table, batches as written."""
-    reader = pa.ipc.open_file(data)
-    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-    return pa.Table.from_batches(batches, reader.schema)
 
 
 def write_durations(path: str, info: pa.Table, durations: list[float]) -> None:

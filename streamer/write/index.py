@@ -54,7 +54,7 @@ from ..index.table import (
 )
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
-from .durations import DURATION, corrected, index_durations, read_table, write_durations
+from .durations import DURATION, corrected, index_durations, write_durations
 from .interrupts import interrupts_held
 
 __all__ = [
@@ -317,7 +317,7 @@ def _durations_into_info(
     if path is None:
         return []
     reader = dataset.store.reader(path)
-    info = read_table(pa.py_buffer(reader.read_sync(0, reader.size_sync())))
+    info = pa.ipc.open_file(pa.py_buffer(reader.read_sync(0, reader.size_sync()))).read_all()
     keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
     if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
         return []
