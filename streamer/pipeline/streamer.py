@@ -248,6 +248,8 @@ class Streamer:
 
     def _epoch(self, epoch: int | None) -> tuple[int, str]:
         epoch = self.epoch if epoch is None else epoch
+        if epoch == self.epoch:
+            self._consumer_plan(epoch)  # plans the whole epoch once for both
         if epoch not in self._epochs:
             whole = self._whole_plan(epoch)
             self._epochs[epoch] = (len(whole), whole.digest())
