@@ -72,12 +72,14 @@ class CropDataset(IterableDataset):
     worker) and its result (an array or a tensor, e.g. features) replaces
     ``crop.audio``.
 
-    ``set_epoch(n)`` before iterating picks the epoch, and reaches
-    persistent workers too. ``state_dict(batch)`` after a batch is the
-    rank's checkpoint; ``load_state_dict`` resumes it with any
-    ``num_workers``, and a state merged over the ranks (``gather_state``)
-    resumes at any world size. Under torchdata's ``StatefulDataLoader``
-    the loader's own ``state_dict()`` / ``load_state_dict()`` work as they are.
+    ``set_epoch(n)`` before iterating picks the epoch, and reaches persistent
+    workers too. Under ``torch.distributed`` the ranks compare their plans of
+    each pass (``_agree``) and raise when they differ. ``state_dict(batch)``
+    after a batch is the rank's checkpoint; ``load_state_dict`` resumes it
+    with any ``num_workers``, and a state merged over the ranks
+    (``gather_state``) resumes at any world size. Under torchdata's
+    ``StatefulDataLoader`` the loader's own ``state_dict()`` /
+    ``load_state_dict()`` work as they are.
     """
 
     def __init__(
@@ -116,12 +118,15 @@ class CropDataset(IterableDataset):
         self._running: dict[str, Any] | None = None
         self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
+        self._agreed: set[tuple[int, Intervals]] = set()
         self._publish()
+        self._agree(self.epoch, self._done)
 
     # -- what the training loop sees ------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
+        self._agree(int(epoch), ())
         self.epoch, self._done, self._consumed = int(epoch), (), 0
         self._publish()
 
@@ -134,6 +139,7 @@ class CropDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Crop]:
         self._follow_shared()
+        self._agree(self.epoch, self._done)
         s = self.streamer()
         self._worker_state = None
         length = len(s)
@@ -213,6 +219,8 @@ class CropDataset(IterableDataset):
         if int(state.get("num_workers", 1)) > 1:
             self._load_worker_state(state)
             return
+        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
+        self._agree(epoch, done)  # first: a rank that raises alone leaves the others waiting
         if "rank" in state:
             partition = self._partition()
             theirs = (int(state["rank"]), int(state["world_size"]))
@@ -222,7 +230,6 @@ class CropDataset(IterableDataset):
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
                 )
-        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
         consumed = int(state.get("consumed", 0))
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
@@ -310,6 +317,47 @@ class CropDataset(IterableDataset):
             s = self.streamer()
             self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
         return self._epochs[epoch]
+
+    def _agree(self, epoch: int, done: Intervals) -> None:
+        """In the main process of a distributed job (once per pass): raise,
+        on every rank, when the ranks plan different epochs or passes. A
+        dataset that differs between nodes (a shard missing on one node's
+        disk) plans another order there: the ranks' shares would overlap and
+        leave crops out, and their lengths differ (a DDP hang), caught at
+        best when states are merged. One ``all_gather_object`` a pass, here
+        where every rank calls in the same order (the constructor,
+        ``set_epoch``, ``load_state_dict``, iterating without DataLoader
+        workers): never in a DataLoader worker, which has no process group."""
+        dist = torch.distributed
+        if get_worker_info() is not None or (epoch, done) in self._agreed:
+            return
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        partition = self._partition()
+        if (partition.rank, partition.world_size) != (dist.get_rank(), dist.get_world_size()):
+            return  # ranks of the caller's own making, not this group's
+        plans: list[Any] = [None] * partition.world_size
+        dist.all_gather_object(plans, self._plan_summary(epoch, done))
+        if len({(plan["epoch"], plan["done"], plan["plan"]) for plan in plans}) > 1:
+            raise ValueError(
+                "the ranks plan different epochs (each rank must see the same data, "
+                "sampler and options: a shard missing on one node?): "
+                + "; ".join(f"rank {rank}: {plan['says']}" for rank, plan in enumerate(plans))
+            )
+        self._agreed.add((epoch, done))
+
+    def _plan_summary(self, epoch: int, done: Intervals) -> dict[str, Any]:
+        """What ranks compare (``_agree``), and what an error says of this one."""
+        s = self.streamer()
+        if epoch not in self._epochs:
+            self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
+        total, digest = self._epochs[epoch]
+        episodes = s.episodes()
+        shards = sum(len(e.dataset.shard_names) for e in episodes)
+        left = total - sum(last - first for first, last in done)
+        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}), "
+        says += f"{sum(map(len, episodes))} episodes in {shards} shards"
+        return {"epoch": epoch, "done": str(done), "plan": digest, "says": says}
 
     def _partition(self) -> Partition:
         """This rank: the options, else as the main process found it when it

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 from pathlib import Path
@@ -155,6 +156,57 @@ def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
         data = dataset(packed, max_crops=8)
         crops = [c for b in loader(data, 1, multiprocessing_context="spawn") for c in ids(b)]
         (out / f"{rank}.json").write_text(json.dumps({"len": len(data), "crops": crops}))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_that_see_different_data_are_stopped_before_an_epoch(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gloo ranks, one of whose local copy lacks a shard: they would plan
+    different epochs (crops served twice and never, shares of different
+    lengths: a DDP hang). Both raise when the dataset is made, naming what
+    each rank sees; later epochs and resumes are compared too."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    short = tmp_path / "node1"
+    shutil.copytree(packed, short)
+    for missing in short.glob("*/shard-000001.wsds"):
+        missing.unlink()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.multiprocessing.spawn(
+        rank_of_another_dataset, args=(packed, short, port, tmp_path), nprocs=2
+    )
+    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert said[0] == said[1]
+    assert said[0]["made"].startswith("the ranks plan different epochs")
+    assert "rank 0: epoch 0, 63 of 63 crops left" in said[0]["made"]
+    assert "7 episodes in 2 shards; rank 1: epoch 0, 54 of 54 crops left" in said[0]["made"]
+    assert "6 episodes in 1 shards" in said[0]["made"]
+    assert said[0]["set_epoch"].startswith("the ranks plan different epochs")
+    assert said[0]["same data"] == [63, 31, 31]
+
+
+def rank_of_another_dataset(rank: int, packed: Path, short: Path, port: int, out: Path) -> None:
+    """One rank of ``test_ranks_that_see_different_data_are_stopped_before_an_epoch``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    said: dict[str, Any] = {}
+    try:
+        try:
+            CropDataset(str(short if rank else packed), SAMPLER, seed=5)
+        except ValueError as error:
+            said["made"] = str(error)
+        data = CropDataset(str(packed), SAMPLER, seed=5)  # the same everywhere: no error
+        said["same data"] = [data.total(), len(data), len(list(data))]
+        data.sampler = SAMPLER if rank else RandomCrops(0.5, per_episode=8)
+        try:
+            data.set_epoch(1)
+        except ValueError as error:
+            said["set_epoch"] = str(error).split(":")[0]
+        (out / f"{rank}.json").write_text(json.dumps(said))
     finally:
         torch.distributed.destroy_process_group()
 
