@@ -19,6 +19,7 @@ again) continues from there.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,9 @@ class CropDataset(IterableDataset):
         self._done: tuple[tuple[int, int], ...] = ()
         self._consumed = 0
         self._shared = torch.zeros(_SHARED_BYTES, dtype=torch.uint8).share_memory_()
+        # [the generation the last pass started at, whether a repeat was warned of]
+        self._passes = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._lengths: dict[tuple[Any, ...], int] = {}
         self._generation = 0
         self._seen = 0
         self._worker_state: dict[str, Any] | None = None
@@ -132,20 +136,49 @@ class CropDataset(IterableDataset):
 
     def __len__(self) -> int:
         """Crops this consumer yields in the next iteration (the rank's in the
-        main process, the worker's in a DataLoader worker)."""
+        main process, the worker's in a DataLoader worker); planned once per
+        pass and consumer."""
         self._follow_shared()
-        s = self.streamer()
-        return len(s) - int(s.state_dict()["position"])
+        info, partition = get_worker_info(), self._partition()
+        where = (partition, info.id if info is not None else None, json.dumps(self._worker_state))
+        key = (self.epoch, self._done, self._consumed, *where)
+        if key not in self._lengths:
+            s = self.streamer()
+            self._lengths[key] = len(s) - int(s.state_dict()["position"])
+        return self._lengths[key]
 
     def __iter__(self) -> Iterator[Crop]:
         self._follow_shared()
         self._agree(self.epoch, self._done)
+        self._note_pass()
         s = self.streamer()
         self._worker_state = None
         length = len(s)
         end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
         self._running = s.state_dict()
         return self._crops(s, end)
+
+    def _note_pass(self) -> None:
+        """Warn (once) when a pass starts where one already started: without
+        ``set_epoch`` (or ``load_state_dict``) between them, the second pass
+        repeats the first one's crops. The process that serves the rank's
+        first turn (this one without DataLoader workers, else worker 0) notes
+        each start in memory shared with every worker; a worker resuming its
+        own state (``StatefulDataLoader``) is not a new pass."""
+        info = get_worker_info()
+        if (info is not None and info.id) or self._worker_state is not None:
+            return
+        repeated = int(self._passes[0]) == self._seen
+        self._passes[0] = self._seen
+        if repeated and not int(self._passes[1]):
+            self._passes[1] = 1
+            warnings.warn(
+                f"CropDataset: epoch {self.epoch} is iterated again from the same point "
+                "without set_epoch(n): it repeats the same crops in the same order; call "
+                "data.set_epoch(epoch) before each epoch (set_epoch(0) each time for a "
+                "fixed validation pass)",
+                stacklevel=3,
+            )
 
     def _crops(self, s: Streamer, end: dict[str, Any]) -> Iterator[Crop | Skipped]:
         """The pass of ``s``, a ``Skipped`` in the place of each crop that

@@ -9,6 +9,8 @@ import os
 import shutil
 import signal
 import socket
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,51 @@ def test_persistent_workers_follow_set_epoch(packed: Path) -> None:
     fresh = dataset(packed)
     fresh.set_epoch(1)
     assert [ids(b) for b in loader(fresh, 2)] == epochs[1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_pass_repeated_without_set_epoch_is_warned_of_once(
+    packed: Path, num_workers: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Iterating again without ``set_epoch`` serves the same crops again: a
+    careful loop wants to hear of it, once (in the process that serves the
+    rank's first turn: the main one, or DataLoader worker 0)."""
+    data = dataset(packed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        options = {"worker_init_fn": warnings_to_stderr} if num_workers else {}
+        passes = [[ids(b) for b in loader(data, num_workers, **options)] for _ in range(3)]
+        data.set_epoch(1)
+        passes.append([ids(b) for b in loader(data, num_workers, **options)])
+        data.set_epoch(1)
+        passes.append([ids(b) for b in loader(data, num_workers, **options)])
+    assert passes[0] == passes[1] == passes[2] != passes[3] == passes[4]
+    said = [str(w.message) for w in caught if "iterated again" in str(w.message)]
+    said += [line for line in capfd.readouterr().err.splitlines() if "iterated again" in line]
+    assert len(said) == 1 and "epoch 0 is iterated again from the same point" in said[0]
+
+
+def warnings_to_stderr(worker: int) -> None:
+    """Show a DataLoader worker's warnings on its stderr, as an ordinary
+    process does (a forked worker inherits the test's warning recorder)."""
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
+def test_len_is_planned_once_a_pass(packed: Path) -> None:
+    data = dataset(packed, rank=1, world_size=2)
+    assert len(data) == 31
+    planner = data.streamer
+    data.streamer = None  # type: ignore[assignment,method-assign]
+    assert [len(data) for _ in range(3)] == [31] * 3  # no Streamer made
+    data.streamer = planner  # type: ignore[method-assign]
+    data.load_state_dict(data.state_dict({"position": [0, 1, 2, 3]}))
+    assert len(data) == 27
+    data.set_epoch(0)
+    assert len(data) == 31
 
 
 @pytest.mark.parametrize(("drop_last", "per_rank"), [(True, 31), (False, 32)])
