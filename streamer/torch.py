@@ -56,6 +56,7 @@ class Skipped:
 
     position: int  # in the rank's share, like ``Crop.position``
     reason: str  # the error's class name
+    epoch: int | None = None
 
 
 class CropDataset(IterableDataset):
@@ -189,7 +190,7 @@ class CropDataset(IterableDataset):
 
         def note(position: int, reason: str) -> None:
             state = s.state_dict()  # already past the failed crop
-            failed.append((Skipped(state["consumed"] - 1, reason), state))
+            failed.append((Skipped(state["consumed"] - 1, reason, state["epoch"]), state))
 
         s.on_skip = note
         for crop in s:
@@ -228,6 +229,12 @@ class CropDataset(IterableDataset):
                 raise ValueError(
                     "the batch's crops are not consecutive in the rank's order: give "
                     "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
+                )
+            epochs = {e for e in torch.as_tensor(batch.get("epoch", [])).tolist()}
+            if epochs - {self.epoch}:
+                raise ValueError(
+                    f"the batch is of epoch {min(epochs - {self.epoch})}, this dataset is at "
+                    f"epoch {self.epoch}: take state_dict(batch) before set_epoch"
                 )
             if consumed < self._consumed:
                 raise ValueError(
@@ -492,7 +499,8 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     at the end to the longest crop, or padded and trimmed to ``length``
     samples; ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
     samples)``, True where a sample is the crop's own; ``position`` in the
-    rank's share (what ``CropDataset.state_dict(batch)`` reads); ``key``,
+    rank's share and ``epoch`` (what ``CropDataset.state_dict(batch)``
+    reads); ``key``,
     ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
     each of the crops' ``fields`` under its name, a tensor when every value
     is a number, else a list; ``supervisions`` (a list per crop) when they
@@ -527,8 +535,9 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
         "key": [c.key for c in crops],
         "shard": [c.shard for c in crops],
     }
-    if all(c.position is not None for c in crops):
-        batch["position"] = torch.tensor([c.position for c in crops], dtype=torch.int64)
+    for name in ("position", "epoch"):
+        if all(getattr(c, name) is not None for c in crops):
+            batch[name] = torch.tensor([getattr(c, name) for c in crops], dtype=torch.int64)
     batch["source"] = [c.source for c in crops]
     batch["skipped"] = [(c.position, c.reason) for c in items if isinstance(c, Skipped)]
     if any(c.supervisions is not None for c in crops):

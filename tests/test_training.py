@@ -359,6 +359,22 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
         data.state_dict({"audio": batch["audio"]})
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_of_the_last_epoch_is_no_checkpoint_of_the_next(
+    packed: Path, num_workers: int
+) -> None:
+    """A checkpoint taken with the last batch once ``set_epoch`` moved on
+    would say the next epoch's first 63 crops were consumed: a resume would
+    skip that whole epoch without a word."""
+    data = dataset(packed)
+    batches = list(loader(data, num_workers))
+    assert batches[-1]["epoch"].tolist() == [0, 0, 0]
+    assert data.state_dict(batches[-1])["consumed"] == 63
+    data.set_epoch(1)
+    with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
+        data.state_dict(batches[-1])
+
+
 def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
     """Workers that take turns by 2 crops under a DataLoader batching 4: the
     first batch is worker 0's positions 0, 1, 4, 5. A checkpoint after it

@@ -567,7 +567,7 @@ class Streamer:
         self._stats.add_latency(item.latency)
         crop = item.result
         plan, share_index = self._consumer_plan()
-        crop.position = int(share_index[item.position])
+        crop.position, crop.epoch = int(share_index[item.position]), self.epoch
         crop.fields, crop.supervisions = carried
         crop.source = self.source_names[int(plan.source[item.position])]
         return crop
