@@ -19,6 +19,7 @@ again) continues from there.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ class Skipped:
 
     position: int  # in the rank's share, like ``Crop.position``
     reason: str  # the error's class name
+    epoch: int | None = None
 
 
 class CropDataset(IterableDataset):
@@ -72,12 +74,14 @@ class CropDataset(IterableDataset):
     worker) and its result (an array or a tensor, e.g. features) replaces
     ``crop.audio``.
 
-    ``set_epoch(n)`` before iterating picks the epoch, and reaches
-    persistent workers too. ``state_dict(batch)`` after a batch is the
-    rank's checkpoint; ``load_state_dict`` resumes it with any
-    ``num_workers``, and a state merged over the ranks (``gather_state``)
-    resumes at any world size. Under torchdata's ``StatefulDataLoader``
-    the loader's own ``state_dict()`` / ``load_state_dict()`` work as they are.
+    ``set_epoch(n)`` before iterating picks the epoch, and reaches persistent
+    workers too. Under ``torch.distributed`` the ranks compare their plans of
+    each pass (``_agree``) and raise when they differ. ``state_dict(batch)``
+    after a batch is the rank's checkpoint; ``load_state_dict`` resumes it
+    with any ``num_workers``, and a state merged over the ranks
+    (``gather_state``) resumes at any world size. Under torchdata's
+    ``StatefulDataLoader`` the loader's own ``state_dict()`` /
+    ``load_state_dict()`` work as they are.
     """
 
     def __init__(
@@ -110,36 +114,72 @@ class CropDataset(IterableDataset):
         self._done: tuple[tuple[int, int], ...] = ()
         self._consumed = 0
         self._shared = torch.zeros(_SHARED_BYTES, dtype=torch.uint8).share_memory_()
+        # [the generation the last pass started at, whether a repeat was warned of]
+        self._passes = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._lengths: dict[tuple[Any, ...], int] = {}
         self._generation = 0
         self._seen = 0
         self._worker_state: dict[str, Any] | None = None
         self._running: dict[str, Any] | None = None
         self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
+        self._agreed: set[tuple[int, Intervals]] = set()
         self._publish()
+        self._agree(self.epoch, self._done)
 
     # -- what the training loop sees ------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
+        self._agree(int(epoch), ())
         self.epoch, self._done, self._consumed = int(epoch), (), 0
         self._publish()
 
     def __len__(self) -> int:
         """Crops this consumer yields in the next iteration (the rank's in the
-        main process, the worker's in a DataLoader worker)."""
+        main process, the worker's in a DataLoader worker); planned once per
+        pass and consumer."""
         self._follow_shared()
-        s = self.streamer()
-        return len(s) - int(s.state_dict()["position"])
+        info, partition = get_worker_info(), self._partition()
+        where = (partition, info.id if info is not None else None, json.dumps(self._worker_state))
+        key = (self.epoch, self._done, self._consumed, *where)
+        if key not in self._lengths:
+            s = self.streamer()
+            self._lengths[key] = len(s) - int(s.state_dict()["position"])
+        return self._lengths[key]
 
     def __iter__(self) -> Iterator[Crop]:
         self._follow_shared()
+        self._agree(self.epoch, self._done)
+        self._note_pass()
         s = self.streamer()
         self._worker_state = None
         length = len(s)
         end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
         self._running = s.state_dict()
         return self._crops(s, end)
+
+    def _note_pass(self) -> None:
+        """Warn (once) when a pass starts where one already started: without
+        ``set_epoch`` (or ``load_state_dict``) between them, the second pass
+        repeats the first one's crops. The process that serves the rank's
+        first turn (this one without DataLoader workers, else worker 0) notes
+        each start in memory shared with every worker; a worker resuming its
+        own state (``StatefulDataLoader``) is not a new pass."""
+        info = get_worker_info()
+        if (info is not None and info.id) or self._worker_state is not None:
+            return
+        repeated = int(self._passes[0]) == self._seen
+        self._passes[0] = self._seen
+        if repeated and not int(self._passes[1]):
+            self._passes[1] = 1
+            warnings.warn(
+                f"CropDataset: epoch {self.epoch} is iterated again from the same point "
+                "without set_epoch(n): it repeats the same crops in the same order; call "
+                "data.set_epoch(epoch) before each epoch (set_epoch(0) each time for a "
+                "fixed validation pass)",
+                stacklevel=3,
+            )
 
     def _crops(self, s: Streamer, end: dict[str, Any]) -> Iterator[Crop | Skipped]:
         """The pass of ``s``, a ``Skipped`` in the place of each crop that
@@ -150,7 +190,7 @@ class CropDataset(IterableDataset):
 
         def note(position: int, reason: str) -> None:
             state = s.state_dict()  # already past the failed crop
-            failed.append((Skipped(state["consumed"] - 1, reason), state))
+            failed.append((Skipped(state["consumed"] - 1, reason, state["epoch"]), state))
 
         s.on_skip = note
         for crop in s:
@@ -190,6 +230,12 @@ class CropDataset(IterableDataset):
                     "the batch's crops are not consecutive in the rank's order: give "
                     "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
                 )
+            epochs = {e for e in torch.as_tensor(batch.get("epoch", [])).tolist()}
+            if epochs - {self.epoch}:
+                raise ValueError(
+                    f"the batch is of epoch {min(epochs - {self.epoch})}, this dataset is at "
+                    f"epoch {self.epoch}: take state_dict(batch) before set_epoch"
+                )
             if consumed < self._consumed:
                 raise ValueError(
                     f"the batch ends at crop {consumed} of this rank's share, before "
@@ -213,6 +259,8 @@ class CropDataset(IterableDataset):
         if int(state.get("num_workers", 1)) > 1:
             self._load_worker_state(state)
             return
+        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
+        self._agree(epoch, done)  # first: a rank that raises alone leaves the others waiting
         if "rank" in state:
             partition = self._partition()
             theirs = (int(state["rank"]), int(state["world_size"]))
@@ -222,7 +270,6 @@ class CropDataset(IterableDataset):
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
                 )
-        epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
         consumed = int(state.get("consumed", 0))
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
@@ -310,6 +357,47 @@ class CropDataset(IterableDataset):
             s = self.streamer()
             self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
         return self._epochs[epoch]
+
+    def _agree(self, epoch: int, done: Intervals) -> None:
+        """In the main process of a distributed job (once per pass): raise,
+        on every rank, when the ranks plan different epochs or passes. A
+        dataset that differs between nodes (a shard missing on one node's
+        disk) plans another order there: the ranks' shares would overlap and
+        leave crops out, and their lengths differ (a DDP hang), caught at
+        best when states are merged. One ``all_gather_object`` a pass, here
+        where every rank calls in the same order (the constructor,
+        ``set_epoch``, ``load_state_dict``, iterating without DataLoader
+        workers): never in a DataLoader worker, which has no process group."""
+        dist = torch.distributed
+        if get_worker_info() is not None or (epoch, done) in self._agreed:
+            return
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        partition = self._partition()
+        if (partition.rank, partition.world_size) != (dist.get_rank(), dist.get_world_size()):
+            return  # ranks of the caller's own making, not this group's
+        plans: list[Any] = [None] * partition.world_size
+        dist.all_gather_object(plans, self._plan_summary(epoch, done))
+        if len({(plan["epoch"], plan["done"], plan["plan"]) for plan in plans}) > 1:
+            raise ValueError(
+                "the ranks plan different epochs (each rank must see the same data, "
+                "sampler and options: a shard missing on one node?): "
+                + "; ".join(f"rank {rank}: {plan['says']}" for rank, plan in enumerate(plans))
+            )
+        self._agreed.add((epoch, done))
+
+    def _plan_summary(self, epoch: int, done: Intervals) -> dict[str, Any]:
+        """What ranks compare (``_agree``), and what an error says of this one."""
+        s = self.streamer()
+        if epoch not in self._epochs:
+            self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
+        total, digest = self._epochs[epoch]
+        episodes = s.episodes()
+        shards = sum(len(e.dataset.shard_names) for e in episodes)
+        left = total - sum(last - first for first, last in done)
+        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}), "
+        says += f"{sum(map(len, episodes))} episodes in {shards} shards"
+        return {"epoch": epoch, "done": str(done), "plan": digest, "says": says}
 
     def _partition(self) -> Partition:
         """This rank: the options, else as the main process found it when it
@@ -411,7 +499,8 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     at the end to the longest crop, or padded and trimmed to ``length``
     samples; ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
     samples)``, True where a sample is the crop's own; ``position`` in the
-    rank's share (what ``CropDataset.state_dict(batch)`` reads); ``key``,
+    rank's share and ``epoch`` (what ``CropDataset.state_dict(batch)``
+    reads); ``key``,
     ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
     each of the crops' ``fields`` under its name, a tensor when every value
     is a number, else a list; ``supervisions`` (a list per crop) when they
@@ -446,8 +535,9 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
         "key": [c.key for c in crops],
         "shard": [c.shard for c in crops],
     }
-    if all(c.position is not None for c in crops):
-        batch["position"] = torch.tensor([c.position for c in crops], dtype=torch.int64)
+    for name in ("position", "epoch"):
+        if all(getattr(c, name) is not None for c in crops):
+            batch[name] = torch.tensor([getattr(c, name) for c in crops], dtype=torch.int64)
     batch["source"] = [c.source for c in crops]
     batch["skipped"] = [(c.position, c.reason) for c in items if isinstance(c, Skipped)]
     if any(c.supervisions is not None for c in crops):

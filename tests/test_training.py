@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,51 @@ def test_persistent_workers_follow_set_epoch(packed: Path) -> None:
     assert [ids(b) for b in loader(fresh, 2)] == epochs[1]
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_pass_repeated_without_set_epoch_is_warned_of_once(
+    packed: Path, num_workers: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Iterating again without ``set_epoch`` serves the same crops again: a
+    careful loop wants to hear of it, once (in the process that serves the
+    rank's first turn: the main one, or DataLoader worker 0)."""
+    data = dataset(packed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        options = {"worker_init_fn": warnings_to_stderr} if num_workers else {}
+        passes = [[ids(b) for b in loader(data, num_workers, **options)] for _ in range(3)]
+        data.set_epoch(1)
+        passes.append([ids(b) for b in loader(data, num_workers, **options)])
+        data.set_epoch(1)
+        passes.append([ids(b) for b in loader(data, num_workers, **options)])
+    assert passes[0] == passes[1] == passes[2] != passes[3] == passes[4]
+    said = [str(w.message) for w in caught if "iterated again" in str(w.message)]
+    said += [line for line in capfd.readouterr().err.splitlines() if "iterated again" in line]
+    assert len(said) == 1 and "epoch 0 is iterated again from the same point" in said[0]
+
+
+def warnings_to_stderr(worker: int) -> None:
+    """Show a DataLoader worker's warnings on its stderr, as an ordinary
+    process does (a forked worker inherits the test's warning recorder)."""
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
+def test_len_is_planned_once_a_pass(packed: Path) -> None:
+    data = dataset(packed, rank=1, world_size=2)
+    assert len(data) == 31
+    planner = data.streamer
+    data.streamer = None  # type: ignore[assignment,method-assign]
+    assert [len(data) for _ in range(3)] == [31] * 3  # no Streamer made
+    data.streamer = planner  # type: ignore[method-assign]
+    data.load_state_dict(data.state_dict({"position": [0, 1, 2, 3]}))
+    assert len(data) == 27
+    data.set_epoch(0)
+    assert len(data) == 31
+
+
 @pytest.mark.parametrize(("drop_last", "per_rank"), [(True, 31), (False, 32)])
 def test_ranks_get_equal_shares_of_an_odd_count(
     packed: Path, drop_last: bool, per_rank: int
@@ -157,6 +204,57 @@ def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
         data = dataset(packed, max_crops=8)
         crops = [c for b in loader(data, 1, multiprocessing_context="spawn") for c in ids(b)]
         (out / f"{rank}.json").write_text(json.dumps({"len": len(data), "crops": crops}))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_that_see_different_data_are_stopped_before_an_epoch(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gloo ranks, one of whose local copy lacks a shard: they would plan
+    different epochs (crops served twice and never, shares of different
+    lengths: a DDP hang). Both raise when the dataset is made, naming what
+    each rank sees; later epochs and resumes are compared too."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    short = tmp_path / "node1"
+    shutil.copytree(packed, short)
+    for missing in short.glob("*/shard-000001.wsds"):
+        missing.unlink()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.multiprocessing.spawn(
+        rank_of_another_dataset, args=(packed, short, port, tmp_path), nprocs=2
+    )
+    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert said[0] == said[1]
+    assert said[0]["made"].startswith("the ranks plan different epochs")
+    assert "rank 0: epoch 0, 63 of 63 crops left" in said[0]["made"]
+    assert "7 episodes in 2 shards; rank 1: epoch 0, 54 of 54 crops left" in said[0]["made"]
+    assert "6 episodes in 1 shards" in said[0]["made"]
+    assert said[0]["set_epoch"].startswith("the ranks plan different epochs")
+    assert said[0]["same data"] == [63, 31, 31]
+
+
+def rank_of_another_dataset(rank: int, packed: Path, short: Path, port: int, out: Path) -> None:
+    """One rank of ``test_ranks_that_see_different_data_are_stopped_before_an_epoch``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    said: dict[str, Any] = {}
+    try:
+        try:
+            CropDataset(str(short if rank else packed), SAMPLER, seed=5)
+        except ValueError as error:
+            said["made"] = str(error)
+        data = CropDataset(str(packed), SAMPLER, seed=5)  # the same everywhere: no error
+        said["same data"] = [data.total(), len(data), len(list(data))]
+        data.sampler = SAMPLER if rank else RandomCrops(0.5, per_episode=8)
+        try:
+            data.set_epoch(1)
+        except ValueError as error:
+            said["set_epoch"] = str(error).split(":")[0]
+        (out / f"{rank}.json").write_text(json.dumps(said))
     finally:
         torch.distributed.destroy_process_group()
 
@@ -260,6 +358,22 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
         merge_states(other, [state])
     with pytest.raises(ValueError, match="has no 'position'"):
         data.state_dict({"audio": batch["audio"]})
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_of_the_last_epoch_is_no_checkpoint_of_the_next(
+    packed: Path, num_workers: int
+) -> None:
+    """A checkpoint taken with the last batch once ``set_epoch`` moved on
+    would say the next epoch's first 63 crops were consumed: a resume would
+    skip that whole epoch without a word."""
+    data = dataset(packed)
+    batches = list(loader(data, num_workers))
+    assert batches[-1]["epoch"].tolist() == [0, 0, 0]
+    assert data.state_dict(batches[-1])["consumed"] == 63
+    data.set_epoch(1)
+    with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
+        data.state_dict(batches[-1])
 
 
 def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:

@@ -72,7 +72,8 @@ class Crop:
     """A decoded crop: float32 ``audio`` of shape ``(channels, samples)``.
 
     A pipeline fills in the rest: ``position``, the crop's place in its
-    rank's share of the epoch (what a training loop's checkpoint records);
+    rank's share of the epoch (what a training loop's checkpoint records)
+    and ``epoch``, that epoch;
     ``fields``, its episode's columns and its segment's fields;
     ``supervisions``, the segments that overlap it (times relative to
     ``start``); ``source``, the name of the dataset it came from."""
@@ -87,6 +88,7 @@ class Crop:
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     supervisions: list[dict[str, Any]] | None = None
     source: str | None = None
+    epoch: int | None = None
 
 
 @dataclass(frozen=True)

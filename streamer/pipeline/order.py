@@ -13,7 +13,8 @@
    back (episodes in random order).
 3. Mixing: with several sources, each gets a share of the epoch proportional
    to its weight (cycling through its crops if the share is larger than what
-   it has), and the sources are interleaved evenly through the epoch.
+   it has), and the sources are interleaved evenly through the epoch. A
+   source that drew no crop takes no share (with a warning).
 4. Shuffling: each crop moves a random distance of less than ``window``
    places, so neighbours are shuffled while a consumer still stays within a
    few shards at a time (``window=0``: pure locality order).
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .episodes import Episodes
-from .samplers import Sampler
+from .samplers import Crops, Sampler
 
 __all__ = ["EpochPlan", "plan_epoch"]
 
@@ -144,6 +145,8 @@ def _round(
         )
         drawn.append(crops.take(order))
     shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
+    if not round_words:
+        _warn_empty(sources, drawn, sampler, epoch)
     with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
     for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
@@ -213,15 +216,37 @@ def _locality_order(
 
 
 def _shares(sizes: list[int], weights: list[float]) -> list[int]:
-    """Crops each source contributes: all of them alone, else by weight."""
+    """Crops each source contributes: all of them alone, else by weight among
+    the sources that drew any (a source without crops cannot fill its share:
+    kept in the sum, it would only cut the others' shares)."""
     if len(sizes) == 1:
         return sizes
     if any(w < 0 for w in weights) or not sum(weights):
         raise ValueError("Mix weights must be >= 0 and not all zero")
-    total, weight = sum(sizes), sum(weights)
-    return [
-        round(total * w / weight) if size else 0 for size, w in zip(sizes, weights, strict=True)
-    ]
+    drawing = [w if size else 0.0 for size, w in zip(sizes, weights, strict=True)]
+    total, weight = sum(sizes), sum(drawing)
+    return [round(total * w / weight) if weight else 0 for w in drawing]
+
+
+def _warn_empty(
+    sources: Sequence[tuple[Episodes, float]], drawn: list[Crops], sampler: Sampler, epoch: int
+) -> None:
+    """Name each weighted source of a mix that drew no crop for ``epoch``:
+    the epoch mixes the others only, not the proportions asked for."""
+    if len(sources) == 1:
+        return
+    for (episodes, weight), crops in zip(sources, drawn, strict=True):
+        if weight > 0 and not len(crops):
+            log.warning(
+                "Mix: %s (weight %g, %d episodes) has no crop of %r in epoch %d "
+                "(no episodes, or none long enough?): the epoch mixes the other "
+                "sources only, by their weights",
+                episodes.dataset.url,
+                weight,
+                len(episodes),
+                sampler,
+                epoch,
+            )
 
 
 def _shuffled(total: int, window: int, rng: np.random.Generator) -> np.ndarray:

@@ -98,6 +98,13 @@ class Split:
             rest = np.resize(rest, size * world_size)  # repeats from the start
         return rest[rank * size : (rank + 1) * size]
 
+    def dropped(self, total: int, world_size: int) -> int:
+        """Crops of this pass in no rank's share: the remainder (fewer than
+        ``world_size``) that ``even`` with ``drop_last`` leaves out."""
+        if not (self.even and self.drop_last):
+            return 0
+        return len(_remaining(total, self.done)) % world_size
+
     def worker_turns(self, count: int, worker: int, num_workers: int) -> np.ndarray:
         """Indices into a rank's share (of ``count`` crops) that ``worker`` takes:
         after ``consumed``, every ``num_workers``-th batch of ``batch_size``."""

@@ -27,6 +27,10 @@ class StreamerStats:
     planned bytes read from local mappings. ``requests`` and ``cache_hits``
     (memory and disk blocks) come from the remote stores' counters, which are
     shared by everything using the same store in this process.
+    ``dropped`` counts the crops of a pass that no rank serves: the even
+    split's remainder under ``drop_last`` (fewer than ``world_size``), the
+    same for every rank, so only the last rank (its first DataLoader worker)
+    counts them: a sum over all consumers is the job's.
     ``queue_wait_s`` is how long the consumer waited for crops: near zero
     means the pipeline keeps up. ``latencies`` are per-crop seconds from
     planning to decoded.
@@ -34,6 +38,7 @@ class StreamerStats:
 
     yielded: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
     bytes_read: int = 0
     requests: int = 0
     cache_hits: int = 0

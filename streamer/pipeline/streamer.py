@@ -190,6 +190,7 @@ class Streamer:
             else max_worker_restarts
         )
         self._position = 0
+        self._dropped_noted = False
         self.on_skip: Callable[[int, str], None] | None = None
         self._episodes: list[Episodes] | None = None
         self._plans: dict[int, tuple[EpochPlan, np.ndarray]] = {}
@@ -247,6 +248,8 @@ class Streamer:
 
     def _epoch(self, epoch: int | None) -> tuple[int, str]:
         epoch = self.epoch if epoch is None else epoch
+        if epoch == self.epoch:
+            self._consumer_plan(epoch)  # plans the whole epoch once for both
         if epoch not in self._epochs:
             whole = self._whole_plan(epoch)
             self._epochs[epoch] = (len(whole), whole.digest())
@@ -314,7 +317,33 @@ class Streamer:
                 EpisodeFields(episodes, self.columns, self.supervisions)
                 for episodes in self.episodes()
             ]
-        return len(self.plan())
+        length = len(self.plan())
+        if not self._dropped_noted:
+            self._dropped_noted = True
+            self._note_dropped(length)
+        return length
+
+    def _note_dropped(self, length: int) -> None:
+        """Count the crops of this pass that no rank serves (``stats.dropped``,
+        on the last rank's first worker only: every rank would count the same
+        ones), and say so when they are all this rank had: a rank whose epoch
+        is empty must not look like one that finished it."""
+        p = self.partition
+        dropped = self.split.dropped(self.total(), p.world_size)
+        if not dropped or p.worker:
+            return
+        if p.rank == p.world_size - 1:
+            self._stats.dropped += dropped
+        if not len(self.split.rank_share(self.total(), p.rank, p.world_size)):
+            log.warning(
+                "epoch %d: %d crops left for %d ranks: the even split (drop_last=True) "
+                "leaves them all out, rank %d serves none; drop_last=False repeats crops "
+                "to fill every rank, even=False serves them on fewer ranks",
+                self.epoch,
+                dropped,
+                p.world_size,
+                p.rank,
+            )
 
     # -- state ------------------------------------------------------------------
 
@@ -327,6 +356,7 @@ class Streamer:
         self.epoch, self._position = epoch, position
         self.split = dataclasses.replace(self.split, done=done, consumed=consumed)
         self._plans, self._carried = {}, {}
+        self._dropped_noted = False
 
     def state_dict(self) -> dict[str, Any]:
         """Where this consumer is: every crop before ``position`` of ``epoch`` was
@@ -537,7 +567,7 @@ class Streamer:
         self._stats.add_latency(item.latency)
         crop = item.result
         plan, share_index = self._consumer_plan()
-        crop.position = int(share_index[item.position])
+        crop.position, crop.epoch = int(share_index[item.position]), self.epoch
         crop.fields, crop.supervisions = carried
         crop.source = self.source_names[int(plan.source[item.position])]
         return crop

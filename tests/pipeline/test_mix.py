@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+from helpers import pack_audio
 
 import streamer
 from streamer import Mix, RandomCrops, Streamer
@@ -20,3 +22,19 @@ def test_mix_takes_shares_by_weight(packed: Path, audio_dir: Path, tmp_path: Pat
     assert abs(np.flatnonzero(sources == 1).mean() - len(sources) / 2) < 6  # spread evenly
     crops = list(s)
     assert len(crops) == 56 and s.stats.yielded == 56
+
+
+def test_a_source_without_crops_is_named_and_takes_no_share(
+    packed: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mix item whose episodes are all shorter than the crops has nothing
+    to give: its share must not silently cut the others' (half of the
+    epoch gone at 1:1), and the mix it cannot make is named."""
+    short = pack_audio(tmp_path, {"a": ("flac", 16000, 1), "bb": ("wav", 16000, 1)}, 0.3)
+    sampler = RandomCrops(0.5, per_episode=4)  # 28 crops of packed, none of short
+    with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
+        s = Streamer(Mix([(str(packed), 1.0, "long"), (short, 1.0, "short")]), sampler, workers=0)
+        crops = list(s)
+    assert len(crops) == s.total(0) == 28 and {c.source for c in crops} == {"long"}
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and f"Mix: {short.url} (weight 1, 2 episodes) has no crop" in said[0]

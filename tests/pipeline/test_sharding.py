@@ -60,6 +60,32 @@ def test_padding_repeats_crops_from_the_start(packed: Path) -> None:
     assert [row for rank in ranks for row in rank] == whole + whole[:1]
 
 
+def test_the_dropped_remainder_is_counted_and_an_empty_share_said(
+    packed: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The even split leaves out the remainder: the last rank counts it in
+    ``stats.dropped`` (once over the job), and a rank left with nothing
+    because of it says so instead of ending its epoch as if it were done."""
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5, per_episode=5)  # 35 crops
+
+    def run(world_size: int, **options: object) -> list[tuple[int, int]]:
+        counts = []
+        for rank in range(world_size):
+            s = Streamer(dataset, sampler, rank=rank, world_size=world_size, workers=0, **options)
+            counts.append((len(list(s)), s.stats.dropped))
+        return counts
+
+    with caplog.at_level("WARNING", logger="streamer.pipeline.streamer"):
+        assert run(4) == [(8, 0), (8, 0), (8, 0), (8, 3)]
+        assert run(2, drop_last=False) == [(18, 0), (18, 0)]
+        assert not caplog.records
+        assert run(4, max_crops=3) == [(0, 0), (0, 0), (0, 0), (0, 3)]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 4 and all("3 crops left for 4 ranks" in m for m in said)
+    assert "rank 2 serves none" in said[2]
+
+
 def test_rank_from_the_environment(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
