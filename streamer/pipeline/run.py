@@ -296,25 +296,26 @@ class Run:
         ready go over without a pause between them (the ``nowait`` calls
         do not yield to the loop), so a batch reaches the consumer at once
         and is taken in one hop (``next``)."""
-        while True:
-            try:
-                slot = self._slots_out.receive_nowait()
-            except anyio.WouldBlock:
+        with self._slots_out:
+            while True:
                 try:
-                    slot = await self._slots_out.receive()
+                    slot = self._slots_out.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        slot = await self._slots_out.receive()
+                    except anyio.EndOfStream:
+                        return
                 except anyio.EndOfStream:
                     return
-            except anyio.EndOfStream:
-                return
-            if not slot.done.is_set():
-                await slot.done.wait()
-            assert slot.result is not None
-            item = Item(slot.position, slot.result, slot.latency)
-            try:
-                self._out_in.send_nowait(item)
-            except anyio.WouldBlock:
-                await self._out_in.send(item)
-            self._room.release()
+                if not slot.done.is_set():
+                    await slot.done.wait()
+                assert slot.result is not None
+                item = Item(slot.position, slot.result, slot.latency)
+                try:
+                    self._out_in.send_nowait(item)
+                except anyio.WouldBlock:
+                    await self._out_in.send(item)
+                self._room.release()
 
 
 async def _acquire(semaphore: anyio.Semaphore) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +186,18 @@ def test_a_mapped_store_that_is_not_local_store_is_not_taken_for_remote(packed: 
     report = warmup(bench_streamer(dataset, config, workers=0))
     assert (report.crops, report.bytes) == (4, 0)  # nothing to fetch: shards are mapped
     assert bench([dataset], [0], config)["yielded"] == 4
+
+
+@pytest.mark.parametrize("stop_after", [None, 3])
+def test_a_pass_leaves_no_stream_open(packed: Path, stop_after: int | None) -> None:
+    """A pass run to its end, or left after a few crops, closes the pipeline's
+    memory streams (an unclosed one is a ResourceWarning at collection)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with Streamer(str(packed), RandomCrops(0.5, per_episode=2), seed=3) as s:
+            for n, _ in enumerate(s, start=1):
+                if n == stop_after:
+                    break
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not [m for m in unclosed if "MemoryObject" in m], unclosed
