@@ -5,7 +5,8 @@ directory (honouring ``Range``, with HTML directory listings) or forwards
 every request to an upstream server (moto), and in both modes can inject
 faults — latency, 5xx bursts with ``Retry-After`` or outages of a given
 length, connection resets, truncated or over-long bodies, stalls mid-body,
-hangs before any answer — while logging every request it gets.
+hangs before any answer, range answers capped at a size, HEAD refused —
+while logging every request it gets.
 """
 
 from __future__ import annotations
@@ -93,6 +94,12 @@ class Faults:
     ignore_range: bool = False
     chunked: bool = False  # bodies sent without Content-Length (chunked encoding)
     only_ranged: bool = True  # faults hit only requests with a Range header
+    #: Range answers carry at most this many bytes, their Content-Range says
+    #: which (a server or CDN that caps range sizes, as HTTP allows); 0: no cap.
+    max_range: int = 0
+    #: HEAD requests are answered with this status (a policy or proxy that
+    #: allows GET only: 403, 405); 0: served.
+    refuse_head: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +238,8 @@ class LoopbackServer:
             faults.resets -= 1
             request.transport.abort()
             return web.Response()
+        if faults.refuse_head and request.method == "HEAD":
+            return web.Response(status=faults.refuse_head)
         status, headers, body = await self.handler(request)
         # A range answer: 206, or 200 with a Content-Range (rclone's S3 server).
         ranged = status in (200, 206) and "Content-Range" in headers
@@ -238,6 +247,8 @@ class LoopbackServer:
             status, body = 200, await _whole(request, self.handler)
             headers = {k: v for k, v in headers.items() if k != "Content-Range"}
             ranged = False
+        if ranged and faults.max_range and len(body) > faults.max_range:
+            headers, body = _capped(headers, body, faults.max_range)
         if targeted and ranged and faults.overlong:
             faults.overlong -= 1
             return _overlong(status, headers, body)
@@ -260,6 +271,14 @@ class LoopbackServer:
         await response.write(body)
         await response.write_eof()
         return response
+
+
+def _capped(headers: dict[str, str], body: bytes, cap: int) -> tuple[dict[str, str], bytes]:
+    """A range answer cut to its first ``cap`` bytes, its Content-Range saying so."""
+    first, _, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
+    capped = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+    capped["Content-Range"] = f"bytes {first}-{first + cap - 1}/{total}"
+    return capped, body[:cap]
 
 
 def _overlong(status: int, headers: dict[str, str], body: bytes) -> web.Response:

@@ -19,7 +19,7 @@ import fsspec.asyn
 
 from ..errors import StorageError
 from .base import Entry
-from .remote import Answer, RemoteStore
+from .remote import Answer, RemoteStore, check_length
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]
@@ -70,8 +70,11 @@ class FsspecStore(RemoteStore):
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
 
     async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
-        """The bytes alone: file systems do not say which version they read."""
-        return Answer(await self._call_fs(client, "cat_file", path, start, end))
+        """The bytes alone: file systems do not say which version they read, nor
+        that they sent fewer bytes on purpose (so a short body is a failure)."""
+        body = await self._call_fs(client, "cat_file", path, start, end)
+        check_length(len(body), end - start)
+        return Answer(body)
 
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         size = await self._get_size(client, path)

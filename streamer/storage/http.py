@@ -2,9 +2,13 @@
 
 For presigned URLs, B2 download URLs and any static file server. Every
 answer is checked: a ranged GET must come back ``206`` with a
-``Content-Range`` naming exactly the asked bytes. A ``200`` means the server
-ignored ``Range`` and is about to send the whole object; that, and ``416``,
-are clear errors, never a silent mis-read. URLs are shown without their
+``Content-Range`` naming the asked bytes from the asked start (all of them,
+or fewer, which the caller then asks for anew). A ``200`` means the server
+ignored ``Range`` and is about to send the whole object; that, and bytes
+from another start, are clear errors, never a silent mis-read; a ``416``
+to a suffix longer than the object is read another way
+(``RemoteStore._suffix``). ``RangeGetStore`` holds what this store shares
+with ``s3.py``, whose GETs go the same way. URLs are shown without their
 query string or user info (see ``_urls.safe_url``).
 
 Listing a directory (for a dataset root) reads the server's HTML index and
@@ -15,6 +19,7 @@ way to upload to a plain web server.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import html.parser
 import ssl as ssl_module
@@ -35,7 +40,9 @@ from .throttle import is_timeout
 
 __all__ = [
     "HTTPStore",
+    "RangeGetStore",
     "RangeNotSatisfiable",
+    "Span",
     "check_span",
     "check_status",
     "describe",
@@ -45,9 +52,41 @@ __all__ = [
 ]
 
 NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionError)
+#: HTTP ranges: (start, end exclusive, object size).
+Span = tuple[int, int, int]
 
 
-class HTTPStore(RemoteStore):
+class RangeGetStore(RemoteStore):
+    """A store whose every read is one ranged HTTP GET (``HTTPStore``,
+    ``S3Store``): ranges, suffixes and sizes are all ``_ranged`` requests,
+    and their answers checked here, once."""
+
+    @abc.abstractmethod
+    async def _ranged(self, client: Any, path: str, byte_range: str) -> tuple[Span, Answer]:
+        """One GET of ``path`` for ``byte_range`` (``ranged_get``)."""
+
+    async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
+        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
+        check_span(self.display(path), span, start, end)
+        return answer
+
+    async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
+        span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        return span[0], answer
+
+    async def _get_size(self, client: Any, path: str) -> int:
+        """The size a one-byte GET's ``Content-Range`` names: no HEAD needed,
+        which some servers, policies and proxies refuse. An empty object has
+        no byte 0: its 416 means size 0 (RFC 9110), whether it says so or not
+        (moto and rclone do not)."""
+        try:
+            span, _ = await self._ranged(client, path, "bytes=0-0")
+        except RangeNotSatisfiable as exc:
+            return exc.size or 0
+        return span[2]
+
+
+class HTTPStore(RangeGetStore):
     """HTTP(S) servers. Store paths are full URLs.
 
     Backend options: ``headers`` (sent with every request, e.g.
@@ -89,29 +128,9 @@ class HTTPStore(RemoteStore):
 
     # -- primitives -----------------------------------------------------------
 
-    async def _get_range(
-        self, client: aiohttp.ClientSession, path: str, start: int, end: int
-    ) -> Answer:
-        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
-        check_span(span, start, end)
-        return answer
-
-    async def _get_tail(
-        self, client: aiohttp.ClientSession, path: str, length: int
-    ) -> tuple[int, Answer]:
-        try:
-            span, answer = await self._ranged(client, path, f"bytes=-{length}")
-        except RangeNotSatisfiable:  # shorter than the suffix (S3 servers: rclone, Ceph)
-            span, answer = await self._ranged(client, path, "bytes=0-")
-        return span[0], answer
-
-    async def _get_size(self, client: aiohttp.ClientSession, path: str) -> int:
-        span, _ = await self._ranged(client, path, "bytes=0-0")
-        return span[2]
-
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
-    ) -> tuple[tuple[int, int, int], Answer]:
+    ) -> tuple[Span, Answer]:
         return await ranged_get(client, path, self.display(path), byte_range)
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
@@ -170,22 +189,31 @@ async def ranged_get(
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
     proxy: str | None = None,
-) -> tuple[tuple[int, int, int], Answer]:
+) -> tuple[Span, Answer]:
     """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
 
     The answer must name its bytes in ``Content-Range``: with status 206,
-    or 200 (some S3 servers, rclone's among them, send ranges so). Other
-    answers raise (``check_status``), with ``detail(response)`` appended
-    when given (an S3 error code). ``shown`` is the URL errors name: ``url``
-    may carry a signature."""
+    or 200 (some S3 servers, rclone's among them, send ranges so). A 200
+    naming none is the whole object, usable only when it is empty (moto
+    answers a suffix of an empty object so). Other answers raise
+    (``check_status``), with ``detail(response)`` appended when given (an
+    S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
+    signature."""
     try:
         async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
             span = parse_content_range(response.headers.get("Content-Range"))
+            if response.status == 200 and span is None and response.content_length == 0:
+                span = (0, 0, 0)
             if response.status in (200, 206) and span is not None:
                 body = await _range_body(shown, response, span)
                 return span, Answer(body, span[2], _version(response))
             if response.status == 206:
-                raise StorageError(f"{shown}: 206 without a valid Content-Range ({byte_range})")
+                kind = response.headers.get("Content-Type", "")
+                sent = f" but a {kind.partition(';')[0]} body" if "multipart" in kind else ""
+                raise StorageError(
+                    f"{shown}: 206 without a valid Content-Range{sent} ({byte_range}); "
+                    "the server must answer one range with one 'bytes FIRST-LAST/SIZE'"
+                )
             more = await detail(response) if detail is not None else ""
             check_status(shown, byte_range, response, more)
             raise StorageError(f"{shown}: HTTP {response.status} {_reason(response)}")
@@ -204,10 +232,19 @@ def _network_error(url: str, exc: BaseException) -> Exception:
     return TransientError(describe(exc), congestion=is_timeout(exc))
 
 
-def check_span(span: tuple[int, int, int], start: int, end: int) -> None:
-    """The answer to ``bytes=start-(end-1)`` named other bytes: a transient
-    mix-up (a cache or proxy in between), retried like a short body."""
-    if span[:2] != (start, min(end, span[2])):
+def check_span(url: str, span: Span, start: int, end: int) -> None:
+    """Raise unless the answer to ``bytes=start-(end-1)`` holds bytes from
+    ``start`` on: all of them (up to the object's end), or fewer, which a
+    server may send (it caps range sizes; the caller asks for the rest). One
+    that starts elsewhere is no answer to the question, and asking again
+    would not change it: an error, not a retry for the whole time budget.
+    One that runs past the range is retried like an over-long body."""
+    if span[0] != start:
+        raise StorageError(
+            f"{url}: the server answered bytes {span[0]}-{span[1] - 1} to a request for bytes "
+            f"{start}-{end - 1}; it does not serve byte ranges as asked"
+        )
+    if span[1] > min(end, span[2]):
         raise TransientError(
             f"Content-Range {span[0]}-{span[1] - 1} does not match bytes {start}-{end - 1}"
         )
@@ -245,12 +282,12 @@ def check_status(
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
 
 
-async def _range_body(
-    url: str, response: aiohttp.ClientResponse, span: tuple[int, int, int]
-) -> bytes:
+async def _range_body(url: str, response: aiohttp.ClientResponse, span: Span) -> bytes:
     """The body of an answer naming ``span``, read only when its declared
-    length is the span's: a server (or proxy) that names the range but sends
-    more, up to the whole object, is not read into memory for each block.
+    length is the span's, and a body of no declared length (chunked) only up
+    to one byte past the span's: a server (or proxy) that names the range
+    but sends more, up to the whole object, is not read into memory for
+    each block.
 
     A body compressed though ``identity`` was asked for (``Content-Encoding:
     gzip``) at another length than the span's fails for good: no retry
@@ -259,8 +296,10 @@ async def _range_body(
     them, come at the span's length and are read as they are."""
     named = span[1] - span[0]
     body, got = b"", response.content_length
-    if got in (None, named):  # chunked, or as long as named: read it
+    if got == named:
         body = await response.read()
+    elif got is None:  # chunked: enough to tell an over-long body, no more
+        body = await _read_at_most(response.content, named + 1)
         got = len(body)
     encoding = response.headers.get("Content-Encoding", "identity")
     if encoding.lower() != "identity" and got != named:
@@ -274,6 +313,18 @@ async def _range_body(
     return body
 
 
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body's first ``limit`` bytes, or all of it if shorter."""
+    chunks, got = [], 0
+    while got < limit:
+        chunk = await stream.read(limit - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def _unsatisfied_size(content_range: str) -> int | None:
     """The object size a 416's ``Content-Range: bytes */SIZE`` names."""
     total = content_range.rpartition("/")[2].strip()
@@ -282,8 +333,16 @@ def _unsatisfied_size(content_range: str) -> int | None:
 
 def _version(response: aiohttp.ClientResponse) -> str | None:
     """What names the version of the object an answer comes from: its
-    ``ETag``, else its ``Last-Modified``, else nothing."""
-    return response.headers.get("ETag") or response.headers.get("Last-Modified")
+    ``ETag``, else its ``Last-Modified``, else nothing; named by kind, so
+    that an answer without an ``ETag`` (some servers and CDNs drop it from
+    some answers) is compared with the other answers' ``Last-Modified``,
+    not their ``ETag``. A weak ETag (``W/``) names the same version as its
+    strong form (servers weaken it on some answers)."""
+    etag = response.headers.get("ETag")
+    if etag:
+        return f"ETag {etag.removeprefix('W/')}"
+    modified = response.headers.get("Last-Modified")
+    return f"Last-Modified {modified}" if modified else None
 
 
 def _reason(response: aiohttp.ClientResponse) -> str:

@@ -38,12 +38,15 @@ from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 from .throttle import Slot, Throttle
 
-__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore"]
+__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore", "check_length"]
 
 #: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
 COPY_IN_FLIGHT = 4
 #: Uncached reads this close together share one request.
 EXACT_GAP = 4096
+#: Requests one read may take when the server answers each with fewer bytes
+#: than asked (it caps range sizes): 16 MiB (``max_request``) in pieces of 64 KiB.
+MAX_PIECES = 256
 _TAIL_HEAD = struct.Struct("<qq")  # start, object size: before a remembered tail's body
 
 #: Option groups that take an object or its fields: option -> (class, field names).
@@ -56,8 +59,8 @@ _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
 
 class Answer(NamedTuple):
     """A ranged GET's bytes, and what the answer said of the object they are
-    from: its size (``Content-Range``) and its version (``ETag``, else
-    ``Last-Modified``); ``None`` when it did not say."""
+    from: its size (``Content-Range``) and its version (``"ETag <etag>"``,
+    else ``"Last-Modified <date>"``); ``None`` when it did not say."""
 
     body: bytes
     size: int | None = None
@@ -86,8 +89,8 @@ class _ProcessState:
     connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     health: dict[str, StoreHealth] = dataclasses.field(default_factory=dict)
     throttles: dict[str, Throttle] = dataclasses.field(default_factory=dict)
-    #: (path, stamp) -> the version tag the first answer about it carried.
-    tags: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    #: (path, stamp, tag kind) -> the version tag the first answer about it carried.
+    tags: dict[tuple[str, str, str], str] = dataclasses.field(default_factory=dict)
 
 
 class RemoteStore(Store):
@@ -166,16 +169,24 @@ class RemoteStore(Store):
 
     @abc.abstractmethod
     async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
-        """One request for the bytes ``[start, end)``; may return the wrong length.
+        """One request for the bytes ``[start, end)``: an answer whose body holds
+        them all, or, when the server said it sent fewer (a 206 whose
+        ``Content-Range`` ends early), the first of them; the caller asks
+        for the rest. A body of another length than the answer named is
+        the backend's to refuse (``TransientError``).
 
         Raise ``TransientError`` for what is worth retrying, ``StorageError``
-        for what is not (missing object, denied, Range unsupported).
+        for what is not (missing object, denied, Range unsupported),
+        ``RangeNotSatisfiable`` for a 416.
         """
 
     @abc.abstractmethod
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         """One request for the last ``length`` bytes: (start, answer), the
-        answer's ``size`` being the object's (never ``None``)."""
+        answer's ``size`` being the object's (never ``None``); its body may
+        stop early as ``_get_range``'s may. A 416 (some servers' answer to a
+        suffix longer than the object) raises ``RangeNotSatisfiable``:
+        ``_suffix`` reads the object's bytes another way."""
 
     @abc.abstractmethod
     async def _get_size(self, client: Any, path: str) -> int:
@@ -302,12 +313,41 @@ class RemoteStore(Store):
         )
 
     async def _fetch(self, path: str, start: int, end: int, size: int) -> bytes:
-        """Exactly ``[start, end)`` of the object of ``size`` bytes; wrong-length
-        bodies count as transient failures, an answer from another version of
-        the object (``_check_version``) as a permanent one."""
+        """Exactly ``[start, end)`` of the object of ``size`` bytes (``_fetch_from``)."""
         stamp = await self._state.get().cache.stamp(path)
+        return await self._fetch_from(path, stamp, start, end, size)
 
-        async def request(client: Any) -> Answer:
+    async def _fetch_from(self, path: str, stamp: str, start: int, end: int, size: int) -> bytes:
+        """``[start, end)`` of the version ``stamp`` of the object of ``size`` bytes.
+
+        An answer may carry fewer bytes than asked when it says so (HTTP lets a
+        server cap range sizes, and some servers and CDNs do): the rest is
+        asked for anew, each request with its own retries, at most
+        ``MAX_PIECES`` in all. Wrong-length bodies count as transient
+        failures, an answer from another version of the object
+        (``_check_version``) as a permanent one."""
+        pieces: list[bytes] = []
+        at = start
+        while at < end:
+            if len(pieces) == MAX_PIECES:
+                raise StorageError(
+                    f"{self.display(path)}: the server answered {MAX_PIECES} range requests "
+                    f"with at most {max(map(len, pieces))} bytes each, and bytes {at}-{end - 1} "
+                    f"are still missing: set max_request (now {self.cache_config.max_request}) "
+                    "nearer that size"
+                )
+            body = await self._fetch_piece(path, stamp, at, end, size)
+            pieces.append(body)
+            at += len(body)
+            if at < end:
+                self.stats.partial_answers += 1
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    async def _fetch_piece(self, path: str, stamp: str, start: int, end: int, size: int) -> bytes:
+        """One GET of ``[start, end)``, retried: its bytes from ``start`` on, all of
+        them or as many as the answer said it carries (never none)."""
+
+        async def request(client: Any) -> bytes:
             try:
                 answer = await self._get_range(client, path, start, end)
             except RangeNotSatisfiable as exc:  # past the end: of this version?
@@ -315,13 +355,14 @@ class RemoteStore(Store):
                 raise
             # Before the length: a shrunk object's short answer is no transient.
             await self._check_version(path, stamp, answer, size)
-            _check_length(len(answer.body), end - start)
-            return answer
+            if not 0 < len(answer.body) <= end - start:
+                check_length(len(answer.body), end - start)
+            return answer.body
 
         what = f"GET {self.display(path)} bytes={start}-{end - 1}"
-        answer = await self._call(request, what, path, hedge=True)
-        self.stats.bytes_fetched += len(answer.body)
-        return answer.body
+        body = await self._call(request, what, path, hedge=True)
+        self.stats.bytes_fetched += len(body)
+        return cast(bytes, body)
 
     async def _check_version(self, path: str, stamp: str, answer: Answer, size: int) -> None:
         """Raise unless ``answer`` comes from the version of ``path`` read so far:
@@ -347,19 +388,22 @@ class RemoteStore(Store):
         )
 
     async def _first_tag(self, path: str, stamp: str, tag: str) -> str:
-        """The tag of the first answer about ``path`` under ``stamp``: in this
+        """The tag of the first answer about ``path`` under ``stamp`` that carried
+        a tag of ``tag``'s kind (``ETag``, ``Last-Modified``: an answer without
+        an ETag is compared by its date, with the dates of the others): in this
         process, else the disk tier's (the first run's), else ``tag``."""
         tags = self._state.get().tags
-        if (path, stamp) not in tags:
+        kind = tag.partition(" ")[0]
+        if (path, stamp, kind) not in tags:
             disk = self._state.get().cache.disk
             first = tag
             if disk is not None:
-                key = f"{self.url}\0tag\0{stamp}\0{path}"
+                key = f"{self.url}\0tag\0{stamp}\0{path}\0{kind}"
                 loop = asyncio.get_running_loop()
                 found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
                 first = found.decode()
-            tags.setdefault((path, stamp), first)
-        return tags[(path, stamp)]
+            tags.setdefault((path, stamp, kind), first)
+        return tags[(path, stamp, kind)]
 
     async def _remembered(
         self, what: str, ask: Callable[[], Awaitable[bytes]], path: str | None = None
@@ -395,19 +439,28 @@ class RemoteStore(Store):
         return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
+        """(start, object size, bytes from start to the end): the last ``length``
+        bytes, or the whole object when it is shorter."""
+
         async def request(client: Any) -> tuple[int, Answer]:
-            start, answer = await self._get_tail(client, path, length)
+            start, answer = await self._suffix(client, path, length)
             assert answer.size is not None
-            _check_length(len(answer.body), answer.size - start)
+            if len(answer.body) > answer.size - start or (not answer.body and start < answer.size):
+                check_length(len(answer.body), answer.size - start)
             return start, answer
 
         async def ask() -> bytes:
             what = f"GET {self.display(path)} bytes=-{length}"
             start, answer = await self._call(request, what, path, hedge=True)
-            assert answer.size is not None
-            await self._check_version(path, stamp, answer, answer.size)
+            size = answer.size
+            assert size is not None
+            await self._check_version(path, stamp, answer, size)
             self.stats.bytes_fetched += len(answer.body)
-            return _TAIL_HEAD.pack(start, answer.size) + answer.body
+            body, got = answer.body, start + len(answer.body)
+            if got < size:  # the answer said it carries less: the rest by ranges
+                self.stats.partial_answers += 1
+                body += await self._fetch_from(path, stamp, got, size, size)
+            return _TAIL_HEAD.pack(start, size) + body
 
         cache = self._state.get().cache
         stamp = await cache.stamp(path)  # before asking: the bytes are of this version
@@ -416,6 +469,22 @@ class RemoteStore(Store):
         body = answer[_TAIL_HEAD.size :]
         cache.insert(path, stamp, size, start, body)
         return start, size, body
+
+    async def _suffix(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
+        """``_get_tail``; when the server refuses a suffix longer than the object
+        with 416 (rclone's S3 server, Ceph), the same bytes by the object's
+        size: the 416's own (SeaweedFS, plain HTTP servers), else
+        ``_get_size``'s (moto and rclone name none). Never the whole object
+        blindly: a 416 for another reason must not read gigabytes."""
+        try:
+            return await self._get_tail(client, path, length)
+        except RangeNotSatisfiable as refused:
+            size = refused.size if refused.size is not None else await self._get_size(client, path)
+        start = max(0, size - length)
+        if start == size:  # an empty object
+            return start, Answer(b"", size)
+        answer = await self._get_range(client, path, start, size)
+        return start, answer if answer.size is not None else answer._replace(size=size)
 
     async def _size(self, path: str) -> int:
         async def ask() -> bytes:
@@ -607,7 +676,8 @@ def _pop(options: dict[str, Any], names: set[str]) -> dict[str, Any]:
     return {name: options.pop(name) for name in names & options.keys()}
 
 
-def _check_length(got: int, expected: int) -> None:
+def check_length(got: int, expected: int) -> None:
+    """A body of ``got`` bytes where ``expected`` were due: a transient failure."""
     if got != expected:
         kind = "short" if got < expected else "over-long"
         raise TransientError(f"{kind} body: {got} bytes instead of {expected}")

@@ -40,7 +40,12 @@ rclone's S3 server):
   range, so the ``Content-Range`` and the body length are checked instead
   (botocore, for what it still reads, validates checksums only "when_required");
 * 416 to a suffix range longer than the object (rclone, Ceph): the object
-  is smaller than the suffix asked for, so one plain GET reads it whole.
+  is smaller than the suffix asked for, so it is read by its size
+  (``RemoteStore._suffix``);
+* a 206 carrying fewer bytes than asked (a gateway that caps range sizes):
+  the rest is asked for anew (``RemoteStore._fetch_from``);
+* HEAD refused (a policy or proxy allowing GET only): the size comes from a
+  one-byte GET's ``Content-Range``.
 """
 
 from __future__ import annotations
@@ -62,9 +67,9 @@ from botocore.config import Config
 from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
-from .http import RangeNotSatisfiable, check_span, open_session, proxy_for, ranged_get
+from .http import RangeGetStore, RangeNotSatisfiable, Span, open_session, proxy_for, ranged_get
 from .loop import run_sync
-from .remote import Answer, RemoteStore
+from .remote import Answer
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -119,6 +124,8 @@ _EXPIRED_CODES = {"ExpiredToken", "TokenRefreshRequired", "RequestExpired"}
 #: Error codes of a URL signed for another region than the bucket's.
 _WRONG_REGION_CODES = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IncorrectEndpoint"}
 _ERROR_BYTES = 4096  # an error document is read up to this size
+#: HEAD answers that mean "not HEAD" (a policy or proxy allowing GET only).
+_HEAD_REFUSED = {403, 405, 501}
 _NETWORK_ERRORS = (
     botocore.exceptions.HTTPClientError,
     botocore.exceptions.ConnectionError,
@@ -129,7 +136,7 @@ _NETWORK_ERRORS = (
 )
 
 
-class S3Store(RemoteStore):
+class S3Store(RangeGetStore):
     """An S3 endpoint. Store paths are ``bucket/key``.
 
     Backend options: ``endpoint_url``, ``region_name``, ``key`` / ``secret`` /
@@ -246,26 +253,7 @@ class S3Store(RemoteStore):
 
     # -- primitives -----------------------------------------------------------
 
-    async def _get_range(self, client: _Clients, path: str, start: int, end: int) -> Answer:
-        span, answer = await self._ranged(client, path, f"bytes={start}-{end - 1}")
-        check_span(span, start, end)
-        return answer
-
-    async def _get_tail(self, client: _Clients, path: str, length: int) -> tuple[int, Answer]:
-        try:
-            (start, _, _), answer = await self._ranged(client, path, f"bytes=-{length}")
-            return start, answer
-        except RangeNotSatisfiable:  # the object is shorter than the suffix: read it whole
-            bucket, key = _split(path)
-            with self._errors(path):
-                response = await client.s3.get_object(Bucket=bucket, Key=key)
-                async with response["Body"] as stream:
-                    body = await stream.read()
-            return 0, Answer(body, len(body), response.get("ETag"))
-
-    async def _ranged(
-        self, client: _Clients, path: str, byte_range: str
-    ) -> tuple[tuple[int, int, int], Answer]:
+    async def _ranged(self, client: _Clients, path: str, byte_range: str) -> tuple[Span, Answer]:
         """A GET by presigned URL over aiohttp: a quarter of botocore's client
         CPU per request (``benchmarks/bench_s3_client.py``)."""
         url = await client.presigned(path)
@@ -290,9 +278,17 @@ class S3Store(RemoteStore):
         )
 
     async def _get_size(self, client: _Clients, path: str) -> int:
+        """HEAD; when it is refused (403, 405, 501: a bucket policy or proxy that
+        allows GET but not HEAD), a one-byte GET (``RangeGetStore``), whose
+        refusal, if it is one too, says why (HEAD answers carry no S3 error)."""
         bucket, key = _split(path)
         with self._errors(path):
-            response = await client.s3.head_object(Bucket=bucket, Key=key)
+            try:
+                response = await client.s3.head_object(Bucket=bucket, Key=key)
+            except botocore.exceptions.ClientError as exc:
+                if _status(exc) not in _HEAD_REFUSED:
+                    raise
+                return await super()._get_size(client, path)
         return int(response["ContentLength"])
 
     async def _list(self, client: _Clients, path: str) -> list[Entry]:
@@ -515,10 +511,14 @@ async def _register_credentials(session: Any, client_kwargs: dict[str, Any]) -> 
         register_secret(frozen.access_key, frozen.secret_key, frozen.token)
 
 
+def _status(exc: botocore.exceptions.ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
 def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     error = exc.response.get("Error", {})
     meta = exc.response.get("ResponseMetadata", {})
-    status = int(meta.get("HTTPStatusCode") or 0)
+    status = _status(exc)
     code = str(error.get("Code") or status)
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:

@@ -30,7 +30,9 @@ class StoreStats:
     counts answers that said the store is overloaded (503, 429, ``SlowDown``,
     timeouts), ``limit_cuts`` the times one of them halved an adaptive
     concurrency limit, ``rate_waits`` requests held back by ``max_rps``;
-    ``concurrency_limits`` is a gauge, not a counter: the current limit of
+    ``partial_answers`` counts range answers that carried fewer bytes than
+    asked, as they said (the server caps range sizes), whose rest was asked
+    for anew; ``concurrency_limits`` is a gauge, not a counter: the current limit of
     each endpoint/prefix (``throttle.py``), kept by ``reset``.
     """
 
@@ -49,6 +51,7 @@ class StoreStats:
     throttled: int = 0
     limit_cuts: int = 0
     rate_waits: int = 0
+    partial_answers: int = 0
     concurrency_limits: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def snapshot(self) -> dict[str, Any]:

@@ -185,29 +185,6 @@ def test_a_url_aiohttp_cannot_request_fails_at_once(make_store) -> None:  # type
     assert time.monotonic() - started < 5 and store.stats.retries == 0
 
 
-def test_a_suffix_past_a_small_object_reads_it_whole_over_http(tmp_path, make_store) -> None:  # type: ignore[no-untyped-def]
-    """A public bucket of an S3 server that answers 416 to a suffix range
-    longer than the object (rclone, Ceph), read as plain HTTPS: the small
-    shards of a dataset (``audio_info/``, ``seek_index/``) still open."""
-    files = file_handler(tmp_path)
-
-    async def strict(request):  # type: ignore[no-untyped-def]
-        size = (tmp_path / request.path.lstrip("/")).stat().st_size
-        if int(request.headers["Range"].partition("=-")[2] or 0) > size:
-            return 416, {"Content-Range": f"bytes */{size}"}, b""
-        return await files(request)
-
-    (tmp_path / "small.bin").write_bytes(b"0123456789" * 100)
-    server = LoopbackServer(strict).start()
-    try:
-        reader = make_store("http", **FAST).reader(f"{server.url}/small.bin")
-        start, tail = reader.read_tail_sync(65536)
-        assert (start, bytes(tail)) == (0, b"0123456789" * 100)
-        assert bytes(reader.read_tail_sync(5)[1]) == b"56789"
-    finally:
-        server.stop()
-
-
 def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
     """A proxy that names the asked range but sends the whole object: failed
     (and retried) on its Content-Length, before its body is read into memory

@@ -47,15 +47,59 @@ def test_rclone_answers_ranges_with_200_and_a_whole_object_checksum(  # type: ig
 
 def test_a_suffix_past_a_small_object_reads_it_whole(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
     """``bytes=-N`` with N > size: 206 with the whole object from most servers;
-    416 from rclone, after which one plain GET reads the (small) object."""
+    416 naming no size from rclone, after which the object is read by the
+    size a HEAD gives: a bounded range, never a blind whole-object GET."""
     open_reader, server = s3_reader
     reader = open_reader(f"{s3_uploaded}/random.bin")
     start, tail = reader.read_tail_sync(2 * len(data))
     assert (start, bytes(tail), reader.size_sync()) == (0, data, len(data))
-    gets = [r.range for r in server.requests if r.method == "GET"]
-    assert gets[0] == f"bytes=-{2 * len(data)}"
-    assert gets[1:] in ([], [None])  # the retry without Range, when the server refused
+    asked = [(r.method, r.range) for r in server.requests]
+    assert asked[0] == ("GET", f"bytes=-{2 * len(data)}")
+    assert asked[1:] in ([], [("HEAD", None), ("GET", f"bytes=0-{len(data) - 1}")])
     assert reader.store.stats.retries == 0 and reader.store.stats.requests == 1
+
+
+@pytest.mark.parametrize("refuse_head", [0, 403])
+def test_an_empty_object_reads_on_every_server(  # type: ignore[no-untyped-def]
+    s3_reader, s3_uploaded, refuse_head
+) -> None:
+    """An empty object: moto answers a suffix with 200 and no Content-Range,
+    SeaweedFS with 416 naming size 0, rclone with 416 naming nothing; its
+    size comes from HEAD or, HEAD refused, from a 416 to ``bytes=0-0``."""
+    open_reader, server = s3_reader
+    s3_client(server.handler.upstream, "test-key-id", SECRET).put_object(
+        Bucket=s3_uploaded, Key="variants/empty.bin", Body=b""
+    )
+    store = open_reader(f"{s3_uploaded}/random.bin", **FAST).store
+    server.faults.refuse_head = refuse_head  # (opening the reader reset the faults)
+    reader = store.reader(f"{s3_uploaded}/variants/empty.bin")
+    assert reader.size_sync() == 0
+    assert [r.method for r in server.requests] == ["HEAD"] + ["GET"] * bool(refuse_head)
+    start, tail = reader.read_tail_sync(1000)
+    assert (start, bytes(tail)) == (0, b"")
+    assert reader.store.stats.retries == 0
+
+
+@pytest.mark.parametrize("status", [403, 405])
+def test_a_refused_head_gives_the_size_by_a_one_byte_get(
+    s3_reader, s3_uploaded, data, status
+) -> None:  # type: ignore[no-untyped-def]
+    """A bucket policy or proxy that allows GET but not HEAD: the size comes
+    from a one-byte GET's Content-Range, at once (no retries); when the GET
+    is refused too, its S3 error says why, in one line."""
+    open_reader, server = s3_reader
+    store = open_reader(f"{s3_uploaded}/random.bin", **FAST).store
+    server.faults.refuse_head = status
+    assert store.reader(f"{s3_uploaded}/random.bin").size_sync() == len(data)
+    assert [(r.method, r.range) for r in server.requests] == [("HEAD", None), ("GET", "bytes=0-0")]
+    assert store.stats.retries == 0
+    server.faults.errors, server.faults.error_status = 1, 403
+    server.faults.error_body = s3_error("AccessDenied", "No.")
+    with pytest.raises(StorageError) as caught:
+        store.reader(f"{s3_uploaded}/big/audio/s.wsds").size_sync()
+    message = str(caught.value)
+    assert "s3://data/big/audio/s.wsds: HTTP 403" in message and "AccessDenied: No." in message
+    assert "\n" not in message and SECRET not in message and "X-Amz" not in message
 
 
 def test_bodies_without_content_length_are_read_right(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]

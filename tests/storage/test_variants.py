@@ -1,0 +1,192 @@
+"""Answers that differ from server to server, all legal or common: each read
+right, or failed at once in one clear line (never retried for the whole
+time budget, never buffered without bound)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamer import open_dataset
+from streamer.dataset.dataset import Dataset
+from streamer.errors import StorageError
+from streamer.storage.remote import MAX_PIECES
+from testkit.servers import LoopbackServer, file_handler
+
+#: Fail within seconds where the default budget would wait 300 s.
+FAST = {"backoff": 0.01, "max_backoff": 0.05, "give_up_after": 5}
+
+
+def test_range_answers_capped_by_the_server_are_read_in_pieces(served, data) -> None:  # type: ignore[no-untyped-def]
+    """A server that sends at most 10,000 bytes per range answer (its
+    Content-Range says which): the rest of every read, suffixes included,
+    is asked for anew, each request starting where the last answer ended."""
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.max_range = 10_000
+    assert bytes(reader.read_sync(1000, 300_000)) == data[1000:301_000]
+    assert bytes(reader.read_tail_sync(25_000)[1]) == data[-25_000:]
+    start, whole = reader.store.reader(reader.path).read_tail_sync(2 * len(data))
+    assert (start, bytes(whole)) == (0, data)
+    stats = reader.store.stats
+    assert stats.retries == 0 and stats.partial_answers >= 300_000 // 10_000
+
+
+def test_crops_through_a_server_capping_ranges_equal_local_ones(  # type: ignore[no-untyped-def]
+    http, make_store, storage_root: Path
+) -> None:
+    local = open_dataset(storage_root / "packed")
+    http.faults.max_range = 4096
+    dataset = Dataset(f"{http.url}/packed", store=make_store("http", **FAST))
+    for key in local:
+        for start, end in [(0.0, 0.5), (1.7, 2.4)]:
+            np.testing.assert_array_equal(
+                dataset.read_crop(key, start, end), local.read_crop(key, start, end)
+            )
+    assert dataset.store.stats.retries == 0 and dataset.store.stats.partial_answers > 0
+
+
+def test_a_server_sending_tiny_pieces_fails_fast_in_one_line(http, make_store) -> None:  # type: ignore[no-untyped-def]
+    """Bounded: a read that would take more than ``MAX_PIECES`` requests fails,
+    naming the object and the option that helps."""
+    reader = make_store("http", **FAST).reader(f"{http.url}/random.bin", size=700_001)
+    http.faults.max_range = 100
+    started = time.monotonic()
+    with pytest.raises(StorageError) as caught:
+        reader.read_sync(0, 10)
+    message = str(caught.value)
+    assert "random.bin" in message and "max_request" in message and "\n" not in message
+    assert f"answered {MAX_PIECES} range requests with at most 100 bytes" in message
+    assert len(http.ranged()) == MAX_PIECES and time.monotonic() - started < 10
+
+
+def serving(root: Path, change):  # type: ignore[no-untyped-def]
+    """A file server over ``root`` whose answers ``change(request, status,
+    headers, body)`` rewrites."""
+    files = file_handler(root)
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        return change(request, *await files(request))
+
+    return LoopbackServer(handle).start()
+
+
+def test_an_answer_starting_elsewhere_fails_at_once(storage_root, make_store) -> None:  # type: ignore[no-untyped-def]
+    """Bytes from another offset than asked (Content-Range says so): no retry
+    would change it, so no retry for the whole time budget."""
+
+    def shifted(request, status, headers, body):  # type: ignore[no-untyped-def]
+        first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
+        moved = f"bytes {first + 1}-{last}/{total}"
+        return status, {**headers, "Content-Range": moved}, body[1:]
+
+    server = serving(storage_root, shifted)
+    try:
+        reader = make_store("http", **FAST).reader(f"{server.url}/random.bin", size=700_001)
+        with pytest.raises(
+            StorageError, match=r"answered bytes 1-131071 to a request for bytes 0-"
+        ):
+            reader.read_sync(0, 10)
+        assert len(server.ranged()) == 1 and reader.store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_chunked_body_longer_than_its_range_is_not_buffered(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """A proxy that names the range but streams the whole object (no
+    Content-Length): read one byte past the range, no further."""
+
+    def whole(request, status, headers, body):  # type: ignore[no-untyped-def]
+        return status, headers, data
+
+    server = serving(storage_root, whole)
+    server.faults.chunked = True
+    try:
+        reader = make_store("http", attempts=1).reader(f"{server.url}/random.bin", size=len(data))
+        block = reader.store.cache_config.block_size
+        with pytest.raises(StorageError, match=rf"over-long body: {block + 1} bytes instead of"):
+            reader.read_sync(0, 10)
+    finally:
+        server.stop()
+
+
+def test_a_multipart_answer_to_one_range_is_a_clear_error(storage_root, make_store) -> None:  # type: ignore[no-untyped-def]
+    def multipart(request, status, headers, body):  # type: ignore[no-untyped-def]
+        part = f"--x\r\nContent-Range: {headers['Content-Range']}\r\n\r\n".encode()
+        kind = {"Content-Type": "multipart/byteranges; boundary=x"}
+        return 206, kind, part + body + b"\r\n--x--\r\n"
+
+    server = serving(storage_root, multipart)
+    try:
+        reader = make_store("http", **FAST).reader(f"{server.url}/random.bin", size=700_001)
+        with pytest.raises(StorageError) as caught:
+            reader.read_sync(0, 10)
+        message = str(caught.value)
+        assert "without a valid Content-Range but a multipart/byteranges body" in message
+        assert "\n" not in message and len(server.ranged()) == 1
+    finally:
+        server.stop()
+
+
+def test_answers_without_an_etag_are_compared_by_their_date(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """Every answer has a Last-Modified, every other one an ETag (some CDNs
+    drop it, or weaken it): the object did not change, and reads go on."""
+    answers = iter(range(10**6))
+
+    def sometimes(request, status, headers, body):  # type: ignore[no-untyped-def]
+        headers = {**headers, "Last-Modified": "Wed, 21 Oct 2015 07:28:00 GMT"}
+        etag, turn = headers.pop("ETag"), next(answers) % 3
+        if turn:
+            headers["ETag"] = etag if turn == 1 else f"W/{etag}"
+        return status, headers, body
+
+    server = serving(storage_root, sometimes)
+    try:
+        reader = make_store("http", **FAST).reader(f"{server.url}/random.bin")
+        for offset in range(0, len(data) - 10, 150_000):
+            assert bytes(reader.read_sync(offset, 10)) == data[offset : offset + 10]
+        assert bytes(reader.read_tail_sync(10)[1]) == data[-10:]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("names_size", [True, False])
+def test_small_and_empty_objects_behind_a_server_refusing_long_suffixes(  # type: ignore[no-untyped-def]
+    tmp_path, make_store, names_size
+) -> None:
+    """A public bucket of an S3 server that answers 416 to a suffix range
+    longer than the object (rclone, Ceph), read as plain HTTPS, whose 416
+    names the object's size or not: the small shards of a dataset
+    (``audio_info/``, ``seek_index/``) still open, and an empty object is
+    empty (a 416 to ``bytes=0-0`` means just that)."""
+
+    def strict(request, status, headers, body):  # type: ignore[no-untyped-def]
+        size = (tmp_path / request.path.lstrip("/")).stat().st_size
+        suffix = request.headers["Range"].partition("=-")[2]
+        if status == 416 or (suffix and int(suffix) > size):
+            return 416, {"Content-Range": f"bytes */{size}"} if names_size else {}, b""
+        return status, headers, body
+
+    (tmp_path / "small.bin").write_bytes(b"0123456789" * 100)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    server = serving(tmp_path, strict)
+    try:
+        store = make_store("http", **FAST)
+        reader = store.reader(f"{server.url}/small.bin")
+        start, tail = reader.read_tail_sync(65536)
+        assert (start, bytes(tail)) == (0, b"0123456789" * 100)
+        assert bytes(reader.read_tail_sync(5)[1]) == b"56789"
+        empty = store.reader(f"{server.url}/empty.bin")
+        assert empty.read_tail_sync(100)[0] == 0 and bytes(empty.read_tail_sync(100)[1]) == b""
+        assert store.reader(f"{server.url}/empty.bin").size_sync() == 0
+        assert store.stats.retries == 0
+    finally:
+        server.stop()
