@@ -29,6 +29,7 @@ from ..index.table import SeekIndex
 __all__ = [
     "LENGTH_POLICY",
     "TRIMS_MP4_END",
+    "decode_length",
     "full_decode_length",
     "open_input",
     "policy_problem",
@@ -58,9 +59,14 @@ def full_decode_length(index: SeekIndex) -> int:
     """Native units the installed FFmpeg's full decode has, so the length of
     the episode crops are served from: the index's ``num_samples``, less its
     ``padding`` for MP4 under an FFmpeg that cuts the last frame (-1: unknown)."""
-    if index.container == "mp4" and TRIMS_MP4_END and index.num_samples >= 0:
-        return max(index.num_samples - index.padding, 0)
-    return index.num_samples
+    return decode_length(index.container, index.num_samples, index.padding)
+
+
+def decode_length(container: str, num_samples: int, padding: int) -> int:
+    """``full_decode_length`` from an index's fields (a stored row's columns)."""
+    if container == "mp4" and TRIMS_MP4_END and num_samples >= 0:
+        return max(num_samples - padding, 0)
+    return num_samples
 
 
 #: The installed FFmpeg, as an index that holds under it only records it
