@@ -41,9 +41,37 @@ _TAGS = {"metadata_errors": "ignore"} if int(av.__version__.split(".")[0]) < 19 
 
 
 def open_input(source: Any, **options: Any) -> av.container.InputContainer:
-    """``av.open(source, "r", **options)`` with undecodable tags ignored."""
+    """``av.open(source, "r", **options)`` with undecodable tags ignored, and
+    audio streams whose channel layout PyAV 18 would free twice relabelled
+    (``_own_layout``)."""
     container: av.container.InputContainer = av.open(source, "r", **_TAGS, **options)
+    if _SHARES_LAYOUTS:
+        for stream in container.streams.audio:
+            if stream.codec_context is not None:
+                _own_layout(stream.codec_context)
     return container
+
+
+#: PyAV 18's ``AudioLayout`` frees its channel map when it dies but takes
+#: none of its own: the one a codec context's ``layout`` (or ``channels``)
+#: or a decoded frame's gives shares theirs. A layout with a map (a custom
+#: channel order: a CAF, AIFF or MP4 ``chan`` chunk listing its channels in
+#: another order than FFmpeg's) is then freed twice and the process aborts
+#: ("double free or corruption"). PyAV 19 copies.
+_SHARES_LAYOUTS = int(av.__version__.split(".")[0]) == 18
+
+
+def _own_layout(context: Any) -> None:
+    """Give a decoder whose channel layout holds a map (custom order,
+    ambisonic) FFmpeg's default layout of as many channels before it opens:
+    PCM decoders (AIFF, CAF) label their frames with it, so none shares a
+    map. Only the label changes: the channels are decoded in the file's
+    order, as they were. The context's map is freed once, when the copy
+    that shares it dies after the context has let go of it."""
+    shared = context.layout
+    count = shared.nb_channels
+    if count and shared.name.startswith((f"{count} channels (", "ambisonic")):
+        context.layout = f"{count}c"
 
 
 #: Whether FFmpeg's MP4 demuxer ends an AAC (or AMR) track where its sample
