@@ -241,7 +241,7 @@ def decode_job(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
             f"but the crop needs [{plan.first}, {plan.last})"
         )
-    return _finish(job, audio, index.sample_rate, job.resample_skip, contiguous)
+    return _finish(job, stats, audio, index.sample_rate, job.resample_skip, contiguous)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
@@ -277,7 +277,7 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
             raise episode.error(
                 f"FFmpeg cannot decode it without a seek index: {type(exc).__name__}: {exc}"
             ) from exc
-    return _finish(job, audio, rate, skip)
+    return _finish(job, stats, audio, rate, skip)
 
 
 def read_crop(episode: Episode, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
@@ -319,10 +319,19 @@ def _past_the_end(index: SeekIndex, request: CropRequest) -> bool:
     return index.num_samples >= 0 and start >= full_decode_length(index)
 
 
-def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int, contiguous: bool = True) -> Crop:
+def _finish(
+    job: CropJob,
+    stats: DecodeStats,
+    audio: np.ndarray,
+    rate: int,
+    skip: int,
+    contiguous: bool = True,
+) -> Crop:
     """Downmix, resample and pad a native-rate crop into the caller's form;
     ``skip``: resampled outputs to drop from the front (``crop_span``);
-    ``contiguous``: see ``decode_job``."""
+    ``contiguous``: see ``decode_job``. A crop the episode's end cuts short
+    is counted (``DecodeStats.past_end``): a sampler plans none from an
+    exact duration, so each one is a duration that was not."""
     request = job.request
     if request.mono:
         with record("downmix"):
@@ -339,6 +348,8 @@ def _finish(job: CropJob, audio: np.ndarray, rate: int, skip: int, contiguous: b
         expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
+    if audio.shape[1] < expected:
+        stats.past_end += 1
     if request.pad and audio.shape[1] < expected:
         audio = np.pad(audio, ((0, 0), (0, expected - audio.shape[1])))
     if contiguous or audio.dtype != np.float32:

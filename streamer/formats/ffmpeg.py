@@ -29,6 +29,7 @@ from ..index.table import SeekIndex
 __all__ = [
     "LENGTH_POLICY",
     "TRIMS_MP4_END",
+    "decode_length",
     "full_decode_length",
     "open_input",
     "policy_problem",
@@ -40,9 +41,37 @@ _TAGS = {"metadata_errors": "ignore"} if int(av.__version__.split(".")[0]) < 19 
 
 
 def open_input(source: Any, **options: Any) -> av.container.InputContainer:
-    """``av.open(source, "r", **options)`` with undecodable tags ignored."""
+    """``av.open(source, "r", **options)`` with undecodable tags ignored, and
+    audio streams whose channel layout PyAV 18 would free twice relabelled
+    (``_own_layout``)."""
     container: av.container.InputContainer = av.open(source, "r", **_TAGS, **options)
+    if _SHARES_LAYOUTS:
+        for stream in container.streams.audio:
+            if stream.codec_context is not None:
+                _own_layout(stream.codec_context)
     return container
+
+
+#: PyAV 18's ``AudioLayout`` frees its channel map when it dies but takes
+#: none of its own: the one a codec context's ``layout`` (or ``channels``)
+#: or a decoded frame's gives shares theirs. A layout with a map (a custom
+#: channel order: a CAF, AIFF or MP4 ``chan`` chunk listing its channels in
+#: another order than FFmpeg's) is then freed twice and the process aborts
+#: ("double free or corruption"). PyAV 19 copies.
+_SHARES_LAYOUTS = int(av.__version__.split(".")[0]) == 18
+
+
+def _own_layout(context: Any) -> None:
+    """Give a decoder whose channel layout holds a map (custom order,
+    ambisonic) FFmpeg's default layout of as many channels before it opens:
+    PCM decoders (AIFF, CAF) label their frames with it, so none shares a
+    map. Only the label changes: the channels are decoded in the file's
+    order, as they were. The context's map is freed once, when the copy
+    that shares it dies after the context has let go of it."""
+    shared = context.layout
+    count = shared.nb_channels
+    if count and shared.name.startswith((f"{count} channels (", "ambisonic")):
+        context.layout = f"{count}c"
 
 
 #: Whether FFmpeg's MP4 demuxer ends an AAC (or AMR) track where its sample
@@ -58,9 +87,14 @@ def full_decode_length(index: SeekIndex) -> int:
     """Native units the installed FFmpeg's full decode has, so the length of
     the episode crops are served from: the index's ``num_samples``, less its
     ``padding`` for MP4 under an FFmpeg that cuts the last frame (-1: unknown)."""
-    if index.container == "mp4" and TRIMS_MP4_END and index.num_samples >= 0:
-        return max(index.num_samples - index.padding, 0)
-    return index.num_samples
+    return decode_length(index.container, index.num_samples, index.padding)
+
+
+def decode_length(container: str, num_samples: int, padding: int) -> int:
+    """``full_decode_length`` from an index's fields (a stored row's columns)."""
+    if container == "mp4" and TRIMS_MP4_END and num_samples >= 0:
+        return max(num_samples - padding, 0)
+    return num_samples
 
 
 #: The installed FFmpeg, as an index that holds under it only records it

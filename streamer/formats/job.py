@@ -161,7 +161,11 @@ class DecodeStats:
     ``planned_bytes`` is what the crops' decoders were given. ``paths``
     counts the crops by the path that served them: ``"index"`` (a native
     index), ``"generic index"`` (an FFmpeg packet index, container
-    ``ffmpeg:...``), ``"fallback from the start"`` (no usable index)."""
+    ``ffmpeg:...``), ``"fallback from the start"`` (no usable index).
+    ``past_end`` counts crops that ran past the episode's end, clipped (or
+    zero-padded with ``pad``): a sampler that plans from exact durations
+    makes none, so they come from a duration that is a header's estimate
+    (an episode without an index) or from crops asked for past the end."""
 
     crops: int = 0
     planned_bytes: int = 0
@@ -170,6 +174,7 @@ class DecodeStats:
     unplanned_reads: int = 0
     unplanned_bytes: int = 0
     bad_packets: int = 0
+    past_end: int = 0
     paths: dict[str, int] = field(default_factory=dict)
 
     def count_fallback(self, reason: str) -> None:

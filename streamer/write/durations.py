@@ -1,13 +1,17 @@
-"""``audio_info``'s durations from the seek index where the header's are off.
+"""``audio_info``'s durations from the seek index, which counts them exactly.
 
 A header's duration is FFmpeg's estimate (from the bit rate when nothing
 states the length: a VBR mp3 without a Xing tag whose first seconds are
-silence said 136 s for 20 s of audio); the samplers draw crops over it and
-the open-time check (``index.checks``) refuses an index it contradicts by
-over 1 s and 5 %. A verified index counts what FFmpeg decodes, so where the
-two disagree by over 1 % and 0.1 s (a header's estimate is not exact),
-``audio_info`` keeps the index's, with a warning: when ``pack`` writes a
-shard, and when ``streamer index`` indexes one ``pack --no-index`` wrote.
+silence said 136 s for 20 s of audio), and even a header that states the
+length is rarely the full decode's: an M4A's leaves out the last AAC frame
+(3.0 s for 3.0186 s), an Opus file's counts the pre-skip (3.0065 s for 3.0).
+The samplers plan crops over ``audio_info``'s durations, so a header's
+never lets a crop reach the last frame, or plans one past the end. A
+verified index counts what the installed FFmpeg decodes
+(``formats.ffmpeg.decode_length``), so ``audio_info`` keeps the index's
+wherever there is one: when ``pack`` writes a shard, and when ``streamer
+index`` indexes one ``pack --no-index`` wrote. Where the two disagree by
+over 1 % and 0.1 s (more than a header's estimate is off), it says so.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import math
 
 import pyarrow as pa
 
+from ..formats.ffmpeg import decode_length
 from ..index.table import OK
 from ..shard.ipc import KEY_COLUMN
 
@@ -29,29 +34,31 @@ DURATION = "duration"
 
 
 def index_durations(index: pa.StructArray) -> list[float | None]:
-    """Each row's gapless duration from its seek index (None: no index or unknown)."""
-    status = index.field("status").to_pylist()
-    samples = index.field("num_samples").to_pylist()
-    scale = index.field("timescale").to_pylist()
+    """Each row's full decode's duration under the installed FFmpeg, from its
+    seek index (None: no index, or its length is unknown)."""
+    fields = ("status", "container", "num_samples", "padding", "timescale")
+    columns = [index.field(name).to_pylist() for name in fields]
     return [
-        n / t if s == OK and n >= 0 and t > 0 else None
-        for s, n, t in zip(status, samples, scale, strict=True)
+        decode_length(container, n, padding) / t if s == OK and n >= 0 and t > 0 else None
+        for s, container, n, padding, t in zip(*columns, strict=True)
     ]
 
 
 def corrected(
     info: pa.Table, found: list[float | None]
 ) -> tuple[list[float], list[tuple[str, float, float]]]:
-    """``info``'s durations with the index's (``found``, row for row) where
-    they disagree, and those rows as (key, header's, index's), logged."""
+    """``info``'s durations with the index's (``found``, row for row) wherever
+    there is one, and the rows where they disagree by more than a header's
+    estimate is off as (key, header's, index's), logged."""
     durations = info.column(DURATION).to_pylist()
     keys = info.column(KEY_COLUMN).to_pylist()
     changed = []
     for row, seconds in enumerate(found):
         header = durations[row]
-        if seconds is None or (
-            header is not None and math.isclose(header, seconds, rel_tol=0.01, abs_tol=0.1)
-        ):
+        if seconds is None:
+            continue
+        durations[row] = seconds
+        if header is not None and math.isclose(header, seconds, rel_tol=0.01, abs_tol=0.1):
             continue
         log.warning(
             "%s: the header says %.1f s, the seek index %.1f s; audio_info keeps the index's",
@@ -60,7 +67,6 @@ def corrected(
             seconds,
         )
         changed.append((keys[row], header, seconds))
-        durations[row] = seconds
     return durations, changed
 
 

@@ -310,9 +310,10 @@ def _durations_into_info(
     dataset: Dataset, name: str, audio: Shard, found: list[float | None]
 ) -> list[tuple[str, float, float]]:
     """``durations.corrected`` for the ``audio_info`` shard of ``name`` (one
-    ``pack --no-index`` wrote: its header's durations), rewritten whole
-    (``staged_sync``) where the index disagrees; what changed. Nothing for a
-    dataset without ``audio_info`` durations for exactly the audio's rows."""
+    ``pack`` or ``pack --no-index`` wrote: its header's durations), rewritten
+    whole (``staged_sync``) where the index's differ; the rows where they
+    disagree. Nothing for a dataset without ``audio_info`` durations for
+    exactly the audio's rows."""
     path = dataset.column_dirs.get(INFO_DIR, {}).get(name)
     if path is None:
         return []
@@ -322,7 +323,7 @@ def _durations_into_info(
     if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
         return []
     durations, changed = corrected(info, found)
-    if changed:
+    if durations != info.column(DURATION).to_pylist():
         with dataset.store.staged_sync(path) as temp:
             write_durations(temp, info, durations)
     return changed
