@@ -8,12 +8,16 @@ over the same plan and cache directory sends no request to the store.
 
 As in the Streamer, a crop whose data is bad is skipped and counted, but a
 store that fails (``StorageError``, after its retries) ends the warmup with
-that error: an outage must not pass for a warm cache.
+that error: an outage must not pass for a warm cache. Neither may a disk
+tier that did not keep what the warmup fetched (disk full, or a size limit
+smaller than the run): that is a ``StorageError`` too, once every crop is
+fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +26,7 @@ import anyio
 import anyio.to_thread
 
 from ..decode.crop import CropJob
+from ..errors import StorageError
 from ..storage.loop import run_sync
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
@@ -64,6 +69,7 @@ async def _warmup(
 ) -> WarmupReport:
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
+    since = time.time()
     planned = await _plan_all(streamer, concurrency)
     for failure in planned:
         if isinstance(failure, Failure) and failure.storage:
@@ -90,6 +96,9 @@ async def _warmup(
         raise first_error(exc) from None
     for store in {id(d.store): d.store for d, _ in streamer.sources}.values():
         await store.drain()
+        problem = store.disk_tier_problem(since)
+        if problem is not None:
+            raise StorageError(f"warmup incomplete: {problem}")
     report.seconds = asyncio.get_running_loop().time() - began
     return report
 

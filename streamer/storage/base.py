@@ -200,6 +200,12 @@ class Store(abc.ABC):
         cache's disk tier; call on the store loop, ``loop.py``). Nothing here."""
         return None
 
+    def disk_tier_problem(self, since: float) -> str | None:
+        """Why the disk tier may have lost what was cached since ``since``
+        (``time.time()``: writes failed, or its size limit evicted it), or
+        None. Nothing here: a store without a disk tier."""
+        return None
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory cached blocks (a disk tier stays), so the
         next reads start cold. Nothing here: a store without a cache of its own."""

@@ -19,6 +19,10 @@ training run) comes from the file system, not from locks:
   entries down to 90 %. Deleting an entry another process has open is
   harmless on POSIX, and a lost race is just a later miss.
 
+A failed write (disk full) or an eviction costs a reader only a later miss,
+but a warmup exists to leave its entries behind: ``problem(since)`` says
+when an entry written or used since then may not be kept.
+
 The methods block on file I/O; the block cache calls them in a thread.
 """
 
@@ -29,6 +33,7 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 import time
 import uuid
 import zlib
@@ -41,6 +46,8 @@ _MAGIC = b"STRMBLK1"
 _HEADER = struct.Struct("<8sQI")  # magic, payload length, crc32(payload)
 _SUFFIX = ".blk"
 _TEMP_MAX_AGE = 3600.0  # temporary files older than this belong to a dead writer
+#: File times lag ``time.time()`` by up to a clock tick of the kernel's.
+_MTIME_SLACK = 1.0
 
 
 class DiskCache:
@@ -51,6 +58,10 @@ class DiskCache:
         self.max_bytes = max_bytes
         os.makedirs(self.directory, exist_ok=True)
         self._estimate: int | None = None
+        self._evicting = threading.Lock()  # one eviction at a time in a process
+        self._lock = threading.Lock()  # the two below: writers run in threads
+        self._last_failure = (0.0, "")  # (when, why) of the last write that failed
+        self._latest_evicted = 0.0  # the newest mtime of an entry evicted
 
     def __repr__(self) -> str:
         return f"DiskCache({self.directory!r}, max_bytes={self.max_bytes})"
@@ -117,6 +128,8 @@ class DiskCache:
         except OSError as exc:
             log.warning("disk cache: cannot write %s: %s", path, exc)
             _remove(temp)
+            with self._lock:
+                self._last_failure = (time.time(), exc.strerror or str(exc))
             return False
         self._account(_HEADER.size + len(data))
         return True
@@ -134,15 +147,40 @@ class DiskCache:
             self._evict()
 
     def _evict(self) -> None:
-        entries = sorted(self._scan(), key=lambda entry: entry[2])
-        total = sum(size for _, size, _ in entries)
-        target = int(self.max_bytes * 0.9)
-        for path, size, _ in entries:
-            if total <= target:
-                break
-            if _remove(path):
-                total -= size
-        self._estimate = total
+        """Delete the least recently used entries down to 90 % of ``max_bytes``.
+        A thread that finds another evicting leaves it to that one (two would
+        both count the same entries and then delete newer ones)."""
+        if not self._evicting.acquire(blocking=False):
+            return
+        try:
+            entries = sorted(self._scan(), key=lambda entry: entry[2])
+            total = sum(size for _, size, _ in entries)
+            target = int(self.max_bytes * 0.9)
+            for path, size, mtime in entries:
+                if total <= target:
+                    break
+                if _remove(path):  # gone, by this process or another
+                    total -= size
+                    with self._lock:
+                        self._latest_evicted = max(self._latest_evicted, mtime)
+            self._estimate = total
+        finally:
+            self._evicting.release()
+
+    def problem(self, since: float) -> str | None:
+        """Why an entry written or used since ``since`` (``time.time()``) may be
+        missing, or None: a write failed since then, or the size limit evicted
+        such an entry (the directory cannot hold what was used since)."""
+        with self._lock:
+            (failed, why), evicted = self._last_failure, self._latest_evicted
+        if failed >= since:
+            return f"disk cache {self.directory}: cannot write entries ({why})"
+        if evicted >= since - _MTIME_SLACK:
+            return (
+                f"disk cache {self.directory}: its size limit ({self.max_bytes} bytes, "
+                "cache_dir_bytes) evicted entries written since: it cannot hold them all"
+            )
+        return None
 
     def _scan(self) -> list[tuple[str, int, float]]:
         """(path, size, mtime) of every entry; stale temporary files are removed."""
@@ -179,10 +217,11 @@ def _touch(path: str) -> None:
 
 
 def _remove(path: str) -> bool:
+    """Whether the file is gone (removed now, or already)."""
     try:
         os.remove(path)
     except FileNotFoundError:
-        return False
+        return True
     except OSError as exc:
         log.warning("disk cache: cannot remove %s: %s", path, exc)
         return False

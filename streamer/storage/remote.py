@@ -233,6 +233,11 @@ class RemoteStore(Store):
         if state is not None:
             await state.cache.drain()
 
+    def disk_tier_problem(self, since: float) -> str | None:
+        state = self._state.peek()
+        disk = None if state is None else state.cache.disk
+        return None if disk is None else disk.problem(since)
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory blocks (the disk tier stays)."""
         run_sync(self._clear_on_loop())

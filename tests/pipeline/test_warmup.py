@@ -1,0 +1,76 @@
+"""A warmup leaves a disk cache that serves its run, or fails saying why:
+a cache directory that cannot keep the run's blocks (disk full, a size limit
+smaller than the run) is an error, never "warmed N crops"."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import streamer
+from streamer.errors import StorageError
+from streamer.pipeline.bench import BenchConfig, bench_streamer
+from streamer.pipeline.warmup import warmup
+
+CONFIG = BenchConfig(duration=0.5, crops=20, seed=1)
+
+
+def test_a_cache_too_small_for_the_run_fails_the_warmup(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url = f"{http.url}/packed"
+    small = streamer.open_dataset(url, cache_dir=str(tmp_path / "small"), cache_dir_bytes=200_000)
+    with pytest.raises(StorageError, match=r"small: its size limit \(200000 bytes"):
+        warmup(bench_streamer(small, CONFIG, workers=0))
+    roomy = streamer.open_dataset(url, cache_dir=str(tmp_path / "roomy"))
+    assert warmup(bench_streamer(roomy, CONFIG, workers=0)).crops == 20
+    # A warmup into a full cache of older entries evicts them, not its own.
+    entries = [p for p in (tmp_path / "roomy").rglob("*.blk")]
+    for entry in entries:
+        os.utime(entry, (time.time() - 3600, time.time() - 3600))
+    limit = sum(entry.stat().st_size for entry in entries)
+    options = {"cache_dir_bytes": limit, "block_size": 64 * 1024}  # new blocks: new entries
+    full = streamer.open_dataset(url, cache_dir=str(tmp_path / "roomy"), **options)
+    few = BenchConfig(duration=0.5, crops=3, seed=7)
+    assert warmup(bench_streamer(full, few, workers=0)).crops == 3
+    assert not all(entry.exists() for entry in entries)  # older entries were evicted
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: files cannot grow past ``limit`` bytes (EFBIG, as a full disk fails)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_full_disk_fails_the_warmup_command(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The disk tier cannot write a block: the command exits 1 naming the
+    cache directory and the reason, not "warmed 20 crops"; no entry is torn."""
+    cache = tmp_path / "cache"
+    argv = ["warmup", f"{http.url}/packed", "--duration", "0.5", "--crops", "20"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", *argv, "--cache-dir", str(cache), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: _file_size_limit(64 * 1024),
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert last.startswith("streamer warmup: error: warmup incomplete: disk cache "), last
+    assert str(cache) in last and "File too large" in last
+    assert "warmed" not in done.stdout
+    assert not [p for p in cache.rglob("*") if ".tmp-" in p.name]
+    # What was written is whole: a run over the cache reads the same crops.
+    cached = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    plain = streamer.open_dataset(f"{http.url}/packed")
+    for a, b in zip(
+        bench_streamer(cached, CONFIG, workers=0),
+        bench_streamer(plain, CONFIG, workers=0),
+        strict=True,
+    ):
+        assert a.key == b.key and (a.audio == b.audio).all()
