@@ -335,8 +335,12 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop and reap every worker: politely, then SIGTERM, then SIGKILL.
-        No worker is started after this."""
+        No worker is started after this. Only the first call does it: an
+        interrupted pass and the exit hook of a Streamer can close one pool
+        at once, from two threads."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             workers, self._all = self._all, []
         for worker in workers:

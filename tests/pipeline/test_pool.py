@@ -97,6 +97,21 @@ def test_ctrl_c_stops_promptly_and_leaves_no_process(packed: Path, tmp_path: Pat
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
+def test_a_pool_closes_once_whoever_closes_it() -> None:
+    """An interrupted pass and a Streamer's exit hook may both close its pool
+    (they did, from two threads, and the second's ``os.close`` of the arena
+    printed a traceback after "interrupted")."""
+    from streamer.pipeline.pool import WorkerPool
+    from streamer.storage.loop import run_sync
+
+    pool = WorkerPool(1)
+    run_sync(pool.start())
+    pids = pool.pids
+    pool.close()
+    pool.close()
+    assert pids and all(gone(pid) for pid in pids)
+
+
 # -- MP4 demuxers held open by workers -------------------------------------------------
 
 

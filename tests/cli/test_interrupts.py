@@ -1,0 +1,46 @@
+"""Ctrl-C in the middle of a command's work: exit code 130, one line, no
+traceback, and no worker process left behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import gone
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The decode workers ``pid`` started (its children running the worker module)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"streamer.pipeline.worker" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-def]
+    http.faults.latency = 0.2  # slow enough to be mid-run when interrupted
+    argv = ["bench", f"{http.url}/packed", "--workers", "2", "--crops", "200", "--duration", "0.5"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(workers := _workers_of(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the pass is running
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["streamer bench: interrupted"], err
+    assert len(workers) == 2 and all(gone(pid) for pid in workers)
