@@ -106,3 +106,21 @@ def plan_rows(s: Streamer) -> list[tuple[int, int, float]]:
 def gone(pid: int) -> bool:
     """True when ``pid`` neither runs nor lingers as a zombie."""
     return not os.path.exists(f"/proc/{pid}")
+
+
+def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-arg]
+    """Rewrite the ``seek_index/`` shard at ``path`` with ``rows`` (key ->
+    ``SeekIndex``, in its order), keeping the blob lengths it records."""
+    import pyarrow as pa
+
+    from streamer.index.table import BLOB_BYTES_COLUMN, to_struct_array
+    from streamer.shard import Shard
+    from streamer.write.index import SCHEMA
+
+    lengths = Shard(str(path)).column(BLOB_BYTES_COLUMN).combine_chunks()
+    indexes = to_struct_array(list(rows.values()))
+    batch = pa.record_batch([pa.array(list(rows)), indexes, lengths], schema=SCHEMA)
+    temp = path.with_suffix(".tmp")
+    with pa.ipc.new_file(str(temp), SCHEMA) as writer:
+        writer.write_batch(batch)
+    os.replace(temp, path)

@@ -440,8 +440,9 @@ class Dataset:
         self, reader: IndexReader, name: str, row: int, key: str, blob_length: int
     ) -> SeekIndex:
         """The index row, or "no index" with the reason when it cannot be
-        trusted for this blob (``index.checks``: a corrupt row, or another
-        episode's index after rows were swapped) or under this FFmpeg
+        trusted for this blob (``index.checks``: a corrupt row, another
+        episode's index after rows were swapped, or one built from the blob
+        before it was rewritten) or under this FFmpeg
         (``formats.ffmpeg.policy_problem``): its crops fall back. The
         verdict is kept per row, so a long index is checked once."""
         try:
@@ -452,7 +453,9 @@ class Dataset:
         verdict = self._verdicts.get((name, row), ...)
         if verdict is ...:
             info = self.info(key) if INFO_DIR in self.column_dirs else None
-            verdict = check_against_blob(index, blob_length, info) or policy_problem(index)
+            verdict = check_against_blob(
+                index, blob_length, info, reader.built_for(row)
+            ) or policy_problem(index)
             self._verdicts[(name, row)] = verdict
         return index if verdict is None else SeekIndex.unavailable(verdict, index.container)
 

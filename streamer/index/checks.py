@@ -10,9 +10,13 @@ comparisons and one pass over the seek points):
 - ``check_index(index, blob_length)``: the index alone against the length of
   its blob. ``formats.extract`` runs it on every index it builds, so an
   implausible one is stored as "no index" with the reason.
-- ``check_against_blob(index, blob_length, info)``: the same, plus the
-  episode's ``audio_info`` row when there is one (codec, container, sample
-  rate, channels, duration), for an index read back from ``seek_index/``.
+- ``check_against_blob(index, blob_length, info, built_for)``: the same,
+  plus the length of the blob the index was built from when its shard
+  records it (``table.BLOB_BYTES_COLUMN``: an index of a blob since
+  rewritten, whose every field may still look right, has its frames at the
+  old offsets) and the episode's ``audio_info`` row when there is one
+  (codec, container, sample rate, channels, duration), for an index read
+  back from ``seek_index/``.
 
 Both return the reason an index cannot be trusted (short and stable enough to
 be counted), or None. A "no index" record is always fine: it is trusted to
@@ -30,6 +34,7 @@ import numpy as np
 from .table import NO_INDEX, SeekIndex
 
 __all__ = [
+    "ANOTHER_BLOB",
     "DEFAULT_UNITS_PER_BYTE",
     "MAX_CHANNELS",
     "MAX_SAMPLE_RATE",
@@ -60,6 +65,8 @@ DEFAULT_UNITS_PER_BYTE = 1 << 16
 _INT32_MAX = (1 << 31) - 1
 #: Positions must stay far from int64 overflow when offsets are added.
 _POSITION_LIMIT = 1 << 62
+#: Why an index built from a blob of another length is not used.
+ANOTHER_BLOB = "index built for another blob (its byte length differs)"
 #: ``audio_info`` duration against the index's: probes estimate (an mp3
 #: without a Xing tag) and round (AAC's last frame), so only a gross
 #: disagreement (another episode's index) counts.
@@ -81,15 +88,21 @@ def check_index(index: SeekIndex, blob_length: int | None = None) -> str | None:
 
 
 def check_against_blob(
-    index: SeekIndex, blob_length: int, info: Mapping[str, Any] | None = None
+    index: SeekIndex,
+    blob_length: int,
+    info: Mapping[str, Any] | None = None,
+    built_for: int | None = None,
 ) -> str | None:
     """Why an index read back for an episode cannot be used with its blob
     (``blob_length`` bytes) and its ``audio_info`` row ``info`` (optional),
-    or None when it can.
+    or None when it can. ``built_for``: the length of the blob the index was
+    built from, when its shard says (None: unknown).
 
     ``info`` is compared only when it describes this blob: an ``audio_info``
     row whose ``num_bytes`` is not the blob's length says nothing about it.
     """
+    if built_for is not None and built_for != blob_length:
+        return ANOTHER_BLOB
     reason = check_index(index, blob_length)
     if reason is not None or not index.ok or not info:
         return reason

@@ -1,7 +1,8 @@
 """The ``SeekIndex`` of one episode and its Arrow form in ``seek_index/`` shards.
 
 On disk an index is one row of a struct column ``seek_index`` (beside
-``__key__``), in a shard with the same name and rows as the audio shard. The
+``__key__`` and ``num_bytes``, the length of the blob it was built from), in
+a shard with the same name and rows as the audio shard. The
 seek points are two ``list<int64>`` children, so reading an episode's points
 is offsets arithmetic on the list values buffer: two numpy views, no Python
 object per point. ``IndexReader`` keeps those views per record batch, which is
@@ -20,6 +21,7 @@ from ..errors import ShardError
 from ..shard.ipc import Shard
 
 __all__ = [
+    "BLOB_BYTES_COLUMN",
     "INDEX_COLUMN",
     "INDEX_DIR",
     "INDEX_TYPE",
@@ -34,6 +36,12 @@ __all__ = [
 
 INDEX_DIR = "seek_index"
 INDEX_COLUMN = "seek_index"
+#: The byte length of the blob each row was built from. Byte positions are
+#: only right for that blob: an audio shard re-packed from retagged files
+#: (an ID3v2 tag or a WAV LIST chunk grown, every frame moved) keeps its keys,
+#: durations and codecs, and the old index would place crops at the old
+#: offsets. Shards written before it existed lack it (no check then).
+BLOB_BYTES_COLUMN = "num_bytes"
 OK = "ok"
 NO_INDEX = "no index"
 #: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
@@ -236,6 +244,15 @@ class IndexReader:
         self.shard = shard
         self._chunks = shard.column(INDEX_COLUMN).chunks
         self._views: dict[int, _BatchViews] = {}
+        self._blob_bytes = _blob_bytes(shard)
+
+    def built_for(self, row: int) -> int | None:
+        """The byte length of the blob row ``row`` was built from (None: the
+        shard does not say: it predates ``BLOB_BYTES_COLUMN``, or the cell
+        could not be read)."""
+        if self._blob_bytes is None or self._blob_bytes[row] < 0:
+            return None
+        return int(self._blob_bytes[row])
 
     def read(self, row: int) -> SeekIndex:
         batch, j = self.shard.locate(row)
@@ -262,3 +279,15 @@ class IndexReader:
             sample_pos=arrays["sample_pos"],
             byte_pos=arrays["byte_pos"],
         )
+
+
+def _blob_bytes(shard: Shard) -> np.ndarray | None:
+    """The ``num_bytes`` column of an index shard as one int64 array (-1 for
+    a null), or None when it has none; ``ShardError`` when it is not a
+    column of lengths."""
+    if BLOB_BYTES_COLUMN not in shard.schema.names:
+        return None
+    column = shard.column(BLOB_BYTES_COLUMN)
+    if column.type != pa.int64():
+        raise ShardError(f"{BLOB_BYTES_COLUMN!r} is not an int64 column", shard=shard.path)
+    return np.asarray(column.fill_null(-1).to_numpy())

@@ -1,7 +1,8 @@
 """Build the ``seek_index/`` column directory of a dataset, local or remote.
 
 One index shard per audio shard, same name, same rows in the same order,
-columns ``__key__`` and ``seek_index`` (``table.INDEX_TYPE``). Episodes are
+columns ``__key__``, ``seek_index`` (``table.INDEX_TYPE``) and ``num_bytes``
+(the length of the blob each row was built from: ``table.BLOB_BYTES_COLUMN``). Episodes are
 read through the dataset's store (memory map, S3, ...); each index shard is
 written to a local file and stored whole when complete
 (``Store.staged_sync``: renamed into place locally, one PUT on S3), so an
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +45,13 @@ from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.table import (
+    BLOB_BYTES_COLUMN,
     INDEX_COLUMN,
     INDEX_DIR,
     INDEX_TYPE,
     OK,
     VERIFIED,
+    IndexReader,
     SeekIndex,
     to_struct_array,
 )
@@ -70,7 +73,13 @@ __all__ = [
 
 #: Episodes per record batch of an index shard: bounds the writer's memory.
 ROWS_PER_BATCH = 256
-SCHEMA = pa.schema([(KEY_COLUMN, pa.string()), pa.field(INDEX_COLUMN, INDEX_TYPE, nullable=False)])
+SCHEMA = pa.schema(
+    [
+        (KEY_COLUMN, pa.string()),
+        pa.field(INDEX_COLUMN, INDEX_TYPE, nullable=False),
+        pa.field(BLOB_BYTES_COLUMN, pa.int64()),
+    ]
+)
 
 
 @dataclass
@@ -300,7 +309,7 @@ def index_shard(
         result.skipped = True
         return result
     found = _write(
-        store, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
+        dataset, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
     )
     result.durations = _durations_into_info(dataset, name, audio, found)
     return result
@@ -349,18 +358,22 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
         assert episode.index is not None
         return verify_index(episode) if episode.index.ok else episode.index
 
-    _write(store, _index_path(dataset, name), audio, result, recheck)
+    _write(dataset, _index_path(dataset, name), audio, result, recheck)
     return result
 
 
 def _write(
-    store: Store, path: str, audio: Shard, result: ShardResult, index_of: Callable[[int], SeekIndex]
+    dataset: Dataset,
+    path: str,
+    audio: Shard,
+    result: ShardResult,
+    index_of: Callable[[int], SeekIndex],
 ) -> list[float | None]:
     """Write the index shard at ``path`` whole (``staged_sync``): ``index_of(row)``
-    for every row of ``audio``, counted in ``result``; each row's duration
-    (``durations.index_durations``)."""
+    for every row of ``audio`` (a shard of ``dataset``) and its blob's length,
+    counted in ``result``; each row's duration (``durations.index_durations``)."""
     found: list[float | None] = []
-    with store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
+    with dataset.store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
         for start in range(0, audio.num_rows, ROWS_PER_BATCH):
             rows = range(start, min(start + ROWS_PER_BATCH, audio.num_rows))
             indexes = [_held(index_of, row) for row in rows]
@@ -368,8 +381,22 @@ def _write(
             keys = audio.keys.slice(start, len(rows))
             column = to_struct_array(indexes)
             found += index_durations(column)
-            writer.write_batch(pa.record_batch([keys, column], schema=SCHEMA))
+            lengths = pa.array(_blob_lengths(dataset, audio, rows), pa.int64())
+            writer.write_batch(pa.record_batch([keys, column, lengths], schema=SCHEMA))
     return found
+
+
+def _blob_lengths(dataset: Dataset, audio: Shard, rows: Iterable[int]) -> list[int | None]:
+    """The byte lengths of the audio cells of ``rows`` (offsets only, no audio
+    read); None for a cell that cannot be read (null: its row is "no index")."""
+    return [_blob_length(dataset, audio, row) for row in rows]
+
+
+def _blob_length(dataset: Dataset, audio: Shard, row: int) -> int | None:
+    try:
+        return audio.blob(dataset.audio_column, row).length
+    except DataError:
+        return None
 
 
 def _held(index_of: Callable[[int], SeekIndex], row: int) -> SeekIndex:
@@ -408,4 +435,21 @@ def _complete(dataset: Dataset, name: str, path: str) -> bool:
     except DataError:
         return False
     schema = existing.schema
-    return INDEX_COLUMN in schema.names and schema.field(INDEX_COLUMN).type == INDEX_TYPE
+    if INDEX_COLUMN not in schema.names or schema.field(INDEX_COLUMN).type != INDEX_TYPE:
+        return False
+    return _built_for_these_blobs(dataset, dataset.shard(name), existing)
+
+
+def _built_for_these_blobs(dataset: Dataset, audio: Shard, index: Shard) -> bool:
+    """Whether an index shard's rows were built from the audio shard's blobs
+    as they are now, as far as its ``num_bytes`` says (a shard without it,
+    written before it existed, is taken at its word): an audio shard
+    re-packed since (retagged files, other encodes) is indexed again."""
+    try:
+        reader = IndexReader(index)
+    except DataError:
+        return False
+    return all(
+        reader.built_for(row) in (None, length)
+        for row, length in enumerate(_blob_lengths(dataset, audio, range(audio.num_rows)))
+    )

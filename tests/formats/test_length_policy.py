@@ -22,16 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
+from helpers import rewrite_index_shard
 
 from streamer import open_dataset
 from streamer.formats import extract
 from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
 from streamer.index import INDEX_DIR
-from streamer.index.table import IndexReader, SeekIndex, to_struct_array
+from streamer.index.table import IndexReader, SeekIndex
 from streamer.shard.ipc import Shard
-from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from tests.formats.test_generic import FILES, make
@@ -115,9 +114,7 @@ def test_an_index_of_another_ffmpeg_falls_back_to_this_ones_decode(tmp_path: Pat
 
 
 def _rewrite(path: Path, rows: dict[str, SeekIndex]) -> None:
-    batch = pa.record_batch([pa.array(list(rows)), to_struct_array(list(rows.values()))], SCHEMA)
-    with pa.ipc.new_file(str(path), SCHEMA) as writer:
-        writer.write_batch(batch)
+    rewrite_index_shard(path, rows)
 
 
 def test_a_generic_index_serves_only_under_the_ffmpeg_that_checked_it(tmp_path: Path) -> None:

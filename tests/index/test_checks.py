@@ -19,7 +19,7 @@ import streamer
 from streamer.errors import ShardError
 from streamer.formats import extract
 from streamer.index import IndexReader, SeekIndex
-from streamer.index.checks import check_against_blob, check_index
+from streamer.index.checks import ANOTHER_BLOB, check_against_blob, check_index
 from streamer.index.table import INDEX_TYPE, to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA
@@ -90,6 +90,25 @@ def test_audio_info_of_another_blob_is_not_believed(lengths: Path) -> None:
     assert check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": 1}) is None
     reason = check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": blob.length})
     assert reason == "index disagrees with audio_info: codec"
+
+
+def test_an_index_built_from_a_blob_of_another_length_is_not_used(lengths: Path) -> None:
+    dataset = streamer.open_dataset(lengths)
+    index, length = dataset.seek_index("mp3-3"), dataset.blob("mp3-3").length
+    assert check_against_blob(index, length, dataset.info("mp3-3"), length) is None
+    reason = check_against_blob(index, length, dataset.info("mp3-3"), length - 3000)
+    assert reason == ANOTHER_BLOB
+
+
+def test_blob_lengths_that_are_not_lengths_make_the_shard_unusable(tmp_path: Path) -> None:
+    index = extract(io.BytesIO(encoded("flac", 22050, 1, seconds=0.5)))
+    schema = pa.schema([*list(SCHEMA)[:2], pa.field("num_bytes", pa.string())])
+    path = tmp_path / "s.wsds"
+    with pa.ipc.new_file(str(path), schema) as writer:
+        batch = [pa.array(["ep"]), to_struct_array([index]), pa.array(["12"])]
+        writer.write_batch(pa.record_batch(batch, schema=schema))
+    with pytest.raises(ShardError, match="'num_bytes' is not an int64 column"):
+        IndexReader(Shard(path))
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +206,7 @@ def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
     path = tmp_path / "seek_index" / "s.wsds"
     path.parent.mkdir()
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
-        writer.write_batch(pa.record_batch([pa.array(["ep"]), bad], schema=SCHEMA))
+        writer.write_batch(pa.record_batch([pa.array(["ep"]), bad, pa.array([1])], schema=SCHEMA))
     with pytest.raises(ShardError, match="header offsets and lengths differ") as caught:
         IndexReader(Shard(path)).read(0)
     assert caught.value.key == "ep"
@@ -201,7 +220,10 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
     path.parent.mkdir()
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
         writer.write_batch(
-            pa.record_batch([pa.array(["a", "b", "c"]), to_struct_array(indexes)], schema=SCHEMA)
+            pa.record_batch(
+                [pa.array(["a", "b", "c"]), to_struct_array(indexes), pa.array([1, 2, 3])],
+                schema=SCHEMA,
+            )
         )
     data = path.read_bytes()
     layout = Shard(path).layout.batches[0]

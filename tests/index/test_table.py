@@ -30,9 +30,13 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
     os.makedirs(os.path.dirname(path))
     keys = pa.array(["a", "b", "c"])
     with pa.ipc.new_file(path, SCHEMA) as writer:
-        writer.write_batch(pa.record_batch([keys, to_struct_array(indexes)], schema=SCHEMA))
+        lengths = pa.array([100, 200, 300])
+        writer.write_batch(
+            pa.record_batch([keys, to_struct_array(indexes), lengths], schema=SCHEMA)
+        )
     shard = Shard(path)
     reader = IndexReader(shard)
+    assert [reader.built_for(row) for row in range(3)] == [100, 200, 300]
     for row, expected in enumerate(indexes):
         got = reader.read(row)
         assert_same_index(got, expected)

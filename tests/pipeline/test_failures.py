@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
-from helpers import gone, signature
+from helpers import gone, rewrite_index_shard, signature
 
 import streamer
 from streamer import RandomCrops, Streamer, WorkerDied
@@ -176,9 +175,7 @@ def emptied_index(packed: Path, root: Path, key: str) -> Path:
     """A copy of ``packed`` whose seek-index row for ``key`` says "ok" but has
     no seek points (``read_crop`` then fails with a bare ``IndexError``)."""
     from streamer.index import IndexReader
-    from streamer.index.table import to_struct_array
     from streamer.shard import Shard
-    from streamer.write.index import SCHEMA
 
     shutil.copytree(packed, root)
     path = root / "seek_index" / Path(streamer.open_dataset(root).blob(key).shard).name
@@ -190,10 +187,7 @@ def emptied_index(packed: Path, root: Path, key: str) -> Path:
         dataclasses.replace(index, sample_pos=empty, byte_pos=empty) if k == key else index
         for k, index in ((k, reader.read(row)) for row, k in enumerate(keys))
     ]
-    batch = pa.record_batch([pa.array(keys), to_struct_array(rows)], schema=SCHEMA)
-    with pa.ipc.new_file(str(path.with_suffix(".tmp")), SCHEMA) as writer:
-        writer.write_batch(batch)
-    os.replace(path.with_suffix(".tmp"), path)
+    rewrite_index_shard(path, dict(zip(keys, rows, strict=True)))
     return root
 
 

@@ -48,7 +48,8 @@ def seed(name: str) -> bytes:
         indexes = [extract(io.BytesIO(encoded(c, 44100, 1, seconds=0.5))) for c in ("mp3", "flac")]
         keys = pa.array(["a", "b", "c", "d"])
         batch = to_struct_array([*indexes, *indexes])
-        return ipc_file(pa.Table.from_arrays([keys, batch], schema=INDEX_SCHEMA), 2)
+        lengths = pa.array([1000] * 4, pa.int64())
+        return ipc_file(pa.Table.from_arrays([keys, batch, lengths], schema=INDEX_SCHEMA), 2)
     blobs = [bytes([n]) * (50 + 30 * n) for n in range(5)]
     kind, compression = {
         "audio": (pa.large_binary(), None),

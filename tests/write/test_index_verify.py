@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from _index_support import encoded
+from helpers import rewrite_index_shard
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -20,10 +20,8 @@ from streamer.index.table import (
     VERIFIED,
     IndexReader,
     SeekIndex,
-    to_struct_array,
 )
 from streamer.shard.ipc import Shard
-from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
 
 FILES = {
@@ -62,9 +60,7 @@ def plant(root: Path, key: str, change: dict[str, object]) -> None:
     rows = stored(root)
     rows[key] = dataclasses.replace(rows[key], **change)
     (path,) = (root / INDEX_DIR).iterdir()
-    batch = pa.record_batch([pa.array(list(rows)), to_struct_array(list(rows.values()))], SCHEMA)
-    with pa.ipc.new_file(str(path), SCHEMA) as writer:
-        writer.write_batch(batch)
+    rewrite_index_shard(path, rows)
 
 
 def test_index_verifies_by_default_and_no_verify_does_not(

@@ -1,0 +1,124 @@
+"""A seek index built from other bytes than the audio shard now holds.
+
+Sources retagged and packed again (an ID3v2 tag grown in front of an mp3,
+a WAV ``LIST`` chunk before ``data``) keep their keys, codecs, durations and
+sizes within a few KiB; every audio frame moves. A ``seek_index/`` shard left
+from the first pack passes every field check (keys, codec, rate, duration,
+data range inside the blob), and before its rows recorded the length of the
+blob they were built from, each crop of those episodes was decoded at the
+old offsets: wrong audio, not a word (mp3: 2 bad packets in 6 wrong crops;
+wav: none). Now such a row is not used: its crops fall back, counted, and
+``streamer index`` builds the shard again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import write_audio
+
+from streamer import open_dataset
+from streamer.dataset import Dataset, write_manifest
+from streamer.index import INDEX_DIR
+from streamer.index.checks import ANOTHER_BLOB
+from streamer.storage.local import LocalStore
+from streamer.write.index import build_index
+from streamer.write.pack import pack
+
+#: key -> (codec, sample rate, channels); the flac is not retagged.
+FILES = {"talk": ("mp3", 44100, 2), "music": ("wav", 16000, 2), "plain": ("flac", 22050, 1)}
+RETAGGED = ("talk", "music")
+WINDOWS = ((0.0, 1.0), (2.3, 3.1), (3.5, 3.9))
+
+
+def _id3(size: int) -> bytes:
+    """An ID3v2.3 tag of ``size`` bytes after its header: a title, then padding."""
+    title = b"TIT2" + (11).to_bytes(4, "big") + b"\0\0" + b"\0retagged!!"
+    syncsafe = bytes((size >> shift) & 0x7F for shift in (21, 14, 7, 0))
+    return b"ID3\3\0\0" + syncsafe + title + bytes(size - len(title))
+
+
+def _with_list_chunk(wav: bytes) -> bytes:
+    """The WAV file with a ``LIST/INFO`` chunk before its ``data`` chunk."""
+    info = b"INFOINAM" + struct.pack("<I", 10) + b"retagged!\0"
+    at = wav.index(b"data")
+    out = wav[:at] + b"LIST" + struct.pack("<I", len(info)) + info + wav[at:]
+    return out[:4] + struct.pack("<I", len(out) - 8) + out[8:]
+
+
+RETAG: dict[str, Callable[[bytes], bytes]] = {
+    "mp3": lambda data: _id3(3000) + data,
+    "wav": _with_list_chunk,
+}
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(before, after): the sources packed, then packed again after the retag."""
+    root = tmp_path_factory.mktemp("stale-index")
+    paths = {
+        key: write_audio(root / "src", key, codec, rate, channels, 4.0, seed=len(key))
+        for key, (codec, rate, channels) in FILES.items()
+    }
+    pack(root / "src", root / "before", progress=False)
+    for key in RETAGGED:
+        path = paths[key]
+        path.write_bytes(RETAG[FILES[key][0]](path.read_bytes()))
+    pack(root / "src", root / "after", progress=False)
+    return root / "before", root / "after"
+
+
+def _stale(packs: tuple[Path, Path], folder: Path) -> Path:
+    """The second pack with the first pack's ``seek_index/`` and a manifest
+    that agrees with it (nothing but the index itself tells)."""
+    before, after = packs
+    shutil.copytree(after, folder)
+    shutil.rmtree(folder / INDEX_DIR)
+    shutil.copytree(before / INDEX_DIR, folder / INDEX_DIR)
+    write_manifest(LocalStore(), str(folder))
+    return folder
+
+
+def _assert_exact_or_counted(dataset: Dataset, reference: Dataset) -> None:
+    for key in FILES:
+        for start, end in WINDOWS:
+            np.testing.assert_array_equal(
+                dataset.read_crop(key, start, end), reference.read_crop(key, start, end)
+            )
+    crops = len(RETAGGED) * len(WINDOWS)
+    assert dataset.decode_stats.fallback_reasons == {ANOTHER_BLOB: crops}
+    assert dataset.decode_stats.paths == {
+        "fallback from the start": crops,
+        "index": len(WINDOWS),  # the flac's bytes did not change: its index holds
+    }
+
+
+def test_an_index_of_the_blobs_before_a_repack_is_not_used(
+    packs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    stale = _stale(packs, tmp_path / "stale")
+    _assert_exact_or_counted(open_dataset(stale), open_dataset(packs[1]))
+
+
+def test_over_s3_and_http_too(packs: tuple[Path, Path], tmp_path: Path, remote_folder) -> None:  # type: ignore[no-untyped-def]
+    publish, _ = remote_folder
+    dataset = publish(_stale(packs, tmp_path / "stale"))
+    assert dataset.manifest is not None  # the manifest agrees: only the index can tell
+    _assert_exact_or_counted(dataset, open_dataset(packs[1]))
+
+
+def test_index_builds_a_stale_shard_again(packs: tuple[Path, Path], tmp_path: Path) -> None:
+    stale = _stale(packs, tmp_path / "stale")
+    report = build_index(stale, progress=False)
+    assert report.indexed == ["shard-000000"]
+    dataset, reference = open_dataset(stale), open_dataset(packs[1])
+    for key in FILES:
+        np.testing.assert_array_equal(
+            dataset.read_crop(key, 2.3, 3.1), reference.read_crop(key, 2.3, 3.1)
+        )
+    assert dataset.decode_stats.paths == {"index": len(FILES)}
