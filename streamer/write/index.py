@@ -30,6 +30,7 @@ stops the run.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -59,6 +60,8 @@ from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
 from .durations import DURATION, corrected, index_durations, write_durations
 from .interrupts import interrupts_held
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "IndexReport",
@@ -195,13 +198,37 @@ def build_index(
     audio shard) are skipped unless ``force``. ``workers`` > 1 builds shards
     in that many processes. ``verify=False`` skips each index's check and
     stores it "unverified". Then, with ``manifest``, the dataset manifest is
-    rewritten from a fresh listing (``dataset.write_manifest``).
+    rewritten from a fresh listing (``dataset.write_manifest``); with
+    ``shards`` (one part of a job), only when that listing finds every audio
+    shard indexed (``_write_manifest_when_complete``).
     """
     options = {"force": force, "density": density, "verify": verify}
     report = _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
     if manifest:
-        write_manifest(*open_url(url, **(storage_options or {})))
+        store, root = open_url(url, **(storage_options or {}))
+        if shards is None:
+            write_manifest(store, root)
+        else:
+            _write_manifest_when_complete(store, root)
     return report
+
+
+def _write_manifest_when_complete(store: Store, root: str) -> None:
+    """The manifest after one part of an index job, by the part that finds
+    every audio shard indexed when it lists (so at least the last one to
+    finish). A part that wrote it from an earlier listing could land after
+    another part's, leaving out index shards stored since: the dataset opened
+    by it would serve their episodes through the fallback, without a word."""
+    listed = Dataset(root, store=store, manifest=False)
+    missing = set(listed.listed_shards) - set(listed.column_dirs.get(INDEX_DIR, {}))
+    if missing:
+        log.info(
+            "%d shards not indexed yet: the dataset manifest is left to the part that "
+            "finishes last (or `streamer index URL` once every part is done)",
+            len(missing),
+        )
+        return
+    write_manifest(store, root)
 
 
 def verify_index_shards(
