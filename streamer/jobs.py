@@ -313,9 +313,9 @@ def warmup_part(
             storage_options=options,
         )
         report = warmup(streamer)
-        part_report.counts = +Counter(
-            {"crops warmed": report.crops, "crops skipped (bad data)": report.skipped}
-        )
+        counts = Counter({"crops warmed": report.crops})
+        counts.update({f"crop skipped: {r}": n for r, n in report.skipped.items()})
+        part_report.counts = +counts
 
     return _run("warmup", part, [url], options, work)
 

@@ -43,8 +43,14 @@ def run(args: argparse.Namespace) -> int:
             bar.reset(total=nbytes)
 
         report = warmup(streamer, progress=bar.update, total=total)
+    skipped = sum(report.skipped.values())
     print(
         f"warmed {report.crops} crops, {report.bytes / 1e6:.1f} MB in {report.seconds:.1f} s "
-        f"into {args.cache_dir}" + (f" ({report.skipped} skipped)" if report.skipped else "")
+        f"into {args.cache_dir}"
+        + (f" ({skipped} skipped: {_reasons(report.skipped)})" if skipped else "")
     )
     return 0
+
+
+def _reasons(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))

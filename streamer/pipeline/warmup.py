@@ -17,9 +17,10 @@ fetched.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
@@ -34,11 +35,17 @@ from .tasks import Failure, first_error
 
 __all__ = ["WarmupReport", "warmup"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class WarmupReport:
+    """``crops`` fetched (``bytes`` of them from the store), and the crops
+    skipped for bad data by reason (the error's class name, as
+    ``StreamerStats.skipped``), each also logged with its key and shard."""
+
     crops: int = 0
-    skipped: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
 
@@ -75,7 +82,9 @@ async def _warmup(
         if isinstance(failure, Failure) and failure.storage:
             raise failure.error()
     jobs = [p for p in planned if isinstance(p, CropJob)]
-    report.skipped = len(planned) - len(jobs)
+    for failure in planned:
+        if isinstance(failure, Failure):
+            _skip(report, failure)
     if total is not None:
         total(sum(job.nbytes for job in jobs))
     pending = iter(jobs)
@@ -101,6 +110,17 @@ async def _warmup(
             raise StorageError(f"warmup incomplete: {problem}")
     report.seconds = asyncio.get_running_loop().time() - began
     return report
+
+
+def _skip(report: WarmupReport, failure: Failure) -> None:
+    report.skipped[failure.reason] = report.skipped.get(failure.reason, 0) + 1
+    log.warning(
+        "warmup: skipping a crop of key %r (shard %s): %s: %s",
+        failure.key,
+        failure.shard or "unknown",
+        failure.reason,
+        failure.message,
+    )
 
 
 async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Failure]:

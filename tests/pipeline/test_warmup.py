@@ -1,6 +1,7 @@
 """A warmup leaves a disk cache that serves its run, or fails saying why:
 a cache directory that cannot keep the run's blocks (disk full, a size limit
-smaller than the run) is an error, never "warmed N crops"."""
+smaller than the run) is an error, never "warmed N crops"; a crop of bad
+data is skipped, counted by reason and logged with its key."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import streamer
+from streamer import ListCrops, Streamer
 from streamer.errors import StorageError
 from streamer.pipeline.bench import BenchConfig, bench_streamer
 from streamer.pipeline.warmup import warmup
@@ -74,3 +76,20 @@ def test_a_full_disk_fails_the_warmup_command(http, tmp_path: Path) -> None:  # 
         strict=True,
     ):
         assert a.key == b.key and (a.audio == b.audio).all()
+
+
+def test_crops_of_bad_data_are_counted_by_reason_and_named(packed: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Crops planned past their episode's end fail (``CropError``): the
+    warmup fetches the others and says which it skipped, and why."""
+    keys = sorted(streamer.open_dataset(packed).keys())
+    crops = [
+        (key, 0.2 * n + (60 if key == keys[0] else 0), 0.2 * n + 0.3)
+        for key in keys
+        for n in range(3)
+    ]
+    crops = [(key, start, max(end, start + 0.1)) for key, start, end in crops]
+    report = warmup(Streamer(str(packed), ListCrops(crops), seed=1))
+    assert report.skipped == {"CropError": 3}
+    assert report.crops == 3 * (len(keys) - 1)
+    named = [r.getMessage() for r in caplog.records if "warmup: skipping" in r.getMessage()]
+    assert len(named) == 3 and all(repr(keys[0]) in line for line in named)
