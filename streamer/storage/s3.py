@@ -256,7 +256,8 @@ class S3Store(RangeGetStore):
     async def _ranged(self, client: _Clients, path: str, byte_range: str) -> tuple[Span, Answer]:
         """A GET by presigned URL over aiohttp: a quarter of botocore's client
         CPU per request (``benchmarks/bench_s3_client.py``)."""
-        url = await client.presigned(path)
+        with self._errors(path):  # signing needs credentials: none is an error here
+            url = await client.presigned(path)
 
         async def detail(response: aiohttp.ClientResponse) -> str:
             code, message = _error_of(await response.content.read(_ERROR_BYTES))
@@ -492,7 +493,11 @@ class _S3Errors:
             message = redact(f"{type(exc).__name__}: {exc}")
             raise TransientError(message, congestion=is_timeout(exc)) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            raise StorageError(f"{self.url}: no credentials found ({exc})") from None
+            raise StorageError(
+                f"{self.url}: no credentials found: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or a profile (AWS_PROFILE, ~/.aws); a public bucket "
+                "reads unsigned with the storage option anon=True"
+            ) from None
         return False
 
 

@@ -252,3 +252,22 @@ def test_an_s3_url_with_user_info_is_refused_without_showing_it(scheme, s3) -> N
     done = run_cli("inspect", url, "--endpoint-url", s3.url)
     assert done.returncode == 1 and "carry no credentials" in done.stderr
     assert SECRET not in done.stderr + done.stdout
+
+
+def test_no_credentials_is_one_line_naming_the_url(s3, s3_uploaded, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No AWS credentials anywhere: the command says which URL and where
+    credentials come from, in one line (signing a GET raised botocore's bare
+    NoCredentialsError, naming nothing)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    url = f"s3://{s3_uploaded}/packed"
+    command = [sys.executable, "-m", "streamer.cli", "inspect", url, "--endpoint-url", s3.url]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no credentials found" in lines[0] and url in lines[0], lines
