@@ -87,6 +87,10 @@ RESTARTS_PER_WORKER = 8
 CROPS_PER_RESTART = 1000
 #: How long a new worker may take to start (imports) before it counts as dead.
 READY_TIMEOUT = 60.0
+#: How long a worker that owes an answer may go without using any CPU before
+#: it counts as hung (stopped by SIGSTOP, a debugger, a deadlock, a read
+#: that never returns): it is killed and its crops retried like a death's.
+STALL_TIMEOUT = 60.0
 
 
 def default_restart_budget(workers: int) -> int:
@@ -116,6 +120,21 @@ def _decoding(crops: int) -> str:
 def _failed(task: Task, exc: Exception) -> tuple[Failure, DecodeStats]:
     """The answer for a crop that no worker could give one for."""
     return failure_of(exc, task.job.request.key, task.job.episode.shard), DecodeStats()
+
+
+#: How often a worker that owes an answer is checked for using CPU.
+_STALL_CHECK = 1.0
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """CPU time process ``pid`` has used (clock ticks; None: no ``/proc``,
+    or the process is gone: its pipe tells)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
 
 
 class _Worker:
@@ -148,10 +167,13 @@ class _Worker:
         # The parent's end sees EOF when the process dies: it holds no copy of theirs.
         self.pid: int = self.process.pid
 
-    def wait_ready(self, timeout: float) -> None:
+    async def wait_ready(self, timeout: float) -> None:
         """Wait for the worker's first message (its imports are done):
-        ``EOFError`` if it died first, ``TimeoutError`` if it hangs."""
-        if not self.conn.poll(timeout):
+        ``EOFError`` if it died first, ``TimeoutError`` if it hangs
+        (``answer_begun``) or is still silent after ``timeout`` s."""
+        with anyio.move_on_after(timeout) as waited:
+            await self.answer_begun(STALL_TIMEOUT)
+        if waited.cancelled_caught:
             raise TimeoutError(f"no sign of life within {timeout:g} s")
         self.conn.recv()
 
@@ -161,16 +183,38 @@ class _Worker:
         """The answers to a batch, each with whether its crop is in its
         lease's region. The messages are small (crops are in shared memory)
         and a message is read only once it has begun to arrive, so the loop
-        barely blocks; the worker answers the whole batch at once."""
+        barely blocks; the worker answers the whole batch at once.
+        ``TimeoutError`` if the worker hangs (``answer_begun``)."""
         self.conn.send(tasks)
         while True:
-            await anyio.wait_readable(self.conn.fileno())
+            await self.answer_begun(STALL_TIMEOUT)
             message = self.conn.recv()
             if not is_ask(message):
                 return receive_answers(self.conn, message, self.arena, leases)
             job = tasks[message[1]].job  # read in a thread: it may wait on the store
             pieces = await anyio.to_thread.run_sync(read_deferred, job, abandon_on_cancel=True)
             send_held_back(self.conn, pieces)
+
+    async def answer_begun(self, stall: float) -> None:
+        """Wait until the worker's next message begins to arrive (or its pipe
+        closes). A worker that decodes, however slowly, uses CPU; one that
+        used none for ``stall`` seconds is hung, and waiting longer would
+        hang the pass: ``TimeoutError``. Without ``/proc`` (not Linux) it is
+        waited for as long as it takes."""
+        ticks = _cpu_ticks(self.pid)
+        if ticks is None or stall <= 0:
+            await anyio.wait_readable(self.conn.fileno())
+            return
+        since = time.monotonic()
+        while True:
+            with anyio.move_on_after(min(stall, _STALL_CHECK)):
+                await anyio.wait_readable(self.conn.fileno())
+                return
+            now, used = time.monotonic(), _cpu_ticks(self.pid)
+            if used != ticks:
+                ticks, since = used, now
+            elif now - since >= stall:
+                raise TimeoutError(f"hung (no CPU used for {stall:g} s)")
 
     def stop(self) -> None:
         """Ask the process to leave (it finishes its current crop first)."""
@@ -289,13 +333,15 @@ class WorkerPool:
                         got = await worker.call(
                             [tasks[n] for n in numbers], [leases[n] for n in numbers]
                         )
-                    except (EOFError, OSError):
+                    except (EOFError, OSError) as exc:
                         dead, worker = worker, None
-                        self._retire(dead)
+                        self._retire(dead)  # a hung one (TimeoutError) is killed here
                         charged = numbers[0]
                         deaths[charged] += 1
                         retry = deaths[charged] < CROP_ATTEMPTS
-                        self._died(dead, _decoding(len(numbers)), "retrying" if retry else "")
+                        hung = f", {exc}" if isinstance(exc, TimeoutError) else ""
+                        doing = _decoding(len(numbers)) + hung
+                        self._died(dead, doing, "retrying" if retry else "")
                         if not retry:
                             answers[charged] = _failed(tasks[charged], WorkerDied(_CROP_DIED))
                             numbers = numbers[1:]
@@ -377,9 +423,7 @@ class WorkerPool:
         while True:
             worker = self._launch()
             try:
-                await anyio.to_thread.run_sync(
-                    worker.wait_ready, READY_TIMEOUT, abandon_on_cancel=True
-                )
+                await worker.wait_ready(READY_TIMEOUT)
             except (EOFError, OSError, TimeoutError) as exc:
                 self._retire(worker)
                 hung = f": {exc}" if isinstance(exc, TimeoutError) else ""

@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -198,6 +199,9 @@ class Streamer:
         self._stats = StreamerStats()
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
+        self._iteration: object | None = None  # the sync iteration under way
+        self._claiming = threading.Lock()
+        self._taking = False  # a crop is being awaited (on the store loop)
         self._resources = _Resources()
         weakref.finalize(self, self._resources.close_soon)
 
@@ -438,6 +442,8 @@ class Streamer:
         return self
 
     async def __anext__(self) -> Crop:
+        if self._iteration is not None:
+            raise RuntimeError(_BUSY)
         item = await _awaiting(self._next())
         if item is _END:
             if not self._entered:
@@ -461,6 +467,10 @@ class Streamer:
     # -- sync use ---------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Crop]:
+        """The crops of the pass. One iteration at a time: a second one
+        started while this one is under way (another ``for``, thread or
+        task) raises ``RuntimeError`` and leaves this one as it was."""
+        iteration = self._claim()
         try:
             while True:
                 item = self._ready_crop()
@@ -471,6 +481,18 @@ class Streamer:
                 yield item  # type: ignore[misc]
         finally:
             self._end_iteration()
+            self._iteration = None if self._iteration is iteration else self._iteration
+
+    def _claim(self) -> object:
+        """Mark a sync iteration as under way (``RuntimeError`` if one is):
+        two consumers would take turns at one pass's crops and restart it
+        under each other (the pool closed under a batch, crops of the next
+        epoch handed to the one still in this one)."""
+        with self._claiming:
+            if self._iteration is not None or self._taking:
+                raise RuntimeError(_BUSY)
+            self._iteration = object()
+            return self._iteration
 
     def _ready_crop(self) -> Crop | None:
         """The next crop if the pass already received it (``Run.take_ready``),
@@ -518,12 +540,19 @@ class Streamer:
 
     async def _next(self) -> Crop | object:
         """The next crop, or ``_END``. On an error the pass is stopped (and,
-        outside ``with``, the workers): the caller is not coming back for it."""
+        outside ``with``, the workers): the caller is not coming back for it.
+        Awaited by two consumers at once (tasks, threads) it raises
+        ``RuntimeError`` for the second and leaves the pass alone."""
+        if self._taking:
+            raise RuntimeError(_BUSY)
+        self._taking = True
         try:
             return await self._take()
         except Exception:
             await (self._stop_run() if self._entered else self._shutdown())
             raise
+        finally:
+            self._taking = False
 
     async def _take(self) -> Crop | object:
         resources = self._resources
@@ -649,6 +678,11 @@ class _Resources:
         if pool is not None:
             pool.close()
 
+
+_BUSY = (
+    "this Streamer is already being iterated (another for loop, thread or task): "
+    "it serves one iteration at a time; give each consumer its own Streamer"
+)
 
 #: How long closing an abandoned Streamer waits for its pass to stop.
 _STOP_TIMEOUT = 5.0
