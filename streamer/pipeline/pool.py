@@ -126,6 +126,24 @@ def _failed(task: Task, exc: Exception) -> tuple[Failure, DecodeStats]:
 _STALL_CHECK = 1.0
 
 
+def _stall_limit(tasks: list[Task]) -> float:
+    """How long a worker answering ``tasks`` may use no CPU before it counts
+    as hung: ``STALL_TIMEOUT``, or no limit (0) when one of them reads a
+    remote blob through the worker's own store (the fallback, without an
+    index). That worker waits on the network, idle, and its store's own
+    retry budget ends the wait with an answer (a ``StorageError`` the
+    Streamer raises); taken for a hang it would be killed, and a slow store
+    counted as crops lost to dead workers."""
+    for task in tasks:
+        if (
+            task.fetched is None
+            and task.shipped is None
+            and not task.job.episode.blob.reader.mapped
+        ):
+            return 0.0
+    return STALL_TIMEOUT
+
+
 def _cpu_ticks(pid: int) -> int | None:
     """CPU time process ``pid`` has used (clock ticks; None: no ``/proc``,
     or the process is gone: its pipe tells)."""
@@ -185,9 +203,10 @@ class _Worker:
         and a message is read only once it has begun to arrive, so the loop
         barely blocks; the worker answers the whole batch at once.
         ``TimeoutError`` if the worker hangs (``answer_begun``)."""
+        stall = _stall_limit(tasks)
         self.conn.send(tasks)
         while True:
-            await self.answer_begun(STALL_TIMEOUT)
+            await self.answer_begun(stall)
             message = self.conn.recv()
             if not is_ask(message):
                 return receive_answers(self.conn, message, self.arena, leases)

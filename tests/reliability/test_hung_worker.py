@@ -67,3 +67,38 @@ def test_a_stopped_worker_past_the_budget_raises_saying_it_hung(packed: Path) ->
                 stop_all(pids)
     assert 1 <= taken < 28 and s.state_dict()["position"] == taken
     assert all(gone(pid) for pid in pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_waiting_on_its_own_store_is_not_taken_for_hung(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, make_store, packed: Path, tmp_path: Path
+) -> None:
+    """Without an index a worker reads a remote blob through its own store: a
+    slow answer (longer than the stall timeout) is waited for, since the
+    store's own budget ends that wait, not killed as a hang (which turned a
+    slow or briefly failing store into crops skipped as WorkerDied)."""
+    import shutil
+    import uuid
+
+    from streamer import ListCrops
+    from streamer.dataset import Dataset
+
+    local = tmp_path / "unindexed"
+    shutil.copytree(packed, local, ignore=shutil.ignore_patterns("seek_index", "*manifest*"))
+    store = make_store("s3", s3.url)
+    prefix = f"{s3_uploaded}/unindexed-{uuid.uuid4().hex[:8]}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            store.put_sync(f"{prefix}/{path.relative_to(local).as_posix()}", path)
+    keys = sorted(streamer.open_dataset(local).keys())[:2]
+    sampler = ListCrops([(key, 0.1, 0.6) for key in keys])
+    expected = list(Streamer(streamer.open_dataset(local), sampler, workers=0))
+    s = Streamer(Dataset(prefix, store=store), sampler, workers=1, max_worker_restarts=0)
+    s.total()  # the dataset is open: what is slow from here on is the worker's reads
+    s3.faults.latency = 1.5  # three stall timeouts
+    with s:
+        crops = list(s)
+    assert [(c.key, c.start) for c in crops] == [(c.key, c.start) for c in expected]
+    for a, b in zip(expected, crops, strict=True):
+        np.testing.assert_array_equal(a.audio, b.audio)
+    assert not s.stats.skipped and s.stats.worker_restarts == 0
