@@ -189,7 +189,25 @@ _EMPTY = EpochPlan(_NOTHING, _NOTHING, _NOTHING.astype(float), _NOTHING.astype(f
 
 
 def _rng(*words: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([w & 0xFFFFFFFF for w in words]))
+    """A generator for these words, a different one for any other words.
+
+    Words in ``[0, 2**32)`` (every seed and epoch up to 4.29e9) are the
+    entropy as they are, as plans have always been made. The rest of a word
+    (a negative one, or a 64-bit seed such as ``torch.initial_seed()``) is
+    told apart in the ``spawn_key``: cut to 32 bits alone, seeds ``s`` and
+    ``s + 2**32`` planned the same epoch."""
+    low = [w & _WORD for w in words]
+    high = [(i, _zigzag(w >> 32)) for i, w in enumerate(words) if not 0 <= w <= _WORD]
+    spawn_key = (len(words), *(n for pair in high for n in pair)) if high else ()
+    return np.random.default_rng(np.random.SeedSequence(low, spawn_key=spawn_key))
+
+
+_WORD = 0xFFFFFFFF
+
+
+def _zigzag(n: int) -> int:
+    """A signed integer as a distinct non-negative one (0, -1, 1, -2 -> 0, 1, 2, 3)."""
+    return 2 * n if n >= 0 else -2 * n - 1
 
 
 def _locality_order(

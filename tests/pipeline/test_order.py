@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +12,7 @@ from helpers import plan_rows, signature
 
 import streamer
 from streamer import RandomCrops, Streamer
+from streamer.pipeline import order
 from streamer.pipeline.episodes import Episodes
 
 
@@ -60,3 +64,55 @@ def test_interleaving_spreads_each_episode_through_its_shard(packed: Path) -> No
 
 def plan_rows_of(plan) -> list:  # type: ignore[no-untyped-def]
     return list(zip(plan.episode.tolist(), plan.start.tolist(), strict=True))
+
+
+def test_seeds_and_epochs_past_32_bits_plan_their_own_epoch(packed: Path) -> None:
+    """A 64-bit seed (``torch.initial_seed()``) or a negative one is not cut
+    to its low 32 bits: ``s`` and ``s + 2**32`` planned the same crops."""
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5, per_episode=2)
+
+    def digest(seed: int, epoch: int = 0) -> str:
+        return Streamer(dataset, sampler, seed=seed, epoch=epoch, workers=0).digest()
+
+    seeds = [0, 1, 2**32 - 1, 2**32, 2**32 + 1, -1, -(2**32), 2**63 + 5, 2**64]
+    assert len({digest(seed) for seed in seeds}) == len(seeds)
+    assert digest(3, epoch=2**32 + 1) != digest(3, epoch=1)
+
+
+def test_seeds_under_32_bits_keep_the_plans_they_always_had() -> None:
+    """A checkpoint of such a seed resumes in the same order (its ``plan`` digest)."""
+    for words in [(0, 0, 0, 0), (7, 3, 1, 2, 4), (2**32 - 1, 5, 0, 1)]:
+        then = np.random.default_rng(np.random.SeedSequence(list(words)))
+        assert order._rng(*words).random(4).tolist() == then.random(4).tolist()
+
+
+def test_the_plan_is_the_same_in_another_process(packed: Path) -> None:
+    """No ``hash()`` of a string, set order or listing order decides the plan:
+    processes with other hash seeds, the manifest or a listing, plan the same."""
+    script = (
+        "import sys, streamer\n"
+        "from streamer.dataset import Dataset\n"
+        "data = Dataset(sys.argv[1], manifest=sys.argv[2] == 'manifest')\n"
+        "mix = streamer.Mix([(data, 2), (streamer.open_dataset(sys.argv[1]), 1)])\n"
+        "for sampler in (streamer.RandomCrops(0.4, per_hour=9000.0), "
+        "streamer.SequentialCrops(0.7, hop=0.3)):\n"
+        "    for source in (data, mix):\n"
+        "        s = streamer.Streamer(source, sampler, seed=2**40 + 9, workers=0, "
+        "crops_per_epoch=300)\n"
+        "        plan = s.plan()\n"
+        "        keys = [s.episodes()[i].keys[e] for i, e in zip(plan.source, plan.episode)]\n"
+        "        print(s.digest(), keys, plan.start.tolist())\n"
+    )
+    outputs = set()
+    for hash_seed, layout in [("0", "listing"), ("1", "manifest"), ("4242", "listing")]:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(packed), layout],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        outputs.add(run.stdout)
+    assert len(outputs) == 1
