@@ -143,12 +143,8 @@ class SequentialCrops(Sampler):
         return f"SequentialCrops({self.duration:g}, hop={self.hop:g})"
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
-        lengths = np.nan_to_num(episodes.duration, nan=0.0)
-        counts = np.ceil(np.maximum(lengths, 0) / self.hop).astype(np.int64)
-        episode = np.repeat(np.arange(len(lengths)), counts)
-        first = np.cumsum(counts) - counts
-        start = (np.arange(counts.sum()) - np.repeat(first, counts)) * self.hop
-        end = np.minimum(start + self.duration, lengths[episode])
+        lengths = np.maximum(np.nan_to_num(episodes.duration, nan=0.0), 0.0)
+        episode, start, end = _windows(np.zeros(len(lengths)), lengths, self.hop, self.duration)
         return Crops.of(episode, start, end)
 
 
@@ -261,13 +257,43 @@ class SegmentCrops(Sampler):
 
     def _split(self, crops: Crops) -> Crops:
         step = float(self.max_duration)  # type: ignore[arg-type]
-        pieces = np.ceil((crops.end - crops.start) / step).astype(np.int64)
-        first = np.cumsum(pieces) - pieces
-        within = np.arange(pieces.sum()) - np.repeat(first, pieces)
-        whole = crops.take(np.repeat(np.arange(len(crops)), pieces))
-        start = whole.start + within * step
-        end = np.minimum(start + step, whole.end)
+        segment, start, end = _windows(crops.start, crops.end, step, step)
+        whole = crops.take(segment)
         return Crops(whole.episode, start, end, whole.fields)
+
+
+def _windows(
+    first: np.ndarray, last: np.ndarray, hop: float, duration: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows of ``duration`` every ``hop`` from ``first`` to ``last`` (each
+    row), the last cut at ``last``: each window's row, start and end.
+
+    Counted without float artefacts: a span that is a whole number of hops
+    (12.3 s by 0.3 s, 12.3 / 0.3 = 41.000000000000014) gets no extra window
+    starting at its end, which holds no sample (a crop that could only fail),
+    and the last window ends at ``last`` itself; a window ``m`` hops long
+    ends exactly where the window ``m`` later starts (``(k + m) * hop``, not
+    ``k * hop + duration``, which rounds to another sample one time in
+    twelve at 11025 Hz: a sample served twice or never between back-to-back
+    crops)."""
+    counts = np.ceil(np.maximum(last - first, 0.0) / hop).astype(np.int64)
+    row = np.repeat(np.arange(len(counts)), counts)
+    step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    start = first[row] + step * hop
+    hops = round(duration / hop)
+    if hops and abs(hops * hop - duration) <= _SAME * duration:
+        end = first[row] + (step + hops) * hop
+    else:
+        end = start + duration
+    edge = last[row] - _SAME * np.abs(last[row])
+    inside = start < edge
+    return row[inside], start[inside], np.where(end < edge, end, last[row])[inside]
+
+
+#: Relative difference under which two times in seconds are one: float
+#: rounding (about 1e-16), far below a sample (a 40-hour episode's end
+#: within 0.15 microseconds).
+_SAME = 1e-12
 
 
 def _segments(cell: object) -> tuple[np.ndarray, list[dict] | None]:

@@ -7,11 +7,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import write_audio
 
 import streamer
 from streamer import RandomCrops, SegmentCrops, SequentialCrops, Streamer
 from streamer.errors import CropError
 from streamer.pipeline.episodes import Episodes
+from streamer.write.pack import pack
 
 
 def test_random_crops_lie_inside_their_episodes(packed: Path) -> None:
@@ -91,3 +93,60 @@ def test_episodes_no_sampler_can_draw_from_are_named(packed: Path, tmp_path: Pat
     said = record.getMessage()
     assert f"{len(episodes)} of {len(episodes)} episodes have no known duration" in said
     assert repr(episodes.keys[0]) in said
+
+
+@pytest.fixture(scope="module")
+def round_numbers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """WAV episodes whose lengths are whole numbers of the hops below: 12.3 s
+    at 8000 Hz (41 hops of 0.3 s), 3 s at 11025 Hz (30 of 0.1 s, 1102.5 samples)."""
+    src = tmp_path_factory.mktemp("round-src")
+    write_audio(src, "a", "wav", 8000, 1, 12.3, seed=1)
+    write_audio(src, "b", "wav", 11025, 2, 3.0, seed=2)
+    out = tmp_path_factory.mktemp("round") / "ds"
+    pack(src, out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize(("key", "hop"), [("a", 0.3), ("b", 0.1), ("b", 0.3)])
+def test_back_to_back_windows_tile_the_episode_sample_for_sample(
+    round_numbers: Path, key: str, hop: float
+) -> None:
+    """No window starts at the end (12.3 / 0.3 is 41.000000000000014: a 42nd
+    window held no sample and failed the pass), and window k's last sample is
+    just before window k+1's first (k * hop + hop rounded to another sample
+    than (k + 1) * hop at 11025 Hz: samples served twice or never)."""
+    dataset = streamer.open_dataset(round_numbers)
+    duration = dataset.info(key)["duration"]
+    whole = dataset.read_crop(key, 0.0, duration)
+    s = Streamer(dataset, SequentialCrops(hop), workers=0, on_error="raise", interleave=False)
+    crops = sorted((c for c in s if c.key == key), key=lambda c: c.start)
+    assert len(crops) == round(duration / hop)
+    np.testing.assert_array_equal(np.concatenate([c.audio for c in crops], axis=1), whole)
+
+
+def test_overlapping_windows_end_where_a_later_one_starts() -> None:
+    episodes = Episodes(None, ["x"], np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([9.0]))  # type: ignore[arg-type]
+    crops = SequentialCrops(0.3, hop=0.1).crops(episodes, np.random.default_rng(0))
+    starts = set(crops.start.tolist())
+    assert all(end in starts for end in crops.end.tolist() if end < 9.0)
+    assert crops.end[-1] == 9.0 and crops.start[-1] < 9.0 and len(crops) == 90
+
+
+def test_segments_split_into_whole_pieces_only(with_segments: Path, tmp_path: Path) -> None:
+    """A segment of exactly three pieces (0.1 to 2.2 s by 0.7 s: 3.0000000000000004)
+    is three crops, the last ending at the segment's end: no fourth crop of
+    nothing that fails."""
+    import shutil
+
+    root = tmp_path / "three"
+    shutil.copytree(with_segments, root)
+    for shard in (root / "vad").iterdir():
+        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
+        table = pa.table({"__key__": keys, "vad": [[[0.1, 2.2]] for _ in range(len(keys))]})
+        with pa.ipc.new_file(str(shard), table.schema) as writer:
+            writer.write_table(table)
+    dataset = streamer.open_dataset(root)
+    s = Streamer(dataset, SegmentCrops("vad", max_duration=0.7), workers=0, on_error="raise")
+    got = [(c.start, c.end) for c in s]
+    assert len(got) == 3 * len(Episodes.of(dataset))
+    assert sorted(set(got)) == [(0.1, pytest.approx(0.8)), (pytest.approx(0.8), 1.5), (1.5, 2.2)]
