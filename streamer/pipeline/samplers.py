@@ -82,7 +82,9 @@ class RandomCrops(Sampler):
     rounded down or up at random in proportion to the fraction (so the
     expected count is exact even for short episodes). Episodes shorter than
     ``duration`` but at least ``min_duration`` long (default: ``duration``,
-    i.e. none) give one crop of their whole length; shorter ones give none.
+    i.e. none) give one crop of their whole length; shorter ones give none,
+    nor do episodes of no audio (``min_duration=0``: a crop ``[0, 0)`` is
+    no crop, it ended the pass with a ``ValueError``).
     """
 
     def __init__(
@@ -115,7 +117,7 @@ class RandomCrops(Sampler):
         lengths = episodes.duration
         known = np.nan_to_num(lengths, nan=-1.0)
         full = np.flatnonzero(known >= self.duration)
-        short = np.flatnonzero((known >= self.min_duration) & (known < self.duration))
+        short = np.flatnonzero((known >= self.min_duration) & (known > 0) & (known < self.duration))
         if self.per_hour is None:
             counts = np.full(len(full), self.per_episode, dtype=np.int64)
         else:

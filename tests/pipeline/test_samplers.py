@@ -150,3 +150,14 @@ def test_segments_split_into_whole_pieces_only(with_segments: Path, tmp_path: Pa
     got = [(c.start, c.end) for c in s]
     assert len(got) == 3 * len(Episodes.of(dataset))
     assert sorted(set(got)) == [(0.1, pytest.approx(0.8)), (pytest.approx(0.8), 1.5), (1.5, 2.2)]
+
+
+def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:
+    """``min_duration=0`` drew ``[0, 0)`` from an episode of duration 0: not a
+    crop (``CropRequest`` refuses it), and the pass ended on that ``ValueError``."""
+    durations = np.array([0.0, 0.5, 3.0, np.nan])
+    episodes = Episodes(None, list("abcd"), np.zeros(4, np.int32), np.arange(4), durations)  # type: ignore[arg-type]
+    for minimum in (0.0, -1.0):
+        crops = RandomCrops(2.0, min_duration=minimum).crops(episodes, np.random.default_rng(0))
+        assert crops.episode.tolist() == [2, 1]
+        assert (crops.end > crops.start).all()
