@@ -27,8 +27,19 @@ def _workers_of(pid: int) -> list[int]:
 
 
 def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-def]
-    http.faults.latency = 0.2  # slow enough to be mid-run when interrupted
-    argv = ["bench", f"{http.url}/packed", "--workers", "2", "--crops", "200", "--duration", "0.5"]
+    http.faults.latency = 0.2
+    # Far more crops than it decodes before the interrupt (200 took ~1 s
+    # once the small dataset's blocks were cached: it could end first).
+    argv = [
+        "bench",
+        f"{http.url}/packed",
+        "--workers",
+        "2",
+        "--crops",
+        "3000",
+        "--duration",
+        "0.5",
+    ]
     process = subprocess.Popen(
         [sys.executable, "-m", "streamer.cli", *argv],
         stdout=subprocess.PIPE,
@@ -39,8 +50,12 @@ def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-de
     while len(workers := _workers_of(process.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)  # the pass is running
+    assert process.poll() is None, "the bench ended before it could be interrupted"
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
     assert process.returncode == 130, err
     assert err.strip().splitlines() == ["streamer bench: interrupted"], err
     assert len(workers) == 2 and all(gone(pid) for pid in workers)
