@@ -264,11 +264,13 @@ class LoopbackServer:
         if targeted:
             self._targeted += 1
         periodic = faults.stall_every and self._targeted % faults.stall_every == 0
+        sent = 0
         if targeted and (faults.stalls or periodic):
             faults.stalls -= 0 if periodic else 1
-            await response.write(body[: len(body) // 2])
+            sent = len(body) // 2
+            await response.write(body[:sent])
             await self._stall(faults.stall_seconds)
-        await response.write(body)
+        await response.write(body[sent:])  # the rest: a stall shorter than a timeout ends well
         await response.write_eof()
         return response
 

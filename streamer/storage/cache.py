@@ -336,12 +336,15 @@ class BlockCache:
                 future.set_result(outcome[block])
 
     def _abandon(self, run: _Run, why: str) -> None:
-        """Cancel a fetch in flight. It is forgotten at once, so a reader
-        arriving meanwhile starts a new fetch instead of joining a dying one."""
+        """Cancel a fetch in flight. Its readers get the error now (a task
+        cancelled before its first step never runs ``_fetch_run``, so its
+        futures would never be settled), and it is forgotten at once, so a
+        reader arriving meanwhile starts a new fetch instead of joining a
+        dying one."""
         if run.task is None or run.task.done():
             return
         run.why = why
-        self._forget(run)
+        self._settle(run, asyncio.CancelledError())
         run.task.cancel()
 
     def _forget(self, run: _Run) -> None:

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import html.parser
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import yarl
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
@@ -52,6 +54,9 @@ __all__ = [
 ]
 
 NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionError)
+#: Answers that send a GET elsewhere (``Location``), and how many are followed.
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
 #: HTTP ranges: (start, end exclusive, object size).
 Span = tuple[int, int, int]
 
@@ -89,8 +94,9 @@ class RangeGetStore(RemoteStore):
 class HTTPStore(RangeGetStore):
     """HTTP(S) servers. Store paths are full URLs.
 
-    Backend options: ``headers`` (sent with every request, e.g.
-    ``{"Authorization": ...}``; never logged).
+    Backend options: ``headers`` (sent with every request to the URL's own
+    origin, e.g. ``{"Authorization": ...}``, never to a host a redirect
+    names; never logged).
     """
 
     read_only = "HTTP stores are read-only: index a local or S3 copy"
@@ -121,7 +127,7 @@ class HTTPStore(RangeGetStore):
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> aiohttp.ClientSession:
-        return open_session(self, self._headers)
+        return open_session(self)
 
     async def _disconnect(self, client: aiohttp.ClientSession) -> None:
         await client.close()
@@ -131,12 +137,14 @@ class HTTPStore(RangeGetStore):
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[Span, Answer]:
-        return await ranged_get(client, path, self.display(path), byte_range)
+        return await ranged_get(client, path, self.display(path), byte_range, private=self._headers)
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = _directory(path)
         try:
-            async with client.get(directory) as response:
+            async with follow(client, directory, self.display(directory), {}, self._headers) as (
+                response
+            ):
                 check_status(self.display(directory), None, response)
                 page = await response.text(errors="replace")
         except NETWORK_ERRORS as exc:
@@ -144,9 +152,7 @@ class HTTPStore(RangeGetStore):
         return _links(directory, page)
 
 
-def open_session(
-    store: RemoteStore, headers: dict[str, str], verify: bool | str | None = None
-) -> aiohttp.ClientSession:
+def open_session(store: RemoteStore, verify: bool | str | None = None) -> aiohttp.ClientSession:
     """The aiohttp session of ``store``: a pool of ``max_concurrency``
     connections, bodies as sent (no decompression), the store's connect and
     read timeouts (the whole attempt is bounded by ``retry.timeout``, in
@@ -167,7 +173,7 @@ def open_session(
     )
     return aiohttp.ClientSession(
         connector=connector,
-        headers={**headers, "Accept-Encoding": "identity"},
+        headers={"Accept-Encoding": "identity"},
         auto_decompress=False,
         timeout=timeout,
     )
@@ -189,6 +195,7 @@ async def ranged_get(
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
     proxy: str | None = None,
+    private: dict[str, str] | None = None,
 ) -> tuple[Span, Answer]:
     """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
 
@@ -198,9 +205,11 @@ async def ranged_get(
     answers a suffix of an empty object so). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
     S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
-    signature."""
+    signature. ``private`` headers go to ``url``'s origin only (``follow``)."""
     try:
-        async with session.get(url, headers={"Range": byte_range}, proxy=proxy) as response:
+        async with follow(
+            session, url, shown, {"Range": byte_range}, private or {}, proxy
+        ) as response:
             span = parse_content_range(response.headers.get("Content-Range"))
             if response.status == 200 and span is None and response.content_length == 0:
                 span = (0, 0, 0)
@@ -221,14 +230,52 @@ async def ranged_get(
         raise _network_error(shown, exc) from None
 
 
+@contextlib.asynccontextmanager
+async def follow(
+    session: aiohttp.ClientSession,
+    url: str,
+    shown: str,
+    headers: dict[str, str],
+    private: dict[str, str],
+    proxy: str | None = None,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The answer to a GET of ``url`` with ``headers``, redirects followed.
+
+    ``private`` headers (a store's ``headers`` option: a token, an API key)
+    go only to ``url``'s origin, and to none once a redirect left it:
+    aiohttp would keep every header but ``Authorization``, ``Cookie`` and
+    ``Proxy-Authorization`` on a redirect to another host (an HTTP front
+    sending readers to presigned object storage), handing the key to it.
+    A redirect loop is a ``StorageError``: no retry ends it."""
+    try:
+        target = yarl.URL(url)  # as aiohttp parses a str URL
+        origin, own = target.origin(), True
+    except ValueError:
+        raise aiohttp.InvalidURL(url) from None
+    for _ in range(MAX_REDIRECTS):
+        sent = {**headers, **private} if own else headers
+        response = await session.get(target, headers=sent, proxy=proxy, allow_redirects=False)
+        location = response.headers.get("Location")
+        if response.status not in REDIRECTS or location is None:
+            break
+        response.release()
+        target = response.url.join(yarl.URL(location))
+        own = own and target.origin() == origin
+    else:
+        raise StorageError(f"{shown}: redirected {MAX_REDIRECTS} times without an answer")
+    try:
+        yield response
+    finally:
+        response.release()
+        await response.wait_for_close()
+
+
 def _network_error(url: str, exc: BaseException) -> Exception:
     """What a failure below HTTP means: retry it (``TransientError``), except a
-    URL aiohttp cannot request and a redirect loop, which no retry ends (they
-    would cost the whole time budget)."""
+    URL aiohttp cannot request, which no retry mends (it would cost the
+    whole time budget)."""
     if isinstance(exc, aiohttp.InvalidURL):
         return StorageError(f"{url}: not a valid URL")
-    if isinstance(exc, aiohttp.TooManyRedirects):
-        return StorageError(f"{url}: redirected {len(exc.history)} times without an answer")
     return TransientError(describe(exc), congestion=is_timeout(exc))
 
 

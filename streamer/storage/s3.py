@@ -244,7 +244,7 @@ class S3Store(RangeGetStore):
         ).__aenter__()
         # GETs check certificates as botocore would: ``verify`` option, else AWS_CA_BUNDLE.
         verify = self._client_kwargs.get("verify", os.environ.get("AWS_CA_BUNDLE"))
-        http = open_session(self, {}, verify)
+        http = open_session(self, verify)
         return _Clients(client, http, proxy_for(client.meta.endpoint_url))
 
     async def _disconnect(self, client: _Clients) -> None:

@@ -115,3 +115,23 @@ def test_a_cancelled_reader_does_not_cancel_a_shared_fetch(http, open_reader, da
 
     assert asyncio.run(main()) == data[7 * BLOCK + 10 :][:10]
     assert len(http.ranged()) == 1
+
+
+def test_closing_the_store_fails_a_fetch_that_has_not_started_yet(open_reader) -> None:  # type: ignore[no-untyped-def]
+    """A reader whose fetch task was created but not yet run when the store
+    closed gets the closing error, not a wait forever (a task cancelled
+    before its first step never runs its body, which settles its readers)."""
+    from streamer.errors import StorageError
+    from streamer.storage.loop import run_sync
+
+    reader = open_reader()
+    cache = reader.store._state.get().cache
+
+    async def main() -> None:
+        read = asyncio.ensure_future(cache.read(reader.path, 700_001, [(0, 10)]))
+        await asyncio.sleep(0)  # the read starts its fetch task and waits for it
+        await cache.cancel_fetches()
+        with pytest.raises(StorageError, match=r"random\.bin cancelled: the store was closed"):
+            await asyncio.wait_for(read, 5)
+
+    run_sync(main())

@@ -87,6 +87,42 @@ def test_http_signatures_tokens_and_passwords_stay_secret(http, caplog, make_sto
     assert SECRET not in said
 
 
+def test_a_redirect_to_another_host_gets_the_range_but_no_credentials(  # type: ignore[no-untyped-def]
+    http, storage_root, caplog, make_store
+) -> None:
+    """An HTTP front that redirects every GET to presigned object storage on
+    another host: the Range follows, the store's ``headers`` (all of them
+    credentials, an API key as much as ``Authorization``) do not, and the
+    presigned query shows up nowhere."""
+    from testkit.servers import LoopbackServer
+
+    data = (storage_root / "random.bin").read_bytes()
+    signed = f"X-Amz-Signature={SECRET}&token={SECRET}"
+
+    async def redirect(request):  # type: ignore[no-untyped-def]
+        return 302, {"Location": f"http://localhost:{http.port}{request.path}?{signed}"}, b""
+
+    front = LoopbackServer(redirect).start()
+    try:
+        caplog.set_level(logging.DEBUG)
+        headers = {"Authorization": f"Bearer {SECRET}", "X-Api-Key": f"key-{SECRET}"}
+        store = make_store("http", headers=headers, block_size=4096, attempts=1)
+        reader = store.reader(f"{front.url}/random.bin")
+        assert bytes(reader.read_sync(5000, 10_000)) == data[5000:15_000]
+        assert [r.range for r in front.ranged()] == ["bytes=0-0", "bytes=4096-16383"]
+        assert all(r.headers["X-Api-Key"] == f"key-{SECRET}" for r in front.ranged())
+        assert [r.range for r in http.ranged()] == ["bytes=0-0", "bytes=4096-16383"]
+        assert all(r.path.endswith(signed) for r in http.ranged())
+        sent = [name.lower() for r in http.requests for name in r.headers]
+        assert "authorization" not in sent and "x-api-key" not in sent
+        http.faults.errors, http.faults.echo_reason = 1, True
+        with pytest.raises(StorageError) as refused:
+            reader.read_sync(200_000, 10)
+        assert SECRET not in everything_said(caplog, reader, store, errors=[refused.value])
+    finally:
+        front.stop()
+
+
 # -- one redaction for every form a credential takes -----------------------------------
 
 #: The marker in each credential form (distinct values, one marker to hunt for).

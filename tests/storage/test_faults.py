@@ -62,6 +62,16 @@ def test_a_stall_times_out_and_is_retried(served, data) -> None:  # type: ignore
     assert reader.store.stats.retries == 1
 
 
+def test_a_stall_shorter_than_the_timeouts_delivers_the_exact_bytes(served_http, data) -> None:  # type: ignore[no-untyped-def]
+    """A body that pauses mid-way and then goes on is read whole and unchanged
+    (the test server itself once resent the whole body after the pause)."""
+    open_reader, server = served_http
+    reader = open_reader(hedge_after=None, **FAST)
+    server.faults.stalls, server.faults.stall_seconds = 1, 0.3
+    assert bytes(reader.read_sync(1000, 200_000)) == data[1000:201_000]
+    assert reader.store.stats.retries == 0
+
+
 def test_giving_up_names_url_range_and_cause(served) -> None:  # type: ignore[no-untyped-def]
     open_reader, server = served
     reader = open_reader(attempts=3, **FAST)
