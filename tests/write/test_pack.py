@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import unicodedata
 from pathlib import Path
 
 import pyarrow as pa
@@ -98,6 +99,42 @@ def test_two_files_with_one_key_keep_the_first(tmp_path: Path) -> None:
     report = pack(src, tmp_path / "out", progress=False)
     assert report.files == 1
     assert report.skipped == [("a/b.wav", "key 'a/b' is already taken by a/b.flac")]
+
+
+def test_a_transcript_beside_its_audio_never_takes_its_key(tmp_path: Path) -> None:
+    """``utt1.txt`` sorts before ``utt1.wav``: it took the key, the wav was
+    left out as a duplicate and the text skipped as not audio, so the audio
+    was lost. The audio extension keeps the key now, whatever the order."""
+    src = tmp_path / "src"
+    write_audio(src, "utt1", "wav", 16000, 1, 0.5)
+    (src / "utt1.txt").write_text("hello")
+    (src / "utt2.json").write_text("{}")
+    write_audio(src, "utt2", "mp3", 16000, 1, 0.5)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 2
+    assert report.skipped == [
+        ("utt1.txt", "key 'utt1' is already taken by utt1.wav"),
+        ("utt2.json", "key 'utt2' is already taken by utt2.mp3"),
+    ]
+    dataset = open_dataset(tmp_path / "out")
+    assert list(dataset.keys()) == ["utt1", "utt2"]
+    assert [dataset.info(k)["source"] for k in ("utt1", "utt2")] == ["utt1.wav", "utt2.mp3"]
+
+
+def test_keys_that_are_one_text_in_two_unicode_forms_are_one_key(tmp_path: Path) -> None:
+    """``café`` composed (NFC, as Linux keeps it) and decomposed (NFD, as
+    macOS writes it) are two file names but one key to whoever asks for it."""
+    src = tmp_path / "src"
+    first = write_audio(src, "x", "flac", 16000, 1, 0.5)
+    composed, decomposed = (unicodedata.normalize(f, "café") for f in ("NFC", "NFD"))
+    first.rename(src / f"{composed}.flac")
+    write_audio(src, decomposed, "flac", 16000, 1, 0.5, seed=1)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    (skipped, reason), *rest = report.skipped
+    assert not rest and skipped == f"{composed}.flac"  # the decomposed name sorts first
+    assert reason.endswith("(the same text in another Unicode normalisation)")
+    assert list(open_dataset(tmp_path / "out").keys()) == [decomposed]
 
 
 def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
