@@ -54,7 +54,7 @@ from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
-from .sources import SourceFile, list_sources, open_store, read_into
+from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PLAN_KEY", "PackReport", "pack"]
 
@@ -456,11 +456,11 @@ class _ShardWriter:
                     [values[: offsets[-1]], np.empty(file.size + more, np.uint8)]
                 )
             slot = values[offsets[-1] : end]
-            digest = _read_into(file, memoryview(slot))
             try:
+                digest = _read_into(file, memoryview(slot))
                 with interrupts_held():
                     info = probe(MemoryFile(memoryview(slot), file.source))
-            except ProbeError as exc:
+            except (UnreadableSource, ProbeError) as exc:
                 if self.strict:
                     raise PackError(f"{file.source}: {exc}") from None
                 self.report.skipped.append((file.source, str(exc)))

@@ -20,6 +20,7 @@ from helpers import FIXTURE_FILES, write_audio
 from streamer import open_dataset
 from streamer.errors import PackError
 from streamer.synth import CODECS
+from streamer.write import pack as pack_module
 from streamer.write.pack import pack
 
 
@@ -135,6 +136,49 @@ def test_keys_that_are_one_text_in_two_unicode_forms_are_one_key(tmp_path: Path)
     assert not rest and skipped == f"{composed}.flac"  # the decomposed name sorts first
     assert reason.endswith("(the same text in another Unicode normalisation)")
     assert list(open_dataset(tmp_path / "out").keys()) == [decomposed]
+
+
+def test_files_that_cannot_be_read_are_skipped_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dangling symlink failed the whole listing (`cannot list SRC: No such
+    file`, naming no file); a file deleted after the listing escaped as a
+    bare FileNotFoundError. Both are skipped and reported, like not-audio."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "gone", "flac", 16000, 1, 0.5)
+    (src / "dangling.wav").symlink_to(src / "nowhere.wav")
+    listed = pack_module.list_sources
+
+    def list_then_delete(*args: object) -> list:
+        files = listed(*args)
+        (src / "gone.flac").unlink(missing_ok=True)
+        return files
+
+    monkeypatch.setattr(pack_module, "list_sources", list_then_delete)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [
+        ("dangling.wav", "cannot read it (No such file or directory)"),
+        ("gone.flac", "cannot read it (No such file or directory)"),
+    ]
+    assert list(open_dataset(tmp_path / "out").keys()) == ["a"]
+    with pytest.raises(PackError, match=r"^dangling\.wav: cannot read it"):
+        pack(src, tmp_path / "strict", strict=True, progress=False)
+
+
+def test_a_symlink_loop_is_one_line_naming_it(tmp_path: Path) -> None:
+    """``d/up -> ..`` was walked until the OS refused the path (40 links
+    deep), and the error was that path, ``d/up/d/up/...``, naming no link."""
+    src = tmp_path / "src"
+    write_audio(src, "d/a", "flac", 16000, 1, 0.5)
+    (src / "d" / "up").symlink_to("..")
+    (src / "d" / "up2").symlink_to("..")
+    with pytest.raises(
+        PackError, match=r"^'d/up' under the source is a symlink to .*a folder it is in"
+    ):
+        pack(src, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
