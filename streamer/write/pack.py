@@ -153,8 +153,12 @@ def pack(
     that is not of this plan (another source, shard size or batch size)
     refuses the run.
 
+    A local ``out`` inside ``src`` is not packed (a re-run would take its
+    shards for sources); ``out`` may not be ``src`` itself.
+
     A file that is not audio (PyAV cannot probe it, no sample rate or
-    channels, nothing decodes) is skipped and listed in ``report.skipped``,
+    channels, nothing decodes) or that cannot be read, and one whose key
+    another file has (``plan.py``), is skipped and listed in ``report.skipped``,
     or, with ``strict``, fails the run (``PackError``); so does a whole run
     with no audio at all, and then nothing of the run is left in a local
     ``out``. With ``index`` (the default) each shard's ``seek_index/`` is
@@ -181,7 +185,9 @@ def pack(
         raise PackError("columns= needs a whole run (no shards= or files=) into a local OUT")
     sidecar = read_sidecar(columns) if columns is not None else None
     store.check_writable(root)
-    listing = list_sources(src, storage_options)
+    if local and "://" not in src and os.path.realpath(src) == os.path.realpath(root):
+        raise PackError(f"OUT {out!r} is SRC: pick another OUT (a new folder, in SRC or not)")
+    listing = list_sources(src, storage_options, leave_out=root if local else None)
     if not listing:
         what = "source" if "://" in src or os.path.isfile(src) else "source folder"
         raise PackError(f"{what} {src!r} holds no files: nothing to pack")

@@ -56,18 +56,23 @@ class SourceFile:
 
 
 def list_sources(
-    src: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    src: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    leave_out: str | None = None,
 ) -> list[SourceFile]:
     """Every visible file of SRC, sorted by ``source``: the same list for
     every process that lists the same SRC (what a pack plan is made of).
-    ``PackError`` names SRC when it cannot be listed or read."""
+    ``leave_out``: a local folder not walked (a local OUT inside SRC: its
+    shards are not sources). ``PackError`` names SRC when it cannot be
+    listed or read."""
     src = os.fspath(src)
     if "://" not in src and os.path.isfile(src):
         files = _listed_in(src, storage_options or {})
     else:
         store, root = open_store(src, storage_options)
+        skip = os.path.realpath(leave_out) if leave_out is not None else None
         try:
-            files = list(_walk(store, root, ""))
+            files = list(_walk(store, root, "", (), skip))
         except StorageError as exc:
             raise PackError(f"cannot list the source {_shown(src)}: {exc}") from None
     return sorted(files, key=lambda f: f.source)
@@ -101,11 +106,14 @@ def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Sto
     return open_url(url, **(dict(storage_options or {}) if remote else {}))
 
 
-def _walk(store: Store, root: str, prefix: str, above: tuple[str, ...] = ()) -> list[SourceFile]:
-    """Files under ``root`` (skipping hidden names), ``source`` = ``prefix`` + name.
-    A local folder reached again through a symlink inside it (``d/up -> ..``)
-    is a ``PackError``: walking it would never end. A local file that cannot
-    be stat'ed (a dangling symlink) is listed with size 0: reading it says why."""
+def _walk(
+    store: Store, root: str, prefix: str, above: tuple[str, ...], skip: str | None
+) -> list[SourceFile]:
+    """Files under ``root`` (skipping hidden names and the local folder
+    ``skip``), ``source`` = ``prefix`` + name. A local folder reached again
+    through a symlink inside it (``d/up -> ..``) is a ``PackError``: walking
+    it would never end. A local file that cannot be stat'ed (a dangling
+    symlink) is listed with size 0: reading it says why."""
     if not store.is_remote:
         real = os.path.realpath(root)
         if real in above:
@@ -120,8 +128,10 @@ def _walk(store: Store, root: str, prefix: str, above: tuple[str, ...] = ()) -> 
             continue
         path = store.join(root, entry.name)
         name = prefix + entry.name
+        if entry.is_dir and not store.is_remote and os.path.realpath(path) == skip:
+            continue
         if entry.is_dir:
-            found.extend(_walk(store, path, name + "/", above))
+            found.extend(_walk(store, path, name + "/", above, skip))
         elif entry.size is not None:
             found.append(SourceFile(name, entry.size, store, path))
         elif store.is_remote:  # an HTTP index page tells no sizes

@@ -150,8 +150,8 @@ def test_files_that_cannot_be_read_are_skipped_with_the_reason(
     (src / "dangling.wav").symlink_to(src / "nowhere.wav")
     listed = pack_module.list_sources
 
-    def list_then_delete(*args: object) -> list:
-        files = listed(*args)
+    def list_then_delete(*args: object, **kwargs: object) -> list:
+        files = listed(*args, **kwargs)
         (src / "gone.flac").unlink(missing_ok=True)
         return files
 
@@ -179,6 +179,25 @@ def test_a_symlink_loop_is_one_line_naming_it(tmp_path: Path) -> None:
     ):
         pack(src, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_inside_src_is_not_packed_by_its_rerun(tmp_path: Path) -> None:
+    """``pack src src/ds`` twice (a re-run finishing a crashed pack): the
+    re-run listed the dataset's own shards and manifest as sources, skipped
+    them as not audio, and stored empty shards for them into the dataset."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "b", "flac", 16000, 1, 0.5, seed=1)
+    first = pack(src, src / "ds", shard_size=1, batch_size=1, progress=False)
+    again = pack(src, src / "ds", shard_size=1, batch_size=1, progress=False)
+    assert first.shards == again.already_complete == ["shard-000000", "shard-000001"]
+    assert again.shards == [] and again.skipped == []
+    assert sorted(p.name for p in (src / "ds" / "audio").iterdir()) == [
+        "shard-000000.wsds",
+        "shard-000001.wsds",
+    ]
+    with pytest.raises(PackError, match="is SRC: pick another OUT"):
+        pack(src, src, progress=False)
 
 
 def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
