@@ -65,6 +65,8 @@ DEFAULT_BATCH_SIZE = 16
 SHARD_SUFFIX = ".wsds"
 #: Schema metadata of a packed shard: its planned files' fingerprint (``plan.py``).
 PLAN_KEY = "streamer.pack.plan"
+#: The reason a hidden file or folder of SRC is not packed.
+HIDDEN = "hidden: its name starts with '.'"
 #: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
 STAGING_DIR = ".streamer-pack"
 
@@ -187,7 +189,8 @@ def pack(
     store.check_writable(root)
     if local and "://" not in src and os.path.realpath(src) == os.path.realpath(root):
         raise PackError(f"OUT {out!r} is SRC: pick another OUT (a new folder, in SRC or not)")
-    listing = list_sources(src, storage_options, leave_out=root if local else None)
+    hidden: list[str] = []
+    listing = list_sources(src, storage_options, leave_out=root if local else None, hidden=hidden)
     if not listing:
         what = "source" if "://" in src or os.path.isfile(src) else "source folder"
         raise PackError(f"{what} {src!r} holds no files: nothing to pack")
@@ -199,6 +202,8 @@ def pack(
     report = PackReport(out=store.display(root), planned=[s.name for s in plan.mine])
     if index:
         report.index = IndexReport(root=report.out)
+    if plan.reports:  # ignored by design, even with strict: listed, so nothing goes unsaid
+        report.skipped += [(name, HIDDEN) for name in hidden]
     for source, reason in plan.duplicates:
         if strict:
             raise PackError(f"{source}: {reason}")
@@ -226,7 +231,7 @@ def pack(
         whole_run = not shards and not files and len(todo) == len(plan.mine)
         if whole_run and report.files == 0:  # and nothing of the plan was there before
             discard = True
-            first = report.skipped[0]
+            first = next(s for s in report.skipped if s[1] != HIDDEN)
             raise PackError(
                 f"none of the {len(listing)} files under {src!r} is audio "
                 f"(e.g. {first[0]}: {first[1]})"

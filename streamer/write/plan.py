@@ -73,6 +73,8 @@ class Plan:
     #: Files left out of the plan (their key is taken): (source, reason).
     #: Reported by one run only: the whole run, or partition 0.
     duplicates: list[tuple[str, str]] = field(default_factory=list)
+    #: Whether this run reports what the plan leaves out (the one that does).
+    reports: bool = True
 
 
 def make_plan(
@@ -98,12 +100,12 @@ def make_plan(
             every.extend(cut)
             if p == part:
                 mine = cut
-        return Plan(every, mine, duplicates if part == 0 else [])
+        return Plan(every, mine, duplicates if part == 0 else [], part == 0)
     every = _cut(unique, shard_size, batch_size, "shard-")
     if not shards:
         return Plan(every, list(every), duplicates)
     part, count = parse_part(shards, "--shards")
-    return Plan(every, every[part::count], duplicates if part == 0 else [])
+    return Plan(every, every[part::count], duplicates if part == 0 else [], part == 0)
 
 
 def _unique_keys(files: Sequence[SourceFile]) -> tuple[list[SourceFile], list[tuple[str, str]]]:

@@ -59,12 +59,14 @@ def list_sources(
     src: str | os.PathLike[str],
     storage_options: Mapping[str, Any] | None = None,
     leave_out: str | None = None,
+    hidden: list[str] | None = None,
 ) -> list[SourceFile]:
     """Every visible file of SRC, sorted by ``source``: the same list for
     every process that lists the same SRC (what a pack plan is made of).
     ``leave_out``: a local folder not walked (a local OUT inside SRC: its
-    shards are not sources). ``PackError`` names SRC when it cannot be
-    listed or read."""
+    shards are not sources). The hidden names left out (``.DS_Store``,
+    ``.git/``: a folder's with a ``/``, not walked) are appended to
+    ``hidden``. ``PackError`` names SRC when it cannot be listed or read."""
     src = os.fspath(src)
     if "://" not in src and os.path.isfile(src):
         files = _listed_in(src, storage_options or {})
@@ -72,7 +74,7 @@ def list_sources(
         store, root = open_store(src, storage_options)
         skip = os.path.realpath(leave_out) if leave_out is not None else None
         try:
-            files = list(_walk(store, root, "", (), skip))
+            files = list(_walk(store, root, "", (), skip, [] if hidden is None else hidden))
         except StorageError as exc:
             raise PackError(f"cannot list the source {_shown(src)}: {exc}") from None
     return sorted(files, key=lambda f: f.source)
@@ -107,10 +109,15 @@ def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Sto
 
 
 def _walk(
-    store: Store, root: str, prefix: str, above: tuple[str, ...], skip: str | None
+    store: Store,
+    root: str,
+    prefix: str,
+    above: tuple[str, ...],
+    skip: str | None,
+    hidden: list[str],
 ) -> list[SourceFile]:
-    """Files under ``root`` (skipping hidden names and the local folder
-    ``skip``), ``source`` = ``prefix`` + name. A local folder reached again
+    """Files under ``root`` (skipping the local folder ``skip``, and hidden
+    names, appended to ``hidden``), ``source`` = ``prefix`` + name. A local folder reached again
     through a symlink inside it (``d/up -> ..``) is a ``PackError``: walking
     it would never end. A local file that cannot be stat'ed (a dangling
     symlink) is listed with size 0: reading it says why."""
@@ -124,14 +131,15 @@ def _walk(
         above = (*above, real)
     found = []
     for entry in store.list_sync(root):
+        name = prefix + entry.name
         if entry.name.startswith("."):
+            hidden.append(name + "/" if entry.is_dir else name)
             continue
         path = store.join(root, entry.name)
-        name = prefix + entry.name
         if entry.is_dir and not store.is_remote and os.path.realpath(path) == skip:
             continue
         if entry.is_dir:
-            found.extend(_walk(store, path, name + "/", above, skip))
+            found.extend(_walk(store, path, name + "/", above, skip, hidden))
         elif entry.size is not None:
             found.append(SourceFile(name, entry.size, store, path))
         elif store.is_remote:  # an HTTP index page tells no sizes

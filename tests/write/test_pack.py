@@ -200,6 +200,24 @@ def test_an_out_inside_src_is_not_packed_by_its_rerun(tmp_path: Path) -> None:
         pack(src, src, progress=False)
 
 
+def test_hidden_files_are_reported_once_as_skipped(tmp_path: Path) -> None:
+    """Hidden names (``.a.flac``, ``.git/``) were left out without a word:
+    an episode missing from the dataset that no count or line mentioned.
+    They are listed as skipped (folders once, not walked), by one partition
+    only, and never fail a strict run."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "d/.b", "flac", 16000, 1, 0.5)
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref")
+    report = pack(src, tmp_path / "out", strict=True, progress=False)
+    hidden = "hidden: its name starts with '.'"
+    assert report.files == 1
+    assert report.skipped == [(".git/", hidden), ("d/.b.flac", hidden)]
+    parts = [pack(src, tmp_path / "parts", files=f"{i}/2", progress=False) for i in range(2)]
+    assert [p.skipped for p in parts] == [report.skipped, []]
+
+
 def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_audio(src, "a", "flac", 16000, 1, 0.5)
