@@ -154,8 +154,14 @@ class LocalStore(Store):
 
 
 def _entry(entry: os.DirEntry[str]) -> Entry:
+    """The entry, of unknown size when it cannot be stat'ed (a dangling
+    symlink): its reader's error says why, the listing goes on."""
     is_dir = entry.is_dir()
-    return Entry(entry.name, is_dir, None if is_dir else entry.stat().st_size)
+    try:
+        size = None if is_dir else entry.stat().st_size
+    except OSError:
+        size = None
+    return Entry(entry.name, is_dir, size)
 
 
 def _whole(mapping: pa.MemoryMappedFile) -> pa.Buffer:

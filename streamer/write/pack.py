@@ -54,7 +54,7 @@ from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
-from .sources import SourceFile, list_sources, open_store, read_into
+from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PLAN_KEY", "PackReport", "pack"]
 
@@ -65,6 +65,8 @@ DEFAULT_BATCH_SIZE = 16
 SHARD_SUFFIX = ".wsds"
 #: Schema metadata of a packed shard: its planned files' fingerprint (``plan.py``).
 PLAN_KEY = "streamer.pack.plan"
+#: The reason a hidden file or folder of SRC is not packed.
+HIDDEN = "hidden: its name starts with '.'"
 #: Local staging folders of runs in progress: ``<host>-<pid>-<random>`` each.
 STAGING_DIR = ".streamer-pack"
 
@@ -153,8 +155,12 @@ def pack(
     that is not of this plan (another source, shard size or batch size)
     refuses the run.
 
+    A local ``out`` inside ``src`` is not packed (a re-run would take its
+    shards for sources); ``out`` may not be ``src`` itself.
+
     A file that is not audio (PyAV cannot probe it, no sample rate or
-    channels, nothing decodes) is skipped and listed in ``report.skipped``,
+    channels, nothing decodes) or that cannot be read, and one whose key
+    another file has (``plan.py``), is skipped and listed in ``report.skipped``,
     or, with ``strict``, fails the run (``PackError``); so does a whole run
     with no audio at all, and then nothing of the run is left in a local
     ``out``. With ``index`` (the default) each shard's ``seek_index/`` is
@@ -181,7 +187,10 @@ def pack(
         raise PackError("columns= needs a whole run (no shards= or files=) into a local OUT")
     sidecar = read_sidecar(columns) if columns is not None else None
     store.check_writable(root)
-    listing = list_sources(src, storage_options)
+    if local and "://" not in src and os.path.realpath(src) == os.path.realpath(root):
+        raise PackError(f"OUT {out!r} is SRC: pick another OUT (a new folder, in SRC or not)")
+    hidden: list[str] = []
+    listing = list_sources(src, storage_options, leave_out=root if local else None, hidden=hidden)
     if not listing:
         what = "source" if "://" in src or os.path.isfile(src) else "source folder"
         raise PackError(f"{what} {src!r} holds no files: nothing to pack")
@@ -193,6 +202,8 @@ def pack(
     report = PackReport(out=store.display(root), planned=[s.name for s in plan.mine])
     if index:
         report.index = IndexReport(root=report.out)
+    if plan.reports:  # ignored by design, even with strict: listed, so nothing goes unsaid
+        report.skipped += [(name, HIDDEN) for name in hidden]
     for source, reason in plan.duplicates:
         if strict:
             raise PackError(f"{source}: {reason}")
@@ -220,7 +231,7 @@ def pack(
         whole_run = not shards and not files and len(todo) == len(plan.mine)
         if whole_run and report.files == 0:  # and nothing of the plan was there before
             discard = True
-            first = report.skipped[0]
+            first = next(s for s in report.skipped if s[1] != HIDDEN)
             raise PackError(
                 f"none of the {len(listing)} files under {src!r} is audio "
                 f"(e.g. {first[0]}: {first[1]})"
@@ -456,11 +467,11 @@ class _ShardWriter:
                     [values[: offsets[-1]], np.empty(file.size + more, np.uint8)]
                 )
             slot = values[offsets[-1] : end]
-            digest = _read_into(file, memoryview(slot))
             try:
+                digest = _read_into(file, memoryview(slot))
                 with interrupts_held():
                     info = probe(MemoryFile(memoryview(slot), file.source))
-            except ProbeError as exc:
+            except (UnreadableSource, ProbeError) as exc:
                 if self.strict:
                     raise PackError(f"{file.source}: {exc}") from None
                 self.report.skipped.append((file.source, str(exc)))

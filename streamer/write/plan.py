@@ -14,9 +14,12 @@ fanned out over machines needs no coordinator: each run takes its part.
   (``shard-03of12-000000``): no two partitions share a name, and a re-run
   of a partition names its shards as the first run did.
 
-Two files with one key (``a/b.flac``, ``a/b.wav``): the first in order
-keeps it, the other is left out of the plan with the reason, whichever
-runs pack them. Each planned shard has a fingerprint (its files, their
+Two files with one key (``a/b.flac``, ``a/b.wav``) or with keys that are
+one text in two Unicode normalisations (``café`` as Linux and as macOS
+write it): a file with an audio extension keeps the key over one without
+(``utt1.wav`` over its transcript ``utt1.txt``), else the first in order;
+the other is left out of the plan with the reason, whichever runs pack
+them. Each planned shard has a fingerprint (its files, their
 sizes and the batch size), stored in its schema metadata, which tells a
 re-run that a shard already in OUT is this plan's and complete.
 """
@@ -24,13 +27,28 @@ re-run that a shard already in OUT is this plan's and complete.
 from __future__ import annotations
 
 import hashlib
+import posixpath
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .index import parse_part
 from .sources import SourceFile
 
-__all__ = ["Plan", "PlannedShard", "make_plan"]
+__all__ = ["AUDIO_EXTENSIONS", "Plan", "PlannedShard", "make_plan"]
+
+#: Extensions of audio files (and of media containers that carry audio): of
+#: two files with one key, one of these keeps it over any other, so a
+#: transcript or label file beside its audio (``utt1.txt``) never takes the
+#: audio's key. The plan is made from names alone; probing comes later.
+# fmt: off
+AUDIO_EXTENSIONS = frozenset({
+    "3gp", "aac", "ac3", "aif", "aifc", "aiff", "amr", "ape", "au", "caf", "dff", "dsf",
+    "eac3", "flac", "m4a", "m4b", "mka", "mkv", "mov", "mp2", "mp3", "mp4", "mpc", "oga",
+    "ogg", "opus", "ra", "snd", "spx", "tta", "voc", "w64", "wav", "wave", "weba", "webm",
+    "wma", "wv",
+})
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,8 @@ class Plan:
     #: Files left out of the plan (their key is taken): (source, reason).
     #: Reported by one run only: the whole run, or partition 0.
     duplicates: list[tuple[str, str]] = field(default_factory=list)
+    #: Whether this run reports what the plan leaves out (the one that does).
+    reports: bool = True
 
 
 def make_plan(
@@ -80,25 +100,41 @@ def make_plan(
             every.extend(cut)
             if p == part:
                 mine = cut
-        return Plan(every, mine, duplicates if part == 0 else [])
+        return Plan(every, mine, duplicates if part == 0 else [], part == 0)
     every = _cut(unique, shard_size, batch_size, "shard-")
     if not shards:
         return Plan(every, list(every), duplicates)
     part, count = parse_part(shards, "--shards")
-    return Plan(every, every[part::count], duplicates if part == 0 else [])
+    return Plan(every, every[part::count], duplicates if part == 0 else [], part == 0)
 
 
 def _unique_keys(files: Sequence[SourceFile]) -> tuple[list[SourceFile], list[tuple[str, str]]]:
-    taken: dict[str, str] = {}
+    """``files`` with one file per key (in order), and the others with the reason."""
+    owner: dict[str, SourceFile] = {}
+    for file in files:
+        held = owner.setdefault(_identity(file.key), file)
+        if _is_audio_name(file.source) and not _is_audio_name(held.source):
+            owner[_identity(file.key)] = file
     unique, duplicates = [], []
     for file in files:
-        if file.key in taken:
-            reason = f"key {file.key!r} is already taken by {taken[file.key]}"
-            duplicates.append((file.source, reason))
+        held = owner[_identity(file.key)]
+        if held is file:
+            unique.append(file)
             continue
-        taken[file.key] = file.source
-        unique.append(file)
+        reason = f"key {file.key!r} is already taken by {held.source}"
+        if held.key != file.key:
+            reason += " (the same text in another Unicode normalisation)"
+        duplicates.append((file.source, reason))
     return unique, duplicates
+
+
+def _identity(key: str) -> str:
+    """What makes two keys one: their text, however its Unicode is composed."""
+    return unicodedata.normalize("NFC", key)
+
+
+def _is_audio_name(source: str) -> bool:
+    return posixpath.splitext(source)[1][1:].lower() in AUDIO_EXTENSIONS
 
 
 def _cut(

@@ -30,11 +30,16 @@ PATH_COLUMN = "path"
 
 
 def read_sidecar(path: str | os.PathLike[str]) -> pa.Table:
-    """The sidecar's table (``.csv``, else JSON lines), with a unique ``path`` column."""
+    """The sidecar's table (``.csv``, else JSON lines), with a unique ``path``
+    column. A CSV's paths are read as text, as written: inferred, the names of
+    files without an extension (``001``) became numbers (``1``) and matched no file."""
     path = os.fspath(path)
     try:
-        read = pa.csv.read_csv if path.lower().endswith(".csv") else pa.json.read_json
-        table = read(path)
+        if path.lower().endswith(".csv"):
+            as_text = pa.csv.ConvertOptions(column_types={PATH_COLUMN: pa.string()})
+            table = pa.csv.read_csv(path, convert_options=as_text)
+        else:
+            table = pa.json.read_json(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise PackError(f"cannot read the sidecar {path!r}: {exc}") from None
     if PATH_COLUMN not in table.column_names:
@@ -44,7 +49,9 @@ def read_sidecar(path: str | os.PathLike[str]) -> pa.Table:
     paths = table.column(PATH_COLUMN).cast(pa.string()).to_pylist()
     seen: set[str] = set()
     for row, name in enumerate(paths):
-        if name in seen or name is None:
+        if name is None:
+            raise PackError(f"the sidecar {path!r} has no {PATH_COLUMN!r} in row {row}")
+        if name in seen:
             raise PackError(f"the sidecar {path!r} lists {name!r} twice (row {row})")
         seen.add(name)
     return table

@@ -25,7 +25,13 @@ from ..errors import PackError, StorageError
 from ..storage import Store, open_url, safe_url
 from ..storage.loop import run_sync
 
-__all__ = ["SourceFile", "list_sources", "read_into"]
+__all__ = ["SourceFile", "UnreadableSource", "list_sources", "read_into"]
+
+
+class UnreadableSource(Exception):
+    """A local source file that cannot be read (gone since the listing, a
+    dangling symlink, no permission, an I/O error): skipped like a file that
+    is not audio; ``str()`` is the reason."""
 
 
 @dataclass(frozen=True)
@@ -50,18 +56,25 @@ class SourceFile:
 
 
 def list_sources(
-    src: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    src: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    leave_out: str | None = None,
+    hidden: list[str] | None = None,
 ) -> list[SourceFile]:
     """Every visible file of SRC, sorted by ``source``: the same list for
     every process that lists the same SRC (what a pack plan is made of).
-    ``PackError`` names SRC when it cannot be listed or read."""
+    ``leave_out``: a local folder not walked (a local OUT inside SRC: its
+    shards are not sources). The hidden names left out (``.DS_Store``,
+    ``.git/``: a folder's with a ``/``, not walked) are appended to
+    ``hidden``. ``PackError`` names SRC when it cannot be listed or read."""
     src = os.fspath(src)
     if "://" not in src and os.path.isfile(src):
         files = _listed_in(src, storage_options or {})
     else:
         store, root = open_store(src, storage_options)
+        skip = os.path.realpath(leave_out) if leave_out is not None else None
         try:
-            files = list(_walk(store, root, ""))
+            files = list(_walk(store, root, "", (), skip, [] if hidden is None else hidden))
         except StorageError as exc:
             raise PackError(f"cannot list the source {_shown(src)}: {exc}") from None
     return sorted(files, key=lambda f: f.source)
@@ -69,12 +82,17 @@ def list_sources(
 
 def read_into(file: SourceFile, target: memoryview) -> None:
     """Fill ``target`` (``file.size`` bytes) with the file's bytes; ``PackError``
-    when the file is no longer that size."""
+    when the file is no longer that size, ``UnreadableSource`` when a local
+    one cannot be read (a remote store's failure is its ``StorageError``)."""
     if not file.store.is_remote:
-        with open(file.path, "rb") as handle:
-            got = handle.readinto(target)
-            if got != file.size or handle.read(1):
-                raise PackError(f"{file.source}: file changed size while packing")
+        try:
+            with open(file.path, "rb") as handle:
+                got = handle.readinto(target)
+                more = handle.read(1)
+        except OSError as exc:
+            raise UnreadableSource(f"cannot read it ({exc.strerror or exc})") from None
+        if got != file.size or more:
+            raise PackError(f"{file.source}: file changed size while packing")
         return
     reader = file.store.reader(file.path)
     size = reader.size_sync()
@@ -90,20 +108,44 @@ def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Sto
     return open_url(url, **(dict(storage_options or {}) if remote else {}))
 
 
-def _walk(store: Store, root: str, prefix: str) -> list[SourceFile]:
-    """Files under ``root`` (skipping hidden names), ``source`` = ``prefix`` + name."""
+def _walk(
+    store: Store,
+    root: str,
+    prefix: str,
+    above: tuple[str, ...],
+    skip: str | None,
+    hidden: list[str],
+) -> list[SourceFile]:
+    """Files under ``root`` (skipping the local folder ``skip``, and hidden
+    names, appended to ``hidden``), ``source`` = ``prefix`` + name. A local folder reached again
+    through a symlink inside it (``d/up -> ..``) is a ``PackError``: walking
+    it would never end. A local file that cannot be stat'ed (a dangling
+    symlink) is listed with size 0: reading it says why."""
+    if not store.is_remote:
+        real = os.path.realpath(root)
+        if real in above:
+            raise PackError(
+                f"{prefix.rstrip('/')!r} under the source is a symlink to {real!r}, a folder "
+                "it is in: remove the loop or pack another folder"
+            )
+        above = (*above, real)
     found = []
     for entry in store.list_sync(root):
+        name = prefix + entry.name
         if entry.name.startswith("."):
+            hidden.append(name + "/" if entry.is_dir else name)
             continue
         path = store.join(root, entry.name)
-        name = prefix + entry.name
+        if entry.is_dir and not store.is_remote and os.path.realpath(path) == skip:
+            continue
         if entry.is_dir:
-            found.extend(_walk(store, path, name + "/"))
-        elif entry.size is None:  # an HTTP index page tells no sizes
+            found.extend(_walk(store, path, name + "/", above, skip, hidden))
+        elif entry.size is not None:
+            found.append(SourceFile(name, entry.size, store, path))
+        elif store.is_remote:  # an HTTP index page tells no sizes
             found.append(SourceFile(name, store.reader(path).size_sync(), store, path))
         else:
-            found.append(SourceFile(name, entry.size, store, path))
+            found.append(SourceFile(name, 0, store, path))
     return found
 
 

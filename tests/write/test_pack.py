@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import unicodedata
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from helpers import FIXTURE_FILES, write_audio
 from streamer import open_dataset
 from streamer.errors import PackError
 from streamer.synth import CODECS
+from streamer.write import pack as pack_module
 from streamer.write.pack import pack
 
 
@@ -98,6 +100,122 @@ def test_two_files_with_one_key_keep_the_first(tmp_path: Path) -> None:
     report = pack(src, tmp_path / "out", progress=False)
     assert report.files == 1
     assert report.skipped == [("a/b.wav", "key 'a/b' is already taken by a/b.flac")]
+
+
+def test_a_transcript_beside_its_audio_never_takes_its_key(tmp_path: Path) -> None:
+    """``utt1.txt`` sorts before ``utt1.wav``: it took the key, the wav was
+    left out as a duplicate and the text skipped as not audio, so the audio
+    was lost. The audio extension keeps the key now, whatever the order."""
+    src = tmp_path / "src"
+    write_audio(src, "utt1", "wav", 16000, 1, 0.5)
+    (src / "utt1.txt").write_text("hello")
+    (src / "utt2.json").write_text("{}")
+    write_audio(src, "utt2", "mp3", 16000, 1, 0.5)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 2
+    assert report.skipped == [
+        ("utt1.txt", "key 'utt1' is already taken by utt1.wav"),
+        ("utt2.json", "key 'utt2' is already taken by utt2.mp3"),
+    ]
+    dataset = open_dataset(tmp_path / "out")
+    assert list(dataset.keys()) == ["utt1", "utt2"]
+    assert [dataset.info(k)["source"] for k in ("utt1", "utt2")] == ["utt1.wav", "utt2.mp3"]
+
+
+def test_keys_that_are_one_text_in_two_unicode_forms_are_one_key(tmp_path: Path) -> None:
+    """``café`` composed (NFC, as Linux keeps it) and decomposed (NFD, as
+    macOS writes it) are two file names but one key to whoever asks for it."""
+    src = tmp_path / "src"
+    first = write_audio(src, "x", "flac", 16000, 1, 0.5)
+    composed, decomposed = (unicodedata.normalize(f, "café") for f in ("NFC", "NFD"))
+    first.rename(src / f"{composed}.flac")
+    write_audio(src, decomposed, "flac", 16000, 1, 0.5, seed=1)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    (skipped, reason), *rest = report.skipped
+    assert not rest and skipped == f"{composed}.flac"  # the decomposed name sorts first
+    assert reason.endswith("(the same text in another Unicode normalisation)")
+    assert list(open_dataset(tmp_path / "out").keys()) == [decomposed]
+
+
+def test_files_that_cannot_be_read_are_skipped_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dangling symlink failed the whole listing (`cannot list SRC: No such
+    file`, naming no file); a file deleted after the listing escaped as a
+    bare FileNotFoundError. Both are skipped and reported, like not-audio."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "gone", "flac", 16000, 1, 0.5)
+    (src / "dangling.wav").symlink_to(src / "nowhere.wav")
+    listed = pack_module.list_sources
+
+    def list_then_delete(*args: object, **kwargs: object) -> list:
+        files = listed(*args, **kwargs)
+        (src / "gone.flac").unlink(missing_ok=True)
+        return files
+
+    monkeypatch.setattr(pack_module, "list_sources", list_then_delete)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [
+        ("dangling.wav", "cannot read it (No such file or directory)"),
+        ("gone.flac", "cannot read it (No such file or directory)"),
+    ]
+    assert list(open_dataset(tmp_path / "out").keys()) == ["a"]
+    with pytest.raises(PackError, match=r"^dangling\.wav: cannot read it"):
+        pack(src, tmp_path / "strict", strict=True, progress=False)
+
+
+def test_a_symlink_loop_is_one_line_naming_it(tmp_path: Path) -> None:
+    """``d/up -> ..`` was walked until the OS refused the path (40 links
+    deep), and the error was that path, ``d/up/d/up/...``, naming no link."""
+    src = tmp_path / "src"
+    write_audio(src, "d/a", "flac", 16000, 1, 0.5)
+    (src / "d" / "up").symlink_to("..")
+    (src / "d" / "up2").symlink_to("..")
+    with pytest.raises(
+        PackError, match=r"^'d/up' under the source is a symlink to .*a folder it is in"
+    ):
+        pack(src, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_inside_src_is_not_packed_by_its_rerun(tmp_path: Path) -> None:
+    """``pack src src/ds`` twice (a re-run finishing a crashed pack): the
+    re-run listed the dataset's own shards and manifest as sources, skipped
+    them as not audio, and stored empty shards for them into the dataset."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "b", "flac", 16000, 1, 0.5, seed=1)
+    first = pack(src, src / "ds", shard_size=1, batch_size=1, progress=False)
+    again = pack(src, src / "ds", shard_size=1, batch_size=1, progress=False)
+    assert first.shards == again.already_complete == ["shard-000000", "shard-000001"]
+    assert again.shards == [] and again.skipped == []
+    assert sorted(p.name for p in (src / "ds" / "audio").iterdir()) == [
+        "shard-000000.wsds",
+        "shard-000001.wsds",
+    ]
+    with pytest.raises(PackError, match="is SRC: pick another OUT"):
+        pack(src, src, progress=False)
+
+
+def test_hidden_files_are_reported_once_as_skipped(tmp_path: Path) -> None:
+    """Hidden names (``.a.flac``, ``.git/``) were left out without a word:
+    an episode missing from the dataset that no count or line mentioned.
+    They are listed as skipped (folders once, not walked), by one partition
+    only, and never fail a strict run."""
+    src = tmp_path / "src"
+    write_audio(src, "a", "flac", 16000, 1, 0.5)
+    write_audio(src, "d/.b", "flac", 16000, 1, 0.5)
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref")
+    report = pack(src, tmp_path / "out", strict=True, progress=False)
+    hidden = "hidden: its name starts with '.'"
+    assert report.files == 1
+    assert report.skipped == [(".git/", hidden), ("d/.b.flac", hidden)]
+    parts = [pack(src, tmp_path / "parts", files=f"{i}/2", progress=False) for i in range(2)]
+    assert [p.skipped for p in parts] == [report.skipped, []]
 
 
 def test_strict_fails_and_leaves_no_shard(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from helpers import write_audio
 
 import streamer
 from streamer import RandomCrops, Streamer
@@ -72,6 +74,24 @@ def test_jsonl_lists_become_supervisions(audio_dir: Path, tmp_path: Path) -> Non
         assert [s["text"] for s in crop.supervisions] == expected
 
 
+def test_csv_paths_are_text_as_written(tmp_path: Path) -> None:
+    """Files without an extension named by numbers: pyarrow inferred the
+    ``path`` column as integers, ``001`` became ``'1'``, and every row of
+    the sidecar matched no file (its labels lost, nulls written)."""
+    src = tmp_path / "src"
+    write_audio(src, "001", "wav", 8000, 1, 0.2).rename(src / "001")
+    write_audio(src, "010", "wav", 8000, 1, 0.2, seed=1).rename(src / "010")
+    sidecar = tmp_path / "labels.csv"
+    sidecar.write_text("path,speaker\n001,a\n010,b\n")
+    report = pack(src, tmp_path / "ds", progress=False, columns=sidecar)
+    assert report.files == 2 and report.unmatched == []
+    labels = pa.ipc.open_file(tmp_path / "ds" / "labels" / "shard-000000.wsds").read_all()
+    assert labels.to_pylist() == [
+        {"__key__": "001", "speaker": "a"},
+        {"__key__": "010", "speaker": "b"},
+    ]
+
+
 def test_a_bad_sidecar_is_refused_before_packing(audio_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "nopath.csv").write_text("file,speaker\na.mp3,x\n")
     with pytest.raises(PackError, match="has no 'path' column"):
@@ -82,3 +102,6 @@ def test_a_bad_sidecar_is_refused_before_packing(audio_dir: Path, tmp_path: Path
         pack(audio_dir, tmp_path / "b", progress=False, columns=tmp_path / "twice.csv")
     with pytest.raises(PackError, match="cannot read the sidecar"):
         pack(audio_dir, tmp_path / "c", progress=False, columns=tmp_path / "missing.jsonl")
+    (tmp_path / "null.jsonl").write_text('{"path": "a.mp3"}\n{"path": null}\n')
+    with pytest.raises(PackError, match="has no 'path' in row 1"):  # was: lists None twice
+        pack(audio_dir, tmp_path / "d", progress=False, columns=tmp_path / "null.jsonl")
