@@ -40,8 +40,9 @@ parser.add_argument("--label", help="a column each crop carries, e.g. speaker")
 parser.add_argument("--supervisions", help="a column of transcript segments")
 args = parser.parse_args()
 
-# A short timeout: a rank waiting on another that ran out fails in a minute, not 30.
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+# A short timeout: a rank waiting on another that ran out fails in three minutes, not 30
+# (one minute was too short for a loaded 2-core machine starting DataLoader workers).
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=180))
 rank, world_size = dist.get_rank(), dist.get_world_size()
 
 data = CropDataset(
