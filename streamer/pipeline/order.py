@@ -55,10 +55,17 @@ class EpochPlan:
     def __len__(self) -> int:
         return len(self.source)
 
-    def digest(self) -> str:
+    def digest(self, sources: Sequence[Episodes]) -> str:
         """A short digest of the order (which crop at which place): a resume
-        point is a place in one order and means other crops in another."""
+        point is a place in one order and means other crops in another.
+
+        ``sources`` are the episodes the rows index (the plan's sources, in
+        order): their keys are folded in, so another dataset of as many
+        episodes of the same durations (the same rows and times) is another
+        order, not other audio served at the same places."""
         digest = hashlib.blake2b(digest_size=8)
+        for episodes in sources:
+            digest.update(episodes.keys_digest)
         for column in (self.source, self.episode, self.start, self.end):
             digest.update(np.ascontiguousarray(column, dtype=np.float64).tobytes())
         return digest.hexdigest()

@@ -222,7 +222,7 @@ class Streamer:
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
             whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest())
+            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
             positions, share_index = self.split.positions(len(whole), self.partition)
             self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
@@ -256,7 +256,7 @@ class Streamer:
             self._consumer_plan(epoch)  # plans the whole epoch once for both
         if epoch not in self._epochs:
             whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest())
+            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
         return self._epochs[epoch]
 
     def __len__(self) -> int:
