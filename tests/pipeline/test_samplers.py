@@ -140,16 +140,41 @@ def test_segments_split_into_whole_pieces_only(with_segments: Path, tmp_path: Pa
 
     root = tmp_path / "three"
     shutil.copytree(with_segments, root)
-    for shard in (root / "vad").iterdir():
-        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
-        table = pa.table({"__key__": keys, "vad": [[[0.1, 2.2]] for _ in range(len(keys))]})
-        with pa.ipc.new_file(str(shard), table.schema) as writer:
-            writer.write_table(table)
+    rewrite_vad(root, [[0.1, 2.2]])
     dataset = streamer.open_dataset(root)
     s = Streamer(dataset, SegmentCrops("vad", max_duration=0.7), workers=0, on_error="raise")
     got = [(c.start, c.end) for c in s]
     assert len(got) == 3 * len(Episodes.of(dataset))
     assert sorted(set(got)) == [(0.1, pytest.approx(0.8)), (pytest.approx(0.8), 1.5), (1.5, 2.2)]
+
+
+def rewrite_vad(root: Path, segments: list[list[float]]) -> None:
+    """Give every episode of ``root``'s ``vad/`` column these ``segments``."""
+    for shard in (root / "vad").iterdir():
+        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
+        table = pa.table({"__key__": keys, "vad": [segments for _ in range(len(keys))]})
+        with pa.ipc.new_file(str(shard), table.schema) as writer:
+            writer.write_table(table)
+
+
+def test_segments_without_usable_times_are_named(with_segments: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """NaN, infinite, negative and inverted segments give no crop: a warning
+    says how many and names the first, once (not every epoch or round)."""
+    segments = [[0.5, 1.0], [np.nan, 1.0], [-0.5, 1.0], [2.0, 1.5], [1.0, 1.0], [0.2, np.inf]]
+    rewrite_vad(with_segments, segments)
+    dataset = streamer.open_dataset(with_segments)
+    episodes = Episodes.of(dataset)
+    sampler = SegmentCrops("vad")
+    with caplog.at_level("WARNING", logger="streamer.pipeline.samplers"):
+        s = Streamer(dataset, sampler, workers=0, crops_per_epoch=3 * len(episodes))
+        got = [(c.start, c.end) for c in s]
+        s.set_epoch(1)
+        s.plan()
+    assert set(got) == {(0.5, 1.0)} and len(got) == 3 * len(episodes)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert f"{5 * len(episodes)} of {6 * len(episodes)} segments have no usable times" in said
+    assert f"{episodes.keys[0]!r} [nan, 1]" in said and f"{episodes.keys[0]!r} [-0.5, 1]" in said
 
 
 def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:
