@@ -136,7 +136,10 @@ class RandomCrops(Sampler):
 class SequentialCrops(Sampler):
     """Windows of ``duration`` seconds every ``hop`` seconds (default: ``duration``,
     back to back) from the start of each episode; the last window of an
-    episode is cut at its end (use ``pad=True`` on the Streamer for equal lengths)."""
+    episode is cut at its end (use ``pad=True`` on the Streamer for equal lengths).
+    A window that would hold no sample as the decode cuts it (one starting
+    under half a sample before the end, or under half a sample long at the
+    Streamer's ``sample_rate``) is not planned."""
 
     def __init__(self, duration: float, hop: float | None = None) -> None:
         self.duration = float(duration)
@@ -150,7 +153,8 @@ class SequentialCrops(Sampler):
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         lengths = np.maximum(np.nan_to_num(episodes.duration, nan=0.0), 0.0)
         episode, start, end = _windows(np.zeros(len(lengths)), lengths, self.hop, self.duration)
-        return Crops.of(episode, start, end)
+        crops = Crops.of(episode, start, end)
+        return crops.take(np.flatnonzero(episodes.holds_samples(episode, start, end)))
 
 
 class ListCrops(Sampler):

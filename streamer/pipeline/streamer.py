@@ -266,7 +266,9 @@ class Streamer:
     def episodes(self) -> list[Episodes]:
         """Each source's episodes (read once: keys, shards, durations)."""
         if self._episodes is None:
-            self._episodes = [Episodes.of(dataset) for dataset, _ in self.sources]
+            self._episodes = [
+                Episodes.of(dataset, self.sample_rate) for dataset, _ in self.sources
+            ]
         return self._episodes
 
     def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:

@@ -124,6 +124,54 @@ def test_back_to_back_windows_tile_the_episode_sample_for_sample(
     np.testing.assert_array_equal(np.concatenate([c.audio for c in crops], axis=1), whole)
 
 
+@pytest.fixture(scope="module")
+def ragged_ends(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """WAV episodes whose last window holds no sample once rounded: 12128
+    samples at 11025 Hz (a window at 1.1 s starts at sample 12127.5, rounded
+    to 12128: the end) and 48001 at 48 kHz (a window at 1.0 s holds one
+    sample, a third of one at 16 kHz)."""
+    src = tmp_path_factory.mktemp("ragged-src")
+    write_audio(src, "c", "wav", 11025, 1, 12128 / 11025, seed=1)
+    write_audio(src, "d", "wav", 48000, 2, 48001 / 48000, seed=2)
+    out = tmp_path_factory.mktemp("ragged") / "ds"
+    pack(src, out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("rate", [None, 16000, 8000, 44100])
+def test_no_window_is_planned_that_holds_no_sample(ragged_ends: Path, rate: int | None) -> None:
+    """Durations are in seconds, crops are cut in samples: a window starting
+    under half a sample before the end was planned, then failed as past the
+    end (or, resampled, as decoding to nothing). Every window planned is
+    served, and the last samples still are."""
+    dataset = streamer.open_dataset(ragged_ends)
+    s = Streamer(dataset, SequentialCrops(1.1, hop=0.1), workers=0, sample_rate=rate)
+    crops = list(Streamer(dataset, s.sampler, workers=0, sample_rate=rate, on_error="raise"))
+    assert len(crops) == len(s.plan())
+    starts = {key: sorted(c.start for c in crops if c.key == key) for key in "cd"}
+    assert starts["c"] == pytest.approx(np.arange(11) / 10)  # none at 1.1 s
+    assert len(starts["d"]) == (10 if rate in (16000, 8000) else 11)  # 1.0 s: one sample
+    last = max((c for c in crops if c.key == "c"), key=lambda c: c.start)
+    assert round(last.end * 11025) == 12128 and last.audio.shape[1] > 0
+
+
+def test_sample_rates_come_from_the_seek_index_without_audio_info(
+    ragged_ends: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(ragged_ends, root)
+    shutil.rmtree(root / "audio_info")
+    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    episodes = Episodes.of(streamer.open_dataset(root), 16000)
+    assert episodes.sample_rate.tolist() == [11025, 48000] and episodes.target_rate == 16000
+    assert (
+        episodes.sample_rate.tolist()
+        == Episodes.of(streamer.open_dataset(ragged_ends)).sample_rate.tolist()
+    )
+
+
 def test_overlapping_windows_end_where_a_later_one_starts() -> None:
     episodes = Episodes(None, ["x"], np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([9.0]))  # type: ignore[arg-type]
     crops = SequentialCrops(0.3, hop=0.1).crops(episodes, np.random.default_rng(0))
