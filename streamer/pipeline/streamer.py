@@ -266,9 +266,7 @@ class Streamer:
     def episodes(self) -> list[Episodes]:
         """Each source's episodes (read once: keys, shards, durations)."""
         if self._episodes is None:
-            self._episodes = [
-                Episodes.of(dataset, self.sample_rate) for dataset, _ in self.sources
-            ]
+            self._episodes = [Episodes.of(dataset, self.sample_rate) for dataset, _ in self.sources]
         return self._episodes
 
     def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:
@@ -330,16 +328,20 @@ class Streamer:
         return length
 
     def _note_dropped(self, length: int) -> None:
-        """Count the crops of this pass that no rank serves (``stats.dropped``,
-        on the last rank's first worker only: every rank would count the same
-        ones), and say so when they are all this rank had: a rank whose epoch
-        is empty must not look like one that finished it."""
+        """Count the crops of this pass that no rank serves (``stats.dropped``)
+        or that are served twice to fill the ranks (``stats.repeated``), on
+        the last rank's first worker only: every rank would count the same
+        ones. Say so when the dropped ones are all this rank had: a rank
+        whose epoch is empty must not look like one that finished it."""
         p = self.partition
-        dropped = self.split.dropped(self.total(), p.world_size)
-        if not dropped or p.worker:
+        if p.worker:
             return
+        dropped = self.split.dropped(self.total(), p.world_size)
         if p.rank == p.world_size - 1:
             self._stats.dropped += dropped
+            self._stats.repeated += self.split.repeated(self.total(), p.world_size)
+        if not dropped:
+            return
         if not len(self.split.rank_share(self.total(), p.rank, p.world_size)):
             log.warning(
                 "epoch %d: %d crops left for %d ranks: the even split (drop_last=True) "
