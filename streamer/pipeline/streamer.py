@@ -240,6 +240,7 @@ class Streamer:
             max_crops=self.max_crops,
             crops_per_epoch=self.crops_per_epoch,
             interleave=self.interleave,
+            warn=self.partition.slot == 0,
         )
 
     def total(self, epoch: int | None = None) -> int:
