@@ -39,6 +39,7 @@ __all__ = [
     "check_quality",
     "crop_span",
     "downmix",
+    "holds_samples",
     "resample",
     "window",
 ]
@@ -108,6 +109,24 @@ def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[
         return round(start * rate), round(end * rate), 0
     span = window(round(start * target), round((end - start) * target), rate, target)
     return span.input_first, span.input_last, span.skip
+
+
+def holds_samples(
+    start: np.ndarray, end: np.ndarray, duration: np.ndarray, rate: np.ndarray, target: int | None
+) -> np.ndarray:
+    """Whether each crop ``[start, end)`` of an episode of ``duration`` seconds
+    at ``rate`` holds a sample as a crop is cut (``crop_span``): it starts
+    before the episode's last sample at the native rate (the decode's "past
+    the end"), and it is a sample long once rounded, at the native rate
+    (``round(start*rate) < round(end*rate)``) or resampled to ``target``
+    (``round((end-start)*target) >= 1``). A crop of unknown ``rate`` (NaN)
+    is taken to hold one."""
+    first = np.round(start * rate)
+    inside = first < np.round(duration * rate)
+    native = first < np.round(end * rate)
+    if target is not None:
+        native = np.where(rate == target, native, np.round((end - start) * target) >= 1)
+    return np.isnan(rate) | (inside & native)
 
 
 def resample(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..dataset.dataset import INFO_DIR, Dataset
+from ..decode.resample import holds_samples
 from ..errors import DataError
 from ..formats.ffmpeg import full_decode_length
 
@@ -21,7 +24,10 @@ class Episodes:
     """Every episode of one dataset, in shard order (row ``i`` is episode ``i``).
 
     ``shard`` holds indices into ``dataset.shard_names``; ``duration`` is in
-    seconds (NaN when unknown: samplers skip those episodes).
+    seconds (NaN when unknown: samplers skip those episodes), ``sample_rate``
+    each episode's own (NaN when unknown; None: all unknown) and
+    ``target_rate`` the rate its crops are served at (a Streamer's
+    ``sample_rate``; None: each episode's own).
     """
 
     dataset: Dataset
@@ -29,30 +35,58 @@ class Episodes:
     shard: np.ndarray
     row: np.ndarray
     duration: np.ndarray
+    sample_rate: np.ndarray | None = None
+    target_rate: int | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    @cached_property
+    def keys_digest(self) -> bytes:
+        """A digest of the keys in row order (the same in every process): what
+        an epoch's digest says of which episodes its rows are, since two
+        datasets of as many episodes of the same durations plan the same
+        rows and times. Computed once per ``Episodes``."""
+        digest = hashlib.blake2b(digest_size=16)
+        for key in self.keys:
+            encoded = key.encode()
+            digest.update(len(encoded).to_bytes(8, "little") + encoded)
+        return digest.digest()
+
     @classmethod
-    def of(cls, dataset: Dataset) -> Episodes:
-        """Read from ``audio_info/`` (what ``streamer pack`` writes), else from the seek index."""
+    def of(cls, dataset: Dataset, target_rate: int | None = None) -> Episodes:
+        """Read from ``audio_info/`` (what ``streamer pack`` writes), else from
+        the seek index; ``target_rate``: the rate crops are served at."""
         keys: list[str] = []
-        shards, rows, durations = [], [], []
+        shards, rows, durations, rates = [], [], [], []
         for number, name in enumerate(dataset.shard_names):
             shard_keys = dataset.shard(name).keys.to_pylist()
             keys += shard_keys
             shards.append(np.full(len(shard_keys), number, dtype=np.int32))
             rows.append(np.arange(len(shard_keys), dtype=np.int64))
-            durations.append(_durations(dataset, name, shard_keys))
+            duration, rate = _timing(dataset, name, shard_keys)
+            durations.append(duration)
+            rates.append(rate)
         episodes = cls(
             dataset=dataset,
             keys=keys,
             shard=np.concatenate(shards) if shards else np.zeros(0, np.int32),
             row=np.concatenate(rows) if rows else np.zeros(0, np.int64),
             duration=np.concatenate(durations) if durations else np.zeros(0),
+            sample_rate=np.concatenate(rates) if rates else np.zeros(0),
+            target_rate=target_rate,
         )
         episodes._warn_unknown()
         return episodes
+
+    def holds_samples(self, episode: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Whether each crop of these episodes holds a sample as the decode
+        cuts it (``decode.resample.holds_samples``): a window planned in
+        seconds can start under half a sample before an episode's end (1.1 s
+        of 12128 samples at 11025 Hz is 12127.5), or hold one native sample
+        that rounds to none at the target rate, and then only fail."""
+        rate = np.full(len(self), np.nan) if self.sample_rate is None else self.sample_rate
+        return holds_samples(start, end, self.duration[episode], rate[episode], self.target_rate)
 
     def _warn_unknown(self) -> None:
         """Say which episodes no sampler will draw from: they are not crops
@@ -72,18 +106,24 @@ class Episodes:
             )
 
 
-def _durations(dataset: Dataset, name: str, keys: list[str]) -> np.ndarray:
+def _timing(dataset: Dataset, name: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each episode's duration in seconds and sample rate (NaN: unknown)."""
     if INFO_DIR in dataset.column_dirs:
         info = dataset.shard(name, INFO_DIR)
         if "duration" in info.schema.names:
-            column = info.column("duration").to_numpy()
-            return np.asarray(column, dtype=np.float64)
-    out = np.full(len(keys), np.nan)
+            names = info.schema.names
+            rate = info.column("sample_rate").to_numpy() if "sample_rate" in names else np.nan
+            return (
+                np.asarray(info.column("duration").to_numpy(), dtype=np.float64),
+                np.broadcast_to(np.asarray(rate, dtype=np.float64), (len(keys),)),
+            )
+    durations, rates = np.full(len(keys), np.nan), np.full(len(keys), np.nan)
     for j, key in enumerate(keys):
         try:
             index = dataset.episode(key).index  # checked: an implausible one says "no index"
         except DataError:  # no usable seek_index/ row: duration unknown
             continue
         if index is not None and index.ok and index.num_samples >= 0:
-            out[j] = full_decode_length(index) / index.timescale
-    return out
+            durations[j] = full_decode_length(index) / index.timescale
+            rates[j] = index.sample_rate
+    return durations, rates

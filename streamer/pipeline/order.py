@@ -55,10 +55,17 @@ class EpochPlan:
     def __len__(self) -> int:
         return len(self.source)
 
-    def digest(self) -> str:
+    def digest(self, sources: Sequence[Episodes]) -> str:
         """A short digest of the order (which crop at which place): a resume
-        point is a place in one order and means other crops in another."""
+        point is a place in one order and means other crops in another.
+
+        ``sources`` are the episodes the rows index (the plan's sources, in
+        order): their keys are folded in, so another dataset of as many
+        episodes of the same durations (the same rows and times) is another
+        order, not other audio served at the same places."""
         digest = hashlib.blake2b(digest_size=8)
+        for episodes in sources:
+            digest.update(episodes.keys_digest)
         for column in (self.source, self.episode, self.start, self.end):
             digest.update(np.ascontiguousarray(column, dtype=np.float64).tobytes())
         return digest.hexdigest()
@@ -80,8 +87,13 @@ def plan_epoch(
     max_crops: int | None = None,
     crops_per_epoch: int | None = None,
     interleave: bool = True,
+    warn: bool = True,
 ) -> EpochPlan:
     """The global order of one epoch (``max_crops``: only its first crops).
+
+    ``warn``: log what the epoch lacks (a mix's source without crops, a
+    short ``crops_per_epoch``); every rank and DataLoader worker plans the
+    same epoch, so one of them (``Streamer``: the first) says it for all.
 
     ``crops_per_epoch`` fixes the epoch's length whatever the sampler gives:
     fewer are the first of the order; more are further rounds of the
@@ -95,15 +107,17 @@ def plan_epoch(
     draw a crop), with a warning that the epoch is short."""
     if max_crops is not None and crops_per_epoch is not None:
         raise ValueError("give max_crops or crops_per_epoch, not both")
-    plan = _round(sources, sampler, seed, epoch, window, interleave, ())
+    plan = _round(sources, sampler, seed, epoch, window, interleave, (), warn)
     if crops_per_epoch is not None:
         rounds, total, empty = [plan], len(plan), int(not len(plan))
         while total < crops_per_epoch and empty < _EMPTY_ROUNDS:
-            plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),))
+            plan = _round(
+                sources, sampler, seed, epoch, window, interleave, (len(rounds),), warn=False
+            )
             rounds.append(plan)
             total += len(plan)
             empty = 0 if len(plan) else empty + 1
-        if total < crops_per_epoch:
+        if total < crops_per_epoch and warn:
             log.warning(
                 "crops_per_epoch=%d: %r drew no crop in %d rounds in a row; epoch %d has %d",
                 crops_per_epoch,
@@ -131,8 +145,10 @@ def _round(
     window: int,
     interleave: bool,
     round_words: tuple[int, ...],
+    warn: bool,
 ) -> EpochPlan:
-    """One draw of the sampler over every source, in epoch order."""
+    """One draw of the sampler over every source, in epoch order (``warn``:
+    name the sources that drew nothing, for the first round only)."""
     drawn = []
     for number, (episodes, _) in enumerate(sources):
         crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER, *round_words))
@@ -145,7 +161,7 @@ def _round(
         )
         drawn.append(crops.take(order))
     shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
-    if not round_words:
+    if warn:
         _warn_empty(sources, drawn, sampler, epoch)
     with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import io
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from .episodes import Episodes
 from .metadata import find_column
 
 __all__ = ["Crops", "ListCrops", "RandomCrops", "Sampler", "SegmentCrops", "SequentialCrops"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,10 @@ class RandomCrops(Sampler):
 class SequentialCrops(Sampler):
     """Windows of ``duration`` seconds every ``hop`` seconds (default: ``duration``,
     back to back) from the start of each episode; the last window of an
-    episode is cut at its end (use ``pad=True`` on the Streamer for equal lengths)."""
+    episode is cut at its end (use ``pad=True`` on the Streamer for equal lengths).
+    A window that would hold no sample as the decode cuts it (one starting
+    under half a sample before the end, or under half a sample long at the
+    Streamer's ``sample_rate``) is not planned."""
 
     def __init__(self, duration: float, hop: float | None = None) -> None:
         self.duration = float(duration)
@@ -147,7 +153,8 @@ class SequentialCrops(Sampler):
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         lengths = np.maximum(np.nan_to_num(episodes.duration, nan=0.0), 0.0)
         episode, start, end = _windows(np.zeros(len(lengths)), lengths, self.hop, self.duration)
-        return Crops.of(episode, start, end)
+        crops = Crops.of(episode, start, end)
+        return crops.take(np.flatnonzero(episodes.holds_samples(episode, start, end)))
 
 
 class ListCrops(Sampler):
@@ -224,11 +231,18 @@ class SegmentCrops(Sampler):
     segments with ``start`` and ``end`` (Arrow structs), whose other fields
     (a transcript's ``text``, a ``speaker``) each crop carries in
     ``crop.fields``. Segments longer than ``max_duration`` are cut into
-    consecutive pieces of at most that, each with its segment's fields."""
+    consecutive pieces of at most that, each with its segment's fields.
+
+    A segment without usable times (NaN or infinite, ``start < 0``, ``end <=
+    start``) gives no crop, and a warning says how many and names the first
+    (once per dataset: the segments are the same every epoch). A segment
+    past its episode's end is planned: its crop fails as a ``CropError``
+    (counted in ``stats.skipped``, or raised with ``on_error="raise"``)."""
 
     def __init__(self, column: str, max_duration: float | None = None) -> None:
         self.column = column
         self.max_duration = max_duration
+        self._warned: set[str] = set()  # datasets whose unusable segments were named
 
     def __repr__(self) -> str:
         return f"SegmentCrops({self.column!r}, max_duration={self.max_duration})"
@@ -238,7 +252,9 @@ class SegmentCrops(Sampler):
         counts = [len(pairs) for pairs, _ in segments]
         pairs = np.concatenate([p for p, _ in segments]) if segments else np.zeros((0, 2))
         episode = np.repeat(np.arange(len(segments)), counts)
-        keep = (pairs[:, 0] >= 0) & (pairs[:, 1] > pairs[:, 0])
+        keep = np.isfinite(pairs).all(axis=1) & (pairs[:, 0] >= 0) & (pairs[:, 1] > pairs[:, 0])
+        if not keep.all():
+            self._warn_unusable(episodes, episode[~keep], pairs[~keep], len(pairs))
         with_fields = any(f is not None for _, f in segments)
         fields = (
             [f for pairs, found in segments for f in (found or [{}] * len(pairs))]
@@ -247,6 +263,30 @@ class SegmentCrops(Sampler):
         )
         crops = Crops.of(episode, pairs[:, 0], pairs[:, 1], fields).take(np.flatnonzero(keep))
         return self._split(crops) if self.max_duration else crops
+
+    def _warn_unusable(
+        self, episodes: Episodes, episode: np.ndarray, pairs: np.ndarray, total: int
+    ) -> None:
+        """Say which segments give no crop: they are not crops that fail
+        (nothing would count them later), they are never planned."""
+        url = episodes.dataset.url
+        if url in self._warned:
+            return
+        self._warned.add(url)
+        shown = ", ".join(
+            f"{episodes.keys[row]!r} [{start:g}, {end:g}]"
+            for row, (start, end) in zip(episode[:3], pairs[:3], strict=True)
+        )
+        log.warning(
+            "%r: %s: %d of %d segments have no usable times (NaN or infinite, start < 0, "
+            "or end <= start) and give no crop: %s%s",
+            self,
+            url,
+            len(episode),
+            total,
+            shown,
+            ", ..." if len(episode) > 3 else "",
+        )
 
     def _segments(self, episodes: Episodes) -> list[tuple[np.ndarray, list[dict] | None]]:
         dataset = episodes.dataset

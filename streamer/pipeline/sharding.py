@@ -105,6 +105,13 @@ class Split:
             return 0
         return len(_remaining(total, self.done)) % world_size
 
+    def repeated(self, total: int, world_size: int) -> int:
+        """Crops of this pass served twice: those ``even`` without ``drop_last``
+        repeats from the start to fill the last runs (fewer than ``world_size``)."""
+        if not self.even or self.drop_last:
+            return 0
+        return -len(_remaining(total, self.done)) % world_size
+
     def worker_turns(self, count: int, worker: int, num_workers: int) -> np.ndarray:
         """Indices into a rank's share (of ``count`` crops) that ``worker`` takes:
         after ``consumed``, every ``num_workers``-th batch of ``batch_size``."""

@@ -30,7 +30,9 @@ class StreamerStats:
     ``dropped`` counts the crops of a pass that no rank serves: the even
     split's remainder under ``drop_last`` (fewer than ``world_size``), the
     same for every rank, so only the last rank (its first DataLoader worker)
-    counts them: a sum over all consumers is the job's.
+    counts them: a sum over all consumers is the job's. ``repeated`` counts
+    those served twice instead with ``drop_last=False`` (repeated from the
+    start of the order to fill the last ranks' runs), counted the same way.
     ``queue_wait_s`` is how long the consumer waited for crops: near zero
     means the pipeline keeps up. ``latencies`` are per-crop seconds from
     planning to decoded.
@@ -39,6 +41,7 @@ class StreamerStats:
     yielded: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
+    repeated: int = 0
     bytes_read: int = 0
     requests: int = 0
     cache_hits: int = 0

@@ -222,7 +222,7 @@ class Streamer:
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
             whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest())
+            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
             positions, share_index = self.split.positions(len(whole), self.partition)
             self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
@@ -240,6 +240,7 @@ class Streamer:
             max_crops=self.max_crops,
             crops_per_epoch=self.crops_per_epoch,
             interleave=self.interleave,
+            warn=self.partition.slot == 0,
         )
 
     def total(self, epoch: int | None = None) -> int:
@@ -256,7 +257,7 @@ class Streamer:
             self._consumer_plan(epoch)  # plans the whole epoch once for both
         if epoch not in self._epochs:
             whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest())
+            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
         return self._epochs[epoch]
 
     def __len__(self) -> int:
@@ -266,7 +267,7 @@ class Streamer:
     def episodes(self) -> list[Episodes]:
         """Each source's episodes (read once: keys, shards, durations)."""
         if self._episodes is None:
-            self._episodes = [Episodes.of(dataset) for dataset, _ in self.sources]
+            self._episodes = [Episodes.of(dataset, self.sample_rate) for dataset, _ in self.sources]
         return self._episodes
 
     def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:
@@ -328,16 +329,20 @@ class Streamer:
         return length
 
     def _note_dropped(self, length: int) -> None:
-        """Count the crops of this pass that no rank serves (``stats.dropped``,
-        on the last rank's first worker only: every rank would count the same
-        ones), and say so when they are all this rank had: a rank whose epoch
-        is empty must not look like one that finished it."""
+        """Count the crops of this pass that no rank serves (``stats.dropped``)
+        or that are served twice to fill the ranks (``stats.repeated``), on
+        the last rank's first worker only: every rank would count the same
+        ones. Say so when the dropped ones are all this rank had: a rank
+        whose epoch is empty must not look like one that finished it."""
         p = self.partition
-        dropped = self.split.dropped(self.total(), p.world_size)
-        if not dropped or p.worker:
+        if p.worker:
             return
+        dropped = self.split.dropped(self.total(), p.world_size)
         if p.rank == p.world_size - 1:
             self._stats.dropped += dropped
+            self._stats.repeated += self.split.repeated(self.total(), p.world_size)
+        if not dropped:
+            return
         if not len(self.split.rank_share(self.total(), p.rank, p.world_size)):
             log.warning(
                 "epoch %d: %d crops left for %d ranks: the even split (drop_last=True) "

@@ -38,3 +38,10 @@ def test_a_source_without_crops_is_named_and_takes_no_share(
     assert len(crops) == s.total(0) == 28 and {c.source for c in crops} == {"long"}
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and f"Mix: {short.url} (weight 1, 2 episodes) has no crop" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
+        for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process plans the epoch
+            mix = Mix([(str(packed), 1.0, "long"), (short, 1.0, "short")])
+            s = Streamer(mix, sampler, rank=rank, world_size=2, worker=worker, num_workers=2)
+            assert s.total() == 28
+            assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first

@@ -124,6 +124,54 @@ def test_back_to_back_windows_tile_the_episode_sample_for_sample(
     np.testing.assert_array_equal(np.concatenate([c.audio for c in crops], axis=1), whole)
 
 
+@pytest.fixture(scope="module")
+def ragged_ends(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """WAV episodes whose last window holds no sample once rounded: 12128
+    samples at 11025 Hz (a window at 1.1 s starts at sample 12127.5, rounded
+    to 12128: the end) and 48001 at 48 kHz (a window at 1.0 s holds one
+    sample, a third of one at 16 kHz)."""
+    src = tmp_path_factory.mktemp("ragged-src")
+    write_audio(src, "c", "wav", 11025, 1, 12128 / 11025, seed=1)
+    write_audio(src, "d", "wav", 48000, 2, 48001 / 48000, seed=2)
+    out = tmp_path_factory.mktemp("ragged") / "ds"
+    pack(src, out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("rate", [None, 16000, 8000, 44100])
+def test_no_window_is_planned_that_holds_no_sample(ragged_ends: Path, rate: int | None) -> None:
+    """Durations are in seconds, crops are cut in samples: a window starting
+    under half a sample before the end was planned, then failed as past the
+    end (or, resampled, as decoding to nothing). Every window planned is
+    served, and the last samples still are."""
+    dataset = streamer.open_dataset(ragged_ends)
+    s = Streamer(dataset, SequentialCrops(1.1, hop=0.1), workers=0, sample_rate=rate)
+    crops = list(Streamer(dataset, s.sampler, workers=0, sample_rate=rate, on_error="raise"))
+    assert len(crops) == len(s.plan())
+    starts = {key: sorted(c.start for c in crops if c.key == key) for key in "cd"}
+    assert starts["c"] == pytest.approx(np.arange(11) / 10)  # none at 1.1 s
+    assert len(starts["d"]) == (10 if rate in (16000, 8000) else 11)  # 1.0 s: one sample
+    last = max((c for c in crops if c.key == "c"), key=lambda c: c.start)
+    assert round(last.end * 11025) == 12128 and last.audio.shape[1] > 0
+
+
+def test_sample_rates_come_from_the_seek_index_without_audio_info(
+    ragged_ends: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(ragged_ends, root)
+    shutil.rmtree(root / "audio_info")
+    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    episodes = Episodes.of(streamer.open_dataset(root), 16000)
+    assert episodes.sample_rate.tolist() == [11025, 48000] and episodes.target_rate == 16000
+    assert (
+        episodes.sample_rate.tolist()
+        == Episodes.of(streamer.open_dataset(ragged_ends)).sample_rate.tolist()
+    )
+
+
 def test_overlapping_windows_end_where_a_later_one_starts() -> None:
     episodes = Episodes(None, ["x"], np.zeros(1, np.int32), np.zeros(1, np.int64), np.array([9.0]))  # type: ignore[arg-type]
     crops = SequentialCrops(0.3, hop=0.1).crops(episodes, np.random.default_rng(0))
@@ -140,16 +188,41 @@ def test_segments_split_into_whole_pieces_only(with_segments: Path, tmp_path: Pa
 
     root = tmp_path / "three"
     shutil.copytree(with_segments, root)
-    for shard in (root / "vad").iterdir():
-        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
-        table = pa.table({"__key__": keys, "vad": [[[0.1, 2.2]] for _ in range(len(keys))]})
-        with pa.ipc.new_file(str(shard), table.schema) as writer:
-            writer.write_table(table)
+    rewrite_vad(root, [[0.1, 2.2]])
     dataset = streamer.open_dataset(root)
     s = Streamer(dataset, SegmentCrops("vad", max_duration=0.7), workers=0, on_error="raise")
     got = [(c.start, c.end) for c in s]
     assert len(got) == 3 * len(Episodes.of(dataset))
     assert sorted(set(got)) == [(0.1, pytest.approx(0.8)), (pytest.approx(0.8), 1.5), (1.5, 2.2)]
+
+
+def rewrite_vad(root: Path, segments: list[list[float]]) -> None:
+    """Give every episode of ``root``'s ``vad/`` column these ``segments``."""
+    for shard in (root / "vad").iterdir():
+        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
+        table = pa.table({"__key__": keys, "vad": [segments for _ in range(len(keys))]})
+        with pa.ipc.new_file(str(shard), table.schema) as writer:
+            writer.write_table(table)
+
+
+def test_segments_without_usable_times_are_named(with_segments: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """NaN, infinite, negative and inverted segments give no crop: a warning
+    says how many and names the first, once (not every epoch or round)."""
+    segments = [[0.5, 1.0], [np.nan, 1.0], [-0.5, 1.0], [2.0, 1.5], [1.0, 1.0], [0.2, np.inf]]
+    rewrite_vad(with_segments, segments)
+    dataset = streamer.open_dataset(with_segments)
+    episodes = Episodes.of(dataset)
+    sampler = SegmentCrops("vad")
+    with caplog.at_level("WARNING", logger="streamer.pipeline.samplers"):
+        s = Streamer(dataset, sampler, workers=0, crops_per_epoch=3 * len(episodes))
+        got = [(c.start, c.end) for c in s]
+        s.set_epoch(1)
+        s.plan()
+    assert set(got) == {(0.5, 1.0)} and len(got) == 3 * len(episodes)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert f"{5 * len(episodes)} of {6 * len(episodes)} segments have no usable times" in said
+    assert f"{episodes.keys[0]!r} [nan, 1]" in said and f"{episodes.keys[0]!r} [-0.5, 1]" in said
 
 
 def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:

@@ -65,22 +65,26 @@ def test_the_dropped_remainder_is_counted_and_an_empty_share_said(
 ) -> None:
     """The even split leaves out the remainder: the last rank counts it in
     ``stats.dropped`` (once over the job), and a rank left with nothing
-    because of it says so instead of ending its epoch as if it were done."""
+    because of it says so instead of ending its epoch as if it were done.
+    With ``drop_last=False`` the crops served twice to fill the ranks are
+    counted alike, in ``stats.repeated``."""
     dataset = streamer.open_dataset(packed)
     sampler = RandomCrops(0.5, per_episode=5)  # 35 crops
 
-    def run(world_size: int, **options: object) -> list[tuple[int, int]]:
+    def run(world_size: int, **options: object) -> list[tuple[int, int, int]]:
         counts = []
         for rank in range(world_size):
             s = Streamer(dataset, sampler, rank=rank, world_size=world_size, workers=0, **options)
-            counts.append((len(list(s)), s.stats.dropped))
+            counts.append((len(list(s)), s.stats.dropped, s.stats.repeated))
         return counts
 
     with caplog.at_level("WARNING", logger="streamer.pipeline.streamer"):
-        assert run(4) == [(8, 0), (8, 0), (8, 0), (8, 3)]
-        assert run(2, drop_last=False) == [(18, 0), (18, 0)]
+        assert run(4) == [(8, 0, 0), (8, 0, 0), (8, 0, 0), (8, 3, 0)]
+        assert run(2, drop_last=False) == [(18, 0, 0), (18, 0, 1)]
+        assert run(4, drop_last=False, max_crops=2) == [(1, 0, 0)] * 3 + [(1, 0, 2)]
+        assert run(4, even=False) == [(8, 0, 0), (9, 0, 0), (9, 0, 0), (9, 0, 0)]
         assert not caplog.records
-        assert run(4, max_crops=3) == [(0, 0), (0, 0), (0, 0), (0, 3)]
+        assert run(4, max_crops=3) == [(0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 3, 0)]
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 4 and all("3 crops left for 4 ranks" in m for m in said)
     assert "rank 2 serves none" in said[2]

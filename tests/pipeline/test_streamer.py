@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import shutil
 import warnings
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from helpers import gone, signature
 import streamer
 from streamer import Mix, RandomCrops, Streamer
 from streamer.dataset import Dataset
+from streamer.write.pack import pack
 
 
 def test_crops_match_read_crop(packed: Path) -> None:
@@ -65,6 +67,27 @@ def test_a_state_of_another_order_is_refused(packed: Path) -> None:
     same = Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2, workers=0)
     same.load_state_dict(state)
     assert len(list(same)) == 21 - 8
+
+
+def test_a_state_of_other_episodes_of_the_same_durations_is_refused(
+    packed: Path, audio_dir: Path, tmp_path: Path
+) -> None:
+    """Another dataset of as many episodes of the same durations plans the
+    same rows and times: its episodes' keys tell it apart, or a resume
+    serves other audio at every place."""
+    for file in audio_dir.rglob("*.*"):
+        renamed = tmp_path / "src" / file.parent.relative_to(audio_dir) / f"x{file.name}"
+        renamed.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, renamed)
+    pack(tmp_path / "src", tmp_path / "renamed", batch_size=2, shard_size=600_000, progress=False)
+    sampler = RandomCrops(0.5, per_episode=3)
+    state = Streamer(streamer.open_dataset(packed), sampler, seed=2, workers=0).state_dict()
+    renamed = Streamer(streamer.open_dataset(tmp_path / "renamed"), sampler, seed=2, workers=0)
+    assert renamed.episodes()[0].keys != Streamer(packed, sampler).episodes()[0].keys
+    assert renamed.total() == state["total"]
+    assert np.array_equal(renamed.plan().start, Streamer(packed, sampler, seed=2).plan().start)
+    with pytest.raises(ValueError, match=r"another order of epoch 0 \(21 crops\).*plans 21:"):
+        renamed.load_state_dict(state)
 
 
 # -- memory ----------------------------------------------------------------------------
