@@ -388,11 +388,8 @@ class CropDataset(IterableDataset):
 
     def _plan_summary(self, epoch: int, done: Intervals) -> dict[str, Any]:
         """What ranks compare (``_agree``), and what an error says of this one."""
-        s = self.streamer()
-        if epoch not in self._epochs:
-            self._epochs[epoch] = (s.total(epoch), s.digest(epoch))
-        total, digest = self._epochs[epoch]
-        episodes = s.episodes()
+        total, digest = self._epoch(epoch)
+        episodes = self.streamer().episodes()
         shards = sum(len(e.dataset.shard_names) for e in episodes)
         left = total - sum(last - first for first, last in done)
         says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}), "

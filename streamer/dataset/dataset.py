@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
@@ -652,12 +652,16 @@ def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset
     return Dataset(root, store=store)
 
 
-def write_manifest(store: Store, root: str) -> str:
-    """List the dataset at ``root`` afresh and store its manifest beside its
-    column directories (atomically, after every shard is in place); returns
-    the manifest's path. ``streamer pack`` and ``streamer index`` call this
+def write_manifest(
+    store: Store, root: str, column_dirs: Mapping[str, Mapping[str, str]] | None = None
+) -> str:
+    """List the dataset at ``root`` afresh (or take ``column_dirs``, a listing
+    the caller just made) and store its manifest beside its column
+    directories (atomically, after every shard is in place); returns the
+    manifest's path. ``streamer pack`` and ``streamer index`` call this
     last; call it after changing a dataset's shards by other means."""
-    column_dirs, _ = _column_dirs(store, root)
+    if column_dirs is None:
+        column_dirs, _ = _column_dirs(store, root)
     return store_manifest(store, root, describe(store, column_dirs))
 
 

@@ -222,13 +222,14 @@ class Streamer:
         epoch = self.epoch if epoch is None else epoch
         if epoch not in self._plans:
             whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
             positions, share_index = self.split.positions(len(whole), self.partition)
             self._plans = {epoch: (whole[positions], share_index)}
         return self._plans[epoch]
 
     def _whole_plan(self, epoch: int) -> EpochPlan:
-        return plan_epoch(
+        """Every rank's crops of ``epoch``; its size and digest are noted as it
+        is planned (``total``, ``digest``)."""
+        whole = plan_epoch(
             [
                 (episodes, weight)
                 for episodes, (_, weight) in zip(self.episodes(), self.sources, strict=True)
@@ -242,6 +243,8 @@ class Streamer:
             interleave=self.interleave,
             warn=self.partition.slot == 0,
         )
+        self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
+        return whole
 
     def total(self, epoch: int | None = None) -> int:
         """Crops in the whole of ``epoch`` (every rank's), before the split."""
@@ -256,8 +259,7 @@ class Streamer:
         if epoch == self.epoch:
             self._consumer_plan(epoch)  # plans the whole epoch once for both
         if epoch not in self._epochs:
-            whole = self._whole_plan(epoch)
-            self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
+            self._whole_plan(epoch)
         return self._epochs[epoch]
 
     def __len__(self) -> int:
@@ -325,10 +327,10 @@ class Streamer:
         length = len(self.plan())
         if not self._dropped_noted:
             self._dropped_noted = True
-            self._note_dropped(length)
+            self._note_dropped()
         return length
 
-    def _note_dropped(self, length: int) -> None:
+    def _note_dropped(self) -> None:
         """Count the crops of this pass that no rank serves (``stats.dropped``)
         or that are served twice to fill the ranks (``stats.repeated``), on
         the last rank's first worker only: every rank would count the same
@@ -337,13 +339,14 @@ class Streamer:
         p = self.partition
         if p.worker:
             return
-        dropped = self.split.dropped(self.total(), p.world_size)
+        total = self.total()
+        dropped = self.split.dropped(total, p.world_size)
         if p.rank == p.world_size - 1:
             self._stats.dropped += dropped
-            self._stats.repeated += self.split.repeated(self.total(), p.world_size)
+            self._stats.repeated += self.split.repeated(total, p.world_size)
         if not dropped:
             return
-        if not len(self.split.rank_share(self.total(), p.rank, p.world_size)):
+        if not len(self.split.rank_share(total, p.rank, p.world_size)):
             log.warning(
                 "epoch %d: %d crops left for %d ranks: the even split (drop_last=True) "
                 "leaves them all out, rank %d serves none; drop_last=False repeats crops "

@@ -228,7 +228,7 @@ def _write_manifest_when_complete(store: Store, root: str) -> None:
             len(missing),
         )
         return
-    write_manifest(store, root)
+    write_manifest(store, root, listed.column_dirs)
 
 
 def verify_index_shards(
