@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 
 from ..decode.resample import DEFAULT_QUALITY, QUALITIES
@@ -78,6 +79,20 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: a size of at least one byte, a number with an optional
+    unit (``K``, ``M``, ``G``, ``T``, powers of 1024, also written ``GiB`` or ``GB``)."""
+    match = _SIZE.fullmatch(text.strip())
+    value = float(match[1]) * _UNITS[match[2].upper()] if match else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a size such as 500G or 2T, not {text!r}")
+    return int(value)
+
+
 def partition(option: str, *, or_names: bool = False) -> Callable[[str], str]:
     """An argparse type: an ``i/n`` spec (``or_names``: or a comma list of
     shard names, which only the dataset can check)."""
@@ -119,7 +134,7 @@ def storage_options(
     them to the remote one only.
     """
     options: dict[str, object] = {}
-    for name in ("endpoint_url", "cache_dir", "give_up_after"):
+    for name in ("endpoint_url", "cache_dir", "cache_dir_bytes", "give_up_after"):
         if getattr(args, name, None):
             options[name] = getattr(args, name)
     if urls is None:
@@ -160,6 +175,13 @@ def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     parser.add_argument("--mono", action="store_true", help="crops as the mean of the channels")
     parser.add_argument(
         "--cache-dir", help="disk tier of the block cache (remote datasets; `streamer warmup`)"
+    )
+    parser.add_argument(
+        "--cache-dir-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help="size limit of the disk tier, e.g. 500G or 2T (K, M, G, T: powers of 1024; "
+        "default 16G)",
     )
 
 

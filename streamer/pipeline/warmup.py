@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,6 +29,7 @@ import anyio.to_thread
 
 from ..decode.crop import CropJob
 from ..errors import StorageError
+from ..storage.base import Store
 from ..storage.loop import run_sync
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
@@ -77,10 +79,11 @@ async def _warmup(
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
     since = time.time()
-    planned = await _plan_all(streamer, concurrency)
+    stores, planned = await _plan_all(streamer, concurrency)
     for failure in planned:
         if isinstance(failure, Failure) and failure.storage:
             raise failure.error()
+    _check_room(stores, planned)
     jobs = [p for p in planned if isinstance(p, CropJob)]
     for failure in planned:
         if isinstance(failure, Failure):
@@ -123,20 +126,63 @@ def _skip(report: WarmupReport, failure: Failure) -> None:
     )
 
 
-async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Failure]:
-    """Every crop's plan, in ``concurrency`` threads: planning opens shards and
-    reads indexes, one round trip after another for each new shard."""
+async def _plan_all(
+    streamer: Streamer, concurrency: int
+) -> tuple[list[Store], list[CropJob | Failure]]:
+    """Every crop's plan and the store it reads from, in ``concurrency``
+    threads: planning opens shards and reads indexes, one round trip after
+    another for each new shard."""
     crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
+    stores: list[Store | None] = [None] * crops
     out: list[CropJob | Failure | None] = [None] * crops
     positions = iter(range(crops))  # shared: each thread takes the next position
 
     def plan_some() -> None:
         for position in positions:
             dataset, request = streamer.request(position)
-            out[position] = plan(dataset, request)
+            stores[position], out[position] = dataset.store, plan(dataset, request)
 
     limiter = anyio.CapacityLimiter(concurrency)
     async with anyio.create_task_group() as group:
         for _ in range(min(concurrency, crops)):
             group.start_soon(partial(anyio.to_thread.run_sync, plan_some, limiter=limiter))
-    return [p for p in out if p is not None]
+    return [s for s in stores if s is not None], [p for p in out if p is not None]
+
+
+def _check_room(stores: list[Store], planned: list[CropJob | Failure]) -> None:
+    """Fail before fetching anything when a store's disk tier is smaller than
+    the distinct bytes its crops read: the warmup could only end in "its size
+    limit evicted entries" after downloading them all."""
+    jobs: dict[int, list[CropJob]] = defaultdict(list)
+    for store, job in zip(stores, planned, strict=True):
+        if isinstance(job, CropJob) and not is_mapped(job):
+            jobs[id(store)].append(job)
+    for store in {id(s): s for s in stores}.values():
+        tier = store.disk_tier()
+        if tier is None or not jobs[id(store)]:
+            continue
+        directory, limit = tier
+        needed = _distinct_bytes(jobs[id(store)])
+        if needed > limit:
+            raise StorageError(
+                f"warmup needs at least {needed} bytes of disk cache but {directory} "
+                f"may hold {limit} (cache_dir_bytes, --cache-dir-bytes): "
+                "raise the limit or warm fewer crops"
+            )
+
+
+def _distinct_bytes(jobs: list[CropJob]) -> int:
+    """The bytes ``jobs`` read, each counted once (crops overlap, and share
+    blobs): a lower bound of what a disk tier of aligned blocks keeps."""
+    spans: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
+    for job in jobs:
+        blob = job.episode.blob
+        ranges = job.plan.ranges if job.plan is not None else ((0, blob.length),)
+        spans[blob.shard].extend((blob.offset + at, blob.offset + at + n) for at, n in ranges)
+    total = 0
+    for intervals in spans.values():
+        covered = 0  # the end of what is counted so far
+        for start, end in sorted(intervals):
+            total += max(0, end - max(start, covered))
+            covered = max(covered, end)
+    return total

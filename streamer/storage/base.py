@@ -200,6 +200,11 @@ class Store(abc.ABC):
         cache's disk tier; call on the store loop, ``loop.py``). Nothing here."""
         return None
 
+    def disk_tier(self) -> tuple[str, int] | None:
+        """The disk tier's directory and size limit (``cache_dir``,
+        ``cache_dir_bytes``), or None: a store without a disk tier."""
+        return None
+
     def disk_tier_problem(self, since: float) -> str | None:
         """Why the disk tier may have lost what was cached since ``since``
         (``time.time()``: writes failed, or its size limit evicted it), or

@@ -233,6 +233,10 @@ class RemoteStore(Store):
         if state is not None:
             await state.cache.drain()
 
+    def disk_tier(self) -> tuple[str, int] | None:
+        config = self.cache_config
+        return (config.cache_dir, config.cache_dir_bytes) if config.cache_dir else None
+
     def disk_tier_problem(self, since: float) -> str | None:
         state = self._state.peek()
         disk = None if state is None else state.cache.disk

@@ -161,6 +161,16 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "argument --crops: must be at least 1, not 0",
         2,
     ),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "lots"],
+        "argument --cache-dir-bytes: must be a size such as 500G or 2T, not 'lots'",
+        2,
+    ),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "0K"],
+        "argument --cache-dir-bytes: must be a size such as 500G or 2T, not '0K'",
+        2,
+    ),
     (["demo", "--crops", "0"], "argument --crops: must be at least 1, not 0", 2),
     (
         ["demo", "--duration", "0"],

@@ -26,11 +26,22 @@ CONFIG = BenchConfig(duration=0.5, crops=20, seed=1)
 
 def test_a_cache_too_small_for_the_run_fails_the_warmup(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url = f"{http.url}/packed"
-    small = streamer.open_dataset(url, cache_dir=str(tmp_path / "small"), cache_dir_bytes=200_000)
-    with pytest.raises(StorageError, match=r"small: its size limit \(200000 bytes"):
-        warmup(bench_streamer(small, CONFIG, workers=0))
+    # Smaller than the distinct bytes of the plan: refused before any crop is fetched.
+    tiny = streamer.open_dataset(url, cache_dir=str(tmp_path / "tiny"), cache_dir_bytes=1000)
+    with pytest.raises(
+        StorageError, match=r"warmup needs at least \d+ bytes of disk cache but "
+    ) as refused:
+        warmup(bench_streamer(tiny, CONFIG, workers=0))
+    needed = int(str(refused.value).split("at least ")[1].split()[0])
     roomy = streamer.open_dataset(url, cache_dir=str(tmp_path / "roomy"))
     assert warmup(bench_streamer(roomy, CONFIG, workers=0)).crops == 20
+    # What the refused run fetched (the open, the indexes) leaves out the crops' bytes.
+    assert tiny.store.stats.bytes_fetched + needed <= roomy.store.stats.bytes_fetched
+    # Room for the planned bytes but not for the blocks that hold them: found
+    # out after the fetch, by the evictions.
+    small = streamer.open_dataset(url, cache_dir=str(tmp_path / "small"), cache_dir_bytes=needed)
+    with pytest.raises(StorageError, match=rf"small: its size limit \({needed} bytes"):
+        warmup(bench_streamer(small, CONFIG, workers=0))
     # A warmup into a full cache of older entries evicts them, not its own.
     entries = [p for p in (tmp_path / "roomy").rglob("*.blk")]
     for entry in entries:
@@ -93,3 +104,22 @@ def test_crops_of_bad_data_are_counted_by_reason_and_named(packed: Path, caplog)
     assert report.crops == 3 * (len(keys) - 1)
     named = [r.getMessage() for r in caplog.records if "warmup: skipping" in r.getMessage()]
     assert len(named) == 3 and all(repr(keys[0]) in line for line in named)
+
+
+def test_the_warmup_command_takes_a_disk_tier_size(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--cache-dir-bytes`` sets the limit the run is checked against: too
+    small is one error line before any download, room enough warms every crop."""
+    argv = ["warmup", f"{http.url}/packed", "--duration", "0.5", "--crops", "20"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    command = [sys.executable, "-m", "streamer.cli", *argv]
+    small = subprocess.run(
+        [*command, "--cache-dir-bytes", "4K"], capture_output=True, text=True, timeout=120
+    )
+    assert small.returncode == 1 and "Traceback" not in small.stderr, small.stderr
+    last = small.stderr.strip().splitlines()[-1]
+    assert "warmup needs at least" in last and "may hold 4096 " in last, last
+    roomy = subprocess.run(
+        [*command, "--cache-dir-bytes", "1G"], capture_output=True, text=True, timeout=120
+    )
+    assert roomy.returncode == 0, roomy.stderr
+    assert roomy.stdout.startswith("warmed 20 crops"), roomy.stdout
