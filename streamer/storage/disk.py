@@ -48,6 +48,9 @@ _SUFFIX = ".blk"
 _TEMP_MAX_AGE = 3600.0  # temporary files older than this belong to a dead writer
 #: File times lag ``time.time()`` by up to a clock tick of the kernel's.
 _MTIME_SLACK = 1.0
+#: A disk that keeps failing writes (full) is said at most this often, with
+#: the count since: every block of a run would otherwise log its own line.
+_WARN_EVERY = 60.0
 
 
 class DiskCache:
@@ -61,6 +64,8 @@ class DiskCache:
         self._evicting = threading.Lock()  # one eviction at a time in a process
         self._lock = threading.Lock()  # the two below: writers run in threads
         self._last_failure = (0.0, "")  # (when, why) of the last write that failed
+        self._unsaid = 0  # failed writes not yet in a warning
+        self._said_at = -_WARN_EVERY  # time.monotonic() of the last warning
         self._latest_evicted = 0.0  # the newest mtime of an entry evicted
 
     def __repr__(self) -> str:
@@ -126,13 +131,24 @@ class DiskCache:
             _remove(temp)
             return False
         except OSError as exc:
-            log.warning("disk cache: cannot write %s: %s", path, exc)
             _remove(temp)
-            with self._lock:
-                self._last_failure = (time.time(), exc.strerror or str(exc))
+            self._failed(path, exc)
             return False
         self._account(_HEADER.size + len(data))
         return True
+
+    def _failed(self, path: str, exc: OSError) -> None:
+        """Note a failed write for ``problem``; warn, once a minute at most."""
+        now = time.monotonic()
+        with self._lock:
+            self._last_failure = (time.time(), exc.strerror or str(exc))
+            self._unsaid += 1
+            failed, say = self._unsaid, now - self._said_at >= _WARN_EVERY
+            if say:
+                self._unsaid, self._said_at = 0, now
+        if say:
+            since = f" ({failed} writes failed since the last warning)" if failed > 1 else ""
+            log.warning("disk cache: cannot write %s: %s%s", path, exc, since)
 
     def usage(self) -> int:
         """Bytes held by entries right now (a full scan)."""

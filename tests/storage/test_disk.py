@@ -131,3 +131,18 @@ def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
     assert [name for _, _, names in os.walk(tmp_path) for name in names] == [
         os.path.basename(first.path("stamp"))
     ]  # no temporary file left behind
+
+
+def test_a_disk_that_keeps_failing_is_said_once_a_minute(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Every write fails (the directory is gone, a file in its place): one
+    warning for a run's worth of blocks, not one per block; the failure is
+    still there for ``problem`` (a warmup fails on it)."""
+    cache = DiskCache(tmp_path / "cache", max_bytes=1 << 20)
+    (tmp_path / "cache").rmdir()
+    (tmp_path / "cache").write_bytes(b"")  # every fan-out directory now fails ENOTDIR
+    with caplog.at_level("WARNING", logger="streamer.storage"):
+        for block in range(200):
+            cache.put(f"block {block}", b"x" * 100)
+    said = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(said) == 1 and "Not a directory" in said[0], said
+    assert "cannot write entries (Not a directory)" in (cache.problem(0.0) or "")
