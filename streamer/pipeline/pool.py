@@ -91,6 +91,15 @@ READY_TIMEOUT = 60.0
 #: it counts as hung (stopped by SIGSTOP, a debugger, a deadlock, a read
 #: that never returns): it is killed and its crops retried like a death's.
 STALL_TIMEOUT = 60.0
+#: How much CPU a worker may spend on one batch without answering before it
+#: counts as stuck (an endless loop in a decoder fed hostile data, which the
+#: stall watch cannot see): ``SPIN_TIMEOUT`` seconds plus ``SPIN_PER_SECOND``
+#: for each second of audio the batch decodes (from the episode's start for
+#: a crop without an index). That is four times slower than real time, far
+#: below any codec's decode and resample speed: only a loop gets there.
+#: It is killed and its crops retried like a death's.
+SPIN_TIMEOUT = 120.0
+SPIN_PER_SECOND = 0.25
 
 
 def default_restart_budget(workers: int) -> int:
@@ -142,6 +151,18 @@ def _stall_limit(tasks: list[Task]) -> float:
         ):
             return 0.0
     return STALL_TIMEOUT
+
+
+def _cpu_budget(tasks: list[Task]) -> float:
+    """CPU seconds a worker may use on ``tasks`` before it counts as stuck."""
+    audio = 0.0
+    for task in tasks:
+        request = task.job.request
+        audio += request.end - (request.start if task.job.plan is not None else 0.0)
+    return SPIN_TIMEOUT + SPIN_PER_SECOND * audio
+
+
+_TICK = 1 / os.sysconf("SC_CLK_TCK")  # seconds per clock tick of ``_cpu_ticks``
 
 
 def _cpu_ticks(pid: int) -> int | None:
@@ -203,10 +224,11 @@ class _Worker:
         and a message is read only once it has begun to arrive, so the loop
         barely blocks; the worker answers the whole batch at once.
         ``TimeoutError`` if the worker hangs (``answer_begun``)."""
-        stall = _stall_limit(tasks)
+        stall, budget = _stall_limit(tasks), _cpu_budget(tasks)
+        began = _cpu_ticks(self.pid)
         self.conn.send(tasks)
         while True:
-            await self.answer_begun(stall)
+            await self.answer_begun(stall, None if began is None else (began, budget))
             message = self.conn.recv()
             if not is_ask(message):
                 return receive_answers(self.conn, message, self.arena, leases)
@@ -214,25 +236,31 @@ class _Worker:
             pieces = await anyio.to_thread.run_sync(read_deferred, job, abandon_on_cancel=True)
             send_held_back(self.conn, pieces)
 
-    async def answer_begun(self, stall: float) -> None:
+    async def answer_begun(self, stall: float, budget: tuple[int, float] | None = None) -> None:
         """Wait until the worker's next message begins to arrive (or its pipe
         closes). A worker that decodes, however slowly, uses CPU; one that
-        used none for ``stall`` seconds is hung, and waiting longer would
-        hang the pass: ``TimeoutError``. Without ``/proc`` (not Linux) it is
-        waited for as long as it takes."""
+        used none for ``stall`` seconds (0: no limit) is hung, and waiting
+        longer would hang the pass: ``TimeoutError``; so is one that used
+        more than ``budget`` = (its CPU ticks when the batch was sent, CPU
+        seconds allowed) since then: it is stuck in a loop. Without
+        ``/proc`` (not Linux) it is waited for as long as it takes."""
         ticks = _cpu_ticks(self.pid)
-        if ticks is None or stall <= 0:
+        if ticks is None or (stall <= 0 and budget is None):
             await anyio.wait_readable(self.conn.fileno())
             return
         since = time.monotonic()
         while True:
-            with anyio.move_on_after(min(stall, _STALL_CHECK)):
+            with anyio.move_on_after(min(stall, _STALL_CHECK) if stall > 0 else _STALL_CHECK):
                 await anyio.wait_readable(self.conn.fileno())
                 return
             now, used = time.monotonic(), _cpu_ticks(self.pid)
+            if used is None:  # gone: its pipe tells
+                continue
+            if budget is not None and (used - budget[0]) * _TICK > budget[1]:
+                raise TimeoutError(f"stuck (over {budget[1]:g} s of CPU on one batch)")
             if used != ticks:
                 ticks, since = used, now
-            elif now - since >= stall:
+            elif stall > 0 and now - since >= stall:
                 raise TimeoutError(f"hung (no CPU used for {stall:g} s)")
 
     def stop(self) -> None:

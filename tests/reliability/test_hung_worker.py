@@ -1,7 +1,9 @@
 """A decode worker that hangs (SIGSTOP, a debugger, a deadlock) owes an answer
 that will never come: it is killed once it has used no CPU for the stall
 timeout, its crops are retried on a replacement like a dead worker's, and the
-restart budget bounds how often. Real worker processes, real SIGSTOP."""
+restart budget bounds how often. So is one stuck in an endless loop, which
+uses CPU: once a batch has cost it more than its CPU budget. Real worker
+processes, real SIGSTOP, a real endless loop."""
 
 from __future__ import annotations
 
@@ -102,3 +104,68 @@ def test_a_worker_waiting_on_its_own_store_is_not_taken_for_hung(  # type: ignor
     for a, b in zip(expected, crops, strict=True):
         np.testing.assert_array_equal(a.audio, b.audio)
     assert not s.stats.skipped and s.stats.worker_restarts == 0
+
+
+#: Started in every worker of the test (``sitecustomize`` on its path): on
+#: SIGUSR2 the worker's main thread loops forever, as a decoder could on
+#: hostile data, using CPU all the while.
+SPINNER = """
+import signal
+
+
+def _spin(signum, frame):
+    while True:
+        pass
+
+
+signal.signal(signal.SIGUSR2, _spin)
+"""
+
+
+@pytest.fixture
+def spinning_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "spinner").mkdir()
+    (tmp_path / "spinner" / "sitecustomize.py").write_text(SPINNER)
+    monkeypatch.syspath_prepend(str(tmp_path / "spinner"))  # the workers' PYTHONPATH
+    monkeypatch.setattr(pool, "SPIN_TIMEOUT", 1.0)
+
+
+def spin_all(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR2)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("spinning_workers")
+def test_workers_stuck_in_a_loop_are_replaced_and_lose_no_crop(packed: Path) -> None:
+    dataset = streamer.open_dataset(packed)
+    reference = list(Streamer(dataset, SAMPLER, seed=3, workers=0))
+    s = Streamer(dataset, SAMPLER, seed=3, workers=2)
+    crops, seen = [], []
+    with s:
+        for crop in s:
+            crops.append(crop)
+            if len(crops) == 2:
+                seen += s.worker_pids
+                spin_all(s.worker_pids)
+    assert len(crops) == len(reference) == 28 and not s.stats.skipped
+    for a, b in zip(reference, crops, strict=True):
+        assert (a.key, a.start) == (b.key, b.start)
+        np.testing.assert_array_equal(a.audio, b.audio)
+    assert s.stats.worker_restarts >= 1
+    assert all(gone(pid) for pid in seen)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("spinning_workers")
+def test_a_stuck_worker_past_the_budget_raises_saying_it_was_stuck(packed: Path) -> None:
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1, max_worker_restarts=0)
+    taken = 0
+    with pytest.raises(WorkerDied, match=r"stuck \(over [\d.]+ s of CPU on one batch\)"):
+        for _ in s:
+            taken += 1
+            if taken == 1:
+                pids = s.worker_pids
+                spin_all(pids)
+    assert 1 <= taken < 28 and s.state_dict()["position"] == taken
+    assert all(gone(pid) for pid in pids)
