@@ -237,7 +237,8 @@ class SegmentCrops(Sampler):
 
     A segment without usable times (NaN or infinite, ``start < 0``, ``end <=
     start``) gives no crop, and a warning says how many and names the first
-    (once per dataset: the segments are the same every epoch). A segment
+    (once per dataset: the segments are the same every epoch; by the first
+    rank's first worker: every process plans the same epoch). A segment
     past its episode's end is planned: its crop fails as a ``CropError``
     (counted in ``stats.skipped``, or raised with ``on_error="raise"``)."""
 
@@ -270,9 +271,10 @@ class SegmentCrops(Sampler):
         self, episodes: Episodes, episode: np.ndarray, pairs: np.ndarray, total: int
     ) -> None:
         """Say which segments give no crop: they are not crops that fail
-        (nothing would count them later), they are never planned."""
+        (nothing would count them later), they are never planned. Said once
+        per dataset, by the process the episodes say warns (``Episodes.warn``)."""
         url = episodes.dataset.url
-        if url in self._warned:
+        if url in self._warned or not episodes.warn:
             return
         self._warned.add(url)
         shown = ", ".join(

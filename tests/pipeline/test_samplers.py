@@ -93,6 +93,14 @@ def test_episodes_no_sampler_can_draw_from_are_named(packed: Path, tmp_path: Pat
     said = record.getMessage()
     assert f"{len(episodes)} of {len(episodes)} episodes have no known duration" in said
     assert repr(episodes.keys[0]) in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process reads them
+            s = Streamer(
+                root, RandomCrops(1.0), rank=rank, world_size=2, worker=worker, num_workers=2
+            )
+            s.episodes()
+            assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +231,14 @@ def test_segments_without_usable_times_are_named(with_segments: Path, caplog) ->
     said = record.getMessage()
     assert f"{5 * len(episodes)} of {6 * len(episodes)} segments have no usable times" in said
     assert f"{episodes.keys[0]!r} [nan, 1]" in said and f"{episodes.keys[0]!r} [-0.5, 1]" in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.samplers"):
+        for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process plans the epoch
+            s = Streamer(
+                dataset, SegmentCrops("vad"), rank=rank, world_size=2, worker=worker, num_workers=2
+            )
+            s.total()
+            assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first
 
 
 def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:
