@@ -29,7 +29,16 @@ import numpy as np
 from ..errors import CropError
 from ..formats.base import Format
 from ..formats.ffmpeg import full_decode_length
-from ..formats.job import CropPlan, DecodeContext, DecodeStats, Episode, Fetched, Pieces, Ranges
+from ..formats.job import (
+    CropPlan,
+    DecodeContext,
+    DecodeStats,
+    Episode,
+    Fetched,
+    Pieces,
+    Ranges,
+    StaleIndex,
+)
 from ..formats.registry import format_for
 from ..index.table import SeekIndex
 from ..timing import record
@@ -211,13 +220,15 @@ def decode_job(
     Without ``contiguous`` the crop's audio may be a view into the decoded
     samples (a native-rate multichannel crop is a strided slice of them),
     for a caller that copies it anyway (a worker writing it into shared
-    memory): it saves copying the whole crop once more."""
+    memory): it saves copying the whole crop once more.
+
+    A decoder that finds the index built from other bytes than the blob's
+    (``StaleIndex``) hands the crop to ``decode_fallback``, counted with
+    that reason: never a crop from the index."""
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
     form = _format(episode, index)
-    stats.crops += 1
-    stats.count_path(PATH_GENERIC_INDEX if index.container.startswith("ffmpeg:") else PATH_INDEX)
     stats.planned_bytes += fetched.nbytes
     deliver = held_back or (lambda: read_deferred(job))
 
@@ -227,13 +238,13 @@ def decode_job(
         return pieces
 
     context = DecodeContext(episode, stats, delivered, mono=job.request.mono)
-    with record("decode"):
-        try:
-            samples, at = form.decode(index, plan, fetched, context)
-        except CropError:
-            raise
-        except (ValueError, IndexError, av.FFmpegError) as exc:
-            raise episode.error(f"cannot decode {index.codec}: {exc}") from exc
+    try:
+        with record("decode"):
+            samples, at = _decode(form, job, fetched, context)
+    except StaleIndex as stale:
+        return decode_fallback(
+            dataclasses.replace(job, plan=None, fallback_reason=stale.reason), stats
+        )
     audio = samples[:, plan.first - at : plan.last - at]
     reached_end = sum(plan.data) >= index.data_end
     if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
@@ -242,6 +253,32 @@ def decode_job(
             f"but the crop needs [{plan.first}, {plan.last})"
         )
     return _finish(job, stats, audio, index.sample_rate, job.resample_skip, contiguous)
+
+
+def _decode(
+    form: Format, job: CropJob, fetched: Fetched, context: DecodeContext
+) -> tuple[np.ndarray, int]:
+    """``form.decode``, counted as a crop served from the index unless it
+    finds the index stale; what it raises on the bytes is a ``CropError``."""
+    assert job.plan is not None and job.episode.index is not None
+    index = job.episode.index
+    try:
+        decoded = form.decode(index, job.plan, fetched, context)
+    except StaleIndex:
+        raise
+    except CropError:
+        _count_index_path(context.stats, index)
+        raise
+    except (ValueError, IndexError, av.FFmpegError) as exc:
+        _count_index_path(context.stats, index)
+        raise job.episode.error(f"cannot decode {index.codec}: {exc}") from exc
+    _count_index_path(context.stats, index)
+    return decoded
+
+
+def _count_index_path(stats: DecodeStats, index: SeekIndex) -> None:
+    stats.crops += 1
+    stats.count_path(PATH_GENERIC_INDEX if index.container.startswith("ffmpeg:") else PATH_INDEX)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:

@@ -399,7 +399,9 @@ def _lead_in(episode: Episode, first: int, last: int) -> np.ndarray:
 
 def _crop(episode: Episode, first: int, last: int, probe: str) -> np.ndarray:
     """Gapless samples ``[first, last)`` through the real crop path. (A read
-    outside the plan is served and counted there: a cost, not a wrong sample.)"""
+    outside the plan is served and counted there: a cost, not a wrong sample.
+    A crop the decoder hands to the fallback, finding the index built from
+    other bytes, fails: the fallback's exact samples say nothing of the index.)"""
     index = episode.index
     assert index is not None
     rate = index.sample_rate
@@ -413,6 +415,11 @@ def _crop(episode: Episode, first: int, last: int, probe: str) -> np.ndarray:
             f"{probe} crop cannot be decoded (at {first / rate:.1f} s, {exc.reason})",
             preroll_may_help=False,
         ) from None
+    if stats.fallback:
+        raise CheckFailed(
+            f"{probe} crop is not decoded from it ({next(iter(stats.fallback_reasons))})",
+            preroll_may_help=False,
+        )
     return audio
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Fetched",
     "Pieces",
     "Ranges",
+    "StaleIndex",
     "decode_span",
     "to_gapless",
     "to_native",
@@ -61,6 +62,22 @@ class Episode:
     def error(self, message: str, offset: int | None = None) -> CropError:
         """A ``CropError`` that names this episode."""
         return CropError(message, shard=self.shard, key=self.key, offset=offset)
+
+
+class StaleIndex(Exception):
+    """Raised by a format's decoder when the blob's bytes show that the index
+    was built from other bytes (the blob rewritten, and its index row let
+    through: a shard written before ``num_bytes``, or a blob of its old
+    length): the crop is decoded by the fallback instead, with ``reason``
+    counted, never from the index. Not a ``CropError``: nothing is wrong
+    with the crop."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"index built for another blob ({detail})")
+
+    @property
+    def reason(self) -> str:
+        return str(self)
 
 
 @dataclass(frozen=True)

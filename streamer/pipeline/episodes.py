@@ -27,7 +27,11 @@ class Episodes:
     seconds (NaN when unknown: samplers skip those episodes), ``sample_rate``
     each episode's own (NaN when unknown; None: all unknown) and
     ``target_rate`` the rate its crops are served at (a Streamer's
-    ``sample_rate``; None: each episode's own).
+    ``sample_rate``; None: each episode's own). ``warn``: whether this
+    process says what the episodes lack (unknown durations here, a
+    sampler's unusable segments): every rank and DataLoader worker reads
+    the same episodes, so one of them (``Streamer``: the first) says it
+    for all.
     """
 
     dataset: Dataset
@@ -37,6 +41,7 @@ class Episodes:
     duration: np.ndarray
     sample_rate: np.ndarray | None = None
     target_rate: int | None = None
+    warn: bool = True
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -54,9 +59,10 @@ class Episodes:
         return digest.digest()
 
     @classmethod
-    def of(cls, dataset: Dataset, target_rate: int | None = None) -> Episodes:
+    def of(cls, dataset: Dataset, target_rate: int | None = None, *, warn: bool = True) -> Episodes:
         """Read from ``audio_info/`` (what ``streamer pack`` writes), else from
-        the seek index; ``target_rate``: the rate crops are served at."""
+        the seek index; ``target_rate``: the rate crops are served at;
+        ``warn``: name the episodes of unknown duration."""
         keys: list[str] = []
         shards, rows, durations, rates = [], [], [], []
         for number, name in enumerate(dataset.shard_names):
@@ -75,8 +81,10 @@ class Episodes:
             duration=np.concatenate(durations) if durations else np.zeros(0),
             sample_rate=np.concatenate(rates) if rates else np.zeros(0),
             target_rate=target_rate,
+            warn=warn,
         )
-        episodes._warn_unknown()
+        if warn:
+            episodes._warn_unknown()
         return episodes
 
     def holds_samples(self, episode: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -231,11 +231,14 @@ class SegmentCrops(Sampler):
     segments with ``start`` and ``end`` (Arrow structs), whose other fields
     (a transcript's ``text``, a ``speaker``) each crop carries in
     ``crop.fields``. Segments longer than ``max_duration`` are cut into
-    consecutive pieces of at most that, each with its segment's fields.
+    consecutive pieces of at most that, each with its segment's fields; a
+    piece after the first that holds no sample as a crop is cut (under half
+    a sample long, or starting at the episode's last sample) is not planned.
 
     A segment without usable times (NaN or infinite, ``start < 0``, ``end <=
     start``) gives no crop, and a warning says how many and names the first
-    (once per dataset: the segments are the same every epoch). A segment
+    (once per dataset: the segments are the same every epoch; by the first
+    rank's first worker: every process plans the same epoch). A segment
     past its episode's end is planned: its crop fails as a ``CropError``
     (counted in ``stats.skipped``, or raised with ``on_error="raise"``)."""
 
@@ -262,15 +265,16 @@ class SegmentCrops(Sampler):
             else None
         )
         crops = Crops.of(episode, pairs[:, 0], pairs[:, 1], fields).take(np.flatnonzero(keep))
-        return self._split(crops) if self.max_duration else crops
+        return self._split(crops, episodes) if self.max_duration else crops
 
     def _warn_unusable(
         self, episodes: Episodes, episode: np.ndarray, pairs: np.ndarray, total: int
     ) -> None:
         """Say which segments give no crop: they are not crops that fail
-        (nothing would count them later), they are never planned."""
+        (nothing would count them later), they are never planned. Said once
+        per dataset, by the process the episodes say warns (``Episodes.warn``)."""
         url = episodes.dataset.url
-        if url in self._warned:
+        if url in self._warned or not episodes.warn:
             return
         self._warned.add(url)
         shown = ", ".join(
@@ -297,11 +301,18 @@ class SegmentCrops(Sampler):
                 out.append(_segments(cell))
         return out
 
-    def _split(self, crops: Crops) -> Crops:
+    def _split(self, crops: Crops, episodes: Episodes) -> Crops:
+        """Each segment in pieces of at most ``max_duration``; a piece after a
+        segment's first that holds no sample as a crop is cut (under half a
+        sample long, or starting at its episode's last sample) is left out:
+        it holds none of the segment's audio, and could only fail. A
+        segment's first piece is planned as the segment itself would be."""
         step = float(self.max_duration)  # type: ignore[arg-type]
         segment, start, end = _windows(crops.start, crops.end, step, step)
         whole = crops.take(segment)
-        return Crops(whole.episode, start, end, whole.fields)
+        keep = (start == whole.start) | episodes.holds_samples(whole.episode, start, end)
+        pieces = Crops(whole.episode, start, end, whole.fields)
+        return pieces.take(np.flatnonzero(keep))
 
 
 def _windows(

@@ -269,7 +269,10 @@ class Streamer:
     def episodes(self) -> list[Episodes]:
         """Each source's episodes (read once: keys, shards, durations)."""
         if self._episodes is None:
-            self._episodes = [Episodes.of(dataset, self.sample_rate) for dataset, _ in self.sources]
+            warn = self.partition.slot == 0  # every process reads them: the first says it
+            self._episodes = [
+                Episodes.of(dataset, self.sample_rate, warn=warn) for dataset, _ in self.sources
+            ]
         return self._episodes
 
     def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:

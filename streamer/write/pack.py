@@ -51,7 +51,7 @@ from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, Store
 from .index import IndexReport, index_shard
 from .interrupts import interrupts_held
-from .plan import Plan, PlannedShard, make_plan
+from .plan import Plan, PlannedShard, make_plan, taken
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
 from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into
@@ -163,8 +163,10 @@ def pack(
     another file has (``plan.py``), is skipped and listed in ``report.skipped``,
     or, with ``strict``, fails the run (``PackError``); so does a whole run
     with no audio at all, and then nothing of the run is left in a local
-    ``out``. With ``index`` (the default) each shard's ``seek_index/`` is
-    built before it is stored, and an episode whose index says a duration
+    ``out``. A key whose first file is skipped goes to the next of its
+    files (a corrupt ``a.flac`` beside ``a.mp3``: ``a.mp3``). With
+    ``index`` (the default) each shard's ``seek_index/`` is built before
+    it is stored, and an episode whose index says a duration
     other than its header's gets the index's in ``audio_info`` (a truncated
     file keeps its header's; listed in ``report.durations``, and logged).
 
@@ -204,10 +206,9 @@ def pack(
         report.index = IndexReport(root=report.out)
     if plan.reports:  # ignored by design, even with strict: listed, so nothing goes unsaid
         report.skipped += [(name, HIDDEN) for name in hidden]
-    for source, reason in plan.duplicates:
-        if strict:
-            raise PackError(f"{source}: {reason}")
-        report.skipped.append((source, reason))
+    if strict and plan.duplicates:  # else each is reported as its key is packed
+        source, reason = plan.duplicates[0]
+        raise PackError(f"{source}: {reason}")
     todo = _finish_stored(store, root, plan, existing, report)
     created = _create_output(root) if local else []
     bar = tqdm(
@@ -426,8 +427,9 @@ class _ShardWriter:
                     )
                 )
             queue = list(planned.files)
+            alternates = dict(planned.alternates)
             while queue:
-                self._write_batch(queue, writers)
+                self._write_batch(queue, alternates, writers)
         finally:
             for writer in writers:
                 writer.close()
@@ -445,21 +447,28 @@ class _ShardWriter:
         shutil.rmtree(folder, ignore_errors=True)
 
     def _write_batch(
-        self, queue: list[SourceFile], writers: list[pa.ipc.RecordBatchFileWriter]
+        self,
+        queue: list[SourceFile],
+        alternates: dict[str, tuple[SourceFile, ...]],
+        writers: list[pa.ipc.RecordBatchFileWriter],
     ) -> None:
         """One record batch: files taken from the front of ``queue`` until
         ``batch_size`` of them are audio (or none are left), so every batch
         but a shard's last is full, as wsds readers expect. Each file is read
         into one buffer and probed in place; one that is not audio is skipped
         and its bytes overwritten by the next file's. The buffer is sized for
-        the next ``batch_size`` files and grows only past a skipped one."""
+        the next ``batch_size`` files and grows only past a skipped one.
+
+        A file's ``alternates`` (other files of its key, ``plan.py``) are
+        reported as such once it is packed; if it is skipped, the first of
+        them is tried next, in its place."""
         values = np.empty(_bytes_ahead(queue, self.batch_size), dtype=np.uint8)
         offsets = [0]
         entries: list[_Entry] = []
-        taken = 0
+        taken_bytes = 0
         while queue and len(entries) < self.batch_size:
             file = queue.pop(0)
-            taken += file.size
+            taken_bytes += file.size
             end = offsets[-1] + file.size
             if end > len(values):  # a skipped file made room for fewer than needed
                 more = _bytes_ahead(queue, self.batch_size - len(entries) - 1)
@@ -475,7 +484,14 @@ class _ShardWriter:
                 if self.strict:
                     raise PackError(f"{file.source}: {exc}") from None
                 self.report.skipped.append((file.source, str(exc)))
+                others = alternates.pop(file.source, ())
+                if others:  # the key passes on
+                    queue.insert(0, others[0])
+                    alternates[others[0].source] = others[1:]
                 continue
+            for other in alternates.pop(file.source, ()):
+                self.report.skipped.append((other.source, taken(other, file)))
+                taken_bytes += other.size
             entries.append(_Entry(file, info, digest))
             offsets.append(end)
         nbytes = offsets[-1]
@@ -495,7 +511,7 @@ class _ShardWriter:
             audio_writer.write_batch(pa.record_batch([keys, audio], schema=AUDIO_SCHEMA))
         self.report.files += len(entries)
         self.report.bytes += nbytes
-        self.on_batch(taken)
+        self.on_batch(taken_bytes)
 
 
 def _bytes_ahead(queue: list[SourceFile], count: int) -> int:

@@ -17,11 +17,14 @@ fanned out over machines needs no coordinator: each run takes its part.
 Two files with one key (``a/b.flac``, ``a/b.wav``) or with keys that are
 one text in two Unicode normalisations (``café`` as Linux and as macOS
 write it): a file with an audio extension keeps the key over one without
-(``utt1.wav`` over its transcript ``utt1.txt``), else the first in order;
-the other is left out of the plan with the reason, whichever runs pack
-them. Each planned shard has a fingerprint (its files, their
-sizes and the batch size), stored in its schema metadata, which tells a
-re-run that a shard already in OUT is this plan's and complete.
+(``utt1.wav`` over its transcript ``utt1.txt``), else the first in order.
+The others ride along with it as its alternates, in that order: the plan
+is made from names, and a file that turns out unreadable or not audio
+when packed hands the key to the next (``pack.py``); the ones not packed
+are reported then, by the run that packs the key. Each planned shard has
+a fingerprint (its files, their alternates, their sizes and the batch
+size), stored in its schema metadata, which tells a re-run that a shard
+already in OUT is this plan's and complete.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .index import parse_part
 from .sources import SourceFile
 
-__all__ = ["AUDIO_EXTENSIONS", "Plan", "PlannedShard", "make_plan"]
+__all__ = ["AUDIO_EXTENSIONS", "Plan", "PlannedShard", "make_plan", "taken"]
 
 #: Extensions of audio files (and of media containers that carry audio): of
 #: two files with one key, one of these keeps it over any other, so a
@@ -53,15 +56,20 @@ AUDIO_EXTENSIONS = frozenset({
 
 @dataclass(frozen=True)
 class PlannedShard:
-    """One shard of the plan: its name, files in order, and fingerprint."""
+    """One shard of the plan: its name, files in order, and fingerprint;
+    ``alternates`` maps a file's ``source`` to the other files of its key,
+    in the order they take it should it not be audio."""
 
     name: str
     files: tuple[SourceFile, ...]
     fingerprint: str
+    alternates: Mapping[str, tuple[SourceFile, ...]] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        """Bytes of its files and their alternates (each read, or reported, once)."""
+        others = (f for files in self.alternates.values() for f in files)
+        return sum(f.size for f in self.files) + sum(f.size for f in others)
 
 
 @dataclass
@@ -70,8 +78,9 @@ class Plan:
 
     every: list[PlannedShard]
     mine: list[PlannedShard]
-    #: Files left out of the plan (their key is taken): (source, reason).
-    #: Reported by one run only: the whole run, or partition 0.
+    #: Files whose key another file holds in the plan (``alternates``):
+    #: (source, reason). What ``strict`` refuses, by one run only: the
+    #: whole run, or partition 0.
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     #: Whether this run reports what the plan leaves out (the one that does).
     reports: bool = True
@@ -89,43 +98,58 @@ def make_plan(
     ``shards`` or ``by_files`` is an ``i/n`` spec (as ``--shards``)."""
     if shards and by_files:
         raise ValueError("partition by shards or by files, not both")
-    unique, duplicates = _unique_keys(files)
+    unique, alternates, duplicates = _unique_keys(files)
     if by_files:
         part, count = parse_part(by_files, "--files")
         width = len(str(count))
         every: list[PlannedShard] = []
         mine: list[PlannedShard] = []
         for p in range(count):
-            cut = _cut(unique[p::count], shard_size, batch_size, f"shard-{p:0{width}d}of{count}-")
+            prefix = f"shard-{p:0{width}d}of{count}-"
+            cut = _cut(unique[p::count], alternates, shard_size, batch_size, prefix)
             every.extend(cut)
             if p == part:
                 mine = cut
         return Plan(every, mine, duplicates if part == 0 else [], part == 0)
-    every = _cut(unique, shard_size, batch_size, "shard-")
+    every = _cut(unique, alternates, shard_size, batch_size, "shard-")
     if not shards:
         return Plan(every, list(every), duplicates)
     part, count = parse_part(shards, "--shards")
     return Plan(every, every[part::count], duplicates if part == 0 else [], part == 0)
 
 
-def _unique_keys(files: Sequence[SourceFile]) -> tuple[list[SourceFile], list[tuple[str, str]]]:
-    """``files`` with one file per key (in order), and the others with the reason."""
-    owner: dict[str, SourceFile] = {}
+def _unique_keys(
+    files: Sequence[SourceFile],
+) -> tuple[list[SourceFile], dict[str, tuple[SourceFile, ...]], list[tuple[str, str]]]:
+    """``files`` with one file per key (in order: an audio name's first,
+    else the first); the others of each key by the source of the one kept,
+    in the order they would keep it; and those others in order, each with
+    the reason it is not packed unless the one kept is not audio."""
+    same: dict[str, list[SourceFile]] = {}
     for file in files:
-        held = owner.setdefault(_identity(file.key), file)
-        if _is_audio_name(file.source) and not _is_audio_name(held.source):
-            owner[_identity(file.key)] = file
+        same.setdefault(_identity(file.key), []).append(file)
+    owner: dict[str, SourceFile] = {}
+    alternates: dict[str, tuple[SourceFile, ...]] = {}
+    for identity, group in same.items():
+        owner[identity], *others = sorted(group, key=lambda f: not _is_audio_name(f.source))
+        if others:
+            alternates[owner[identity].source] = tuple(others)
     unique, duplicates = [], []
     for file in files:
         held = owner[_identity(file.key)]
         if held is file:
             unique.append(file)
-            continue
-        reason = f"key {file.key!r} is already taken by {held.source}"
-        if held.key != file.key:
-            reason += " (the same text in another Unicode normalisation)"
-        duplicates.append((file.source, reason))
-    return unique, duplicates
+        else:
+            duplicates.append((file.source, taken(file, held)))
+    return unique, alternates, duplicates
+
+
+def taken(file: SourceFile, held: SourceFile) -> str:
+    """Why ``file`` is not packed: ``held`` has its key."""
+    reason = f"key {file.key!r} is already taken by {held.source}"
+    if held.key != file.key:
+        reason += " (the same text in another Unicode normalisation)"
+    return reason
 
 
 def _identity(key: str) -> str:
@@ -138,7 +162,11 @@ def _is_audio_name(source: str) -> bool:
 
 
 def _cut(
-    files: Sequence[SourceFile], shard_size: int, batch_size: int, prefix: str
+    files: Sequence[SourceFile],
+    alternates: Mapping[str, tuple[SourceFile, ...]],
+    shard_size: int,
+    batch_size: int,
+    prefix: str,
 ) -> list[PlannedShard]:
     """Consecutive runs of ``files`` of at least ``shard_size`` bytes, cut
     at the first record batch boundary (``batch_size`` files) past the size;
@@ -150,15 +178,23 @@ def _cut(
         current.append(file)
         total += file.size
         if total >= shard_size and len(current) % batch_size == 0:
-            shards.append(_shard(f"{prefix}{len(shards):06d}", current, batch_size))
+            shards.append(_shard(f"{prefix}{len(shards):06d}", current, alternates, batch_size))
             current, total = [], 0
     if current:
-        shards.append(_shard(f"{prefix}{len(shards):06d}", current, batch_size))
+        shards.append(_shard(f"{prefix}{len(shards):06d}", current, alternates, batch_size))
     return shards
 
 
-def _shard(name: str, files: list[SourceFile], batch_size: int) -> PlannedShard:
+def _shard(
+    name: str,
+    files: list[SourceFile],
+    alternates: Mapping[str, tuple[SourceFile, ...]],
+    batch_size: int,
+) -> PlannedShard:
+    mine = {f.source: alternates[f.source] for f in files if f.source in alternates}
     digest = hashlib.sha256(f"{name}\n{batch_size}\n".encode())
     for file in files:
         digest.update(f"{file.source}\t{file.size}\n".encode())
-    return PlannedShard(name, tuple(files), digest.hexdigest()[:32])
+        for other in mine.get(file.source, ()):  # none: the fingerprint of old
+            digest.update(f"\t{other.source}\t{other.size}\n".encode())
+    return PlannedShard(name, tuple(files), digest.hexdigest()[:32], mine)

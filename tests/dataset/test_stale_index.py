@@ -27,6 +27,7 @@ from streamer.dataset import Dataset, write_manifest
 from streamer.index import INDEX_DIR
 from streamer.index.checks import ANOTHER_BLOB
 from streamer.storage.local import LocalStore
+from streamer.synth import encode, signal
 from streamer.write.index import build_index
 from streamer.write.pack import pack
 
@@ -122,3 +123,98 @@ def test_index_builds_a_stale_shard_again(packs: tuple[Path, Path], tmp_path: Pa
             dataset.read_crop(key, 2.3, 3.1), reference.read_crop(key, 2.3, 3.1)
         )
     assert dataset.decode_stats.paths == {"index": len(FILES)}
+
+
+def _remuxed(m4a: bytes, moov_first: bool) -> bytes:
+    """The M4A with its chunk offsets moved with the data: ``moov`` before
+    ``mdat`` (what ``-movflags faststart`` does), or ``free`` after
+    ``mdat`` (``moov`` stays where it was). The same bytes, the same
+    length, every frame elsewhere."""
+    boxes, at = {}, 0
+    while at < len(m4a):
+        size = int.from_bytes(m4a[at : at + 4])
+        boxes[m4a[at + 4 : at + 8]] = m4a[at : at + size]
+        at += size
+    moov = bytearray(boxes[b"moov"])
+    shift = len(moov) if moov_first else -len(boxes[b"free"])
+    stco = moov.index(b"stco") + 8  # version and flags, then the count
+    for i in range(int.from_bytes(moov[stco : stco + 4])):
+        entry = stco + 4 + 4 * i
+        offset = int.from_bytes(moov[entry : entry + 4]) + shift
+        moov[entry : entry + 4] = offset.to_bytes(4)
+    if moov_first:
+        return boxes[b"ftyp"] + boxes[b"free"] + bytes(moov) + boxes[b"mdat"]
+    return boxes[b"ftyp"] + boxes[b"mdat"] + boxes[b"free"] + bytes(moov)
+
+
+def _old_index_shard(folder: Path) -> None:
+    """``folder``'s seek_index/ shards as written before ``num_bytes`` existed."""
+    import pyarrow as pa
+
+    for shard in (folder / INDEX_DIR).iterdir():
+        table = pa.ipc.open_file(str(shard)).read_all().drop_columns(["num_bytes"])
+        with pa.ipc.new_file(str(shard), table.schema) as writer:
+            writer.write_table(table)
+
+
+@pytest.fixture(scope="module", params=["aac", "alac"])
+def m4a_packs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """An M4A episode packed ("before"); re-muxed to the same length with
+    ``moov`` first ("moved") or its ``mdat`` 8 bytes earlier, ``moov`` in
+    place ("shifted"); encoded again from another signal, a longer file
+    ("other"): each packed, and with the first pack's index ("stale ...")."""
+    codec = request.param
+    root = tmp_path_factory.mktemp(f"stale-{codec}")
+    path = write_audio(root / "src", "ep", codec, 44100, 2, 4.0, seed=1)
+    first = path.read_bytes()
+    pack(root / "src", root / "before", progress=False)
+    out = {"before": root / "before"}
+    remuxed = {"moved": _remuxed(first, True), "shifted": _remuxed(first, False)}
+    for name, data in (*remuxed.items(), ("other", None)):
+        if data is None:  # a longer file: the old moov's offset is inside it
+            data = encode(signal(4.3, 44100, 2, seed=2), 44100, codec)
+            assert len(data) > len(first)
+        path.write_bytes(data)
+        pack(root / "src", root / name, progress=False)
+        out[name] = root / name
+        stale = _stale((root / "before", root / name), root / f"stale-{name}")
+        if name == "other":  # its length differs: only an old index shard lets it through
+            _old_index_shard(stale)
+        out[f"stale-{name}"] = stale
+    return out
+
+
+@pytest.mark.parametrize("case", ["moved", "shifted", "other"])
+def test_a_stale_m4a_index_row_falls_back_counted(m4a_packs: dict[str, Path], case: str) -> None:
+    """An M4A index row its checks let through (the blob re-muxed to its very
+    length with ``moov`` first; a shard from before ``num_bytes`` over a
+    re-encoded blob): the decoder found no ``moov`` where the index has it
+    and every crop failed (``CropError: cannot decode aac: no moov box in
+    the header ranges``); with ``moov`` in place over frames 8 bytes
+    earlier, crops were decoded from bytes outside their plan. Now they fall
+    back, exact, counted with the reason."""
+    dataset = open_dataset(m4a_packs[f"stale-{case}"])
+    reference = open_dataset(m4a_packs[case])
+    for start, end in WINDOWS:
+        np.testing.assert_array_equal(
+            dataset.read_crop("ep", start, end), reference.read_crop("ep", start, end)
+        )
+    assert dataset.decode_stats.paths == {"fallback from the start": len(WINDOWS)}
+    [(reason, count)] = dataset.decode_stats.fallback_reasons.items()
+    assert count == len(WINDOWS) and reason.startswith("index built for another blob")
+
+
+def test_a_stale_m4a_index_row_falls_back_in_a_decode_worker(m4a_packs: dict[str, Path]) -> None:
+    """Through a Streamer's worker process: the worker decodes the fallback
+    itself, and the reason comes back in the pipeline's counts."""
+    from streamer import SequentialCrops, Streamer
+
+    s = Streamer(m4a_packs["stale-moved"], SequentialCrops(1.0), workers=1, on_error="raise")
+    crops = sorted(s, key=lambda c: c.start)
+    reference = open_dataset(m4a_packs["moved"])
+    assert len(crops) == len(s.plan()) == s.stats.decode.fallback >= 4
+    assert s.stats.decode.paths == {"fallback from the start": len(crops)}
+    for crop in crops:
+        np.testing.assert_array_equal(crop.audio, reference.read_crop("ep", crop.start, crop.end))

@@ -350,3 +350,16 @@ def test_mp3_tail_splices_of_the_corpus_end_as_the_full_decode() -> None:
         assert np.array_equal(tail, full[:, -want:]), path
         spliced += 1
     assert spliced > 0
+
+
+def test_an_mp4_index_its_decoder_finds_stale_is_not_verified_by_the_fallback() -> None:
+    """An MP4 index whose ``moov`` check fails (``parse.mismatch``: here a
+    data range off by a byte) sends its crops to the fallback, which is
+    exact: the probes matched and such an index was stored as verified,
+    to fall back on every crop. The check fails instead."""
+    ep = episode(encoded("aac", 44100, 1, seconds=3.0))
+    assert ep.index is not None
+    wrong = dataclasses.replace(ep.index, data_end=ep.index.data_end - 1)
+    checked = verify.verify_index(dataclasses.replace(ep, index=wrong))
+    assert checked.status == NO_INDEX
+    assert "index built for another blob" in checked.reason, checked.reason

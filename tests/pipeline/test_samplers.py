@@ -63,7 +63,7 @@ def test_segment_crops_and_skipped_failures(with_segments: Path) -> None:
     dataset = streamer.open_dataset(with_segments)
     episodes = Episodes.of(dataset)
     crops = SegmentCrops("vad", max_duration=0.5).crops(episodes, np.random.default_rng(0))
-    assert crops.start[crops.episode == 0].tolist() == [0.5, 1.0, 10.0, 10.5]
+    assert crops.start[crops.episode == 0].tolist() == [0.5, 1.0, 10.0]  # 10.5: past the end
     s = Streamer(dataset, SegmentCrops("vad"), workers=0)
     got = list(s)
     assert len(got) == len(episodes)
@@ -93,6 +93,14 @@ def test_episodes_no_sampler_can_draw_from_are_named(packed: Path, tmp_path: Pat
     said = record.getMessage()
     assert f"{len(episodes)} of {len(episodes)} episodes have no known duration" in said
     assert repr(episodes.keys[0]) in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process reads them
+            s = Streamer(
+                root, RandomCrops(1.0), rank=rank, world_size=2, worker=worker, num_workers=2
+            )
+            s.episodes()
+            assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +231,14 @@ def test_segments_without_usable_times_are_named(with_segments: Path, caplog) ->
     said = record.getMessage()
     assert f"{5 * len(episodes)} of {6 * len(episodes)} segments have no usable times" in said
     assert f"{episodes.keys[0]!r} [nan, 1]" in said and f"{episodes.keys[0]!r} [-0.5, 1]" in said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.samplers"):
+        for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process plans the epoch
+            s = Streamer(
+                dataset, SegmentCrops("vad"), rank=rank, world_size=2, worker=worker, num_workers=2
+            )
+            s.total()
+            assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first
 
 
 def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:
@@ -234,3 +250,62 @@ def test_episodes_of_no_audio_give_no_crop_whatever_min_duration() -> None:
         crops = RandomCrops(2.0, min_duration=minimum).crops(episodes, np.random.default_rng(0))
         assert crops.episode.tolist() == [2, 1]
         assert (crops.end > crops.start).all()
+
+
+@pytest.fixture(scope="module")
+def ragged_segments(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """WAV episodes with one segment each whose last piece of 0.5 s holds no
+    sample once rounded: "e" (16 kHz, 2 s) [0.5, 1.50002]: 0.32 of a sample
+    after 1.5 s; "f" (48 kHz, 2 s) [0.2, 1.2 + 1/48000]: one sample, a third
+    of one at 16 kHz; "g" (12128 samples at 11025 Hz) [0.1, 1.2]: a piece
+    starting at 1.1 s, sample 12127.5, rounded to the end (the segment runs
+    past the end; unsplit, its crop is cut there)."""
+    src = tmp_path_factory.mktemp("ragged-segments-src")
+    write_audio(src, "e", "wav", 16000, 1, 2.0, seed=1)
+    write_audio(src, "f", "wav", 48000, 2, 2.0, seed=2)
+    write_audio(src, "g", "wav", 11025, 1, 12128 / 11025, seed=3)
+    root = tmp_path_factory.mktemp("ragged-segments") / "ds"
+    pack(src, root, progress=False)
+    segments = {"e": [[0.5, 1.50002]], "f": [[0.2, 1.2 + 1 / 48000]], "g": [[0.1, 1.2]]}
+    (root / "vad").mkdir()
+    for shard in (root / "audio").iterdir():
+        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"].to_pylist()
+        table = pa.table({"__key__": keys, "vad": [segments[key] for key in keys]})
+        with pa.ipc.new_file(str(root / "vad" / shard.name), table.schema) as writer:
+            writer.write_table(table)
+    return root
+
+
+@pytest.mark.parametrize("rate", [None, 16000])
+def test_no_segment_piece_is_planned_that_holds_no_sample(
+    ragged_segments: Path, rate: int | None
+) -> None:
+    """A segment cut into pieces of ``max_duration`` left a last piece under
+    half a sample long (or starting at the episode's last sample): planned,
+    then a CropError. Every piece planned is served, and the pieces of a
+    segment still hold its samples, none twice, none lost."""
+    dataset = streamer.open_dataset(ragged_segments)
+    s = Streamer(dataset, SegmentCrops("vad", max_duration=0.5), workers=0, sample_rate=rate)
+    crops = list(Streamer(dataset, s.sampler, workers=0, sample_rate=rate, on_error="raise"))
+    assert len(crops) == len(s.plan())
+    pieces = {
+        key: sorted((c for c in crops if c.key == key), key=lambda c: c.start) for key in "efg"
+    }
+    assert [len(pieces[key]) for key in "efg"] == [2, 2 if rate == 16000 else 3, 2]
+    segments = {"e": (0.5, 1.50002), "f": (0.2, 1.2 + 1 / 48000), "g": (0.1, 1.2)}
+    for key in "e" if rate else "efg":  # pieces resampled apart are not the whole resampled
+        whole = dataset.read_crop(key, *segments[key], sample_rate=rate)
+        np.testing.assert_array_equal(np.concatenate([c.audio for c in pieces[key]], axis=1), whole)
+
+
+def test_a_segment_past_the_end_fails_once_split_or_not(with_segments: Path) -> None:
+    """Only pieces cut from a segment are left out when they hold no sample: a
+    segment starting past its episode's end is planned and fails counted,
+    once, as it does unsplit (its piece [10.5, 11) is not a second failure)."""
+    dataset = streamer.open_dataset(with_segments)
+    s = Streamer(dataset, SegmentCrops("vad", max_duration=0.5), workers=0)
+    got = list(s)
+    assert s.stats.skipped == {"CropError": len(Episodes.of(dataset))}  # [10, 10.5)
+    assert sorted((c.start, c.end) for c in got) == sorted(
+        [(0.5, 1.0), (1.0, 1.25)] * (len(got) // 2)
+    )

@@ -102,6 +102,47 @@ def test_two_files_with_one_key_keep_the_first(tmp_path: Path) -> None:
     assert report.skipped == [("a/b.wav", "key 'a/b' is already taken by a/b.flac")]
 
 
+@pytest.mark.parametrize("files", ["1/2", None])
+def test_a_readable_file_takes_the_key_its_unreadable_twin_held(
+    tmp_path: Path, files: str | None
+) -> None:
+    """``a.flac`` wins ``a`` over ``a.mp3`` by name, but is not audio: it was
+    skipped, and ``a.mp3`` had been left out as a duplicate, so neither was
+    packed. The unreadable one is skipped with its reason, the next takes the
+    key (in any partition), and the one after is the duplicate."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for key in ("a", "b"):
+        (src / f"{key}.flac").write_bytes(b"fLaC" + bytes(200))  # not a FLAC stream
+        write_audio(src, key, "mp3", 16000, 1, 0.5)
+        write_audio(src, key, "wav", 16000, 1, 0.5, seed=1)
+    write_audio(src, "c", "wav", 16000, 1, 0.5)
+    out = tmp_path / "out"
+    reports = [pack(src, out, progress=False, files=f"{i}/2" if files else None) for i in (0, 1)]
+    if not files:
+        reports = reports[:1]
+    skipped = sorted(item for r in reports for item in r.skipped)
+    assert [source for source, _ in skipped] == ["a.flac", "a.wav", "b.flac", "b.wav"]
+    assert skipped[1][1] == "key 'a' is already taken by a.mp3"
+    assert "already taken" not in skipped[0][1]
+    dataset = open_dataset(out)
+    assert sorted(dataset.keys()) == ["a", "b", "c"]
+    assert dataset.info("a")["source"] == "a.mp3" and dataset.info("b")["source"] == "b.mp3"
+    assert dataset.read_crop("a", 0.0, 0.25).shape[1] > 0
+
+
+def test_a_key_whose_files_are_all_unreadable_reports_each(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.flac").write_bytes(b"fLaC" + bytes(200))
+    (src / "a.wav").write_bytes(b"RIFF" + bytes(200))
+    write_audio(src, "c", "wav", 16000, 1, 0.5)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert [source for source, _ in report.skipped] == ["a.flac", "a.wav"]
+    assert not any("already taken" in reason for _, reason in report.skipped)
+    assert list(open_dataset(tmp_path / "out").keys()) == ["c"]
+
+
 def test_a_transcript_beside_its_audio_never_takes_its_key(tmp_path: Path) -> None:
     """``utt1.txt`` sorts before ``utt1.wav``: it took the key, the wav was
     left out as a duplicate and the text skipped as not audio, so the audio

@@ -36,9 +36,9 @@ import numpy as np
 from ...index.table import SeekIndex
 from ...timing import record
 from ..ffmpeg import open_input
-from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless
+from ..job import CropPlan, DecodeContext, Fetched, StaleIndex, decode_span, to_gapless
 from ..sparse import SparseFile
-from .parse import READ_THROUGH, audio_only
+from .parse import READ_THROUGH, audio_only, mismatch
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 
@@ -141,9 +141,16 @@ _DEMUXERS = _Demuxers()
 
 def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxer:
     """A demuxer over the fetched bytes that sees the audio track only
-    (``parse.audio_only``), and where its timestamps count from."""
-    source = SparseFile(context.episode.blob.length, fetched.pieces, context)
+    (``parse.audio_only``), and where its timestamps count from. Raises
+    ``StaleIndex`` when the ``moov`` there is not the one the index was
+    built from (``parse.mismatch``): its demuxer would read other packets,
+    placed by another sample table, and serve other samples."""
+    length = context.episode.blob.length
+    source = SparseFile(length, fetched.pieces, context)
     offset, moov = _moov(source, index)
+    stale = mismatch(moov, index, length)
+    if stale is not None:
+        raise StaleIndex(stale)
     view = audio_only(moov)
     # The edited moov comes first among pieces that start where it does.
     source.refill(((offset, memoryview(view.moov)), *fetched.pieces), context)
@@ -194,7 +201,7 @@ def _moov(source: SparseFile, index: SeekIndex) -> tuple[int, bytes]:
                 parts.append(part)
                 left -= len(part)
             return offset, b"".join(parts)
-    raise ValueError("no moov box in the header ranges")
+    raise StaleIndex("no moov box where it has one")
 
 
 def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:

@@ -50,7 +50,7 @@ from ..ffmpeg import LENGTH_POLICY
 from ..reader import NoIndex, Reader, interval, thin
 from .fragments import Defaults, fragment_samples
 
-__all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "parse"]
+__all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "mismatch", "parse"]
 
 #: Largest ``moov`` read into memory. A 40-hour AAC track's tables are about
 #: 60 MB; a header claiming more than this is corrupt, not big.
@@ -553,6 +553,42 @@ def audio_only(moov: bytes) -> AudioOnly:
     return AudioOnly(bytes(edited), origin)
 
 
+def mismatch(moov: bytes, index: SeekIndex, length: int) -> str | None:
+    """What says that ``index`` was not built from this ``moov`` (read where
+    the index has it, in a blob of ``length`` bytes), or None: no ``moov``
+    that parses, or an audio track of another codec, rate or channels,
+    another edit (``encoder_delay``), or, unfragmented, samples in another
+    byte range than ``data_start`` to ``data_end``. Costs a walk of the
+    boxes and one pass over the sample sizes (numpy)."""
+    try:
+        movie = _walk_moov(moov)
+        audio = _audio_track(movie.tracks)
+        track = audio.leaves
+        timescale = _timescale(track.get(b"mdhd", b""))
+        entry = _sample_entry(track.get(b"stsd", b""))
+        edit = _edit(track, movie.timescale, timescale)
+        if movie.trex:  # fragmented: the fragments' samples are not in moov
+            span = (index.data_start, index.data_end)
+        else:
+            offsets, sizes = _whole(*sample_offsets(track, length), length)
+            span = (int(offsets.min()), int((offsets + sizes).max())) if len(sizes) else (0, 0)
+    except (NoIndex, struct.error, ValueError, IndexError) as exc:
+        return f"its moov does not parse: {exc}"
+    found = (entry.codec, timescale, entry.channels, edit.media_time if edit else 0, span)
+    said = (index.codec, index.timescale, index.channels, index.encoder_delay)
+    if found != (*said, (index.data_start, index.data_end)):
+        return "its moov describes other samples"
+    return None
+
+
+def _whole(offsets: np.ndarray, sizes: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The samples up to the first that is not all in a file of ``length``
+    bytes (a truncated file)."""
+    whole = (offsets >= 0) & (offsets + sizes <= length)
+    count = int(np.argmin(whole)) if not whole.all() else len(sizes)
+    return offsets[:count], sizes[:count]
+
+
 #: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
 _SMPB = re.compile(rb"\s*[-+]?(?:0[xX])?[0-9A-Fa-f]+" + rb"\s*([-+]?(?:0[xX])?[0-9A-Fa-f]+)" * 3)
 
@@ -709,11 +745,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     if not _rate_agrees(entry.sample_rate, timescale):
         raise NoIndex("mp4 media timescale is not the sample rate")
     offsets, sizes, times, in_moov = _samples(audio, movie, moofs, length)
-    # A truncated file: only the samples that are all there.
-    whole = (offsets >= 0) & (offsets + sizes <= length)
-    count = int(np.argmin(whole)) if not whole.all() else len(sizes)
-    offsets, sizes = offsets[:count], sizes[:count]
-    times = times[: count + 1]
+    offsets, sizes = _whole(offsets, sizes, length)  # a truncated file: the samples all there
+    times = times[: len(sizes) + 1]
     if not len(sizes):
         raise NoIndex("mp4 audio track without samples")
     first_sample, shown = 0, len(sizes)
