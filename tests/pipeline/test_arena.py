@@ -144,6 +144,9 @@ def test_a_worker_killed_mid_crop_leaves_no_region_and_no_file(packed: Path) -> 
     assert s.stats.worker_restarts >= 1 and not s.stats.skipped
     for a, b in zip(threads, crops, strict=True):
         np.testing.assert_array_equal(a.audio, b, err_msg=a.key)
+    # The killed worker's exception and its traceback's frames form cycles
+    # that may reach the pool until the next collection: nothing else may.
+    gc.collect()
     assert arena_files() == [] and arena_maps() == 0
     if os.path.isdir("/dev/shm"):  # shared by every process of the machine: ours by name
         new = set(os.listdir("/dev/shm")) - shm_before
