@@ -20,7 +20,7 @@ from streamer.errors import ShardError
 from streamer.formats import extract
 from streamer.index import IndexReader, SeekIndex
 from streamer.index.checks import ANOTHER_BLOB, check_against_blob, check_index
-from streamer.index.table import INDEX_TYPE, to_struct_array
+from streamer.index.table import CONTENT_TYPE, INDEX_TYPE, to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
@@ -206,7 +206,11 @@ def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
     path = tmp_path / "seek_index" / "s.wsds"
     path.parent.mkdir()
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
-        writer.write_batch(pa.record_batch([pa.array(["ep"]), bad, pa.array([1])], schema=SCHEMA))
+        writer.write_batch(
+            pa.record_batch(
+                [pa.array(["ep"]), bad, pa.array([1]), pa.nulls(1, CONTENT_TYPE)], schema=SCHEMA
+            )
+        )
     with pytest.raises(ShardError, match="header offsets and lengths differ") as caught:
         IndexReader(Shard(path)).read(0)
     assert caught.value.key == "ep"
@@ -221,7 +225,12 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
         writer.write_batch(
             pa.record_batch(
-                [pa.array(["a", "b", "c"]), to_struct_array(indexes), pa.array([1, 2, 3])],
+                [
+                    pa.array(["a", "b", "c"]),
+                    to_struct_array(indexes),
+                    pa.array([1, 2, 3]),
+                    pa.nulls(3, CONTENT_TYPE),
+                ],
                 schema=SCHEMA,
             )
         )
