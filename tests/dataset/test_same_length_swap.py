@@ -23,6 +23,8 @@ from streamer import open_dataset
 from streamer.dataset import write_manifest
 from streamer.index import INDEX_DIR
 from streamer.index.content import STALE
+from streamer.pipeline import Streamer
+from streamer.pipeline.samplers import ListCrops
 from streamer.storage.local import LocalStore
 from streamer.write.index import build_index, verify_index_shards
 from streamer.write.pack import pack
@@ -144,3 +146,34 @@ def test_verify_does_not_bless_a_stale_row(swapped) -> None:  # type: ignore[no-
     dataset = open_dataset(copy)
     for key in indexed:
         assert dataset.seek_index(key).reason == STALE
+
+
+def _streamed(dataset, plain: Path, before: Path) -> None:  # type: ignore[no-untyped-def]
+    indexed = [key for key in ("one", "two") if open_dataset(before).episode(key).index.ok]
+    crops = [(key, start, end) for key in ("one", "two") for start, end in WINDOWS]
+    reference = open_dataset(plain)
+    s = Streamer(dataset, ListCrops(crops), workers=1)
+    got = list(s)
+    assert len(got) == len(crops)
+    for crop in got:
+        np.testing.assert_array_equal(
+            crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
+        )
+    assert s.stats.decode.fallback_reasons.get(STALE) == len(indexed) * len(WINDOWS)
+
+
+def test_streamed_through_a_decode_worker(swapped) -> None:  # type: ignore[no-untyped-def]
+    """The same crops from a Streamer with a decode worker, which reads the
+    mapped shard itself and falls back, counted."""
+    stale, plain, before = swapped
+    _streamed(open_dataset(stale), plain, before)
+
+
+def test_streamed_over_s3_and_http(swapped, remote_folder) -> None:  # type: ignore[no-untyped-def]
+    """Remote: the bytes are fetched by the parent and shipped (MP4's
+    ``moov`` asked for by the worker when its demuxer opens)."""
+    stale, plain, before = swapped
+    if not stale.parent.name.startswith(("swap-aac", "swap-mp3")):
+        pytest.skip("the shipped-bytes paths: mp3 (plain) and AAC (deferred moov)")
+    publish, _ = remote_folder
+    _streamed(publish(stale), plain, before)

@@ -308,3 +308,25 @@ def test_variable_block_size_flac_is_exact_and_its_damage_counted(tmp_path: Path
     job, fetched = _planned(dataset, "v", 2.0, 4.0)
     got, stats = _decode(job, _flipped(fetched, len(fetched.data) // 2))
     assert stats.bad_packets == 1 and got.shape == (2, 88200)
+
+
+def test_a_changed_moov_is_seen_when_a_demuxer_asks_for_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """MP4's ``moov`` is deferred (an open demuxer does not need it again):
+    its CRC is compared when it is delivered, and a mismatch there sends
+    the crop through the exact path too, counted once as stale."""
+    dataset = pack_audio(tmp_path_factory.mktemp("moov"), {"aac": ("aac", 44100, 2)}, 4.0)
+    job, fetched = _planned(dataset, "aac", 1.0, 2.0)
+    assert job.deferred and all(piece[0] not in dict(job.deferred) for piece in fetched.pieces)
+    moov = max(job.deferred, key=lambda r: r[1])
+    checks = tuple(
+        (offset, length, crc ^ 1 if (offset, length) == moov else crc)
+        for offset, length, crc in job.checks
+    )
+    assert checks != job.checks  # the moov is among the checked ranges
+    clean, _ = _decode(job, fetched)
+    got, stats = _decode(dataclasses.replace(job, checks=checks), fetched)
+    np.testing.assert_allclose(got, clean, rtol=0, atol=1e-4)
+    assert stats.fallback_reasons == {STALE: 1} and stats.crops == 1
+    assert stats.paths == {"fallback from the start": 1}
