@@ -100,6 +100,18 @@ def test_an_index_built_from_a_blob_of_another_length_is_not_used(lengths: Path)
     assert reason == ANOTHER_BLOB
 
 
+def test_content_crcs_that_do_not_match_the_seek_points_make_the_row_unusable(
+    lengths: Path,
+) -> None:
+    dataset = streamer.open_dataset(lengths)
+    index, length = dataset.seek_index("mp3-3"), dataset.blob("mp3-3").length
+    assert len(index.content_crc) == len(index.byte_pos)  # an mp3's header is empty
+    assert check_against_blob(index, length) is None
+    short = dataclasses.replace(index, content_crc=index.content_crc[:-1])
+    reason = check_against_blob(short, length)
+    assert reason == "implausible index: content CRCs do not match its seek points"
+
+
 def test_blob_lengths_that_are_not_lengths_make_the_shard_unusable(tmp_path: Path) -> None:
     index = extract(io.BytesIO(encoded("flac", 22050, 1, seconds=0.5)))
     schema = pa.schema([*list(SCHEMA)[:2], pa.field("num_bytes", pa.string())])
