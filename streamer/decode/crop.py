@@ -40,7 +40,7 @@ from ..formats.job import (
     StaleIndex,
 )
 from ..formats.registry import format_for
-from ..index.content import PCM_HEADER_LIMIT, STALE, Check, crop_checks, stale
+from ..index.content import SMALL_HEADER, STALE, Check, crop_checks, stale
 from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
@@ -188,7 +188,7 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
 
 
 def _small(header: tuple[tuple[int, int], ...]) -> bool:
-    return 0 < sum(length for _, length in header) <= PCM_HEADER_LIMIT
+    return 0 < sum(length for _, length in header) <= SMALL_HEADER
 
 
 def fetch(job: CropJob) -> Fetched:

@@ -14,7 +14,7 @@ through it reads anyway (``table.CONTENT_COLUMN``, ``SeekIndex.content_crc``):
   soon as the frames moved or are another episode's.
 
 PCM (``block_align``) has no seek points: its crops read the header ranges
-too when they are small (``PCM_HEADER_LIMIT``), whose bytes then say
+too when they are small (``SMALL_HEADER``), whose bytes then say
 everything the index says. A crop checks the CRCs of the ranges it read
 (``crop_checks``, ``stale``) and on a mismatch goes through the exact path
 without the index, counted as ``STALE``. A row without the column (a shard
@@ -31,8 +31,8 @@ import numpy as np
 from .table import SeekIndex
 
 __all__ = [
-    "PCM_HEADER_LIMIT",
     "POINT_BYTES",
+    "SMALL_HEADER",
     "STALE",
     "Check",
     "checked_ranges",
@@ -45,8 +45,10 @@ __all__ = [
 
 #: Bytes checked at each seek point.
 POINT_BYTES = 64
-#: PCM crops read (and check) the header ranges when they hold at most this.
-PCM_HEADER_LIMIT = 64 * 1024
+#: Header bytes worth reading only to check them: PCM crops read (and
+#: check) the header ranges when they hold at most this, and a look at
+#: every row of a shard (``matches(sample=True)``) skips larger ranges.
+SMALL_HEADER = 64 * 1024
 #: Why a crop does not use its index: the bytes it read are not the ones
 #: the index was built from.
 STALE = "index stale: content changed"
@@ -117,9 +119,10 @@ def stale(checks: Sequence[Check], pieces: Pieces) -> bool:
 
 def matches(index: SeekIndex, read: Callable[[Ranges], list[memoryview]], *, sample: bool) -> bool:
     """Whether the bytes ``read`` gives have the CRCs the row records (True
-    when it records none). ``sample``: the header ranges and the first,
-    middle and last seek points only (a cheap look at every row of a
-    shard); otherwise every range."""
+    when it records none). ``sample``: the header ranges of at most
+    ``SMALL_HEADER`` bytes and the first seek point only (a cheap look at
+    every row of a shard: one small read each, mostly; MP4's ``moov`` is
+    left to the crops); otherwise every range."""
     crcs = index.content_crc
     if not len(crcs):
         return True
@@ -128,9 +131,8 @@ def matches(index: SeekIndex, read: Callable[[Ranges], list[memoryview]], *, sam
         return False
     chosen = range(len(ranges))
     if sample:
-        head, points = len(index.header), len(ranges) - len(index.header)
-        chosen = sorted(
-            set(range(head)) | {head + i for i in (0, points // 2, points - 1) if points}
-        )
+        head = len(index.header)
+        chosen = [i for i in range(head) if ranges[i][1] <= SMALL_HEADER]
+        chosen += [head] if len(ranges) > head else []
     views = read([ranges[i] for i in chosen])
     return all(zlib.crc32(view) == int(crcs[i]) for i, view in zip(chosen, views, strict=True))

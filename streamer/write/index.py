@@ -502,8 +502,9 @@ def _built_for_these_blobs(dataset: Dataset, audio: Shard, index: Shard) -> bool
     shard without them, written before they existed, is taken at its word):
     an audio shard re-packed since (retagged files, other encodes, blobs
     swapped between keys) is indexed again. The content is looked at in
-    its header ranges and three seek points per row (``content.matches``):
-    a rewrite elsewhere only is left to the crops' own checks."""
+    its small header ranges and first seek point per row
+    (``content.matches``): a rewrite elsewhere only is left to the crops'
+    own checks."""
     try:
         reader = IndexReader(index)
     except DataError:
