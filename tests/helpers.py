@@ -110,16 +110,18 @@ def gone(pid: int) -> bool:
 
 def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-arg]
     """Rewrite the ``seek_index/`` shard at ``path`` with ``rows`` (key ->
-    ``SeekIndex``, in its order), keeping the blob lengths it records."""
+    ``SeekIndex``, in its order), keeping the blob lengths it records; no
+    content CRCs (hand-made rows are not checked against the bytes)."""
     import pyarrow as pa
 
-    from streamer.index.table import BLOB_BYTES_COLUMN, to_struct_array
+    from streamer.index.table import BLOB_BYTES_COLUMN, CONTENT_TYPE, to_struct_array
     from streamer.shard import Shard
     from streamer.write.index import SCHEMA
 
     lengths = Shard(str(path)).column(BLOB_BYTES_COLUMN).combine_chunks()
     indexes = to_struct_array(list(rows.values()))
-    batch = pa.record_batch([pa.array(list(rows)), indexes, lengths], schema=SCHEMA)
+    crcs = pa.nulls(len(rows), CONTENT_TYPE)
+    batch = pa.record_batch([pa.array(list(rows)), indexes, lengths, crcs], schema=SCHEMA)
     temp = path.with_suffix(".tmp")
     with pa.ipc.new_file(str(temp), SCHEMA) as writer:
         writer.write_batch(batch)

@@ -40,6 +40,7 @@ from ..formats.job import (
     StaleIndex,
 )
 from ..formats.registry import format_for
+from ..index.content import SMALL_HEADER, STALE, Check, crop_checks, stale
 from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
@@ -65,6 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_POINTS = np.zeros(0, dtype=np.int64)
+_NO_CRCS = np.zeros(0, dtype=np.uint32)
 #: ``DecodeStats.paths`` names: which path served a crop.
 PATH_INDEX, PATH_GENERIC_INDEX, PATH_FROM_THE_START = (
     "index",
@@ -135,6 +137,9 @@ class CropJob:
     #: Resampled outputs to drop from the front: the decoded range is the
     #: resampler's window (the fallback finds its own once it knows the rate).
     resample_skip: int = 0
+    #: CRCs of planned bytes, as the index's blob had them
+    #: (``index.content.crop_checks``): other bytes, and the crop falls back.
+    checks: tuple[Check, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -166,14 +171,24 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
         preroll = round(request.preroll * index.timescale)
     with record("plan"):
         plan = form.refine_plan(index, plan_crop(index, first, last, preroll))
-    light = dataclasses.replace(index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS)
+        if plan.point < 0 and len(index.content_crc) and _small(index.header):
+            plan = plan.with_header(tuple(index.header))  # PCM: its header says it all
+        checks = crop_checks(index, plan.header, plan.point)
+    light = dataclasses.replace(
+        index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS, content_crc=_NO_CRCS
+    )
     return CropJob(
         request,
         dataclasses.replace(episode, index=light),
         plan,
         deferred=form.deferrable(index, plan),
         resample_skip=skip,
+        checks=checks,
     )
+
+
+def _small(header: tuple[tuple[int, int], ...]) -> bool:
+    return 0 < sum(length for _, length in header) <= SMALL_HEADER
 
 
 def fetch(job: CropJob) -> Fetched:
@@ -223,28 +238,32 @@ def decode_job(
     memory): it saves copying the whole crop once more.
 
     A decoder that finds the index built from other bytes than the blob's
-    (``StaleIndex``) hands the crop to ``decode_fallback``, counted with
-    that reason: never a crop from the index."""
+    (``StaleIndex``), or planned bytes whose CRCs are not the ones the index
+    recorded (``job.checks``; deferred ranges when they are delivered:
+    ``index.content.STALE``), hands the crop to ``decode_fallback``, counted
+    with that reason: never a crop from the index."""
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
     form = _format(episode, index)
     stats.planned_bytes += fetched.nbytes
+    if stale(job.checks, fetched.pieces):
+        return _stale(job, stats, STALE)
     deliver = held_back or (lambda: read_deferred(job))
 
     def delivered() -> Pieces:
         pieces = deliver()
         stats.planned_bytes += sum(len(view) for _, view in pieces)
+        if stale(job.checks, pieces):
+            raise _ChangedContent
         return pieces
 
     context = DecodeContext(episode, stats, delivered, mono=job.request.mono)
     try:
         with record("decode"):
             samples, at = _decode(form, job, fetched, context)
-    except StaleIndex as stale:
-        return decode_fallback(
-            dataclasses.replace(job, plan=None, fallback_reason=stale.reason), stats
-        )
+    except StaleIndex as stale_index:
+        return _stale(job, stats, stale_index.reason)
     audio = samples[:, plan.first - at : plan.last - at]
     reached_end = sum(plan.data) >= index.data_end
     if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
@@ -279,6 +298,18 @@ def _decode(
 def _count_index_path(stats: DecodeStats, index: SeekIndex) -> None:
     stats.crops += 1
     stats.count_path(PATH_GENERIC_INDEX if index.container.startswith("ffmpeg:") else PATH_INDEX)
+
+
+class _ChangedContent(StaleIndex):
+    """Delivered bytes whose CRCs are not the ones the index recorded."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, STALE)
+
+
+def _stale(job: CropJob, stats: DecodeStats, reason: str) -> Crop:
+    """The crop through the exact path: its index is for other bytes."""
+    return decode_fallback(dataclasses.replace(job, plan=None, fallback_reason=reason), stats)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:

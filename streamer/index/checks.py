@@ -16,7 +16,8 @@ comparisons and one pass over the seek points):
   rewritten, whose every field may still look right, has its frames at the
   old offsets) and the episode's ``audio_info`` row when there is one
   (codec, container, sample rate, channels, duration), for an index read
-  back from ``seek_index/``.
+  back from ``seek_index/``. (A blob rewritten to the same length is seen
+  by its bytes, when a crop reads them: ``content``.)
 
 Both return the reason an index cannot be trusted (short and stable enough to
 be counted), or None. A "no index" record is always fine: it is trusted to
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .content import expected_count
 from .table import NO_INDEX, SeekIndex
 
 __all__ = [
@@ -104,6 +106,9 @@ def check_against_blob(
     if built_for is not None and built_for != blob_length:
         return ANOTHER_BLOB
     reason = check_index(index, blob_length)
+    crcs = len(index.content_crc)
+    if reason is None and index.ok and crcs and crcs != expected_count(index):
+        reason = "implausible index: content CRCs do not match its seek points"
     if reason is not None or not index.ok or not info:
         return reason
     if info.get("num_bytes") not in (None, blob_length):

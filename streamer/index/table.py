@@ -1,7 +1,8 @@
 """The ``SeekIndex`` of one episode and its Arrow form in ``seek_index/`` shards.
 
 On disk an index is one row of a struct column ``seek_index`` (beside
-``__key__`` and ``num_bytes``, the length of the blob it was built from), in
+``__key__``, ``num_bytes``, the length of the blob it was built from, and
+``content_crc``, CRC-32s of bytes of that blob: ``content``), in
 a shard with the same name and rows as the audio shard. The
 seek points are two ``list<int64>`` children, so reading an episode's points
 is offsets arithmetic on the list values buffer: two numpy views, no Python
@@ -22,6 +23,8 @@ from ..shard.ipc import Shard
 
 __all__ = [
     "BLOB_BYTES_COLUMN",
+    "CONTENT_COLUMN",
+    "CONTENT_TYPE",
     "INDEX_COLUMN",
     "INDEX_DIR",
     "INDEX_TYPE",
@@ -42,6 +45,11 @@ INDEX_COLUMN = "seek_index"
 #: durations and codecs, and the old index would place crops at the old
 #: offsets. Shards written before it existed lack it (no check then).
 BLOB_BYTES_COLUMN = "num_bytes"
+#: CRC-32s of bytes of the blob each row was built from that every crop
+#: reads anyway (``content.checked_ranges``): a blob rewritten to the same
+#: length has other bytes there. Null, or absent in older shards: not checked.
+CONTENT_COLUMN = "content_crc"
+CONTENT_TYPE = pa.list_(pa.uint32())
 OK = "ok"
 NO_INDEX = "no index"
 #: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
@@ -49,6 +57,8 @@ UNVERIFIED = "unverified"
 VERIFIED = "verified"
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_CRCS = np.zeros(0, dtype=np.uint32)
+_INT64 = np.dtype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +125,9 @@ class SeekIndex:
     data_end: int = 0
     sample_pos: np.ndarray = field(default_factory=lambda: _EMPTY)
     byte_pos: np.ndarray = field(default_factory=lambda: _EMPTY)
+    #: The row's ``CONTENT_COLUMN`` (uint32; empty: not recorded, not
+    #: checked). Not part of ``INDEX_TYPE``: a column of its own.
+    content_crc: np.ndarray = field(default_factory=lambda: _NO_CRCS)
 
     @property
     def ok(self) -> bool:
@@ -211,11 +224,13 @@ def _values(array: pa.Array, width: int) -> np.ndarray:
     return values[array.offset : array.offset + len(array)]
 
 
-def _list_views(array: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+def _list_views(array: pa.ListArray, dtype: np.dtype = _INT64) -> tuple[np.ndarray, np.ndarray]:
     offsets = _view(array.buffers()[1], np.dtype(np.int32))
     offsets = offsets[array.offset : array.offset + len(array) + 1]
     values = array.values
-    flat = _view(values.buffers()[1], np.dtype(np.int64))[values.offset :]
+    if values.buffers()[1] is None:  # no values at all
+        return offsets, np.zeros(0, dtype=dtype)
+    flat = _view(values.buffers()[1], dtype)[values.offset :]
     return offsets, flat
 
 
@@ -245,6 +260,8 @@ class IndexReader:
         self._chunks = shard.column(INDEX_COLUMN).chunks
         self._views: dict[int, _BatchViews] = {}
         self._blob_bytes = _blob_bytes(shard)
+        self._crc_chunks = _content_chunks(shard)
+        self._crc_views: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
 
     def built_for(self, row: int) -> int | None:
         """The byte length of the blob row ``row`` was built from (None: the
@@ -278,7 +295,23 @@ class IndexReader:
             header=header,
             sample_pos=arrays["sample_pos"],
             byte_pos=arrays["byte_pos"],
+            content_crc=self._content_crc(batch, j),
         )
+
+    def _content_crc(self, batch: int, j: int) -> np.ndarray:
+        """Row ``j`` of record batch ``batch`` of ``CONTENT_COLUMN`` (a view;
+        empty when the shard has no such column or the row is null)."""
+        if self._crc_chunks is None:
+            return _NO_CRCS
+        views = self._crc_views.get(batch)
+        if views is None:
+            chunk = self._crc_chunks[batch]
+            valid = chunk.is_valid().to_numpy(zero_copy_only=False) if chunk.null_count else None
+            views = self._crc_views[batch] = (*_list_views(chunk, np.dtype("<u4")), valid)
+        offsets, flat, valid = views
+        if valid is not None and not valid[j]:
+            return _NO_CRCS
+        return flat[offsets[j] : offsets[j + 1]]
 
 
 def _blob_bytes(shard: Shard) -> np.ndarray | None:
@@ -291,3 +324,14 @@ def _blob_bytes(shard: Shard) -> np.ndarray | None:
     if column.type != pa.int64():
         raise ShardError(f"{BLOB_BYTES_COLUMN!r} is not an int64 column", shard=shard.path)
     return np.asarray(column.fill_null(-1).to_numpy())
+
+
+def _content_chunks(shard: Shard) -> list[pa.ListArray] | None:
+    """The ``content_crc`` column's record batches, or None when the shard
+    has no such column; ``ShardError`` when it is not a list of CRCs."""
+    if CONTENT_COLUMN not in shard.schema.names:
+        return None
+    column = shard.column(CONTENT_COLUMN)
+    if column.type != CONTENT_TYPE:
+        raise ShardError(f"{CONTENT_COLUMN!r} is not a {CONTENT_TYPE} column", shard=shard.path)
+    return list(column.chunks)

@@ -1,8 +1,10 @@
 """Build the ``seek_index/`` column directory of a dataset, local or remote.
 
 One index shard per audio shard, same name, same rows in the same order,
-columns ``__key__``, ``seek_index`` (``table.INDEX_TYPE``) and ``num_bytes``
-(the length of the blob each row was built from: ``table.BLOB_BYTES_COLUMN``). Episodes are
+columns ``__key__``, ``seek_index`` (``table.INDEX_TYPE``), ``num_bytes``
+(the length of the blob each row was built from: ``table.BLOB_BYTES_COLUMN``)
+and ``content_crc`` (CRCs of bytes of that blob every crop reads:
+``index.content``). Episodes are
 read through the dataset's store (memory map, S3, ...); each index shard is
 written to a local file and stored whole when complete
 (``Store.staged_sync``: renamed into place locally, one PUT on S3), so an
@@ -45,8 +47,11 @@ from ..dataset import INFO_DIR, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
+from ..index.content import STALE, content_crcs, matches
 from ..index.table import (
     BLOB_BYTES_COLUMN,
+    CONTENT_COLUMN,
+    CONTENT_TYPE,
     INDEX_COLUMN,
     INDEX_DIR,
     INDEX_TYPE,
@@ -81,6 +86,7 @@ SCHEMA = pa.schema(
         (KEY_COLUMN, pa.string()),
         pa.field(INDEX_COLUMN, INDEX_TYPE, nullable=False),
         pa.field(BLOB_BYTES_COLUMN, pa.int64()),
+        pa.field(CONTENT_COLUMN, CONTENT_TYPE),
     ]
 )
 
@@ -383,7 +389,12 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     def recheck(row: int) -> SeekIndex:
         episode = dataset.episode(audio.keys[row].as_py())
         assert episode.index is not None
-        return verify_index(episode) if episode.index.ok else episode.index
+        if not episode.index.ok:
+            return episode.index
+        if not matches(episode.index, episode.blob.read_ranges, sample=False):
+            # its CRCs are written anew from these bytes: they must be its own
+            return SeekIndex.unavailable(STALE, episode.index.container)
+        return verify_index(episode)
 
     _write(dataset, _index_path(dataset, name), audio, result, recheck)
     return result
@@ -397,8 +408,9 @@ def _write(
     index_of: Callable[[int], SeekIndex],
 ) -> list[float | None]:
     """Write the index shard at ``path`` whole (``staged_sync``): ``index_of(row)``
-    for every row of ``audio`` (a shard of ``dataset``) and its blob's length,
-    counted in ``result``; each row's duration (``durations.index_durations``)."""
+    for every row of ``audio`` (a shard of ``dataset``), its blob's length
+    and content CRCs, counted in ``result``; each row's duration
+    (``durations.index_durations``)."""
     found: list[float | None] = []
     with dataset.store.staged_sync(path) as temp, pa.ipc.new_file(temp, SCHEMA) as writer:
         for start in range(0, audio.num_rows, ROWS_PER_BATCH):
@@ -409,8 +421,25 @@ def _write(
             column = to_struct_array(indexes)
             found += index_durations(column)
             lengths = pa.array(_blob_lengths(dataset, audio, rows), pa.int64())
-            writer.write_batch(pa.record_batch([keys, column, lengths], schema=SCHEMA))
+            crcs = pa.array(
+                [
+                    _content_crcs(dataset, audio, row, i)
+                    for row, i in zip(rows, indexes, strict=True)
+                ],
+                CONTENT_TYPE,
+            )
+            writer.write_batch(pa.record_batch([keys, column, lengths, crcs], schema=SCHEMA))
     return found
+
+
+def _content_crcs(dataset: Dataset, audio: Shard, row: int, index: SeekIndex) -> list[int] | None:
+    """``content.content_crcs`` of an index from its row's blob as it is
+    now (just indexed: its bytes are in the page or block cache); None for
+    "no index"."""
+    if not index.ok:
+        return None
+    blob = audio.blob(dataset.audio_column, row)
+    return content_crcs(index, blob.read_ranges).tolist()
 
 
 def _blob_lengths(dataset: Dataset, audio: Shard, rows: Iterable[int]) -> list[int | None]:
@@ -469,14 +498,31 @@ def _complete(dataset: Dataset, name: str, path: str) -> bool:
 
 def _built_for_these_blobs(dataset: Dataset, audio: Shard, index: Shard) -> bool:
     """Whether an index shard's rows were built from the audio shard's blobs
-    as they are now, as far as its ``num_bytes`` says (a shard without it,
-    written before it existed, is taken at its word): an audio shard
-    re-packed since (retagged files, other encodes) is indexed again."""
+    as they are now, as far as its ``num_bytes`` and ``content_crc`` say (a
+    shard without them, written before they existed, is taken at its word):
+    an audio shard re-packed since (retagged files, other encodes, blobs
+    swapped between keys) is indexed again. The content is looked at in
+    its small header ranges and first seek point per row
+    (``content.matches``): a rewrite elsewhere only is left to the crops'
+    own checks."""
     try:
         reader = IndexReader(index)
     except DataError:
         return False
-    return all(
-        reader.built_for(row) in (None, length)
-        for row, length in enumerate(_blob_lengths(dataset, audio, range(audio.num_rows)))
-    )
+    lengths = _blob_lengths(dataset, audio, range(audio.num_rows))
+    if any(reader.built_for(row) not in (None, n) for row, n in enumerate(lengths)):
+        return False
+    return all(_unchanged(dataset, audio, reader, row) for row in range(audio.num_rows))
+
+
+def _unchanged(dataset: Dataset, audio: Shard, reader: IndexReader, row: int) -> bool:
+    try:
+        index = reader.read(row)
+        if not index.ok or not len(index.content_crc):
+            return True
+        blob = audio.blob(dataset.audio_column, row)
+        return reader.built_for(row) in (None, blob.length) and matches(
+            index, blob.read_ranges, sample=True
+        )
+    except DataError:
+        return False

@@ -26,6 +26,8 @@ from streamer import open_dataset
 from streamer.dataset import Dataset, write_manifest
 from streamer.index import INDEX_DIR
 from streamer.index.checks import ANOTHER_BLOB
+from streamer.index.content import STALE
+from streamer.index.table import CONTENT_COLUMN
 from streamer.storage.local import LocalStore
 from streamer.synth import encode, signal
 from streamer.write.index import build_index
@@ -147,12 +149,12 @@ def _remuxed(m4a: bytes, moov_first: bool) -> bytes:
     return boxes[b"ftyp"] + boxes[b"mdat"] + boxes[b"free"] + bytes(moov)
 
 
-def _old_index_shard(folder: Path) -> None:
-    """``folder``'s seek_index/ shards as written before ``num_bytes`` existed."""
+def _old_index_shard(folder: Path, *columns: str) -> None:
+    """``folder``'s seek_index/ shards as written before ``columns`` existed."""
     import pyarrow as pa
 
     for shard in (folder / INDEX_DIR).iterdir():
-        table = pa.ipc.open_file(str(shard)).read_all().drop_columns(["num_bytes"])
+        table = pa.ipc.open_file(str(shard)).read_all().drop_columns(list(columns))
         with pa.ipc.new_file(str(shard), table.schema) as writer:
             writer.write_table(table)
 
@@ -164,7 +166,9 @@ def m4a_packs(
     """An M4A episode packed ("before"); re-muxed to the same length with
     ``moov`` first ("moved") or its ``mdat`` 8 bytes earlier, ``moov`` in
     place ("shifted"); encoded again from another signal, a longer file
-    ("other"): each packed, and with the first pack's index ("stale ...")."""
+    ("other"): each packed, and with the first pack's index as written
+    before ``content_crc`` ("stale ...": only the decoder's ``moov`` check
+    can tell) and as written now ("current ...")."""
     codec = request.param
     root = tmp_path_factory.mktemp(f"stale-{codec}")
     path = write_audio(root / "src", "ep", codec, 44100, 2, 4.0, seed=1)
@@ -179,9 +183,10 @@ def m4a_packs(
         path.write_bytes(data)
         pack(root / "src", root / name, progress=False)
         out[name] = root / name
+        out[f"current-{name}"] = _stale((root / "before", root / name), root / f"now-{name}")
         stale = _stale((root / "before", root / name), root / f"stale-{name}")
-        if name == "other":  # its length differs: only an old index shard lets it through
-            _old_index_shard(stale)
+        # its length differs: only an index shard from before num_bytes lets it through
+        _old_index_shard(stale, CONTENT_COLUMN, *(["num_bytes"] if name == "other" else []))
         out[f"stale-{name}"] = stale
     return out
 
@@ -204,6 +209,22 @@ def test_a_stale_m4a_index_row_falls_back_counted(m4a_packs: dict[str, Path], ca
     assert dataset.decode_stats.paths == {"fallback from the start": len(WINDOWS)}
     [(reason, count)] = dataset.decode_stats.fallback_reasons.items()
     assert count == len(WINDOWS) and reason.startswith("index built for another blob")
+
+
+@pytest.mark.parametrize("case", ["moved", "shifted"])
+def test_a_current_m4a_index_row_is_caught_by_its_content_crcs(
+    m4a_packs: dict[str, Path], case: str
+) -> None:
+    """The same re-muxed blobs under an index shard as written now: the
+    bytes a crop reads have other CRCs than its row records (before the
+    decoder opens anything): exact, counted as stale."""
+    dataset = open_dataset(m4a_packs[f"current-{case}"])
+    reference = open_dataset(m4a_packs[case])
+    for start, end in WINDOWS:
+        np.testing.assert_array_equal(
+            dataset.read_crop("ep", start, end), reference.read_crop("ep", start, end)
+        )
+    assert dataset.decode_stats.fallback_reasons == {STALE: len(WINDOWS)}
 
 
 def test_a_stale_m4a_index_row_falls_back_in_a_decode_worker(m4a_packs: dict[str, Path]) -> None:

@@ -28,6 +28,7 @@ from streamer.errors import CropError
 from streamer.formats.flac.parse import frame_header
 from streamer.formats.job import DecodeStats, Fetched
 from streamer.formats.ogg.pages import checked_pages
+from streamer.index.content import STALE
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
 
@@ -112,6 +113,9 @@ def test_a_damaged_flac_frame_is_silence_of_its_length(
     number = 0 if where == "first header" else len(frames) // 2
     offset, position, block = frames[number]
     flip = offset + (4 if "header" in where else (frames[number + 1][0] - offset) // 2)
+    # The decoder's own check: the first frame's bytes are also checked
+    # against the index's content CRCs (``test_damage_in_checked_bytes_...``).
+    job = dataclasses.replace(job, checks=())
     clean, _ = _decode(job, fetched)
     with caplog.at_level(logging.DEBUG, logger="streamer.formats.job"):
         got, stats = _decode(job, _flipped(fetched, flip, 0x01))
@@ -184,12 +188,35 @@ def test_damage_in_the_last_ogg_page_is_silence_to_the_end(dataset: Dataset) -> 
 
 def test_a_damaged_ogg_header_page_is_a_crop_error(dataset: Dataset) -> None:
     job, fetched = _planned(dataset, "opus", 3.0, 5.0)
+    job = dataclasses.replace(job, checks=())  # an index without content CRCs
     header = bytearray(fetched.pieces[0][1])
     header[40] ^= 0x01
     damaged = Fetched(((fetched.pieces[0][0], memoryview(bytes(header))), *fetched.pieces[1:]))
     with pytest.raises(CropError, match="header page fails its CRC") as caught:
         _decode(job, damaged)
     assert caught.value.key == "opus"
+
+
+@pytest.mark.parametrize("key", sorted(FILES))
+def test_damage_in_checked_bytes_sends_the_crop_through_the_exact_path(
+    dataset: Dataset, key: str
+) -> None:
+    """A flipped bit in the header ranges or at the seek point, whose CRCs
+    the index recorded: the crop is decoded from the blob without the index
+    (exact), counted as stale, instead of as damage."""
+    job, fetched = _planned(dataset, key, 3.0, 5.0)
+    clean, _ = _decode(job, fetched)
+    assert job.checks
+    header = bytearray(fetched.pieces[0][1])
+    header[len(header) // 2] ^= 0x01
+    for damaged in (
+        _flipped(fetched, 5),
+        Fetched(((fetched.pieces[0][0], memoryview(bytes(header))), *fetched.pieces[1:])),
+    ):
+        got, stats = _decode(job, damaged)
+        # the index's crop is the full decode's up to float rounding (lossy)
+        np.testing.assert_allclose(got, clean, rtol=0, atol=0 if key == "flac" else 1e-4)
+        assert stats.fallback_reasons == {STALE: 1} and stats.crops == 1
 
 
 def test_a_flac_crop_from_a_damaged_shard_counts_its_bad_packet(
@@ -281,3 +308,25 @@ def test_variable_block_size_flac_is_exact_and_its_damage_counted(tmp_path: Path
     job, fetched = _planned(dataset, "v", 2.0, 4.0)
     got, stats = _decode(job, _flipped(fetched, len(fetched.data) // 2))
     assert stats.bad_packets == 1 and got.shape == (2, 88200)
+
+
+def test_a_changed_moov_is_seen_when_a_demuxer_asks_for_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """MP4's ``moov`` is deferred (an open demuxer does not need it again):
+    its CRC is compared when it is delivered, and a mismatch there sends
+    the crop through the exact path too, counted once as stale."""
+    dataset = pack_audio(tmp_path_factory.mktemp("moov"), {"aac": ("aac", 44100, 2)}, 4.0)
+    job, fetched = _planned(dataset, "aac", 1.0, 2.0)
+    assert job.deferred and all(piece[0] not in dict(job.deferred) for piece in fetched.pieces)
+    moov = max(job.deferred, key=lambda r: r[1])
+    checks = tuple(
+        (offset, length, crc ^ 1 if (offset, length) == moov else crc)
+        for offset, length, crc in job.checks
+    )
+    assert checks != job.checks  # the moov is among the checked ranges
+    clean, _ = _decode(job, fetched)
+    got, stats = _decode(dataclasses.replace(job, checks=checks), fetched)
+    np.testing.assert_allclose(got, clean, rtol=0, atol=1e-4)
+    assert stats.fallback_reasons == {STALE: 1} and stats.crops == 1
+    assert stats.paths == {"fallback from the start": 1}

@@ -20,7 +20,7 @@ from streamer.errors import ShardError
 from streamer.formats import extract
 from streamer.index import IndexReader, SeekIndex
 from streamer.index.checks import ANOTHER_BLOB, check_against_blob, check_index
-from streamer.index.table import INDEX_TYPE, to_struct_array
+from streamer.index.table import CONTENT_TYPE, INDEX_TYPE, to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA
 from streamer.write.pack import pack
@@ -98,6 +98,18 @@ def test_an_index_built_from_a_blob_of_another_length_is_not_used(lengths: Path)
     assert check_against_blob(index, length, dataset.info("mp3-3"), length) is None
     reason = check_against_blob(index, length, dataset.info("mp3-3"), length - 3000)
     assert reason == ANOTHER_BLOB
+
+
+def test_content_crcs_that_do_not_match_the_seek_points_make_the_row_unusable(
+    lengths: Path,
+) -> None:
+    dataset = streamer.open_dataset(lengths)
+    index, length = dataset.seek_index("mp3-3"), dataset.blob("mp3-3").length
+    assert len(index.content_crc) == len(index.byte_pos)  # an mp3's header is empty
+    assert check_against_blob(index, length) is None
+    short = dataclasses.replace(index, content_crc=index.content_crc[:-1])
+    reason = check_against_blob(short, length)
+    assert reason == "implausible index: content CRCs do not match its seek points"
 
 
 def test_blob_lengths_that_are_not_lengths_make_the_shard_unusable(tmp_path: Path) -> None:
@@ -206,7 +218,11 @@ def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
     path = tmp_path / "seek_index" / "s.wsds"
     path.parent.mkdir()
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
-        writer.write_batch(pa.record_batch([pa.array(["ep"]), bad, pa.array([1])], schema=SCHEMA))
+        writer.write_batch(
+            pa.record_batch(
+                [pa.array(["ep"]), bad, pa.array([1]), pa.nulls(1, CONTENT_TYPE)], schema=SCHEMA
+            )
+        )
     with pytest.raises(ShardError, match="header offsets and lengths differ") as caught:
         IndexReader(Shard(path)).read(0)
     assert caught.value.key == "ep"
@@ -221,7 +237,12 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
         writer.write_batch(
             pa.record_batch(
-                [pa.array(["a", "b", "c"]), to_struct_array(indexes), pa.array([1, 2, 3])],
+                [
+                    pa.array(["a", "b", "c"]),
+                    to_struct_array(indexes),
+                    pa.array([1, 2, 3]),
+                    pa.nulls(3, CONTENT_TYPE),
+                ],
                 schema=SCHEMA,
             )
         )

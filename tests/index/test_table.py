@@ -14,7 +14,7 @@ from streamer.cli import main
 from streamer.decode.verify import choose_index
 from streamer.formats import extract
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex
-from streamer.index.table import to_struct_array
+from streamer.index.table import CONTENT_TYPE, to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA, build_index, select_shards
 from streamer.write.pack import pack
@@ -31,12 +31,14 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
     keys = pa.array(["a", "b", "c"])
     with pa.ipc.new_file(path, SCHEMA) as writer:
         lengths = pa.array([100, 200, 300])
+        crcs = pa.array([[7, 2**32 - 1], None, []], CONTENT_TYPE)
         writer.write_batch(
-            pa.record_batch([keys, to_struct_array(indexes), lengths], schema=SCHEMA)
+            pa.record_batch([keys, to_struct_array(indexes), lengths, crcs], schema=SCHEMA)
         )
     shard = Shard(path)
     reader = IndexReader(shard)
     assert [reader.built_for(row) for row in range(3)] == [100, 200, 300]
+    assert [reader.read(row).content_crc.tolist() for row in range(3)] == [[7, 2**32 - 1], [], []]
     for row, expected in enumerate(indexes):
         got = reader.read(row)
         assert_same_index(got, expected)

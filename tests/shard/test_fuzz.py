@@ -24,7 +24,7 @@ from streamer.errors import DataError, ShardError
 from streamer.formats import extract
 from streamer.index import IndexReader
 from streamer.index.checks import check_index
-from streamer.index.table import to_struct_array
+from streamer.index.table import CONTENT_TYPE, to_struct_array
 from streamer.shard import Shard
 from streamer.shard.footer import read_layout
 from streamer.storage.local import MemoryReader
@@ -49,7 +49,9 @@ def seed(name: str) -> bytes:
         keys = pa.array(["a", "b", "c", "d"])
         batch = to_struct_array([*indexes, *indexes])
         lengths = pa.array([1000] * 4, pa.int64())
-        return ipc_file(pa.Table.from_arrays([keys, batch, lengths], schema=INDEX_SCHEMA), 2)
+        crcs = pa.array([[1, 2, 3], [2**32 - 1], None, []], CONTENT_TYPE)
+        table = pa.Table.from_arrays([keys, batch, lengths, crcs], schema=INDEX_SCHEMA)
+        return ipc_file(table, 2)
     blobs = [bytes([n]) * (50 + 30 * n) for n in range(5)]
     kind, compression = {
         "audio": (pa.large_binary(), None),
@@ -91,7 +93,9 @@ def use(shard: Shard, size: int) -> None:
     if "seek_index" in shard.schema.names:
         reader = IndexReader(shard)
         for row in range(shard.num_rows):
-            check_index(reader.read(row), size)
+            index = reader.read(row)
+            check_index(index, size)
+            assert len(index.content_crc) <= size
         return
     for row in range(shard.num_rows):
         blob = shard.blob("audio", row)
