@@ -233,6 +233,8 @@ def _cut(frames: Iterator[av.AudioFrame], enough: int | None) -> Cut:
     cut = cut_windows(frames, lambda _: ([(0, enough if enough is not None else 1 << 62)], enough))
     if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
+    if cut.error is not None and enough is not None and cut.decoded < enough:
+        raise cut.error  # a head cut short by a packet FFmpeg rejects: no reference
     return cut
 
 
