@@ -87,6 +87,8 @@ def _cut(
         return [(first, last)], max(last, first + 1)  # under half a sample: empty, not past the end
 
     cut = cut_windows(frames, span)
+    if cut.error is not None and cut.decoded < round(end * cut.rate):
+        raise cut.error  # the crop needs samples past the packet FFmpeg rejects
     if cut.decoded <= round(start * cut.rate):
         raise PastTheEnd(cut.decoded, cut.rate or 1)
     return cut.windows[0], cut.rate, crop_span(start, end, cut.rate, target_rate)[2]
@@ -103,6 +105,9 @@ class Cut:
     decoded: int
     #: The decoder's output rate (the first frame's; 0 when it output nothing).
     rate: int
+    #: What FFmpeg raised where the decode ended before the stream did (a
+    #: packet its decoder rejects: the full decode ends there), else None.
+    error: Exception | None = None
 
 
 def cut_windows(
@@ -120,13 +125,28 @@ def cut_windows(
     frames) raises ``ValueError`` rather than mix them, as the full decode
     cannot be one array then. It stops at the frame that reaches the stop,
     not one frame more: that one might be the frame FFmpeg cannot decode.
+    What FFmpeg raises once frames have come out ends the decode there (the
+    full decode has no samples past a packet its decoder rejects: bytes
+    after the audio, such as an mp3's APE tag, or damage), and is kept in
+    ``Cut.error`` for the caller to judge; before the first frame it raises.
     """
     windows: list[tuple[int, int]] = []
     parts: list[list[np.ndarray]] = []
     rate = channels = 0
     stop: int | None = None
     at = 0  # the full decode's index of the frame's first sample
-    for frame in frames:
+    error: Exception | None = None
+    source = iter(frames)
+    while True:
+        try:
+            frame = next(source)
+        except StopIteration:
+            break
+        except FFMPEG_FAILURES as exc:
+            if not rate:
+                raise
+            error = exc
+            break
         if not rate:
             rate, channels = frame.sample_rate, frame.layout.nb_channels
             if not rate:
@@ -148,7 +168,7 @@ def cut_windows(
         at = end
         if stop is not None and at >= stop:
             break
-    return Cut([_joined(p, channels) for p in parts], at, rate)
+    return Cut([_joined(p, channels) for p in parts], at, rate, error)
 
 
 def _joined(pieces: list[np.ndarray], channels: int) -> np.ndarray:

@@ -233,6 +233,8 @@ def _cut(frames: Iterator[av.AudioFrame], enough: int | None) -> Cut:
     cut = cut_windows(frames, lambda _: ([(0, enough if enough is not None else 1 << 62)], enough))
     if cut.decoded == 0:
         raise CheckFailed("FFmpeg decodes nothing", preroll_may_help=False)
+    if cut.error is not None and enough is not None and cut.decoded < enough:
+        raise cut.error  # a head cut short by a packet FFmpeg rejects: no reference
     return cut
 
 
@@ -437,7 +439,7 @@ def _compare(episode: Episode, first: int, last: int, want: np.ndarray, probe: s
             f"{probe} crop has shape {got.shape}, not {want.shape} ({at})",
             preroll_may_help=False,
         )
-    error = float(np.max(np.abs(got - want))) if got.size else 0.0
+    error = _max_error(got, want)
     if _lossless(index):
         if error > 0:
             raise CheckFailed(
@@ -449,6 +451,19 @@ def _compare(episode: Episode, first: int, last: int, want: np.ndarray, probe: s
     raise CheckFailed(
         f"{probe} crop differs ({at}, max error {error:.2g})", preroll_may_help=may_help
     )
+
+
+def _max_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute difference of two crops of one shape; a sample
+    NaN in one and not in the other (or infinite in both, unequal) differs
+    by infinity: ``NaN > 0`` is false, so a plain maximum passed a crop
+    against a reference holding NaN, whatever the rest."""
+    if not got.size:
+        return 0.0
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = np.where(same, 0.0, np.abs(got.astype(np.float64) - want))
+    return float(np.max(np.nan_to_num(error, nan=np.inf)))
 
 
 def _lossless(index: SeekIndex) -> bool:
@@ -476,7 +491,7 @@ def _noise(episode: Episode, first: int, last: int, got: np.ndarray, want: np.nd
     if job.plan is None or job.plan.point == 0:
         return True
     again = decode_job(job, fetch(job), DecodeStats()).audio
-    return float(np.max(np.abs(again - want))) > TOLERANCE
+    return _max_error(again, want) > TOLERANCE
 
 
 def _in_place(got: np.ndarray, want: np.ndarray) -> bool:

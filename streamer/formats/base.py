@@ -11,6 +11,7 @@ served by the fallback.
 from __future__ import annotations
 
 import abc
+import math
 from types import ModuleType
 from typing import BinaryIO, ClassVar, NamedTuple
 
@@ -20,7 +21,7 @@ from ..index.table import SeekIndex
 from .job import CropPlan, DecodeContext, Fetched, Ranges
 from .reader import NoIndex, Reader
 
-__all__ = ["Format", "NoIndex", "PackagedFormat", "TailSplice"]
+__all__ = ["Format", "NoIndex", "PackagedFormat", "TailSplice", "preroll_units"]
 
 
 class TailSplice(NamedTuple):
@@ -102,11 +103,22 @@ class PackagedFormat(Format):
 
     def preroll(self, index: SeekIndex) -> int:
         """The decode module's ``PREROLL_SECONDS`` for the codec (none: 0), in native units."""
-        seconds = getattr(self.decoding, "PREROLL_SECONDS", {}).get(index.codec, 0.0)
-        return round(seconds * index.timescale)
+        return preroll_units(
+            index, getattr(self.decoding, "PREROLL_SECONDS", {}).get(index.codec, 0.0)
+        )
 
     def decode(
         self, index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
     ) -> tuple[np.ndarray, int]:
         result: tuple[np.ndarray, int] = self.decoding.decode(index, plan, fetched, context)
         return result
+
+
+def preroll_units(index: SeekIndex, seconds: float) -> int:
+    """A pre-roll of ``seconds`` in ``index``'s native units; infinite (a
+    codec no decoder started after the first packet converges for: AC-3's
+    dither, AMR's predictors) reaches before the episode's first sample, so
+    every crop decodes from the first packet."""
+    if math.isinf(seconds):
+        return max(index.first_sample, 0) + max(index.num_samples, 0) + 1
+    return round(seconds * index.timescale)

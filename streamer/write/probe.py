@@ -48,6 +48,11 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
     stream. Tags that are not UTF-8 (an ID3v1 title in Latin-1: common in
     mp3s from the wild) are ignored: PyAV would refuse the whole file over them."""
     source = path if hasattr(path, "read") else os.fspath(path)  # type: ignore[arg-type]
+    if _size(source) == 0:
+        # FFmpeg's raw-stream demuxers (picked by the name: .mp3, .flac,
+        # .aac, .ac3) seek to -1 in an empty file, and what the file object
+        # raises comes through PyAV as a traceback on stderr.
+        raise ProbeError("empty file")
     try:
         with open_input(source) as container:
             if not container.streams.audio:
@@ -80,3 +85,14 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
         raise ProbeError(f"not audio PyAV can open ({exc.strerror})") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ProbeError(f"not audio PyAV can open ({exc})") from exc
+
+
+def _size(source: str | BinaryIO) -> int:
+    """The bytes of a path, or those from a file object's position to its end."""
+    if isinstance(source, str):
+        return os.path.getsize(source)
+    position = source.tell()
+    try:
+        return source.seek(0, os.SEEK_END) - position
+    finally:
+        source.seek(position)

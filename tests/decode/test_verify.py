@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -363,3 +364,44 @@ def test_an_mp4_index_its_decoder_finds_stale_is_not_verified_by_the_fallback() 
     checked = verify.verify_index(dataclasses.replace(ep, index=wrong))
     assert checked.status == NO_INDEX
     assert "index built for another blob" in checked.reason, checked.reason
+
+
+def _wav(fmt: bytes, data: bytes) -> bytes:
+    """A RIFF WAVE file of one ``fmt `` chunk and one ``data`` chunk."""
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    body += b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+#: KSDATAFORMAT_SUBTYPE_PCM after WAVE_FORMAT_EXTENSIBLE's fields.
+PCM_GUID = bytes.fromhex("0100000000001000800000aa00389b71")
+
+
+def test_a_reference_holding_nan_does_not_pass_a_wrong_index() -> None:
+    """WAVE_FORMAT_EXTENSIBLE, 32-bit container, 24 valid bits: FFmpeg
+    decodes it as ``pcm_f24le`` (its own reading, NaN and 1e30 among the
+    samples), the WAV index as ``pcm_s32le``. Every sample differs, but the
+    difference held NaN and ``NaN > 0`` is false: the check passed it."""
+    rate, channels = 22050, 2
+    samples = np.random.default_rng(3).standard_normal(rate * channels) * 2**28
+    fmt = struct.pack("<HHIIHH", 0xFFFE, channels, rate, rate * 8, 8, 32)
+    fmt += struct.pack("<HHI", 22, 24, 3) + PCM_GUID
+    data = _wav(fmt, (samples.astype("<i4") & ~0xFF).astype("<i4").tobytes())
+    full, _ = full_decode(data)
+    assert np.isnan(full).any()  # FFmpeg's reading, as the fixture needs
+    native = episode(data)
+    assert native.index is not None and native.index.codec == "pcm_s32le"
+    checked = verify.verify_index(native)
+    assert not checked.ok and "differs" in checked.reason
+    chosen = verify.choose_index(native.blob, key="k")  # FFmpeg's own packet index serves it
+    assert chosen.ok and chosen.container == "ffmpeg:wav", chosen.reason
+
+
+def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:
+    """NaN where the file has NaN: the crops are the full decode, bit for bit."""
+    rate = 16000
+    samples = (np.random.default_rng(4).standard_normal(rate * 2) * 0.1).astype("<f4")
+    samples[::97] = np.nan
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    checked = verify.verify_index(episode(_wav(fmt, samples.tobytes())))
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason

@@ -27,6 +27,21 @@ def test_random_bytes_named_mp3_are_skipped_with_the_reason(tmp_path: Path) -> N
     assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
 
 
+@pytest.mark.parametrize("ext", ["mp3", "flac", "aac", "ac3"])
+def test_an_empty_file_is_skipped_in_one_line(tmp_path: Path, capfd, ext: str) -> None:  # type: ignore[no-untyped-def]
+    """FFmpeg's raw-stream demuxers, picked for an empty file by its name,
+    seek to -1: the file object's ``ValueError`` came through PyAV as a
+    traceback on stderr ("PyAV library exception being dropped"), and the
+    file was skipped as "not audio PyAV can open (negative seek position -1)"."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.mp3").write_bytes(encode(signal(1.0, 44100, 1, seed=0), 44100, "mp3"))
+    (src / f"aborted.{ext}").write_bytes(b"")
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.skipped == [(f"aborted.{ext}", "empty file")]
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_an_empty_source_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     with pytest.raises(PackError, match="holds no files"):

@@ -16,7 +16,7 @@ import dataclasses
 import math
 
 from ...index.table import SeekIndex
-from ..base import PackagedFormat
+from ..base import PackagedFormat, preroll_units
 from ..job import CropPlan
 from ..reader import Reader
 from . import decode, parse
@@ -61,10 +61,7 @@ class Generic(PackagedFormat):
     def preroll(self, index: SeekIndex) -> int:
         """``decode.preroll_seconds`` in samples; the whole episode for a
         codec decoded from the start."""
-        seconds = decode.preroll_seconds(index.codec)
-        if math.isinf(seconds):
-            return max(index.num_samples, 0) + 1
-        return round(seconds * index.timescale)
+        return preroll_units(index, decode.preroll_seconds(index.codec))
 
 
 FORMAT = Generic()

@@ -75,10 +75,13 @@ PREROLL_SECONDS: dict[str, float] = {
 #: Codecs not named above: generous, and no pre-roll at all for PCM.
 DEFAULT_PREROLL_SECONDS = 0.5
 #: Codecs whose decoder draws noise from a generator seeded once, at the
-#: stream's start (AC-3's dither for zero-bit mantissas): no decoder started
-#: anywhere else reproduces the full decode, so their crops decode from the
-#: first packet (exact; the cost grows with the crop's position).
-FROM_THE_START = frozenset({"ac3", "eac3"})
+#: stream's start (AC-3's dither for zero-bit mantissas), or converges after
+#: a cold start in a time no pre-roll bounds (the LPC speech codecs' predictors:
+#: AMR up to 4.6 s over 1e-4 on a steady tone, 1.4 s on speech; RealAudio
+#: 14.4 up to 3 s): no decoder started anywhere else reproduces the full
+#: decode, so their crops decode from the first packet (exact; the cost
+#: grows with the crop's position).
+FROM_THE_START = frozenset({"ac3", "eac3", "amr_nb", "amr_wb", "ra_144"})
 #: FFmpeg reads forward instead of seeking over a gap up to its buffer
 #: (``BUFFER_SIZE``) plus its short-seek threshold (32 KiB), counted from
 #: the start of what it buffered last; with a margin of one more buffer.

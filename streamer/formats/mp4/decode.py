@@ -26,6 +26,7 @@ depend on the crops read before it.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
@@ -48,8 +49,16 @@ _Key = tuple[object, ...]
 
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
-#: needs the packet before (the index's ``preroll``: its longest packet).
-PREROLL_SECONDS = {"aac": 0.1, "alac": 0.0, "amr_nb": 1.0, "amr_wb": 1.0, "vorbis": 0.0}
+#: needs the packet before (the index's ``preroll``: its longest packet);
+#: AMR converges in a time no pre-roll bounds (``generic.decode.FROM_THE_START``):
+#: from the first packet.
+PREROLL_SECONDS = {
+    "aac": 0.1,
+    "alac": 0.0,
+    "amr_nb": math.inf,
+    "amr_wb": math.inf,
+    "vorbis": 0.0,
+}
 #: Samples decoded before a crop at the least: an AAC packet's output is
 #: overlapped with the packet before it, so decoding must start a whole
 #: packet (1024 samples) before the crop's first sample. 0.1 s is less below
