@@ -405,3 +405,22 @@ def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:
     fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
     checked = verify.verify_index(episode(_wav(fmt, samples.tobytes())))
     assert checked.ok and checked.verdict == VERIFIED, checked.reason
+
+
+@pytest.mark.parametrize("junk", [b"\x00", b"\xff\xfb", bytes(range(7)) * 3])
+def test_an_mp3_with_stray_bytes_after_its_last_frame_is_indexed_and_exact(junk: bytes) -> None:
+    """FFmpeg's decoder rejects the stray bytes' packet once the frames are
+    out: the full decode is the frames. The index check took the rejection
+    for an undecodable file and demoted the index (every crop decoded from
+    the start); the fallback failed crops that reach the end."""
+    clean = encoded("mp3", 44100, 2, seconds=6.0)
+    want, rate = full_decode(clean)
+    ep = episode(clean + junk)
+    checked = verify.verify_index(ep)
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    ep = dataclasses.replace(ep, index=checked)
+    end = want.shape[1] / rate
+    assert_exact(ep, want, [0.0, 2.5, end - 0.3])
+    fallback = episode(clean + junk, SeekIndex.unavailable("no index"))
+    crop = read_crop(fallback, CropRequest("k", end - 0.3, end)).audio
+    np.testing.assert_array_equal(crop, want[:, round((end - 0.3) * rate) :])
