@@ -259,7 +259,7 @@ async def follow(
         if response.status not in REDIRECTS or location is None:
             break
         response.release()
-        target = response.url.join(yarl.URL(location))
+        target = _redirect_target(shown, response.url, location)
         own = own and target.origin() == origin
     else:
         raise StorageError(f"{shown}: redirected {MAX_REDIRECTS} times without an answer")
@@ -268,6 +268,19 @@ async def follow(
     finally:
         response.release()
         await response.wait_for_close()
+
+
+def _redirect_target(shown: str, at: yarl.URL, location: str) -> yarl.URL:
+    """Where a redirect from ``at`` to ``location`` goes: an HTTP(S) URL, else
+    a ``StorageError`` (an unparsable ``Location``, ``ftp:``, ``file:``): no
+    retry mends it, and the URL parser's ``ValueError`` is no message."""
+    try:
+        target = at.join(yarl.URL(location))
+    except ValueError:
+        target = None
+    if target is None or target.scheme not in ("http", "https") or not target.host:
+        raise StorageError(f"{shown}: redirected to {redact(location)!r}: not an HTTP(S) URL")
+    return target
 
 
 def _network_error(url: str, exc: BaseException) -> Exception:

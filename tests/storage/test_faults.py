@@ -217,3 +217,31 @@ def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, mak
         assert time.monotonic() - started < 2
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://[::1/x.bin", "javascript:alert(1)", "ftp://127.0.0.1/x.bin", "file:///etc/passwd"],
+)
+def test_a_redirect_to_no_http_url_fails_at_once(location, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A ``Location`` that is no URL, or names no HTTP(S) one: a one-line
+    error naming the URL asked and the place, not a traceback (``ValueError``
+    from the URL parser) nor a retry for the whole time budget."""
+
+    async def elsewhere(request):  # type: ignore[no-untyped-def]
+        return 302, {"Location": location}, b""
+
+    server = LoopbackServer(elsewhere).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        started = time.monotonic()
+        reads = (store.reader(f"{server.url}/x.bin").size_sync, lambda: store.list_sync(server.url))
+        for read in reads:
+            with pytest.raises(
+                StorageError, match=r"redirected to .*: not an HTTP\(S\) URL"
+            ) as got:
+                read()
+            assert str(got.value).startswith(server.url) and "\n" not in str(got.value)
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
