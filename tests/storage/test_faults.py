@@ -245,3 +245,28 @@ def test_a_redirect_to_no_http_url_fails_at_once(location, make_store) -> None: 
         assert time.monotonic() - started < 5 and store.stats.retries == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "content_range",
+    ["bytes \u00b2-5/700001", "bytes 5-\u00b9/700001", "bytes 5-2/700001", "bytes 0-9/5"],
+)
+def test_a_content_range_naming_no_bytes_fails_at_once(content_range, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A 206 whose ``Content-Range`` names no span of the object (digits that
+    are not ASCII, a last byte before the first, a span past the size it
+    names): one line naming the URL, not a ``ValueError`` traceback nor a
+    body of -2 bytes retried for the whole time budget."""
+
+    async def odd(request):  # type: ignore[no-untyped-def]
+        return 206, {"Content-Range": content_range}, b"0123456789"
+
+    server = LoopbackServer(odd).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"206 without a valid Content-Range") as got:
+            store.reader(f"{server.url}/x.bin").size_sync()
+        assert str(got.value).startswith(f"{server.url}/x.bin: ")
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
