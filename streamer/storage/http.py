@@ -447,16 +447,21 @@ class _LinkParser(html.parser.HTMLParser):
 
 
 def _links(directory: str, page: str) -> list[Entry]:
-    """Children of ``directory`` linked from its index page (deduplicated)."""
+    """Children of ``directory`` linked from its index page (deduplicated).
+    Paths are compared unquoted: the URL may be given as typed (``my data``)
+    and the page link its entries by their quoted absolute path
+    (``/my%20data/x``), or the other way round."""
     parser = _LinkParser()
     parser.feed(page)
     base = urllib.parse.urlsplit(directory)
+    folder = urllib.parse.unquote(base.path)
     found: dict[str, Entry] = {}
     for href in parser.links:
         target = urllib.parse.urlsplit(urllib.parse.urljoin(directory, href))
-        if target.netloc != base.netloc or not target.path.startswith(base.path):
+        path = urllib.parse.unquote(target.path)
+        if target.netloc.lower() != base.netloc.lower() or not path.startswith(folder):
             continue
-        rest = urllib.parse.unquote(target.path[len(base.path) :])
+        rest = path[len(folder) :]
         name = rest.rstrip("/")
         if name and "/" not in name and not name.startswith("."):
             found[name] = Entry(name, rest.endswith("/"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import time
+import urllib.parse
 from pathlib import Path
 
 import anyio
@@ -193,5 +194,60 @@ def test_an_http_dataset_behind_a_token_query_lists_with_the_token_intact(  # ty
         names = [entry.name for entry in store.list_sync(f"{server.url}/packed?token={SECRET}")]
         assert "audio" in names
         assert server.requests[0].path == f"/packed/?token={SECRET}"
+    finally:
+        server.stop()
+
+
+#: Shard names that need quoting in a URL: each must list and read as itself.
+ODD_NAMES = ("a b.bin", "plus+sign.bin", "q?x=1.bin", "hash#1.bin", "pct%2Fx.bin", "café.bin")
+
+
+def index_server(root: Path) -> LoopbackServer:
+    """Files under ``root`` with index pages linking each entry by its
+    absolute, percent-encoded path (as Jetty and IIS write them; Python's
+    ``http.server`` and nginx link relative ones)."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        relative = urllib.parse.unquote(request.raw_path.partition("?")[0]).strip("/")
+        path = root / relative
+        if path.is_dir():
+            folder = urllib.parse.quote(f"/{relative}/")
+            links = (
+                f'<a href="{folder}{urllib.parse.quote(p.name)}">x</a>' for p in path.iterdir()
+            )
+            return 200, {"Content-Type": "text/html"}, "".join(links).encode()
+        if not path.is_file():
+            return 404, {}, b""
+        data = path.read_bytes()
+        first, _, last = request.headers["Range"].removeprefix("bytes=").partition("-")
+        end = min(int(last) + 1, len(data))
+        return (
+            206,
+            {"Content-Range": f"bytes {first}-{end - 1}/{len(data)}"},
+            data[int(first) : end],
+        )
+
+    return LoopbackServer(handle).start()
+
+
+@pytest.mark.parametrize("typed", [str, urllib.parse.quote])
+def test_a_directory_url_lists_its_absolute_links_however_it_is_quoted(  # type: ignore[no-untyped-def]
+    typed, tmp_path, make_store
+) -> None:
+    """A directory whose name needs quoting, given as typed (``my data+ü``)
+    or quoted (``my%20data%2B%C3%BC``): the links of its index page are its
+    entries either way, and each reads by ``join`` (none was listed when
+    the page's absolute links were quoted and the URL given was not)."""
+    folder = tmp_path / "my data+ü"
+    folder.mkdir()
+    for name in ODD_NAMES:
+        (folder / name).write_bytes(name.encode())
+    server = index_server(tmp_path)
+    try:
+        store = make_store("http")
+        root = f"{server.url}/{typed(folder.name)}"
+        assert sorted(entry.name for entry in store.list_sync(root)) == sorted(ODD_NAMES)
+        for name in ODD_NAMES:
+            assert bytes(store.reader(store.join(root, name)).read_sync(0, 3)) == name.encode()[:3]
     finally:
         server.stop()
