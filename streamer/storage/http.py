@@ -26,6 +26,7 @@ import html.parser
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -146,7 +147,7 @@ class HTTPStore(RangeGetStore):
                 response
             ):
                 check_status(self.display(directory), None, response)
-                page = await response.text(errors="replace")
+                page = _page(self.display(directory), response, await response.read())
         except NETWORK_ERRORS as exc:
             raise _network_error(self.display(directory), exc) from None
         return _links(directory, page)
@@ -383,6 +384,24 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def _page(url: str, response: aiohttp.ClientResponse, body: bytes) -> str:
+    """An index page's text, decompressed when a server (a CDN) sent it gzip-
+    or deflate-encoded though ``identity`` was asked for: unlike a range, a
+    whole page is the same page either way. Read as sent, it listed nothing."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            body = zlib.decompress(body, wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+        except zlib.error:
+            raise StorageError(f"{url}: the index page is not valid {encoding}") from None
+    elif encoding not in ("", "identity"):
+        raise StorageError(
+            f"{url}: the server sent the index page {encoding}-encoded; "
+            "serve it uncompressed (Content-Encoding: identity)"
+        )
+    return body.decode(response.get_encoding(), errors="replace")
 
 
 def _unsatisfied_size(content_range: str) -> int | None:

@@ -156,19 +156,23 @@ def test_redirects_are_followed_and_a_redirect_loop_is_a_clear_error(  # type: i
         server.stop()
 
 
-def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
-    """A server that gzips answers though asked for ``identity``: not retried as
-    a short body for the whole time budget. Bytes merely labelled gzip (as S3
-    keeps an object's Content-Encoding) arrive at their length and are read."""
-    files = file_handler(storage_root)
+def gzipping(files: Handler) -> Handler:
+    """``files``, every answer gzipped (``?labelled``: only labelled so)."""
 
-    async def gzipping(request):  # type: ignore[no-untyped-def]
+    async def handle(request):  # type: ignore[no-untyped-def]
         status, headers, body = await files(request)
         if "labelled" in request.query:
             return status, {**headers, "Content-Encoding": "gzip"}, body
         return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
 
-    server = LoopbackServer(gzipping).start()
+    return handle
+
+
+def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that gzips answers though asked for ``identity``: not retried as
+    a short body for the whole time budget. Bytes merely labelled gzip (as S3
+    keeps an object's Content-Encoding) arrive at their length and are read."""
+    server = LoopbackServer(gzipping(file_handler(storage_root))).start()
     try:
         store = make_store("http", give_up_after=30, **FAST)
         labelled = store.reader(f"{server.url}/random.bin?labelled", size=len(data))
@@ -268,5 +272,19 @@ def test_a_content_range_naming_no_bytes_fails_at_once(content_range, make_store
             store.reader(f"{server.url}/x.bin").size_sync()
         assert str(got.value).startswith(f"{server.url}/x.bin: ")
         assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_an_index_page_compressed_on_the_fly_lists_its_entries(  # type: ignore[no-untyped-def]
+    storage_root, http, make_store
+) -> None:
+    """A directory index gzipped though ``identity`` was asked for is a whole
+    page, not a range: it is read decompressed (it was read as text as sent,
+    and listed nothing: a dataset with no shards)."""
+    server = LoopbackServer(gzipping(file_handler(storage_root))).start()
+    try:
+        expected = make_store("http").list_sync(f"{http.url}/packed")
+        assert expected and make_store("http").list_sync(f"{server.url}/packed") == expected
     finally:
         server.stop()
