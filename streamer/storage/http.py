@@ -78,6 +78,11 @@ class RangeGetStore(RemoteStore):
 
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        if span[0] < span[2] - length:  # more than the suffix: from another start
+            raise StorageError(
+                f"{self.display(path)}: the server answered bytes {span[0]}-{span[1] - 1} to a "
+                f"request for the last {length} of {span[2]}; it does not serve suffix ranges"
+            )
         return span[0], answer
 
     async def _get_size(self, client: Any, path: str) -> int:

@@ -288,3 +288,27 @@ def test_an_index_page_compressed_on_the_fly_lists_its_entries(  # type: ignore[
         assert expected and make_store("http").list_sync(f"{server.url}/packed") == expected
     finally:
         server.stop()
+
+
+def test_a_suffix_answered_from_the_start_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that takes ``bytes=-N`` for the first N bytes: an error naming
+    the URL, at once; not the rest of the object read range by range into
+    memory (a shard's footer read fetched the whole shard)."""
+    files = file_handler(storage_root)
+
+    async def prefix(request):  # type: ignore[no-untyped-def]
+        spec = request.headers.get("Range", "")
+        if spec.startswith("bytes=-"):
+            request = request.clone(headers={"Range": f"bytes=0-{int(spec[7:]) - 1}"})
+        return await files(request)
+
+    server = LoopbackServer(prefix).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        with pytest.raises(
+            StorageError, match=r"random\.bin: .* bytes 0-999 to a request for the last 1000"
+        ):
+            store.reader(f"{server.url}/random.bin").read_tail_sync(1000)
+        assert len(server.ranged()) == 1 and store.stats.retries == 0
+    finally:
+        server.stop()
