@@ -280,8 +280,9 @@ class S3Store(RangeGetStore):
 
     async def _get_size(self, client: _Clients, path: str) -> int:
         """HEAD; when it is refused (403, 405, 501: a bucket policy or proxy that
-        allows GET but not HEAD), a one-byte GET (``RangeGetStore``), whose
-        refusal, if it is one too, says why (HEAD answers carry no S3 error)."""
+        allows GET but not HEAD), or says no size (a gateway answering it
+        chunked), a one-byte GET (``RangeGetStore``), whose refusal, if it
+        is one too, says why (HEAD answers carry no S3 error)."""
         bucket, key = _split(path)
         with self._errors(path):
             try:
@@ -290,6 +291,8 @@ class S3Store(RangeGetStore):
                 if _status(exc) not in _HEAD_REFUSED:
                     raise
                 return await super()._get_size(client, path)
+        if "ContentLength" not in response:
+            return await super()._get_size(client, path)
         return int(response["ContentLength"])
 
     async def _list(self, client: _Clients, path: str) -> list[Entry]:

@@ -102,6 +102,20 @@ def test_a_refused_head_gives_the_size_by_a_one_byte_get(
     assert "\n" not in message and SECRET not in message and "X-Amz" not in message
 
 
+def test_a_head_without_content_length_gives_the_size_by_a_one_byte_get(  # type: ignore[no-untyped-def]
+    s3_reader, s3_uploaded, data
+) -> None:
+    """A gateway answering HEAD without a Content-Length (chunked): the size
+    comes from a one-byte GET, as when HEAD is refused; it was a KeyError
+    traceback."""
+    open_reader, server = s3_reader
+    store = open_reader(f"{s3_uploaded}/random.bin", **FAST).store
+    server.faults.head_without_length = True
+    assert store.reader(f"{s3_uploaded}/random.bin").size_sync() == len(data)
+    assert [(r.method, r.range) for r in server.requests] == [("HEAD", None), ("GET", "bytes=0-0")]
+    assert store.stats.retries == 0
+
+
 def test_bodies_without_content_length_are_read_right(s3_reader, s3_uploaded, data) -> None:  # type: ignore[no-untyped-def]
     open_reader, server = s3_reader
     server.faults.chunked = True
