@@ -412,7 +412,7 @@ def _page(url: str, response: aiohttp.ClientResponse, body: bytes) -> str:
 def _unsatisfied_size(content_range: str) -> int | None:
     """The object size a 416's ``Content-Range: bytes */SIZE`` names."""
     total = content_range.rpartition("/")[2].strip()
-    return int(total) if total.isdigit() else None
+    return int(total) if total.isascii() and total.isdigit() else None
 
 
 def _version(response: aiohttp.ClientResponse) -> str | None:

@@ -312,3 +312,19 @@ def test_a_suffix_answered_from_the_start_is_a_clear_error(storage_root, data, m
         assert len(server.ranged()) == 1 and store.stats.retries == 0
     finally:
         server.stop()
+
+
+def test_a_416_naming_an_odd_size_is_a_clear_error(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A 416 whose ``Content-Range: bytes */SIZE`` names no size in ASCII
+    digits: the 416's own one-line error, not a ``ValueError`` traceback."""
+
+    async def refuse(request):  # type: ignore[no-untyped-def]
+        return 416, {"Content-Range": "bytes */\u00b3"}, b""
+
+    server = LoopbackServer(refuse).start()
+    try:
+        reader = make_store("http", **FAST).reader(f"{server.url}/x.bin", size=100)
+        with pytest.raises(StorageError, match=r"x\.bin: range not satisfiable"):
+            reader.read_sync(0, 10)
+    finally:
+        server.stop()
