@@ -291,10 +291,12 @@ def _redirect_target(shown: str, at: yarl.URL, location: str) -> yarl.URL:
 
 def _network_error(url: str, exc: BaseException) -> Exception:
     """What a failure below HTTP means: retry it (``TransientError``), except a
-    URL aiohttp cannot request, which no retry mends (it would cost the
-    whole time budget)."""
+    URL aiohttp cannot request and a certificate that does not verify,
+    which no retry mends (they would cost the whole time budget)."""
     if isinstance(exc, aiohttp.InvalidURL):
         return StorageError(f"{url}: not a valid URL")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return StorageError(f"{url}: the server's certificate does not verify ({describe(exc)})")
     return TransientError(describe(exc), congestion=is_timeout(exc))
 
 

@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import os
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -67,7 +68,15 @@ from botocore.config import Config
 from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
-from .http import RangeGetStore, RangeNotSatisfiable, Span, open_session, proxy_for, ranged_get
+from .http import (
+    RangeGetStore,
+    RangeNotSatisfiable,
+    Span,
+    describe,
+    open_session,
+    proxy_for,
+    ranged_get,
+)
 from .loop import run_sync
 from .remote import Answer
 from .retry import TransientError, parse_retry_after
@@ -492,6 +501,14 @@ class _S3Errors:
             raise _client_error(self.url, exc) from None
         if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
             raise TransientError(f"checksum mismatch: {exc}") from None
+        if isinstance(exc, botocore.exceptions.SSLError) and isinstance(
+            exc.kwargs.get("error"),
+            (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError),
+        ):  # no retry makes it verify
+            cause = exc.kwargs["error"]
+            raise StorageError(
+                f"{self.url}: the server's certificate does not verify ({describe(cause)})"
+            ) from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
             message = redact(f"{type(exc).__name__}: {exc}")
             raise TransientError(message, congestion=is_timeout(exc)) from None

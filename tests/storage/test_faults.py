@@ -328,3 +328,24 @@ def test_a_416_naming_an_odd_size_is_a_clear_error(make_store) -> None:  # type:
             reader.read_sync(0, 10)
     finally:
         server.stop()
+
+
+def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no-untyped-def]
+    storage_root, make_store, self_signed
+) -> None:
+    """An HTTPS server whose certificate does not verify (self-signed, another
+    host, expired): no retry makes it verify, so one clear error at once,
+    not retries for the whole time budget (5 minutes by default)."""
+    _, context = self_signed
+    server = LoopbackServer(file_handler(storage_root), ssl_context=context).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"random\.bin: .*certificate") as got:
+            store.reader(f"{server.url}/random.bin").size_sync()
+        assert str(got.value).startswith(f"{server.url}/random.bin: ") and "\n" not in str(
+            got.value
+        )
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
