@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import time
+from collections.abc import Callable
 
 import pytest
 from helpers import SECRET
@@ -12,6 +14,25 @@ from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
+
+
+def answering(status: int, headers: dict[str, str], body: bytes = b"") -> LoopbackServer:
+    """A server answering every request alike."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        return status, headers, body
+
+    return LoopbackServer(handle).start()
+
+
+def fails_at_once(store, read: Callable[[], object], url: str, match: str) -> None:  # type: ignore[no-untyped-def]
+    """``read()`` raises one line that names ``url`` first and matches
+    ``match``, within seconds and without a retry (what no retry mends)."""
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=match) as got:
+        read()
+    assert str(got.value).startswith(f"{url}: ") and "\n" not in str(got.value)
+    assert time.monotonic() - started < 5 and store.stats.retries == 0
 
 
 def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # type: ignore[no-untyped-def]
@@ -223,55 +244,41 @@ def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, mak
         server.stop()
 
 
-@pytest.mark.parametrize(
-    "location",
-    ["http://[::1/x.bin", "javascript:alert(1)", "ftp://127.0.0.1/x.bin", "file:///etc/passwd"],
-)
-def test_a_redirect_to_no_http_url_fails_at_once(location, make_store) -> None:  # type: ignore[no-untyped-def]
-    """A ``Location`` that is no URL, or names no HTTP(S) one: a one-line
-    error naming the URL asked and the place, not a traceback (``ValueError``
-    from the URL parser) nor a retry for the whole time budget."""
-
-    async def elsewhere(request):  # type: ignore[no-untyped-def]
-        return 302, {"Location": location}, b""
-
-    server = LoopbackServer(elsewhere).start()
-    try:
-        store = make_store("http", give_up_after=30, **FAST)
-        started = time.monotonic()
-        reads = (store.reader(f"{server.url}/x.bin").size_sync, lambda: store.list_sync(server.url))
-        for read in reads:
-            with pytest.raises(
-                StorageError, match=r"redirected to .*: not an HTTP\(S\) URL"
-            ) as got:
-                read()
-            assert str(got.value).startswith(server.url) and "\n" not in str(got.value)
-        assert time.monotonic() - started < 5 and store.stats.retries == 0
-    finally:
-        server.stop()
+NOT_HTTP = r"redirected to .*: not an HTTP\(S\) URL"
+NO_SPAN = "206 without a valid Content-Range"
 
 
 @pytest.mark.parametrize(
-    "content_range",
-    ["bytes \u00b2-5/700001", "bytes 5-\u00b9/700001", "bytes 5-2/700001", "bytes 0-9/5"],
+    ("status", "header", "match"),
+    [
+        (302, "http://[::1/x.bin", NOT_HTTP),
+        (302, "javascript:alert(1)", NOT_HTTP),
+        (302, "ftp://127.0.0.1/x.bin", NOT_HTTP),
+        (302, "file:///etc/passwd", NOT_HTTP),
+        (206, "bytes \u00b2-5/700001", NO_SPAN),
+        (206, "bytes 5-\u00b9/700001", NO_SPAN),
+        (206, "bytes 5-2/700001", NO_SPAN),
+        (206, "bytes 0-9/5", NO_SPAN),
+        (416, "bytes */\u00b3", "range not satisfiable"),
+    ],
 )
-def test_a_content_range_naming_no_bytes_fails_at_once(content_range, make_store) -> None:  # type: ignore[no-untyped-def]
-    """A 206 whose ``Content-Range`` names no span of the object (digits that
-    are not ASCII, a last byte before the first, a span past the size it
-    names): one line naming the URL, not a ``ValueError`` traceback nor a
-    body of -2 bytes retried for the whole time budget."""
-
-    async def odd(request):  # type: ignore[no-untyped-def]
-        return 206, {"Content-Range": content_range}, b"0123456789"
-
-    server = LoopbackServer(odd).start()
+def test_an_answer_no_retry_mends_fails_at_once(status, header, match, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A redirect whose ``Location`` is no URL, or names no HTTP(S) one; a
+    ``Content-Range`` naming no span of the object (digits that are not
+    ASCII, a last byte before the first, a span past the size it names); a
+    416 naming no size: one line naming the URL, not a ``ValueError``
+    traceback, nor retries for the whole time budget (a redirect to
+    ``ftp:`` as a network failure, ``bytes 5-2`` as a body of -2 bytes)."""
+    name = "Location" if status == 302 else "Content-Range"
+    server = answering(status, {name: header}, b"0123456789" if status == 206 else b"")
     try:
         store = make_store("http", give_up_after=30, **FAST)
-        started = time.monotonic()
-        with pytest.raises(StorageError, match=r"206 without a valid Content-Range") as got:
-            store.reader(f"{server.url}/x.bin").size_sync()
-        assert str(got.value).startswith(f"{server.url}/x.bin: ")
-        assert time.monotonic() - started < 5 and store.stats.retries == 0
+        file, folder = f"{server.url}/x.bin", f"{server.url}/d/"
+        fails_at_once(
+            store, functools.partial(store.reader(file, size=100).read_sync, 0, 10), file, match
+        )
+        if status == 302:
+            fails_at_once(store, functools.partial(store.list_sync, folder), folder, match)
     finally:
         server.stop()
 
@@ -305,27 +312,10 @@ def test_a_suffix_answered_from_the_start_is_a_clear_error(storage_root, data, m
     server = LoopbackServer(prefix).start()
     try:
         store = make_store("http", give_up_after=30, **FAST)
-        with pytest.raises(
-            StorageError, match=r"random\.bin: .* bytes 0-999 to a request for the last 1000"
-        ):
-            store.reader(f"{server.url}/random.bin").read_tail_sync(1000)
-        assert len(server.ranged()) == 1 and store.stats.retries == 0
-    finally:
-        server.stop()
-
-
-def test_a_416_naming_an_odd_size_is_a_clear_error(make_store) -> None:  # type: ignore[no-untyped-def]
-    """A 416 whose ``Content-Range: bytes */SIZE`` names no size in ASCII
-    digits: the 416's own one-line error, not a ``ValueError`` traceback."""
-
-    async def refuse(request):  # type: ignore[no-untyped-def]
-        return 416, {"Content-Range": "bytes */\u00b3"}, b""
-
-    server = LoopbackServer(refuse).start()
-    try:
-        reader = make_store("http", **FAST).reader(f"{server.url}/x.bin", size=100)
-        with pytest.raises(StorageError, match=r"x\.bin: range not satisfiable"):
-            reader.read_sync(0, 10)
+        url = f"{server.url}/random.bin"
+        tail = lambda: store.reader(url).read_tail_sync(1000)  # noqa: E731
+        fails_at_once(store, tail, url, "bytes 0-999 to a request for the last 1000")
+        assert len(server.ranged()) == 1
     finally:
         server.stop()
 
@@ -340,12 +330,7 @@ def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no
     server = LoopbackServer(file_handler(storage_root), ssl_context=context).start()
     try:
         store = make_store("http", give_up_after=30, **FAST)
-        started = time.monotonic()
-        with pytest.raises(StorageError, match=r"random\.bin: .*certificate") as got:
-            store.reader(f"{server.url}/random.bin").size_sync()
-        assert str(got.value).startswith(f"{server.url}/random.bin: ") and "\n" not in str(
-            got.value
-        )
-        assert time.monotonic() - started < 5 and store.stats.retries == 0
+        url = f"{server.url}/random.bin"
+        fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
     finally:
         server.stop()
