@@ -116,7 +116,10 @@ class HTTPStore(RangeGetStore):
         self.url = "http(s)://"
 
     def path_of(self, scheme: str, rest: str) -> str:
-        return f"{scheme}://{rest}"
+        """The URL; a ``#`` in it is part of a name (``take #2``), as in an S3
+        key: a fragment is never sent, and the server would answer for
+        another object or directory (``take ``), without a word."""
+        return f"{scheme}://{rest.replace('#', '%23')}"
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)

@@ -232,20 +232,23 @@ def index_server(root: Path) -> LoopbackServer:
 
 @pytest.mark.parametrize("typed", [str, urllib.parse.quote])
 def test_a_directory_url_lists_its_absolute_links_however_it_is_quoted(  # type: ignore[no-untyped-def]
-    typed, tmp_path, make_store
+    typed, tmp_path
 ) -> None:
-    """A directory whose name needs quoting, given as typed (``my data+ü``)
-    or quoted (``my%20data%2B%C3%BC``): the links of its index page are its
-    entries either way, and each reads by ``join`` (none was listed when
-    the page's absolute links were quoted and the URL given was not)."""
-    folder = tmp_path / "my data+ü"
+    """A directory whose name needs quoting, given as typed (``my data+ü #2``)
+    or quoted (``my%20data%2B%C3%BC%20%232``): the links of its index page
+    are its entries either way, and each reads by ``join`` (none was listed
+    when the page's absolute links were quoted and the URL given was not;
+    and a typed ``#`` started a fragment, which is never sent: the
+    directory ``my data+ü `` was read instead, without a word)."""
+    folder = tmp_path / "my data+ü #2"
     folder.mkdir()
+    (tmp_path / "my data+ü ").mkdir()
+    (tmp_path / "my data+ü " / "decoy.bin").write_bytes(b"decoy")
     for name in ODD_NAMES:
         (folder / name).write_bytes(name.encode())
     server = index_server(tmp_path)
     try:
-        store = make_store("http")
-        root = f"{server.url}/{typed(folder.name)}"
+        store, root = open_url(f"{server.url}/{typed(folder.name)}")
         assert sorted(entry.name for entry in store.list_sync(root)) == sorted(ODD_NAMES)
         for name in ODD_NAMES:
             assert bytes(store.reader(store.join(root, name)).read_sync(0, 3)) == name.encode()[:3]
