@@ -102,7 +102,9 @@ class HTTPStore(RangeGetStore):
 
     Backend options: ``headers`` (sent with every request to the URL's own
     origin, e.g. ``{"Authorization": ...}``, never to a host a redirect
-    names; never logged).
+    names; never logged). Requests go through the proxy the environment
+    names for the URL's host (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``),
+    looked up once per host.
     """
 
     read_only = "HTTP stores are read-only: index a local or S3 copy"
@@ -114,6 +116,7 @@ class HTTPStore(RangeGetStore):
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"
+        self._proxies: dict[str, str | None] = {}
 
     def path_of(self, scheme: str, rest: str) -> str:
         """The URL; a ``#`` in it is part of a name (``take #2``), as in an S3
@@ -133,6 +136,14 @@ class HTTPStore(RangeGetStore):
         parts = urllib.parse.urlsplit(path)
         return safe_url(f"{parts.scheme}://{parts.netloc}")
 
+    def _proxy(self, path: str) -> str | None:
+        """The proxy for ``path``'s scheme and host (``proxy_for``), found once."""
+        parts = urllib.parse.urlsplit(path)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self._proxies:
+            self._proxies[origin] = proxy_for(origin)
+        return self._proxies[origin]
+
     # -- client ---------------------------------------------------------------
 
     async def _connect(self) -> aiohttp.ClientSession:
@@ -146,14 +157,15 @@ class HTTPStore(RangeGetStore):
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[Span, Answer]:
-        return await ranged_get(client, path, self.display(path), byte_range, private=self._headers)
+        return await ranged_get(
+            client, path, self.display(path), byte_range, None, self._proxy(path), self._headers
+        )
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = _directory(path)
         try:
-            async with follow(client, directory, self.display(directory), {}, self._headers) as (
-                response
-            ):
+            shown, proxy = self.display(directory), self._proxy(directory)
+            async with follow(client, directory, shown, {}, self._headers, proxy) as response:
                 check_status(self.display(directory), None, response)
                 page = _page(self.display(directory), response, await response.read())
         except NETWORK_ERRORS as exc:

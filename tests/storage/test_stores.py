@@ -254,3 +254,24 @@ def test_a_directory_url_lists_its_absolute_links_however_it_is_quoted(  # type:
             assert bytes(store.reader(store.join(root, name)).read_sync(0, 3)) == name.encode()[:3]
     finally:
         server.stop()
+
+
+def test_an_http_store_goes_through_the_proxy_the_environment_names(  # type: ignore[no-untyped-def]
+    storage_root: Path, data, make_store, monkeypatch
+) -> None:
+    """``HTTP_PROXY`` / ``HTTPS_PROXY`` (and ``NO_PROXY``) apply to HTTP stores
+    as to S3 endpoints: a host reachable only through the proxy (here one
+    that does not resolve) is read through it, listings too; without it
+    every request failed to connect and was retried for the whole budget."""
+    proxy = LoopbackServer(file_handler(storage_root)).start()  # serves any host's paths
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        store = make_store("http", give_up_after=5)
+        reader = store.reader("http://dataset.invalid/random.bin")
+        assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+        assert "random.bin" in [e.name for e in store.list_sync("http://dataset.invalid/")]
+        assert {r.headers["Host"] for r in proxy.requests} == {"dataset.invalid"}
+    finally:
+        proxy.stop()
