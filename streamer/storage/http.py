@@ -42,6 +42,7 @@ from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
 __all__ = [
+    "UNSUPPORTED",
     "HTTPStore",
     "RangeGetStore",
     "RangeNotSatisfiable",
@@ -58,6 +59,8 @@ NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionEr
 #: Answers that send a GET elsewhere (``Location``), and how many are followed.
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+#: 5xx answers that say the server cannot do it at all, not for now: not retried.
+UNSUPPORTED = frozenset({501, 505})
 #: HTTP ranges: (start, end exclusive, object size).
 Span = tuple[int, int, int]
 
@@ -337,10 +340,11 @@ def check_status(
     url: str, byte_range: str | None, response: aiohttp.ClientResponse, detail: str = ""
 ) -> None:
     """Raise what an unusable answer means: ``TransientError`` for 5xx and 429
-    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest."""
+    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest
+    (501 and 505, ``UNSUPPORTED``, among them)."""
     status = response.status
     more = f" ({detail})" if detail else ""
-    if status >= 500 or status == 429:
+    if (status >= 500 and status not in UNSUPPORTED) or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
         message = f"HTTP {status} {_reason(response)}{more}"

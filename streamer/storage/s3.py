@@ -69,6 +69,7 @@ from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
 from .http import (
+    UNSUPPORTED,
     RangeGetStore,
     RangeNotSatisfiable,
     Span,
@@ -546,7 +547,7 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     status = _status(exc)
     code = str(error.get("Code") or status)
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
-    if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
+    if (status >= 500 and status not in UNSUPPORTED) or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
         retry_after = parse_retry_after(headers.get("retry-after"))
         congestion = status in (429, 503) or code in _CONGESTION_CODES

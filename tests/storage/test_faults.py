@@ -260,17 +260,21 @@ NO_SPAN = "206 without a valid Content-Range"
         (206, "bytes 5-2/700001", NO_SPAN),
         (206, "bytes 0-9/5", NO_SPAN),
         (416, "bytes */\u00b3", "range not satisfiable"),
+        (501, "", "HTTP 501 Not Implemented"),
+        (505, "", "HTTP 505 HTTP Version Not Supported"),
     ],
 )
 def test_an_answer_no_retry_mends_fails_at_once(status, header, match, make_store) -> None:  # type: ignore[no-untyped-def]
     """A redirect whose ``Location`` is no URL, or names no HTTP(S) one; a
     ``Content-Range`` naming no span of the object (digits that are not
     ASCII, a last byte before the first, a span past the size it names); a
-    416 naming no size: one line naming the URL, not a ``ValueError``
-    traceback, nor retries for the whole time budget (a redirect to
-    ``ftp:`` as a network failure, ``bytes 5-2`` as a body of -2 bytes)."""
+    416 naming no size; 501 and 505, which no server answers for a while:
+    one line naming the URL, not a ``ValueError`` traceback, nor retries
+    for the whole time budget (a redirect to ``ftp:`` as a network failure,
+    ``bytes 5-2`` as a body of -2 bytes, 501 as an overloaded server)."""
     name = "Location" if status == 302 else "Content-Range"
-    server = answering(status, {name: header}, b"0123456789" if status == 206 else b"")
+    headers = {name: header} if header else {}
+    server = answering(status, headers, b"0123456789" if status == 206 else b"")
     try:
         store = make_store("http", give_up_after=30, **FAST)
         file, folder = f"{server.url}/x.bin", f"{server.url}/d/"
