@@ -63,6 +63,8 @@ MAX_REDIRECTS = 10
 UNSUPPORTED = frozenset({501, 505})
 #: HTTP ranges: (start, end exclusive, object size).
 Span = tuple[int, int, int]
+#: The proxy for each request: one for all, or one per URL (``HTTPStore._proxy``).
+Proxy = str | None | Callable[[str], str | None]
 
 
 class RangeGetStore(RemoteStore):
@@ -139,9 +141,10 @@ class HTTPStore(RangeGetStore):
         parts = urllib.parse.urlsplit(path)
         return safe_url(f"{parts.scheme}://{parts.netloc}")
 
-    def _proxy(self, path: str) -> str | None:
-        """The proxy for ``path``'s scheme and host (``proxy_for``), found once."""
-        parts = urllib.parse.urlsplit(path)
+    def _proxy(self, url: str) -> str | None:
+        """The proxy for ``url``'s scheme and host (``proxy_for``), found once
+        per host (a redirect's own too)."""
+        parts = urllib.parse.urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
         if origin not in self._proxies:
             self._proxies[origin] = proxy_for(origin)
@@ -161,14 +164,16 @@ class HTTPStore(RangeGetStore):
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[Span, Answer]:
         return await ranged_get(
-            client, path, self.display(path), byte_range, None, self._proxy(path), self._headers
+            client, path, self.display(path), byte_range, None, self._proxy, self._headers
         )
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = _directory(path)
         try:
-            shown, proxy = self.display(directory), self._proxy(directory)
-            async with follow(client, directory, shown, {}, self._headers, proxy) as response:
+            shown = self.display(directory)
+            async with follow(client, directory, shown, {}, self._headers, self._proxy) as (
+                response
+            ):
                 check_status(self.display(directory), None, response)
                 page = _page(self.display(directory), response, await response.read())
         except NETWORK_ERRORS as exc:
@@ -218,7 +223,7 @@ async def ranged_get(
     shown: str,
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
-    proxy: str | None = None,
+    proxy: Proxy = None,
     private: dict[str, str] | None = None,
 ) -> tuple[Span, Answer]:
     """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
@@ -261,9 +266,10 @@ async def follow(
     shown: str,
     headers: dict[str, str],
     private: dict[str, str],
-    proxy: str | None = None,
+    proxy: Proxy = None,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The answer to a GET of ``url`` with ``headers``, redirects followed.
+    """The answer to a GET of ``url`` with ``headers``, redirects followed,
+    each through ``proxy``, or, when it names one per URL, its own.
 
     ``private`` headers (a store's ``headers`` option: a token, an API key)
     go only to ``url``'s origin, and to none once a redirect left it:
@@ -278,7 +284,8 @@ async def follow(
         raise aiohttp.InvalidURL(url) from None
     for _ in range(MAX_REDIRECTS):
         sent = {**headers, **private} if own else headers
-        response = await session.get(target, headers=sent, proxy=proxy, allow_redirects=False)
+        hop = proxy(str(target)) if callable(proxy) else proxy
+        response = await session.get(target, headers=sent, proxy=hop, allow_redirects=False)
         location = response.headers.get("Location")
         if response.status not in REDIRECTS or location is None:
             break

@@ -275,3 +275,28 @@ def test_an_http_store_goes_through_the_proxy_the_environment_names(  # type: ig
         assert {r.headers["Host"] for r in proxy.requests} == {"dataset.invalid"}
     finally:
         proxy.stop()
+
+
+def test_a_redirect_goes_through_the_proxy_of_the_host_it_names(  # type: ignore[no-untyped-def]
+    storage_root: Path, data, make_store, monkeypatch
+) -> None:
+    """An HTTP front the proxy settings exempt (``NO_PROXY``) that redirects
+    to a host only the proxy reaches (object storage outside): each hop
+    goes the way the environment names for its own host (the redirect
+    went direct, as its front did, and failed for the whole budget)."""
+    proxy = LoopbackServer(file_handler(storage_root)).start()
+
+    async def redirect(request):  # type: ignore[no-untyped-def]
+        return 307, {"Location": f"http://dataset.invalid{request.path}"}, b""
+
+    front = LoopbackServer(redirect).start()
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        reader = make_store("http", give_up_after=5).reader(f"{front.url}/random.bin")
+        assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+        assert {r.headers["Host"] for r in proxy.requests} == {"dataset.invalid"}
+    finally:
+        front.stop()
+        proxy.stop()
