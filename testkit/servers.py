@@ -100,6 +100,8 @@ class Faults:
     #: HEAD requests are answered with this status (a policy or proxy that
     #: allows GET only: 403, 405); 0: served.
     refuse_head: int = 0
+    #: HEAD answers carry no Content-Length (a gateway answering them chunked).
+    head_without_length: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,6 +243,10 @@ class LoopbackServer:
         if faults.refuse_head and request.method == "HEAD":
             return web.Response(status=faults.refuse_head)
         status, headers, body = await self.handler(request)
+        unsized = faults.chunked
+        if faults.head_without_length and request.method == "HEAD":
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+            unsized = True
         # A range answer: 206, or 200 with a Content-Range (rclone's S3 server).
         ranged = status in (200, 206) and "Content-Range" in headers
         if faults.ignore_range and ranged:
@@ -253,7 +259,7 @@ class LoopbackServer:
             faults.overlong -= 1
             return _overlong(status, headers, body)
         response = web.StreamResponse(status=status, headers=headers)
-        if "Content-Length" not in headers and not faults.chunked:  # HEAD keeps its length
+        if "Content-Length" not in headers and not unsized:  # HEAD keeps its length
             response.content_length = len(body)
         await response.prepare(request)
         if targeted and faults.truncations and len(body) > 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..errors import StorageError
 
 
@@ -18,12 +20,14 @@ def parse_content_range(value: str | None) -> tuple[int, int, int] | None:
 
     A ranged response must carry this header: it is how a reader knows the
     server sent the asked bytes (and, for a suffix request, the object size).
+    Odd is also a span that names no bytes of the object: a last byte before
+    the first or at the size or past it, digits that are not ASCII (``²``).
     """
-    if not value:
+    match = _CONTENT_RANGE.fullmatch(value.strip()) if value else None
+    if match is None:
         return None
-    unit, _, spec = value.strip().partition(" ")
-    span, _, total = spec.partition("/")
-    first, _, last = span.partition("-")
-    if unit.lower() != "bytes" or not (first.isdigit() and last.isdigit() and total.isdigit()):
-        return None
-    return int(first), int(last) + 1, int(total)
+    first, last, total = map(int, match.groups())
+    return (first, last + 1, total) if first <= last < total else None
+
+
+_CONTENT_RANGE = re.compile(r"(?i:bytes) +([0-9]+)-([0-9]+)/([0-9]+)", re.ASCII)

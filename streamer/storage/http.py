@@ -26,6 +26,7 @@ import html.parser
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
 __all__ = [
+    "UNSUPPORTED",
     "HTTPStore",
     "RangeGetStore",
     "RangeNotSatisfiable",
@@ -57,8 +59,12 @@ NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionEr
 #: Answers that send a GET elsewhere (``Location``), and how many are followed.
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+#: 5xx answers that say the server cannot do it at all, not for now: not retried.
+UNSUPPORTED = frozenset({501, 505})
 #: HTTP ranges: (start, end exclusive, object size).
 Span = tuple[int, int, int]
+#: The proxy for each request: one for all, or one per URL (``HTTPStore._proxy``).
+Proxy = str | None | Callable[[str], str | None]
 
 
 class RangeGetStore(RemoteStore):
@@ -77,6 +83,11 @@ class RangeGetStore(RemoteStore):
 
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         span, answer = await self._ranged(client, path, f"bytes=-{length}")
+        if span[0] < span[2] - length:  # more than the suffix: from another start
+            raise StorageError(
+                f"{self.display(path)}: the server answered bytes {span[0]}-{span[1] - 1} to a "
+                f"request for the last {length} of {span[2]}; it does not serve suffix ranges"
+            )
         return span[0], answer
 
     async def _get_size(self, client: Any, path: str) -> int:
@@ -96,7 +107,9 @@ class HTTPStore(RangeGetStore):
 
     Backend options: ``headers`` (sent with every request to the URL's own
     origin, e.g. ``{"Authorization": ...}``, never to a host a redirect
-    names; never logged).
+    names; never logged). Requests go through the proxy the environment
+    names for the URL's host (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``),
+    looked up once per host.
     """
 
     read_only = "HTTP stores are read-only: index a local or S3 copy"
@@ -108,9 +121,13 @@ class HTTPStore(RangeGetStore):
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"
+        self._proxies: dict[str, str | None] = {}
 
     def path_of(self, scheme: str, rest: str) -> str:
-        return f"{scheme}://{rest}"
+        """The URL; a ``#`` in it is part of a name (``take #2``), as in an S3
+        key: a fragment is never sent, and the server would answer for
+        another object or directory (``take ``), without a word."""
+        return f"{scheme}://{rest.replace('#', '%23')}"
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)
@@ -123,6 +140,15 @@ class HTTPStore(RangeGetStore):
     def _host(self, path: str) -> str:
         parts = urllib.parse.urlsplit(path)
         return safe_url(f"{parts.scheme}://{parts.netloc}")
+
+    def _proxy(self, url: str) -> str | None:
+        """The proxy for ``url``'s scheme and host (``proxy_for``), found once
+        per host (a redirect's own too)."""
+        parts = urllib.parse.urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self._proxies:
+            self._proxies[origin] = proxy_for(origin)
+        return self._proxies[origin]
 
     # -- client ---------------------------------------------------------------
 
@@ -137,16 +163,19 @@ class HTTPStore(RangeGetStore):
     async def _ranged(
         self, client: aiohttp.ClientSession, path: str, byte_range: str
     ) -> tuple[Span, Answer]:
-        return await ranged_get(client, path, self.display(path), byte_range, private=self._headers)
+        return await ranged_get(
+            client, path, self.display(path), byte_range, None, self._proxy, self._headers
+        )
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
         directory = _directory(path)
         try:
-            async with follow(client, directory, self.display(directory), {}, self._headers) as (
+            shown = self.display(directory)
+            async with follow(client, directory, shown, {}, self._headers, self._proxy) as (
                 response
             ):
                 check_status(self.display(directory), None, response)
-                page = await response.text(errors="replace")
+                page = _page(self.display(directory), response, await response.read())
         except NETWORK_ERRORS as exc:
             raise _network_error(self.display(directory), exc) from None
         return _links(directory, page)
@@ -194,7 +223,7 @@ async def ranged_get(
     shown: str,
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
-    proxy: str | None = None,
+    proxy: Proxy = None,
     private: dict[str, str] | None = None,
 ) -> tuple[Span, Answer]:
     """One GET of ``url`` for ``byte_range``: ``((start, end, total), answer)``.
@@ -237,9 +266,10 @@ async def follow(
     shown: str,
     headers: dict[str, str],
     private: dict[str, str],
-    proxy: str | None = None,
+    proxy: Proxy = None,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The answer to a GET of ``url`` with ``headers``, redirects followed.
+    """The answer to a GET of ``url`` with ``headers``, redirects followed,
+    each through ``proxy``, or, when it names one per URL, its own.
 
     ``private`` headers (a store's ``headers`` option: a token, an API key)
     go only to ``url``'s origin, and to none once a redirect left it:
@@ -254,12 +284,13 @@ async def follow(
         raise aiohttp.InvalidURL(url) from None
     for _ in range(MAX_REDIRECTS):
         sent = {**headers, **private} if own else headers
-        response = await session.get(target, headers=sent, proxy=proxy, allow_redirects=False)
+        hop = proxy(str(target)) if callable(proxy) else proxy
+        response = await session.get(target, headers=sent, proxy=hop, allow_redirects=False)
         location = response.headers.get("Location")
         if response.status not in REDIRECTS or location is None:
             break
         response.release()
-        target = response.url.join(yarl.URL(location))
+        target = _redirect_target(shown, response.url, location)
         own = own and target.origin() == origin
     else:
         raise StorageError(f"{shown}: redirected {MAX_REDIRECTS} times without an answer")
@@ -270,12 +301,27 @@ async def follow(
         await response.wait_for_close()
 
 
+def _redirect_target(shown: str, at: yarl.URL, location: str) -> yarl.URL:
+    """Where a redirect from ``at`` to ``location`` goes: an HTTP(S) URL, else
+    a ``StorageError`` (an unparsable ``Location``, ``ftp:``, ``file:``): no
+    retry mends it, and the URL parser's ``ValueError`` is no message."""
+    try:
+        target = at.join(yarl.URL(location))
+    except ValueError:
+        target = None
+    if target is None or target.scheme not in ("http", "https") or not target.host:
+        raise StorageError(f"{shown}: redirected to {redact(location)!r}: not an HTTP(S) URL")
+    return target
+
+
 def _network_error(url: str, exc: BaseException) -> Exception:
     """What a failure below HTTP means: retry it (``TransientError``), except a
-    URL aiohttp cannot request, which no retry mends (it would cost the
-    whole time budget)."""
+    URL aiohttp cannot request and a certificate that does not verify,
+    which no retry mends (they would cost the whole time budget)."""
     if isinstance(exc, aiohttp.InvalidURL):
         return StorageError(f"{url}: not a valid URL")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return StorageError(f"{url}: the server's certificate does not verify ({describe(exc)})")
     return TransientError(describe(exc), congestion=is_timeout(exc))
 
 
@@ -301,10 +347,11 @@ def check_status(
     url: str, byte_range: str | None, response: aiohttp.ClientResponse, detail: str = ""
 ) -> None:
     """Raise what an unusable answer means: ``TransientError`` for 5xx and 429
-    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest."""
+    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest
+    (501 and 505, ``UNSUPPORTED``, among them)."""
     status = response.status
     more = f" ({detail})" if detail else ""
-    if status >= 500 or status == 429:
+    if (status >= 500 and status not in UNSUPPORTED) or status == 429:
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
         message = f"HTTP {status} {_reason(response)}{more}"
@@ -372,10 +419,28 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _page(url: str, response: aiohttp.ClientResponse, body: bytes) -> str:
+    """An index page's text, decompressed when a server (a CDN) sent it gzip-
+    or deflate-encoded though ``identity`` was asked for: unlike a range, a
+    whole page is the same page either way. Read as sent, it listed nothing."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            body = zlib.decompress(body, wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+        except zlib.error:
+            raise StorageError(f"{url}: the index page is not valid {encoding}") from None
+    elif encoding not in ("", "identity"):
+        raise StorageError(
+            f"{url}: the server sent the index page {encoding}-encoded; "
+            "serve it uncompressed (Content-Encoding: identity)"
+        )
+    return body.decode(response.get_encoding(), errors="replace")
+
+
 def _unsatisfied_size(content_range: str) -> int | None:
     """The object size a 416's ``Content-Range: bytes */SIZE`` names."""
     total = content_range.rpartition("/")[2].strip()
-    return int(total) if total.isdigit() else None
+    return int(total) if total.isascii() and total.isdigit() else None
 
 
 def _version(response: aiohttp.ClientResponse) -> str | None:
@@ -434,16 +499,21 @@ class _LinkParser(html.parser.HTMLParser):
 
 
 def _links(directory: str, page: str) -> list[Entry]:
-    """Children of ``directory`` linked from its index page (deduplicated)."""
+    """Children of ``directory`` linked from its index page (deduplicated).
+    Paths are compared unquoted: the URL may be given as typed (``my data``)
+    and the page link its entries by their quoted absolute path
+    (``/my%20data/x``), or the other way round."""
     parser = _LinkParser()
     parser.feed(page)
     base = urllib.parse.urlsplit(directory)
+    folder = urllib.parse.unquote(base.path)
     found: dict[str, Entry] = {}
     for href in parser.links:
         target = urllib.parse.urlsplit(urllib.parse.urljoin(directory, href))
-        if target.netloc != base.netloc or not target.path.startswith(base.path):
+        path = urllib.parse.unquote(target.path)
+        if target.netloc.lower() != base.netloc.lower() or not path.startswith(folder):
             continue
-        rest = urllib.parse.unquote(target.path[len(base.path) :])
+        rest = path[len(folder) :]
         name = rest.rstrip("/")
         if name and "/" not in name and not name.startswith("."):
             found[name] = Entry(name, rest.endswith("/"))

@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import os
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -67,7 +68,16 @@ from botocore.config import Config
 from ..errors import StorageError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
-from .http import RangeGetStore, RangeNotSatisfiable, Span, open_session, proxy_for, ranged_get
+from .http import (
+    UNSUPPORTED,
+    RangeGetStore,
+    RangeNotSatisfiable,
+    Span,
+    describe,
+    open_session,
+    proxy_for,
+    ranged_get,
+)
 from .loop import run_sync
 from .remote import Answer
 from .retry import TransientError, parse_retry_after
@@ -280,8 +290,9 @@ class S3Store(RangeGetStore):
 
     async def _get_size(self, client: _Clients, path: str) -> int:
         """HEAD; when it is refused (403, 405, 501: a bucket policy or proxy that
-        allows GET but not HEAD), a one-byte GET (``RangeGetStore``), whose
-        refusal, if it is one too, says why (HEAD answers carry no S3 error)."""
+        allows GET but not HEAD), or says no size (a gateway answering it
+        chunked), a one-byte GET (``RangeGetStore``), whose refusal, if it
+        is one too, says why (HEAD answers carry no S3 error)."""
         bucket, key = _split(path)
         with self._errors(path):
             try:
@@ -290,6 +301,8 @@ class S3Store(RangeGetStore):
                 if _status(exc) not in _HEAD_REFUSED:
                     raise
                 return await super()._get_size(client, path)
+        if "ContentLength" not in response:
+            return await super()._get_size(client, path)
         return int(response["ContentLength"])
 
     async def _list(self, client: _Clients, path: str) -> list[Entry]:
@@ -489,6 +502,14 @@ class _S3Errors:
             raise _client_error(self.url, exc) from None
         if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
             raise TransientError(f"checksum mismatch: {exc}") from None
+        if isinstance(exc, botocore.exceptions.SSLError) and isinstance(
+            exc.kwargs.get("error"),
+            (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError),
+        ):  # no retry makes it verify
+            cause = exc.kwargs["error"]
+            raise StorageError(
+                f"{self.url}: the server's certificate does not verify ({describe(cause)})"
+            ) from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
             message = redact(f"{type(exc).__name__}: {exc}")
             raise TransientError(message, congestion=is_timeout(exc)) from None
@@ -526,7 +547,7 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
     status = _status(exc)
     code = str(error.get("Code") or status)
     message = redact(f"{status} {code}: {error.get('Message') or exc}")
-    if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
+    if (status >= 500 and status not in UNSUPPORTED) or status == 429 or code in _TRANSIENT_CODES:
         headers = meta.get("HTTPHeaders", {})
         retry_after = parse_retry_after(headers.get("retry-after"))
         congestion = status in (429, 503) or code in _CONGESTION_CODES

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,3 +57,21 @@ def served_http(request: pytest.FixtureRequest) -> tuple[Opener, Any]:
 def data(storage_root: Any) -> bytes:
     """The bytes of random.bin."""
     return (storage_root / "random.bin").read_bytes()
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    """(certificate file, server context) of a self-signed certificate for 127.0.0.1."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return cert, context

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import time
+from collections.abc import Callable
 
 import pytest
 from helpers import SECRET
@@ -12,6 +14,25 @@ from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
 FAST = {"backoff": 0.01, "max_backoff": 0.05}
+
+
+def answering(status: int, headers: dict[str, str], body: bytes = b"") -> LoopbackServer:
+    """A server answering every request alike."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        return status, headers, body
+
+    return LoopbackServer(handle).start()
+
+
+def fails_at_once(store, read: Callable[[], object], url: str, match: str) -> None:  # type: ignore[no-untyped-def]
+    """``read()`` raises one line that names ``url`` first and matches
+    ``match``, within seconds and without a retry (what no retry mends)."""
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=match) as got:
+        read()
+    assert str(got.value).startswith(f"{url}: ") and "\n" not in str(got.value)
+    assert time.monotonic() - started < 5 and store.stats.retries == 0
 
 
 def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # type: ignore[no-untyped-def]
@@ -156,19 +177,23 @@ def test_redirects_are_followed_and_a_redirect_loop_is_a_clear_error(  # type: i
         server.stop()
 
 
-def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
-    """A server that gzips answers though asked for ``identity``: not retried as
-    a short body for the whole time budget. Bytes merely labelled gzip (as S3
-    keeps an object's Content-Encoding) arrive at their length and are read."""
-    files = file_handler(storage_root)
+def gzipping(files: Handler) -> Handler:
+    """``files``, every answer gzipped (``?labelled``: only labelled so)."""
 
-    async def gzipping(request):  # type: ignore[no-untyped-def]
+    async def handle(request):  # type: ignore[no-untyped-def]
         status, headers, body = await files(request)
         if "labelled" in request.query:
             return status, {**headers, "Content-Encoding": "gzip"}, body
         return status, {**headers, "Content-Encoding": "gzip"}, gzip.compress(body)
 
-    server = LoopbackServer(gzipping).start()
+    return handle
+
+
+def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that gzips answers though asked for ``identity``: not retried as
+    a short body for the whole time budget. Bytes merely labelled gzip (as S3
+    keeps an object's Content-Encoding) arrive at their length and are read."""
+    server = LoopbackServer(gzipping(file_handler(storage_root))).start()
     try:
         store = make_store("http", give_up_after=30, **FAST)
         labelled = store.reader(f"{server.url}/random.bin?labelled", size=len(data))
@@ -215,5 +240,101 @@ def test_a_range_answer_declaring_more_bytes_is_not_read(storage_root, data, mak
         with pytest.raises(StorageError, match=rf"over-long body: {len(data)} bytes instead of"):
             reader.read_sync(0, 10)
         assert time.monotonic() - started < 2
+    finally:
+        server.stop()
+
+
+NOT_HTTP = r"redirected to .*: not an HTTP\(S\) URL"
+NO_SPAN = "206 without a valid Content-Range"
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "match"),
+    [
+        (302, "http://[::1/x.bin", NOT_HTTP),
+        (302, "javascript:alert(1)", NOT_HTTP),
+        (302, "ftp://127.0.0.1/x.bin", NOT_HTTP),
+        (302, "file:///etc/passwd", NOT_HTTP),
+        (206, "bytes \u00b2-5/700001", NO_SPAN),
+        (206, "bytes 5-\u00b9/700001", NO_SPAN),
+        (206, "bytes 5-2/700001", NO_SPAN),
+        (206, "bytes 0-9/5", NO_SPAN),
+        (416, "bytes */\u00b3", "range not satisfiable"),
+        (501, "", "HTTP 501 Not Implemented"),
+        (505, "", "HTTP 505 HTTP Version Not Supported"),
+    ],
+)
+def test_an_answer_no_retry_mends_fails_at_once(status, header, match, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A redirect whose ``Location`` is no URL, or names no HTTP(S) one; a
+    ``Content-Range`` naming no span of the object (digits that are not
+    ASCII, a last byte before the first, a span past the size it names); a
+    416 naming no size; 501 and 505, which no server answers for a while:
+    one line naming the URL, not a ``ValueError`` traceback, nor retries
+    for the whole time budget (a redirect to ``ftp:`` as a network failure,
+    ``bytes 5-2`` as a body of -2 bytes, 501 as an overloaded server)."""
+    name = "Location" if status == 302 else "Content-Range"
+    headers = {name: header} if header else {}
+    server = answering(status, headers, b"0123456789" if status == 206 else b"")
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        file, folder = f"{server.url}/x.bin", f"{server.url}/d/"
+        fails_at_once(
+            store, functools.partial(store.reader(file, size=100).read_sync, 0, 10), file, match
+        )
+        if status == 302:
+            fails_at_once(store, functools.partial(store.list_sync, folder), folder, match)
+    finally:
+        server.stop()
+
+
+def test_an_index_page_compressed_on_the_fly_lists_its_entries(  # type: ignore[no-untyped-def]
+    storage_root, http, make_store
+) -> None:
+    """A directory index gzipped though ``identity`` was asked for is a whole
+    page, not a range: it is read decompressed (it was read as text as sent,
+    and listed nothing: a dataset with no shards)."""
+    server = LoopbackServer(gzipping(file_handler(storage_root))).start()
+    try:
+        expected = make_store("http").list_sync(f"{http.url}/packed")
+        assert expected and make_store("http").list_sync(f"{server.url}/packed") == expected
+    finally:
+        server.stop()
+
+
+def test_a_suffix_answered_from_the_start_is_a_clear_error(storage_root, data, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server that takes ``bytes=-N`` for the first N bytes: an error naming
+    the URL, at once; not the rest of the object read range by range into
+    memory (a shard's footer read fetched the whole shard)."""
+    files = file_handler(storage_root)
+
+    async def prefix(request):  # type: ignore[no-untyped-def]
+        spec = request.headers.get("Range", "")
+        if spec.startswith("bytes=-"):
+            request = request.clone(headers={"Range": f"bytes=0-{int(spec[7:]) - 1}"})
+        return await files(request)
+
+    server = LoopbackServer(prefix).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        url = f"{server.url}/random.bin"
+        tail = lambda: store.reader(url).read_tail_sync(1000)  # noqa: E731
+        fails_at_once(store, tail, url, "bytes 0-999 to a request for the last 1000")
+        assert len(server.ranged()) == 1
+    finally:
+        server.stop()
+
+
+def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no-untyped-def]
+    storage_root, make_store, self_signed
+) -> None:
+    """An HTTPS server whose certificate does not verify (self-signed, another
+    host, expired): no retry makes it verify, so one clear error at once,
+    not retries for the whole time budget (5 minutes by default)."""
+    _, context = self_signed
+    server = LoopbackServer(file_handler(storage_root), ssl_context=context).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        url = f"{server.url}/random.bin"
+        fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
     finally:
         server.stop()

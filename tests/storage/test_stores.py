@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import time
+import urllib.parse
 from pathlib import Path
 
 import anyio
@@ -195,3 +196,107 @@ def test_an_http_dataset_behind_a_token_query_lists_with_the_token_intact(  # ty
         assert server.requests[0].path == f"/packed/?token={SECRET}"
     finally:
         server.stop()
+
+
+#: Shard names that need quoting in a URL: each must list and read as itself.
+ODD_NAMES = ("a b.bin", "plus+sign.bin", "q?x=1.bin", "hash#1.bin", "pct%2Fx.bin", "café.bin")
+
+
+def index_server(root: Path) -> LoopbackServer:
+    """Files under ``root`` with index pages linking each entry by its
+    absolute, percent-encoded path (as Jetty and IIS write them; Python's
+    ``http.server`` and nginx link relative ones)."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        relative = urllib.parse.unquote(request.raw_path.partition("?")[0]).strip("/")
+        path = root / relative
+        if path.is_dir():
+            folder = urllib.parse.quote(f"/{relative}/")
+            links = (
+                f'<a href="{folder}{urllib.parse.quote(p.name)}">x</a>' for p in path.iterdir()
+            )
+            return 200, {"Content-Type": "text/html"}, "".join(links).encode()
+        if not path.is_file():
+            return 404, {}, b""
+        data = path.read_bytes()
+        first, _, last = request.headers["Range"].removeprefix("bytes=").partition("-")
+        end = min(int(last) + 1, len(data))
+        return (
+            206,
+            {"Content-Range": f"bytes {first}-{end - 1}/{len(data)}"},
+            data[int(first) : end],
+        )
+
+    return LoopbackServer(handle).start()
+
+
+@pytest.mark.parametrize("typed", [str, urllib.parse.quote])
+def test_a_directory_url_lists_its_absolute_links_however_it_is_quoted(  # type: ignore[no-untyped-def]
+    typed, tmp_path
+) -> None:
+    """A directory whose name needs quoting, given as typed (``my data+ü #2``)
+    or quoted (``my%20data%2B%C3%BC%20%232``): the links of its index page
+    are its entries either way, and each reads by ``join`` (none was listed
+    when the page's absolute links were quoted and the URL given was not;
+    and a typed ``#`` started a fragment, which is never sent: the
+    directory ``my data+ü `` was read instead, without a word)."""
+    folder = tmp_path / "my data+ü #2"
+    folder.mkdir()
+    (tmp_path / "my data+ü ").mkdir()
+    (tmp_path / "my data+ü " / "decoy.bin").write_bytes(b"decoy")
+    for name in ODD_NAMES:
+        (folder / name).write_bytes(name.encode())
+    server = index_server(tmp_path)
+    try:
+        store, root = open_url(f"{server.url}/{typed(folder.name)}")
+        assert sorted(entry.name for entry in store.list_sync(root)) == sorted(ODD_NAMES)
+        for name in ODD_NAMES:
+            assert bytes(store.reader(store.join(root, name)).read_sync(0, 3)) == name.encode()[:3]
+    finally:
+        server.stop()
+
+
+def test_an_http_store_goes_through_the_proxy_the_environment_names(  # type: ignore[no-untyped-def]
+    storage_root: Path, data, make_store, monkeypatch
+) -> None:
+    """``HTTP_PROXY`` / ``HTTPS_PROXY`` (and ``NO_PROXY``) apply to HTTP stores
+    as to S3 endpoints: a host reachable only through the proxy (here one
+    that does not resolve) is read through it, listings too; without it
+    every request failed to connect and was retried for the whole budget."""
+    proxy = LoopbackServer(file_handler(storage_root)).start()  # serves any host's paths
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        store = make_store("http", give_up_after=5)
+        reader = store.reader("http://dataset.invalid/random.bin")
+        assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+        assert "random.bin" in [e.name for e in store.list_sync("http://dataset.invalid/")]
+        assert {r.headers["Host"] for r in proxy.requests} == {"dataset.invalid"}
+    finally:
+        proxy.stop()
+
+
+def test_a_redirect_goes_through_the_proxy_of_the_host_it_names(  # type: ignore[no-untyped-def]
+    storage_root: Path, data, make_store, monkeypatch
+) -> None:
+    """An HTTP front the proxy settings exempt (``NO_PROXY``) that redirects
+    to a host only the proxy reaches (object storage outside): each hop
+    goes the way the environment names for its own host (the redirect
+    went direct, as its front did, and failed for the whole budget)."""
+    proxy = LoopbackServer(file_handler(storage_root)).start()
+
+    async def redirect(request):  # type: ignore[no-untyped-def]
+        return 307, {"Location": f"http://dataset.invalid{request.path}"}, b""
+
+    front = LoopbackServer(redirect).start()
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        reader = make_store("http", give_up_after=5).reader(f"{front.url}/random.bin")
+        assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+        assert {r.headers["Host"] for r in proxy.requests} == {"dataset.invalid"}
+    finally:
+        front.stop()
+        proxy.stop()
