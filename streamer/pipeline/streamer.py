@@ -34,6 +34,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 import numpy as np
 import sniffio
@@ -202,6 +203,7 @@ class Streamer:
         self._iteration: object | None = None  # the sync iteration under way
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
+        self._held: Crop | object | None = None  # taken, not received (``_hold``)
         self._resources = _Resources()
         weakref.finalize(self, self._resources.close_soon)
 
@@ -452,7 +454,14 @@ class Streamer:
     async def __anext__(self) -> Crop:
         if self._iteration is not None:
             raise RuntimeError(_BUSY)
-        item = await _awaiting(self._next())
+        handover = _Handover()
+        try:
+            item = await _awaiting(self._next(handover))
+        except BaseException:
+            if self._unreceived(handover):
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(handover.settled.wait)
+            raise
         if item is _END:
             if not self._entered:
                 await _awaiting(self._shutdown())
@@ -483,7 +492,13 @@ class Streamer:
             while True:
                 item = self._ready_crop()
                 if item is None:
-                    item = _blocking(self._next())
+                    handover = _Handover()
+                    try:
+                        item = _blocking(self._next(handover))
+                    except BaseException:
+                        if self._unreceived(handover):
+                            handover.settled.wait()
+                        raise
                 if item is _END:
                     return
                 yield item  # type: ignore[misc]
@@ -507,6 +522,8 @@ class Streamer:
         handed over on the consumer's thread: no hop to the store loop and
         back, which costs both threads a wake-up. None: ask the loop."""
         run = self._resources.run
+        if run is not None and self._held is not None:
+            return self._take_held()  # type: ignore[return-value]
         while run is not None:
             item = run.take_ready()
             if item is None:
@@ -546,21 +563,64 @@ class Streamer:
 
     # -- on the store loop ------------------------------------------------------
 
-    async def _next(self) -> Crop | object:
+    async def _next(self, handover: _Handover) -> Crop | object:
         """The next crop, or ``_END``. On an error the pass is stopped (and,
         outside ``with``, the workers): the caller is not coming back for it.
         Awaited by two consumers at once (tasks, threads) it raises
-        ``RuntimeError`` for the second and leaves the pass alone."""
-        if self._taking:
-            raise RuntimeError(_BUSY)
-        self._taking = True
+        ``RuntimeError`` for the second and leaves the pass alone.
+
+        What is taken goes through ``handover``: a caller interrupted as it
+        arrives (a cancelled task, a timeout, Ctrl-C) never receives it,
+        so it is held for the caller's next request (``_unreceived``)."""
+        if not handover.begin():
+            return _END  # the caller gave up before this began: nobody looks
         try:
-            return await self._take()
-        except Exception:
-            await (self._stop_run() if self._entered else self._shutdown())
-            raise
+            if self._taking:
+                raise RuntimeError(_BUSY)
+            self._taking = True
+            try:
+                item = self._take_held()
+                if item is None:
+                    item = await self._take()
+            except Exception:
+                await (self._stop_run() if self._entered else self._shutdown())
+                raise
+            finally:
+                self._taking = False
+            if not handover.deliver(item):
+                self._hold(item)
+            return item
         finally:
-            self._taking = False
+            handover.settled.set()
+
+    def _unreceived(self, handover: _Handover) -> bool:
+        """The caller was interrupted while waiting for ``handover``: what
+        the pass took for it, if anything, is held for its next request.
+        True when the caller must wait for ``handover.settled`` (the request
+        began on the store loop and may still be ending): until then the
+        position, and a new request, would find it under way."""
+        began, item = handover.abandon()
+        if item is not None:
+            self._hold(item)
+        return began
+
+    def _hold(self, item: Crop | object) -> None:
+        """Keep a crop (or the end of the pass) that its caller never
+        received, to hand over next: ``position`` goes back before it. A
+        crop taken and dropped under a cancellation was lost to the consumer
+        while ``state_dict()`` counted it as consumed."""
+        if item is not _END:
+            self._position -= 1
+            self._stats.yielded -= 1
+        self._held = item
+
+    def _take_held(self) -> Crop | object | None:
+        """The crop (or end) held by ``_hold``, handed over now; else None."""
+        item, self._held = self._held, None
+        if item is not None and item is not _END:
+            self._position += 1
+            self._stats.yielded += 1
+        return item
 
     async def _take(self) -> Crop | object:
         resources = self._resources
@@ -650,6 +710,7 @@ class Streamer:
 
     async def _stop_run(self) -> None:
         run, self._resources.run = self._resources.run, None
+        self._held = None  # the next pass starts at ``position``: at the held crop
         if run is not None:
             await run.stop()
 
@@ -662,6 +723,40 @@ class Streamer:
     def _require_idle(self) -> None:
         if self._resources.run is not None:
             raise RuntimeError("cannot change the epoch or state while iterating")
+
+
+class _Handover:
+    """What ``_next`` took for a caller, and whether the caller gave up on
+    it; whichever side comes second (under the lock) knows what became of
+    it, so nothing taken falls between the two threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: Crop | object | None = None
+        self._began = self._abandoned = False
+        self.settled = threading.Event()  # the request has ended on the store loop
+
+    def begin(self) -> bool:
+        """The request starts on the store loop; False when the caller is gone."""
+        with self._lock:
+            self._began = not self._abandoned
+            return self._began
+
+    def deliver(self, item: Crop | object) -> bool:
+        """Record ``item`` for the caller; False when the caller is gone."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._item = item
+            return True
+
+    def abandon(self) -> tuple[bool, Crop | object | None]:
+        """The caller is gone: whether the request began, and what was
+        delivered for it (None: nothing)."""
+        with self._lock:
+            self._abandoned = True
+            item, self._item = self._item, None
+            return self._began, item
 
 
 class _Resources:
