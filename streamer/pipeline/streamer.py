@@ -628,7 +628,7 @@ class Streamer:
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
-                self._plan_at,
+                _weakly(self._plan_at),
                 self._position,
                 total,
                 pool=resources.pool,
@@ -695,7 +695,9 @@ class Streamer:
     async def _start_pool(self) -> None:
         if self.workers and self._resources.pool is None:
             pool = WorkerPool(
-                self.workers, max_restarts=self.max_worker_restarts, on_restart=self._restarted
+                self.workers,
+                max_restarts=self.max_worker_restarts,
+                on_restart=_weakly(self._restarted),
             )
             self._resources.pool = pool
             try:
@@ -789,6 +791,23 @@ _BUSY = (
 
 #: How long closing an abandoned Streamer waits for its pass to stop.
 _STOP_TIMEOUT = 5.0
+
+
+def _weakly(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` without a strong reference to its Streamer, for the pass
+    and the pool, which ``_Resources`` (kept by the Streamer's finalizer)
+    holds: through them the Streamer kept itself alive, and one dropped in
+    the middle of a pass (a bare ``async for`` left early) was never
+    collected, its workers idle until the interpreter exited."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> T:
+        bound = ref()
+        if bound is None:
+            raise RuntimeError("the Streamer of this pass was garbage collected")
+        return bound(*args)
+
+    return call
 
 
 def _on_store_thread() -> bool:
