@@ -763,11 +763,45 @@ class _Handover:
 
 class _Resources:
     """What must be stopped when a Streamer is dropped without being closed
-    (garbage collection, interpreter exit)."""
+    (garbage collection, interpreter exit).
+
+    Both belong to the process that started them. In a child forked from it
+    (a DataLoader worker, a ``multiprocessing`` child started by fork) they
+    are the parent's: its workers, whose pipes the child shares, and a pass
+    on the parent's store loop, which does not run here. The child forgets
+    them without touching them and starts its own when it iterates; it used
+    to wait forever on the parent's pass, and closing (or its exit hook)
+    stopped the parent's workers under the parent's pass."""
 
     def __init__(self) -> None:
-        self.pool: WorkerPool | None = None
-        self.run: Run | None = None
+        self._pool: WorkerPool | None = None
+        self._run: Run | None = None
+        self._pid = os.getpid()
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._pool = self._run = None
+            self._pid = os.getpid()
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        self._here()
+        return self._pool
+
+    @pool.setter
+    def pool(self, pool: WorkerPool | None) -> None:
+        self._here()
+        self._pool = pool
+
+    @property
+    def run(self) -> Run | None:
+        self._here()
+        return self._run
+
+    @run.setter
+    def run(self, run: Run | None) -> None:
+        self._here()
+        self._run = run
 
     def close_soon(self) -> None:
         """Stop the pass and the workers from any thread, at any time. The
