@@ -806,16 +806,38 @@ class _Resources:
     def close_soon(self) -> None:
         """Stop the pass and the workers from any thread, at any time. The
         pass is waited for (briefly) when the store loop can still answer, so
-        its stages end before their workers are killed under them."""
+        its stages end before their workers are killed under them. On the
+        store loop itself (a Streamer whose last reference went there) both
+        are stopped by a task, in that order: closing the pool at once
+        blocked that loop while the workers left and killed them under the
+        pass, which logged the pool's closing as a pipeline failure."""
         run, self.run = self.run, None
+        pool, self.pool = self.pool, None
+        if _on_store_thread():
+            task = asyncio.get_running_loop().create_task(_stop(run, pool))
+            _stopping.add(task)
+            task.add_done_callback(_stopping.discard)
+            return
         if run is not None and not sys.is_finalizing():
             stopping = asyncio.run_coroutine_threadsafe(run.stop(), background_loop())
-            if not _on_store_thread():
-                with contextlib.suppress(Exception):
-                    stopping.result(timeout=_STOP_TIMEOUT)
-        pool, self.pool = self.pool, None
+            with contextlib.suppress(Exception):
+                stopping.result(timeout=_STOP_TIMEOUT)
         if pool is not None:
             pool.close()
+
+
+async def _stop(run: Run | None, pool: WorkerPool | None) -> None:
+    """Stop ``run``, then close ``pool`` (``close_soon`` on the store loop)."""
+    try:
+        if run is not None:
+            await run.stop()
+    finally:
+        if pool is not None:
+            await pool.aclose()
+
+
+#: The tasks of ``_stop`` under way (the loop keeps only weak references).
+_stopping: set[asyncio.Task[None]] = set()
 
 
 _BUSY = (

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
+import select
 import signal
 import weakref
 from pathlib import Path
@@ -18,6 +20,13 @@ from streamer import RandomCrops, Streamer
 from streamer.storage.loop import run_sync
 
 SAMPLER = RandomCrops(0.5, per_episode=10)
+
+
+def ended(exits: list[int]) -> None:
+    """Wait until the processes of these pidfds have ended (each becomes readable)."""
+    for exit in exits:
+        assert select.select([exit], [], [], 30)[0] == [exit]
+        os.close(exit)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -39,14 +48,15 @@ async def test_a_streamer_dropped_in_the_middle_of_a_pass_stops_its_workers(
         async for _ in s:
             pids = s.worker_pids
             1 / 0  # noqa: B018
+    assert pids
+    exits = [os.pidfd_open(pid) for pid in pids]
     dropped = weakref.ref(s)
     del s
     gc.collect()
-    # The last reference may go on the store loop (a crop being planned
-    # there), which then runs the finalizer: one round trip waits it out.
-    run_sync(asyncio.sleep(0))
     assert dropped() is None
-    assert pids and all(gone(pid) for pid in pids)
+    # The last reference may go on the store loop (a crop being planned
+    # there), whose finalizer stops the workers from a task: wait for them.
+    ended(exits)
 
 
 @pytest.mark.timeout(120)
@@ -104,3 +114,31 @@ def test_a_forked_child_exiting_normally_leaves_its_parents_workers_alone(packed
     os.waitpid(child, 0)
     assert not any(gone(pid) for pid in pids)
     assert len(first) + len(list(it)) == 70 and s.stats.worker_restarts == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_streamer_collected_on_the_store_loop_stops_without_an_error(
+    packed: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last reference to a Streamer can go on the store loop (a crop
+    being planned there). Its finalizer then closed the pool under the
+    running pass, blocking that loop while the workers stopped, and the
+    pass logged ``the crop pipeline failed: RuntimeError: the worker pool
+    is closed``: now the pass is stopped first, then the workers, without
+    blocking the loop."""
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1)
+    it = iter(s)
+    next(it)
+    pids = s.worker_pids
+    exits = [os.pidfd_open(pid) for pid in pids]
+    holder = [s, it]
+    del s, it
+
+    async def drop() -> None:  # on the store loop, as a finalizer there would
+        holder.clear()
+        gc.collect()
+
+    run_sync(drop())
+    ended(exits)
+    run_sync(asyncio.sleep(0))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
