@@ -34,6 +34,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 import numpy as np
 import sniffio
@@ -202,6 +203,7 @@ class Streamer:
         self._iteration: object | None = None  # the sync iteration under way
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
+        self._held: Crop | object | None = None  # taken, not received (``_hold``)
         self._resources = _Resources()
         weakref.finalize(self, self._resources.close_soon)
 
@@ -455,7 +457,14 @@ class Streamer:
     async def __anext__(self) -> Crop:
         if self._iteration is not None:
             raise RuntimeError(_BUSY)
-        item = await _awaiting(self._next())
+        handover = _Handover()
+        try:
+            item = await _awaiting(self._next(handover))
+        except BaseException:
+            if self._unreceived(handover):
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(handover.settled.wait)
+            raise
         if item is _END:
             if not self._entered:
                 await _awaiting(self._shutdown())
@@ -486,7 +495,13 @@ class Streamer:
             while True:
                 item = self._ready_crop()
                 if item is None:
-                    item = _blocking(self._next())
+                    handover = _Handover()
+                    try:
+                        item = _blocking(self._next(handover))
+                    except BaseException:
+                        if self._unreceived(handover):
+                            handover.settled.wait()
+                        raise
                 if item is _END:
                     return
                 yield item  # type: ignore[misc]
@@ -510,6 +525,8 @@ class Streamer:
         handed over on the consumer's thread: no hop to the store loop and
         back, which costs both threads a wake-up. None: ask the loop."""
         run = self._resources.run
+        if run is not None and self._held is not None:
+            return self._take_held()  # type: ignore[return-value]
         while run is not None:
             item = run.take_ready()
             if item is None:
@@ -549,21 +566,64 @@ class Streamer:
 
     # -- on the store loop ------------------------------------------------------
 
-    async def _next(self) -> Crop | object:
+    async def _next(self, handover: _Handover) -> Crop | object:
         """The next crop, or ``_END``. On an error the pass is stopped (and,
         outside ``with``, the workers): the caller is not coming back for it.
         Awaited by two consumers at once (tasks, threads) it raises
-        ``RuntimeError`` for the second and leaves the pass alone."""
-        if self._taking:
-            raise RuntimeError(_BUSY)
-        self._taking = True
+        ``RuntimeError`` for the second and leaves the pass alone.
+
+        What is taken goes through ``handover``: a caller interrupted as it
+        arrives (a cancelled task, a timeout, Ctrl-C) never receives it,
+        so it is held for the caller's next request (``_unreceived``)."""
+        if not handover.begin():
+            return _END  # the caller gave up before this began: nobody looks
         try:
-            return await self._take()
-        except Exception:
-            await (self._stop_run() if self._entered else self._shutdown())
-            raise
+            if self._taking:
+                raise RuntimeError(_BUSY)
+            self._taking = True
+            try:
+                item = self._take_held()
+                if item is None:
+                    item = await self._take()
+            except Exception:
+                await (self._stop_run() if self._entered else self._shutdown())
+                raise
+            finally:
+                self._taking = False
+            if not handover.deliver(item):
+                self._hold(item)
+            return item
         finally:
-            self._taking = False
+            handover.settled.set()
+
+    def _unreceived(self, handover: _Handover) -> bool:
+        """The caller was interrupted while waiting for ``handover``: what
+        the pass took for it, if anything, is held for its next request.
+        True when the caller must wait for ``handover.settled`` (the request
+        began on the store loop and may still be ending): until then the
+        position, and a new request, would find it under way."""
+        began, item = handover.abandon()
+        if item is not None:
+            self._hold(item)
+        return began
+
+    def _hold(self, item: Crop | object) -> None:
+        """Keep a crop (or the end of the pass) that its caller never
+        received, to hand over next: ``position`` goes back before it. A
+        crop taken and dropped under a cancellation was lost to the consumer
+        while ``state_dict()`` counted it as consumed."""
+        if item is not _END:
+            self._position -= 1
+            self._stats.yielded -= 1
+        self._held = item
+
+    def _take_held(self) -> Crop | object | None:
+        """The crop (or end) held by ``_hold``, handed over now; else None."""
+        item, self._held = self._held, None
+        if item is not None and item is not _END:
+            self._position += 1
+            self._stats.yielded += 1
+        return item
 
     async def _take(self) -> Crop | object:
         resources = self._resources
@@ -571,7 +631,7 @@ class Streamer:
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
-                self._plan_at,
+                _weakly(self._plan_at),
                 self._position,
                 total,
                 pool=resources.pool,
@@ -638,7 +698,9 @@ class Streamer:
     async def _start_pool(self) -> None:
         if self.workers and self._resources.pool is None:
             pool = WorkerPool(
-                self.workers, max_restarts=self.max_worker_restarts, on_restart=self._restarted
+                self.workers,
+                max_restarts=self.max_worker_restarts,
+                on_restart=_weakly(self._restarted),
             )
             self._resources.pool = pool
             try:
@@ -653,6 +715,7 @@ class Streamer:
 
     async def _stop_run(self) -> None:
         run, self._resources.run = self._resources.run, None
+        self._held = None  # the next pass starts at ``position``: at the held crop
         if run is not None:
             await run.stop()
 
@@ -667,27 +730,117 @@ class Streamer:
             raise RuntimeError("cannot change the epoch or state while iterating")
 
 
-class _Resources:
-    """What must be stopped when a Streamer is dropped without being closed
-    (garbage collection, interpreter exit)."""
+class _Handover:
+    """What ``_next`` took for a caller, and whether the caller gave up on
+    it; whichever side comes second (under the lock) knows what became of
+    it, so nothing taken falls between the two threads."""
 
     def __init__(self) -> None:
-        self.pool: WorkerPool | None = None
-        self.run: Run | None = None
+        self._lock = threading.Lock()
+        self._item: Crop | object | None = None
+        self._began = self._abandoned = False
+        self.settled = threading.Event()  # the request has ended on the store loop
+
+    def begin(self) -> bool:
+        """The request starts on the store loop; False when the caller is gone."""
+        with self._lock:
+            self._began = not self._abandoned
+            return self._began
+
+    def deliver(self, item: Crop | object) -> bool:
+        """Record ``item`` for the caller; False when the caller is gone."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._item = item
+            return True
+
+    def abandon(self) -> tuple[bool, Crop | object | None]:
+        """The caller is gone: whether the request began, and what was
+        delivered for it (None: nothing)."""
+        with self._lock:
+            self._abandoned = True
+            item, self._item = self._item, None
+            return self._began, item
+
+
+class _Resources:
+    """What must be stopped when a Streamer is dropped without being closed
+    (garbage collection, interpreter exit).
+
+    Both belong to the process that started them. In a child forked from it
+    (a DataLoader worker, a ``multiprocessing`` child started by fork) they
+    are the parent's: its workers, whose pipes the child shares, and a pass
+    on the parent's store loop, which does not run here. The child forgets
+    them without touching them and starts its own when it iterates; it used
+    to wait forever on the parent's pass, and closing (or its exit hook)
+    stopped the parent's workers under the parent's pass."""
+
+    def __init__(self) -> None:
+        self._pool: WorkerPool | None = None
+        self._run: Run | None = None
+        self._pid = os.getpid()
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._pool = self._run = None
+            self._pid = os.getpid()
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        self._here()
+        return self._pool
+
+    @pool.setter
+    def pool(self, pool: WorkerPool | None) -> None:
+        self._here()
+        self._pool = pool
+
+    @property
+    def run(self) -> Run | None:
+        self._here()
+        return self._run
+
+    @run.setter
+    def run(self, run: Run | None) -> None:
+        self._here()
+        self._run = run
 
     def close_soon(self) -> None:
         """Stop the pass and the workers from any thread, at any time. The
         pass is waited for (briefly) when the store loop can still answer, so
-        its stages end before their workers are killed under them."""
+        its stages end before their workers are killed under them. On the
+        store loop itself (a Streamer whose last reference went there) both
+        are stopped by a task, in that order: closing the pool at once
+        blocked that loop while the workers left and killed them under the
+        pass, which logged the pool's closing as a pipeline failure."""
         run, self.run = self.run, None
+        pool, self.pool = self.pool, None
+        if _on_store_thread():
+            task = asyncio.get_running_loop().create_task(_stop(run, pool))
+            _stopping.add(task)
+            task.add_done_callback(_stopping.discard)
+            return
         if run is not None and not sys.is_finalizing():
             stopping = asyncio.run_coroutine_threadsafe(run.stop(), background_loop())
-            if not _on_store_thread():
-                with contextlib.suppress(Exception):
-                    stopping.result(timeout=_STOP_TIMEOUT)
-        pool, self.pool = self.pool, None
+            with contextlib.suppress(Exception):
+                stopping.result(timeout=_STOP_TIMEOUT)
         if pool is not None:
             pool.close()
+
+
+async def _stop(run: Run | None, pool: WorkerPool | None) -> None:
+    """Stop ``run``, then close ``pool`` (``close_soon`` on the store loop)."""
+    try:
+        if run is not None:
+            await run.stop()
+    finally:
+        if pool is not None:
+            await pool.aclose()
+
+
+#: The tasks of ``_stop`` under way (the loop keeps only weak references).
+_stopping: set[asyncio.Task[None]] = set()
 
 
 _BUSY = (
@@ -697,6 +850,23 @@ _BUSY = (
 
 #: How long closing an abandoned Streamer waits for its pass to stop.
 _STOP_TIMEOUT = 5.0
+
+
+def _weakly(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` without a strong reference to its Streamer, for the pass
+    and the pool, which ``_Resources`` (kept by the Streamer's finalizer)
+    holds: through them the Streamer kept itself alive, and one dropped in
+    the middle of a pass (a bare ``async for`` left early) was never
+    collected, its workers idle until the interpreter exited."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> T:
+        bound = ref()
+        if bound is None:
+            raise RuntimeError("the Streamer of this pass was garbage collected")
+        return bound(*args)
+
+    return call
 
 
 def _on_store_thread() -> bool:

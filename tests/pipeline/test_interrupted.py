@@ -1,0 +1,117 @@
+"""A consumer interrupted while a crop is being handed to it (a cancelled
+task, a timeout, Ctrl-C) loses no crop: the crop the pass took for it is
+held for its next request, and ``state_dict()`` does not count it. It used
+to be dropped between the store loop and the caller, with the position
+already past it: a resumed run never saw that crop."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from helpers import signature
+
+import streamer
+from streamer import RandomCrops, Streamer
+from streamer.decode.crop import Crop
+
+SAMPLER = RandomCrops(0.5, per_episode=2)  # 14 crops over the 7 episodes of ``packed``
+
+
+class Handing(Streamer):
+    """A Streamer that calls ``handing()`` on the store loop each time it hands a crop over."""
+
+    handing = staticmethod(lambda: None)
+
+    def _accept(self, item):  # type: ignore[no-untyped-def]
+        crop = super()._accept(item)
+        if crop is not None:
+            self.handing()
+        return crop
+
+
+@pytest.fixture(scope="module")
+def everything(packed: Path) -> list[tuple[str, float, float]]:
+    return signature(list(Streamer(streamer.open_dataset(packed), SAMPLER, workers=0)))
+
+
+def resumed(packed: Path, state: dict) -> list[Crop]:  # type: ignore[type-arg]
+    rest = Streamer(streamer.open_dataset(packed), SAMPLER, workers=0)
+    rest.load_state_dict(state)
+    return list(rest)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.anyio
+@pytest.mark.parametrize("workers", [0, 1])
+async def test_a_consumer_cancelled_as_its_crop_arrives_loses_no_crop(
+    packed: Path, everything: list, workers: int
+) -> None:
+    s = Handing(streamer.open_dataset(packed), SAMPLER, workers=workers)
+    got: list[Crop] = []
+    async with s:
+        async for crop in s:
+            got.append(crop)
+            if len(got) == 3:
+                break
+        handed, go_on = threading.Event(), threading.Event()
+
+        def handing() -> None:  # the store loop waits here, the crop taken
+            handed.set()
+            go_on.wait()
+
+        s.handing = handing
+        async with anyio.create_task_group() as group:
+
+            async def consume() -> None:
+                got.append(await s.__anext__())
+
+            group.start_soon(consume)
+            await anyio.to_thread.run_sync(handed.wait)
+            go_on.set()
+            group.cancel_scope.cancel()  # the consumer is cancelled as its crop comes
+        s.handing = lambda: None
+        assert len(got) == 3 and s.state_dict()["position"] == 3
+        state = s.state_dict()
+        got.append(await s.__anext__())  # the held crop, then the rest of the pass
+        got += [crop async for crop in s]
+    assert signature(got) == everything
+    assert s.stats.yielded == len(everything)
+    assert signature(got[:3] + resumed(packed, state)) == everything
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_as_a_crop_arrives_loses_no_crop(packed: Path, everything: list) -> None:
+    """SIGINT lands on the waiting ``for`` loop while the store loop hands its
+    crop over: the checkpoint taken in the handler resumes with that crop."""
+    interrupted = threading.Event()
+
+    def on_sigint(*_: object) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    def interrupt() -> None:  # on the store loop, as the fourth crop is handed over
+        if s.stats.yielded == 4:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+            interrupted.wait()
+
+    s = Handing(streamer.open_dataset(packed), SAMPLER, workers=0, prefetch=1, queue_size=1)
+    got: list[Crop] = []
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        s.handing = interrupt
+        with pytest.raises(KeyboardInterrupt):
+            for crop in s:
+                got.append(crop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert len(got) == 3 and s.state_dict()["position"] == 3
+    assert signature(got + resumed(packed, s.state_dict())) == everything
