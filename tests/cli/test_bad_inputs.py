@@ -300,3 +300,22 @@ def test_one_shot_commands_wait_less_than_training_by_default() -> None:
     assert storage_options(given) == {"give_up_after": 5.0}
     assert storage_options(parser.parse_args(["/local/ds"])) == {}  # local files take none
     assert _exit_code(["inspect", "/tmp", "--give-up-after", "0"]) == 2  # must be > 0
+
+
+def test_an_fsspec_protocol_its_options_cannot_make_is_one_line() -> None:
+    """``ftp://user:password@host/ds``: fsspec's FTP file system needs ``host=``
+    as a storage option (the URL's host and credentials are not read). The
+    command said ``TypeError: FTPFileSystem.__init__() missing ...`` after an
+    "Exception ignored in ... __del__" traceback from the half-made instance."""
+    secret = "sekrit-0xC0FFEE-never-log-me"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "inspect", f"ftp://user:{secret}@127.0.0.1:1/ds"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("streamer inspect: error: FTPFileSystem for ftp:// URLs"), lines[0]
+    assert "'host'" in lines[0] and "storage option" in lines[0]
+    assert secret not in done.stderr + done.stdout
