@@ -72,8 +72,9 @@ def safe_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
-    except ValueError:  # not a URL we can take apart: keep only what precedes any secret
-        return url.split("?", 1)[0].rsplit("@", 1)[-1]
+    except ValueError:  # not a URL we can take apart: its scheme, then what follows any secret
+        scheme, sep, rest = url.split("?", 1)[0].rpartition("://")
+        return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}"
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"

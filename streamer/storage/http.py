@@ -110,7 +110,9 @@ class HTTPStore(RangeGetStore):
         self.url = "http(s)://"
 
     def path_of(self, scheme: str, rest: str) -> str:
-        return f"{scheme}://{rest}"
+        url = f"{scheme}://{rest}"
+        check_url(url)
+        return url
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)
@@ -268,6 +270,21 @@ async def follow(
     finally:
         response.release()
         await response.wait_for_close()
+
+
+def check_url(url: str) -> None:
+    """``StorageError`` unless aiohttp can request ``url`` (a host, a port in
+    range, user info basic auth can send), named before any request: the
+    errors of ``urllib`` and ``yarl`` name neither the URL nor the command."""
+    try:
+        target = yarl.URL(url)
+        if not target.host:
+            raise ValueError("no host")
+        if ":" in (target.user or ""):
+            raise ValueError("its user name holds a ':', which basic auth cannot send")
+        urllib.parse.urlsplit(url).port  # noqa: B018 (it raises when out of range)
+    except ValueError as exc:
+        raise StorageError(f"{safe_url(url)}: not a valid URL ({redact(str(exc))})") from None
 
 
 def _network_error(url: str, exc: BaseException) -> Exception:

@@ -128,6 +128,21 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["inspect", "TMP"], "TMP: no column directories holding .wsds/.arrow shards", 1),
     (
+        ["inspect", "http://user:sekrit-0xC0FFEE@[::1/ds?token=sekrit-0xC0FFEE"],
+        "http://[::1/ds: not a valid URL (Invalid IPv6 URL)",
+        1,
+    ),
+    (
+        ["inspect", "http://u%3Asekrit-0xC0FFEE@127.0.0.1:1/ds"],
+        "http://127.0.0.1:1/ds: not a valid URL (its user name holds a ':'",
+        1,
+    ),
+    (
+        ["inspect", "http://user:sekrit-0xC0FFEE@127.0.0.1:99999/ds"],
+        "http://127.0.0.1:99999/ds: not a valid URL (Port out of range 0-65535)",
+        1,
+    ),
+    (
         ["inspect", "DS", "--endpoint-url", "http://x"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
@@ -206,6 +221,7 @@ def test_bad_input(argv, message, code, places, tmp_path, capsys) -> None:  # ty
     assert lines[0].startswith(f"{prefix}: error: "), lines[0]
     assert _fill(message, where) in lines[0]
     assert "(shard=" not in lines[0] and "Traceback" not in captured.err
+    assert "sekrit" not in captured.err
     assert captured.out == ""
     if argv[:1] == ["pack"]:
         assert not (tmp_path / "out").exists()  # refused before anything was written
