@@ -10,10 +10,10 @@ from ..pipeline.bench import bench
 from ._options import (
     add_crop_arguments,
     crop_config,
-    non_negative_int,
     options_for,
     positive_int,
     storage_options,
+    worker_count,
 )
 
 
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_crop_arguments(parser, crops=200)
     parser.add_argument(
         "--workers",
-        type=non_negative_int,
+        type=worker_count,
         nargs="+",
         default=[2],
         help="decode processes; several: one run each",

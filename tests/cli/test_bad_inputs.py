@@ -106,6 +106,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["index", "DS", "--workers", "0"], "argument --workers: must be at least 1, not 0", 2),
     (
+        ["index", "DS", "--workers", "1000000000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 1000000000",
+        2,
+    ),
+    (
         ["index", "DS", "--endpoint-url", "http://x"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
@@ -156,6 +161,16 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     (["bench", "DS", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
     (["bench", "DS", "--rounds", "0"], "argument --rounds: must be at least 1, not 0", 2),
     (
+        ["bench", "DS", "--workers", "2", "1000000000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 1000000000",
+        2,
+    ),
+    (
+        ["demo", "--workers", "100000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 100000",
+        2,
+    ),
+    (
         ["bench", "DS", "--cache-dir", "TMP"],
         "--cache-dir applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
@@ -196,7 +211,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
 def places(packed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     junk = tmp_path_factory.mktemp("junk")
     (junk / "noise.mp3").write_bytes(bytes(range(256)) * 64)
-    return {"DS": str(packed), "JUNK": str(junk)}
+    return {"DS": str(packed), "JUNK": str(junk), "MAXW": str(4 * (os.cpu_count() or 1))}
 
 
 def _fill(text: str, places: dict[str, str]) -> str:
