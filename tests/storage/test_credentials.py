@@ -14,7 +14,7 @@ from helpers import S3_KINDS, SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import LayoutError, StorageError
+from streamer.errors import LayoutError, StorageError, StreamerError
 from streamer.storage._urls import redact, register_secret
 
 
@@ -307,3 +307,29 @@ def test_no_credentials_is_one_line_naming_the_url(s3, s3_uploaded, tmp_path) ->
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no credentials found" in lines[0] and url in lines[0], lines
+
+
+def test_an_empty_remote_source_is_named_without_its_credentials(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Packing an HTTP folder that lists no files, by a URL with user:password
+    and a token: ``pack`` and a pack job's ``pack_parts`` said "no files" with
+    the raw URL; a job's ``describe`` passed any foreign message on as it was."""
+    from streamer import jobs
+    from streamer.errors import PackError
+    from streamer.write.pack import pack
+    from testkit.servers import LoopbackServer, file_handler
+
+    (tmp_path / "empty").mkdir()
+    server = LoopbackServer(file_handler(tmp_path)).start()
+    try:
+        host = server.url.removeprefix("http://")
+        src = f"http://user:{SECRET}@{host}/empty/?token={SECRET}"
+        with pytest.raises(StreamerError, match="no files to pack") as parts:
+            jobs.pack_parts(src, 2)
+        with pytest.raises(PackError, match="holds no files") as whole:
+            pack(src, tmp_path / "out", progress=False)
+    finally:
+        server.stop()
+    assert f"http://{host}/empty/?…" in str(parts.value)
+    foreign = jobs.describe(ValueError(f"cannot open {src}: 'Authorization': 'Bearer {SECRET}'"))
+    assert foreign.startswith(f"ValueError: cannot open http://{host}/empty/?…"), foreign
+    assert SECRET not in said_by([parts.value, whole.value]) + foreign
