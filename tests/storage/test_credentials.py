@@ -333,3 +333,16 @@ def test_an_empty_remote_source_is_named_without_its_credentials(tmp_path) -> No
     foreign = jobs.describe(ValueError(f"cannot open {src}: 'Authorization': 'Bearer {SECRET}'"))
     assert foreign.startswith(f"ValueError: cannot open http://{host}/empty/?…"), foreign
     assert SECRET not in said_by([parts.value, whole.value]) + foreign
+
+
+def test_the_traceback_of_minus_v_is_redacted() -> None:
+    """``-v`` prints the traceback: the frames' exception messages, chained
+    causes included, are redacted like the error line (the traceback went
+    out as Python formats it: here the URL as typed, password and token)."""
+    url = f"http://user:{SECRET}@127.0.0.1:1/run.timing.json?token={SECRET}"
+    done = run_cli("timing", "report", url)
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert (
+        "FileNotFoundError" in done.stderr and "http://127.0.0.1:1/run.timing.json?…" in done.stderr
+    )
+    assert SECRET not in done.stderr + done.stdout
