@@ -99,7 +99,7 @@ class HTTPStore(RangeGetStore):
     names; never logged).
     """
 
-    read_only = "HTTP stores are read-only: index a local or S3 copy"
+    read_only = "HTTP stores are read-only (pack into a local or S3 OUT; index a local or S3 copy)"
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)

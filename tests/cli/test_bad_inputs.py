@@ -85,6 +85,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["pack", "JUNK", "/proc/out", "--no-progress"], "cannot create '/proc/out'", 1),
     (
+        ["pack", "JUNK", "http://127.0.0.1:1/out", "--no-progress"],
+        "http://127.0.0.1:1/out: HTTP stores are read-only (pack into a local or S3 OUT;",
+        1,
+    ),
+    (
         ["pack", "JUNK", "DS"],
         "'DS' already holds a dataset (audio/shard-000000.wsds); pick a new OUT",
         1,
