@@ -233,13 +233,14 @@ def decode_job(
         except CropError:
             raise
         except (ValueError, IndexError, av.FFmpegError) as exc:
-            raise episode.error(f"cannot decode {index.codec}: {exc}") from exc
+            raise episode.error(f"cannot decode {index.codec}: {exc}", plan.data[0]) from exc
     audio = samples[:, plan.first - at : plan.last - at]
     reached_end = sum(plan.data) >= index.data_end
     if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
         raise episode.error(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
-            f"but the crop needs [{plan.first}, {plan.last})"
+            f"but the crop needs [{plan.first}, {plan.last})",
+            plan.data[0],
         )
     return _finish(job, stats, audio, index.sample_rate, job.resample_skip, contiguous)
 

@@ -192,17 +192,25 @@ def test_a_damaged_ogg_header_page_is_a_crop_error(dataset: Dataset) -> None:
     assert caught.value.key == "opus"
 
 
-def test_flac_data_without_a_frame_header_is_a_crop_error_naming_it(dataset: Dataset) -> None:
-    """Every byte of the planned data range zeroed (no frame header left):
-    a ``CropError`` naming the episode and where the bytes start (it was an
-    ``IndexError``, "cannot decode flac: list index out of range")."""
-    job, fetched = _planned(dataset, "flac", 3.0, 5.0)
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [("flac", "no FLAC frame holds samples"), ("opus", "no Ogg page to place")],
+)
+def test_data_without_a_frame_is_a_crop_error_naming_where(
+    dataset: Dataset, key: str, said: str
+) -> None:
+    """Every byte of the planned data range zeroed (no frame or page left):
+    a ``CropError`` naming the episode and the blob offset its planned data
+    starts at (FLAC raised an ``IndexError``, "cannot decode flac: list index
+    out of range"; neither named an offset)."""
+    job, fetched = _planned(dataset, key, 3.0, 5.0)
     zeroed = memoryview(bytes(len(fetched.data)))
     damaged = Fetched((*fetched.pieces[:-1], (fetched.pieces[-1][0], zeroed)))
-    with pytest.raises(CropError, match="no FLAC frame holds samples") as caught:
+    with pytest.raises(CropError, match=said) as caught:
         _decode(job, damaged)
-    assert caught.value.key == "flac" and caught.value.shard
-    assert f"at byte {fetched.pieces[-1][0]}" in str(caught.value)
+    assert caught.value.key == key and caught.value.shard
+    assert caught.value.offset == fetched.pieces[-1][0] > 0
+    assert f"offset={fetched.pieces[-1][0]}" in str(caught.value)
 
 
 def test_a_flac_crop_from_a_damaged_shard_counts_its_bad_packet(

@@ -79,8 +79,8 @@ def decode(
     ]
     if not wanted:
         raise context.error(
-            f"no FLAC frame holds samples [{lo}, {hi}) in the planned bytes "
-            f"(at byte {plan.data[0]}, {len(data)} bytes)"
+            f"no FLAC frame holds samples [{lo}, {hi}) in the {len(data)} planned bytes",
+            plan.data[0],
         )
     start = wanted[0][0].position
     # What a frame and any damaged bytes after it stand for, as far as the
