@@ -160,6 +160,27 @@ def test_redact_masks_every_credential_form() -> None:
     )
 
 
+def test_redact_masks_whole_base64_credentials_and_their_url_encoded_forms() -> None:
+    """AWS secret keys and session tokens are base64: ``/`` and ``+`` in
+    them. A field's value was masked up to its first ``/`` (the rest, the
+    marker here, stayed), and a registered secret percent-encoded (as in a
+    query or a form body) was not recognised."""
+    token = f"IQoJb3Jp/Z2lu+{SECRET}/tail=="
+    key = f"wJalrXUtnFEMI/K7MDENG+{SECRET}x"
+    register_secret(token, key)
+    samples = [
+        f"'X-Amz-Security-Token': b'{token}'",
+        f"x-amz-security-token:{token}\nhost:127.0.0.1",
+        f"token: {token}",
+        f"aws_secret_access_key={key}",
+        f"signed with {urllib.parse.quote(key, safe='')} and {urllib.parse.quote_plus(token)}",
+        f"body: secret%3D{urllib.parse.quote(key)}",
+    ]
+    for sample in samples:
+        masked = redact(sample)
+        assert SECRET not in masked and "tail==" not in masked, masked
+
+
 def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None:  # type: ignore[no-untyped-def]
     """The listing error of a dataset opened by a presigned or user:password URL
     (issue 13: its LayoutError carried the raw URL)."""
