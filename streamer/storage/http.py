@@ -104,7 +104,12 @@ class HTTPStore(RangeGetStore):
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)
         self._headers = dict(self.backend_options.pop("headers", {}))
-        register_secret(*self._headers.values())
+        # The whole value, and the credential after an auth scheme ("Bearer TOKEN").
+        values = [
+            value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            for value in self._headers.values()
+        ]
+        register_secret(*values, *(value.split(None, 1)[-1] for value in values))
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"

@@ -181,6 +181,15 @@ def test_redact_masks_whole_base64_credentials_and_their_url_encoded_forms() -> 
         assert SECRET not in masked and "tail==" not in masked, masked
 
 
+def test_a_header_token_is_redacted_without_its_scheme(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server may quote the token of ``Authorization: Bearer TOKEN`` alone
+    ("invalid token TOKEN"): the store registered the whole header value
+    only, so the bare token went through."""
+    token = f"bearer-only-{SECRET[::-1]}"
+    make_store("http", headers={"Authorization": f"Bearer {token}", "X-Api-Key": "k3y-0123456"})
+    assert redact(f"401 invalid token {token} for k3y-0123456") == "401 invalid token *** for ***"
+
+
 def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None:  # type: ignore[no-untyped-def]
     """The listing error of a dataset opened by a presigned or user:password URL
     (issue 13: its LayoutError carried the raw URL)."""
