@@ -196,6 +196,23 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "argument --crops: must be at least 1, not 0",
         2,
     ),
+    (
+        [
+            "warmup",
+            "http://127.0.0.1:1/ds",
+            "--cache-dir",
+            "JUNK/noise.mp3",
+            "--give-up-after",
+            "1",
+        ],
+        "cannot use 'JUNK/noise.mp3' as the disk cache (cache_dir): not a directory",
+        1,
+    ),
+    (
+        ["demo", "--cache-dir", "JUNK/noise.mp3"],
+        "cannot use 'JUNK/noise.mp3' as the demo's cache directory: not a directory",
+        1,
+    ),
     (["demo", "--crops", "0"], "argument --crops: must be at least 1, not 0", 2),
     (
         ["demo", "--duration", "0"],
