@@ -221,6 +221,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["demo", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
     (["timing", "report", "nomatch.*"], "no such timing file: nomatch.*", 1),
+    (["timing", "report", "JUNK"], "a folder, not a timing file: JUNK", 1),
     (
         ["timing", "report", "JUNK/noise.mp3"],
         "JUNK/noise.mp3: not a streamer timing file (UnicodeDecodeError)",
