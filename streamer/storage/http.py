@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import base64
 import contextlib
 import html.parser
 import ssl as ssl_module
@@ -280,7 +281,8 @@ async def follow(
 def check_url(url: str) -> None:
     """``StorageError`` unless aiohttp can request ``url`` (a host, a port in
     range, user info basic auth can send), named before any request: the
-    errors of ``urllib`` and ``yarl`` name neither the URL nor the command."""
+    errors of ``urllib`` and ``yarl`` name neither the URL nor the command.
+    A password in it is registered with ``redact``, with its basic-auth form."""
     try:
         target = yarl.URL(url)
         if not target.host:
@@ -290,6 +292,9 @@ def check_url(url: str) -> None:
         urllib.parse.urlsplit(url).port  # noqa: B018 (it raises when out of range)
     except ValueError as exc:
         raise StorageError(f"{safe_url(url)}: not a valid URL ({redact(str(exc))})") from None
+    if target.password:  # redacted bare and as the header aiohttp makes of it
+        pair = f"{target.user or ''}:{target.password}".encode(errors="replace")
+        register_secret(target.password, base64.b64encode(pair))
 
 
 def _network_error(url: str, exc: BaseException) -> Exception:

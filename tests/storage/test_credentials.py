@@ -190,6 +190,20 @@ def test_a_header_token_is_redacted_without_its_scheme(make_store) -> None:  # t
     assert redact(f"401 invalid token {token} for k3y-0123456") == "401 invalid token *** for ***"
 
 
+def test_a_url_password_is_redacted_bare_and_as_basic_auth(http) -> None:  # type: ignore[no-untyped-def]
+    """``http://user:PASSWORD@host/``: aiohttp sends ``Basic base64(user:PASSWORD)``.
+    A server's message quoting the password or that credential alone (no
+    ``Authorization:`` before it) went through."""
+    import base64
+
+    password = f"pw-{SECRET[::-1]}-url"
+    host = http.url.removeprefix("http://")
+    assert len(open_dataset(f"http://user:{password}@{host}/packed")) > 0
+    basic = base64.b64encode(f"user:{password}".encode()).decode()
+    said = redact(f"401: credential {basic} (password {password}) refused")
+    assert said == "401: credential *** (password ***) refused"
+
+
 def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None:  # type: ignore[no-untyped-def]
     """The listing error of a dataset opened by a presigned or user:password URL
     (issue 13: its LayoutError carried the raw URL)."""
