@@ -24,6 +24,7 @@ from .decode.crop import Crop, CropJob, CropRequest
 from .index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE
 from .pipeline import RandomCrops, Streamer
 from .pipeline.stages import plan
+from .storage.disk import make_directory
 from .synth import CODECS, encode, signal
 from .write.pack import pack
 
@@ -76,7 +77,7 @@ def demo_dataset(
         shutil.rmtree(target)
     if os.path.isdir(target):
         return target
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+    make_directory(os.path.dirname(target), "the demo's cache directory")
     with tempfile.TemporaryDirectory(dir=os.path.dirname(target), prefix=".demo-") as work:
         src = os.path.join(work, "src")
         episodes = tqdm(

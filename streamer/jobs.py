@@ -33,7 +33,7 @@ from .pipeline.bench import BenchConfig, bench_streamer
 from .pipeline.samplers import RandomCrops
 from .pipeline.streamer import Streamer
 from .pipeline.warmup import warmup
-from .storage import Store, open_url
+from .storage import Store, open_url, redact, safe_url
 from .write.index import IndexReport, build_index, parse_part
 from .write.pack import PackReport, pack
 from .write.sources import list_sources, open_store
@@ -126,7 +126,7 @@ def index_parts(
     store, root = open_url(url, **(storage_options or {}))
     shards = len(Dataset(root, store=store, manifest=False).listed_shards)
     if shards == 0:
-        raise StreamerError(f"{url}: no shards to index")
+        raise StreamerError(f"{safe_url(url)}: no shards to index")
     return partitions(max(1, min(parts, shards)))
 
 
@@ -160,15 +160,16 @@ def merge(
 
 
 def describe(error: BaseException | object) -> str:
-    """One line naming what went wrong: streamer's own message as it is
-    (never holding credentials), anything else with its class."""
+    """One line naming what went wrong: streamer's own message, anything
+    else with its class; credentials redacted (a foreign message may quote a
+    URL or a header)."""
     if isinstance(error, StreamerError):
         text = str(error)
     elif isinstance(error, BaseException):
         text = f"{type(error).__name__}: {error}"
     else:
         text = f"not a part report: {type(error).__name__}"
-    return " ".join(text.split()) or type(error).__name__
+    return " ".join(redact(text).split()) or type(error).__name__
 
 
 def pack_parts(
@@ -178,7 +179,7 @@ def pack_parts(
     ``parts`` partitions of its files, fewer when it has fewer files."""
     files = len(list_sources(src, storage_options))
     if files == 0:
-        raise StreamerError(f"{src}: no files to pack")
+        raise StreamerError(f"{safe_url(src)}: no files to pack")
     return partitions(max(1, min(parts, files)))
 
 

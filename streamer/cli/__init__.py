@@ -7,7 +7,7 @@ module plus one entry in ``COMMANDS``.
 Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
 code 2 for a command line that cannot mean anything (argparse's checks, each
 argument's type, ``UsageError``), 1 for a failure while working. A traceback
-is printed only with ``-v``.
+is printed only with ``-v`` (redacted like every message).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         code = 2 if isinstance(exc, UsageError) else 1
-        if args.verbose:
-            traceback.print_exc()
+        if args.verbose:  # redacted like the error line: chained messages quote URLs too
+            sys.stderr.write(redact(traceback.format_exc()))
         print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return code
 

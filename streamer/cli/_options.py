@@ -63,6 +63,31 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+#: Worker processes per CPU a command starts at most: more only queue for the
+#: CPUs, and a typo (``--workers 100000``) would fork until memory runs out.
+WORKERS_PER_CPU = 4
+
+
+def worker_count(text: str) -> int:
+    """An argparse type: decode processes, 0 (decode in this process) up to
+    ``WORKERS_PER_CPU`` per CPU."""
+    return _per_cpu(non_negative_int(text))
+
+
+def process_count(text: str) -> int:
+    """An argparse type: worker processes, 1 up to ``WORKERS_PER_CPU`` per CPU."""
+    return _per_cpu(positive_int(text))
+
+
+def _per_cpu(value: int) -> int:
+    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
+    if value > most:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {most} ({WORKERS_PER_CPU} processes per CPU), not {value}"
+        )
+    return value
+
+
 def seconds(text: str) -> float:
     """An argparse type: a time in seconds, finite and not negative."""
     value = _float(text)

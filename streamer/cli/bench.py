@@ -10,10 +10,10 @@ from ..pipeline.bench import bench
 from ._options import (
     add_crop_arguments,
     crop_config,
-    non_negative_int,
     options_for,
     positive_int,
     storage_options,
+    worker_count,
 )
 
 
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_crop_arguments(parser, crops=200)
     parser.add_argument(
         "--workers",
-        type=non_negative_int,
+        type=worker_count,
         nargs="+",
         default=[2],
         help="decode processes; several: one run each",
@@ -91,7 +91,7 @@ def print_table(result: dict) -> None:
         hits = run["cache_hit_rate"]
         print(
             f"{run['url'][-40:]:<40} {run['workers']:>7} {run['crops_per_s']:>8.1f} "
-            f"{run['relative']:>8.2f} {run['cpu_ms_per_crop']:>7.1f} "
+            f"{_figure(run, 'relative', '.2f'):>8} {run['cpu_ms_per_crop']:>7.1f} "
             f"{run['parent_cpu_ms_per_crop']:>7.2f} {_figure(run, 'limit_ms_per_crop'):>6} "
             f"{_figure(run, 'cpu_over_limit', '.2f'):>6} "
             f"{run['requests_per_crop']:>5.2f} {run['bytes_per_crop'] / 1e3:>7.0f} "
@@ -111,7 +111,7 @@ def print_table(result: dict) -> None:
 
 
 def _figure(run: dict, name: str, form: str = ".1f") -> str:
-    """A baseline or limit figure, or "-" when the run has none (no
-    ``--baseline``, ``--no-limit``)."""
+    """A figure, or "-" when the run has none (no ``--baseline``,
+    ``--no-limit``; no ``relative`` when the first dataset yielded no crop)."""
     value = run.get(name)
     return "-" if value is None or value != value else f"{value:{form}}"

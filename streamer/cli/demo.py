@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..demo import default_cache_dir, run_demo
-from ._options import non_negative_int, positive_int, positive_seconds
+from ._options import positive_int, positive_seconds, worker_count
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
     parser.add_argument(
-        "--workers", type=non_negative_int, help="decode processes (default: one per CPU)"
+        "--workers", type=worker_count, help="decode processes (default: one per CPU)"
     )
     parser.add_argument(
         "--cache-dir", help=f"where the demo dataset is kept (default {default_cache_dir()})"

@@ -10,7 +10,7 @@ import os
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
 from ..write.interrupts import sigterm_as_ctrl_c
-from ._options import add_url_arguments, density, partition, positive_int, storage_options
+from ._options import add_url_arguments, density, partition, process_count, storage_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--workers",
-        type=positive_int,
+        type=process_count,
         default=os.cpu_count() or 1,
         help="worker processes, one shard at a time each (default: CPU count)",
     )

@@ -20,9 +20,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = [path for path in args.files if not os.path.isfile(path)]
-    if missing:
-        raise FileNotFoundError(2, "no such timing file", missing[0])
+    for path in args.files:
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "a folder, not a timing file", path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(2, "no such timing file", path)
     if args.png:
         writable_file(args.png)
     for path in args.files:  # small files: each is checked alone, to name the bad one

@@ -269,7 +269,8 @@ def decode_job(
     if at > plan.first or (audio.shape[1] < plan.last - plan.first and not reached_end):
         raise episode.error(
             f"decoder covered samples [{at}, {at + samples.shape[1]}) "
-            f"but the crop needs [{plan.first}, {plan.last})"
+            f"but the crop needs [{plan.first}, {plan.last})",
+            plan.data[0],
         )
     return _finish(job, stats, audio, index.sample_rate, job.resample_skip, contiguous)
 
@@ -290,7 +291,7 @@ def _decode(
         raise
     except (ValueError, IndexError, av.FFmpegError) as exc:
         _count_index_path(context.stats, index)
-        raise job.episode.error(f"cannot decode {index.codec}: {exc}") from exc
+        raise job.episode.error(f"cannot decode {index.codec}: {exc}", job.plan.data[0]) from exc
     _count_index_path(context.stats, index)
     return decoded
 

@@ -247,8 +247,10 @@ class DecodeContext:
         self.stats.unplanned_bytes += length
         return bytes(self.episode.blob.read_range(offset, length))
 
-    def error(self, message: str) -> CropError:
-        return self.episode.error(message)
+    def error(self, message: str, offset: int | None = None) -> CropError:
+        """A ``CropError`` naming the episode, and ``offset`` in its blob when
+        the bad bytes are known (the planned data's start, a header's)."""
+        return self.episode.error(message, offset)
 
     def bad_packet(self, why: str, offset: int | None = None) -> None:
         """Count bytes that are not decoded as they stand (``why``), and say

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..dataset.dataset import Dataset
 from ..decode.resample import DEFAULT_QUALITY, downmix, resample
+from ..errors import StreamerError
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from .episodes import Episodes
@@ -95,6 +96,8 @@ def bench(
     """
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
+    for dataset in datasets:
+        _check_crops_fit(dataset, config.duration)
     naive = [_baseline(dataset, config) if baseline else None for dataset in datasets]
     tries: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for _ in range(rounds):
@@ -117,6 +120,21 @@ def bench(
             run["speedup"] = run["crops_per_s"] / naive[number]["baseline_crops_per_s"]
         runs.append(run)
     return {**runs[0], "config": config.__dict__, "rounds": rounds, "runs": runs}
+
+
+def _check_crops_fit(dataset: Dataset, duration: float) -> None:
+    """Fail (``StreamerError``) when no episode of ``dataset`` is ``duration``
+    long: the bench would measure no crop at all."""
+    known = Episodes.of(dataset).duration
+    known = known[np.isfinite(known)]
+    if not (known >= duration).any():
+        longest = (
+            f"the longest is {known.max():.2f} s" if len(known) else "no episode of known length"
+        )
+        raise StreamerError(
+            f"{dataset.url}: no episode is {duration:g} s long ({longest}): "
+            "nothing to bench at this crop duration"
+        )
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:

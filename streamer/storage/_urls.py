@@ -50,7 +50,7 @@ _FIELD = re.compile(
     r"awsaccesskeyid|signature|credential|session_?token|access_?token|token|sig|"
     r"password|passwd|secret|api_?key)"
     r"(['\"]?\s*[:=]\s*(?:b(?=['\"]))?['\"]?)"
-    r"([^\s'\",&;/]+)"
+    r"([^\s'\",&;]+)"  # base64 values (AWS secret keys, session tokens) hold '/' and '+'
 )
 #: An ``Authorization`` header's whole value (``Bearer <token>``, ``Basic <b64>``).
 _AUTHORIZATION = re.compile(
@@ -72,8 +72,9 @@ def safe_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
-    except ValueError:  # not a URL we can take apart: keep only what precedes any secret
-        return url.split("?", 1)[0].rsplit("@", 1)[-1]
+    except ValueError:  # not a URL we can take apart: its scheme, then what follows any secret
+        scheme, sep, rest = url.split("?", 1)[0].rpartition("://")
+        return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}"
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
@@ -84,24 +85,31 @@ def safe_url(url: str) -> str:
 
 def register_secret(*values: str | bytes | None) -> None:
     """Remember credential values (keys, secrets, tokens, header values) so
-    ``redact`` hides them wherever they turn up."""
+    ``redact`` hides them wherever they turn up, percent-encoded too (a
+    query, a form body)."""
     with _secrets_lock:
         for value in values:
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
             if value and len(value) >= MIN_SECRET_LENGTH:
                 _secrets.add(value)
+                _secrets.add(urllib.parse.quote(value, safe=""))
+                _secrets.add(urllib.parse.quote(value))
+                _secrets.add(urllib.parse.quote_plus(value))
 
 
 def redact(text: str) -> str:
-    """``text`` with URLs made safe, credential fields and known secret values masked."""
-    text = _URL.sub(lambda match: safe_url(match.group()), text)
-    text = _AUTHORIZATION.sub(lambda match: match.group(1) + MASK, text)
-    text = _FIELD.sub(lambda match: match.group(1) + match.group(2) + MASK, text)
-    for secret in sorted(_secrets, key=len, reverse=True):
+    """``text`` with known secret values masked (first: a field's mask must
+    not leave part of one behind), then URLs made safe and credential fields
+    masked."""
+    with _secrets_lock:
+        secrets = sorted(_secrets, key=len, reverse=True)
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    return text
+    text = _URL.sub(lambda match: safe_url(match.group()), text)
+    text = _AUTHORIZATION.sub(lambda match: match.group(1) + MASK, text)
+    return _FIELD.sub(lambda match: match.group(1) + match.group(2) + MASK, text)
 
 
 def install_log_redaction() -> None:

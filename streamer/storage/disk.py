@@ -38,7 +38,9 @@ import time
 import uuid
 import zlib
 
-__all__ = ["DiskCache"]
+from ..errors import StorageError
+
+__all__ = ["DiskCache", "make_directory"]
 
 log = logging.getLogger("streamer.storage")
 
@@ -53,13 +55,23 @@ _MTIME_SLACK = 1.0
 _WARN_EVERY = 60.0
 
 
+def make_directory(path: str, what: str) -> None:
+    """Create the directory ``path`` (and its parents) for ``what``, or fail
+    with one ``StorageError`` saying why (a file in the way, no permission)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        why = "not a directory" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        raise StorageError(f"cannot use {path!r} as {what}: {why}") from None
+
+
 class DiskCache:
     """Blocks on local disk, bounded by ``max_bytes`` (checked approximately)."""
 
     def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int) -> None:
         self.directory = os.fspath(directory)
         self.max_bytes = max_bytes
-        os.makedirs(self.directory, exist_ok=True)
+        make_directory(self.directory, "the disk cache (cache_dir)")
         self._estimate: int | None = None
         self._evicting = threading.Lock()  # one eviction at a time in a process
         self._lock = threading.Lock()  # the two below: writers run in threads

@@ -12,6 +12,7 @@ every file system fsspec wraps; a file system that cannot write raises
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import fsspec
@@ -34,6 +35,7 @@ class FsspecStore(RemoteStore):
             self._class = fsspec.get_filesystem_class(scheme)
         except (ValueError, ImportError) as exc:
             raise StorageError(f"unsupported URL scheme {scheme}:// ({exc})") from exc
+        _check_options(scheme, self._class, self.backend_options)
         self._async = issubclass(self._class, fsspec.asyn.AsyncFileSystem)
         self.url = f"{scheme}://"
 
@@ -98,3 +100,18 @@ class FsspecStore(RemoteStore):
             is_dir = item["type"] == "directory"
             entries.append(Entry(name, is_dir, None if is_dir else item.get("size")))
         return entries
+
+
+def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:
+    """``StorageError`` unless ``kind(**options)`` can be called: a file system
+    that needs an argument (FTP's ``host``) gets it as a storage option, the
+    URL's host and user info are not read. Checked before any instance is
+    made (a half-made one may fail again, noisily, in its ``__del__``)."""
+    try:
+        inspect.signature(kind.__init__).bind(None, **options)
+    except TypeError as exc:
+        raise StorageError(
+            f"{kind.__name__} for {scheme}:// URLs cannot be made from the storage options "
+            f"given ({exc}); a host or credentials in the URL are not read, give them as "
+            "storage options"
+        ) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import base64
 import contextlib
 import html.parser
 import ssl as ssl_module
@@ -112,12 +113,17 @@ class HTTPStore(RangeGetStore):
     looked up once per host.
     """
 
-    read_only = "HTTP stores are read-only: index a local or S3 copy"
+    read_only = "HTTP stores are read-only (pack into a local or S3 OUT; index a local or S3 copy)"
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)
         self._headers = dict(self.backend_options.pop("headers", {}))
-        register_secret(*self._headers.values())
+        # The whole value, and the credential after an auth scheme ("Bearer TOKEN").
+        values = [
+            value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            for value in self._headers.values()
+        ]
+        register_secret(*values, *(value.split(None, 1)[-1] for value in values))
         if self.backend_options:
             raise TypeError(f"unknown {scheme}:// options {sorted(self.backend_options)}")
         self.url = "http(s)://"
@@ -126,8 +132,11 @@ class HTTPStore(RangeGetStore):
     def path_of(self, scheme: str, rest: str) -> str:
         """The URL; a ``#`` in it is part of a name (``take #2``), as in an S3
         key: a fragment is never sent, and the server would answer for
-        another object or directory (``take ``), without a word."""
-        return f"{scheme}://{rest.replace('#', '%23')}"
+        another object or directory (``take ``), without a word. A URL
+        aiohttp cannot request is a ``StorageError`` here (``check_url``)."""
+        url = f"{scheme}://{rest.replace('#', '%23')}"
+        check_url(url)
+        return url
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)
@@ -312,6 +321,25 @@ def _redirect_target(shown: str, at: yarl.URL, location: str) -> yarl.URL:
     if target is None or target.scheme not in ("http", "https") or not target.host:
         raise StorageError(f"{shown}: redirected to {redact(location)!r}: not an HTTP(S) URL")
     return target
+
+
+def check_url(url: str) -> None:
+    """``StorageError`` unless aiohttp can request ``url`` (a host, a port in
+    range, user info basic auth can send), named before any request: the
+    errors of ``urllib`` and ``yarl`` name neither the URL nor the command.
+    A password in it is registered with ``redact``, with its basic-auth form."""
+    try:
+        target = yarl.URL(url)
+        if not target.host:
+            raise ValueError("no host")
+        if ":" in (target.user or ""):
+            raise ValueError("its user name holds a ':', which basic auth cannot send")
+        urllib.parse.urlsplit(url).port  # noqa: B018 (it raises when out of range)
+    except ValueError as exc:
+        raise StorageError(f"{safe_url(url)}: not a valid URL ({redact(str(exc))})") from None
+    if target.password:  # redacted bare and as the header aiohttp makes of it
+        pair = f"{target.user or ''}:{target.password}".encode(errors="replace")
+        register_secret(target.password, base64.b64encode(pair))
 
 
 def _network_error(url: str, exc: BaseException) -> Exception:

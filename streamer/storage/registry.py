@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import StorageError
+from ._urls import safe_url
 from .base import Store
 
 __all__ = ["SCHEMES", "get_store", "open_url"]
@@ -41,9 +42,24 @@ def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "file", url
+    elif scheme.lower() == "file":
+        rest = _local_path(url, rest)
     scheme = scheme.lower()
     store = get_store(scheme, options)
     return store, store.path_of(scheme, rest)
+
+
+def _local_path(url: str, rest: str) -> str:
+    """The path of ``file://HOST/PATH``: ``/PATH`` for no host or
+    ``localhost`` (RFC 8089); any other host, user info included, is not
+    this machine."""
+    host, slash, path = rest.partition("/")
+    if host.lower() not in ("", "localhost"):
+        raise StorageError(
+            f"{safe_url(url)}: a file:// URL names a path on this machine "
+            "(file:///PATH or file://localhost/PATH), not on another host"
+        )
+    return slash + path
 
 
 def get_store(scheme: str, options: Mapping[str, Any]) -> Store:

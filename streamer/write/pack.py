@@ -54,7 +54,7 @@ from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan, taken
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
-from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into
+from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into, shown
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PLAN_KEY", "PackReport", "pack"]
 
@@ -195,7 +195,7 @@ def pack(
     listing = list_sources(src, storage_options, leave_out=root if local else None, hidden=hidden)
     if not listing:
         what = "source" if "://" in src or os.path.isfile(src) else "source folder"
-        raise PackError(f"{what} {src!r} holds no files: nothing to pack")
+        raise PackError(f"{what} {shown(src)} holds no files: nothing to pack")
     plan = make_plan(
         listing, shard_size=shard_size, batch_size=batch_size, shards=shards, by_files=files
     )

@@ -25,7 +25,7 @@ from ..errors import PackError, StorageError
 from ..storage import Store, open_url, safe_url
 from ..storage.loop import run_sync
 
-__all__ = ["SourceFile", "UnreadableSource", "list_sources", "read_into"]
+__all__ = ["SourceFile", "UnreadableSource", "list_sources", "read_into", "shown"]
 
 
 class UnreadableSource(Exception):
@@ -76,7 +76,7 @@ def list_sources(
         try:
             files = list(_walk(store, root, "", (), skip, [] if hidden is None else hidden))
         except StorageError as exc:
-            raise PackError(f"cannot list the source {_shown(src)}: {exc}") from None
+            raise PackError(f"cannot list the source {shown(src)}: {exc}") from None
     return sorted(files, key=lambda f: f.source)
 
 
@@ -167,12 +167,12 @@ def _listed_in(list_file: str, storage_options: Mapping[str, Any]) -> list[Sourc
         try:
             located.append(open_store(url, None if plain_http else storage_options))
         except (StorageError, TypeError) as exc:
-            raise PackError(f"{list_file!r} line {line}: {_shown(url)}: {exc}") from None
+            raise PackError(f"{list_file!r} line {line}: {shown(url)}: {exc}") from None
     sizes = run_sync(_sizes(located))
     files = []
     for name, url, (store, path), size in zip(names, urls, located, sizes, strict=True):
         if isinstance(size, BaseException):
-            raise PackError(f"{list_file!r}: cannot read {_shown(url)}: {size}") from None
+            raise PackError(f"{list_file!r}: cannot read {shown(url)}: {size}") from None
         files.append(SourceFile(name, size, store, path))
     return files
 
@@ -203,6 +203,6 @@ def _relative_names(urls: Sequence[str]) -> list[str]:
     return [p[start:] for p in paths]
 
 
-def _shown(url: str) -> str:
+def shown(url: str) -> str:
     """A URL as errors show it: no user info, no query."""
     return safe_url(url) if "://" in url else repr(url)

@@ -85,6 +85,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["pack", "JUNK", "/proc/out", "--no-progress"], "cannot create '/proc/out'", 1),
     (
+        ["pack", "JUNK", "http://127.0.0.1:1/out", "--no-progress"],
+        "http://127.0.0.1:1/out: HTTP stores are read-only (pack into a local or S3 OUT;",
+        1,
+    ),
+    (
         ["pack", "JUNK", "DS"],
         "'DS' already holds a dataset (audio/shard-000000.wsds); pick a new OUT",
         1,
@@ -105,6 +110,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (["index", "DS", "--workers", "0"], "argument --workers: must be at least 1, not 0", 2),
+    (
+        ["index", "DS", "--workers", "1000000000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 1000000000",
+        2,
+    ),
     (
         ["index", "DS", "--endpoint-url", "http://x"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
@@ -128,6 +138,21 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["inspect", "TMP"], "TMP: no column directories holding .wsds/.arrow shards", 1),
     (
+        ["inspect", "http://user:sekrit-0xC0FFEE@[::1/ds?token=sekrit-0xC0FFEE"],
+        "http://[::1/ds: not a valid URL (Invalid IPv6 URL)",
+        1,
+    ),
+    (
+        ["inspect", "http://u%3Asekrit-0xC0FFEE@127.0.0.1:1/ds"],
+        "http://127.0.0.1:1/ds: not a valid URL (its user name holds a ':'",
+        1,
+    ),
+    (
+        ["inspect", "http://user:sekrit-0xC0FFEE@127.0.0.1:99999/ds"],
+        "http://127.0.0.1:99999/ds: not a valid URL (Port out of range 0-65535)",
+        1,
+    ),
+    (
         ["inspect", "DS", "--endpoint-url", "http://x"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
@@ -140,6 +165,16 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["bench", "DS", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
     (["bench", "DS", "--rounds", "0"], "argument --rounds: must be at least 1, not 0", 2),
+    (
+        ["bench", "DS", "--workers", "2", "1000000000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 1000000000",
+        2,
+    ),
+    (
+        ["demo", "--workers", "100000"],
+        "argument --workers: must be at most MAXW (4 processes per CPU), not 100000",
+        2,
+    ),
     (
         ["bench", "DS", "--cache-dir", "TMP"],
         "--cache-dir applies to remote URLs (s3://, b2://, http://...), not 'DS'",
@@ -171,6 +206,23 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "argument --cache-dir-bytes: must be a size such as 500G or 2T, not '0K'",
         2,
     ),
+    (
+        [
+            "warmup",
+            "http://127.0.0.1:1/ds",
+            "--cache-dir",
+            "JUNK/noise.mp3",
+            "--give-up-after",
+            "1",
+        ],
+        "cannot use 'JUNK/noise.mp3' as the disk cache (cache_dir): not a directory",
+        1,
+    ),
+    (
+        ["demo", "--cache-dir", "JUNK/noise.mp3"],
+        "cannot use 'JUNK/noise.mp3' as the demo's cache directory: not a directory",
+        1,
+    ),
     (["demo", "--crops", "0"], "argument --crops: must be at least 1, not 0", 2),
     (
         ["demo", "--duration", "0"],
@@ -179,6 +231,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["demo", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
     (["timing", "report", "nomatch.*"], "no such timing file: nomatch.*", 1),
+    (["timing", "report", "JUNK"], "a folder, not a timing file: JUNK", 1),
     (
         ["timing", "report", "JUNK/noise.mp3"],
         "JUNK/noise.mp3: not a streamer timing file (UnicodeDecodeError)",
@@ -191,7 +244,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
 def places(packed: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     junk = tmp_path_factory.mktemp("junk")
     (junk / "noise.mp3").write_bytes(bytes(range(256)) * 64)
-    return {"DS": str(packed), "JUNK": str(junk)}
+    return {"DS": str(packed), "JUNK": str(junk), "MAXW": str(4 * (os.cpu_count() or 1))}
 
 
 def _fill(text: str, places: dict[str, str]) -> str:
@@ -216,6 +269,7 @@ def test_bad_input(argv, message, code, places, tmp_path, capsys) -> None:  # ty
     assert lines[0].startswith(f"{prefix}: error: "), lines[0]
     assert _fill(message, where) in lines[0]
     assert "(shard=" not in lines[0] and "Traceback" not in captured.err
+    assert "sekrit" not in captured.err
     assert captured.out == ""
     if argv[:1] == ["pack"]:
         assert not (tmp_path / "out").exists()  # refused before anything was written
@@ -310,3 +364,22 @@ def test_one_shot_commands_wait_less_than_training_by_default() -> None:
     assert storage_options(given) == {"give_up_after": 5.0}
     assert storage_options(parser.parse_args(["/local/ds"])) == {}  # local files take none
     assert _exit_code(["inspect", "/tmp", "--give-up-after", "0"]) == 2  # must be > 0
+
+
+def test_an_fsspec_protocol_its_options_cannot_make_is_one_line() -> None:
+    """``ftp://user:password@host/ds``: fsspec's FTP file system needs ``host=``
+    as a storage option (the URL's host and credentials are not read). The
+    command said ``TypeError: FTPFileSystem.__init__() missing ...`` after an
+    "Exception ignored in ... __del__" traceback from the half-made instance."""
+    secret = "sekrit-0xC0FFEE-never-log-me"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "inspect", f"ftp://user:{secret}@127.0.0.1:1/ds"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("streamer inspect: error: FTPFileSystem for ftp:// URLs"), lines[0]
+    assert "'host'" in lines[0] and "storage option" in lines[0]
+    assert secret not in done.stderr + done.stdout

@@ -219,6 +219,27 @@ def test_damage_in_checked_bytes_sends_the_crop_through_the_exact_path(
         assert stats.fallback_reasons == {STALE: 1} and stats.crops == 1
 
 
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [("flac", "no FLAC frame holds samples"), ("opus", "no Ogg page to place")],
+)
+def test_data_without_a_frame_is_a_crop_error_naming_where(
+    dataset: Dataset, key: str, said: str
+) -> None:
+    """Every byte of the planned data range zeroed (no frame or page left):
+    a ``CropError`` naming the episode and the blob offset its planned data
+    starts at (FLAC raised an ``IndexError``, "cannot decode flac: list index
+    out of range"; neither named an offset)."""
+    job, fetched = _planned(dataset, key, 3.0, 5.0)
+    zeroed = memoryview(bytes(len(fetched.data)))
+    damaged = Fetched((*fetched.pieces[:-1], (fetched.pieces[-1][0], zeroed)))
+    with pytest.raises(CropError, match=said) as caught:
+        _decode(job, damaged)
+    assert caught.value.key == key and caught.value.shard
+    assert caught.value.offset == fetched.pieces[-1][0] > 0
+    assert f"offset={fetched.pieces[-1][0]}" in str(caught.value)
+
+
 def test_a_flac_crop_from_a_damaged_shard_counts_its_bad_packet(
     dataset: Dataset, tmp_path: Path
 ) -> None:

@@ -55,3 +55,15 @@ def test_bench_reports_the_pure_decode_of_the_same_crops_as_its_limit(
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split()[6:9] == ["parent", "limit", "/limit"]
     assert all(row.split()[6:8] == ["-", "-"] for row in printed[1:3])
+
+
+def test_bench_of_episodes_shorter_than_the_crops_says_so(packed: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The fixture's episodes are 3 s and bench's crops 8 s by default: no
+    crop fits. One error line naming the dataset and the longest episode
+    (the table's printing failed on the missing ``relative``, a TypeError)."""
+    assert main(["bench", str(packed), "--crops", "2", "--workers", "0", "--no-limit"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("streamer bench: error: "), captured.err
+    assert str(packed) in lines[0] and "no episode is 8 s long (the longest is 3.0" in lines[0]
+    assert captured.out == ""

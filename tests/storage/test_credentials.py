@@ -14,7 +14,7 @@ from helpers import S3_KINDS, SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import LayoutError, StorageError
+from streamer.errors import LayoutError, StorageError, StreamerError
 from streamer.storage._urls import redact, register_secret
 
 
@@ -158,6 +158,50 @@ def test_redact_masks_every_credential_form() -> None:
     assert redact("GET s3://bucket/key bytes=0-9: 503 SlowDown") == (
         "GET s3://bucket/key bytes=0-9: 503 SlowDown"  # nothing else is touched
     )
+
+
+def test_redact_masks_whole_base64_credentials_and_their_url_encoded_forms() -> None:
+    """AWS secret keys and session tokens are base64: ``/`` and ``+`` in
+    them. A field's value was masked up to its first ``/`` (the rest, the
+    marker here, stayed), and a registered secret percent-encoded (as in a
+    query or a form body) was not recognised."""
+    token = f"IQoJb3Jp/Z2lu+{SECRET}/tail=="
+    key = f"wJalrXUtnFEMI/K7MDENG+{SECRET}x"
+    register_secret(token, key)
+    samples = [
+        f"'X-Amz-Security-Token': b'{token}'",
+        f"x-amz-security-token:{token}\nhost:127.0.0.1",
+        f"token: {token}",
+        f"aws_secret_access_key={key}",
+        f"signed with {urllib.parse.quote(key, safe='')} and {urllib.parse.quote_plus(token)}",
+        f"body: secret%3D{urllib.parse.quote(key)}",
+    ]
+    for sample in samples:
+        masked = redact(sample)
+        assert SECRET not in masked and "tail==" not in masked, masked
+
+
+def test_a_header_token_is_redacted_without_its_scheme(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server may quote the token of ``Authorization: Bearer TOKEN`` alone
+    ("invalid token TOKEN"): the store registered the whole header value
+    only, so the bare token went through."""
+    token = f"bearer-only-{SECRET[::-1]}"
+    make_store("http", headers={"Authorization": f"Bearer {token}", "X-Api-Key": "k3y-0123456"})
+    assert redact(f"401 invalid token {token} for k3y-0123456") == "401 invalid token *** for ***"
+
+
+def test_a_url_password_is_redacted_bare_and_as_basic_auth(http) -> None:  # type: ignore[no-untyped-def]
+    """``http://user:PASSWORD@host/``: aiohttp sends ``Basic base64(user:PASSWORD)``.
+    A server's message quoting the password or that credential alone (no
+    ``Authorization:`` before it) went through."""
+    import base64
+
+    password = f"pw-{SECRET[::-1]}-url"
+    host = http.url.removeprefix("http://")
+    assert len(open_dataset(f"http://user:{password}@{host}/packed")) > 0
+    basic = base64.b64encode(f"user:{password}".encode()).decode()
+    said = redact(f"401: credential {basic} (password {password}) refused")
+    assert said == "401: credential *** (password ***) refused"
 
 
 def test_a_dataset_url_with_credentials_fails_without_showing_them(http) -> None:  # type: ignore[no-untyped-def]
@@ -307,3 +351,42 @@ def test_no_credentials_is_one_line_naming_the_url(s3, s3_uploaded, tmp_path) ->
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no credentials found" in lines[0] and url in lines[0], lines
+
+
+def test_an_empty_remote_source_is_named_without_its_credentials(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Packing an HTTP folder that lists no files, by a URL with user:password
+    and a token: ``pack`` and a pack job's ``pack_parts`` said "no files" with
+    the raw URL; a job's ``describe`` passed any foreign message on as it was."""
+    from streamer import jobs
+    from streamer.errors import PackError
+    from streamer.write.pack import pack
+    from testkit.servers import LoopbackServer, file_handler
+
+    (tmp_path / "empty").mkdir()
+    server = LoopbackServer(file_handler(tmp_path)).start()
+    try:
+        host = server.url.removeprefix("http://")
+        src = f"http://user:{SECRET}@{host}/empty/?token={SECRET}"
+        with pytest.raises(StreamerError, match="no files to pack") as parts:
+            jobs.pack_parts(src, 2)
+        with pytest.raises(PackError, match="holds no files") as whole:
+            pack(src, tmp_path / "out", progress=False)
+    finally:
+        server.stop()
+    assert f"http://{host}/empty/?…" in str(parts.value)
+    foreign = jobs.describe(ValueError(f"cannot open {src}: 'Authorization': 'Bearer {SECRET}'"))
+    assert foreign.startswith(f"ValueError: cannot open http://{host}/empty/?…"), foreign
+    assert SECRET not in said_by([parts.value, whole.value]) + foreign
+
+
+def test_the_traceback_of_minus_v_is_redacted() -> None:
+    """``-v`` prints the traceback: the frames' exception messages, chained
+    causes included, are redacted like the error line (the traceback went
+    out as Python formats it: here the URL as typed, password and token)."""
+    url = f"http://user:{SECRET}@127.0.0.1:1/run.timing.json?token={SECRET}"
+    done = run_cli("timing", "report", url)
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert (
+        "FileNotFoundError" in done.stderr and "http://127.0.0.1:1/run.timing.json?…" in done.stderr
+    )
+    assert SECRET not in done.stderr + done.stdout

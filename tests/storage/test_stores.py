@@ -36,6 +36,20 @@ def test_the_scheme_picks_the_store(tmp_path: Path) -> None:
         open_url("s3://bucket", endpoint_url="http://127.0.0.1:9", secrett="typo")
 
 
+def test_a_file_url_names_a_local_path_on_this_host(tmp_path: Path) -> None:
+    """``file://localhost/PATH`` is ``/PATH`` (RFC 8089); a ``file://`` URL
+    naming another host, or user info, cannot be served. Both were taken as
+    a relative path (``localhost/tmp/...``), which then failed to list with
+    the URL's password in the message."""
+    store = open_url(tmp_path)[0]
+    assert open_url(f"file://localhost{tmp_path}") == (store, str(tmp_path))
+    assert open_url(f"FILE://{tmp_path}") == (store, str(tmp_path))
+    for url in (f"file://user:{SECRET}@host{tmp_path}", f"file://otherhost{tmp_path}"):
+        with pytest.raises(StorageError, match="names a path on this machine") as caught:
+            open_url(url)
+        assert SECRET not in str(caught.value) and "file://" in str(caught.value)
+
+
 def test_b2_needs_an_endpoint_and_says_where_to_put_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for name in ("B2_ENDPOINT_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)

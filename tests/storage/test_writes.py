@@ -73,7 +73,10 @@ def test_http_stores_refuse_writes(http, make_store) -> None:  # type: ignore[no
         lambda: store.put_sync(f"{http.url}/packed/x.wsds", b"data"),
         lambda: store.staged_sync(f"{http.url}/packed/x.wsds").__enter__(),
     ):
-        with pytest.raises(StorageError, match="HTTP stores are read-only: index a local or S3"):
+        with pytest.raises(
+            StorageError,
+            match=r"HTTP stores are read-only \(pack into a local or S3 OUT; index a local or S3",
+        ):
             write()
     assert http.requests == []
 

@@ -71,14 +71,17 @@ def decode(
     data = bytes(fetched.data)  # a memory map's view may index as signed bytes
     found = frames(data, info, plan.start_native)
     lo, hi = to_native(index, plan.first), to_native(index, plan.last)
-    spans = [b.position - a.position for a, b in pairwise(found)] + [found[-1].block] * bool(found)
+    spans = [b.position - a.position for a, b in pairwise(found)] + [f.block for f in found[-1:]]
     wanted = [
         (frame, span)
         for frame, span in zip(found, spans, strict=True)
         if frame.position < hi and frame.position + span > lo
     ]
     if not wanted:
-        raise context.error(f"no FLAC frame holds samples [{lo}, {hi}) in the planned bytes")
+        raise context.error(
+            f"no FLAC frame holds samples [{lo}, {hi}) in the {len(data)} planned bytes",
+            plan.data[0],
+        )
     start = wanted[0][0].position
     # What a frame and any damaged bytes after it stand for, as far as the
     # crop needs: the silence that replaces them is bounded.

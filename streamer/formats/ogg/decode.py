@@ -164,7 +164,7 @@ def decode(
         context.width(index.channels),
     )
     if start is None:
-        raise context.error("no Ogg page to place the decoded samples by")
+        raise context.error("no Ogg page to place the decoded samples by", plan.data[0])
     return samples, to_gapless(index, start)
 
 
