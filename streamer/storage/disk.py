@@ -73,6 +73,7 @@ class DiskCache:
         self.max_bytes = max_bytes
         make_directory(self.directory, "the disk cache (cache_dir)")
         self._estimate: int | None = None
+        self._written = 0  # bytes this process has written, ever (``_evict``)
         self._evicting = threading.Lock()  # one eviction at a time in a process
         self._lock = threading.Lock()  # the two below: writers run in threads
         self._last_failure = (0.0, "")  # (when, why) of the last write that failed
@@ -167,31 +168,44 @@ class DiskCache:
         return sum(size for _, size, _ in self._scan())
 
     def _account(self, added: int) -> None:
-        if self._estimate is None:
-            self._estimate = self.usage()
-        else:
-            self._estimate += added
-        if self._estimate > self.max_bytes:
+        with self._lock:
+            self._written += added
+            if self._estimate is not None:
+                self._estimate += added
+            estimate = self._estimate
+        if estimate is None:
+            estimate = self._estimate = self.usage()
+        if estimate > self.max_bytes:
             self._evict()
 
     def _evict(self) -> None:
         """Delete the least recently used entries down to 90 % of ``max_bytes``.
         A thread that finds another evicting leaves it to that one (two would
-        both count the same entries and then delete newer ones)."""
+        both count the same entries and then delete newer ones); the one
+        evicting counts what others wrote meanwhile and goes again while that
+        keeps the directory over its limit (their writes were lost from the
+        estimate, and the directory grew past the limit unseen)."""
         if not self._evicting.acquire(blocking=False):
             return
         try:
-            entries = sorted(self._scan(), key=lambda entry: entry[2])
-            total = sum(size for _, size, _ in entries)
-            target = int(self.max_bytes * 0.9)
-            for path, size, mtime in entries:
-                if total <= target:
-                    break
-                if _remove(path):  # gone, by this process or another
-                    total -= size
-                    with self._lock:
-                        self._latest_evicted = max(self._latest_evicted, mtime)
-            self._estimate = total
+            while True:
+                with self._lock:
+                    before = self._written
+                entries = sorted(self._scan(), key=lambda entry: entry[2])
+                total = sum(size for _, size, _ in entries)
+                target = int(self.max_bytes * 0.9)
+                for path, size, mtime in entries:
+                    if total <= target:
+                        break
+                    if _remove(path):  # gone, by this process or another
+                        total -= size
+                        with self._lock:
+                            self._latest_evicted = max(self._latest_evicted, mtime)
+                with self._lock:
+                    since = self._written - before  # written while this pass ran
+                    self._estimate = total + since
+                if not since or self._estimate <= self.max_bytes:
+                    return
         finally:
             self._evicting.release()
 

@@ -201,7 +201,7 @@ def test_a_failed_multipart_upload_is_aborted(s3_servers: Any, aws: None, tmp_pa
         ("s3://nosuchbucket/raw", "cannot list the source s3://nosuchbucket/raw: .*not found"),
         (
             "s3://data/no-such-prefix-at-all",
-            "source 's3://data/no-such-prefix-at-all' holds no files",
+            "source s3://data/no-such-prefix-at-all holds no files",
         ),
     ],
 )
