@@ -44,12 +44,29 @@ def _tone(form: str, encoder: str = "libopencore_amrnb") -> bytes:
     return out.getvalue()
 
 
+#: key -> (file name, container format, encoder)
+FILES = {
+    "raw": ("raw.amr", "amr", "libopencore_amrnb"),
+    "in-3gp": ("in-3gp.3gp", "3gp", "libopencore_amrnb"),
+    "ra144": ("ra144.ra", "rm", "real_144"),
+}
+
+
+def _has_encoder(name: str) -> bool:
+    """Whether this PyAV's FFmpeg has the encoder (some builds leave AMR out)."""
+    try:
+        av.codec.Codec(name, "w")
+    except av.codec.codec.UnknownCodecError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("amr-src")
-    (src / "raw.amr").write_bytes(_tone("amr"))
-    (src / "in-3gp.3gp").write_bytes(_tone("3gp"))
-    (src / "ra144.ra").write_bytes(_tone("rm", "real_144"))
+    for name, form, encoder in FILES.values():
+        if _has_encoder(encoder):
+            (src / name).write_bytes(_tone(form, encoder))
     root = tmp_path_factory.mktemp("amr") / "ds"
     assert not pack(src, root, progress=False).skipped
     return root
@@ -61,6 +78,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_lpc_speech_codec_crops_equal_the_full_decode(
     dataset: Path, key: str, container: str
 ) -> None:
+    if not _has_encoder(FILES[key][2]):
+        pytest.skip(f"this FFmpeg has no {FILES[key][2]} encoder")
     data = open_dataset(dataset)
     index = data.episode(key).index
     assert index.ok and index.container == container, index.reason
