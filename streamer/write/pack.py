@@ -430,9 +430,16 @@ class _ShardWriter:
             alternates = dict(planned.alternates)
             while queue:
                 self._write_batch(queue, alternates, writers)
-        finally:
+        except BaseException:
+            # What closing a writer left mid-write raises (Ctrl-C inside
+            # Arrow: "Bad file descriptor") must not replace what stopped it:
+            # the staged shard is discarded either way.
             for writer in writers:
-                writer.close()
+                with contextlib.suppress(Exception):
+                    writer.close()
+            raise
+        for writer in writers:
+            writer.close()
         if self.report.index is not None:
             indexed = index_shard(LocalStore(), folder, planned.name)
             self.report.index.add(indexed)
