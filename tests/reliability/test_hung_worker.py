@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,12 @@ def stop_all(pids: list[int]) -> None:
         os.kill(pid, signal.SIGSTOP)
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("workers", [1, 2])
-def test_stopped_workers_are_replaced_and_lose_no_crop(packed: Path, workers: int) -> None:
+def replaced_losing_no_crop(
+    packed: Path, workers: int, disturb: Callable[[list[int]], None], after: tuple[int, ...]
+) -> Streamer:
+    """Every worker ``disturb``-ed after each count of crops in ``after``: the
+    pass yields the whole epoch, exact, within 30 s, and the disturbed workers
+    are gone. Returns the Streamer, for its stats."""
     dataset = streamer.open_dataset(packed)
     reference = list(Streamer(dataset, SAMPLER, seed=3, workers=0))
     s = Streamer(dataset, SAMPLER, seed=3, workers=workers)
@@ -45,30 +49,45 @@ def test_stopped_workers_are_replaced_and_lose_no_crop(packed: Path, workers: in
     with s:
         for crop in s:
             crops.append(crop)
-            if len(crops) in (2, 10):  # twice, the second time their replacements
+            if len(crops) in after:
                 seen += s.worker_pids
-                stop_all(s.worker_pids)
+                disturb(s.worker_pids)
     assert time.monotonic() - began < 30
     assert len(crops) == len(reference) == 28 and not s.stats.skipped
     for a, b in zip(reference, crops, strict=True):
         assert (a.key, a.start) == (b.key, b.start)
         np.testing.assert_array_equal(a.audio, b.audio)
-    assert s.stats.worker_restarts >= 2
     assert all(gone(pid) for pid in seen)
+    return s
 
 
 @pytest.mark.timeout(60)
-def test_a_stopped_worker_past_the_budget_raises_saying_it_hung(packed: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stopped_workers_are_replaced_and_lose_no_crop(packed: Path, workers: int) -> None:
+    # twice, the second time their replacements
+    s = replaced_losing_no_crop(packed, workers, stop_all, after=(2, 10))
+    assert s.stats.worker_restarts >= 2
+
+
+def raises_past_the_budget(packed: Path, disturb: Callable[[list[int]], None], said: str) -> None:
+    """With no restart allowed, the worker ``disturb``-ed after the first crop
+    ends the iteration with ``WorkerDied`` matching ``said``; the position is
+    the crops taken, and the worker is gone."""
     s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1, max_worker_restarts=0)
     taken = 0
-    with pytest.raises(WorkerDied, match=r"hung \(no CPU used for 0.5 s\).*restart budget"):
+    with pytest.raises(WorkerDied, match=said):
         for _ in s:
             taken += 1
             if taken == 1:
                 pids = s.worker_pids
-                stop_all(pids)
+                disturb(pids)
     assert 1 <= taken < 28 and s.state_dict()["position"] == taken
     assert all(gone(pid) for pid in pids)
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_worker_past_the_budget_raises_saying_it_hung(packed: Path) -> None:
+    raises_past_the_budget(packed, stop_all, r"hung \(no CPU used for 0.5 s\).*restart budget")
 
 
 @pytest.mark.timeout(120)
@@ -138,34 +157,11 @@ def spin_all(pids: list[int]) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("spinning_workers")
 def test_workers_stuck_in_a_loop_are_replaced_and_lose_no_crop(packed: Path) -> None:
-    dataset = streamer.open_dataset(packed)
-    reference = list(Streamer(dataset, SAMPLER, seed=3, workers=0))
-    s = Streamer(dataset, SAMPLER, seed=3, workers=2)
-    crops, seen = [], []
-    with s:
-        for crop in s:
-            crops.append(crop)
-            if len(crops) == 2:
-                seen += s.worker_pids
-                spin_all(s.worker_pids)
-    assert len(crops) == len(reference) == 28 and not s.stats.skipped
-    for a, b in zip(reference, crops, strict=True):
-        assert (a.key, a.start) == (b.key, b.start)
-        np.testing.assert_array_equal(a.audio, b.audio)
+    s = replaced_losing_no_crop(packed, 2, spin_all, after=(2,))
     assert s.stats.worker_restarts >= 1
-    assert all(gone(pid) for pid in seen)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("spinning_workers")
 def test_a_stuck_worker_past_the_budget_raises_saying_it_was_stuck(packed: Path) -> None:
-    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1, max_worker_restarts=0)
-    taken = 0
-    with pytest.raises(WorkerDied, match=r"stuck \(over [\d.]+ s of CPU on one batch\)"):
-        for _ in s:
-            taken += 1
-            if taken == 1:
-                pids = s.worker_pids
-                spin_all(pids)
-    assert 1 <= taken < 28 and s.state_dict()["position"] == taken
-    assert all(gone(pid) for pid in pids)
+    raises_past_the_budget(packed, spin_all, r"stuck \(over [\d.]+ s of CPU on one batch\)")
