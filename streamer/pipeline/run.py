@@ -196,15 +196,16 @@ class Run:
             self._out_in.close()
 
     async def _work(self, slots: list[_Slot]) -> None:
-        try:
-            results = await self._produce([slot.position for slot in slots])
-            for slot, result in zip(slots, results, strict=True):
-                slot.result = result
-        finally:
-            now = time.perf_counter()
-            for slot in slots:
-                slot.latency = now - slot.began
-                slot.done.set()
+        """Fill ``slots`` with their results. A batch that raises (or is
+        cancelled) leaves them unfinished: its error ends the pass, and the
+        task group cancels ``_emit``, which must not wake to a slot without
+        a result (it did, when a Ctrl-C cancelled the batch first, and the
+        pass was logged as failed with an empty ``AssertionError``)."""
+        results = await self._produce([slot.position for slot in slots])
+        now = time.perf_counter()
+        for slot, result in zip(slots, results, strict=True):
+            slot.result, slot.latency = result, now - slot.began
+            slot.done.set()
 
     async def _produce(self, positions: list[int]) -> list[Crop | Failure]:
         """The crops at ``positions`` (one batch), or their failures; raises
