@@ -546,6 +546,13 @@ class Streamer:
         is finalized during interpreter shutdown (that thread no longer runs:
         an abandoned iterator would hang the exit) or on that loop's own
         thread (a garbage collection there): then stop without waiting."""
+        if self._resources.run is None and self._resources.pool is None:
+            # Nothing of this process's to stop (a pass that ended, or a
+            # parent's iteration inherited by a fork and collected here):
+            # the store loop is not needed, and a collection while this
+            # process starts that loop would wait on it.
+            self._held = None
+            return
         if sys.is_finalizing() or _on_store_thread():
             self._resources.close_soon()
             return

@@ -36,7 +36,9 @@ __all__ = ["ProcessLocal", "background_loop", "run_async", "run_sync"]
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
+#: Reentrant: a garbage collection while the loop is made can run a
+#: finalizer (a dropped Streamer's) that needs the loop, on this thread.
+_lock = threading.RLock()
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_pid = 0
 #: What a forked child inherited from its parent's store loop: kept alive, never closed.
@@ -48,21 +50,32 @@ def background_loop() -> asyncio.AbstractEventLoop:
     global _loop, _loop_pid
     with _lock:
         if _loop is None or _loop_pid != os.getpid():
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
-            thread = threading.Thread(
-                target=_serve, args=(loop, ready), name="streamer-storage", daemon=True
-            )
-            thread.start()
-            ready.wait()
-            _loop, _loop_pid = loop, os.getpid()
+            loop = _started_loop()
+            if _loop is not None and _loop_pid == os.getpid():
+                # A finalizer run by a collection inside _started_loop made
+                # one (re-entering the lock): keep it, drop ours.
+                loop.call_soon_threadsafe(loop.stop)
+            else:
+                _loop, _loop_pid = loop, os.getpid()
         return _loop
+
+
+def _started_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop, running in a daemon thread."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    thread = threading.Thread(
+        target=_serve, args=(loop, ready), name="streamer-storage", daemon=True
+    )
+    thread.start()
+    ready.wait()
+    return loop
 
 
 def _forget_parent_loop() -> None:
     """In a forked child: retire the parent's loop without touching its file descriptors."""
     global _loop, _lock
-    _lock = threading.Lock()  # the parent's may have been held by another thread
+    _lock = threading.RLock()  # the parent's may have been held by another thread
     if _loop is not None:
         # Marked closed, the loop's transports skip unregistering from the
         # shared epoll instance should they ever be finalized here.

@@ -9,7 +9,10 @@ import logging
 import os
 import select
 import signal
+import threading
+import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,3 +145,95 @@ def test_a_streamer_collected_on_the_store_loop_stops_without_an_error(
     ended(exits)
     run_sync(asyncio.sleep(0))
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def _in_a_child(body: Callable[[], bytes]) -> bytes:
+    """What ``body`` returns, run in a forked child (which ends after 30 s
+    if it hangs: the parent then reads nothing)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(30)
+        try:
+            os.write(write, body())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as said:
+        report = said.read()
+    os.waitpid(child, 0)
+    return report
+
+
+def _collecting_while_the_loop_starts() -> None:
+    """Have the next store loop's creation run a garbage collection, as an
+    allocation there can."""
+    new_event_loop = asyncio.new_event_loop
+
+    def collecting() -> asyncio.AbstractEventLoop:
+        gc.enable()
+        gc.collect()
+        return new_event_loop()
+
+    asyncio.new_event_loop = collecting  # type: ignore[assignment]
+
+
+@pytest.mark.timeout(60)
+def test_a_parents_dropped_iteration_collected_in_a_child_does_not_hang_it(
+    packed: Path,
+) -> None:
+    """A child forked (a DataLoader worker) while the parent held an
+    abandoned iteration in a reference cycle collects that garbage at its
+    first allocations: when that happened as the child started its store
+    loop, the iteration's cleanup waited for the loop being started, under
+    the same lock, and the worker hung for good (a StatefulDataLoader resume
+    stopped after 300 s in CI)."""
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=0, seed=1)
+    gc.disable()
+    try:
+        it = iter(s)
+        next(it)
+        cycle: list[object] = [it, s]
+        cycle.append(cycle)
+        del it, s, cycle
+
+        def child() -> bytes:
+            _collecting_while_the_loop_starts()
+            crops = Streamer(streamer.open_dataset(packed), SAMPLER, workers=0, seed=1)
+            return b"%d" % len(list(crops))
+
+        assert _in_a_child(child) == b"70"
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+@pytest.mark.timeout(60)
+def test_a_finalizer_needing_the_store_loop_while_it_starts_gets_that_loop() -> None:
+    """The store loop's lock is reentrant: a finalizer that needs the loop,
+    run by a collection on the thread creating it, gets a loop, and the
+    one loop serves everything after (no second one left running)."""
+
+    def child() -> bytes:
+        from streamer.storage import loop
+
+        new_event_loop = asyncio.new_event_loop
+        inner: list[asyncio.AbstractEventLoop] = []
+
+        def reentering() -> asyncio.AbstractEventLoop:
+            asyncio.new_event_loop = new_event_loop  # type: ignore[assignment]
+            inner.append(loop.background_loop())  # what such a finalizer calls
+            return new_event_loop()
+
+        asyncio.new_event_loop = reentering  # type: ignore[assignment]
+        outer = loop.background_loop()
+        threads = [t for t in threading.enumerate() if t.name == "streamer-storage"]
+        deadline = time.monotonic() + 10
+        while len(threads) > 1 and time.monotonic() < deadline:  # the spare one stops
+            time.sleep(0.01)
+            threads = [t for t in threading.enumerate() if t.name == "streamer-storage"]
+        same = inner == [outer] and loop.background_loop() is outer
+        return b"ok" if same and len(threads) == 1 else repr((inner, outer, threads)).encode()
+
+    assert _in_a_child(child) == b"ok"
