@@ -3,6 +3,7 @@ resumes and any worker count, equal ranks, persistent workers, elastic resume.""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,29 @@ from streamer.torch import CropDataset, Skipped, collate, merge_states  # noqa: 
 
 SAMPLER = RandomCrops(0.5, per_episode=9, min_duration=0.1)  # 63 crops of 7 episodes
 BATCH = 4
+
+#: A DataLoader worker that hangs leaves the loader polling until the test's
+#: timeout, whose report shows only this process. Forked children of these
+#: tests print every thread's stack and exit before that (the loader then
+#: fails on the dead worker, the stacks in the test's captured stderr).
+_CHILD_DEADLINE = 240.0
+_watching = False
+
+
+def _watch_a_forked_child() -> None:
+    if _watching:
+        faulthandler.dump_traceback_later(_CHILD_DEADLINE, exit=True)
+
+
+os.register_at_fork(after_in_child=_watch_a_forked_child)
+
+
+@pytest.fixture(autouse=True)
+def hung_children_say_where() -> Iterator[None]:
+    global _watching
+    _watching = True
+    yield
+    _watching = False
 
 
 def ids(batch: dict[str, Any]) -> list[str]:
