@@ -127,6 +127,7 @@ class Run:
         self._ready: collections.deque[Item] = collections.deque()
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        self._received = first  # the position after the last item received
 
     def start(self) -> None:
         if self._pool is not None:
@@ -135,7 +136,9 @@ class Run:
 
     async def next(self) -> Item | None:
         """The next crop or failure in plan order; None at the end of the pass.
-        Raises the error that ended the pass early, after the crops before it.
+        Raises the error that ended the pass early, after the crops before it
+        (a ``RuntimeError`` when it ended early without one: a pass cut
+        short must never look like the end of the epoch).
         The items already handed over behind it are taken along (up to a
         batch), for ``take_ready``."""
         if self._ready:
@@ -144,14 +147,22 @@ class Run:
             item = await self._out.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             # The stream is closed only once the error (if any) is recorded.
+            if self._error is None and self._received != self._last:
+                self._error = RuntimeError(
+                    f"the crop pipeline ended at position {self._received} of "
+                    f"[{self._first}, {self._last}) without an error"
+                )
             if self._error is not None:
                 raise self._error from None
             return None
+        self._received = item.position + 1
         while len(self._ready) < self._batch:
             try:
-                self._ready.append(self._out.receive_nowait())
+                ready = self._out.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
+            self._ready.append(ready)
+            self._received = ready.position + 1
         return item
 
     def take_ready(self) -> Item | None:
@@ -189,7 +200,9 @@ class Run:
                             self._slots_in.send_nowait(slot)  # room for every slot with room
                             slots.append(slot)
                         group.start_soon(self._work, slots)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a planner's SystemExit too: the consumer gets it
             self._error = first_error(exc)
             log.error("the crop pipeline failed: %s: %s", type(self._error).__name__, self._error)
         finally:

@@ -163,10 +163,10 @@ def failure_of(exc: Exception, key: str | None, shard: str | None) -> Failure:
     return Failure.of(exc, key, shard)
 
 
-def first_error(exc: Exception) -> Exception:
+def first_error(exc: BaseException) -> BaseException:
     """The error a task group failed with: the first of its group (the others
     are usually the same error met by other crops or workers, or follow from it)."""
-    while isinstance(exc, ExceptionGroup):
+    while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import streamer
 from streamer import RandomCrops, Streamer
@@ -55,3 +59,56 @@ def test_a_crop_waiting_on_its_plan_does_not_hold_up_the_crops_behind_it() -> No
         (0, "first", "Planned"),
         (1, "second", "Planned"),
     ]
+
+
+class Abort(BaseException):
+    pass
+
+
+def _planning_until(last: int) -> Callable[[int], Failure]:
+    """A planner of stand-in failures (no data needed) that raises ``Abort`` at ``last``."""
+
+    def plan_at(position: int) -> Failure:
+        if position == last:
+            raise Abort
+        return Failure("Planned", "", key=str(position))
+
+    return plan_at
+
+
+async def _drain(run: Run, then: Callable[[Run], None] = lambda run: None) -> list[int]:
+    run.start()
+    then(run)
+    got = []
+    try:
+        while (item := await run.next()) is not None:
+            got.append(item.position)
+    finally:
+        await run.stop()
+    return got
+
+
+def test_a_planner_raising_a_base_exception_ends_the_pass_with_it() -> None:
+    """A ``BaseException`` that is not an ``Exception`` (``SystemExit`` in a
+    sampler) escaped the pipeline's error handling: the pass looked ended,
+    the epoch was cut short without a word."""
+    run = Run(_planning_until(3), 0, 8, pool=None, prefetch=1, queue_size=1, stats=StreamerStats())
+    with pytest.raises(Abort):
+        run_sync(_drain(run))
+
+
+def test_a_pass_cut_short_without_an_error_raises_instead_of_ending() -> None:
+    """However the pipeline's task ends before the last position without an
+    error recorded (cancelled from outside, not by ``stop``), the consumer
+    gets an error, never what looks like the end of the epoch."""
+
+    def cancel_soon(run: Run) -> None:
+        asyncio.get_running_loop().call_later(0.05, run._task.cancel)  # type: ignore[union-attr]
+
+    run = Run(
+        _planning_until(-1), 0, 10**6, pool=None, prefetch=1, queue_size=1, stats=StreamerStats()
+    )
+    with pytest.raises(
+        RuntimeError, match=r"ended at position \d+ of \[0, 1000000\) without an error"
+    ):
+        run_sync(_drain(run, cancel_soon))
