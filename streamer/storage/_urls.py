@@ -11,6 +11,10 @@ One redaction serves every message:
   ``Authorization``, ``Credential=`` in a signed header, ...) and every
   secret value a store was given or resolved (``register_secret``) replaced
   by ``***``;
+* ``cache_name(url)``: the name of the object a URL reads, for caches:
+  without the query parameters that only authenticate (presigned
+  signatures, tokens) and without a password, so that URLs signed anew
+  name the same object;
 * ``install_log_redaction()``: passes every record of the loggers that
   print credentials (botocore prints the key id and session token at DEBUG)
   through ``redact`` when the record is made, whatever handler later
@@ -19,13 +23,14 @@ One redaction serves every message:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
 import urllib.parse
 from typing import Any
 
-__all__ = ["MASK", "install_log_redaction", "redact", "register_secret", "safe_url"]
+__all__ = ["MASK", "cache_name", "install_log_redaction", "redact", "register_secret", "safe_url"]
 
 MASK = "***"
 #: Loggers whose records are redacted: the AWS and HTTP clients, fsspec, and our own.
@@ -57,6 +62,32 @@ _AUTHORIZATION = re.compile(
     r"(?i)\b(authorization['\"]?\s*[:=]\s*(?:b(?=['\"]))?['\"]?)([^'\"\r\n]+)"
 )
 
+#: Query parameters that only authenticate a request, whatever else the query
+#: holds (compared in lower case): S3 SigV4, GCS V4 (``X-Goog-*``) and B2
+#: (``Authorization``, a download token) presigned URLs.
+_AUTH_PARAMETERS = frozenset(
+    f"{prefix}-{field}"
+    for prefix in ("x-amz", "x-goog")
+    for field in ("algorithm", "credential", "date", "expires", "signedheaders", "signature")
+) | {"x-amz-security-token", "authorization"}
+#: (names present, names dropped): parameters that only authenticate a request
+#: when the query is of one signing scheme (the names present say which); in
+#: another query the same short names may select content, and are kept. S3
+#: SigV2, GCS V2, CloudFront signed URLs (canned or custom policy), Azure SAS
+#: (every signed field; ``versionid`` and ``snapshot`` select the content).
+_AUTH_SCHEMES = (
+    ({"awsaccesskeyid"}, {"awsaccesskeyid", "expires", "signature"}),
+    ({"googleaccessid"}, {"googleaccessid", "expires", "signature"}),
+    ({"key-pair-id"}, {"key-pair-id", "expires", "policy", "signature"}),
+    (
+        {"sv", "sig"},
+        {
+            *("sv", "ss", "srt", "sp", "se", "st", "spr", "sip", "si", "sr", "sig", "sdd"),
+            *("skoid", "sktid", "skt", "ske", "sks", "skv", "saoid", "suoid", "scid", "ses"),
+        },
+    ),
+)
+
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
 _installed = False
@@ -81,6 +112,35 @@ def safe_url(url: str) -> str:
     netloc = f"{host}:{port}" if port else host
     query = "?…" if parts.query else ""
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")) + query
+
+
+@functools.lru_cache(maxsize=4096)
+def cache_name(url: str) -> str:
+    """The name of the object ``url`` reads, for caches to key it by: ``url``
+    without the query parameters that only authenticate the request
+    (``_AUTH_PARAMETERS``, ``_AUTH_SCHEMES``) and without a password. Every
+    other parameter (``versionId``, ``generation``, ``partNumber``: they
+    select the content) stays, as given and in its order: a name may miss
+    entries it could have shared, never share another object's.
+
+    Presigned URLs expire and are signed anew for every job: keyed by the
+    whole URL, a cache filled through one signing is never found through
+    the next, and it would hold every signature it was read by.
+    """
+    if "?" not in url and "@" not in url:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    fields = parts.query.split("&")
+    names = [urllib.parse.unquote_plus(field.partition("=")[0]).lower() for field in fields]
+    dropped = _AUTH_PARAMETERS.union(
+        *(drop for present, drop in _AUTH_SCHEMES if present.issubset(names))
+    )
+    query = "&".join(
+        field for field, name in zip(fields, names, strict=True) if name not in dropped
+    )
+    user, at, host = parts.netloc.rpartition("@")
+    netloc = f"{user.partition(':')[0]}{at}{host}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def register_secret(*values: str | bytes | None) -> None:

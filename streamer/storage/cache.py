@@ -23,6 +23,12 @@ started under, so the old version's bytes still arriving after a rewrite
 (a slow or retried GET, another store's late disk-tier write) land under
 the old stamp, where no reader looks any more. With a disk tier the stamp
 is an entry of it, so stores and processes opened later agree on it.
+
+The disk tier keys every entry (``disk_key``) by the object's *cache name*,
+which the store gives: its path, or for an HTTP URL the URL without the
+query parameters that only authenticate (a presigned signature), so a
+directory filled through URLs signed for one job serves the next job's
+URLs, signed anew. The memory tier keys blocks by path.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 #: ``fetch(path, start, end, size)``: exactly the bytes ``[start, end)`` of one
 #: object of ``size`` bytes.
 Fetch = Callable[[str, int, int, int], Awaitable[bytes]]
+#: The name the disk tier keys an object's entries by (``RemoteStore.cache_name``).
+Name = Callable[[str], str]
 #: A block: (path, stamp, object size, block number).
 _Key = tuple[str, str, int, int]
 #: The stamp of an object this store has not written, without a disk tier
@@ -87,17 +95,25 @@ class BlockCache:
     """Aligned blocks of every object of one store, fetched through ``fetch``.
 
     ``namespace`` (the store's URL) keeps disk entries of different stores
-    apart; blocks are keyed by (path, stamp, size), so an object rewritten
-    through this store is never served from its old blocks.
+    apart, ``name`` names an object in them (``disk_key``); blocks are keyed
+    by (path, stamp, size), so an object rewritten through this store is
+    never served from its old blocks.
     """
 
     def __init__(
-        self, fetch: Fetch, *, config: CacheConfig, stats: StoreStats, namespace: str
+        self,
+        fetch: Fetch,
+        *,
+        config: CacheConfig,
+        stats: StoreStats,
+        namespace: str,
+        name: Name = str,
     ) -> None:
         self.config = config
         self._fetch = fetch
         self._stats = stats
         self._namespace = namespace
+        self._name = name
         self._blocks: OrderedDict[_Key, bytes] = OrderedDict()
         self._bytes = 0
         self._inflight: dict[_Key, _Run] = {}
@@ -369,12 +385,18 @@ class BlockCache:
 
     # -- disk tier ------------------------------------------------------------
 
+    def disk_key(self, kind: str, path: str, *fields: object) -> str:
+        """The disk-tier key of a ``kind`` entry about the object ``path``
+        (``fields`` tell its entries of that kind apart): every entry of the
+        store's is keyed here, by the object's cache name, never its path
+        (a presigned URL's signature changes with every signing)."""
+        return "\0".join([self._namespace, kind, self._name(path), *map(str, fields)])
+
     def _disk_key(self, path: str, stamp: str, size: int, block: int) -> str:
-        bs = self.config.block_size
-        return f"{self._namespace}\0{path}\0{stamp}\0{size}\0{bs}\0{block}"
+        return self.disk_key("block", path, stamp, size, self.config.block_size, block)
 
     def _stamp_key(self, path: str) -> str:
-        return f"{self._namespace}\0stamp\0{path}"
+        return self.disk_key("stamp", path)
 
     def _block_length(self, size: int, block: int) -> int:
         bs = self.config.block_size

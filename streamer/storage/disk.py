@@ -1,6 +1,7 @@
 """The on-disk tier of the block cache: a directory several processes share.
 
-Each cached block is one file, named by a hash of (store, object, the
+Each cached block is one file, named by a hash of (store, the object's cache
+name (``RemoteStore.cache_name``: its path, or a URL without its signature), the
 object's stamp, object size, block size, block number), under 256 fan-out
 subdirectories (a stamp is an entry too, see ``cache.py``); the
 store's metadata answers (listings, shard tails and footers, sizes) are

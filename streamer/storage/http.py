@@ -36,7 +36,7 @@ import yarl
 
 from ..errors import StorageError
 from ._bounds import parse_content_range
-from ._urls import redact, register_secret, safe_url
+from ._urls import cache_name, redact, register_secret, safe_url
 from .base import Entry
 from .remote import Answer, RangeNotSatisfiable, RemoteStore
 from .retry import TransientError, parse_retry_after
@@ -145,6 +145,13 @@ class HTTPStore(RangeGetStore):
 
     def display(self, path: str) -> str:
         return safe_url(path)
+
+    def cache_name(self, path: str) -> str:
+        """The URL without the query parameters that only authenticate it
+        (presigned S3, GCS, B2, CloudFront, Azure SAS) or a password
+        (``_urls.cache_name``): a cache directory filled through URLs signed
+        for one job serves the next job's, signed anew."""
+        return cache_name(path)
 
     def _host(self, path: str) -> str:
         parts = urllib.parse.urlsplit(path)

@@ -209,6 +209,15 @@ class RemoteStore(Store):
         server share an outage gate (``health.py``). One per store by default."""
         return self.url
 
+    def cache_name(self, path: str) -> str:
+        """The name of the object ``path`` in the disk tier's keys (blocks,
+        stamps, version tags, remembered answers): ``path`` itself by
+        default. A store whose paths carry credentials that change while
+        the object does not (presigned URLs, signed anew for every job)
+        names it without them, or every new signing would miss everything
+        cached before."""
+        return path
+
     def _throttle_key(self, path: str) -> str:
         """Which adaptive limit ``path``'s requests share (``throttle.py``),
         as stats may show it: one per server by default."""
@@ -266,7 +275,11 @@ class RemoteStore(Store):
 
     def _new_state(self) -> _ProcessState:
         cache = BlockCache(
-            self._fetch, config=self.cache_config, stats=self.stats, namespace=self.url
+            self._fetch,
+            config=self.cache_config,
+            stats=self.stats,
+            namespace=self.url,
+            name=self.cache_name,
         )
         return _ProcessState(cache=cache, limit=asyncio.Semaphore(self.max_concurrency))
 
@@ -404,10 +417,10 @@ class RemoteStore(Store):
         tags = self._state.get().tags
         kind = tag.partition(" ")[0]
         if (path, stamp, kind) not in tags:
-            disk = self._state.get().cache.disk
-            first = tag
+            cache = self._state.get().cache
+            disk, first = cache.disk, tag
             if disk is not None:
-                key = f"{self.url}\0tag\0{stamp}\0{path}\0{kind}"
+                key = cache.disk_key("tag", path, stamp, kind)
                 loop = asyncio.get_running_loop()
                 found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
                 first = found.decode()
@@ -415,20 +428,27 @@ class RemoteStore(Store):
         return tags[(path, stamp, kind)]
 
     async def _remembered(
-        self, what: str, ask: Callable[[], Awaitable[bytes]], path: str | None = None
+        self,
+        ask: Callable[[], Awaitable[bytes]],
+        what: str,
+        path: str,
+        *fields: object,
+        stamped: bool = True,
     ) -> bytes:
         """A metadata answer (listing, shard tail, footer read, size), kept in the
         disk tier when the store has one: a cache directory filled by ``streamer
-        warmup`` then serves whole runs without a request. An answer about one
-        object (``path``) is kept under its stamp, so a write through this store
-        retires it with the blocks (``cache.py``); listings are kept as they
-        are (delete the directory after changing a dataset some other way)."""
+        warmup`` then serves whole runs without a request. ``what`` and
+        ``fields`` say which answer about ``path`` it is. An answer about an
+        object is kept under its stamp, so a write through this store
+        retires it with the blocks (``cache.py``); listings (not
+        ``stamped``) are kept as they are (delete the directory after
+        changing a dataset some other way)."""
         cache = self._state.get().cache
         disk = cache.disk
         if disk is None:
             return await ask()
-        stamp = "" if path is None else await cache.stamp(path)
-        key = f"{self.url}\0meta\0{stamp}\0{what}"
+        stamp = await cache.stamp(path) if stamped else ""
+        key = cache.disk_key(what, path, stamp, *fields)
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, disk.get, key)
         if found is not None:
@@ -444,7 +464,7 @@ class RemoteStore(Store):
             entries = await self._call(lambda c: self._list(c, path), what, path)
             return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
 
-        rows = json.loads(await self._remembered(f"list\0{path}", ask))
+        rows = json.loads(await self._remembered(ask, "list", path, stamped=False))
         return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
@@ -473,7 +493,7 @@ class RemoteStore(Store):
 
         cache = self._state.get().cache
         stamp = await cache.stamp(path)  # before asking: the bytes are of this version
-        answer = await self._remembered(f"tail\0{path}\0{length}", ask, path)
+        answer = await self._remembered(ask, "tail", path, length)
         start, size = _TAIL_HEAD.unpack_from(answer)
         body = answer[_TAIL_HEAD.size :]
         cache.insert(path, stamp, size, start, body)
@@ -501,12 +521,12 @@ class RemoteStore(Store):
             size = await self._call(lambda c: self._get_size(c, path), what, path)
             return str(size).encode()
 
-        return int(await self._remembered(f"size\0{path}", ask, path))
+        return int(await self._remembered(ask, "size", path))
 
     async def _fetch_exact(self, path: str, start: int, end: int, size: int) -> bytes:
         """``_fetch`` for one-off metadata reads: remembered, never block-cached."""
         return await self._remembered(
-            f"range\0{path}\0{start}\0{end}", lambda: self._fetch(path, start, end, size), path
+            lambda: self._fetch(path, start, end, size), "range", path, start, end
         )
 
     async def _store(self, path: str, body: bytes) -> None:
