@@ -24,12 +24,13 @@ import asyncio
 import base64
 import contextlib
 import html.parser
+import re
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import yarl
@@ -60,6 +61,19 @@ NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionEr
 #: Answers that send a GET elsewhere (``Location``), and how many are followed.
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+#: Pages of one directory listing read at most: an index page may link the
+#: next page of its entries (``_links``), and a listing must end.
+MAX_INDEX_PAGES = 1000
+#: Query parameters that say where in a listing an index page starts.
+CONTINUATION_KEYS = frozenset(
+    {
+        "page", "p", "pg", "marker", "offset", "start", "from", "after", "skip", "cursor",
+        "next", "continuation", "continuation-token", "continuation_token", "continuationtoken",
+        "start-after", "start_after", "startafter", "page_token", "pagetoken", "next_page",
+    }
+)  # fmt: skip
+#: Link texts of a "next page" link: "Next", "Next page", "next »", "More", "»".
+_NEXT_TEXT = re.compile(r"^(?:next\b|more\b|load more\b|[\u00bb\u203a>\u2192]+$)")
 #: 5xx answers that say the server cannot do it at all, not for now: not retried.
 UNSUPPORTED = frozenset({501, 505})
 #: HTTP ranges: (start, end exclusive, object size).
@@ -177,17 +191,57 @@ class HTTPStore(RangeGetStore):
         )
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
+        """The entries of the directory's first index page alone: ``_list_all``
+        reads the pages it links as continuations too."""
         directory = _directory(path)
+        return (await self._index_page(client, directory, directory))[0]
+
+    async def _list_all(self, path: str) -> list[Entry]:
+        """The entries of every index page of the directory: the first, and the
+        pages it (and each of those) links as its continuation (``?page=2``,
+        ``?marker=...``, ``rel="next"``: ``_links``), each asked for once and
+        retried on its own, at most ``MAX_INDEX_PAGES`` of them; past that a
+        ``StorageError``, never the pages read so far as if they were all."""
+        directory = _directory(path)
+        found: dict[str, Entry] = {}
+        queue, seen, pages = [directory], {_page_key(directory)}, 0
+        while queue:
+            if pages == MAX_INDEX_PAGES:
+                raise StorageError(
+                    f"{self.display(directory)}: the index page links more than "
+                    f"{MAX_INDEX_PAGES} pages of entries (next: {safe_url(queue[0])}); a listing "
+                    "that long is not read: give the dataset a manifest (streamer-manifest.json, "
+                    "written by `streamer index` on the copy the server publishes) so it opens "
+                    "without a listing"
+                )
+            url = queue.pop(0)
+            entries, more = await self._call(
+                lambda c, url=url: self._index_page(c, directory, url),  # type: ignore[misc]
+                f"list {self.display(url)}",
+                path,
+            )
+            pages += 1
+            for entry in entries:
+                found.setdefault(entry.name, entry)
+            for link in more:
+                if _page_key(link) not in seen:
+                    seen.add(_page_key(link))
+                    queue.append(link)
+        return list(found.values())
+
+    async def _index_page(
+        self, client: aiohttp.ClientSession, directory: str, url: str
+    ) -> tuple[list[Entry], list[str]]:
+        """One index page of ``directory`` (``url``: the directory, or a page of
+        its listing): its entries and the pages it links as continuations."""
+        shown = self.display(url)
         try:
-            shown = self.display(directory)
-            async with follow(client, directory, shown, {}, self._headers, self._proxy) as (
-                response
-            ):
-                check_status(self.display(directory), None, response)
-                page = _page(self.display(directory), response, await response.read())
+            async with follow(client, url, shown, {}, self._headers, self._proxy) as response:
+                check_status(shown, None, response)
+                page = _page(shown, response, await response.read())
         except NETWORK_ERRORS as exc:
-            raise _network_error(self.display(directory), exc) from None
-        return _links(directory, page)
+            raise _network_error(shown, exc) from None
+        return _links(directory, url, page)
 
 
 def open_session(store: RemoteStore, verify: bool | str | None = None) -> aiohttp.ClientSession:
@@ -515,34 +569,121 @@ def _directory(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/"))
 
 
+class _Link(NamedTuple):
+    href: str
+    rel: str  # the ``rel`` attribute, lower case
+    text: str  # the link's text, stripped, lower case
+
+
 class _LinkParser(html.parser.HTMLParser):
+    """The ``<a href>`` links of a page with their ``rel`` and text, and the
+    ``<link rel=... href>`` ones of its head."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[str] = []
+        self.links: list[_Link] = []
+        self._open: tuple[str, str, list[str]] | None = None  # the <a> being read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
+        named = dict(attrs)
+        href, rel = named.get("href"), (named.get("rel") or "").lower()
         if tag == "a" and href:
-            self.links.append(href)
+            self._close()
+            self._open = (href, rel, [])
+        elif tag == "link" and href and rel:
+            self.links.append(_Link(href, rel, ""))
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open[2].append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._close()
+
+    def close(self) -> None:
+        super().close()
+        self._close()
+
+    def _close(self) -> None:
+        if self._open is not None:
+            href, rel, text = self._open
+            self.links.append(_Link(href, rel, " ".join("".join(text).split()).lower()))
+            self._open = None
 
 
-def _links(directory: str, page: str) -> list[Entry]:
-    """Children of ``directory`` linked from its index page (deduplicated).
-    Paths are compared unquoted: the URL may be given as typed (``my data``)
-    and the page link its entries by their quoted absolute path
-    (``/my%20data/x``), or the other way round."""
+def _links(directory: str, url: str, page: str) -> tuple[list[Entry], list[str]]:
+    """Children of ``directory`` linked from its index page at ``url``
+    (deduplicated), and the pages of the listing the page links as its
+    continuation (``_continues``), carrying the directory URL's query
+    parameters (an access token) where they do not set them. Paths are
+    compared unquoted: the URL may be given as typed (``my data``) and the
+    page link its entries by their quoted absolute path (``/my%20data/x``),
+    or the other way round.
+
+    A ``rel="next"`` link to anything but the directory itself (a path of
+    its own: ``/data/page/2/``) is a ``StorageError``: its entries would
+    be missed without a word."""
     parser = _LinkParser()
     parser.feed(page)
+    parser.close()
     base = urllib.parse.urlsplit(directory)
     folder = urllib.parse.unquote(base.path)
     found: dict[str, Entry] = {}
-    for href in parser.links:
-        target = urllib.parse.urlsplit(urllib.parse.urljoin(directory, href))
+    pages: list[str] = []
+    for link in parser.links:
+        joined = urllib.parse.urljoin(url, link.href)
+        target = urllib.parse.urlsplit(joined)
         path = urllib.parse.unquote(target.path)
-        if target.netloc.lower() != base.netloc.lower() or not path.startswith(folder):
+        same = target.netloc.lower() == base.netloc.lower()
+        itself = same and path.rstrip("/") == folder.rstrip("/")
+        if "next" in link.rel.split() and not itself and target.scheme in ("http", "https"):
+            raise StorageError(
+                f"{safe_url(url)}: the index page continues at {safe_url(joined)}, not at "
+                "the directory's own URL: its entries cannot be listed; give the dataset a "
+                "manifest (streamer-manifest.json) so it opens without a listing"
+            )
+        if itself and _continues(link, target):
+            pages.append(_with_query(target, base.query))
+            continue
+        if not same or not path.startswith(folder):
             continue
         rest = path[len(folder) :]
         name = rest.rstrip("/")
         if name and "/" not in name and not name.startswith("."):
             found[name] = Entry(name, rest.endswith("/"))
-    return list(found.values())
+    return list(found.values()), pages
+
+
+def _continues(link: _Link, target: urllib.parse.SplitResult) -> bool:
+    """Whether ``link`` to the directory itself is a page of its listing:
+    ``rel="next"``, or a query that names a position in it (``?page=2``,
+    ``?marker=x``, ``?offset=100``: ``CONTINUATION_KEYS``) or a text that
+    says "next" or "more". Other queries of the directory (Apache's sort
+    orders ``?C=N;O=D``) list the same entries again, and are not read."""
+    if "next" in link.rel.split():
+        return True
+    if not target.query:
+        return False
+    keys = {key.lower() for key, _ in urllib.parse.parse_qsl(target.query, keep_blank_values=True)}
+    return bool(keys & CONTINUATION_KEYS) or _NEXT_TEXT.match(link.text) is not None
+
+
+def _with_query(target: urllib.parse.SplitResult, query: str) -> str:
+    """``target`` with the parameters of ``query`` it does not set itself added."""
+    own = urllib.parse.parse_qsl(target.query, keep_blank_values=True)
+    keys = {key for key, _ in own}
+    extra = [
+        (k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k not in keys
+    ]
+    if not extra:
+        return urllib.parse.urlunsplit(target._replace(fragment=""))
+    joined = "&".join(filter(None, [target.query, urllib.parse.urlencode(extra)]))
+    return urllib.parse.urlunsplit(target._replace(query=joined, fragment=""))
+
+
+def _page_key(url: str) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """What makes two page URLs the same page: host, unquoted path, query parameters."""
+    parts = urllib.parse.urlsplit(url)
+    query = sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return parts.netloc.lower(), urllib.parse.unquote(parts.path), tuple(query)

@@ -438,10 +438,16 @@ class RemoteStore(Store):
         await loop.run_in_executor(None, disk.put, key, answer)
         return answer
 
+    async def _list_all(self, path: str) -> list[Entry]:
+        """Every child of ``path``: one ``_list`` request, retried. A backend
+        whose listings come in pages it must ask for one by one (``HTTPStore``'s
+        index pages) overrides it: each page its own retried request."""
+        what = f"list {self.display(path)}"
+        return cast(list[Entry], await self._call(lambda c: self._list(c, path), what, path))
+
     async def _listing(self, path: str) -> list[Entry]:
         async def ask() -> bytes:
-            what = f"list {self.display(path)}"
-            entries = await self._call(lambda c: self._list(c, path), what, path)
+            entries = await self._list_all(path)
             return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
 
         rows = json.loads(await self._remembered(f"list\0{path}", ask))

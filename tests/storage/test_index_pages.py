@@ -1,0 +1,129 @@
+"""HTTP directory index pages: listings that come in pages, and pages too large to read."""
+
+from __future__ import annotations
+
+import html
+import time
+import urllib.parse
+
+import pytest
+from helpers import SECRET
+
+from streamer.errors import StorageError
+from streamer.storage import http as http_store
+from testkit.servers import LoopbackServer
+
+FAST = {"backoff": 0.01, "max_backoff": 0.05}
+NAMES = [f"shard-{n:06d}.wsds" for n in range(10)]
+PER_PAGE = 3
+
+
+def _continuation(style: str, page: int) -> str:
+    """The link of a listing's page ``page`` (1-based), as servers write them."""
+    if style == "page":
+        return f'<a href="?page={page}">Next &raquo;</a>'
+    if style == "marker":  # a listing by marker: the last name of the page before
+        marker = urllib.parse.quote(NAMES[(page - 1) * PER_PAGE - 1])
+        return f'<a rel="next" href="?marker={marker}">more</a>'
+    return f'<link rel="next" href="/data/?offset={(page - 1) * PER_PAGE}">'  # absolute
+
+
+def _page_of(style: str, query: dict[str, str]) -> int:
+    if style == "page":
+        return int(query.get("page", 1))
+    if style == "marker":
+        return 1 if "marker" not in query else NAMES.index(query["marker"]) // PER_PAGE + 2
+    return int(query.get("offset", 0)) // PER_PAGE + 1
+
+
+def paginated(style: str, *, token: bool = False, endless: bool = False) -> LoopbackServer:
+    """A server listing ``NAMES`` under ``/data/`` ``PER_PAGE`` to a page, each
+    page linking the next one (``style``: ``?page=N`` "Next", ``rel=next``
+    ``?marker=``, a ``<link rel=next>`` in the head with ``?offset=``) and,
+    for ``page``, every page by number (back to the first). ``token``: every
+    request must carry ``?token=SECRET`` (a signed dataset link);
+    ``endless``: pages past the names list made-up names, and never end."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        query = dict(request.query)
+        if token and query.pop("token", None) != SECRET:
+            return 403, {}, b"bad token"
+        if request.path != "/data/":
+            return 404, {}, b""
+        page = _page_of(style, query)
+        names = NAMES[(page - 1) * PER_PAGE : page * PER_PAGE]
+        if endless and not names:
+            names = [f"made-up-{page}.wsds"]
+        links = "".join(f'<a href="{html.escape(n)}">{n}</a>\n' for n in names)
+        links += '<a href="?C=N;O=D">Name</a> <a href="../">Parent Directory</a>\n'  # Apache's
+        if style == "page":
+            pages = -(-len(NAMES) // PER_PAGE)
+            links += " ".join(f'<a href="?page={n}">{n}</a>' for n in range(1, pages + 1))
+        if endless or page * PER_PAGE < len(NAMES):
+            links += _continuation(style, page + 1)
+        body = f"<html><head></head><body>{links}</body></html>"
+        return 200, {"Content-Type": "text/html"}, body.encode()
+
+    return LoopbackServer(handle).start()
+
+
+@pytest.mark.parametrize("style", ["page", "marker", "link"])
+@pytest.mark.parametrize("token", [False, True])
+def test_a_listing_in_pages_lists_every_entry(style, token, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A directory whose index page lists its entries a page at a time, each
+    page linking the next (``?page=2``, ``?marker=...``, ``rel="next"``):
+    every entry of every page is listed, each page asked for once, a query
+    the directory URL carries (an access token) kept on every page. Only the
+    first page was read: a dataset's shards past it were silently left out
+    of every epoch."""
+    server = paginated(style, token=token)
+    try:
+        store = make_store("http", **FAST)
+        url = f"{server.url}/data" + (f"?token={SECRET}" if token else "")
+        assert [entry.name for entry in store.list_sync(url)] == NAMES
+        asked = [r.path for r in server.requests]
+        assert len(asked) == len(set(asked))
+        pages = -(-len(NAMES) // PER_PAGE)
+        assert pages <= len(asked) <= pages + 1  # ``?page=1`` is the first page again
+        assert all(f"token={SECRET}" in path for path in asked) or not token
+    finally:
+        server.stop()
+
+
+def test_a_listing_whose_pages_never_end_fails_clearly(make_store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Continuation links that never end (a server making up pages): a clear
+    error after ``MAX_INDEX_PAGES`` pages naming the URL and what to do, not
+    an endless loop, and not the pages read so far as if they were all."""
+    monkeypatch.setattr(http_store, "MAX_INDEX_PAGES", 20)
+    server = paginated("page", endless=True)
+    try:
+        store = make_store("http", **FAST)
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="more than 20 pages") as caught:
+            store.list_sync(f"{server.url}/data/")
+        message = str(caught.value)
+        assert message.startswith(f"{server.url}/data/: ") and "\n" not in message
+        assert "manifest" in message
+        assert len(server.requests) == 20 and time.monotonic() - started < 10
+    finally:
+        server.stop()
+
+
+def test_a_next_page_at_a_path_of_its_own_fails_clearly(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A ``rel="next"`` page at another path than the directory's
+    (``/data/page/2/``): its entries cannot be told from subdirectories'
+    ones, so a clear error, not the first page as if it were all."""
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        links = "".join(f'<a href="{n}">{n}</a>' for n in NAMES[:PER_PAGE])
+        body = f'{links}<a rel="next" href="/data/page/2/">next</a>'
+        return 200, {"Content-Type": "text/html"}, body.encode()
+
+    server = LoopbackServer(handle).start()
+    try:
+        with pytest.raises(StorageError, match=r"continues at .*/data/page/2/") as caught:
+            make_store("http", **FAST).list_sync(f"{server.url}/data/")
+        assert str(caught.value).startswith(f"{server.url}/data/: ")
+        assert "manifest" in str(caught.value) and len(server.requests) == 1
+    finally:
+        server.stop()
