@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import codecs
 import contextlib
 import html.parser
 import re
@@ -64,6 +65,9 @@ MAX_REDIRECTS = 10
 #: Pages of one directory listing read at most: an index page may link the
 #: next page of its entries (``_links``), and a listing must end.
 MAX_INDEX_PAGES = 1000
+#: The largest index page read (decoded): a page of 64 MiB lists some 300 000
+#: entries; a larger one (or a gzip bomb) is refused, not read into memory.
+MAX_INDEX_PAGE = 64 << 20
 #: Query parameters that say where in a listing an index page starts.
 CONTINUATION_KEYS = frozenset(
     {
@@ -238,7 +242,7 @@ class HTTPStore(RangeGetStore):
         try:
             async with follow(client, url, shown, {}, self._headers, self._proxy) as response:
                 check_status(shown, None, response)
-                page = _page(shown, response, await response.read())
+                page = _page(shown, response, await _page_body(shown, response))
         except NETWORK_ERRORS as exc:
             raise _network_error(shown, exc) from None
         return _links(directory, url, page)
@@ -501,22 +505,60 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _page_body(url: str, response: aiohttp.ClientResponse) -> bytes:
+    """An index page's body as sent, refused past ``MAX_INDEX_PAGE`` bytes
+    (by its ``Content-Length`` before a byte is read; a body of no declared
+    length once that much has come)."""
+    if (response.content_length or 0) > MAX_INDEX_PAGE:
+        raise _page_too_large(url)
+    body = await _read_at_most(response.content, MAX_INDEX_PAGE + 1)
+    if len(body) > MAX_INDEX_PAGE:
+        raise _page_too_large(url)
+    return body
+
+
+def _page_too_large(url: str) -> StorageError:
+    return StorageError(
+        f"{url}: the index page is larger than {MAX_INDEX_PAGE >> 20} MiB (decoded); a listing "
+        "that large is not read: give the dataset a manifest (streamer-manifest.json) so it "
+        "opens without a listing"
+    )
+
+
 def _page(url: str, response: aiohttp.ClientResponse, body: bytes) -> str:
     """An index page's text, decompressed when a server (a CDN) sent it gzip-
     or deflate-encoded though ``identity`` was asked for: unlike a range, a
-    whole page is the same page either way. Read as sent, it listed nothing."""
+    whole page is the same page either way. Read as sent, it listed nothing.
+    Decompressed up to ``MAX_INDEX_PAGE`` bytes, no further (a gzip bomb of
+    kilobytes would be gigabytes in memory)."""
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("gzip", "x-gzip", "deflate"):
+        inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
         try:
-            body = zlib.decompress(body, wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+            body = inflate.decompress(body, MAX_INDEX_PAGE + 1)
         except zlib.error:
-            raise StorageError(f"{url}: the index page is not valid {encoding}") from None
+            body, inflate = b"", None
+        if len(body) > MAX_INDEX_PAGE:
+            raise _page_too_large(url)
+        if inflate is None or not inflate.eof:
+            raise StorageError(f"{url}: the index page is not valid {encoding}")
     elif encoding not in ("", "identity"):
         raise StorageError(
             f"{url}: the server sent the index page {encoding}-encoded; "
             "serve it uncompressed (Content-Encoding: identity)"
         )
-    return body.decode(response.get_encoding(), errors="replace")
+    return body.decode(_charset(response), errors="replace")
+
+
+def _charset(response: aiohttp.ClientResponse) -> str:
+    """The page's ``charset``, else UTF-8 (aiohttp's ``get_encoding``, which
+    wants the body read by ``response.read()``)."""
+    charset = response.charset or "utf-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        return "utf-8"
+    return charset
 
 
 def _unsatisfied_size(content_range: str) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import html
 import time
 import urllib.parse
@@ -125,5 +126,37 @@ def test_a_next_page_at_a_path_of_its_own_fails_clearly(make_store) -> None:  # 
             make_store("http", **FAST).list_sync(f"{server.url}/data/")
         assert str(caught.value).startswith(f"{server.url}/data/: ")
         assert "manifest" in str(caught.value) and len(server.requests) == 1
+    finally:
+        server.stop()
+
+
+def _serving(body: bytes, headers: dict[str, str]) -> LoopbackServer:
+    async def handle(request):  # type: ignore[no-untyped-def]
+        return 200, {"Content-Type": "text/html", **headers}, body
+
+    return LoopbackServer(handle).start()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "identity", "chunked"])
+def test_an_index_page_past_the_size_limit_fails_clearly(encoding, make_store) -> None:  # type: ignore[no-untyped-def]
+    """An index page that decodes to more than ``MAX_INDEX_PAGE`` bytes (a
+    gzip bomb: 80 KiB on the wire, 80 MiB decoded; a page that large sent
+    as it is, with or without a Content-Length): one line naming the URL
+    (without its token) and the limit. It was read, decompressed and decoded
+    whole into memory (and parsed), however large."""
+    page = b"<html><body>" + b" " * (80 << 20) + b'<a href="x.wsds">x</a></body></html>'
+    if encoding == "gzip":
+        server = _serving(gzip.compress(page, 1), {"Content-Encoding": "gzip"})
+    else:
+        server = _serving(page, {})
+        server.faults.chunked = encoding == "chunked"
+        server.faults.only_ranged = False
+    try:
+        store = make_store("http", **FAST)
+        with pytest.raises(StorageError, match="larger than 64 MiB") as caught:
+            store.list_sync(f"{server.url}/data/?token={SECRET}")
+        message = str(caught.value)
+        assert message.startswith(f"{server.url}/data/?…: ") and "\n" not in message
+        assert SECRET not in message and store.stats.retries == 0
     finally:
         server.stop()
