@@ -298,7 +298,8 @@ async def ranged_get(
     The answer must name its bytes in ``Content-Range``: with status 206,
     or 200 (some S3 servers, rclone's among them, send ranges so). A 200
     naming none is the whole object, usable only when it is empty (moto
-    answers a suffix of an empty object so). Other answers raise
+    answers a suffix of an empty object so): for a size or a tail, never
+    for bytes asked by offset (``check_span``). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
     S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
     signature. ``private`` headers go to ``url``'s origin only (``follow``)."""
@@ -417,7 +418,16 @@ def check_span(url: str, span: Span, start: int, end: int) -> None:
     server may send (it caps range sizes; the caller asks for the rest). One
     that starts elsewhere is no answer to the question, and asking again
     would not change it: an error, not a retry for the whole time budget.
-    One that runs past the range is retried like an over-long body."""
+    One that runs past the range is retried like an over-long body. One of
+    no bytes (a 200 naming none: the whole object, empty) holds none of the
+    bytes asked, which the reader knows are there: an error too, not an
+    empty read, nor the "changed on the server" its size would make it."""
+    if span[1] == span[0]:
+        raise StorageError(
+            f"{url}: the server answered the request for bytes {start}-{end - 1} with no bytes "
+            "(200, Content-Length: 0, no Content-Range: the whole object, empty); the object "
+            "was emptied on the server, or the server (a proxy, a CDN) does not send its bytes"
+        )
     if span[0] != start:
         raise StorageError(
             f"{url}: the server answered bytes {span[0]}-{span[1] - 1} to a request for bytes "

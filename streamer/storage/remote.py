@@ -184,9 +184,11 @@ class RemoteStore(Store):
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         """One request for the last ``length`` bytes: (start, answer), the
         answer's ``size`` being the object's (never ``None``); its body may
-        stop early as ``_get_range``'s may. A 416 (some servers' answer to a
-        suffix longer than the object) raises ``RangeNotSatisfiable``:
-        ``_suffix`` reads the object's bytes another way."""
+        stop early as ``_get_range``'s may, or start later than the suffix
+        asked, where the answer says so (``_tail`` asks for the rest). A
+        416 (some servers' answer to a suffix longer than the object) raises
+        ``RangeNotSatisfiable``: ``_suffix`` reads the object's bytes
+        another way."""
 
     @abc.abstractmethod
     async def _get_size(self, client: Any, path: str) -> int:
@@ -475,6 +477,11 @@ class RemoteStore(Store):
             if got < size:  # the answer said it carries less: the rest by ranges
                 self.stats.partial_answers += 1
                 body += await self._fetch_from(path, stamp, got, size, size)
+            first = max(0, size - length)
+            if start > first:  # it said it carries the last bytes alone: the front by ranges
+                self.stats.partial_answers += 1
+                body = await self._fetch_from(path, stamp, first, start, size) + body
+                start = first
             return _TAIL_HEAD.pack(start, size) + body
 
         cache = self._state.get().cache
