@@ -37,7 +37,7 @@ import aiohttp
 import yarl
 
 from ..errors import StorageError
-from ._bounds import parse_content_range
+from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
 from .remote import Answer, RangeNotSatisfiable, RemoteStore
@@ -299,7 +299,9 @@ async def ranged_get(
     or 200 (some S3 servers, rclone's among them, send ranges so). A 200
     naming none is the whole object, usable only when it is empty (moto
     answers a suffix of an empty object so): for a size or a tail, never
-    for bytes asked by offset (``check_span``). Other answers raise
+    for bytes asked by offset (``check_span``). One naming an unsatisfied
+    range (``bytes */SIZE``) is the 416 it describes, with its size
+    (``RangeNotSatisfiable``). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
     S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
     signature. ``private`` headers go to ``url``'s origin only (``follow``)."""
@@ -307,7 +309,16 @@ async def ranged_get(
         async with follow(
             session, url, shown, {"Range": byte_range}, private or {}, proxy
         ) as response:
-            span = parse_content_range(response.headers.get("Content-Range"))
+            named = response.headers.get("Content-Range")
+            span = parse_content_range(named)
+            unsatisfied = parse_unsatisfied_range(named)
+            if response.status in (200, 206) and unsatisfied is not None:
+                # The 416's answer under a 2xx status: its size is the object's.
+                raise RangeNotSatisfiable(
+                    f"{shown}: range not satisfiable ({byte_range}; {named}; "
+                    f"HTTP {response.status})",
+                    size=unsatisfied,
+                )
             if response.status == 200 and span is None and response.content_length == 0:
                 span = (0, 0, 0)
             if response.status in (200, 206) and span is not None:
