@@ -17,6 +17,7 @@ range) and the last cause.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import email.utils
 import logging
 import random
@@ -169,7 +170,9 @@ def _spent(tries: int, first_failure: float, policy: RetryPolicy) -> bool:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date).
+    A date is GMT (RFC 9110), in the forms that name no zone too (``-0000``,
+    asctime's), which ``email.utils`` leaves naive: local time, hours off."""
     if not value:
         return None
     try:
@@ -180,4 +183,6 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - time.time())

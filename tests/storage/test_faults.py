@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import gzip
 import time
@@ -45,6 +46,38 @@ def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # 
     assert time.monotonic() - started >= 0.6
     assert len(server.ranged()) == 3
     assert reader.store.stats.retries == 2
+
+
+@pytest.fixture
+def local_zone(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """The process's local time zone set to ``request.param`` (``TZ``) for the test."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("local_zone", ["Asia/Tokyo", "America/New_York"], indirect=True)
+@pytest.mark.parametrize("form", ["-0000", "asctime"])
+def test_a_retry_after_date_without_a_zone_is_gmt(served_http, data, local_zone, form) -> None:  # type: ignore[no-untyped-def]
+    """``Retry-After`` as an HTTP date in the forms that name no zone (``-0000``,
+    asctime's): GMT, as RFC 9110 has every HTTP date, whatever the machine's
+    zone. It was read as local time: east of Greenwich the date lay hours in
+    the past (retried at once, hammering a store that asked for a pause),
+    west of it hours ahead (waited ``max_retry_after``)."""
+    open_reader, server = served_http
+    reader = open_reader(**FAST, max_retry_after=5)
+    when = time.time() + 2.5
+    if form == "-0000":
+        date = email.utils.formatdate(when)  # "Fri, 04 Dec 2026 15:20:02 -0000"
+    else:
+        date = time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(when))
+    server.faults.errors, server.faults.retry_after = 1, date
+    started = time.monotonic()
+    assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+    assert 1.0 <= time.monotonic() - started < 4
+    assert reader.store.stats.retries == 1
 
 
 def test_connection_resets_are_retried(served, data) -> None:  # type: ignore[no-untyped-def]
