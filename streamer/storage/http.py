@@ -40,7 +40,7 @@ from ..errors import StorageError
 from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .remote import Answer, RangeNotSatisfiable, RemoteStore
+from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -479,7 +479,7 @@ def check_status(
             size=_unsatisfied_size(total),
         )
     if status == 404:
-        raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
+        raise NotFound(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
 
 

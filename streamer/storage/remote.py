@@ -38,7 +38,14 @@ from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 from .throttle import Slot, Throttle
 
-__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore", "check_length"]
+__all__ = [
+    "Answer",
+    "NotFound",
+    "RangeNotSatisfiable",
+    "RemoteReader",
+    "RemoteStore",
+    "check_length",
+]
 
 #: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
 COPY_IN_FLIGHT = 4
@@ -74,9 +81,18 @@ class RangeNotSatisfiable(StorageError):
     a range inside the size a reader knows, that the object shrank.
     ``size``: the object's size, when the answer said it."""
 
+    failure_reason = "range not satisfiable"  # as ``StoreStats.failure_reasons`` counts it
+
     def __init__(self, message: str, size: int | None = None) -> None:
         super().__init__(message)
         self.size = size
+
+
+class NotFound(StorageError):
+    """404 (``NoSuchKey``, ``NoSuchBucket``, a file system's ``FileNotFoundError``):
+    the object is not there."""
+
+    failure_reason = "not found"  # as ``StoreStats.failure_reasons`` counts it
 
 
 @dataclasses.dataclass

@@ -371,3 +371,43 @@ def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no
         fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
     finally:
         server.stop()
+
+
+def test_every_failed_request_is_counted_once_with_its_reason(served, make_store) -> None:  # type: ignore[no-untyped-def]
+    """``stats.failures`` counts every request that failed, once, and
+    ``stats.failure_reasons`` why: those no retry mends (a missing object,
+    a refused range, access denied) as well as those that spent their
+    retries. Only the retried ones were counted: a run whose every shard was
+    missing showed no failure at all."""
+    open_reader, server = served
+    reader = open_reader(**FAST, attempts=2)
+    store, missing = reader.store, reader.path.replace("random.bin", "missing.bin")
+    with pytest.raises(StorageError, match="not found"):
+        store.reader(missing).size_sync()
+    server.faults.errors, server.faults.error_status = 1, 403
+    with pytest.raises(StorageError, match="403"):
+        reader.read_sync(0, 10)
+    server.faults.errors, server.faults.error_status = 2, 503
+    with pytest.raises(StorageError, match="gave up after 2 attempts"):
+        reader.read_sync(300_000, 10)
+    assert store.stats.failures == 3 and store.stats.retries == 1
+    assert store.stats.failure_reasons == {
+        "not found": 1,
+        "not retryable": 1,
+        "gave up retrying": 1,
+    }
+    store.stats.reset()
+    assert store.stats.failure_reasons == {}
+
+
+def test_a_refused_range_is_counted_as_such(make_store) -> None:  # type: ignore[no-untyped-def]
+    server = answering(416, {})
+    try:
+        store = make_store("http", **FAST)
+        url = f"{server.url}/x.bin"
+        read = functools.partial(store.reader(url, size=100).read_sync, 0, 10)
+        fails_at_once(store, read, url, "range not satisfiable")
+        assert store.stats.failure_reasons == {"range not satisfiable": 1}
+        assert store.stats.failures == 1
+    finally:
+        server.stop()
