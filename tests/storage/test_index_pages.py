@@ -160,3 +160,39 @@ def test_an_index_page_past_the_size_limit_fails_clearly(encoding, make_store) -
         assert SECRET not in message and store.stats.retries == 0
     finally:
         server.stop()
+
+
+def test_a_dataset_listed_across_pages_has_every_shard(tmp_path, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A wsds dataset (no manifest) behind a server whose index pages list two
+    entries each, with "Next" links: every shard and every row is in the
+    dataset (the shards past the first page were missing from every epoch)."""
+    import pyarrow as pa
+
+    from streamer.dataset.dataset import Dataset
+    from testkit.servers import file_handler
+
+    (tmp_path / "ds" / "audio").mkdir(parents=True)
+    schema = pa.schema([("__key__", pa.string()), ("audio", pa.large_binary())])
+    for n in range(7):
+        table = pa.table({"__key__": [f"k{n}"], "audio": [bytes([n]) * 100]}, schema=schema)
+        with pa.ipc.new_file(str(tmp_path / "ds" / "audio" / f"s{n}.wsds"), schema) as writer:
+            writer.write_table(table)
+    files = file_handler(tmp_path)
+
+    async def two_a_page(request):  # type: ignore[no-untyped-def]
+        status, headers, body = await files(request)
+        if not request.path.endswith("/"):
+            return status, headers, body
+        links = [line for line in body.decode().split("\n") if "<a " in line]
+        page = int(request.query.get("page", 1))
+        shown = "\n".join(links[2 * (page - 1) : 2 * page])
+        more = f'<a href="?page={page + 1}">Next</a>' if 2 * page < len(links) else ""
+        return status, headers, f"<html><body>{shown}\n{more}</body></html>".encode()
+
+    server = LoopbackServer(two_a_page).start()
+    try:
+        dataset = Dataset(f"{server.url}/ds", store=make_store("http", **FAST))
+        assert dataset.listed_shards == [f"s{n}" for n in range(7)]
+        assert sorted(dataset.keys()) == [f"k{n}" for n in range(7)]
+    finally:
+        server.stop()
