@@ -24,6 +24,7 @@ import asyncio
 import base64
 import codecs
 import contextlib
+import functools
 import html.parser
 import re
 import ssl as ssl_module
@@ -219,11 +220,8 @@ class HTTPStore(RangeGetStore):
                     "without a listing"
                 )
             url = queue.pop(0)
-            entries, more = await self._call(
-                lambda c, url=url: self._index_page(c, directory, url),  # type: ignore[misc]
-                f"list {self.display(url)}",
-                path,
-            )
+            page = functools.partial(self._index_page, directory=directory, url=url)
+            entries, more = await self._call(page, f"list {self.display(url)}", path)
             pages += 1
             for entry in entries:
                 found.setdefault(entry.name, entry)
