@@ -37,16 +37,23 @@ def _page_of(style: str, query: dict[str, str]) -> int:
     return int(query.get("offset", 0)) // PER_PAGE + 1
 
 
-def paginated(style: str, *, token: bool = False, endless: bool = False) -> LoopbackServer:
+def paginated(
+    style: str, *, token: bool = False, endless: bool = False, flaky: bool = False
+) -> LoopbackServer:
     """A server listing ``NAMES`` under ``/data/`` ``PER_PAGE`` to a page, each
     page linking the next one (``style``: ``?page=N`` "Next", ``rel=next``
     ``?marker=``, a ``<link rel=next>`` in the head with ``?offset=``) and,
     for ``page``, every page by number (back to the first). ``token``: every
     request must carry ``?token=SECRET`` (a signed dataset link);
-    ``endless``: pages past the names list made-up names, and never end."""
+    ``endless``: pages past the names list made-up names, and never end;
+    ``flaky``: the first request for the second page is answered 503."""
+    failed: list[str] = []
 
     async def handle(request):  # type: ignore[no-untyped-def]
         query = dict(request.query)
+        if flaky and not failed and _page_of(style, query) == 2:
+            failed.append(request.path_qs)
+            return 503, {}, b""
         if token and query.pop("token", None) != SECRET:
             return 403, {}, b"bad token"
         if request.path != "/data/":
@@ -194,5 +201,19 @@ def test_a_dataset_listed_across_pages_has_every_shard(tmp_path, make_store) -> 
         dataset = Dataset(f"{server.url}/ds", store=make_store("http", **FAST))
         assert dataset.listed_shards == [f"s{n}" for n in range(7)]
         assert sorted(dataset.keys()) == [f"k{n}" for n in range(7)]
+    finally:
+        server.stop()
+
+
+def test_a_page_that_fails_is_retried_alone(make_store) -> None:  # type: ignore[no-untyped-def]
+    """A 503 for the second page of a listing: that page is asked for again,
+    not the listing from its start, and every entry is listed."""
+    server = paginated("marker", flaky=True)
+    try:
+        store = make_store("http", **FAST)
+        assert [entry.name for entry in store.list_sync(f"{server.url}/data/")] == NAMES
+        asked = [r.path for r in server.requests]
+        assert asked.count("/data/") == 1 and len(asked) == len(set(asked)) + 1
+        assert store.stats.retries == 1 and store.stats.failures == 0
     finally:
         server.stop()
