@@ -30,4 +30,12 @@ def parse_content_range(value: str | None) -> tuple[int, int, int] | None:
     return (first, last + 1, total) if first <= last < total else None
 
 
+def parse_unsatisfied_range(value: str | None) -> int | None:
+    """``bytes */SIZE`` (an unsatisfied range: RFC 9110's form for a 416) -> SIZE;
+    ``None`` if absent or another form."""
+    match = _UNSATISFIED.fullmatch(value.strip()) if value else None
+    return int(match[1]) if match else None
+
+
 _CONTENT_RANGE = re.compile(r"(?i:bytes) +([0-9]+)-([0-9]+)/([0-9]+)", re.ASCII)
+_UNSATISFIED = re.compile(r"(?i:bytes) *\*/([0-9]+)", re.ASCII)

@@ -20,7 +20,7 @@ import fsspec.asyn
 
 from ..errors import StorageError
 from .base import Entry
-from .remote import Answer, RemoteStore, check_length
+from .remote import Answer, NotFound, RemoteStore, check_length
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]
@@ -65,7 +65,7 @@ class FsspecStore(RemoteStore):
                 return await getattr(client, f"_{method}")(*args)
             return await asyncio.to_thread(getattr(client, method), *args)
         except FileNotFoundError as exc:
-            raise StorageError(f"{self.display(args[0])}: not found") from exc
+            raise NotFound(f"{self.display(args[0])}: not found") from exc
         except (NotImplementedError, PermissionError) as exc:
             raise StorageError(f"{self.display(args[0])}: cannot {method} ({exc})") from exc
         except (ConnectionError, TimeoutError) as exc:

@@ -22,23 +22,26 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import codecs
 import contextlib
+import functools
 import html.parser
+import re
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import yarl
 
 from ..errors import StorageError
-from ._bounds import parse_content_range
+from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
 from .base import Entry
-from .remote import Answer, RangeNotSatisfiable, RemoteStore
+from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -60,6 +63,22 @@ NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionEr
 #: Answers that send a GET elsewhere (``Location``), and how many are followed.
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10
+#: Pages of one directory listing read at most: an index page may link the
+#: next page of its entries (``_links``), and a listing must end.
+MAX_INDEX_PAGES = 1000
+#: The largest index page read (decoded): a page of 64 MiB lists some 300 000
+#: entries; a larger one (or a gzip bomb) is refused, not read into memory.
+MAX_INDEX_PAGE = 64 << 20
+#: Query parameters that say where in a listing an index page starts.
+CONTINUATION_KEYS = frozenset(
+    {
+        "page", "p", "pg", "marker", "offset", "start", "from", "after", "skip", "cursor",
+        "next", "continuation", "continuation-token", "continuation_token", "continuationtoken",
+        "start-after", "start_after", "startafter", "page_token", "pagetoken", "next_page",
+    }
+)  # fmt: skip
+#: Link texts of a "next page" link: "Next", "Next page", "next »", "More", "»".
+_NEXT_TEXT = re.compile(r"^(?:next\b|more\b|load more\b|[\u00bb\u203a>\u2192]+$)")
 #: 5xx answers that say the server cannot do it at all, not for now: not retried.
 UNSUPPORTED = frozenset({501, 505})
 #: HTTP ranges: (start, end exclusive, object size).
@@ -184,17 +203,54 @@ class HTTPStore(RangeGetStore):
         )
 
     async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
+        """The entries of the directory's first index page alone: ``_list_all``
+        reads the pages it links as continuations too."""
         directory = _directory(path)
+        return (await self._index_page(client, directory, directory))[0]
+
+    async def _list_all(self, path: str) -> list[Entry]:
+        """The entries of every index page of the directory: the first, and the
+        pages it (and each of those) links as its continuation (``?page=2``,
+        ``?marker=...``, ``rel="next"``: ``_links``), each asked for once and
+        retried on its own, at most ``MAX_INDEX_PAGES`` of them; past that a
+        ``StorageError``, never the pages read so far as if they were all."""
+        directory = _directory(path)
+        found: dict[str, Entry] = {}
+        queue, seen, pages = [directory], {_page_key(directory)}, 0
+        while queue:
+            if pages == MAX_INDEX_PAGES:
+                raise StorageError(
+                    f"{self.display(directory)}: the index page links more than "
+                    f"{MAX_INDEX_PAGES} pages of entries (next: {safe_url(queue[0])}); a listing "
+                    "that long is not read: give the dataset a manifest (streamer-manifest.json, "
+                    "written by `streamer index` on the copy the server publishes) so it opens "
+                    "without a listing"
+                )
+            url = queue.pop(0)
+            page = functools.partial(self._index_page, directory=directory, url=url)
+            entries, more = await self._call(page, f"list {self.display(url)}", path)
+            pages += 1
+            for entry in entries:
+                found.setdefault(entry.name, entry)
+            for link in more:
+                if _page_key(link) not in seen:
+                    seen.add(_page_key(link))
+                    queue.append(link)
+        return list(found.values())
+
+    async def _index_page(
+        self, client: aiohttp.ClientSession, directory: str, url: str
+    ) -> tuple[list[Entry], list[str]]:
+        """One index page of ``directory`` (``url``: the directory, or a page of
+        its listing): its entries and the pages it links as continuations."""
+        shown = self.display(url)
         try:
-            shown = self.display(directory)
-            async with follow(client, directory, shown, {}, self._headers, self._proxy) as (
-                response
-            ):
-                check_status(self.display(directory), None, response)
-                page = _page(self.display(directory), response, await response.read())
+            async with follow(client, url, shown, {}, self._headers, self._proxy) as response:
+                check_status(shown, None, response)
+                page = _page(shown, response, await _page_body(shown, response))
         except NETWORK_ERRORS as exc:
-            raise _network_error(self.display(directory), exc) from None
-        return _links(directory, page)
+            raise _network_error(shown, exc) from None
+        return _links(directory, url, page)
 
 
 def open_session(store: RemoteStore, verify: bool | str | None = None) -> aiohttp.ClientSession:
@@ -247,7 +303,10 @@ async def ranged_get(
     The answer must name its bytes in ``Content-Range``: with status 206,
     or 200 (some S3 servers, rclone's among them, send ranges so). A 200
     naming none is the whole object, usable only when it is empty (moto
-    answers a suffix of an empty object so). Other answers raise
+    answers a suffix of an empty object so): for a size or a tail, never
+    for bytes asked by offset (``check_span``). One naming an unsatisfied
+    range (``bytes */SIZE``) is the 416 it describes, with its size
+    (``RangeNotSatisfiable``). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
     S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
     signature. ``private`` headers go to ``url``'s origin only (``follow``)."""
@@ -255,7 +314,16 @@ async def ranged_get(
         async with follow(
             session, url, shown, {"Range": byte_range}, private or {}, proxy
         ) as response:
-            span = parse_content_range(response.headers.get("Content-Range"))
+            named = response.headers.get("Content-Range")
+            span = parse_content_range(named)
+            unsatisfied = parse_unsatisfied_range(named)
+            if response.status in (200, 206) and unsatisfied is not None:
+                # The 416's answer under a 2xx status: its size is the object's.
+                raise RangeNotSatisfiable(
+                    f"{shown}: range not satisfiable ({byte_range}; {named}; "
+                    f"HTTP {response.status})",
+                    size=unsatisfied,
+                )
             if response.status == 200 and span is None and response.content_length == 0:
                 span = (0, 0, 0)
             if response.status in (200, 206) and span is not None:
@@ -366,7 +434,16 @@ def check_span(url: str, span: Span, start: int, end: int) -> None:
     server may send (it caps range sizes; the caller asks for the rest). One
     that starts elsewhere is no answer to the question, and asking again
     would not change it: an error, not a retry for the whole time budget.
-    One that runs past the range is retried like an over-long body."""
+    One that runs past the range is retried like an over-long body. One of
+    no bytes (a 200 naming none: the whole object, empty) holds none of the
+    bytes asked, which the reader knows are there: an error too, not an
+    empty read, nor the "changed on the server" its size would make it."""
+    if span[1] == span[0]:
+        raise StorageError(
+            f"{url}: the server answered the request for bytes {start}-{end - 1} with no bytes "
+            "(200, Content-Length: 0, no Content-Range: the whole object, empty); the object "
+            "was emptied on the server, or the server (a proxy, a CDN) does not send its bytes"
+        )
     if span[0] != start:
         raise StorageError(
             f"{url}: the server answered bytes {span[0]}-{span[1] - 1} to a request for bytes "
@@ -407,7 +484,7 @@ def check_status(
             size=_unsatisfied_size(total),
         )
     if status == 404:
-        raise StorageError(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
+        raise NotFound(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
     raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
 
 
@@ -454,22 +531,60 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _page_body(url: str, response: aiohttp.ClientResponse) -> bytes:
+    """An index page's body as sent, refused past ``MAX_INDEX_PAGE`` bytes
+    (by its ``Content-Length`` before a byte is read; a body of no declared
+    length once that much has come)."""
+    if (response.content_length or 0) > MAX_INDEX_PAGE:
+        raise _page_too_large(url)
+    body = await _read_at_most(response.content, MAX_INDEX_PAGE + 1)
+    if len(body) > MAX_INDEX_PAGE:
+        raise _page_too_large(url)
+    return body
+
+
+def _page_too_large(url: str) -> StorageError:
+    return StorageError(
+        f"{url}: the index page is larger than {MAX_INDEX_PAGE >> 20} MiB (decoded); a listing "
+        "that large is not read: give the dataset a manifest (streamer-manifest.json) so it "
+        "opens without a listing"
+    )
+
+
 def _page(url: str, response: aiohttp.ClientResponse, body: bytes) -> str:
     """An index page's text, decompressed when a server (a CDN) sent it gzip-
     or deflate-encoded though ``identity`` was asked for: unlike a range, a
-    whole page is the same page either way. Read as sent, it listed nothing."""
+    whole page is the same page either way. Read as sent, it listed nothing.
+    Decompressed up to ``MAX_INDEX_PAGE`` bytes, no further (a gzip bomb of
+    kilobytes would be gigabytes in memory)."""
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("gzip", "x-gzip", "deflate"):
+        inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
         try:
-            body = zlib.decompress(body, wbits=zlib.MAX_WBITS | 32)  # gzip or zlib header
+            body = inflate.decompress(body, MAX_INDEX_PAGE + 1)
         except zlib.error:
-            raise StorageError(f"{url}: the index page is not valid {encoding}") from None
+            body, inflate = b"", None
+        if len(body) > MAX_INDEX_PAGE:
+            raise _page_too_large(url)
+        if inflate is None or not inflate.eof:
+            raise StorageError(f"{url}: the index page is not valid {encoding}")
     elif encoding not in ("", "identity"):
         raise StorageError(
             f"{url}: the server sent the index page {encoding}-encoded; "
             "serve it uncompressed (Content-Encoding: identity)"
         )
-    return body.decode(response.get_encoding(), errors="replace")
+    return body.decode(_charset(response), errors="replace")
+
+
+def _charset(response: aiohttp.ClientResponse) -> str:
+    """The page's ``charset``, else UTF-8 (aiohttp's ``get_encoding``, which
+    wants the body read by ``response.read()``)."""
+    charset = response.charset or "utf-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        return "utf-8"
+    return charset
 
 
 def _unsatisfied_size(content_range: str) -> int | None:
@@ -522,34 +637,121 @@ def _directory(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/"))
 
 
+class _Link(NamedTuple):
+    href: str
+    rel: str  # the ``rel`` attribute, lower case
+    text: str  # the link's text, stripped, lower case
+
+
 class _LinkParser(html.parser.HTMLParser):
+    """The ``<a href>`` links of a page with their ``rel`` and text, and the
+    ``<link rel=... href>`` ones of its head."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[str] = []
+        self.links: list[_Link] = []
+        self._open: tuple[str, str, list[str]] | None = None  # the <a> being read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
+        named = dict(attrs)
+        href, rel = named.get("href"), (named.get("rel") or "").lower()
         if tag == "a" and href:
-            self.links.append(href)
+            self._close()
+            self._open = (href, rel, [])
+        elif tag == "link" and href and rel:
+            self.links.append(_Link(href, rel, ""))
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open[2].append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._close()
+
+    def close(self) -> None:
+        super().close()
+        self._close()
+
+    def _close(self) -> None:
+        if self._open is not None:
+            href, rel, text = self._open
+            self.links.append(_Link(href, rel, " ".join("".join(text).split()).lower()))
+            self._open = None
 
 
-def _links(directory: str, page: str) -> list[Entry]:
-    """Children of ``directory`` linked from its index page (deduplicated).
-    Paths are compared unquoted: the URL may be given as typed (``my data``)
-    and the page link its entries by their quoted absolute path
-    (``/my%20data/x``), or the other way round."""
+def _links(directory: str, url: str, page: str) -> tuple[list[Entry], list[str]]:
+    """Children of ``directory`` linked from its index page at ``url``
+    (deduplicated), and the pages of the listing the page links as its
+    continuation (``_continues``), carrying the directory URL's query
+    parameters (an access token) where they do not set them. Paths are
+    compared unquoted: the URL may be given as typed (``my data``) and the
+    page link its entries by their quoted absolute path (``/my%20data/x``),
+    or the other way round.
+
+    A ``rel="next"`` link to anything but the directory itself (a path of
+    its own: ``/data/page/2/``) is a ``StorageError``: its entries would
+    be missed without a word."""
     parser = _LinkParser()
     parser.feed(page)
+    parser.close()
     base = urllib.parse.urlsplit(directory)
     folder = urllib.parse.unquote(base.path)
     found: dict[str, Entry] = {}
-    for href in parser.links:
-        target = urllib.parse.urlsplit(urllib.parse.urljoin(directory, href))
+    pages: list[str] = []
+    for link in parser.links:
+        joined = urllib.parse.urljoin(url, link.href)
+        target = urllib.parse.urlsplit(joined)
         path = urllib.parse.unquote(target.path)
-        if target.netloc.lower() != base.netloc.lower() or not path.startswith(folder):
+        same = target.netloc.lower() == base.netloc.lower()
+        itself = same and path.rstrip("/") == folder.rstrip("/")
+        if "next" in link.rel.split() and not itself and target.scheme in ("http", "https"):
+            raise StorageError(
+                f"{safe_url(url)}: the index page continues at {safe_url(joined)}, not at "
+                "the directory's own URL: its entries cannot be listed; give the dataset a "
+                "manifest (streamer-manifest.json) so it opens without a listing"
+            )
+        if itself and _continues(link, target):
+            pages.append(_with_query(target, base.query))
+            continue
+        if not same or not path.startswith(folder):
             continue
         rest = path[len(folder) :]
         name = rest.rstrip("/")
         if name and "/" not in name and not name.startswith("."):
             found[name] = Entry(name, rest.endswith("/"))
-    return list(found.values())
+    return list(found.values()), pages
+
+
+def _continues(link: _Link, target: urllib.parse.SplitResult) -> bool:
+    """Whether ``link`` to the directory itself is a page of its listing:
+    ``rel="next"``, or a query that names a position in it (``?page=2``,
+    ``?marker=x``, ``?offset=100``: ``CONTINUATION_KEYS``) or a text that
+    says "next" or "more". Other queries of the directory (Apache's sort
+    orders ``?C=N;O=D``) list the same entries again, and are not read."""
+    if "next" in link.rel.split():
+        return True
+    if not target.query:
+        return False
+    keys = {key.lower() for key, _ in urllib.parse.parse_qsl(target.query, keep_blank_values=True)}
+    return bool(keys & CONTINUATION_KEYS) or _NEXT_TEXT.match(link.text) is not None
+
+
+def _with_query(target: urllib.parse.SplitResult, query: str) -> str:
+    """``target`` with the parameters of ``query`` it does not set itself added."""
+    own = urllib.parse.parse_qsl(target.query, keep_blank_values=True)
+    keys = {key for key, _ in own}
+    extra = [
+        (k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k not in keys
+    ]
+    if not extra:
+        return urllib.parse.urlunsplit(target._replace(fragment=""))
+    joined = "&".join(filter(None, [target.query, urllib.parse.urlencode(extra)]))
+    return urllib.parse.urlunsplit(target._replace(query=joined, fragment=""))
+
+
+def _page_key(url: str) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """What makes two page URLs the same page: host, unquoted path, query parameters."""
+    parts = urllib.parse.urlsplit(url)
+    query = sorted(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return parts.netloc.lower(), urllib.parse.unquote(parts.path), tuple(query)

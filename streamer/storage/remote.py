@@ -38,7 +38,14 @@ from .retry import RetryPolicy, TransientError, call_with_retries
 from .stats import StoreStats
 from .throttle import Slot, Throttle
 
-__all__ = ["Answer", "RangeNotSatisfiable", "RemoteReader", "RemoteStore", "check_length"]
+__all__ = [
+    "Answer",
+    "NotFound",
+    "RangeNotSatisfiable",
+    "RemoteReader",
+    "RemoteStore",
+    "check_length",
+]
 
 #: Requests of one bulk copy (``RangeReader.read_into_sync``) in flight at once.
 COPY_IN_FLIGHT = 4
@@ -74,9 +81,18 @@ class RangeNotSatisfiable(StorageError):
     a range inside the size a reader knows, that the object shrank.
     ``size``: the object's size, when the answer said it."""
 
+    failure_reason = "range not satisfiable"  # as ``StoreStats.failure_reasons`` counts it
+
     def __init__(self, message: str, size: int | None = None) -> None:
         super().__init__(message)
         self.size = size
+
+
+class NotFound(StorageError):
+    """404 (``NoSuchKey``, ``NoSuchBucket``, a file system's ``FileNotFoundError``):
+    the object is not there."""
+
+    failure_reason = "not found"  # as ``StoreStats.failure_reasons`` counts it
 
 
 @dataclasses.dataclass
@@ -184,9 +200,11 @@ class RemoteStore(Store):
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
         """One request for the last ``length`` bytes: (start, answer), the
         answer's ``size`` being the object's (never ``None``); its body may
-        stop early as ``_get_range``'s may. A 416 (some servers' answer to a
-        suffix longer than the object) raises ``RangeNotSatisfiable``:
-        ``_suffix`` reads the object's bytes another way."""
+        stop early as ``_get_range``'s may, or start later than the suffix
+        asked, where the answer says so (``_tail`` asks for the rest). A
+        416 (some servers' answer to a suffix longer than the object) raises
+        ``RangeNotSatisfiable``: ``_suffix`` reads the object's bytes
+        another way."""
 
     @abc.abstractmethod
     async def _get_size(self, client: Any, path: str) -> int:
@@ -458,10 +476,16 @@ class RemoteStore(Store):
         await loop.run_in_executor(None, disk.put, key, answer)
         return answer
 
+    async def _list_all(self, path: str) -> list[Entry]:
+        """Every child of ``path``: one ``_list`` request, retried. A backend
+        whose listings come in pages it must ask for one by one (``HTTPStore``'s
+        index pages) overrides it: each page its own retried request."""
+        what = f"list {self.display(path)}"
+        return cast(list[Entry], await self._call(lambda c: self._list(c, path), what, path))
+
     async def _listing(self, path: str) -> list[Entry]:
         async def ask() -> bytes:
-            what = f"list {self.display(path)}"
-            entries = await self._call(lambda c: self._list(c, path), what, path)
+            entries = await self._list_all(path)
             return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
 
         rows = json.loads(await self._remembered(ask, "list", path, stamped=False))
@@ -489,6 +513,11 @@ class RemoteStore(Store):
             if got < size:  # the answer said it carries less: the rest by ranges
                 self.stats.partial_answers += 1
                 body += await self._fetch_from(path, stamp, got, size, size)
+            first = max(0, size - length)
+            if start > first:  # it said it carries the last bytes alone: the front by ranges
+                self.stats.partial_answers += 1
+                body = await self._fetch_from(path, stamp, first, start, size) + body
+                start = first
             return _TAIL_HEAD.pack(start, size) + body
 
         cache = self._state.get().cache

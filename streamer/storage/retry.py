@@ -17,6 +17,7 @@ range) and the last cause.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import email.utils
 import logging
 import random
@@ -141,6 +142,10 @@ async def call_with_retries(
             result = await health.send(request, slot=slot, hedge=hedge, probe=probe)
         except TransientError as exc:
             failure = exc
+        except StorageError as exc:  # no retry mends it: it fails now, counted once
+            stats.failed(_at_once(exc))
+            log.debug("%s failed: %s", what, exc)
+            raise
         else:
             return result
         first_failure = first_failure or began
@@ -150,12 +155,19 @@ async def call_with_retries(
         stats.retries += 1
         log.debug("retrying %s in %.2f s: %s", what, delay, failure)
         await health.pause(delay, _own_deadline(first_failure, policy))
-    stats.failures += 1
+    stats.failed("gave up retrying")
     cause = failure if failure is not None else health.reason
     began = min(t for t in (first_failure, health.failing_since, time.monotonic()) if t is not None)
     gave_up = f"gave up after {tries} attempts" if tries else "gave up waiting for the store"
     failing = f"failing for {time.monotonic() - began:.1f} s"
     raise StorageError(redact(f"{what}: {cause} ({gave_up}; {failing})"))
+
+
+def _at_once(error: StorageError) -> str:
+    """Why a request failed at once, as ``StoreStats.failure_reasons`` counts
+    it: its class's ``failure_reason`` (``remote.NotFound``, ...), else
+    ``"not retryable"``."""
+    return str(getattr(error, "failure_reason", "not retryable"))
 
 
 def _own_deadline(first_failure: float | None, policy: RetryPolicy) -> float | None:
@@ -169,7 +181,9 @@ def _spent(tries: int, first_failure: float, policy: RetryPolicy) -> bool:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date).
+    A date is GMT (RFC 9110), in the forms that name no zone too (``-0000``,
+    asctime's), which ``email.utils`` leaves naive: local time, hours off."""
     if not value:
         return None
     try:
@@ -180,4 +194,6 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - time.time())

@@ -79,7 +79,7 @@ from .http import (
     ranged_get,
 )
 from .loop import run_sync
-from .remote import Answer
+from .remote import Answer, NotFound
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -553,7 +553,7 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
         congestion = status in (429, 503) or code in _CONGESTION_CODES
         return TransientError(message, retry_after=retry_after, congestion=congestion)
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
-        return StorageError(f"{url}: not found ({message})")
+        return NotFound(f"{url}: not found ({message})")
     if status == 416 or code == "InvalidRange":
         return RangeNotSatisfiable(f"{url}: {message}")
     return StorageError(f"{url}: {message}")

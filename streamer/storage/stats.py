@@ -10,7 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["StoreStats"]
+__all__ = ["FAILURE_REASONS", "StoreStats"]
+
+#: Why a request failed, as ``StoreStats.failure_reasons`` counts it: its
+#: retries were spent (the time budget, ``attempts``, an outage); or it
+#: failed at once, as no retry mends it: the object is missing, the range
+#: lies past its end, or anything else (access denied, Range ignored, a
+#: certificate that does not verify, an object changed on the server, ...).
+FAILURE_REASONS = ("gave up retrying", "not found", "range not satisfiable", "not retryable")
 
 
 @dataclasses.dataclass
@@ -23,8 +30,11 @@ class StoreStats:
     ``disk_hits`` and ``misses`` count cache blocks; ``deduplicated`` counts
     blocks a reader got by joining a fetch already in flight; ``retries``
     counts attempts repeated after a transient failure, ``failures`` the
-    requests that gave up; ``hedges`` counts GETs sent a second time because
-    the first stalled, ``hedge_wins`` those where the second answered first;
+    requests that failed, each once: those that gave up retrying and those
+    no retry mends (a missing object, a refused range, access denied), and
+    ``failure_reasons`` why, by ``FAILURE_REASONS`` (``failed``); ``hedges``
+    counts GETs sent a second time because the first stalled, ``hedge_wins``
+    those where the second answered first;
     ``outages`` counts the times the store failed often enough in a row that
     its requests waited for it together (see ``health.py``). ``throttled``
     counts answers that said the store is overloaded (503, 429, ``SlowDown``,
@@ -53,6 +63,12 @@ class StoreStats:
     rate_waits: int = 0
     partial_answers: int = 0
     concurrency_limits: dict[str, int] = dataclasses.field(default_factory=dict)
+    failure_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def failed(self, reason: str) -> None:
+        """Count one failed request, and ``reason`` (one of ``FAILURE_REASONS``)."""
+        self.failures += 1
+        self.failure_reasons[reason] = self.failure_reasons.get(reason, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         """The counters (and the limits) as a plain dict (JSON-ready)."""
@@ -64,3 +80,4 @@ class StoreStats:
         for field in dataclasses.fields(self):
             if field.type == "int":
                 setattr(self, field.name, 0)
+        self.failure_reasons.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import gzip
 import time
@@ -45,6 +46,38 @@ def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # 
     assert time.monotonic() - started >= 0.6
     assert len(server.ranged()) == 3
     assert reader.store.stats.retries == 2
+
+
+@pytest.fixture
+def local_zone(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """The process's local time zone set to ``request.param`` (``TZ``) for the test."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("local_zone", ["Asia/Tokyo", "America/New_York"], indirect=True)
+@pytest.mark.parametrize("form", ["-0000", "asctime"])
+def test_a_retry_after_date_without_a_zone_is_gmt(served_http, data, local_zone, form) -> None:  # type: ignore[no-untyped-def]
+    """``Retry-After`` as an HTTP date in the forms that name no zone (``-0000``,
+    asctime's): GMT, as RFC 9110 has every HTTP date, whatever the machine's
+    zone. It was read as local time: east of Greenwich the date lay hours in
+    the past (retried at once, hammering a store that asked for a pause),
+    west of it hours ahead (waited ``max_retry_after``)."""
+    open_reader, server = served_http
+    reader = open_reader(**FAST, max_retry_after=5)
+    when = time.time() + 2.5
+    if form == "-0000":
+        date = email.utils.formatdate(when)  # "Fri, 04 Dec 2026 15:20:02 -0000"
+    else:
+        date = time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(when))
+    server.faults.errors, server.faults.retry_after = 1, date
+    started = time.monotonic()
+    assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+    assert 1.0 <= time.monotonic() - started < 4
+    assert reader.store.stats.retries == 1
 
 
 def test_connection_resets_are_retried(served, data) -> None:  # type: ignore[no-untyped-def]
@@ -336,5 +369,45 @@ def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no
         store = make_store("http", give_up_after=30, **FAST)
         url = f"{server.url}/random.bin"
         fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
+    finally:
+        server.stop()
+
+
+def test_every_failed_request_is_counted_once_with_its_reason(served, make_store) -> None:  # type: ignore[no-untyped-def]
+    """``stats.failures`` counts every request that failed, once, and
+    ``stats.failure_reasons`` why: those no retry mends (a missing object,
+    a refused range, access denied) as well as those that spent their
+    retries. Only the retried ones were counted: a run whose every shard was
+    missing showed no failure at all."""
+    open_reader, server = served
+    reader = open_reader(**FAST, attempts=2)
+    store, missing = reader.store, reader.path.replace("random.bin", "missing.bin")
+    with pytest.raises(StorageError, match="not found"):
+        store.reader(missing).size_sync()
+    server.faults.errors, server.faults.error_status = 1, 403
+    with pytest.raises(StorageError, match="403"):
+        reader.read_sync(0, 10)
+    server.faults.errors, server.faults.error_status = 2, 503
+    with pytest.raises(StorageError, match="gave up after 2 attempts"):
+        reader.read_sync(300_000, 10)
+    assert store.stats.failures == 3 and store.stats.retries == 1
+    assert store.stats.failure_reasons == {
+        "not found": 1,
+        "not retryable": 1,
+        "gave up retrying": 1,
+    }
+    store.stats.reset()
+    assert store.stats.failure_reasons == {}
+
+
+def test_a_refused_range_is_counted_as_such(make_store) -> None:  # type: ignore[no-untyped-def]
+    server = answering(416, {})
+    try:
+        store = make_store("http", **FAST)
+        url = f"{server.url}/x.bin"
+        read = functools.partial(store.reader(url, size=100).read_sync, 0, 10)
+        fails_at_once(store, read, url, "range not satisfiable")
+        assert store.stats.failure_reasons == {"range not satisfiable": 1}
+        assert store.stats.failures == 1
     finally:
         server.stop()

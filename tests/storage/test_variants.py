@@ -158,21 +158,28 @@ def test_answers_without_an_etag_are_compared_by_their_date(  # type: ignore[no-
         server.stop()
 
 
-@pytest.mark.parametrize("names_size", [True, False])
+@pytest.mark.parametrize(
+    ("refusal", "names_size"), [(416, True), (416, False), (200, True), (206, True)]
+)
 def test_small_and_empty_objects_behind_a_server_refusing_long_suffixes(  # type: ignore[no-untyped-def]
-    tmp_path, make_store, names_size
+    tmp_path, make_store, refusal, names_size
 ) -> None:
     """A public bucket of an S3 server that answers 416 to a suffix range
     longer than the object (rclone, Ceph), read as plain HTTPS, whose 416
     names the object's size or not: the small shards of a dataset
     (``audio_info/``, ``seek_index/``) still open, and an empty object is
-    empty (a 416 to ``bytes=0-0`` means just that)."""
+    empty (a 416 to ``bytes=0-0`` means just that). So too behind a
+    gateway sending that 416's ``Content-Range: bytes */SIZE`` under a 200
+    or 206 status: the size it names is the object's (a 206 so was refused
+    as "without a valid Content-Range"; a 200 so made the 1000-byte object
+    read as empty)."""
 
     def strict(request, status, headers, body):  # type: ignore[no-untyped-def]
         size = (tmp_path / request.path.lstrip("/")).stat().st_size
         suffix = request.headers["Range"].partition("=-")[2]
         if status == 416 or (suffix and int(suffix) > size):
-            return 416, {"Content-Range": f"bytes */{size}"} if names_size else {}, b""
+            named = {"Content-Range": f"bytes */{size}"} if names_size else {}
+            return refusal, {**named, "Content-Length": "0"}, b""
         return status, headers, body
 
     (tmp_path / "small.bin").write_bytes(b"0123456789" * 100)
@@ -188,5 +195,87 @@ def test_small_and_empty_objects_behind_a_server_refusing_long_suffixes(  # type
         assert empty.read_tail_sync(100)[0] == 0 and bytes(empty.read_tail_sync(100)[1]) == b""
         assert store.reader(f"{server.url}/empty.bin").size_sync() == 0
         assert store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_an_empty_answer_to_a_range_of_bytes_is_a_clear_error(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """A proxy or CDN answering every range with 200, ``Content-Length: 0``
+    and no Content-Range (an empty answer it cached): bytes a reader knows
+    are there are not read as none. One line naming the URL and the range,
+    at once; it said the object "changed on the server" (restart, clear the
+    cache), or named the garbled range ``bytes 0--1``."""
+
+    def emptied(request, status, headers, body):  # type: ignore[no-untyped-def]
+        return 200, {"Content-Length": "0"}, b""
+
+    server = serving(storage_root, emptied)
+    try:
+        store = make_store("http", **FAST)
+        url = f"{server.url}/random.bin"
+        for offset in (0, 300_000):
+            reader = store.reader(url, size=len(data))
+            with pytest.raises(StorageError) as caught:
+                reader.fetch_many_sync([(offset, 10)])
+            message = str(caught.value)
+            assert message.startswith(f"{url}: ") and "\n" not in message
+            assert f"bytes {offset}-{offset + 9} with no bytes" in message
+            assert "changed" not in message
+        assert store.stats.retries == 0 and len(server.ranged()) == 2
+    finally:
+        server.stop()
+
+
+def test_the_bytes_of_a_suffix_refused_are_never_read_as_none(  # type: ignore[no-untyped-def]
+    tmp_path, make_store
+) -> None:
+    """A server refusing a suffix longer than the object (416 naming its
+    size, 1000 bytes) that then answers the range by that size with 200 and
+    no bytes: an error naming the URL and range, not the object read as
+    empty (its tail came back as ``b""`` from offset 0: a shard, a manifest
+    without a byte, without a word)."""
+
+    def strict(request, status, headers, body):  # type: ignore[no-untyped-def]
+        if request.headers["Range"].startswith("bytes=-"):
+            return 416, {"Content-Range": "bytes */1000"}, b""
+        return 200, {"Content-Length": "0"}, b""
+
+    (tmp_path / "small.bin").write_bytes(b"0123456789" * 100)
+    server = serving(tmp_path, strict)
+    try:
+        store = make_store("http", **FAST)
+        url = f"{server.url}/small.bin"
+        with pytest.raises(StorageError, match=r"bytes 0-999 with no bytes") as caught:
+            store.reader(url).read_tail_sync(65536)
+        assert str(caught.value).startswith(f"{url}: ") and store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_suffix_answered_short_of_its_start_is_read_whole(  # type: ignore[no-untyped-def]
+    storage_root, data, make_store
+) -> None:
+    """A server answering the suffix ``bytes=-N`` with fewer of the object's
+    last bytes than asked, as its Content-Range says: the missing front is
+    asked for by range, and the tail is the last N bytes, from where they
+    start (it was taken as the last N/2: fewer bytes than asked, as if
+    that were all)."""
+
+    def halved(request, status, headers, body):  # type: ignore[no-untyped-def]
+        if status != 206 or not request.headers["Range"].startswith("bytes=-"):
+            return status, headers, body
+        first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
+        later = first + (last + 1 - first) // 2
+        moved = f"bytes {later}-{last}/{total}"
+        return status, {**headers, "Content-Range": moved}, body[later - first :]
+
+    server = serving(storage_root, halved)
+    try:
+        store = make_store("http", **FAST)
+        start, tail = store.reader(f"{server.url}/random.bin").read_tail_sync(20_000)
+        assert (start, bytes(tail)) == (len(data) - 20_000, data[-20_000:])
+        assert store.stats.retries == 0 and store.stats.partial_answers == 1
     finally:
         server.stop()
