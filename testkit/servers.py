@@ -102,6 +102,9 @@ class Faults:
     refuse_head: int = 0
     #: HEAD answers carry no Content-Length (a gateway answering them chunked).
     head_without_length: bool = False
+    #: Listing pages say there is more (IsTruncated) without saying where it
+    #: goes on: their NextContinuationToken is dropped.
+    drop_continuation: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +246,8 @@ class LoopbackServer:
         if faults.refuse_head and request.method == "HEAD":
             return web.Response(status=faults.refuse_head)
         status, headers, body = await self.handler(request)
+        if faults.drop_continuation:
+            body = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", body)
         unsized = faults.chunked
         if faults.head_without_length and request.method == "HEAD":
             headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}

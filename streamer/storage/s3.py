@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import ssl
@@ -126,6 +127,8 @@ _TRANSIENT_CODES = {
 #: Answers that say the store is overloaded (the adaptive limit backs off, ``throttle.py``).
 _CONGESTION_CODES = _TRANSIENT_CODES - {"InternalError"}
 #: Presigned URLs are valid this long, and reused for a fraction of it.
+#: Keys asked for per listing page (S3's own maximum; servers may send fewer).
+LIST_PAGE_KEYS = 1000
 URL_LIFETIME = 3600
 URL_REUSE = 300.0
 MAX_URLS = 10_000  # past this many, URLs past their reuse time are dropped
@@ -306,19 +309,62 @@ class S3Store(RangeGetStore):
         return int(response["ContentLength"])
 
     async def _list(self, client: _Clients, path: str) -> list[Entry]:
+        """The first page of the listing (``_list_all`` reads them all)."""
+        entries, _ = await self._list_page(client, path, None)
+        return entries
+
+    async def _list_all(self, path: str) -> list[Entry]:
+        """Every page of the listing, each its own retried request: a prefix
+        of a million keys is a thousand pages, far longer than one request's
+        timeout. A server that says there is more without saying where it
+        continues, or that repeats a continuation, is an error, never the
+        pages read so far taken for the whole listing."""
+        entries: list[Entry] = []
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            page = functools.partial(self._list_page, path=path, token=token)
+            found, token = await self._call(page, f"list {self.display(path)}", path)
+            entries += found
+            if token is None:
+                return entries
+            if token in seen:
+                raise StorageError(
+                    f"{self.display(path)}: the server repeated a continuation of its "
+                    f"listing after {len(entries)} entries: it would never end"
+                )
+            seen.add(token)
+
+    async def _list_page(
+        self, client: _Clients, path: str, token: str | None
+    ) -> tuple[list[Entry], str | None]:
+        """One ``ListObjectsV2`` page: its entries and the token of the next
+        page (None: the last)."""
         bucket, key = _split(path)
         prefix = f"{key}/" if key else ""
-        entries = []
+        more = {} if token is None else {"ContinuationToken": token}
         with self._errors(path):
-            pages = client.s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix, Delimiter="/"
+            page = await client.s3.list_objects_v2(
+                Bucket=bucket, Prefix=prefix, Delimiter="/", MaxKeys=LIST_PAGE_KEYS, **more
             )
-            async for page in pages:
-                for common in page.get("CommonPrefixes", []):
-                    entries.append(Entry(common["Prefix"][len(prefix) :].rstrip("/"), True))
-                for item in page.get("Contents", []):
-                    entries.append(Entry(item["Key"][len(prefix) :], False, int(item["Size"])))
-        return entries
+        entries = [
+            Entry(common["Prefix"][len(prefix) :].rstrip("/"), True)
+            for common in page.get("CommonPrefixes", [])
+        ]
+        entries += [
+            Entry(item["Key"][len(prefix) :], False, int(item["Size"]))
+            for item in page.get("Contents", [])
+        ]
+        if not page.get("IsTruncated"):
+            return entries, None
+        following = page.get("NextContinuationToken")
+        if not following:
+            raise StorageError(
+                f"{self.display(path)}: the server says its listing goes on after "
+                f"{len(entries)} entries but gives no continuation token: the rest "
+                "cannot be listed; give the dataset a manifest (`streamer index`)"
+            )
+        return entries, following
 
     async def _put(self, client: _Clients, path: str, body: bytes) -> None:
         """One PutObject: S3 makes a new object visible only once it is whole."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from helpers import S3_KINDS, SECRET
 from streamer import open_dataset
 from streamer.cli import main
 from streamer.errors import StorageError
+from streamer.storage import s3
 from streamer.storage.loop import run_sync
 from streamer.storage.s3 import S3Store
 from testkit.servers import LoopbackServer, proxy_handler, s3_client, s3_error
@@ -316,3 +318,36 @@ def test_a_url_signed_for_the_wrong_region_learns_the_region_and_retries(  # typ
         ("GET", "/data/random.bin"),
         ("HEAD", "/data"),
     ]
+
+
+def _listing_requests(server: Any) -> list[Any]:
+    return [r for r in server.requests if r.method == "GET" and "list-type=2" in r.path]
+
+
+def test_a_listing_in_pages_is_read_to_the_end_a_request_a_page(  # type: ignore[no-untyped-def]
+    s3_any, make_store, s3_uploaded, storage_root, monkeypatch
+) -> None:
+    """Each page of a long listing is its own request (its own timeout and
+    retries): read in one attempt, a prefix of a million keys (a thousand
+    pages) outlasted the attempt's timeout and the listing failed. Here one
+    key a page, every page slow, the whole listing over the timeout."""
+    monkeypatch.setattr(s3, "LIST_PAGE_KEYS", 1)
+    entries = sorted(p.name for p in storage_root.iterdir())
+    assert len(entries) >= 4
+    s3_any.faults.only_ranged, s3_any.faults.latency = False, 0.3
+    store = make_store("s3", s3_any.url, timeout=1.0, attempts=1)
+    assert sorted(e.name for e in store.list_sync(s3_uploaded)) == entries
+    assert len(_listing_requests(s3_any)) == len(entries)
+
+
+def test_a_listing_that_goes_on_without_a_token_fails_clearly(  # type: ignore[no-untyped-def]
+    s3_any, make_store, s3_uploaded, monkeypatch
+) -> None:
+    """A server that says its listing is truncated without a continuation
+    token: the first page was taken for the whole listing (botocore's
+    paginator stops there), a dataset silently short of shards."""
+    monkeypatch.setattr(s3, "LIST_PAGE_KEYS", 1)
+    s3_any.faults.drop_continuation = True
+    store = make_store("s3", s3_any.url)
+    with pytest.raises(StorageError, match="goes on after 1 entries but gives no continuation"):
+        store.list_sync(s3_uploaded)
