@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from ..decode.resample import DEFAULT_QUALITY, QUALITIES
 from ..errors import StreamerError
+from ..pipeline.bench import check_limit
 from ..write.index import parse_part
 
 
@@ -118,6 +119,20 @@ def byte_size(text: str) -> int:
     return int(value)
 
 
+def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: ``kind``, then within the library's bound for ``name``
+    (``pipeline.bench.LIMITS``: one check for the command and the API)."""
+
+    def check(text: str) -> float:
+        value = kind(text)
+        try:
+            return check_limit(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name} ")) from None
+
+    return check
+
+
 def partition(option: str, *, or_names: bool = False) -> Callable[[str], str]:
     """An argparse type: an ``i/n`` spec (``or_names``: or a comma list of
     shard names, which only the dataset can check)."""
@@ -188,12 +203,7 @@ def _is_remote(url: str) -> bool:
 
 def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     """The crops of a bench or warmup run: same options, same plan."""
-    parser.add_argument(
-        "--duration", type=positive_seconds, default=8.0, help="crop seconds (default 8)"
-    )
-    parser.add_argument(
-        "--crops", type=positive_int, default=crops, help=f"crops (default {crops})"
-    )
+    add_count_arguments(parser, crops=crops, duration=8.0)
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
     parser.add_argument("--sample-rate", type=positive_int, help="resample crops to this rate")
     add_quality_argument(parser)
@@ -207,6 +217,23 @@ def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
         metavar="SIZE",
         help="size limit of the disk tier, e.g. 500G or 2T (K, M, G, T: powers of 1024; "
         "default 16G)",
+    )
+
+
+def add_count_arguments(parser: argparse.ArgumentParser, *, crops: int, duration: float) -> None:
+    """``--duration`` and ``--crops`` of a planned run (bench, warmup, demo),
+    bounded as ``pipeline.bench.LIMITS`` says."""
+    parser.add_argument(
+        "--duration",
+        type=limited("duration", positive_seconds),
+        default=duration,
+        help=f"crop seconds, at least 0.001 (default {duration:g})",
+    )
+    parser.add_argument(
+        "--crops",
+        type=limited("crops", positive_int),
+        default=crops,
+        help=f"crops, at most 1000000 (default {crops})",
     )
 
 
