@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from ..decode.resample import DEFAULT_QUALITY, QUALITIES
+from ..decode.resample import DEFAULT_QUALITY, QUALITIES, check_sample_rate
 from ..errors import StreamerError
 from ..pipeline.bench import check_limit
 from ..write.index import parse_part
@@ -119,6 +119,15 @@ def byte_size(text: str) -> int:
     return int(value)
 
 
+def sample_rate(text: str) -> int:
+    """An argparse type: a target rate in Hz, within ``check_sample_rate``'s range."""
+    value = positive_int(text)
+    try:
+        return check_sample_rate(value)  # type: ignore[return-value]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("sample_rate ")) from None
+
+
 def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
     """An argparse type: ``kind``, then within the library's bound for ``name``
     (``pipeline.bench.LIMITS``: one check for the command and the API)."""
@@ -205,7 +214,9 @@ def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     """The crops of a bench or warmup run: same options, same plan."""
     add_count_arguments(parser, crops=crops, duration=8.0)
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
-    parser.add_argument("--sample-rate", type=positive_int, help="resample crops to this rate")
+    parser.add_argument(
+        "--sample-rate", type=sample_rate, help="resample crops to this rate (1000-768000 Hz)"
+    )
     add_quality_argument(parser)
     parser.add_argument("--mono", action="store_true", help="crops as the mean of the channels")
     parser.add_argument(

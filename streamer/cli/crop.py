@@ -12,7 +12,7 @@ from ._options import (
     UsageError,
     add_quality_argument,
     add_url_arguments,
-    positive_int,
+    sample_rate,
     seconds,
     storage_options,
     writable_file,
@@ -25,7 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("key", metavar="KEY", help="episode key")
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
-    parser.add_argument("--sample-rate", type=positive_int, help="resample to this rate (Hz)")
+    parser.add_argument(
+        "--sample-rate", type=sample_rate, help="resample to this rate (1000-768000 Hz)"
+    )
     add_quality_argument(parser)
     parser.add_argument("--mono", action="store_true", help="mean of the channels")
     parser.add_argument("--pad", action="store_true", help="zero-pad a crop past the end")

@@ -41,7 +41,7 @@ import sniffio
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
-from ..decode.resample import DEFAULT_QUALITY, check_quality
+from ..decode.resample import DEFAULT_QUALITY, check_quality, check_sample_rate
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
@@ -169,7 +169,7 @@ class Streamer:
         self._fields: list[EpisodeFields] | None = None
         self._carried: dict[int, tuple[dict[str, Any], Any]] = {}
         self.sampler = sampler
-        self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
+        self.sample_rate, self.mono, self.pad = check_sample_rate(sample_rate), mono, pad
         self.resample_quality = check_quality(resample_quality)
         self.workers = default_workers() if workers is None else workers
         self._stores = _remote_stores(self.sources)

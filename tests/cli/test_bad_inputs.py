@@ -50,6 +50,21 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (
+        [*CROP, "0", "1", "--sample-rate", "1000000000", "-o", "TMP/c.wav"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 1000000000",
+        2,
+    ),
+    (
+        [*CROP, "0", "1", "--sample-rate", "999", "-o", "TMP/c.wav"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 999",
+        2,
+    ),
+    (
+        ["bench", "DS", "--sample-rate", "2000000"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 2000000",
+        2,
+    ),
+    (
         [*CROP, "0", "1", "--endpoint-url", "http://x", "-o", "TMP/c.npy"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
