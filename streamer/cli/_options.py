@@ -4,14 +4,17 @@ any work starts (a bad value is a usage error: one line, exit code 2)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..decode.resample import DEFAULT_QUALITY, QUALITIES, check_sample_rate
 from ..errors import StreamerError
 from ..pipeline.bench import check_limit
+from ..pipeline.pool import check_workers
 from ..write.index import parse_part
 
 
@@ -64,14 +67,9 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-#: Worker processes per CPU a command starts at most: more only queue for the
-#: CPUs, and a typo (``--workers 100000``) would fork until memory runs out.
-WORKERS_PER_CPU = 4
-
-
 def worker_count(text: str) -> int:
     """An argparse type: decode processes, 0 (decode in this process) up to
-    ``WORKERS_PER_CPU`` per CPU."""
+    ``WORKERS_PER_CPU`` per CPU (``pipeline.pool.check_workers``)."""
     return _per_cpu(non_negative_int(text))
 
 
@@ -81,12 +79,17 @@ def process_count(text: str) -> int:
 
 
 def _per_cpu(value: int) -> int:
-    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
-    if value > most:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {most} ({WORKERS_PER_CPU} processes per CPU), not {value}"
-        )
-    return value
+    return _checked(check_workers, "workers", value)
+
+
+def _checked(check: Callable[[Any], Any], name: str, value: Any) -> Any:
+    """``check(value)``, the library's own check of its ``name`` argument
+    (one check for the command and the API), its ``ValueError`` as the
+    argument's error (without the name: argparse says ``argument --X``)."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name} ")) from None
 
 
 def seconds(text: str) -> float:
@@ -121,11 +124,7 @@ def byte_size(text: str) -> int:
 
 def sample_rate(text: str) -> int:
     """An argparse type: a target rate in Hz, within ``check_sample_rate``'s range."""
-    value = positive_int(text)
-    try:
-        return check_sample_rate(value)  # type: ignore[return-value]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("sample_rate ")) from None
+    return _checked(check_sample_rate, "sample_rate", positive_int(text))
 
 
 def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -133,11 +132,7 @@ def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
     (``pipeline.bench.LIMITS``: one check for the command and the API)."""
 
     def check(text: str) -> float:
-        value = kind(text)
-        try:
-            return check_limit(name, value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name} ")) from None
+        return _checked(functools.partial(check_limit, name), name, kind(text))
 
     return check
 

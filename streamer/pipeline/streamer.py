@@ -50,7 +50,7 @@ from .keywords import check_keywords, checked_keywords, keyword_names
 from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
-from .pool import WorkerPool, default_restart_budget
+from .pool import WorkerPool, check_workers, default_restart_budget
 from .run import Item, Run
 from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
@@ -171,7 +171,7 @@ class Streamer:
         self.sampler = sampler
         self.sample_rate, self.mono, self.pad = check_sample_rate(sample_rate), mono, pad
         self.resample_quality = check_quality(resample_quality)
-        self.workers = default_workers() if workers is None else workers
+        self.workers = default_workers() if workers is None else check_workers(workers)
         self._stores = _remote_stores(self.sources)
         self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
         self.queue_size = queue_size

@@ -224,3 +224,24 @@ def test_a_pass_leaves_no_stream_open(packed: Path, stop_after: int | None) -> N
         gc.collect()
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert not [m for m in unclosed if "MemoryObject" in m], unclosed
+
+
+def test_workers_are_bounded_as_the_command_bounds_them(packed: Path) -> None:
+    """``Streamer(..., workers=10**6)`` was taken as asked and forked until
+    memory ran out once iterated; it is refused up front with the bound that
+    ``streamer bench --workers`` states (one check: ``pool.check_workers``)."""
+    import os
+
+    from streamer.pipeline.pool import WORKERS_PER_CPU
+
+    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
+    for workers, said in (
+        (10**6, rf"at most {most} \(4 processes per CPU\), not 1000000"),
+        (most + 1, rf"at most {most} \(4 processes per CPU\), not {most + 1}"),
+        (-1, "0 or more, not -1"),
+        (2.5, "a whole number, not 2.5"),
+    ):
+        with pytest.raises(ValueError, match=f"^workers must be {said}$"):
+            Streamer(packed, RandomCrops(0.5), workers=workers)
+    assert Streamer(packed, RandomCrops(0.5), workers=most).workers == most
+    assert Streamer(packed, RandomCrops(0.5), workers=np.int64(0)).workers == 0
