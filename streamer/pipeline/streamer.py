@@ -51,7 +51,7 @@ from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, check_workers, default_restart_budget
-from .run import Item, Run
+from .run import CLOSED, Item, Run
 from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
@@ -201,6 +201,7 @@ class Streamer:
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._iteration: object | None = None  # the sync iteration under way
+        self._closed_under: object | None = None  # the sync iteration ``close()`` ended
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
         self._held: Crop | object | None = None  # taken, not received (``_hold``)
@@ -508,6 +509,7 @@ class Streamer:
         finally:
             self._end_iteration()
             self._iteration = None if self._iteration is iteration else self._iteration
+            self._closed_under = None if self._closed_under is iteration else self._closed_under
 
     def _claim(self) -> object:
         """Mark a sync iteration as under way (``RuntimeError`` if one is):
@@ -561,7 +563,11 @@ class Streamer:
         self.close()
 
     def close(self) -> None:
-        """Stop the pipeline and every worker process."""
+        """Stop the pipeline and every worker process. A ``for`` loop under
+        way (another thread's) ends with ``RuntimeError``: it used to start
+        the pass again, with new workers, as if nothing had been closed. A
+        new loop goes on from where that one stopped."""
+        self._closed_under = self._iteration
         _blocking(self._shutdown())
 
     # -- on the store loop ------------------------------------------------------
@@ -628,6 +634,8 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
+            if self._closed_under is not None and self._closed_under is self._iteration:
+                raise RuntimeError(CLOSED)  # this loop's pass was closed: not a new one
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
@@ -641,10 +649,11 @@ class Streamer:
                 plan_in_loop=not self._stores,
             )
             resources.run.start()
+        run = resources.run  # ``close()`` may drop it while this waits: its error says so
         while True:
             began = time.perf_counter()
             with record("queue_wait"):
-                item = await resources.run.next()
+                item = await run.next()
             self._stats.queue_wait_s += time.perf_counter() - began
             if item is None:
                 await self._stop_run()
