@@ -117,7 +117,7 @@ def byte_size(text: str) -> int:
     unit (``K``, ``M``, ``G``, ``T``, powers of 1024, also written ``GiB`` or ``GB``)."""
     match = _SIZE.fullmatch(text.strip())
     value = float(match[1]) * _UNITS[match[2].upper()] if match else 0
-    if value < 1:
+    if not 1 <= value < math.inf:  # 400 digits are inf as a float: int() raised OverflowError
         raise argparse.ArgumentTypeError(f"must be a size such as 500G or 2T, not {text!r}")
     return int(value)
 

@@ -242,6 +242,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (
+        ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "9" * 400],
+        "argument --cache-dir-bytes: must be a size such as 500G or 2T, not '999",
+        2,
+    ),
+    (
         ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "0K"],
         "argument --cache-dir-bytes: must be a size such as 500G or 2T, not '0K'",
         2,
