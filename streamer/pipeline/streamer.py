@@ -32,6 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from numbers import Integral
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -153,6 +154,13 @@ class Streamer:
         columns: Sequence[str] = (),
         supervisions: str | None = None,
     ) -> None:
+        _check_counts(
+            prefetch=prefetch,
+            queue_size=queue_size,
+            shuffle_window=shuffle_window,
+            max_crops=max_crops,
+            crops_per_epoch=crops_per_epoch,
+        )
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
         if max_worker_restarts is not None and max_worker_restarts < 0:
@@ -180,8 +188,6 @@ class Streamer:
         self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
         self.shuffle_window, self.interleave = shuffle_window, interleave
         self.max_crops = max_crops
-        if crops_per_epoch is not None and crops_per_epoch < 0:
-            raise ValueError(f"crops_per_epoch must be >= 0, not {crops_per_epoch}")
         if crops_per_epoch is not None and max_crops is not None:
             raise ValueError("give max_crops or crops_per_epoch, not both")
         self.crops_per_epoch = crops_per_epoch
@@ -906,6 +912,17 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def _check_counts(**counts: int | None) -> None:
+    """Each of ``counts`` a whole number >= 0, or None: ``max_crops=-1`` kept
+    all crops but the last without a word (a slice), a negative ``prefetch``
+    or ``queue_size`` failed at the first crop in anyio's words."""
+    for name, value in counts.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, Integral) or value < 0
+        ):
+            raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
 
 
 def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:
