@@ -65,6 +65,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (
+        [*CROP, "0", "1000000", "--pad", "-o", "TMP/c.wav"],
+        "a WAV file holds at most 4 GiB of 16-bit samples; this crop is ",
+        2,
+    ),
+    (
         [*CROP, "0", "1", "--endpoint-url", "http://x", "-o", "TMP/c.npy"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
