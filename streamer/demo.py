@@ -23,6 +23,7 @@ from .dataset.dataset import Dataset
 from .decode.crop import Crop, CropJob, CropRequest
 from .index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE
 from .pipeline import RandomCrops, Streamer
+from .pipeline.bench import check_limit
 from .pipeline.stages import plan
 from .storage.disk import make_directory
 from .synth import CODECS, encode, signal
@@ -123,6 +124,8 @@ def run_demo(
 ) -> DemoSummary:
     """Stream ``crops`` random crops of ``duration`` seconds from the demo dataset
     through the pipeline (``streamer.Streamer``: decode worker processes)."""
+    check_limit("crops", crops)
+    check_limit("duration", duration)
     dataset = Dataset(demo_dataset(cache_dir, rebuild=rebuild, progress=progress))
     summary = DemoSummary(dataset=dataset.root)
     per_episode = -(-crops // len(dataset))

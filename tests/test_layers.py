@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "jobs": 8,
     "cli": 9,
     "__init__": 9,
+    "__main__": 10,
 }
 
 

@@ -4,13 +4,17 @@ any work starts (a bad value is a usage error: one line, exit code 2)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..decode.resample import DEFAULT_QUALITY, QUALITIES
+from ..decode.resample import DEFAULT_QUALITY, QUALITIES, check_sample_rate
 from ..errors import StreamerError
+from ..pipeline.bench import check_limit
+from ..pipeline.pool import check_workers
 from ..write.index import parse_part
 
 
@@ -63,14 +67,9 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-#: Worker processes per CPU a command starts at most: more only queue for the
-#: CPUs, and a typo (``--workers 100000``) would fork until memory runs out.
-WORKERS_PER_CPU = 4
-
-
 def worker_count(text: str) -> int:
     """An argparse type: decode processes, 0 (decode in this process) up to
-    ``WORKERS_PER_CPU`` per CPU."""
+    ``WORKERS_PER_CPU`` per CPU (``pipeline.pool.check_workers``)."""
     return _per_cpu(non_negative_int(text))
 
 
@@ -80,12 +79,17 @@ def process_count(text: str) -> int:
 
 
 def _per_cpu(value: int) -> int:
-    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
-    if value > most:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {most} ({WORKERS_PER_CPU} processes per CPU), not {value}"
-        )
-    return value
+    return _checked(check_workers, "workers", value)
+
+
+def _checked(check: Callable[[Any], Any], name: str, value: Any) -> Any:
+    """``check(value)``, the library's own check of its ``name`` argument
+    (one check for the command and the API), its ``ValueError`` as the
+    argument's error (without the name: argparse says ``argument --X``)."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{name} ")) from None
 
 
 def seconds(text: str) -> float:
@@ -113,9 +117,24 @@ def byte_size(text: str) -> int:
     unit (``K``, ``M``, ``G``, ``T``, powers of 1024, also written ``GiB`` or ``GB``)."""
     match = _SIZE.fullmatch(text.strip())
     value = float(match[1]) * _UNITS[match[2].upper()] if match else 0
-    if value < 1:
+    if not 1 <= value < math.inf:  # 400 digits are inf as a float: int() raised OverflowError
         raise argparse.ArgumentTypeError(f"must be a size such as 500G or 2T, not {text!r}")
     return int(value)
+
+
+def sample_rate(text: str) -> int:
+    """An argparse type: a target rate in Hz, within ``check_sample_rate``'s range."""
+    return _checked(check_sample_rate, "sample_rate", positive_int(text))
+
+
+def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: ``kind``, then within the library's bound for ``name``
+    (``pipeline.bench.LIMITS``: one check for the command and the API)."""
+
+    def check(text: str) -> float:
+        return _checked(functools.partial(check_limit, name), name, kind(text))
+
+    return check
 
 
 def partition(option: str, *, or_names: bool = False) -> Callable[[str], str]:
@@ -188,14 +207,11 @@ def _is_remote(url: str) -> bool:
 
 def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
     """The crops of a bench or warmup run: same options, same plan."""
-    parser.add_argument(
-        "--duration", type=positive_seconds, default=8.0, help="crop seconds (default 8)"
-    )
-    parser.add_argument(
-        "--crops", type=positive_int, default=crops, help=f"crops (default {crops})"
-    )
+    add_count_arguments(parser, crops=crops, duration=8.0)
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
-    parser.add_argument("--sample-rate", type=positive_int, help="resample crops to this rate")
+    parser.add_argument(
+        "--sample-rate", type=sample_rate, help="resample crops to this rate (1000-768000 Hz)"
+    )
     add_quality_argument(parser)
     parser.add_argument("--mono", action="store_true", help="crops as the mean of the channels")
     parser.add_argument(
@@ -207,6 +223,23 @@ def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
         metavar="SIZE",
         help="size limit of the disk tier, e.g. 500G or 2T (K, M, G, T: powers of 1024; "
         "default 16G)",
+    )
+
+
+def add_count_arguments(parser: argparse.ArgumentParser, *, crops: int, duration: float) -> None:
+    """``--duration`` and ``--crops`` of a planned run (bench, warmup, demo),
+    bounded as ``pipeline.bench.LIMITS`` says."""
+    parser.add_argument(
+        "--duration",
+        type=limited("duration", positive_seconds),
+        default=duration,
+        help=f"crop seconds, at least 0.001 (default {duration:g})",
+    )
+    parser.add_argument(
+        "--crops",
+        type=limited("crops", positive_int),
+        default=crops,
+        help=f"crops, at most 1000000 (default {crops})",
     )
 
 

@@ -10,6 +10,7 @@ from ..pipeline.bench import bench
 from ._options import (
     add_crop_arguments,
     crop_config,
+    limited,
     options_for,
     positive_int,
     storage_options,
@@ -49,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--rounds",
-        type=positive_int,
+        type=limited("rounds", positive_int),
         default=1,
         help="run every configuration this many times, interleaved, and report the median",
     )

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
 import wave
 
 import numpy as np
 
-from ..dataset import open_dataset
+from ..dataset import Dataset, open_dataset
+from ..errors import StreamerError
 from ._options import (
     UsageError,
     add_quality_argument,
     add_url_arguments,
-    positive_int,
+    sample_rate,
     seconds,
     storage_options,
     writable_file,
@@ -25,7 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("key", metavar="KEY", help="episode key")
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
-    parser.add_argument("--sample-rate", type=positive_int, help="resample to this rate (Hz)")
+    parser.add_argument(
+        "--sample-rate", type=sample_rate, help="resample to this rate (1000-768000 Hz)"
+    )
     add_quality_argument(parser)
     parser.add_argument("--mono", action="store_true", help="mean of the channels")
     parser.add_argument("--pad", action="store_true", help="zero-pad a crop past the end")
@@ -43,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     options = storage_options(args)
     writable_file(args.output)  # before decoding
     dataset = open_dataset(args.url, **options)
+    if args.output.endswith(".wav"):
+        _check_wav_size(dataset, args)
     crop = dataset.crop(
         args.key,
         args.start,
@@ -63,6 +69,32 @@ def run(args: argparse.Namespace) -> int:
         f"(served by: {served})"
     )
     return 0
+
+
+#: The most sample bytes a WAV file holds (its sizes are 32-bit).
+WAV_MAX_BYTES = 0xFFFFFFFF - 36
+
+
+def _check_wav_size(dataset: Dataset, args: argparse.Namespace) -> None:
+    """Refuse (``UsageError``), before decoding, a crop too long for a WAV
+    file: ``--pad`` to an END hours away (or a long crop at a high
+    ``--sample-rate``) decoded it all, then failed to allocate or to write
+    it. Unknown from ``audio_info`` (no such key, no row): left to the crop."""
+    try:
+        info = dataset.info(args.key)
+        rate = args.sample_rate or int(info["sample_rate"])
+        channels = 1 if args.mono else int(info["channels"])
+        duration = float(info["duration"])
+    except (KeyError, TypeError, ValueError, StreamerError):
+        return
+    end = args.end if args.pad or not math.isfinite(duration) else min(args.end, duration)
+    samples = max(0, round((end - args.start) * rate))
+    if samples * channels * 2 > WAV_MAX_BYTES:
+        raise UsageError(
+            f"a WAV file holds at most 4 GiB of 16-bit samples; this crop is "
+            f"{samples * channels * 2 / 2**30:.1f} GiB ({channels} channel(s) x {samples} "
+            f"samples at {rate} Hz): write a shorter crop"
+        )
 
 
 def write_wav(path: str, audio: np.ndarray, rate: int) -> None:

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 
 from ..demo import default_cache_dir, run_demo
-from ._options import positive_int, positive_seconds, worker_count
+from ._options import add_count_arguments, worker_count
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="stream random crops from a built-in dataset")
-    parser.add_argument("--crops", type=positive_int, default=48, help="crops to read (default 48)")
-    parser.add_argument(
-        "--duration", type=positive_seconds, default=4.0, help="crop seconds (default 4)"
-    )
+    add_count_arguments(parser, crops=48, duration=4.0)
     parser.add_argument("--seed", type=int, default=0, help="crop positions seed (default 0)")
     parser.add_argument(
         "--workers", type=worker_count, help="decode processes (default: one per CPU)"

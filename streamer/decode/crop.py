@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,14 @@ from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
 from .plan import plan_crop
-from .resample import DEFAULT_QUALITY, check_quality, crop_span, downmix, resample
+from .resample import (
+    DEFAULT_QUALITY,
+    check_quality,
+    check_sample_rate,
+    crop_span,
+    downmix,
+    resample,
+)
 
 __all__ = [
     "PATH_FROM_THE_START",
@@ -117,8 +125,11 @@ class CropRequest:
     resample_quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
-        if not 0 <= self.start < self.end:
-            raise ValueError(f"crop range [{self.start}, {self.end}) needs 0 <= start < end")
+        if not (0 <= self.start < self.end and math.isfinite(self.end)):
+            raise ValueError(
+                f"crop range [{self.start}, {self.end}) needs 0 <= start < end, both finite"
+            )
+        check_sample_rate(self.sample_rate)
         check_quality(self.resample_quality)
 
 

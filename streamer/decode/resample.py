@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from numbers import Integral
 
 import numpy as np
 import soxr
@@ -34,9 +35,12 @@ from ..formats.frames import sum_channels
 __all__ = [
     "CONTEXT",
     "DEFAULT_QUALITY",
+    "MAX_SAMPLE_RATE",
+    "MIN_SAMPLE_RATE",
     "QUALITIES",
     "ResampleWindow",
     "check_quality",
+    "check_sample_rate",
     "crop_span",
     "downmix",
     "holds_samples",
@@ -71,6 +75,27 @@ class ResampleWindow:
     input_last: int  # one past the last input sample to feed
     skip: int  # outputs to drop from the front of the run
     length: int  # outputs to keep after that
+
+
+#: The target rates (Hz) a crop may be resampled to: from telephone-band
+#: audio up to the highest rate audio interfaces offer. Beyond it a typo
+#: (``--sample-rate 1000000000``) wrote gigabytes of interpolated audio.
+MIN_SAMPLE_RATE = 1000
+MAX_SAMPLE_RATE = 768_000
+
+
+def check_sample_rate(rate: int | None) -> int | None:
+    """``rate`` (``None``: the episode's own) if it is a whole number of Hz
+    from ``MIN_SAMPLE_RATE`` to ``MAX_SAMPLE_RATE``; a ``ValueError`` if not."""
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, Integral):
+        raise ValueError(f"sample_rate must be a whole number of Hz, not {rate!r}")
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise ValueError(
+            f"sample_rate must be {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz, not {rate}"
+        )
+    return int(rate)
 
 
 def check_quality(quality: str) -> str:

@@ -155,14 +155,23 @@ def _seekable(stream: BinaryIO) -> bool:
         return False
 
 
+#: The widest spacing of seek points (native ticks): 46 years at 192 kHz,
+#: a point at the start only, and far from overflowing the int64 positions
+#: it is added to. A tiny density (``1e-300``) gave an interval of 10**304
+#: ticks, and its OverflowError marked good mp4 files "malformed mp4 data".
+MAX_INTERVAL = 1 << 48
+
+
 def interval(timescale: int, density: float) -> int:
     """Native-timeline distance between seek points for ``density`` points per
-    second (``math.inf``: every frame or page)."""
-    if density <= 0:
+    second (``math.inf``: every frame or page; a tiny density: a point at
+    the start only)."""
+    if not density > 0:  # nan too
         raise ValueError(f"density must be positive, not {density}")
     if math.isinf(density):
         return 1
-    return max(1, round(timescale / density))
+    spacing = timescale / density  # inf for a subnormal density
+    return MAX_INTERVAL if spacing >= MAX_INTERVAL else max(1, round(spacing))
 
 
 class Points:

@@ -35,7 +35,33 @@ from .limit import limit_seconds
 from .samplers import RandomCrops
 from .streamer import Streamer
 
-__all__ = ["BenchConfig", "bench", "bench_streamer", "naive_crop"]
+__all__ = ["LIMITS", "BenchConfig", "bench", "bench_streamer", "check_limit", "naive_crop"]
+
+#: The range of a bench's (and its warmup's, and the demo's) numbers, and why:
+#: every planned crop is held in memory (a million take ~160 MB and a second
+#: or two to plan; a trillion asked for 7 TiB), a million crops are hours of
+#: measuring, and a crop shorter than a millisecond decodes to next to nothing.
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "crops": (1, 1_000_000, "every crop is planned up front"),
+    "rounds": (1, 1000, "each round runs every configuration"),
+    "duration": (0.001, math.inf, "seconds: a shorter crop is next to no audio"),
+}
+
+
+def check_limit(name: str, value: float) -> float:
+    """``value`` when it is within ``LIMITS[name]``, else a ``ValueError``
+    naming the range (NaN is never within it)."""
+    least, most, why = LIMITS[name]
+    if not least <= value <= most:
+        span = f"at least {_shown(least)}"
+        if most != math.inf:
+            span = f"{_shown(least)} to {_shown(most)}"
+        raise ValueError(f"{name} must be {span} ({why}), not {_shown(value)}")
+    return value
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,10 @@ class BenchConfig:
     sample_rate: int | None = None
     mono: bool = False
     resample_quality: str = DEFAULT_QUALITY
+
+    def __post_init__(self) -> None:
+        check_limit("duration", self.duration)
+        check_limit("crops", self.crops)
 
 
 def bench_streamer(dataset: Dataset, config: BenchConfig, **options: Any) -> Streamer:
@@ -94,8 +124,7 @@ def bench(
     lists them all. The first round also opens the shards (later rounds
     start from a cold block cache, not from closed shards).
     """
-    if rounds < 1:
-        raise ValueError("rounds must be at least 1")
+    check_limit("rounds", rounds)
     for dataset in datasets:
         _check_crops_fit(dataset, config.duration)
     naive = [_baseline(dataset, config) if baseline else None for dataset in datasets]

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from numbers import Integral
 
 import anyio
 import anyio.to_thread
@@ -73,7 +74,9 @@ __all__ = [
     "CROPS_PER_RESTART",
     "CROP_ATTEMPTS",
     "RESTARTS_PER_WORKER",
+    "WORKERS_PER_CPU",
     "WorkerPool",
+    "check_workers",
     "default_restart_budget",
 ]
 
@@ -100,6 +103,27 @@ STALL_TIMEOUT = 60.0
 #: It is killed and its crops retried like a death's.
 SPIN_TIMEOUT = 120.0
 SPIN_PER_SECOND = 0.25
+
+
+#: Decode processes per CPU a pool starts at most (the ``streamer`` commands'
+#: ``--workers`` too): more only queue for the CPUs, and a typo
+#: (``workers=10**6``) forked until memory ran out.
+WORKERS_PER_CPU = 4
+
+
+def check_workers(workers: int) -> int:
+    """``workers`` if it is a whole number from 0 (decode in this process) to
+    ``WORKERS_PER_CPU`` per CPU; a ``ValueError`` naming the bound if not."""
+    if isinstance(workers, bool) or not isinstance(workers, Integral):
+        raise ValueError(f"workers must be a whole number, not {workers!r}")
+    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
+    if workers < 0:
+        raise ValueError(f"workers must be 0 or more, not {workers}")
+    if workers > most:
+        raise ValueError(
+            f"workers must be at most {most} ({WORKERS_PER_CPU} processes per CPU), not {workers}"
+        )
+    return int(workers)
 
 
 def default_restart_budget(workers: int) -> int:

@@ -55,9 +55,13 @@ from .stats import StreamerStats
 from .tasks import Failure, Task, attempt, failure_of, first_error
 from .turns import Turns
 
-__all__ = ["Item", "Run"]
+__all__ = ["CLOSED", "Item", "Run"]
 
 log = logging.getLogger(__name__)
+
+#: What a consumer of a pass that ``stop`` ended gets (``Streamer.close()``
+#: from another thread while a loop runs).
+CLOSED = "the Streamer was closed in the middle of a pass"
 
 
 #: The most crops in one batch (one message to a decode worker and one back).
@@ -177,10 +181,11 @@ class Run:
     async def stop(self) -> None:
         """Cancel every stage and wait until they are gone (workers mid-crop are
         killed). A consumer still waiting (``close()`` from another thread)
-        gets an error, not the end of the pass."""
+        gets an error, not the end of the pass, also when every crop is
+        decoded and queued (the end would drop them, and the pass was over)."""
+        if self._error is None:
+            self._error = RuntimeError(CLOSED)
         if self._task is not None and not self._task.done():
-            if self._error is None:
-                self._error = RuntimeError("the Streamer was closed in the middle of a pass")
             self._task.cancel()
             await asyncio.wait([self._task])
         self._out.close()

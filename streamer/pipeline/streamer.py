@@ -32,6 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from numbers import Integral
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -41,7 +42,7 @@ import sniffio
 
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
-from ..decode.resample import DEFAULT_QUALITY, check_quality
+from ..decode.resample import DEFAULT_QUALITY, check_quality, check_sample_rate
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
@@ -50,8 +51,8 @@ from .keywords import check_keywords, checked_keywords, keyword_names
 from .metadata import EpisodeFields
 from .mix import Mix, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
-from .pool import WorkerPool, default_restart_budget
-from .run import Item, Run
+from .pool import WorkerPool, check_workers, default_restart_budget
+from .run import CLOSED, Item, Run
 from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
@@ -153,6 +154,13 @@ class Streamer:
         columns: Sequence[str] = (),
         supervisions: str | None = None,
     ) -> None:
+        _check_counts(
+            prefetch=prefetch,
+            queue_size=queue_size,
+            shuffle_window=shuffle_window,
+            max_crops=max_crops,
+            crops_per_epoch=crops_per_epoch,
+        )
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
         if max_worker_restarts is not None and max_worker_restarts < 0:
@@ -169,9 +177,9 @@ class Streamer:
         self._fields: list[EpisodeFields] | None = None
         self._carried: dict[int, tuple[dict[str, Any], Any]] = {}
         self.sampler = sampler
-        self.sample_rate, self.mono, self.pad = sample_rate, mono, pad
+        self.sample_rate, self.mono, self.pad = check_sample_rate(sample_rate), mono, pad
         self.resample_quality = check_quality(resample_quality)
-        self.workers = default_workers() if workers is None else workers
+        self.workers = default_workers() if workers is None else check_workers(workers)
         self._stores = _remote_stores(self.sources)
         self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
         self.queue_size = queue_size
@@ -180,8 +188,6 @@ class Streamer:
         self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
         self.shuffle_window, self.interleave = shuffle_window, interleave
         self.max_crops = max_crops
-        if crops_per_epoch is not None and crops_per_epoch < 0:
-            raise ValueError(f"crops_per_epoch must be >= 0, not {crops_per_epoch}")
         if crops_per_epoch is not None and max_crops is not None:
             raise ValueError("give max_crops or crops_per_epoch, not both")
         self.crops_per_epoch = crops_per_epoch
@@ -201,6 +207,7 @@ class Streamer:
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._iteration: object | None = None  # the sync iteration under way
+        self._closed_under: object | None = None  # the sync iteration ``close()`` ended
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
         self._held: Crop | object | None = None  # taken, not received (``_hold``)
@@ -508,6 +515,7 @@ class Streamer:
         finally:
             self._end_iteration()
             self._iteration = None if self._iteration is iteration else self._iteration
+            self._closed_under = None if self._closed_under is iteration else self._closed_under
 
     def _claim(self) -> object:
         """Mark a sync iteration as under way (``RuntimeError`` if one is):
@@ -568,7 +576,11 @@ class Streamer:
         self.close()
 
     def close(self) -> None:
-        """Stop the pipeline and every worker process."""
+        """Stop the pipeline and every worker process. A ``for`` loop under
+        way (another thread's) ends with ``RuntimeError``: it used to start
+        the pass again, with new workers, as if nothing had been closed. A
+        new loop goes on from where that one stopped."""
+        self._closed_under = self._iteration
         _blocking(self._shutdown())
 
     # -- on the store loop ------------------------------------------------------
@@ -635,6 +647,8 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
+            if self._closed_under is not None and self._closed_under is self._iteration:
+                raise RuntimeError(CLOSED)  # this loop's pass was closed: not a new one
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
             resources.run = Run(
@@ -648,10 +662,11 @@ class Streamer:
                 plan_in_loop=not self._stores,
             )
             resources.run.start()
+        run = resources.run  # ``close()`` may drop it while this waits: its error says so
         while True:
             began = time.perf_counter()
             with record("queue_wait"):
-                item = await resources.run.next()
+                item = await run.next()
             self._stats.queue_wait_s += time.perf_counter() - began
             if item is None:
                 await self._stop_run()
@@ -904,6 +919,17 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def _check_counts(**counts: int | None) -> None:
+    """Each of ``counts`` a whole number >= 0, or None: ``max_crops=-1`` kept
+    all crops but the last without a word (a slice), a negative ``prefetch``
+    or ``queue_size`` failed at the first crop in anyio's words."""
+    for name, value in counts.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, Integral) or value < 0
+        ):
+            raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
 
 
 def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,15 +52,19 @@ def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:
 
 def _local_path(url: str, rest: str) -> str:
     """The path of ``file://HOST/PATH``: ``/PATH`` for no host or
-    ``localhost`` (RFC 8089); any other host, user info included, is not
-    this machine."""
+    ``localhost``, percent-decoded (RFC 8089: ``file:///data/my%20set`` is
+    ``/data/my set``; a plain path is never decoded); any other host, user
+    info included, is not this machine."""
     host, slash, path = rest.partition("/")
     if host.lower() not in ("", "localhost"):
         raise StorageError(
             f"{safe_url(url)}: a file:// URL names a path on this machine "
             "(file:///PATH or file://localhost/PATH), not on another host"
         )
-    return slash + path
+    decoded = urllib.parse.unquote(slash + path, errors="surrogateescape")
+    if "\0" in decoded:
+        raise StorageError(f"{safe_url(url)}: a file:// URL's path cannot hold %00 (a NUL byte)")
+    return decoded
 
 
 def get_store(scheme: str, options: Mapping[str, Any]) -> Store:

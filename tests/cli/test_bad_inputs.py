@@ -50,6 +50,26 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (
+        [*CROP, "0", "1", "--sample-rate", "1000000000", "-o", "TMP/c.wav"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 1000000000",
+        2,
+    ),
+    (
+        [*CROP, "0", "1", "--sample-rate", "999", "-o", "TMP/c.wav"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 999",
+        2,
+    ),
+    (
+        ["bench", "DS", "--sample-rate", "2000000"],
+        "argument --sample-rate: must be 1000 to 768000 Hz, not 2000000",
+        2,
+    ),
+    (
+        [*CROP, "0", "1000000", "--pad", "-o", "TMP/c.wav"],
+        "a WAV file holds at most 4 GiB of 16-bit samples; this crop is ",
+        2,
+    ),
+    (
         [*CROP, "0", "1", "--endpoint-url", "http://x", "-o", "TMP/c.npy"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",
         2,
@@ -166,6 +186,31 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     (["bench", "DS", "--workers", "-1"], "argument --workers: must be 0 or more, not -1", 2),
     (["bench", "DS", "--rounds", "0"], "argument --rounds: must be at least 1, not 0", 2),
     (
+        ["bench", "DS", "--crops", "1000000000000"],
+        "argument --crops: must be 1 to 1000000 (every crop is planned up front), "
+        "not 1000000000000",
+        2,
+    ),
+    (
+        ["bench", "DS", "--rounds", "1000000000"],
+        "argument --rounds: must be 1 to 1000 (each round runs every configuration), "
+        "not 1000000000",
+        2,
+    ),
+    (
+        ["bench", "DS", "--duration", "1e-300"],
+        "argument --duration: must be at least 0.001 (seconds: a shorter crop is next to no "
+        "audio), not 1e-300",
+        2,
+    ),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP", "--crops", "100000000"],
+        "argument --crops: must be 1 to 1000000",
+        2,
+    ),
+    (["demo", "--crops", "1000000000000"], "argument --crops: must be 1 to 1000000", 2),
+    (["demo", "--duration", "0.0000001"], "argument --duration: must be at least 0.001", 2),
+    (
         ["bench", "DS", "--workers", "2", "1000000000"],
         "argument --workers: must be at most MAXW (4 processes per CPU), not 1000000000",
         2,
@@ -199,6 +244,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     (
         ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "lots"],
         "argument --cache-dir-bytes: must be a size such as 500G or 2T, not 'lots'",
+        2,
+    ),
+    (
+        ["warmup", "DS", "--cache-dir", "TMP", "--cache-dir-bytes", "9" * 400],
+        "argument --cache-dir-bytes: must be a size such as 500G or 2T, not '999",
         2,
     ),
     (
@@ -300,6 +350,35 @@ def test_exit_codes_as_the_shell_sees_them(packed: Path, tmp_path: Path) -> None
     )
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
     assert verbose.stderr.strip().splitlines()[-1] == failure.stderr.strip()
+
+
+def test_absurd_counts_are_usage_errors_of_the_real_command(packed: Path) -> None:
+    """``streamer bench URL --crops 1000000000000`` planned every crop up front
+    and died on a MemoryError line (7.28 TiB; ``--crops 100000000`` took
+    5 GB before its first crop). The bound is checked before anything opens."""
+    bench = [sys.executable, "-m", "streamer", "bench", str(packed), "--duration", "1"]
+    done = subprocess.run(
+        [*bench, "--workers", "0", "--crops", "1000000000000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "streamer bench: error: argument --crops: must be 1 to 1000000 "
+        "(every crop is planned up front), not 1000000000000\n"
+    )
+
+
+def test_the_library_bounds_a_bench_alike() -> None:
+    from streamer.pipeline.bench import BenchConfig, bench
+
+    with pytest.raises(ValueError, match=r"crops must be 1 to 1000000 .*not 1000000000000"):
+        BenchConfig(crops=10**12)
+    with pytest.raises(ValueError, match=r"duration must be at least 0\.001"):
+        BenchConfig(duration=float("nan"))
+    with pytest.raises(ValueError, match="rounds must be 1 to 1000"):
+        bench([], [0], BenchConfig(), rounds=10**9)
 
 
 def test_version(capsys: pytest.CaptureFixture) -> None:

@@ -8,6 +8,8 @@ episode's start and end, for both presets offered.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import soxr
@@ -15,8 +17,11 @@ import soxr
 from streamer.decode.crop import CropRequest
 from streamer.decode.resample import (
     DEFAULT_QUALITY,
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
     QUALITIES,
     check_quality,
+    check_sample_rate,
     crop_span,
     downmix,
     resample,
@@ -155,3 +160,37 @@ def test_unknown_presets_are_refused_by_name() -> None:
         check_quality("LQ")
     with pytest.raises(ValueError, match="resample quality"):
         CropRequest("k", 0.0, 1.0, sample_rate=16000, resample_quality="hq")
+
+
+def test_target_rates_are_bounded_before_any_work(packed) -> None:  # type: ignore[no-untyped-def]
+    """``read_crop(..., sample_rate=10**9)`` resampled a 1 s crop to a
+    billion samples per channel (``crop -o x.wav`` wrote gigabytes), and a
+    ``Streamer`` took any rate until its first crop; now both refuse it at once."""
+    import streamer
+    from streamer.pipeline import RandomCrops, Streamer
+
+    dataset = streamer.open_dataset(packed)
+    key = next(dataset.keys())
+    for rate in (10**9, 768_001, 999, 0, -16000):
+        with pytest.raises(ValueError, match=rf"sample_rate must be 1000 to 768000 Hz, not {rate}"):
+            dataset.read_crop(key, 0.0, 1.0, sample_rate=rate)
+        with pytest.raises(ValueError, match=rf"sample_rate must be 1000 to 768000 Hz, not {rate}"):
+            Streamer(dataset, RandomCrops(1.0), sample_rate=rate, workers=0)
+    for rate in (16000.0, "16000", True):
+        with pytest.raises(ValueError, match="sample_rate must be a whole number of Hz"):
+            CropRequest("k", 0.0, 1.0, sample_rate=rate)  # type: ignore[arg-type]
+    assert check_sample_rate(MAX_SAMPLE_RATE) == MAX_SAMPLE_RATE
+    assert check_sample_rate(np.int64(MIN_SAMPLE_RATE)) == MIN_SAMPLE_RATE
+    assert dataset.read_crop(key, 0.0, 0.01, sample_rate=MIN_SAMPLE_RATE).shape[1] == 10
+
+
+def test_crop_ranges_are_finite(packed) -> None:  # type: ignore[no-untyped-def]
+    """``read_crop(key, 1, inf, pad=True)`` died on an OverflowError deep in
+    the trim; NaN or infinite ends are refused by name."""
+    import streamer
+
+    dataset = streamer.open_dataset(packed)
+    key = next(dataset.keys())
+    for start, end in ((1.0, math.inf), (math.nan, 1.0), (0.0, math.nan), (-1.0, 1.0)):
+        with pytest.raises(ValueError, match=r"needs 0 <= start < end, both finite"):
+            dataset.read_crop(key, start, end, pad=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from streamer.cli import main
 from streamer.dataset.dataset import Dataset
 from streamer.errors import StorageError
 from streamer.pipeline.bench import BenchConfig, bench_streamer
+from streamer.pipeline.pool import WORKERS_PER_CPU
+from streamer.pipeline.streamer import default_prefetch
 from streamer.pipeline.warmup import warmup
 
 
@@ -62,7 +65,9 @@ def test_remote_sources_prefetch_deeper_by_default(s3_dataset, packed: Path) -> 
     remote = Streamer(s3_dataset(), sampler, workers=2)
     assert (local.prefetch, remote.prefetch) == (16, 32)
     assert Streamer(s3_dataset(), sampler, workers=2, prefetch=5).prefetch == 5
-    assert Streamer(s3_dataset(), sampler, workers=64).prefetch == 128  # memory cap
+    most = WORKERS_PER_CPU * (os.cpu_count() or 1)  # as many workers as may be
+    assert Streamer(s3_dataset(), sampler, workers=most).prefetch == min(16 * most, 128)
+    assert default_prefetch(64, remote=True) == 128  # memory cap
 
 
 def test_remote_storage_failures_raise_and_lose_no_crop(s3_dataset, s3) -> None:  # type: ignore[no-untyped-def]

@@ -224,3 +224,43 @@ def test_a_pass_leaves_no_stream_open(packed: Path, stop_after: int | None) -> N
         gc.collect()
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert not [m for m in unclosed if "MemoryObject" in m], unclosed
+
+
+def test_workers_are_bounded_as_the_command_bounds_them(packed: Path) -> None:
+    """``Streamer(..., workers=10**6)`` was taken as asked and forked until
+    memory ran out once iterated; it is refused up front with the bound that
+    ``streamer bench --workers`` states (one check: ``pool.check_workers``)."""
+    import os
+
+    from streamer.pipeline.pool import WORKERS_PER_CPU
+
+    most = WORKERS_PER_CPU * (os.cpu_count() or 1)
+    for workers, said in (
+        (10**6, rf"at most {most} \(4 processes per CPU\), not 1000000"),
+        (most + 1, rf"at most {most} \(4 processes per CPU\), not {most + 1}"),
+        (-1, "0 or more, not -1"),
+        (2.5, "a whole number, not 2.5"),
+    ):
+        with pytest.raises(ValueError, match=f"^workers must be {said}$"):
+            Streamer(packed, RandomCrops(0.5), workers=workers)
+    assert Streamer(packed, RandomCrops(0.5), workers=most).workers == most
+    assert Streamer(packed, RandomCrops(0.5), workers=np.int64(0)).workers == 0
+
+
+def test_counts_are_whole_numbers_not_below_zero(packed: Path) -> None:
+    """``max_crops=-1`` yielded every crop but the last without a word (the
+    plan was sliced ``[:-1]``); a negative ``prefetch`` or ``queue_size``
+    failed at the first crop in anyio's words ("initial_value must be >= 0")."""
+    everything = len(Streamer(packed, RandomCrops(0.5), workers=0))
+    for name, value in (
+        ("max_crops", -1),
+        ("prefetch", -5),
+        ("queue_size", -1),
+        ("shuffle_window", -1),
+        ("crops_per_epoch", -2),
+        ("max_crops", 2.5),
+    ):
+        with pytest.raises(ValueError, match=f"^{name} must be a whole number >= 0, not {value}$"):
+            Streamer(packed, RandomCrops(0.5), workers=0, **{name: value})
+    assert len(list(Streamer(packed, RandomCrops(0.5), workers=0, max_crops=0))) == 0
+    assert len(list(Streamer(packed, RandomCrops(0.5), workers=0, queue_size=0))) == everything

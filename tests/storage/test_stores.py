@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -13,6 +14,7 @@ import anyio
 import pytest
 from helpers import SECRET
 
+from streamer import open_dataset
 from streamer.cli import main
 from streamer.errors import StorageError
 from streamer.storage import LocalStore, open_url
@@ -314,3 +316,29 @@ def test_a_redirect_goes_through_the_proxy_of_the_host_it_names(  # type: ignore
     finally:
         front.stop()
         proxy.stop()
+
+
+def test_a_file_url_is_percent_decoded_and_a_plain_path_is_not(
+    packed: Path, tmp_path: Path
+) -> None:
+    """``file:///data/my%20set`` is ``/data/my set`` (RFC 8089): it was
+    taken as the folder ``my%20set`` and failed to list. A plain path is
+    the path as written: a folder named ``100%25`` stays ``100%25``."""
+    spaced = tmp_path / "my set"
+    literal = tmp_path / "100%25 done"
+    shutil.copytree(packed, spaced)
+    shutil.copytree(packed, literal)
+    store = open_url(tmp_path)[0]
+    assert open_url(f"file://{tmp_path}/my%20set") == (store, str(spaced))
+    assert open_url(f"file://localhost{tmp_path}/%6Dy%20set") == (store, str(spaced))
+    assert open_url(f"file://{tmp_path}/100%2525%20done") == (store, str(literal))
+    assert open_url(str(literal)) == (store, str(literal))  # a path: no decoding
+    assert open_url(f"file://{tmp_path}/caf%C3%A9")[1] == f"{tmp_path}/café"
+    assert (
+        open_url(f"file://{tmp_path}/%FF")[1].encode("utf-8", "surrogateescape").endswith(b"/\xff")
+    )
+    with pytest.raises(StorageError, match="cannot hold %00"):
+        open_url(f"file://{tmp_path}/a%00b")
+    keys = list(open_dataset(f"file://{tmp_path}/my%20set").keys())
+    assert keys == list(open_dataset(literal).keys()) == list(open_dataset(packed).keys())
+    assert main(["inspect", f"file://{tmp_path}/my%20set"]) == 0

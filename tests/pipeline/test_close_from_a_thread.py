@@ -1,0 +1,89 @@
+"""``Streamer.close()`` from another thread while a ``for crop in s`` loop
+runs ends that loop with ``RuntimeError("the Streamer was closed ...")``:
+it used to start the pass again from where it was (a new pass, new worker
+processes) and end normally, as if nothing had been closed, or, with the
+pass's last crops decoded and queued, to drop them and move on to the next
+epoch without a word."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import gone
+
+import streamer
+from streamer import RandomCrops, Streamer
+
+CLOSED = "the Streamer was closed"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_close_between_crops_ends_the_loop(packed: Path, workers: int) -> None:
+    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=6), workers=workers)
+    total = len(s)
+    taken = []
+    with pytest.raises(RuntimeError, match=CLOSED):
+        for crop in s:
+            taken.append(crop)
+            if len(taken) == 3:
+                pids = s.worker_pids
+                closer = threading.Thread(target=s.close)
+                closer.start()
+                closer.join()
+    assert len(taken) < total and s.state_dict()["epoch"] == 0  # not a new pass, nor the next
+    assert s.worker_pids == [] and all(gone(pid) for pid in pids)
+    assert s.state_dict()["position"] == 3
+    assert len(list(s)) == total - 3  # a new loop: the rest of the pass
+
+
+@pytest.mark.timeout(60)
+def test_close_while_the_loop_waits_ends_it(packed: Path) -> None:
+    """Closed while the loop is blocked on the next crop (a real worker
+    decoding) or at any moment of a running loop: it ends with the error,
+    never with the end of the pass."""
+    s = Streamer(
+        streamer.open_dataset(packed), RandomCrops(0.25, per_episode=200), workers=1, seed=3
+    )
+    total = len(s)
+    taken = 0
+    started = threading.Event()
+    closer = threading.Thread(target=lambda: (started.wait(), s.close()))
+    closer.start()
+    with pytest.raises(RuntimeError, match=CLOSED):
+        for _ in s:
+            taken += 1
+            started.set()
+    closer.join()
+    assert taken < total and s.state_dict()["epoch"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_close_with_the_rest_of_the_pass_queued_ends_the_loop(packed: Path) -> None:
+    """The pass has decoded its last crops into the queue when ``close()``
+    comes: the loop gets the error, not the end of the pass (which dropped
+    the queued crops and started the next epoch)."""
+    s = Streamer(
+        streamer.open_dataset(packed),
+        RandomCrops(0.25, per_episode=2),
+        workers=0,
+        queue_size=64,
+        prefetch=64,
+    )
+    it = iter(s)
+    next(it)
+    run = s._resources.run
+    assert run is not None
+    deadline = time.monotonic() + 30
+    while not run._task.done():  # every crop of the pass is decoded and waiting
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    closer = threading.Thread(target=s.close)
+    closer.start()
+    closer.join()
+    with pytest.raises(RuntimeError, match=CLOSED):
+        list(it)
+    assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, 1)
