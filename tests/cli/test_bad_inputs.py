@@ -187,7 +187,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     (["bench", "DS", "--rounds", "0"], "argument --rounds: must be at least 1, not 0", 2),
     (
         ["bench", "DS", "--crops", "1000000000000"],
-        "argument --crops: must be 1 to 1000000 (every crop is planned up front), "
+        "argument --crops: must be 1 to 10000000 (every crop is planned up front), "
         "not 1000000000000",
         2,
     ),
@@ -205,10 +205,10 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (
         ["warmup", "DS", "--cache-dir", "TMP", "--crops", "100000000"],
-        "argument --crops: must be 1 to 1000000",
+        "argument --crops: must be 1 to 10000000",
         2,
     ),
-    (["demo", "--crops", "1000000000000"], "argument --crops: must be 1 to 1000000", 2),
+    (["demo", "--crops", "1000000000000"], "argument --crops: must be 1 to 10000000", 2),
     (["demo", "--duration", "0.0000001"], "argument --duration: must be at least 0.001", 2),
     (
         ["bench", "DS", "--workers", "2", "1000000000"],
@@ -365,7 +365,7 @@ def test_absurd_counts_are_usage_errors_of_the_real_command(packed: Path) -> Non
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr == (
-        "streamer bench: error: argument --crops: must be 1 to 1000000 "
+        "streamer bench: error: argument --crops: must be 1 to 10000000 "
         "(every crop is planned up front), not 1000000000000\n"
     )
 
@@ -373,7 +373,7 @@ def test_absurd_counts_are_usage_errors_of_the_real_command(packed: Path) -> Non
 def test_the_library_bounds_a_bench_alike() -> None:
     from streamer.pipeline.bench import BenchConfig, bench
 
-    with pytest.raises(ValueError, match=r"crops must be 1 to 1000000 .*not 1000000000000"):
+    with pytest.raises(ValueError, match=r"crops must be 1 to 10000000 .*not 1000000000000"):
         BenchConfig(crops=10**12)
     with pytest.raises(ValueError, match=r"duration must be at least 0\.001"):
         BenchConfig(duration=float("nan"))
