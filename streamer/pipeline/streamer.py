@@ -207,7 +207,8 @@ class Streamer:
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._iteration: object | None = None  # the sync iteration under way
-        self._closed_under: object | None = None  # the sync iteration ``close()`` ended
+        self._async_loop: object | None = None  # the ``async for`` under way (``__aiter__``)
+        self._closed_under: object | None = None  # the loop ``close()``/``aclose()`` ended
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
         self._held: Crop | object | None = None  # taken, not received (``_hold``)
@@ -459,6 +460,7 @@ class Streamer:
     # -- async use --------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Crop]:
+        self._async_loop = object()  # a new ``async for``: see ``_mark_closed``
         return self
 
     async def __anext__(self) -> Crop:
@@ -473,6 +475,7 @@ class Streamer:
                     await anyio.to_thread.run_sync(handover.settled.wait)
             raise
         if item is _END:
+            self._async_loop = None
             if not self._entered:
                 await _awaiting(self._shutdown())
             raise StopAsyncIteration
@@ -488,7 +491,9 @@ class Streamer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the pipeline and every worker process."""
+        """Stop the pipeline and every worker process; an ``async for`` under
+        way (another task's) ends with ``RuntimeError``, as ``close`` says."""
+        self._mark_closed()
         await _awaiting(self._shutdown())
 
     # -- sync use ---------------------------------------------------------------
@@ -580,8 +585,13 @@ class Streamer:
         way (another thread's) ends with ``RuntimeError``: it used to start
         the pass again, with new workers, as if nothing had been closed. A
         new loop goes on from where that one stopped."""
-        self._closed_under = self._iteration
+        self._mark_closed()
         _blocking(self._shutdown())
+
+    def _mark_closed(self) -> None:
+        """Note the loop under way (``for`` or ``async for``) as closed: its
+        next request raises instead of starting the pass again (``_take``)."""
+        self._closed_under = self._iteration if self._iteration is not None else self._async_loop
 
     # -- on the store loop ------------------------------------------------------
 
@@ -647,7 +657,10 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
-            if self._closed_under is not None and self._closed_under is self._iteration:
+            if self._closed_under is not None and self._closed_under in (
+                self._iteration,
+                self._async_loop,
+            ):
                 raise RuntimeError(CLOSED)  # this loop's pass was closed: not a new one
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from helpers import gone
 
@@ -87,3 +88,41 @@ def test_close_with_the_rest_of_the_pass_queued_ends_the_loop(packed: Path) -> N
     with pytest.raises(RuntimeError, match=CLOSED):
         list(it)
     assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, 1)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.anyio
+async def test_aclose_from_another_task_ends_its_async_for(packed: Path) -> None:
+    """The same for ``async for``: another task's ``aclose()`` between two
+    crops made the loop's next step start the pass again and run to its
+    end. A new ``async for`` goes on from the last crop yielded."""
+    s = Streamer(streamer.open_dataset(packed), RandomCrops(0.5, per_episode=6), workers=1)
+    total = len(s)
+    taken = []
+    closed = anyio.Event()
+
+    async def close_after_three() -> None:
+        while len(taken) < 3:
+            await anyio.sleep(0.01)
+        await s.aclose()
+        closed.set()
+
+    ended: list[BaseException] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(close_after_three)
+        try:
+            async for crop in s:
+                taken.append(crop)
+                if len(taken) == 3:
+                    await closed.wait()
+        except RuntimeError as error:
+            ended.append(error)
+    assert [str(e) for e in ended] == ["the Streamer was closed in the middle of a pass"]
+    assert len(taken) == 3 and s.state_dict()["epoch"] == 0 and s.worker_pids == []
+    rest = [crop async for crop in s]
+    assert len(rest) == total - 3 and s.epoch == 1
