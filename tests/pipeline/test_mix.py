@@ -45,3 +45,42 @@ def test_a_source_without_crops_is_named_and_takes_no_share(
             s = Streamer(mix, sampler, rank=rank, world_size=2, worker=worker, num_workers=2)
             assert s.total() == 28
             assert len(caplog.records) == int((rank, worker) == (0, 0))  # once, by the first
+
+
+@pytest.mark.parametrize(
+    ("items", "says"),
+    [
+        ([("A", float("nan"))], "weight of item 0 (A) must be a finite number >= 0, not nan"),
+        ([("A", 1.0), ("B", float("inf"))], "item 1 (B) must be a finite number >= 0, not inf"),
+        ([("A", -1.0), ("B", 1.0)], "item 0 (A) must be a finite number >= 0, not -1"),
+        ([("A", -1.0)], "item 0 (A) must be a finite number >= 0, not -1"),
+        ([("A", 0.0)], "Mix weights are all zero"),
+        ([("A", 0.0), ("B", 0)], "Mix weights are all zero"),
+        ([("A", "3")], "weight of item 0 (A) must be a finite number >= 0, not '3'"),
+        ([("A", True)], "weight of item 0 (A) must be a finite number >= 0, not True"),
+        ([("A",)], "',): give (dataset, weight) or (dataset, weight, name)"),
+        ([("A", 1.0, "a", "b")], "', 1.0, 'a', 'b'): give (dataset, weight) or"),
+        ([("A", 1.0, "")], "the name of item 0 must be a non-empty string, not ''"),
+        ([("A", 1.0, None)], "the name of item 0 must be a non-empty string, not None"),
+        ([("A", 1.0, "x"), ("B", 1.0, "x")], "items 0 and 1 are both named 'x'"),
+        ([("A", 1.0), ("A", 2.0)], "items 0 and 1 are both named"),
+    ],
+)
+def test_meaningless_items_are_refused(
+    packed: Path, items: list[tuple[object, ...]], says: str
+) -> None:
+    """A NaN or infinite weight crashed planning with ``cannot convert float
+    NaN to integer``; a single item's weight (0, -1, NaN) was not looked at;
+    two items of one name (or the same URL twice unnamed) yielded crops that
+    ``crop.source`` could not tell apart; extra tuple elements were dropped."""
+    data = {"A": str(packed), "B": str(packed)}
+    given = [(data[item[0]], *item[1:]) for item in items]  # type: ignore[index]
+    with pytest.raises(ValueError) as caught:
+        Mix(given)  # type: ignore[arg-type]
+    assert says.replace("(A)", f"({packed})").replace("(B)", f"({packed})") in str(caught.value)
+
+
+def test_items_may_be_any_iterable_and_the_same_dataset_twice_by_two_names(packed: Path) -> None:
+    mix = Mix(item for item in [(str(packed), 1, "one"), (str(packed), 2.5, "two")])
+    assert mix.names == ["one", "two"] and [w for _, w in mix.sources] == [1.0, 2.5]
+    assert Mix([(str(packed), np.float32(0.5)), (str(packed), 0, "off")]).names[1] == "off"
