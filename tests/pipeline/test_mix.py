@@ -84,3 +84,23 @@ def test_items_may_be_any_iterable_and_the_same_dataset_twice_by_two_names(packe
     mix = Mix(item for item in [(str(packed), 1, "one"), (str(packed), 2.5, "two")])
     assert mix.names == ["one", "two"] and [w for _, w in mix.sources] == [1.0, 2.5]
     assert Mix([(str(packed), np.float32(0.5)), (str(packed), 0, "off")]).names[1] == "off"
+
+
+@pytest.mark.parametrize("weights", [(2, 1, 1), (1, 1, 1), (5, 3, 1), (1e9, 1, 1), (0, 1, 2)])
+def test_shares_add_up_to_the_epoch_and_match_the_weights(
+    packed: Path, weights: tuple[float, ...]
+) -> None:
+    """Each source's count is its share of the epoch's crops rounded down or
+    up, the counts add up to the epoch, and over epochs they average the
+    shares asked for. Rounding each share alone lost or added crops (2:1:1
+    of 21: 10 + 5 + 5 = 20) and favoured one source in every epoch alike
+    (2:1:1 of 70 was 35/18/18 each epoch: 35 of 71)."""
+    for per_episode in (1, 2, 3, 10):  # 21, 42, 63, 210 crops
+        mix = Mix([(str(packed), w, name) for w, name in zip(weights, "abc", strict=True)])
+        s = Streamer(mix, RandomCrops(0.2, per_episode=per_episode), workers=0)
+        total = 21 * per_episode
+        quota = total * np.array(weights) / sum(weights)
+        counts = np.array([np.bincount(s.plan(e).source, minlength=3) for e in range(40)])
+        assert (counts.sum(axis=1) == total).all()
+        assert (np.abs(counts - quota) < 1).all(), (counts, quota)
+        assert (np.abs(counts.mean(axis=0) - quota) < 0.2).all(), (counts.mean(axis=0), quota)
