@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,91 @@ def test_shares_add_up_to_the_epoch_and_match_the_weights(
         assert (counts.sum(axis=1) == total).all()
         assert (np.abs(counts - quota) < 1).all(), (counts, quota)
         assert (np.abs(counts.mean(axis=0) - quota) < 0.2).all(), (counts.mean(axis=0), quota)
+
+
+def _crop_ids(crops: list[streamer.Crop]) -> list[tuple[str, str, float]]:
+    return [(c.source, c.key, round(c.start, 6)) for c in crops]
+
+
+def _two(packed: Path, tmp_path: Path) -> list[tuple[object, float, str]]:
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+    return [(str(packed), 2.0, "speech"), (other, 1.0, "music")]
+
+
+def test_a_resumed_mix_yields_the_rest_of_the_epoch_and_refuses_another_mix(
+    packed: Path, tmp_path: Path
+) -> None:
+    items = _two(packed, tmp_path)
+    sampler = RandomCrops(0.5, per_episode=3)
+    whole = _crop_ids(list(Streamer(Mix(items), sampler, workers=0, seed=3)))
+    assert len(whole) == 27 and {s for s, _, _ in whole} == {"speech", "music"}
+    s = Streamer(Mix(items), sampler, workers=0, seed=3)
+    crops = iter(s)
+    first = [next(crops) for _ in range(11)]
+    state = s.state_dict()
+    s.close()
+    resumed = Streamer(Mix(items), sampler, workers=0, seed=3)
+    resumed.load_state_dict(state)
+    assert _crop_ids(first) + _crop_ids(list(resumed)) == whole
+    speech, music = items
+    for other in (
+        [(speech[0], 1.0, "speech"), music],  # other weights
+        [music, speech],  # other order
+        [speech],  # an item missing
+        [speech, (music[0], 1.0, "music"), (str(packed), 1.0, "more")],  # one more
+    ):
+        with pytest.raises(ValueError, match="another order of epoch 0"):
+            Streamer(Mix(other), sampler, workers=0, seed=3).load_state_dict(state)
+
+
+def test_ranks_and_workers_over_a_mix_take_every_crop_once(packed: Path, tmp_path: Path) -> None:
+    """Two ranks of two workers: together the epoch's crops (as many times as
+    the plan holds each: music's 6 crops cycle to fill its 9), each labelled
+    with its source, less the one that ``drop_last`` drops (counted)."""
+    mix = Mix(_two(packed, tmp_path))
+    sampler = RandomCrops(0.5, per_episode=3)
+    whole = Streamer(mix, sampler, workers=0).plan()
+    planned = Counter(
+        zip(whole.source.tolist(), whole.episode.tolist(), whole.start.tolist(), strict=True)
+    )
+    got: Counter[tuple[int, int, float]] = Counter()
+    dropped = 0
+    for rank in range(2):
+        for worker in range(2):
+            s = Streamer(
+                mix, sampler, workers=0, rank=rank, world_size=2, worker=worker, num_workers=2
+            )
+            part = s.plan()
+            got.update(
+                zip(part.source.tolist(), part.episode.tolist(), part.start.tolist(), strict=True)
+            )
+            crops = list(s)
+            assert [c.source for c in crops] == [mix.names[i] for i in part.source]
+            dropped += s.stats.dropped
+    assert len(whole) == 27 and (np.bincount(whole.source) == [18, 9]).all()
+    assert got.total() == 26 and dropped == 1 and not got - planned
+
+
+@pytest.mark.parametrize(("sample_rate", "mono"), [(None, False), (16000, True), (8000, False)])
+def test_sources_of_other_rates_and_channels(
+    packed: Path, tmp_path: Path, sample_rate: int | None, mono: bool
+) -> None:
+    """Each crop comes at its own source's rate and channels, or at the
+    Streamer's, and names its source; none is another source's audio."""
+    items = _two(packed, tmp_path)
+    crops = list(
+        Streamer(
+            Mix(items),
+            RandomCrops(0.5, per_episode=2),
+            workers=0,
+            sample_rate=sample_rate,
+            mono=mono,
+        )
+    )
+    music = [c for c in crops if c.source == "music"]
+    assert len(music) == len(crops) // 3 and {c.key for c in music} == {"b1", "b2"}
+    for c in crops:
+        rate = sample_rate or {"b1": 44100, "b2": 22050}.get(c.key, c.sample_rate)
+        assert c.sample_rate == rate and c.audio.shape[-1] == round(0.5 * rate)
+        if c.source == "music":
+            assert c.audio.shape[0] == (1 if mono else 2)
