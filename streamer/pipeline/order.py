@@ -258,7 +258,9 @@ def _locality_order(
 def _shares(sizes: list[int], weights: list[float], rng: np.random.Generator) -> list[int]:
     """Crops each source contributes: all of them alone, else by weight among
     the sources that drew any (a source without crops cannot fill its share:
-    kept in the sum, it would only cut the others' shares).
+    kept in the sum, it would only cut the others' shares). The epoch is as
+    long as the crops drawn by the sources of weight > 0: one of weight 0 is
+    as if absent (its crops counted, the others' were cycled to fill them).
 
     The shares add up to the crops drawn. A share that is not whole is
     rounded down or up, up with the chance of its fraction (systematic
@@ -270,7 +272,8 @@ def _shares(sizes: list[int], weights: list[float], rng: np.random.Generator) ->
     if any(not np.isfinite(w) or w < 0 for w in weights) or not sum(weights):
         raise ValueError(f"Mix weights must be finite, >= 0 and not all zero, not {weights}")
     drawing = np.array([w if size else 0.0 for size, w in zip(sizes, weights, strict=True)])
-    total, weight = sum(sizes), drawing.sum()
+    weight = drawing.sum()
+    total = sum(size for size, w in zip(sizes, drawing, strict=True) if w)
     if not weight:
         return [0] * len(sizes)
     quota = total * (drawing / weight)

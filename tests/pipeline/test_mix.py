@@ -96,10 +96,10 @@ def test_shares_add_up_to_the_epoch_and_match_the_weights(
     shares asked for. Rounding each share alone lost or added crops (2:1:1
     of 21: 10 + 5 + 5 = 20) and favoured one source in every epoch alike
     (2:1:1 of 70 was 35/18/18 each epoch: 35 of 71)."""
-    for per_episode in (1, 2, 3, 10):  # 21, 42, 63, 210 crops
+    for per_episode in (1, 2, 3, 10):  # 7, 14, 21, 70 crops of each source
         mix = Mix([(str(packed), w, name) for w, name in zip(weights, "abc", strict=True)])
         s = Streamer(mix, RandomCrops(0.2, per_episode=per_episode), workers=0)
-        total = 21 * per_episode
+        total = 7 * per_episode * sum(w > 0 for w in weights)  # weight 0: absent
         quota = total * np.array(weights) / sum(weights)
         counts = np.array([np.bincount(s.plan(e).source, minlength=3) for e in range(40)])
         assert (counts.sum(axis=1) == total).all()
@@ -193,3 +193,22 @@ def test_sources_of_other_rates_and_channels(
         assert c.sample_rate == rate and c.audio.shape[-1] == round(0.5 * rate)
         if c.source == "music":
             assert c.audio.shape[0] == (1 if mono else 2)
+
+
+def test_an_item_of_weight_zero_is_as_if_absent(packed: Path, tmp_path: Path) -> None:
+    """Its crops counted in the epoch's length: ``[(speech, 1), (music, 0)]``
+    planned speech's 21 crops and music's 6 as 27 of speech, cycling speech's
+    crops (6 of them twice) instead of the epoch of speech alone."""
+    (speech, _, _), (music, _, _) = _two(packed, tmp_path)
+    sampler = RandomCrops(0.5, per_episode=3)
+    alone = Streamer(Mix([(speech, 1.0, "speech")]), sampler, workers=0).plan()
+    for items in (
+        [(speech, 1.0, "speech"), (music, 0.0, "music")],
+        [(music, 0, "music"), (speech, 3.0, "speech")],
+    ):
+        plan = Streamer(Mix(items), sampler, workers=0).plan()
+        assert len(plan) == len(alone) == 21
+        used = [name for (_, w, name) in items].index("speech")
+        assert (plan.source == used).all()
+        rows = sorted(zip(plan.episode.tolist(), plan.start.tolist(), strict=True))
+        assert len(set(rows)) == 21  # no crop twice
