@@ -212,3 +212,26 @@ def test_an_item_of_weight_zero_is_as_if_absent(packed: Path, tmp_path: Path) ->
         assert (plan.source == used).all()
         rows = sorted(zip(plan.episode.tolist(), plan.start.tolist(), strict=True))
         assert len(set(rows)) == 21  # no crop twice
+
+
+def test_a_source_whose_shard_is_corrupt_has_its_crops_skipped_not_replaced(
+    packed: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Music's shard overwritten mid-file: its crops that cannot be decoded
+    are counted as skipped (the log names the source), the others come as
+    planned; no speech crop takes a failed music crop's place."""
+    items = _two(packed, tmp_path)
+    shard = next((Path(items[1][0].url) / "audio").glob("*.wsds"))  # type: ignore[attr-defined]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 4 : 3 * len(data) // 4] = b"\x55" * (len(data) // 2)
+    shard.write_bytes(bytes(data))
+    s = Streamer(Mix(items), RandomCrops(0.5, per_episode=3), workers=0)
+    planned = np.bincount(s.plan().source, minlength=2)
+    with caplog.at_level("WARNING", logger="streamer.pipeline.streamer"):
+        crops = list(s)
+    skipped = sum(s.stats.skipped.values())
+    assert skipped and len(crops) + skipped == s.total() == 27
+    assert sum(c.source == "speech" for c in crops) == planned[0] == 18
+    assert sum(c.source == "music" for c in crops) == planned[1] - skipped
+    said = [r.getMessage() for r in caplog.records if "skipping crop" in r.getMessage()]
+    assert len(said) == skipped and all("of source 'music'" in m for m in said)
