@@ -169,6 +169,7 @@ def _round(
     )
     if warn:
         _warn_empty(sources, drawn, sampler, epoch)
+        _warn_thin(sources, drawn, epoch)
     with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
     for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
@@ -305,6 +306,27 @@ def _warn_empty(
                 weight,
                 len(episodes),
                 sampler,
+                epoch,
+            )
+
+
+def _warn_thin(sources: Sequence[tuple[Episodes, float]], drawn: list[Crops], epoch: int) -> None:
+    """Name each source of a mix whose share of ``epoch`` is under one crop:
+    rounded at random, it is missing from most epochs (1e9:1 weights, or a
+    weight meant in other units) — what the weights ask, but said."""
+    weights = [w if len(crops) else 0.0 for (_, w), crops in zip(sources, drawn, strict=True)]
+    weight = sum(weights)
+    total = sum(len(crops) for crops, w in zip(drawn, weights, strict=True) if w)
+    for (episodes, _), w in zip(sources, weights, strict=True):
+        share = total * w / weight if weight else 0.0
+        if 0 < share < 1:
+            log.warning(
+                "Mix: %s (weight %g) has a share of %.2g crops of the %d of epoch %d: "
+                "it gives a crop in that fraction of the epochs, none in most",
+                episodes.dataset.url,
+                w,
+                share,
+                total,
                 epoch,
             )
 

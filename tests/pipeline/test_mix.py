@@ -235,3 +235,24 @@ def test_a_source_whose_shard_is_corrupt_has_its_crops_skipped_not_replaced(
     assert sum(c.source == "music" for c in crops) == planned[1] - skipped
     said = [r.getMessage() for r in caplog.records if "skipping crop" in r.getMessage()]
     assert len(said) == skipped and all("of source 'music'" in m for m in said)
+
+
+def test_a_share_under_one_crop_is_named(
+    packed: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """1e9:1 over 27 crops: music's share is 2.7e-8 crops, so nearly every
+    epoch has none of it; that is what the weights ask, but said, not silent."""
+    (speech, _, _), (music, _, _) = _two(packed, tmp_path)
+    with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
+        s = Streamer(
+            Mix([(speech, 1e9, "speech"), (music, 1, "music")]), RandomCrops(0.5, per_episode=3)
+        )
+        assert (s.plan().source == 0).sum() == 27
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and f"Mix: {music.url} (weight 1) has a share of 2.7e-08 crops" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
+        Streamer(
+            Mix([(speech, 20, "speech"), (music, 1, "music")]), RandomCrops(0.5, per_episode=3)
+        ).plan()
+    assert not caplog.records  # 27 / 21 = 1.3 crops
