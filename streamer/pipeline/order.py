@@ -90,12 +90,14 @@ def plan_epoch(
     crops_per_epoch: int | None = None,
     interleave: bool = True,
     warn: bool = True,
+    names: Sequence[str] | None = None,
 ) -> EpochPlan:
     """The global order of one epoch (``max_crops``: only its first crops).
 
     ``warn``: log what the epoch lacks (a mix's source without crops, a
     short ``crops_per_epoch``); every rank and DataLoader worker plans the
-    same epoch, so one of them (``Streamer``: the first) says it for all.
+    same epoch, so one of them (``Streamer``: the first) says it for all;
+    ``names`` (the Mix items' names) say which source it is about.
 
     ``crops_per_epoch`` fixes the epoch's length whatever the sampler gives:
     fewer are the first of the order; more are further rounds of the
@@ -109,13 +111,12 @@ def plan_epoch(
     draw a crop), with a warning that the epoch is short."""
     if max_crops is not None and crops_per_epoch is not None:
         raise ValueError("give max_crops or crops_per_epoch, not both")
-    plan = _round(sources, sampler, seed, epoch, window, interleave, (), warn)
+    said = _labels(sources, names) if warn else None
+    plan = _round(sources, sampler, seed, epoch, window, interleave, (), said)
     if crops_per_epoch is not None:
         rounds, total, empty = [plan], len(plan), int(not len(plan))
         while total < crops_per_epoch and empty < _EMPTY_ROUNDS:
-            plan = _round(
-                sources, sampler, seed, epoch, window, interleave, (len(rounds),), warn=False
-            )
+            plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),), None)
             rounds.append(plan)
             total += len(plan)
             empty = 0 if len(plan) else empty + 1
@@ -147,10 +148,11 @@ def _round(
     window: int,
     interleave: bool,
     round_words: tuple[int, ...],
-    warn: bool,
+    said: list[str] | None,
 ) -> EpochPlan:
-    """One draw of the sampler over every source, in epoch order (``warn``:
-    name the sources that drew nothing, for the first round only)."""
+    """One draw of the sampler over every source, in epoch order (``said``:
+    the sources' labels to name those that drew nothing or too little by,
+    for the first round only; None: say nothing)."""
     drawn = []
     for number, (episodes, _) in enumerate(sources):
         crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER, *round_words))
@@ -167,9 +169,9 @@ def _round(
         [w for _, w in sources],
         _rng(seed, epoch, len(sources), _SHARES, *round_words),
     )
-    if warn:
-        _warn_empty(sources, drawn, sampler, epoch)
-        _warn_thin(sources, drawn, epoch)
+    if said is not None:
+        _warn_empty(sources, said, drawn, sampler, epoch)
+        _warn_thin(sources, said, drawn, epoch)
     with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
     for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
@@ -289,20 +291,36 @@ def _shares(sizes: list[int], weights: list[float], rng: np.random.Generator) ->
     return [int(n) for n in whole.astype(np.int64) + more]
 
 
+def _labels(sources: Sequence[tuple[Episodes, float]], names: Sequence[str] | None) -> list[str]:
+    """How a warning names each source: ``item 'name' at URL``, or the URL
+    alone when the item has no name of its own."""
+    urls = [episodes.dataset.url for episodes, _ in sources]
+    if names is None:
+        return urls
+    return [
+        url if name == url else f"item {name!r} at {url}"
+        for url, name in zip(urls, names, strict=True)
+    ]
+
+
 def _warn_empty(
-    sources: Sequence[tuple[Episodes, float]], drawn: list[Crops], sampler: Sampler, epoch: int
+    sources: Sequence[tuple[Episodes, float]],
+    said: list[str],
+    drawn: list[Crops],
+    sampler: Sampler,
+    epoch: int,
 ) -> None:
     """Name each weighted source of a mix that drew no crop for ``epoch``:
     the epoch mixes the others only, not the proportions asked for."""
     if len(sources) == 1:
         return
-    for (episodes, weight), crops in zip(sources, drawn, strict=True):
+    for (episodes, weight), label, crops in zip(sources, said, drawn, strict=True):
         if weight > 0 and not len(crops):
             log.warning(
                 "Mix: %s (weight %g, %d episodes) has no crop of %r in epoch %d "
                 "(no episodes, or none long enough?): the epoch mixes the other "
                 "sources only, by their weights",
-                episodes.dataset.url,
+                label,
                 weight,
                 len(episodes),
                 sampler,
@@ -310,20 +328,22 @@ def _warn_empty(
             )
 
 
-def _warn_thin(sources: Sequence[tuple[Episodes, float]], drawn: list[Crops], epoch: int) -> None:
+def _warn_thin(
+    sources: Sequence[tuple[Episodes, float]], said: list[str], drawn: list[Crops], epoch: int
+) -> None:
     """Name each source of a mix whose share of ``epoch`` is under one crop:
     rounded at random, it is missing from most epochs (1e9:1 weights, or a
     weight meant in other units) — what the weights ask, but said."""
     weights = [w if len(crops) else 0.0 for (_, w), crops in zip(sources, drawn, strict=True)]
     weight = sum(weights)
     total = sum(len(crops) for crops, w in zip(drawn, weights, strict=True) if w)
-    for (episodes, _), w in zip(sources, weights, strict=True):
+    for label, w in zip(said, weights, strict=True):
         share = total * w / weight if weight else 0.0
         if 0 < share < 1:
             log.warning(
                 "Mix: %s (weight %g) has a share of %.2g crops of the %d of epoch %d: "
                 "it gives a crop in that fraction of the epochs, none in most",
-                episodes.dataset.url,
+                label,
                 w,
                 share,
                 total,

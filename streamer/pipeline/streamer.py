@@ -251,6 +251,7 @@ class Streamer:
             crops_per_epoch=self.crops_per_epoch,
             interleave=self.interleave,
             warn=self.partition.slot == 0,
+            names=self.source_names,
         )
         self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
         return whole

@@ -13,6 +13,13 @@ import streamer
 from streamer import Mix, RandomCrops, Streamer
 
 
+def _the_warning(caplog: pytest.LogCaptureFixture) -> str:
+    """The one warning logged (failing if there were others)."""
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    return said[0]
+
+
 def test_mix_takes_shares_by_weight(packed: Path, audio_dir: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     streamer.pack(audio_dir, other, progress=False)
@@ -37,8 +44,8 @@ def test_a_source_without_crops_is_named_and_takes_no_share(
         s = Streamer(Mix([(str(packed), 1.0, "long"), (short, 1.0, "short")]), sampler, workers=0)
         crops = list(s)
     assert len(crops) == s.total(0) == 28 and {c.source for c in crops} == {"long"}
-    said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1 and f"Mix: {short.url} (weight 1, 2 episodes) has no crop" in said[0]
+    said = _the_warning(caplog)
+    assert f"Mix: item 'short' at {short.url} (weight 1, 2 episodes) has no crop" in said
     caplog.clear()
     with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
         for rank, worker in [(0, 1), (1, 0), (1, 1), (0, 0)]:  # every process plans the epoch
@@ -248,11 +255,23 @@ def test_a_share_under_one_crop_is_named(
             Mix([(speech, 1e9, "speech"), (music, 1, "music")]), RandomCrops(0.5, per_episode=3)
         )
         assert (s.plan().source == 0).sum() == 27
-    said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1 and f"Mix: {music.url} (weight 1) has a share of 2.7e-08 crops" in said[0]
+    said = _the_warning(caplog)
+    assert f"Mix: item 'music' at {music.url} (weight 1) has a share of 2.7e-08 crops" in said
     caplog.clear()
     with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
         Streamer(
             Mix([(speech, 20, "speech"), (music, 1, "music")]), RandomCrops(0.5, per_episode=3)
         ).plan()
     assert not caplog.records  # 27 / 21 = 1.3 crops
+
+
+def test_the_warnings_name_the_item_not_only_its_url(
+    packed: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same dataset twice, by two names: a warning naming only the URL
+    could be about either."""
+    items = [(str(packed), 1e9, "clean"), (str(packed), 1.0, "augmented")]
+    with caplog.at_level("WARNING", logger="streamer.pipeline.order"):
+        Streamer(Mix(items), RandomCrops(0.5, per_episode=2)).plan()
+    url = streamer.open_dataset(packed).url
+    assert _the_warning(caplog).startswith(f"Mix: item 'augmented' at {url} (weight 1) ")
