@@ -21,6 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+
 import streamer  # noqa: E402
 from streamer import ListCrops, RandomCrops  # noqa: E402
 from streamer.torch import CropDataset, Skipped, collate, merge_states  # noqa: E402
@@ -517,3 +518,36 @@ def until_a_worker_is_killed(data: CropDataset, after: int):  # type: ignore[no-
     finally:
         del batches
     return got, state
+
+
+def test_a_mix_resumes_under_two_loader_workers(packed: Path, tmp_path: Path) -> None:
+    """A checkpoint of a Mix taken under two DataLoader workers resumes to
+    the uninterrupted batches, every crop with its source, none twice; a
+    Mix of other weights refuses it."""
+    from helpers import pack_audio  # not at the top: a subprocess imports this file alone
+
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+
+    def make(music: float = 1.0) -> CropDataset:
+        mix = streamer.Mix([(str(packed), 2.0, "speech"), (other, music, "music")])
+        return CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, sample_rate=16000, mono=True)
+
+    def named(batch: dict[str, Any]) -> list[str]:
+        return [f"{s}:{i}" for s, i in zip(batch["source"], ids(batch), strict=True)]
+
+    whole = [named(b) for b in loader(make(), 2)]
+    crops = [c for b in whole for c in b]
+    assert len(crops) == 81 and sum(c.startswith("music:b") for c in crops) == 27
+    data = make()
+    got: list[list[str]] = []
+    for batch in loader(data, 2):
+        got.append(named(batch))
+        if len(got) == 5:
+            state = data.state_dict(batch)
+            break
+    with pytest.raises(ValueError, match=r"another order of epoch 0|plans"):
+        make(music=2.0).load_state_dict(state)
+    resumed = make()
+    resumed.load_state_dict(state)
+    got += [named(b) for b in loader(resumed, 2)]
+    assert got == whole

@@ -14,7 +14,8 @@ it is opened.
 
 One bad shard does not take the dataset down. An audio shard that cannot be
 read (truncated, its footer overwritten, unreadable) or whose ``audio_info/``
-shard cannot be, is reported once (a warning naming it and why; listed in
+shard cannot be, or that is missing while its ``audio_info/`` shard is
+there, is reported once (a warning naming it and why; listed in
 ``bad_shards`` and by ``streamer inspect``) and its rows are left out: they
 are not in ``len``, the keys, iteration or the episodes samplers draw from.
 A ``seek_index/`` shard that cannot be used (unreadable, truncated, its keys
@@ -191,7 +192,21 @@ class Dataset:
                 continue
             self._bad_shards[name] = problem
             log.warning("%s: shard %r and its rows are skipped: %s", self.url, name, problem)
+        for name in self._orphans():
+            problem = (
+                f"no {self.audio_dir}/{name} shard, but {INFO_DIR}/ has one "
+                "(deleted, or not copied?)"
+            )
+            self._bad_shards[name] = problem
+            log.warning("%s: shard %r and its rows are skipped: %s", self.url, name, problem)
         return served
+
+    def _orphans(self) -> list[str]:
+        """Shards that ``audio_info/`` has and the audio column directory has
+        not: their audio is missing (``pack`` writes both), not absent by design."""
+        if INFO_DIR not in self.column_dirs or self.audio_dir == INFO_DIR:
+            return []
+        return sorted(set(self.column_dirs[INFO_DIR]) - set(self.listed_shards))
 
     def _shard_problem(self, name: str) -> str | None:
         """Why shard ``name`` cannot be served, or None when it can."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..dataset import Dataset, open_dataset
@@ -21,25 +23,71 @@ class Mix:
     ``Dataset`` cannot take). Every dataset uses the Streamer's sampler.
     Each crop names its dataset in ``crop.source``: the item's third element
     when there is one (``(speech, 3, "speech")``), else the dataset's URL.
+
+    Weights are finite numbers >= 0, not all zero (a weight of 0 keeps an
+    item out of the epochs); names are unique, so the same dataset given
+    twice needs two names. Anything else is a ``ValueError``.
     """
 
     @checked_keywords
     def __init__(
         self,
-        items: Sequence[tuple[Dataset | str | os.PathLike[str], float] | tuple[Any, float, str]],
+        items: Iterable[tuple[Dataset | str | os.PathLike[str], float] | tuple[Any, float, str]],
         *,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
+        items = [_checked_item(number, item) for number, item in enumerate(items)]
         if not items:
             raise ValueError("Mix needs at least one (dataset, weight) pair")
-        self.sources = [(open_source(item[0], storage_options), float(item[1])) for item in items]
+        if not any(weight for _, weight, _ in items):
+            raise ValueError(
+                "Mix weights are all zero: no item would give a crop "
+                f"({', '.join(f'{_label(i)}: {i[1]:g}' for i in items)})"
+            )
+        self.sources = [(open_source(data, storage_options), weight) for data, weight, _ in items]
         self.names = [
-            str(item[2]) if len(item) > 2 else dataset.url
-            for item, (dataset, _) in zip(items, self.sources, strict=True)
+            dataset.url if name is None else name
+            for (_, _, name), (dataset, _) in zip(items, self.sources, strict=True)
         ]
+        first: dict[str, int] = {}
+        for number, name in enumerate(self.names):
+            if name in first:
+                raise ValueError(
+                    f"Mix items {first[name]} and {number} are both named {name!r}: "
+                    "crop.source could not tell their crops apart; give each item a "
+                    "name of its own as (dataset, weight, name), or one item with the "
+                    "weights added"
+                )
+            first[name] = number
 
     def __repr__(self) -> str:
         return "Mix([" + ", ".join(f"({d.url!r}, {w:g})" for d, w in self.sources) + "])"
+
+
+def _checked_item(number: int, item: Any) -> tuple[Any, float, str | None]:
+    """``(data, weight, name or None)`` of Mix item ``number``, or a ValueError
+    saying what is wrong with it."""
+    if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+        raise ValueError(
+            f"Mix item {number} is {item!r}: give (dataset, weight) or (dataset, weight, name)"
+        )
+    data, weight, name = item[0], item[1], item[2] if len(item) > 2 else None
+    if len(item) > 2 and (not isinstance(name, str) or not name):
+        raise ValueError(f"Mix: the name of item {number} must be a non-empty string, not {name!r}")
+    real = isinstance(weight, numbers.Real) and not isinstance(weight, bool)
+    if not real or not math.isfinite(weight) or weight < 0:
+        raise ValueError(
+            f"Mix: the weight of item {number} ({_label(item)}) must be a finite number >= 0, "
+            f"not {weight!r}"
+        )
+    return data, float(weight), name
+
+
+def _label(item: tuple[Any, ...]) -> str:
+    """An item as an error names it: its name, else its dataset's URL."""
+    if len(item) > 2:
+        return str(item[2])
+    return item[0].url if isinstance(item[0], Dataset) else str(item[0])
 
 
 def open_source(

@@ -14,7 +14,9 @@
 3. Mixing: with several sources, each gets a share of the epoch proportional
    to its weight (cycling through its crops if the share is larger than what
    it has), and the sources are interleaved evenly through the epoch. A
-   source that drew no crop takes no share (with a warning).
+   source that drew no crop takes no share (with a warning). A share that is
+   not whole is rounded down or up at random (seeded by the epoch), so the
+   counts add up to the epoch's crops and average the shares over epochs.
 4. Shuffling: each crop moves a random distance of less than ``window``
    places, so neighbours are shuffled while a consumer still stays within a
    few shards at a time (``window=0``: pure locality order).
@@ -39,7 +41,7 @@ __all__ = ["EpochPlan", "plan_epoch"]
 
 log = logging.getLogger(__name__)
 
-_SAMPLER, _LOCALITY, _SHUFFLE = 0, 1, 2
+_SAMPLER, _LOCALITY, _SHUFFLE, _SHARES = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,14 @@ def plan_epoch(
     crops_per_epoch: int | None = None,
     interleave: bool = True,
     warn: bool = True,
+    names: Sequence[str] | None = None,
 ) -> EpochPlan:
     """The global order of one epoch (``max_crops``: only its first crops).
 
     ``warn``: log what the epoch lacks (a mix's source without crops, a
     short ``crops_per_epoch``); every rank and DataLoader worker plans the
-    same epoch, so one of them (``Streamer``: the first) says it for all.
+    same epoch, so one of them (``Streamer``: the first) says it for all;
+    ``names`` (the Mix items' names) say which source it is about.
 
     ``crops_per_epoch`` fixes the epoch's length whatever the sampler gives:
     fewer are the first of the order; more are further rounds of the
@@ -107,13 +111,12 @@ def plan_epoch(
     draw a crop), with a warning that the epoch is short."""
     if max_crops is not None and crops_per_epoch is not None:
         raise ValueError("give max_crops or crops_per_epoch, not both")
-    plan = _round(sources, sampler, seed, epoch, window, interleave, (), warn)
+    said = _labels(sources, names) if warn else None
+    plan = _round(sources, sampler, seed, epoch, window, interleave, (), said)
     if crops_per_epoch is not None:
         rounds, total, empty = [plan], len(plan), int(not len(plan))
         while total < crops_per_epoch and empty < _EMPTY_ROUNDS:
-            plan = _round(
-                sources, sampler, seed, epoch, window, interleave, (len(rounds),), warn=False
-            )
+            plan = _round(sources, sampler, seed, epoch, window, interleave, (len(rounds),), None)
             rounds.append(plan)
             total += len(plan)
             empty = 0 if len(plan) else empty + 1
@@ -145,10 +148,11 @@ def _round(
     window: int,
     interleave: bool,
     round_words: tuple[int, ...],
-    warn: bool,
+    said: list[str] | None,
 ) -> EpochPlan:
-    """One draw of the sampler over every source, in epoch order (``warn``:
-    name the sources that drew nothing, for the first round only)."""
+    """One draw of the sampler over every source, in epoch order (``said``:
+    the sources' labels to name those that drew nothing or too little by,
+    for the first round only; None: say nothing)."""
     drawn = []
     for number, (episodes, _) in enumerate(sources):
         crops = sampler.crops(episodes, _rng(seed, epoch, number, _SAMPLER, *round_words))
@@ -160,9 +164,14 @@ def _round(
             interleave,
         )
         drawn.append(crops.take(order))
-    shares = _shares([len(crops) for crops in drawn], [w for _, w in sources])
-    if warn:
-        _warn_empty(sources, drawn, sampler, epoch)
+    shares = _shares(
+        [len(crops) for crops in drawn],
+        [w for _, w in sources],
+        _rng(seed, epoch, len(sources), _SHARES, *round_words),
+    )
+    if said is not None:
+        _warn_empty(sources, said, drawn, sampler, epoch)
+        _warn_thin(sources, said, drawn, epoch)
     with_fields = any(crops.fields is not None for crops in drawn)
     parts, progress = [], []
     for number, (crops, share) in enumerate(zip(drawn, shares, strict=True)):
@@ -249,36 +258,95 @@ def _locality_order(
     return grouped[np.lexsort((episode_rank[grouped], progress, shard_rank[grouped]))]
 
 
-def _shares(sizes: list[int], weights: list[float]) -> list[int]:
+def _shares(sizes: list[int], weights: list[float], rng: np.random.Generator) -> list[int]:
     """Crops each source contributes: all of them alone, else by weight among
     the sources that drew any (a source without crops cannot fill its share:
-    kept in the sum, it would only cut the others' shares)."""
+    kept in the sum, it would only cut the others' shares). The epoch is as
+    long as the crops drawn by the sources of weight > 0: one of weight 0 is
+    as if absent (its crops counted, the others' were cycled to fill them).
+
+    The shares add up to the crops drawn. A share that is not whole is
+    rounded down or up, up with the chance of its fraction (systematic
+    sampling at a random offset): rounded alone, the shares lost or added
+    crops (2:1:1 of 21 crops: 10 + 5 + 5), and one source got the same
+    extra crop in every epoch (5:3:1 of 21: 12/7/2, 57 % instead of 56)."""
     if len(sizes) == 1:
         return sizes
-    if any(w < 0 for w in weights) or not sum(weights):
-        raise ValueError("Mix weights must be >= 0 and not all zero")
-    drawing = [w if size else 0.0 for size, w in zip(sizes, weights, strict=True)]
-    total, weight = sum(sizes), sum(drawing)
-    return [round(total * w / weight) if weight else 0 for w in drawing]
+    if any(not np.isfinite(w) or w < 0 for w in weights) or not sum(weights):
+        raise ValueError(f"Mix weights must be finite, >= 0 and not all zero, not {weights}")
+    drawing = np.array([w if size else 0.0 for size, w in zip(sizes, weights, strict=True)])
+    weight = drawing.sum()
+    total = sum(size for size, w in zip(sizes, drawing, strict=True) if w)
+    if not weight:
+        return [0] * len(sizes)
+    quota = total * (drawing / weight)
+    whole = np.floor(quota)
+    extra = int(total - whole.sum())  # crops left: the fractions add up to it
+    reach = np.cumsum(quota - whole)
+    reach *= extra / reach[-1] if reach[-1] else 0.0  # exactly ``extra`` at the end
+    # Source i gets one more crop for each of the points offset, offset + 1,
+    # ... that falls in its stretch [reach[i-1], reach[i]) of the fractions.
+    passed = np.ceil(reach - rng.random()).astype(np.int64)
+    more = np.diff(passed, prepend=0)
+    return [int(n) for n in whole.astype(np.int64) + more]
+
+
+def _labels(sources: Sequence[tuple[Episodes, float]], names: Sequence[str] | None) -> list[str]:
+    """How a warning names each source: ``item 'name' at URL``, or the URL
+    alone when the item has no name of its own."""
+    urls = [episodes.dataset.url for episodes, _ in sources]
+    if names is None:
+        return urls
+    return [
+        url if name == url else f"item {name!r} at {url}"
+        for url, name in zip(urls, names, strict=True)
+    ]
 
 
 def _warn_empty(
-    sources: Sequence[tuple[Episodes, float]], drawn: list[Crops], sampler: Sampler, epoch: int
+    sources: Sequence[tuple[Episodes, float]],
+    said: list[str],
+    drawn: list[Crops],
+    sampler: Sampler,
+    epoch: int,
 ) -> None:
     """Name each weighted source of a mix that drew no crop for ``epoch``:
     the epoch mixes the others only, not the proportions asked for."""
     if len(sources) == 1:
         return
-    for (episodes, weight), crops in zip(sources, drawn, strict=True):
+    for (episodes, weight), label, crops in zip(sources, said, drawn, strict=True):
         if weight > 0 and not len(crops):
             log.warning(
                 "Mix: %s (weight %g, %d episodes) has no crop of %r in epoch %d "
                 "(no episodes, or none long enough?): the epoch mixes the other "
                 "sources only, by their weights",
-                episodes.dataset.url,
+                label,
                 weight,
                 len(episodes),
                 sampler,
+                epoch,
+            )
+
+
+def _warn_thin(
+    sources: Sequence[tuple[Episodes, float]], said: list[str], drawn: list[Crops], epoch: int
+) -> None:
+    """Name each source of a mix whose share of ``epoch`` is under one crop:
+    rounded at random, it is missing from most epochs (1e9:1 weights, or a
+    weight meant in other units) — what the weights ask, but said."""
+    weights = [w if len(crops) else 0.0 for (_, w), crops in zip(sources, drawn, strict=True)]
+    weight = sum(weights)
+    total = sum(len(crops) for crops, w in zip(drawn, weights, strict=True) if w)
+    for label, w in zip(said, weights, strict=True):
+        share = total * w / weight if weight else 0.0
+        if 0 < share < 1:
+            log.warning(
+                "Mix: %s (weight %g) has a share of %.2g crops of the %d of epoch %d: "
+                "it gives a crop in that fraction of the epochs, none in most",
+                label,
+                w,
+                share,
+                total,
                 epoch,
             )
 

@@ -252,6 +252,7 @@ class Streamer:
             crops_per_epoch=self.crops_per_epoch,
             interleave=self.interleave,
             warn=self.partition.slot == 0,
+            names=self.source_names,
         )
         self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
         return whole
@@ -720,11 +721,13 @@ class Streamer:
         if self.on_skip is not None:
             self.on_skip(position, failure.reason)
         _, request = self.request(position)
+        source = self.source_names[int(self.plan().source[position])]
         log.warning(
-            "skipping crop [%g, %g) s of key %r (shard %s): %s: %s",
+            "skipping crop [%g, %g) s of key %r (%sshard %s): %s: %s",
             request.start,
             request.end,
             request.key,
+            f"of source {source!r}, " if len(self.sources) > 1 else "",
             failure.shard or "unknown",
             failure.reason,
             failure.message,

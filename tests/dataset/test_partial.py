@@ -119,6 +119,23 @@ def test_a_bad_audio_info_shard_skips_its_rows_too(clean: Path, tmp_path: Path) 
     assert len(dataset.info_table()) == 4
 
 
+def test_a_missing_audio_shard_is_reported_not_silently_left_out(
+    clean: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``audio/shard-000001.wsds`` deleted (or never uploaded), its
+    ``audio_info/`` and ``seek_index/`` shards still there: the dataset served
+    the other shards without a word, a third of its episodes gone (in a
+    ``Mix``, its share then filled by cycling the rest)."""
+    with caplog.at_level(logging.WARNING, logger="streamer.dataset"):
+        dataset = _copy(clean, tmp_path, f"audio/{VICTIM}.wsds", Path.unlink)
+        assert dataset.shard_names == ["shard-000000", "shard-000002"]
+    reason = dataset.bad_shards[VICTIM]
+    assert reason == f"no audio/{VICTIM} shard, but audio_info/ has one (deleted, or not copied?)"
+    warnings = [r.getMessage() for r in caplog.records if VICTIM in r.getMessage()]
+    assert len(warnings) == 1 and reason in warnings[0]
+    assert len(Episodes.of(dataset)) == 4
+
+
 def _reorder_rows(path: Path) -> None:
     """The index shard rewritten by pyarrow with its rows reversed: the same
     keys and indexes, each still with its own key, in the wrong order."""

@@ -94,7 +94,7 @@ def test_the_plan_is_the_same_in_another_process(packed: Path) -> None:
         "import sys, streamer\n"
         "from streamer.dataset import Dataset\n"
         "data = Dataset(sys.argv[1], manifest=sys.argv[2] == 'manifest')\n"
-        "mix = streamer.Mix([(data, 2), (streamer.open_dataset(sys.argv[1]), 1)])\n"
+        "mix = streamer.Mix([(data, 2, 'a'), (streamer.open_dataset(sys.argv[1]), 1, 'b')])\n"
         "for sampler in (streamer.RandomCrops(0.4, per_hour=9000.0), "
         "streamer.SequentialCrops(0.7, hop=0.3)):\n"
         "    for source in (data, mix):\n"
