@@ -5,12 +5,17 @@ of a fanned-out pack (``--shards i/n``, ``--files i/n``)."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from ..write.interrupts import sigterm_as_ctrl_c
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
-from ._options import add_endpoint_argument, partition, positive_int, storage_options
+from ._options import (
+    add_endpoint_argument,
+    byte_size,
+    partition,
+    positive_int,
+    storage_options,
+)
 from .index import print_index_report
 
 
@@ -39,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--shard-size",
-        type=_size,
+        type=byte_size,
         default=DEFAULT_SHARD_SIZE,
         help="target bytes per shard, e.g. 512M, 2G (default 1G)",
     )
@@ -110,19 +115,3 @@ def run(args: argparse.Namespace) -> int:
     if report.index is not None:
         print_index_report(report.index)
     return 0
-
-
-def _size(text: str) -> int:
-    """An argparse type: bytes, with an optional K/M/G/T unit (powers of 1024)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    number = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = units.get(number[-1:], 1)
-    try:
-        value = float(number[:-1] if scale > 1 else number)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value * scale >= 1):
-        raise argparse.ArgumentTypeError(
-            f"expected a size in bytes such as 512M, 2G or 1000000, not {text!r}"
-        )
-    return int(value * scale)

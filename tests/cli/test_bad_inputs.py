@@ -83,12 +83,12 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (
         ["pack", "DS", "TMP/out", "--shard-size", "12Q"],
-        "argument --shard-size: expected a size in bytes such as 512M, 2G or 1000000, not '12Q'",
+        "argument --shard-size: must be a size such as 500G or 2T, not '12Q'",
         2,
     ),
     (
         ["pack", "DS", "TMP/out", "--shard-size", "0"],
-        "argument --shard-size: expected a size in bytes such as 512M, 2G or 1000000, not '0'",
+        "argument --shard-size: must be a size such as 500G or 2T, not '0'",
         2,
     ),
     (

@@ -40,10 +40,13 @@ def test_errors_are_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "Traceback" not in error
 
 
-def test_pack_size_units(audio_dir: Path, tmp_path: Path) -> None:
-    from streamer.cli.pack import _size
+def test_size_units() -> None:
+    """One reading of sizes for every option that takes one (pack's
+    --shard-size, --cache-dir-bytes)."""
+    from streamer.cli._options import byte_size
 
-    assert _size("512M") == 512 << 20 and _size("2GiB") == 2 << 30 and _size("1000") == 1000
+    assert byte_size("512M") == 512 << 20 and byte_size("2GiB") == 2 << 30
+    assert byte_size("1000") == 1000 and byte_size("1.5k") == 1536 and byte_size("2 GB") == 2 << 30
 
 
 def test_demo_builds_once_and_reads_crops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
