@@ -494,7 +494,8 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32
     (or whatever a ``transform`` made, stacked on its last axis), zero-padded
     at the end to the longest crop, or padded and trimmed to ``length``
-    samples; ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
+    samples (crops of fewer channels get silent ones: warned once);
+    ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
     samples)``, True where a sample is the crop's own; ``position`` in the
     rank's share and ``epoch`` (what ``CropDataset.state_dict(batch)``
     reads); ``key``,
@@ -517,6 +518,7 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     width = length if length is not None else max(valid, default=0)
     ndim = arrays[0].ndim if arrays else 2
     leading = tuple(max((a.shape[i] for a in arrays), default=0) for i in range(ndim - 1))
+    _warn_if_padded(arrays, leading)
     dtype = arrays[0].dtype if arrays else torch.float32
     audio = torch.zeros((len(crops), *leading, width), dtype=dtype)
     for row, (array, n) in enumerate(zip(arrays, valid, strict=True)):
@@ -544,6 +546,26 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
             raise ValueError(f"a crop field named {name!r} would replace the batch's own")
         batch[name] = _stacked([c.fields.get(name) for c in crops])
     return batch
+
+
+_padding_warned = False
+
+
+def _warn_if_padded(arrays: list[torch.Tensor], leading: tuple[int, ...]) -> None:
+    """Warn (once a process) when crops differ in more than their length: a
+    mono crop batched with stereo ones gets a silent second channel, which
+    the batch does not otherwise show."""
+    global _padding_warned
+    shapes = sorted({tuple(a.shape[:-1]) for a in arrays})
+    if _padding_warned or len(shapes) < 2:
+        return
+    _padding_warned = True
+    warnings.warn(
+        f"collate: crops of leading shapes {', '.join(map(str, shapes))} in one batch are "
+        f"zero-padded to {leading} (a mono crop gets silent channels); pass mono=True, or a "
+        "transform that makes every crop the same shape but for its length",
+        stacklevel=3,
+    )
 
 
 def _stacked(values: list[Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import streamer  # noqa: E402
+import streamer.torch  # noqa: E402
 from streamer import RandomCrops, Streamer  # noqa: E402
 from streamer.torch import CropDataset, collate  # noqa: E402
 
@@ -34,6 +36,26 @@ def test_collate_pads_to_the_longest(packed: Path) -> None:
     batch = collate(crops[:3])
     assert batch["audio"].shape[:2] == (3, 1) and batch["lengths"][0] == 100
     assert float(batch["audio"][0, 0, 100:].abs().sum()) == 0.0
+
+
+def test_collate_warns_once_when_it_pads_channels(
+    packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mono crop batched with stereo ones gets a silent second channel:
+    said once, not on every batch; crops alike but for length say nothing."""
+    monkeypatch.setattr(streamer.torch, "_padding_warned", False)
+    crops = list(Streamer(streamer.open_dataset(packed), RandomCrops(0.5), workers=0))
+    mono = [c for c in crops if c.audio.shape[0] == 1]
+    stereo = [c for c in crops if c.audio.shape[0] == 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collate(mono[:2])
+    with pytest.warns(UserWarning, match=r"leading shapes \(1,\), \(2,\) .* pass mono=True"):
+        batch = collate([mono[0], stereo[0]])
+    assert float(batch["audio"][0, 1].abs().sum()) == 0.0  # what the warning is about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        collate([mono[0], stereo[0]])
 
 
 def test_crop_dataset_checks_its_options_when_made(packed: Path) -> None:
