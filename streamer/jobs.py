@@ -94,7 +94,7 @@ class JobSummary:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.problems
+        return self.parts > 0 and not self.failed and not self.problems
 
     def lines(self) -> list[str]:
         """The summary as printed by a job's entry point."""
@@ -136,15 +136,30 @@ def merge(
     """One summary of ``parts`` from their ``results``, in the same order (as
     a fan-out returns them; an exception stands for a part whose run failed
     outside the part itself, such as a lost container). A part with no
-    result is failed "no report"; none is dropped."""
+    result is failed "no report"; none is dropped. ``parts`` are every
+    ``i`` of one ``n``, each once: a part listed twice counts once and is
+    failed, a part left out is failed "not run". A report is the part's only
+    when it names this job and this part: one of another part (a retried
+    container's report landing twice), another ``n`` or another job is
+    failed, its counts left out."""
     summary = JobSummary(job=job, parts=len(parts))
     results = list(results)
+    seen: set[str] = set()
     for position, part in enumerate(parts):
         result = results[position] if position < len(results) else None
+        if part in seen:
+            summary.failed[part] = "listed twice in the job's parts (counted once)"
+            continue
+        seen.add(part)
         if result is None:
             summary.failed[part] = "no report (the part never finished)"
         elif not isinstance(result, PartReport):  # an exception, or not a report at all
             summary.failed[part] = describe(result)
+        elif (result.job, result.part) != (job, part):
+            summary.failed[part] = (
+                f"came back with the report of {result.job} part {result.part}, "
+                "not its own (counted nowhere)"
+            )
         else:
             if result.error:
                 summary.failed[part] = result.error
@@ -156,7 +171,30 @@ def merge(
             summary.seconds = max(summary.seconds, result.seconds)
     for extra in results[len(parts) :]:
         summary.failed[f"unexpected result {len(summary.failed)}"] = describe(extra)
+    _check_cover(summary, seen)
     return summary
+
+
+def _check_cover(summary: JobSummary, parts: set[str]) -> None:
+    """Fail the parts that make ``parts`` short of every ``i`` of one ``n``:
+    a spec that is no ``i/n``, a mix of ``n``, an ``i`` left out."""
+    if not parts:
+        summary.failed["0/0"] = "a job of no parts did nothing"
+        return
+    specs: set[tuple[int, int]] = set()
+    for part in parts:
+        try:
+            specs.add(parse_part(part, "part"))
+        except StreamerError as exc:
+            summary.failed.setdefault(part, str(exc))
+    counts = sorted({count for _, count in specs})
+    if len(counts) > 1:
+        summary.failed["parts"] = f"parts of {len(counts)} different n: {counts}"
+    for count in counts:
+        for i in range(count):
+            if (i, count) not in specs:
+                summary.failed[f"{i}/{count}"] = "not run (left out of the job's parts)"
+                summary.parts += 1
 
 
 def describe(error: BaseException | object) -> str:

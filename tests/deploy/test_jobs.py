@@ -175,3 +175,43 @@ def test_pack_parts_into_s3_rerun_and_verify(s3, s3_uploaded, aws_env, audio_dir
     assert verify_dataset(out).ok
     dataset = streamer.open_dataset(out)
     assert sorted(dataset) == sorted(str(p.relative_to(audio_dir).with_suffix("")) for p in files)
+
+
+def _report(part: str, job: str = "index", **counts: int) -> jobs.PartReport:
+    from collections import Counter
+
+    return jobs.PartReport(job=job, part=part, counts=Counter(counts))
+
+
+def test_merge_refuses_reports_of_another_part_or_job() -> None:
+    """A fan-out's results are matched to the parts by position; a report that
+    names another part (a retried pod's report landing twice), another ``n``
+    or another job is not the part's: the part is failed, and nothing counts
+    twice."""
+    parts = jobs.partitions(2)
+    twice = jobs.merge("index", parts, [_report("0/2", episodes=5), _report("0/2", episodes=5)])
+    assert not twice.ok and twice.counts["episodes"] == 5
+    assert "1/2" in twice.failed and "0/2" in twice.failed["1/2"]
+    other_n = jobs.merge("index", parts, [_report("0/2", episodes=5), _report("1/3", episodes=2)])
+    assert not other_n.ok and "1/3" in other_n.failed["1/2"] and other_n.counts["episodes"] == 5
+    other_job = jobs.merge("index", parts, [_report("0/2"), _report("1/2", job="pack")])
+    assert not other_job.ok and "pack" in other_job.failed["1/2"]
+    assert any("failed part 1/2" in line for line in other_job.lines())
+
+
+def test_merge_names_parts_listed_twice_or_missing() -> None:
+    """The parts a summary merges are every ``i`` of one ``n``, each once: a
+    part listed twice counts once and fails the job, a part left out of the
+    list is failed, a mix of ``n`` is failed."""
+    doubled = jobs.merge(
+        "index", ["0/2", "0/2", "1/2"], [_report("0/2", e=1)] * 2 + [_report("1/2", e=1)]
+    )
+    assert not doubled.ok and doubled.counts["e"] == 2
+    assert any("twice" in why for why in doubled.failed.values())
+    missing = jobs.merge("index", ["0/3", "2/3"], [_report("0/3"), _report("2/3")])
+    assert not missing.ok and "1/3" in missing.failed and missing.parts == 3
+    mixed = jobs.merge("index", ["0/2", "1/3"], [_report("0/2"), _report("1/3")])
+    assert not mixed.ok
+    bad = jobs.merge("index", ["x"], [_report("x")])
+    assert not bad.ok and "x" in bad.failed
+    assert jobs.merge("index", [], []).ok is False  # a job of no parts did nothing
