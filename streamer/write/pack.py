@@ -328,7 +328,21 @@ def _complete(store: Store, root: str, plan: Plan, index: bool) -> bool:
     """Whether every shard of the plan (every partition's) is in ``out`` now."""
     listed = _listing(store, root)
     needed = (AUDIO_COLUMN, INFO_DIR, INDEX_DIR) if index else (AUDIO_COLUMN, INFO_DIR)
-    return all(s.name in listed[d] for s in plan.every for d in needed)
+    if not all(s.name in listed[d] for s in plan.every for d in needed):
+        return False
+    # Every name is there; a shard of another partition carries the files its
+    # own run listed, which differ from this plan's when SRC changed between
+    # the runs (a file added mid-job lands in a partition already packed).
+    mine = {s.name for s in plan.mine}
+    for planned in plan.every:
+        file = listed[AUDIO_COLUMN][planned.name]
+        if planned.name not in mine and _fingerprint(store, root, file) != planned.fingerprint:
+            raise PackError(
+                f"{store.display(root)!r}: {AUDIO_COLUMN}/{file} was packed from another "
+                "listing of the source (files added, removed or changed during the job); "
+                "manifest not written: pack every part again into a new OUT"
+            )
+    return True
 
 
 def _create_output(out: str) -> list[str]:

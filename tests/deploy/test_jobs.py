@@ -215,3 +215,31 @@ def test_merge_names_parts_listed_twice_or_missing() -> None:
     bad = jobs.merge("index", ["x"], [_report("x")])
     assert not bad.ok and "x" in bad.failed
     assert jobs.merge("index", [], []).ok is False  # a job of no parts did nothing
+
+
+def test_a_file_added_mid_pack_job_is_not_silently_left_out(audio_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pack job whose source listing grows between its parts: the part
+    done before saw no new file, the part done after plans it into the
+    other's partition. The part that finds every shard name in place must
+    not write the manifest of a dataset missing that file: it fails, naming
+    the shard planned from another listing."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(audio_dir, src)
+    out = tmp_path / "out"
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    first = f"{len(files) % 2}/2"  # the partition the added file (sorted last) falls in
+    then = f"{1 - len(files) % 2}/2"
+    early = jobs.pack_part(str(src), str(out), first, index=False)
+    assert early.ok, early.error
+    shutil.copy(files[0], src / f"zzz{files[0].suffix}")
+    late = jobs.pack_part(str(src), str(out), then, index=False)
+    summary = jobs.merge(
+        "pack",
+        [first, then] if first == "0/2" else [then, first],
+        ([early, late] if first == "0/2" else [late, early]),
+    )
+    assert not (out / MANIFEST_NAME).exists()
+    assert not late.ok and "changed" in late.error, late.error
+    assert not summary.ok and summary.counts["manifest written"] == 0
