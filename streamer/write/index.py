@@ -164,7 +164,8 @@ def parse_part(spec: str, option: str = "--shards") -> tuple[int, int]:
     and ``streamer pack --files`` take it; ``StreamerError`` naming ``option``
     otherwise."""
     part, _, count = spec.partition("/")
-    if not (part.isdigit() and count.isdigit()) or not 0 <= int(part) < int(count):
+    digits = part.isascii() and part.isdigit() and count.isascii() and count.isdigit()
+    if not digits or not 0 <= int(part) < int(count):  # isdigit alone takes "²", "٢"
         raise StreamerError(f"{option} {spec!r}: expected i/n with 0 <= i < n")
     return int(part), int(count)
 

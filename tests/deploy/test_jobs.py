@@ -17,6 +17,7 @@ from streamer.dataset.dataset import INFO_DIR
 from streamer.dataset.manifest import MANIFEST_NAME
 from streamer.index import INDEX_DIR
 from streamer.storage import open_url
+from streamer.write.index import parse_part
 from streamer.write.verify import verify_dataset
 
 
@@ -243,3 +244,22 @@ def test_a_file_added_mid_pack_job_is_not_silently_left_out(audio_dir, tmp_path)
     assert not (out / MANIFEST_NAME).exists()
     assert not late.ok and "changed" in late.error, late.error
     assert not summary.ok and summary.counts["manifest written"] == 0
+
+
+@pytest.mark.parametrize(
+    "spec", ["0/²", "²/3", "\u0660/\u0662", "1/1", "-1/2", "0/0", "1.0/2", "a/2", "0/2/4"]
+)
+def test_a_spec_that_is_no_i_of_n_fails_its_part_and_the_merge(spec: str) -> None:
+    """Only ASCII digits make an ``i/n``: a superscript two passed
+    ``str.isdigit`` and then crashed ``int()`` (a ValueError out of ``merge``
+    rather than a failed part)."""
+    with pytest.raises(streamer.StreamerError, match="expected i/n"):
+        parse_part(spec, "--shards")
+    summary = jobs.merge("index", [spec], [_report(spec)])
+    assert not summary.ok and "expected i/n" in summary.failed[spec]
+
+
+@pytest.mark.parametrize("spec", ["0/1", "00/2", "3/100000"])
+def test_valid_specs(spec: str) -> None:
+    i, n = parse_part(spec, "--shards")
+    assert 0 <= i < n
