@@ -34,7 +34,7 @@ from .pipeline.samplers import RandomCrops
 from .pipeline.streamer import Streamer
 from .pipeline.warmup import warmup
 from .storage import Store, open_url, redact, safe_url
-from .write.index import IndexReport, build_index, parse_part
+from .write.index import IndexReport, build_index, parse_part, unindexed_shards
 from .write.pack import PackReport, pack
 from .write.sources import list_sources, open_store
 
@@ -297,8 +297,21 @@ def index_part(
 
 def finish_index(url: str, *, storage_options: Mapping[str, Any] | None = None) -> str:
     """The step after every index part: the dataset manifest, written once
-    from a fresh listing. Returns its path."""
-    return write_manifest(*open_url(url, **(storage_options or {})))
+    from a fresh listing. Returns its path. Refuses (``StreamerError``,
+    nothing written) while any audio shard has no index shard: a part that
+    crashed or has not run yet would leave a manifest of a half-indexed
+    dataset. Re-run the missing parts, or ``streamer index URL`` (which
+    indexes what is missing, then writes the manifest)."""
+    store, root = open_url(url, **(storage_options or {}))
+    listed, missing = unindexed_shards(store, root)
+    if missing:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise StreamerError(
+            f"{safe_url(url)}: {len(missing)} of {len(listed.listed_shards)} shards not "
+            f"indexed yet ({shown}): manifest not written; re-run the index parts that "
+            "failed or never ran, or `streamer index URL`"
+        )
+    return write_manifest(store, root, listed.column_dirs)
 
 
 def _index_counts(report: IndexReport) -> Counter[str]:

@@ -226,8 +226,7 @@ def _write_manifest_when_complete(store: Store, root: str) -> None:
     finish). A part that wrote it from an earlier listing could land after
     another part's, leaving out index shards stored since: the dataset opened
     by it would serve their episodes through the fallback, without a word."""
-    listed = Dataset(root, store=store, manifest=False)
-    missing = set(listed.listed_shards) - set(listed.column_dirs.get(INDEX_DIR, {}))
+    listed, missing = unindexed_shards(store, root)
     if missing:
         log.info(
             "%d shards not indexed yet: the dataset manifest is left to the part that "
@@ -236,6 +235,13 @@ def _write_manifest_when_complete(store: Store, root: str) -> None:
         )
         return
     write_manifest(store, root, listed.column_dirs)
+
+
+def unindexed_shards(store: Store, root: str) -> tuple[Dataset, list[str]]:
+    """The dataset at ``root`` from a fresh listing, and its audio shards
+    that have no index shard (sorted)."""
+    listed = Dataset(root, store=store, manifest=False)
+    return listed, sorted(set(listed.listed_shards) - set(listed.column_dirs.get(INDEX_DIR, {})))
 
 
 def verify_index_shards(

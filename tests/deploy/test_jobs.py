@@ -263,3 +263,17 @@ def test_a_spec_that_is_no_i_of_n_fails_its_part_and_the_merge(spec: str) -> Non
 def test_valid_specs(spec: str) -> None:
     i, n = parse_part(spec, "--shards")
     assert 0 <= i < n
+
+
+def test_finish_index_refuses_while_parts_are_missing(s3, remote_unindexed) -> None:  # type: ignore[no-untyped-def]
+    """``finish_index`` after only some parts (one crashed, or not run yet)
+    wrote a manifest of a half-indexed dataset without a word; it refuses,
+    naming how many shards have no index yet, and writes nothing."""
+    assert jobs.index_part(remote_unindexed, "0/2").ok
+    s3.reset()
+    with pytest.raises(streamer.StreamerError, match=r"shards not indexed yet.*1/2|shards not"):
+        jobs.finish_index(remote_unindexed)
+    assert puts(s3) == []
+    assert jobs.index_part(remote_unindexed, "1/2").ok
+    path = jobs.finish_index(remote_unindexed)
+    assert path.endswith(MANIFEST_NAME) and puts(s3)[-1].endswith(MANIFEST_NAME)
