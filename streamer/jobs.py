@@ -161,10 +161,14 @@ def merge(
                 "not its own (counted nowhere)"
             )
         else:
+            # A report comes from another process, maybe another version:
+            # what it says is redacted again before the summary repeats it.
             if result.error:
-                summary.failed[part] = result.error
+                summary.failed[part] = describe(StreamerError(result.error))
             summary.counts.update(result.counts)
-            summary.problems.update(result.problems)
+            summary.problems.update(
+                {item: describe(StreamerError(why)) for item, why in result.problems.items()}
+            )
             summary.requests += result.requests
             summary.bytes_fetched += result.bytes_fetched
             summary.bytes_stored += result.bytes_stored

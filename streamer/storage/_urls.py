@@ -51,9 +51,11 @@ MIN_SECRET_LENGTH = 6
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
 #: ``name=value``, ``name: value``, ``'name': b'value'``: the value of a credential field.
 _FIELD = re.compile(
-    r"(?i)\b(x-amz-credential|x-amz-signature|x-amz-security-token|security-token|"
+    # Not after a letter or digit, so that ``AWS_SECRET_ACCESS_KEY=`` and
+    # ``aws_session_token:`` (prefixed by ``_``, a word character) are caught.
+    r"(?i)(?<![a-z0-9])(x-amz-credential|x-amz-signature|x-amz-security-token|security-token|"
     r"awsaccesskeyid|signature|credential|session_?token|access_?token|token|sig|"
-    r"password|passwd|secret|api_?key)"
+    r"password|passwd|secret_?access_?key|secret_?key|secret|api_?key)"
     r"(['\"]?\s*[:=]\s*(?:b(?=['\"]))?['\"]?)"
     r"([^\s'\",&;]+)"  # base64 values (AWS secret keys, session tokens) hold '/' and '+'
 )

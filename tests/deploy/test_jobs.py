@@ -277,3 +277,17 @@ def test_finish_index_refuses_while_parts_are_missing(s3, remote_unindexed) -> N
     assert jobs.index_part(remote_unindexed, "1/2").ok
     path = jobs.finish_index(remote_unindexed)
     assert path.endswith(MANIFEST_NAME) and puts(s3)[-1].endswith(MANIFEST_NAME)
+
+
+def test_merged_summary_redacts_what_a_report_carries() -> None:
+    """A report's error and problems come back from another process (and
+    maybe another version): the summary printed must not repeat a presigned
+    query, a user:password@ URL or a key field from them."""
+    leaky = _report("0/1")
+    leaky.error = "GET https://user:pa55word@host/b/k?X-Amz-Signature=abc123def failed"
+    leaky.problems = {"shard s-1": "aws_secret_access_key=wJalrXUtnFEMIK7MDENG rejected"}
+    summary = jobs.merge("index", ["0/1"], [leaky])
+    text = "\n".join(summary.lines()) + repr(summary)
+    for secret in ("pa55word", "abc123def", "wJalrXUtnFEMIK7MDENG"):
+        assert secret not in text
+    assert "failed part 0/1: GET https://host/b/k" in text and "shard s-1" in text

@@ -390,3 +390,20 @@ def test_the_traceback_of_minus_v_is_redacted() -> None:
         "FileNotFoundError" in done.stderr and "http://127.0.0.1:1/run.timing.json?…" in done.stderr
     )
     assert SECRET not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG/bPxRfiCY",
+        "aws_secret_access_key = wJalrXUtnFEMIK7MDENG/bPxRfiCY",
+        "AWS_SESSION_TOKEN=wJalrXUtnFEMIK7MDENG/bPxRfiCY",
+        "{'secret_key': 'wJalrXUtnFEMIK7MDENG/bPxRfiCY'}",
+    ],
+)
+def test_redact_masks_environment_style_credential_names(line: str) -> None:
+    """An environment dump (a Modal or Kubernetes pod's ``env``) names keys
+    with an ``AWS_`` prefix: ``\\bsecret`` never matched after the ``_``."""
+    from streamer.storage import redact
+
+    assert "wJalrXUtnFEMIK7MDENG" not in redact(line)
