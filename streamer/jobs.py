@@ -176,6 +176,11 @@ def merge(
     for extra in results[len(parts) :]:
         summary.failed[f"unexpected result {len(summary.failed)}"] = describe(extra)
     _check_cover(summary, seen)
+    if job == "pack" and not summary.failed and not summary.counts["manifest written"]:
+        summary.problems["manifest"] = (
+            "not written: no part found every planned shard in place "
+            "(shards planned from another listing of the source?); run `streamer verify OUT`"
+        )
     return summary
 
 

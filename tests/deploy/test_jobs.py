@@ -291,3 +291,17 @@ def test_merged_summary_redacts_what_a_report_carries() -> None:
     for secret in ("pa55word", "abc123def", "wJalrXUtnFEMIK7MDENG"):
         assert secret not in text
     assert "failed part 0/1: GET https://host/b/k" in text and "shard s-1" in text
+
+
+def test_a_pack_job_no_part_completed_is_not_ok() -> None:
+    """Every pack part fine on its own, yet none found every planned shard in
+    place (a partition's shards planned from another listing under other
+    names, or a part run with another ``n`` that wrote nothing): no manifest,
+    no whole dataset. The merged pack summary says so and is not ok."""
+    parts = jobs.partitions(2)
+    reports = [_report(p, job="pack", **{"files packed": 3}) for p in parts]
+    summary = jobs.merge("pack", parts, reports)
+    assert summary.counts["manifest written"] == 0
+    assert not summary.ok and "manifest" in "\n".join(summary.lines())
+    done = [_report(p, job="pack", **{"manifest written": 1}) for p in parts]
+    assert jobs.merge("pack", parts, done).ok
