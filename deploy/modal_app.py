@@ -173,7 +173,7 @@ def run_job(
     else:
         options = {"url": url, "duration": duration, "per_episode": per_episode}
         results = _fan_out(warmup, specs, {**options, "cache_dir": cache_dir}, local)
-    summary = jobs.merge(job, specs, results)
+    summary = jobs.merge(job, specs, results, urls=[src, url] if job == "pack" else [url])
     if summary.failed:
         return summary  # the dataset is not whole yet: re-run the job
     try:

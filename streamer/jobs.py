@@ -63,6 +63,8 @@ class PartReport:
     job: str
     part: str
     error: str = ""
+    #: The URLs the part worked on, credentials stripped (``src -> out`` for pack).
+    target: str = ""
     counts: Counter[str] = field(default_factory=Counter)
     #: Items of the part that failed on their own (a shard: name -> reason).
     problems: dict[str, str] = field(default_factory=dict)
@@ -131,7 +133,11 @@ def index_parts(
 
 
 def merge(
-    job: str, parts: Sequence[str], results: Iterable[PartReport | BaseException]
+    job: str,
+    parts: Sequence[str],
+    results: Iterable[PartReport | BaseException],
+    *,
+    urls: Sequence[str] | None = None,
 ) -> JobSummary:
     """One summary of ``parts`` from their ``results``, in the same order (as
     a fan-out returns them; an exception stands for a part whose run failed
@@ -141,9 +147,16 @@ def merge(
     failed, a part left out is failed "not run". A report is the part's only
     when it names this job and this part: one of another part (a retried
     container's report landing twice), another ``n`` or another job is
-    failed, its counts left out."""
+    failed, its counts left out; so is one of another dataset: its
+    ``target`` is not that of the job's ``urls`` (``[url]``, for pack
+    ``[src, out]``) or, without ``urls``, not the one most reports name."""
     summary = JobSummary(job=job, parts=len(parts))
     results = list(results)
+    if urls is None:
+        named = Counter(r.target for r in results if isinstance(r, PartReport))
+        target = named.most_common(1)[0][0] if named else ""
+    else:
+        target = _target(urls)
     seen: set[str] = set()
     for position, part in enumerate(parts):
         result = results[position] if position < len(results) else None
@@ -159,6 +172,11 @@ def merge(
             summary.failed[part] = (
                 f"came back with the report of {result.job} part {result.part}, "
                 "not its own (counted nowhere)"
+            )
+        elif result.target != target:
+            summary.failed[part] = (
+                f"came back with a report of another dataset ({result.target}, "
+                f"not {target}; counted nowhere)"
             )
         else:
             # A report comes from another process, maybe another version:
@@ -448,6 +466,11 @@ def stream_example(
     )
 
 
+def _target(urls: Sequence[str]) -> str:
+    """What a report names as its part's dataset: its URLs, credentials stripped."""
+    return " -> ".join(safe_url(os.fspath(url)) for url in urls)
+
+
 def _run(
     job: str,
     part: str,
@@ -458,7 +481,7 @@ def _run(
     """Run one part's ``work``, which fills in the report's counts and
     problems; add the requests and bytes of the stores of ``urls`` over the
     part, and any exception as the part's ``error``."""
-    report = PartReport(job=job, part=part)
+    report = PartReport(job=job, part=part, target=_target(urls))
     began = time.perf_counter()
     before: dict[int, tuple[Store, dict[str, Any]]] = {}
     try:

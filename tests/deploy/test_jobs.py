@@ -305,3 +305,19 @@ def test_a_pack_job_no_part_completed_is_not_ok() -> None:
     assert not summary.ok and "manifest" in "\n".join(summary.lines())
     done = [_report(p, job="pack", **{"manifest written": 1}) for p in parts]
     assert jobs.merge("pack", parts, done).ok
+
+
+def test_merge_refuses_a_report_of_another_dataset(s3, remote_unindexed) -> None:  # type: ignore[no-untyped-def]
+    """A report names the dataset its part worked on (credentials stripped):
+    one of another dataset fails its part, whether the job's URL is given
+    or the reports disagree among themselves."""
+    mine = jobs.index_part(remote_unindexed, "0/2")
+    theirs = jobs.index_part(remote_unindexed + "-other", "1/2")
+    assert mine.target == remote_unindexed
+    summary = jobs.merge("index", jobs.partitions(2), [mine, theirs], urls=[remote_unindexed])
+    assert set(summary.failed) == {"1/2"} and "-other" in summary.failed["1/2"]
+    assert summary.counts == mine.counts
+    unsure = jobs.merge("index", jobs.partitions(2), [mine, theirs])
+    assert not unsure.ok and "another" in "\n".join(unsure.lines())
+    keyed = jobs.index_part("s3://AKIAFAKE:sekrit@" + remote_unindexed[5:], "1/2")
+    assert "sekrit" not in keyed.target
