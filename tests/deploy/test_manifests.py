@@ -141,3 +141,74 @@ def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path
         check=False,
     )
     assert done.returncode == 2 and "unknown job 'verify'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("array", "parts", "refused"),
+    [
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "8",
+                "SLURM_ARRAY_TASK_MIN": "0",
+                "SLURM_ARRAY_TASK_MAX": "7",
+            },
+            "16",
+            True,
+        ),
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "16",
+                "SLURM_ARRAY_TASK_MIN": "0",
+                "SLURM_ARRAY_TASK_MAX": "15",
+            },
+            "8",
+            True,
+        ),
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "8",
+                "SLURM_ARRAY_TASK_MIN": "0",
+                "SLURM_ARRAY_TASK_MAX": "7",
+            },
+            "8",
+            False,
+        ),
+        # Re-submitting only the failed tasks of a 16-part job: fine.
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "2",
+                "SLURM_ARRAY_TASK_MIN": "3",
+                "SLURM_ARRAY_TASK_MAX": "7",
+            },
+            "16",
+            False,
+        ),
+    ],
+)
+def test_the_slurm_array_refuses_an_array_of_another_size(
+    parsed_commands: Path, array, parts, refused
+) -> None:  # type: ignore[no-untyped-def]
+    """``--array=0-7`` with PARTS=16 ran partitions 0..7 of 16, each task
+    succeeding, the array green and half the shards never touched: a whole
+    array from 0 must be PARTS tasks (a subset for re-runs stays allowed)."""
+    script = DEPLOY / "slurm" / "streamer-array.sbatch"
+    env = {
+        **os.environ,
+        "PATH": f"{parsed_commands}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_ARRAY_TASK_ID": "3",
+        "PARTS": parts,
+        **array,
+    }
+    done = subprocess.run(
+        ["bash", str(script), "index", "s3://b/ds"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if refused:
+        assert done.returncode == 2 and "PARTS" in done.stderr and "--array" in done.stderr, (
+            done.stderr
+        )
+    else:
+        assert done.returncode == 0, done.stderr
