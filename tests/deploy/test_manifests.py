@@ -120,26 +120,20 @@ def test_the_slurm_array_runs_its_partition(parsed_commands: Path, argv, expecte
         assert done.stdout.split() == expected.format(task).split()
 
 
-def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path) -> None:
+def sbatch(commands: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The Slurm script run with ``argv``, ``env`` added, ``streamer`` parsing only."""
     script = DEPLOY / "slurm" / "streamer-array.sbatch"
-    base = {**os.environ, "PATH": f"{parsed_commands}{os.pathsep}{os.environ['PATH']}"}
-    no_parts = {**base, "SLURM_ARRAY_TASK_ID": "0"}
-    done = subprocess.run(
-        ["bash", str(script), "index", "s3://b/ds"],
-        env=no_parts,
-        capture_output=True,
-        text=True,
-        check=False,
+    path = f"{commands}{os.pathsep}{os.environ['PATH']}"
+    full = {**os.environ, "PATH": path, **env}
+    return subprocess.run(
+        ["bash", str(script), *argv], env=full, capture_output=True, text=True, check=False
     )
+
+
+def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path) -> None:
+    done = sbatch(parsed_commands, "index", "s3://b/ds", SLURM_ARRAY_TASK_ID="0")
     assert done.returncode != 0 and "PARTS" in done.stderr
-    wrong = {**no_parts, "PARTS": "2"}
-    done = subprocess.run(
-        ["bash", str(script), "verify", "s3://b/ds"],
-        env=wrong,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = sbatch(parsed_commands, "verify", "s3://b/ds", SLURM_ARRAY_TASK_ID="0", PARTS="2")
     assert done.returncode == 2 and "unknown job 'verify'" in done.stderr
 
 
@@ -191,20 +185,8 @@ def test_the_slurm_array_refuses_an_array_of_another_size(
     """``--array=0-7`` with PARTS=16 ran partitions 0..7 of 16, each task
     succeeding, the array green and half the shards never touched: a whole
     array from 0 must be PARTS tasks (a subset for re-runs stays allowed)."""
-    script = DEPLOY / "slurm" / "streamer-array.sbatch"
-    env = {
-        **os.environ,
-        "PATH": f"{parsed_commands}{os.pathsep}{os.environ['PATH']}",
-        "SLURM_ARRAY_TASK_ID": "3",
-        "PARTS": parts,
-        **array,
-    }
-    done = subprocess.run(
-        ["bash", str(script), "index", "s3://b/ds"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+    done = sbatch(
+        parsed_commands, "index", "s3://b/ds", SLURM_ARRAY_TASK_ID="3", PARTS=parts, **array
     )
     if refused:
         assert done.returncode == 2 and "PARTS" in done.stderr and "--array" in done.stderr, (
