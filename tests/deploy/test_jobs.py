@@ -321,3 +321,20 @@ def test_merge_refuses_a_report_of_another_dataset(s3, remote_unindexed) -> None
     assert not unsure.ok and "another" in "\n".join(unsure.lines())
     keyed = jobs.index_part("s3://AKIAFAKE:sekrit@" + remote_unindexed[5:], "1/2")
     assert "sekrit" not in keyed.target
+
+
+@pytest.mark.parametrize("count", [1, 3, 7, 40])
+def test_pack_parts_of_any_count_pack_every_file_once(audio_dir, tmp_path, count: int) -> None:  # type: ignore[no-untyped-def]
+    """``i/n`` for n of 1, one that does not divide the files, and more parts
+    than files (empty parts): every part ok, every file in exactly one
+    shard, the manifest written."""
+    out = str(tmp_path / "out")
+    files = sorted(p for p in audio_dir.rglob("*") if p.is_file())
+    parts = jobs.partitions(count)
+    reports = [jobs.pack_part(str(audio_dir), out, p, index=False) for p in parts]
+    summary = jobs.merge("pack", parts, reports)
+    assert summary.ok, (summary.failed, summary.problems)
+    assert summary.counts["files packed"] == len(files)
+    keys = list(streamer.open_dataset(out))
+    assert sorted(keys) == sorted(str(p.relative_to(audio_dir).with_suffix("")) for p in files)
+    assert len(keys) == len(set(keys))
