@@ -202,12 +202,6 @@ class HTTPStore(RangeGetStore):
             client, path, self.display(path), byte_range, None, self._proxy, self._headers
         )
 
-    async def _list(self, client: aiohttp.ClientSession, path: str) -> list[Entry]:
-        """The entries of the directory's first index page alone: ``_list_all``
-        reads the pages it links as continuations too."""
-        directory = _directory(path)
-        return (await self._index_page(client, directory, directory))[0]
-
     async def _list_all(self, path: str) -> list[Entry]:
         """The entries of every index page of the directory: the first, and the
         pages it (and each of those) links as its continuation (``?page=2``,

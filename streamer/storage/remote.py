@@ -210,9 +210,11 @@ class RemoteStore(Store):
     async def _get_size(self, client: Any, path: str) -> int:
         """The object's size in bytes."""
 
-    @abc.abstractmethod
     async def _list(self, client: Any, path: str) -> list[Entry]:
-        """Children of a directory or prefix (any order)."""
+        """Children of a directory or prefix (any order), in one request: what
+        the default ``_list_all`` asks for. A backend whose listings come in
+        pages overrides ``_list_all`` instead."""
+        raise NotImplementedError(f"{type(self).__name__} lists through _list_all")
 
     async def _put(self, client: Any, path: str, body: bytes) -> None:
         """Store ``body`` as the whole object ``path`` in one atomic request.
@@ -479,7 +481,8 @@ class RemoteStore(Store):
     async def _list_all(self, path: str) -> list[Entry]:
         """Every child of ``path``: one ``_list`` request, retried. A backend
         whose listings come in pages it must ask for one by one (``HTTPStore``'s
-        index pages) overrides it: each page its own retried request."""
+        index pages, ``S3Store``'s ``ListObjectsV2`` pages) overrides it: each
+        page its own retried request."""
         what = f"list {self.display(path)}"
         return cast(list[Entry], await self._call(lambda c: self._list(c, path), what, path))
 

@@ -308,11 +308,6 @@ class S3Store(RangeGetStore):
             return await super()._get_size(client, path)
         return int(response["ContentLength"])
 
-    async def _list(self, client: _Clients, path: str) -> list[Entry]:
-        """The first page of the listing (``_list_all`` reads them all)."""
-        entries, _ = await self._list_page(client, path, None)
-        return entries
-
     async def _list_all(self, path: str) -> list[Entry]:
         """Every page of the listing, each its own retried request: a prefix
         of a million keys is a thousand pages, far longer than one request's
