@@ -33,7 +33,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from numbers import Integral
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -802,6 +802,21 @@ class _Handover:
             return self._began, item
 
 
+class _OfThisProcess(Generic[T]):
+    """An attribute that reads as None in a process forked after it was set:
+    what it holds (workers, a pass) is the parent's (see ``_Resources``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}_of_process"
+
+    def __get__(self, holder: object, owner: type | None = None) -> T | None:
+        value, pid = getattr(holder, self._slot, (None, 0))
+        return value if pid == os.getpid() else None
+
+    def __set__(self, holder: object, value: T | None) -> None:
+        setattr(holder, self._slot, (value, os.getpid()))
+
+
 class _Resources:
     """What must be stopped when a Streamer is dropped without being closed
     (garbage collection, interpreter exit).
@@ -814,35 +829,8 @@ class _Resources:
     to wait forever on the parent's pass, and closing (or its exit hook)
     stopped the parent's workers under the parent's pass."""
 
-    def __init__(self) -> None:
-        self._pool: WorkerPool | None = None
-        self._run: Run | None = None
-        self._pid = os.getpid()
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():
-            self._pool = self._run = None
-            self._pid = os.getpid()
-
-    @property
-    def pool(self) -> WorkerPool | None:
-        self._here()
-        return self._pool
-
-    @pool.setter
-    def pool(self, pool: WorkerPool | None) -> None:
-        self._here()
-        self._pool = pool
-
-    @property
-    def run(self) -> Run | None:
-        self._here()
-        return self._run
-
-    @run.setter
-    def run(self, run: Run | None) -> None:
-        self._here()
-        self._run = run
+    pool: _OfThisProcess[WorkerPool] = _OfThisProcess()
+    run: _OfThisProcess[Run] = _OfThisProcess()
 
     def close_soon(self) -> None:
         """Stop the pass and the workers from any thread, at any time. The
