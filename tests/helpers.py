@@ -12,7 +12,7 @@ from streamer import Streamer, open_dataset
 from streamer.dataset import Dataset
 from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
-from testkit.s3servers import KINDS
+from testkit import httpservers, s3servers
 
 #: (codec, sample rate, channels) of the small fixture files, one per codec.
 FIXTURE_FILES = (
@@ -31,7 +31,9 @@ SECRET = "sekrit-0xC0FFEE-never-log-me"
 BUCKET = "data"
 #: The S3 implementations the storage tests run against, all on loopback:
 #: moto in this process, the others as child processes (``testkit.s3servers``).
-S3_KINDS = ("moto", *KINDS)
+S3_KINDS = ("moto", *s3servers.KINDS)
+#: The HTTP file servers the storage tests run against: the tests' own, then real ones.
+HTTP_KINDS = ("http", *httpservers.KINDS)
 
 
 def write_audio(

