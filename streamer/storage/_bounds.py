@@ -32,10 +32,18 @@ def parse_content_range(value: str | None) -> tuple[int, int, int] | None:
 
 def parse_unsatisfied_range(value: str | None) -> int | None:
     """``bytes */SIZE`` (an unsatisfied range: RFC 9110's form for a 416) -> SIZE;
-    ``None`` if absent or another form."""
-    match = _UNSATISFIED.fullmatch(value.strip()) if value else None
+    ``None`` if absent or another form.
+
+    ``bytes 0--1/0``, the empty span of an empty object that MinIO's server
+    code (JuiceFS's S3 gateway) names in a 206 to a suffix range, says the
+    same of an empty object: -> 0."""
+    text = value.strip() if value else ""
+    if _EMPTY_SPAN.fullmatch(text):
+        return 0
+    match = _UNSATISFIED.fullmatch(text)
     return int(match[1]) if match else None
 
 
 _CONTENT_RANGE = re.compile(r"(?i:bytes) +([0-9]+)-([0-9]+)/([0-9]+)", re.ASCII)
 _UNSATISFIED = re.compile(r"(?i:bytes) *\*/([0-9]+)", re.ASCII)
+_EMPTY_SPAN = re.compile(r"(?i:bytes) +0--1/0", re.ASCII)

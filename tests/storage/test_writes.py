@@ -172,14 +172,18 @@ def test_a_rewrite_with_a_new_size_is_not_read_at_the_old_one(  # type: ignore[n
 
 # -- objects replaced on the server behind the store's back -------------------------
 
+#: S3 servers that send no ETag (JuiceFS's gateway keeps none by default).
+WHOLE_SECONDS = {"juicefs"}
+
 
 @pytest.fixture
 def replaceable(tmp_path, s3_servers, http_published, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
     """``replaceable(kind, **options)``: (store, path, put) of a fresh object on
     a server of ``kind``; ``put(data)`` replaces it there without the store
-    knowing (boto3 straight to the S3 server; the file an HTTP file server
-    serves, its modification time two seconds later each time: nginx's ETag
-    and every server's Last-Modified have whole seconds)."""
+    knowing (boto3 straight to the S3 server, a second after the last time
+    on a server without ETags; the file an HTTP file server serves, its
+    modification time two seconds later each time: nginx's ETag and every
+    server's Last-Modified have whole seconds)."""
     published, http_servers = http_published
 
     def make(kind: str, **options):  # type: ignore[no-untyped-def]
@@ -191,9 +195,13 @@ def replaceable(tmp_path, s3_servers, http_published, s3_uploaded, make_store): 
         server = s3_servers(kind)
         key = f"replaced-{uuid.uuid4().hex[:8]}/object.bin"
         client = s3_client(server.handler.upstream, "test-key-id", SECRET)
+        last = [0.0]
 
         def put(data: bytes) -> None:
+            if kind in WHOLE_SECONDS:  # its one version tag, Last-Modified, has whole seconds
+                time.sleep(max(0.0, last[0] + 1.1 - time.monotonic()))
             client.put_object(Bucket=BUCKET, Key=key, Body=data)
+            last[0] = time.monotonic()
 
         return make_store("s3", server.url, **options), f"{s3_uploaded}/{key}", put
 
