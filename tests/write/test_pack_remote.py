@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BUCKET, SECRET, write_audio
+from helpers import BUCKET, S3_KINDS, SECRET, write_audio
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -27,9 +27,9 @@ from streamer.write.verify import verify_dataset
 from testkit.servers import LoopbackServer, file_handler, s3_client
 
 SHARD_SIZE = 40_000
-#: The S3 servers these tests write to: moto answers as botocore expects,
-#: SeaweedFS is a production object store.
-WRITE_KINDS = ("moto", "seaweedfs")
+#: The S3 servers these tests write to (single and multipart uploads,
+#: aborted ones): every one of ``S3_KINDS``.
+WRITE_KINDS = S3_KINDS
 
 
 @pytest.fixture(scope="module")
