@@ -238,6 +238,12 @@ class RemoteStore(Store):
         cached before."""
         return path
 
+    def cache_namespace(self) -> str:
+        """What keeps this store's disk-tier entries apart from other stores'
+        sharing the directory: everything but the object's name that says
+        which bytes a path reads (the scheme and endpoint; never credentials)."""
+        return self.url
+
     def _throttle_key(self, path: str) -> str:
         """Which adaptive limit ``path``'s requests share (``throttle.py``),
         as stats may show it: one per server by default."""
@@ -298,7 +304,7 @@ class RemoteStore(Store):
             self._fetch,
             config=self.cache_config,
             stats=self.stats,
-            namespace=self.url,
+            namespace=self.cache_namespace(),
             name=self.cache_name,
         )
         return _ProcessState(cache=cache, limit=asyncio.Semaphore(self.max_concurrency))
