@@ -446,7 +446,7 @@ class RemoteStore(Store):
             cache = self._state.get().cache
             disk, first = cache.disk, tag
             if disk is not None:
-                key = cache.disk_key("tag", path, stamp, kind)
+                key = cache.tag_key(path, stamp, kind)
                 loop = asyncio.get_running_loop()
                 found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
                 first = found.decode()
