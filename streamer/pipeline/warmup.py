@@ -31,6 +31,7 @@ from ..decode.crop import CropJob
 from ..errors import StorageError
 from ..storage.base import Store
 from ..storage.loop import run_sync
+from ..storage.remote import RemoteReader
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
 from .tasks import Failure, first_error
@@ -111,8 +112,40 @@ async def _warmup(
         problem = store.disk_tier_problem(since)
         if problem is not None:
             raise StorageError(f"warmup incomplete: {problem}")
+    await _check_kept(jobs)
     report.seconds = asyncio.get_running_loop().time() - began
     return report
+
+
+async def _check_kept(jobs: list[CropJob]) -> None:
+    """Fail unless the disk tier holds every block the warmup fetched: entries
+    another process evicted (its smaller size limit) or removed (the
+    directory cleared mid-run) are lost to the next run too, and this
+    process's own ``disk_tier_problem`` knows nothing of them."""
+    stores: dict[int, tuple[Store, dict[str, tuple[RemoteReader, list[tuple[int, int]]]]]] = {}
+    for job in jobs:
+        blob = job.episode.blob
+        if not isinstance(blob.reader, RemoteReader):
+            continue
+        store, objects = stores.setdefault(id(blob.reader.store), (blob.reader.store, {}))
+        _, ranges = objects.setdefault(blob.reader.path, (blob.reader, []))
+        planned = job.plan.ranges if job.plan is not None else ((0, blob.length),)
+        ranges.extend((blob.offset + at, n) for at, n in planned)
+    for store, objects in stores.values():
+        tier = store.disk_tier()
+        if tier is None:
+            continue
+        missing = blocks = 0
+        for path, (reader, ranges) in objects.items():
+            lacking, holding = await store.missing_on_disk(path, await reader.size(), ranges)
+            missing, blocks = missing + lacking, blocks + holding
+        if missing:
+            raise StorageError(
+                f"warmup incomplete: disk cache {tier[0]}: {missing} of {blocks} blocks "
+                "fetched are not in it at the end (removed, or evicted by another process "
+                "with a smaller cache_dir_bytes): run the warmup again, with nothing else "
+                "clearing or shrinking the directory"
+            )
 
 
 def _skip(report: WarmupReport, failure: Failure) -> None:

@@ -110,6 +110,10 @@ class DiskCache:
         _touch(path)
         return payload
 
+    def has(self, key: str) -> bool:
+        """Whether an entry for ``key`` exists (not checked: ``get`` does that)."""
+        return os.path.isfile(self.path(key))
+
     def touch_after(self, key: str, others: list[str]) -> None:
         """Make the existing entries of ``others`` used later than ``key``'s (the
         size limit evicts them after it: entries that must not outlive it)."""

@@ -277,6 +277,14 @@ class RemoteStore(Store):
         disk = None if state is None else state.cache.disk
         return None if disk is None else disk.problem(since)
 
+    async def missing_on_disk(
+        self, path: str, size: int, ranges: Sequence[tuple[int, int]]
+    ) -> tuple[int, int]:
+        state = self._state.peek()
+        if state is None or state.cache.disk is None:
+            return 0, 0
+        return await state.cache.missing_on_disk(path, size, ranges)
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory blocks (the disk tier stays)."""
         run_sync(self._clear_on_loop())

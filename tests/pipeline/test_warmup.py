@@ -123,3 +123,30 @@ def test_the_warmup_command_takes_a_disk_tier_size(http, tmp_path: Path) -> None
     )
     assert roomy.returncode == 0, roomy.stderr
     assert roomy.stdout.startswith("warmed 20 crops"), roomy.stdout
+
+
+def test_entries_lost_to_someone_else_fail_the_warmup(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The cache directory is removed while the warmup runs (another job's
+    clean-up; another process's smaller size limit would evict alike): what
+    it wrote before is gone, and so is the objects' stamp that what it
+    writes after is kept under, so the directory serves the run nothing.
+    The warmup checks the directory at the end and says so, instead of
+    "warmed 20 crops"; a warmup run again fills it and passes the check."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    dataset = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    done = []
+
+    def progress(_: int) -> None:
+        done.append(1)
+        if len(done) == 5:
+            shutil.rmtree(cache)
+
+    with pytest.raises(StorageError, match=r"warmup incomplete: .*cache: \d+ of \d+ blocks"):
+        warmup(bench_streamer(dataset, CONFIG, workers=0), concurrency=1, progress=progress)
+    again = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=9)
+    assert warmup(bench_streamer(again, CONFIG, workers=0)).crops == 20
+    served = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=7)
+    assert len(list(bench_streamer(served, CONFIG, workers=0))) == 20
+    assert served.store.stats.misses == 0
