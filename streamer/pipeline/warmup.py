@@ -43,14 +43,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class WarmupReport:
-    """``crops`` fetched (``bytes`` of them from the store), and the crops
-    skipped for bad data by reason (the error's class name, as
-    ``StreamerStats.skipped``), each also logged with its key and shard."""
+    """``crops`` warmed, the crops skipped for bad data by reason (the error's
+    class name, as ``StreamerStats.skipped``), each also logged with its key
+    and shard; ``bytes``: the crops' bytes (each crop's, overlaps counted
+    again), ``fetched``: bytes the warmup fetched from the stores (metadata
+    too; 0 when the directory held everything already), ``cached``: bytes
+    of the blocks holding the crops that the disk tier holds at the end."""
 
     crops: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
+    fetched: int = 0
+    cached: int = 0
 
 
 def warmup(
@@ -80,6 +85,8 @@ async def _warmup(
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
     since = time.time()
+    sources = {id(d.store): d.store for d, _ in streamer.sources}.values()
+    fetched_before = sum(store.stats.bytes_fetched for store in sources)
     stores, planned = await _plan_all(streamer, concurrency)
     for failure in planned:
         if isinstance(failure, Failure) and failure.storage:
@@ -107,18 +114,20 @@ async def _warmup(
                 group.start_soon(fetch_some)
     except Exception as exc:
         raise first_error(exc) from None
-    for store in {id(d.store): d.store for d, _ in streamer.sources}.values():
+    for store in sources:
         await store.drain()
         problem = store.disk_tier_problem(since)
         if problem is not None:
             raise StorageError(f"warmup incomplete: {problem}")
-    await _check_kept(jobs)
+    report.cached = await _check_kept(jobs)
+    report.fetched = sum(store.stats.bytes_fetched for store in sources) - fetched_before
     report.seconds = asyncio.get_running_loop().time() - began
     return report
 
 
-async def _check_kept(jobs: list[CropJob]) -> None:
-    """Fail unless the disk tier holds every block the warmup fetched: entries
+async def _check_kept(jobs: list[CropJob]) -> int:
+    """The bytes of the blocks the disk tier holds for ``jobs``; fail unless it
+    holds every block the warmup fetched: entries
     another process evicted (its smaller size limit) or removed (the
     directory cleared mid-run) are lost to the next run too, and this
     process's own ``disk_tier_problem`` knows nothing of them."""
@@ -131,14 +140,15 @@ async def _check_kept(jobs: list[CropJob]) -> None:
         _, ranges = objects.setdefault(blob.reader.path, (blob.reader, []))
         planned = job.plan.ranges if job.plan is not None else ((0, blob.length),)
         ranges.extend((blob.offset + at, n) for at, n in planned)
+    cached = 0
     for store, objects in stores.values():
         tier = store.disk_tier()
         if tier is None:
             continue
         missing = blocks = 0
         for path, (reader, ranges) in objects.items():
-            lacking, holding = await store.missing_on_disk(path, await reader.size(), ranges)
-            missing, blocks = missing + lacking, blocks + holding
+            lacking, of, held = await store.missing_on_disk(path, await reader.size(), ranges)
+            missing, blocks, cached = missing + lacking, blocks + of, cached + held
         if missing:
             raise StorageError(
                 f"warmup incomplete: disk cache {tier[0]}: {missing} of {blocks} blocks "
@@ -146,6 +156,7 @@ async def _check_kept(jobs: list[CropJob]) -> None:
                 "with a smaller cache_dir_bytes): run the warmup again, with nothing else "
                 "clearing or shrinking the directory"
             )
+    return cached
 
 
 def _skip(report: WarmupReport, failure: Failure) -> None:

@@ -269,22 +269,25 @@ class BlockCache:
 
     async def missing_on_disk(
         self, path: str, size: int, ranges: Iterable[tuple[int, int]]
-    ) -> tuple[int, int]:
-        """(missing, blocks): how many of the blocks holding ``ranges`` of ``path``
-        the disk tier lacks under the stamp this cache reads it by, of how
-        many. All of them when that stamp's own entry is gone or another:
-        no other store finds the blocks kept under it."""
+    ) -> tuple[int, int, int]:
+        """(missing, blocks, held): how many of the blocks holding ``ranges`` of
+        ``path`` the disk tier lacks under the stamp this cache reads it by,
+        of how many, and the bytes of those it holds. All are missing when
+        that stamp's own entry is gone or another: no other store finds the
+        blocks kept under it."""
         blocks = sorted({b for offset, length in ranges for b in self._span(offset, length)})
         disk, stamp = self._disk, self._stamps.get(path)
         if disk is None or not blocks:
-            return 0, len(blocks)
+            return 0, len(blocks), 0
 
-        def count() -> int:
+        def held() -> list[int]:
             if stamp is None or disk.get(self._stamp_key(path)) != stamp.encode():
-                return len(blocks)
-            return sum(not disk.has(self._disk_key(path, stamp, size, b)) for b in blocks)
+                return []
+            return [b for b in blocks if disk.has(self._disk_key(path, stamp, size, b))]
 
-        return await asyncio.get_running_loop().run_in_executor(None, count), len(blocks)
+        found = await asyncio.get_running_loop().run_in_executor(None, held)
+        nbytes = sum(self._block_length(size, b) for b in found)
+        return len(blocks) - len(found), len(blocks), nbytes
 
     # -- planning -------------------------------------------------------------
 

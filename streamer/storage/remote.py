@@ -279,10 +279,10 @@ class RemoteStore(Store):
 
     async def missing_on_disk(
         self, path: str, size: int, ranges: Sequence[tuple[int, int]]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
         state = self._state.peek()
         if state is None or state.cache.disk is None:
-            return 0, 0
+            return 0, 0, 0
         return await state.cache.missing_on_disk(path, size, ranges)
 
     def clear_memory_cache(self) -> None:

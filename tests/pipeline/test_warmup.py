@@ -150,3 +150,31 @@ def test_entries_lost_to_someone_else_fail_the_warmup(http, tmp_path: Path) -> N
     served = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=7)
     assert len(list(bench_streamer(served, CONFIG, workers=0))) == 20
     assert served.store.stats.misses == 0
+
+
+def test_the_warmup_says_what_it_fetched_and_what_the_directory_holds(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Crops overlap and share blocks: the crops' bytes (``bytes``) are
+    neither what was downloaded nor what the directory keeps. The report and
+    the closing line say both; a warmup run again over the warm directory
+    fetches nothing, and says so, instead of the crops' bytes once more."""
+    from streamer.storage.disk import _HEADER
+
+    cache = tmp_path / "cache"
+    config = BenchConfig(duration=0.5, crops=40, seed=1)
+    dataset = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    first = warmup(bench_streamer(dataset, config, workers=0))
+    assert 0 < first.fetched <= dataset.store.stats.bytes_fetched  # opening it: before
+    on_disk = sum(p.stat().st_size - _HEADER.size for p in cache.rglob("*.blk"))
+    assert 0 < first.cached < on_disk  # the rest: footers, indexes, stamps
+    assert first.cached < first.bytes  # crops share blocks
+    again = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=9)
+    second = warmup(bench_streamer(again, config, workers=0))
+    assert (second.fetched, second.cached, second.bytes) == (0, first.cached, first.bytes)
+    argv = ["warmup", f"{http.url}/packed", "--duration", "0.5", "--crops", "40"]
+    argv += ["--cache-dir", str(cache), "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("warmed 40 crops"), done.stdout
+    assert f"0.0 MB fetched, {first.cached / 1e6:.1f} MB of blocks in {cache}" in done.stdout
