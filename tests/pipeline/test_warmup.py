@@ -37,8 +37,9 @@ def test_a_cache_too_small_for_the_run_fails_the_warmup(http, tmp_path: Path) ->
     assert warmup(bench_streamer(roomy, CONFIG, workers=0)).crops == 20
     # What the refused run fetched (the open, the indexes) leaves out the crops' bytes.
     assert tiny.store.stats.bytes_fetched + needed <= roomy.store.stats.bytes_fetched
-    # Room for the planned bytes but not for the blocks that hold them: found
-    # out after the fetch, by the evictions.
+    # Room for the blocks that hold the planned bytes but not for their
+    # entries' headers and the shards' metadata: found out after the fetch,
+    # by the evictions.
     small = streamer.open_dataset(url, cache_dir=str(tmp_path / "small"), cache_dir_bytes=needed)
     with pytest.raises(StorageError, match=rf"small: its size limit \({needed} bytes"):
         warmup(bench_streamer(small, CONFIG, workers=0))
@@ -178,3 +179,22 @@ def test_the_warmup_says_what_it_fetched_and_what_the_directory_holds(http, tmp_
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("warmed 40 crops"), done.stdout
     assert f"0.0 MB fetched, {first.cached / 1e6:.1f} MB of blocks in {cache}" in done.stdout
+
+
+def test_a_cache_too_small_for_the_runs_blocks_is_refused_before_fetching(  # type: ignore[no-untyped-def]
+    http, tmp_path: Path
+) -> None:
+    """The disk tier keeps whole blocks: with 256 KiB blocks the crops' blocks
+    take several times their distinct bytes. The room a run needs is counted
+    in blocks, so a limit between the two is refused once planned, not found
+    out by evictions after every block was downloaded."""
+    url = f"{http.url}/packed"
+    options = {"block_size": 256 * 1024}
+    roomy = streamer.open_dataset(url, cache_dir=str(tmp_path / "roomy"), **options)
+    blocks = warmup(bench_streamer(roomy, CONFIG, workers=0)).cached
+    tiny = streamer.open_dataset(
+        url, cache_dir=str(tmp_path / "tiny"), cache_dir_bytes=blocks - 1, **options
+    )
+    with pytest.raises(StorageError, match=rf"warmup needs at least {blocks} bytes of disk"):
+        warmup(bench_streamer(tiny, CONFIG, workers=0))
+    assert tiny.store.stats.bytes_fetched < blocks / 2  # the open and the indexes alone
