@@ -47,8 +47,7 @@ class FsspecStore(RemoteStore):
         zip archive, an FTP ``host``, an Azure ``account_name``): its paths
         name other bytes under other options. Credentials are left out (a
         rotated password reads the same files), and the rest goes in hashed."""
-        chosen = {k: v for k, v in self.backend_options.items() if not _CREDENTIAL.search(k)}
-        text = json.dumps(chosen, sort_keys=True, default=repr)
+        text = json.dumps(_without_credentials(self.backend_options), sort_keys=True, default=repr)
         return f"{self.url} {hashlib.sha256(text.encode()).hexdigest()}"
 
     def display(self, path: str) -> str:
@@ -116,6 +115,18 @@ class FsspecStore(RemoteStore):
 
 #: Option names of credentials, which do not change what a path reads.
 _CREDENTIAL = re.compile(r"(?i)password|passwd|secret|token|key|credential|sas|sig|auth|connection")
+
+
+def _without_credentials(value: Any) -> Any:
+    """``value`` with every credential option left out, in nested options too
+    (``target_options``, ``client_kwargs``)."""
+    if isinstance(value, dict):
+        return {
+            k: _without_credentials(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and _CREDENTIAL.search(k))
+        }
+    return value
 
 
 def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:
