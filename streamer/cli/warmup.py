@@ -45,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
         report = warmup(streamer, progress=bar.update, total=total)
     skipped = sum(report.skipped.values())
     print(
-        f"warmed {report.crops} crops, {report.bytes / 1e6:.1f} MB in {report.seconds:.1f} s "
-        f"into {args.cache_dir}"
+        f"warmed {report.crops} crops ({report.bytes / 1e6:.1f} MB of crop data) in "
+        f"{report.seconds:.1f} s: {report.fetched / 1e6:.1f} MB fetched, "
+        f"{report.cached / 1e6:.1f} MB of blocks in {args.cache_dir}"
         + (f" ({skipped} skipped: {_reasons(report.skipped)})" if skipped else "")
     )
     return 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,8 +28,8 @@ import anyio.to_thread
 
 from ..decode.crop import CropJob
 from ..errors import StorageError
-from ..storage.base import Store
 from ..storage.loop import run_sync
+from ..storage.remote import RemoteReader, RemoteStore
 from .stages import is_mapped, plan, warm
 from .streamer import Streamer
 from .tasks import Failure, first_error
@@ -42,14 +41,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class WarmupReport:
-    """``crops`` fetched (``bytes`` of them from the store), and the crops
-    skipped for bad data by reason (the error's class name, as
-    ``StreamerStats.skipped``), each also logged with its key and shard."""
+    """``crops`` warmed, the crops skipped for bad data by reason (the error's
+    class name, as ``StreamerStats.skipped``), each also logged with its key
+    and shard; ``bytes``: the crops' bytes (each crop's, overlaps counted
+    again), ``fetched``: bytes the warmup fetched from the stores (metadata
+    too; 0 when the directory held everything already), ``cached``: bytes
+    of the blocks holding the crops that the disk tier holds at the end."""
 
     crops: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
+    fetched: int = 0
+    cached: int = 0
 
 
 def warmup(
@@ -79,12 +83,15 @@ async def _warmup(
     report = WarmupReport()
     began = asyncio.get_running_loop().time()
     since = time.time()
-    stores, planned = await _plan_all(streamer, concurrency)
+    sources = {id(d.store): d.store for d, _ in streamer.sources}.values()
+    fetched_before = sum(store.stats.bytes_fetched for store in sources)
+    planned = await _plan_all(streamer, concurrency)
     for failure in planned:
         if isinstance(failure, Failure) and failure.storage:
             raise failure.error()
-    _check_room(stores, planned)
     jobs = [p for p in planned if isinstance(p, CropJob)]
+    objects = _objects(jobs)
+    await _check_room(objects)
     for failure in planned:
         if isinstance(failure, Failure):
             _skip(report, failure)
@@ -106,13 +113,60 @@ async def _warmup(
                 group.start_soon(fetch_some)
     except Exception as exc:
         raise first_error(exc) from None
-    for store in {id(d.store): d.store for d, _ in streamer.sources}.values():
+    for store in sources:
         await store.drain()
         problem = store.disk_tier_problem(since)
         if problem is not None:
             raise StorageError(f"warmup incomplete: {problem}")
+    report.cached = await _check_kept(objects)
+    report.fetched = sum(store.stats.bytes_fetched for store in sources) - fetched_before
     report.seconds = asyncio.get_running_loop().time() - began
     return report
+
+
+#: Per store (by id): the store, and per object path its reader and the
+#: absolute byte ranges the crops read.
+_Objects = dict[int, tuple[RemoteStore, dict[str, tuple[RemoteReader, list[tuple[int, int]]]]]]
+
+
+def _objects(jobs: list[CropJob]) -> _Objects:
+    """The byte ranges ``jobs`` read from network stores, by store and object."""
+    objects: _Objects = {}
+    for job in jobs:
+        blob = job.episode.blob
+        if not isinstance(blob.reader, RemoteReader):
+            continue  # mapped (or in memory): nothing to fetch or cache
+        store = blob.reader.store
+        _, by_path = objects.setdefault(id(store), (store, {}))
+        _, ranges = by_path.setdefault(blob.reader.path, (blob.reader, []))
+        planned = job.plan.ranges if job.plan is not None else ((0, blob.length),)
+        ranges.extend((blob.offset + at, n) for at, n in planned)
+    return objects
+
+
+async def _check_kept(objects: _Objects) -> int:
+    """The bytes of the blocks the disk tier holds for the crops; fail unless
+    it holds every block the warmup fetched: entries another process evicted
+    (its smaller size limit) or removed (the directory cleared mid-run) are
+    lost to the next run too, and this process's own ``disk_tier_problem``
+    knows nothing of them."""
+    cached = 0
+    for store, by_path in objects.values():
+        tier = store.disk_tier()
+        if tier is None:
+            continue
+        missing = blocks = 0
+        for path, (reader, ranges) in by_path.items():
+            lacking, of, held = await store.missing_on_disk(path, await reader.size(), ranges)
+            missing, blocks, cached = missing + lacking, blocks + of, cached + held
+        if missing:
+            raise StorageError(
+                f"warmup incomplete: disk cache {tier[0]}: {missing} of {blocks} blocks "
+                "fetched are not in it at the end (removed, or evicted by another process "
+                "with a smaller cache_dir_bytes): run the warmup again, with nothing else "
+                "clearing or shrinking the directory"
+            )
+    return cached
 
 
 def _skip(report: WarmupReport, failure: Failure) -> None:
@@ -126,43 +180,37 @@ def _skip(report: WarmupReport, failure: Failure) -> None:
     )
 
 
-async def _plan_all(
-    streamer: Streamer, concurrency: int
-) -> tuple[list[Store], list[CropJob | Failure]]:
-    """Every crop's plan and the store it reads from, in ``concurrency``
-    threads: planning opens shards and reads indexes, one round trip after
-    another for each new shard."""
+async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Failure]:
+    """Every crop's plan, in ``concurrency`` threads: planning opens shards and
+    reads indexes, one round trip after another for each new shard."""
     crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
-    stores: list[Store | None] = [None] * crops
     out: list[CropJob | Failure | None] = [None] * crops
     positions = iter(range(crops))  # shared: each thread takes the next position
 
     def plan_some() -> None:
         for position in positions:
             dataset, request = streamer.request(position)
-            stores[position], out[position] = dataset.store, plan(dataset, request)
+            out[position] = plan(dataset, request)
 
     limiter = anyio.CapacityLimiter(concurrency)
     async with anyio.create_task_group() as group:
         for _ in range(min(concurrency, crops)):
             group.start_soon(partial(anyio.to_thread.run_sync, plan_some, limiter=limiter))
-    return [s for s in stores if s is not None], [p for p in out if p is not None]
+    return [p for p in out if p is not None]
 
 
-def _check_room(stores: list[Store], planned: list[CropJob | Failure]) -> None:
+async def _check_room(objects: _Objects) -> None:
     """Fail before fetching anything when a store's disk tier is smaller than
-    the distinct bytes its crops read: the warmup could only end in "its size
-    limit evicted entries" after downloading them all."""
-    jobs: dict[int, list[CropJob]] = defaultdict(list)
-    for store, job in zip(stores, planned, strict=True):
-        if isinstance(job, CropJob) and not is_mapped(job):
-            jobs[id(store)].append(job)
-    for store in {id(s): s for s in stores}.values():
+    the blocks holding the bytes its crops read: the warmup could only end
+    in "its size limit evicted entries" after downloading them all."""
+    for store, by_path in objects.values():
         tier = store.disk_tier()
-        if tier is None or not jobs[id(store)]:
+        if tier is None:
             continue
         directory, limit = tier
-        needed = _distinct_bytes(jobs[id(store)])
+        needed = 0
+        for reader, ranges in by_path.values():
+            needed += _block_bytes(ranges, await reader.size(), store.cache_config.block_size)
         if needed > limit:
             raise StorageError(
                 f"warmup needs at least {needed} bytes of disk cache but {directory} "
@@ -171,18 +219,10 @@ def _check_room(stores: list[Store], planned: list[CropJob | Failure]) -> None:
             )
 
 
-def _distinct_bytes(jobs: list[CropJob]) -> int:
-    """The bytes ``jobs`` read, each counted once (crops overlap, and share
-    blobs): a lower bound of what a disk tier of aligned blocks keeps."""
-    spans: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
-    for job in jobs:
-        blob = job.episode.blob
-        ranges = job.plan.ranges if job.plan is not None else ((0, blob.length),)
-        spans[blob.shard].extend((blob.offset + at, blob.offset + at + n) for at, n in ranges)
-    total = 0
-    for intervals in spans.values():
-        covered = 0  # the end of what is counted so far
-        for start, end in sorted(intervals):
-            total += max(0, end - max(start, covered))
-            covered = max(covered, end)
-    return total
+def _block_bytes(ranges: list[tuple[int, int]], size: int, block_size: int) -> int:
+    """The bytes of the aligned blocks of an object of ``size`` bytes that
+    hold ``ranges``, each counted once (crops overlap, and share blocks): a
+    lower bound of what the disk tier keeps for them."""
+    bs = block_size
+    blocks = {b for at, n in ranges if n for b in range(at // bs, (at + n - 1) // bs + 1)}
+    return sum(min(size, (b + 1) * bs) - b * bs for b in blocks)

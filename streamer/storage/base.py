@@ -211,6 +211,16 @@ class Store(abc.ABC):
         None. Nothing here: a store without a disk tier."""
         return None
 
+    async def missing_on_disk(
+        self, path: str, size: int, ranges: Sequence[tuple[int, int]]
+    ) -> tuple[int, int, int]:
+        """(missing, blocks, held): of the disk-tier blocks that hold ``ranges``
+        of the object ``path`` of ``size`` bytes, how many are not in the
+        directory for the next run to find (removed, evicted by another
+        process), of how many, and the bytes of those that are (call on the
+        store loop). Nothing here: no disk tier."""
+        return 0, 0, 0
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory cached blocks (a disk tier stays), so the
         next reads start cold. Nothing here: a store without a cache of its own."""

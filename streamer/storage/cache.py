@@ -45,7 +45,7 @@ from ._urls import redact
 from .disk import DiskCache
 from .stats import StoreStats
 
-__all__ = ["BlockCache", "CacheConfig"]
+__all__ = ["TAG_KINDS", "BlockCache", "CacheConfig"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -59,6 +59,11 @@ _Key = tuple[str, str, int, int]
 #: The stamp of an object this store has not written, without a disk tier
 #: (only written objects take room in ``BlockCache._stamps`` then).
 _FIRST_STAMP = ""
+#: The kinds of version tag kept under a stamp (``RemoteStore._first_tag``).
+#: Each use of a stamp from the disk tier makes them newer than it, so the
+#: size limit never evicts them while the stamp stays: a later run would
+#: take a replaced object's tag for the first one, and mix the versions.
+TAG_KINDS = ("ETag", "Last-Modified")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,8 +219,15 @@ class BlockCache:
         if disk is None:
             return _FIRST_STAMP
         key, new = self._stamp_key(path), uuid.uuid4().hex.encode()
-        loop = asyncio.get_running_loop()
-        found = (await loop.run_in_executor(None, disk.get_or_add, key, new)).decode()
+
+        def lookup() -> bytes:
+            found = disk.get_or_add(key, new)
+            if found != new:  # an earlier store's: its version tags live as long
+                tags = [self.tag_key(path, found.decode(), kind) for kind in TAG_KINDS]
+                disk.touch_after(key, tags)
+            return found
+
+        found = (await asyncio.get_running_loop().run_in_executor(None, lookup)).decode()
         # A write while the disk tier was asked set the newer stamp: it stands.
         return self._stamps.setdefault(path, found)
 
@@ -254,6 +266,28 @@ class BlockCache:
         Fetches in flight are not waited for."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def missing_on_disk(
+        self, path: str, size: int, ranges: Iterable[tuple[int, int]]
+    ) -> tuple[int, int, int]:
+        """(missing, blocks, held): how many of the blocks holding ``ranges`` of
+        ``path`` the disk tier lacks under the stamp this cache reads it by,
+        of how many, and the bytes of those it holds. All are missing when
+        that stamp's own entry is gone or another: no other store finds the
+        blocks kept under it."""
+        blocks = sorted({b for offset, length in ranges for b in self._span(offset, length)})
+        disk, stamp = self._disk, self._stamps.get(path)
+        if disk is None or not blocks:
+            return 0, len(blocks), 0
+
+        def held() -> list[int]:
+            if stamp is None or disk.get(self._stamp_key(path)) != stamp.encode():
+                return []
+            return [b for b in blocks if disk.has(self._disk_key(path, stamp, size, b))]
+
+        found = await asyncio.get_running_loop().run_in_executor(None, held)
+        nbytes = sum(self._block_length(size, b) for b in found)
+        return len(blocks) - len(found), len(blocks), nbytes
 
     # -- planning -------------------------------------------------------------
 
@@ -397,6 +431,11 @@ class BlockCache:
 
     def _stamp_key(self, path: str) -> str:
         return self.disk_key("stamp", path)
+
+    def tag_key(self, path: str, stamp: str, kind: str) -> str:
+        """The entry of the first version tag of ``kind`` (``TAG_KINDS``) the
+        server sent for ``path`` under ``stamp`` (``RemoteStore._first_tag``)."""
+        return self.disk_key("tag", path, stamp, kind)
 
     def _block_length(self, size: int, block: int) -> int:
         bs = self.config.block_size

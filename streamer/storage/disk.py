@@ -110,6 +110,22 @@ class DiskCache:
         _touch(path)
         return payload
 
+    def has(self, key: str) -> bool:
+        """Whether an entry for ``key`` exists (not checked: ``get`` does that)."""
+        return os.path.isfile(self.path(key))
+
+    def touch_after(self, key: str, others: list[str]) -> None:
+        """Make the existing entries of ``others`` used later than ``key``'s (the
+        size limit evicts them after it: entries that must not outlive it)."""
+        try:
+            after = os.stat(self.path(key)).st_mtime_ns + 1000
+        except OSError:
+            return
+        when = max(time.time_ns(), after)
+        for other in others:
+            with contextlib.suppress(OSError):
+                os.utime(self.path(other), ns=(when, when))
+
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store a block atomically; failures (disk full, ...) only cost a later miss."""
         self._write(key, data, replace=True)

@@ -12,7 +12,10 @@ every file system fsspec wraps; a file system that cannot write raises
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import json
+import re
 from typing import Any
 
 import fsspec
@@ -38,6 +41,14 @@ class FsspecStore(RemoteStore):
         _check_options(scheme, self._class, self.backend_options)
         self._async = issubclass(self._class, fsspec.asyn.AsyncFileSystem)
         self.url = f"{scheme}://"
+
+    def cache_namespace(self) -> str:
+        """The scheme and the options that pick the file system (``fo=`` of a
+        zip archive, an FTP ``host``, an Azure ``account_name``): its paths
+        name other bytes under other options. Credentials are left out (a
+        rotated password reads the same files), and the rest goes in hashed."""
+        text = json.dumps(_without_credentials(self.backend_options), sort_keys=True, default=repr)
+        return f"{self.url} {hashlib.sha256(text.encode()).hexdigest()}"
 
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path.lstrip('/')}" if "://" not in path else path
@@ -100,6 +111,22 @@ class FsspecStore(RemoteStore):
             is_dir = item["type"] == "directory"
             entries.append(Entry(name, is_dir, None if is_dir else item.get("size")))
         return entries
+
+
+#: Option names of credentials, which do not change what a path reads.
+_CREDENTIAL = re.compile(r"(?i)password|passwd|secret|token|key|credential|sas|sig|auth|connection")
+
+
+def _without_credentials(value: Any) -> Any:
+    """``value`` with every credential option left out, in nested options too
+    (``target_options``, ``client_kwargs``)."""
+    if isinstance(value, dict):
+        return {
+            k: _without_credentials(v)
+            for k, v in value.items()
+            if not (isinstance(k, str) and _CREDENTIAL.search(k))
+        }
+    return value
 
 
 def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:

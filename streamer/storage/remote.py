@@ -238,6 +238,12 @@ class RemoteStore(Store):
         cached before."""
         return path
 
+    def cache_namespace(self) -> str:
+        """What keeps this store's disk-tier entries apart from other stores'
+        sharing the directory: everything but the object's name that says
+        which bytes a path reads (the scheme and endpoint; never credentials)."""
+        return self.url
+
     def _throttle_key(self, path: str) -> str:
         """Which adaptive limit ``path``'s requests share (``throttle.py``),
         as stats may show it: one per server by default."""
@@ -271,6 +277,14 @@ class RemoteStore(Store):
         disk = None if state is None else state.cache.disk
         return None if disk is None else disk.problem(since)
 
+    async def missing_on_disk(
+        self, path: str, size: int, ranges: Sequence[tuple[int, int]]
+    ) -> tuple[int, int, int]:
+        state = self._state.peek()
+        if state is None or state.cache.disk is None:
+            return 0, 0, 0
+        return await state.cache.missing_on_disk(path, size, ranges)
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory blocks (the disk tier stays)."""
         run_sync(self._clear_on_loop())
@@ -298,7 +312,7 @@ class RemoteStore(Store):
             self._fetch,
             config=self.cache_config,
             stats=self.stats,
-            namespace=self.url,
+            namespace=self.cache_namespace(),
             name=self.cache_name,
         )
         return _ProcessState(cache=cache, limit=asyncio.Semaphore(self.max_concurrency))
@@ -440,7 +454,7 @@ class RemoteStore(Store):
             cache = self._state.get().cache
             disk, first = cache.disk, tag
             if disk is not None:
-                key = cache.disk_key("tag", path, stamp, kind)
+                key = cache.tag_key(path, stamp, kind)
                 loop = asyncio.get_running_loop()
                 found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
                 first = found.decode()

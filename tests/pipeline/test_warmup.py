@@ -37,8 +37,9 @@ def test_a_cache_too_small_for_the_run_fails_the_warmup(http, tmp_path: Path) ->
     assert warmup(bench_streamer(roomy, CONFIG, workers=0)).crops == 20
     # What the refused run fetched (the open, the indexes) leaves out the crops' bytes.
     assert tiny.store.stats.bytes_fetched + needed <= roomy.store.stats.bytes_fetched
-    # Room for the planned bytes but not for the blocks that hold them: found
-    # out after the fetch, by the evictions.
+    # Room for the blocks that hold the planned bytes but not for their
+    # entries' headers and the shards' metadata: found out after the fetch,
+    # by the evictions.
     small = streamer.open_dataset(url, cache_dir=str(tmp_path / "small"), cache_dir_bytes=needed)
     with pytest.raises(StorageError, match=rf"small: its size limit \({needed} bytes"):
         warmup(bench_streamer(small, CONFIG, workers=0))
@@ -123,3 +124,77 @@ def test_the_warmup_command_takes_a_disk_tier_size(http, tmp_path: Path) -> None
     )
     assert roomy.returncode == 0, roomy.stderr
     assert roomy.stdout.startswith("warmed 20 crops"), roomy.stdout
+
+
+def test_entries_lost_to_someone_else_fail_the_warmup(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The cache directory is removed while the warmup runs (another job's
+    clean-up; another process's smaller size limit would evict alike): what
+    it wrote before is gone, and so is the objects' stamp that what it
+    writes after is kept under, so the directory serves the run nothing.
+    The warmup checks the directory at the end and says so, instead of
+    "warmed 20 crops"; a warmup run again fills it and passes the check."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    dataset = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    done = []
+
+    def progress(_: int) -> None:
+        done.append(1)
+        if len(done) == 5:
+            shutil.rmtree(cache)
+
+    with pytest.raises(StorageError, match=r"warmup incomplete: .*cache: \d+ of \d+ blocks"):
+        warmup(bench_streamer(dataset, CONFIG, workers=0), concurrency=1, progress=progress)
+    again = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=9)
+    assert warmup(bench_streamer(again, CONFIG, workers=0)).crops == 20
+    served = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=7)
+    assert len(list(bench_streamer(served, CONFIG, workers=0))) == 20
+    assert served.store.stats.misses == 0
+
+
+def test_the_warmup_says_what_it_fetched_and_what_the_directory_holds(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Crops overlap and share blocks: the crops' bytes (``bytes``) are
+    neither what was downloaded nor what the directory keeps. The report and
+    the closing line say both; a warmup run again over the warm directory
+    fetches nothing, and says so, instead of the crops' bytes once more."""
+    from streamer.storage.disk import _HEADER
+
+    cache = tmp_path / "cache"
+    config = BenchConfig(duration=0.5, crops=40, seed=1)
+    dataset = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    first = warmup(bench_streamer(dataset, config, workers=0))
+    assert 0 < first.fetched <= dataset.store.stats.bytes_fetched  # opening it: before
+    on_disk = sum(p.stat().st_size - _HEADER.size for p in cache.rglob("*.blk"))
+    assert 0 < first.cached < on_disk  # the rest: footers, indexes, stamps
+    assert first.cached < first.bytes  # crops share blocks
+    again = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=9)
+    second = warmup(bench_streamer(again, config, workers=0))
+    assert (second.fetched, second.cached, second.bytes) == (0, first.cached, first.bytes)
+    argv = ["warmup", f"{http.url}/packed", "--duration", "0.5", "--crops", "40"]
+    argv += ["--cache-dir", str(cache), "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("warmed 40 crops"), done.stdout
+    assert f"0.0 MB fetched, {first.cached / 1e6:.1f} MB of blocks in {cache}" in done.stdout
+
+
+def test_a_cache_too_small_for_the_runs_blocks_is_refused_before_fetching(  # type: ignore[no-untyped-def]
+    http, tmp_path: Path
+) -> None:
+    """The disk tier keeps whole blocks: with 256 KiB blocks the crops' blocks
+    take several times their distinct bytes. The room a run needs is counted
+    in blocks, so a limit between the two is refused once planned, not found
+    out by evictions after every block was downloaded."""
+    url = f"{http.url}/packed"
+    options = {"block_size": 256 * 1024}
+    roomy = streamer.open_dataset(url, cache_dir=str(tmp_path / "roomy"), **options)
+    blocks = warmup(bench_streamer(roomy, CONFIG, workers=0)).cached
+    tiny = streamer.open_dataset(
+        url, cache_dir=str(tmp_path / "tiny"), cache_dir_bytes=blocks - 1, **options
+    )
+    with pytest.raises(StorageError, match=rf"warmup needs at least {blocks} bytes of disk"):
+        warmup(bench_streamer(tiny, CONFIG, workers=0))
+    assert tiny.store.stats.bytes_fetched < blocks / 2  # the open and the indexes alone

@@ -146,3 +146,31 @@ def test_a_disk_that_keeps_failing_is_said_once_a_minute(tmp_path: Path, caplog)
     said = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
     assert len(said) == 1 and "Not a directory" in said[0], said
     assert "cannot write entries (Not a directory)" in (cache.problem(0.0) or "")
+
+
+def test_fsspec_stores_of_other_options_do_not_share_entries(tmp_path: Path) -> None:
+    """Two zip archives (``fo=``) holding a member of the same name, one cache
+    directory: each store reads its own archive's bytes, not the other's
+    entries (the disk tier once keyed fsspec objects by path alone)."""
+    import zipfile
+
+    from streamer.storage.fsspec import FsspecStore
+    from streamer.storage.loop import run_sync
+
+    cache_dir = tmp_path / "cache"
+    for name, byte in (("a", b"A"), ("b", b"B")):
+        with zipfile.ZipFile(tmp_path / f"{name}.zip", "w") as archive:
+            archive.writestr("x.bin", byte * 3 * BLOCK)
+        options = {"fo": str(tmp_path / f"{name}.zip"), "cache_dir": str(cache_dir)}
+        secret = {"target_options": {"password": "first-secret"}}
+        store = FsspecStore("zip", {**options, **secret, "block_size": BLOCK})
+        assert bytes(store.reader("x.bin").read_sync(BLOCK, 4)) == byte * 4
+        run_sync(store.drain())
+        # Another store of the same archive finds the entries, whatever its
+        # credentials (a rotated password reads the same files).
+        secret = {"target_options": {"password": "second-secret"}}
+        again = FsspecStore("zip", {**options, **secret, "block_size": BLOCK})
+        assert bytes(again.reader("x.bin").read_sync(BLOCK, 4)) == byte * 4
+        assert again.stats.disk_hits >= 1 and again.stats.requests == 0
+        for made in (store, again):
+            run_sync(made.aclose())

@@ -293,3 +293,37 @@ def test_an_object_that_shrank_on_the_server_fails_at_once(replaceable, kind) ->
     said = str(past_the_end.value)
     assert "changed on the server" in said or (kind != "http" and "not satisfiable" in said)
     assert time.monotonic() - started < 5 and store.stats.retries == 0
+
+
+@pytest.mark.parametrize("kind", ["moto", "http"])
+def test_eviction_keeps_an_objects_version_tag_while_its_stamp_is_used(  # type: ignore[no-untyped-def]
+    replaceable, kind, tmp_path
+) -> None:
+    """A warmed directory keeps serving a run from disk (its object's stamp is
+    used, its version tag, read only when a block is fetched, is not); the
+    size limit evicts the oldest entries. Had the tag gone and the stamp
+    stayed, a later run fetching an evicted block would take the replaced
+    object's tag for the first one and mix the two versions."""
+    from streamer.storage.disk import DiskCache
+
+    directory = tmp_path / "cache"
+    cache = {"block_size": 4096, "cache_dir": str(directory)}
+    warm, path, put = replaceable(kind, **cache)
+    put(b"a" * 40_000)
+    reader = warm.reader(path)
+    assert bytes(reader.read_sync(0, 10)) + bytes(reader.read_sync(20_000, 10)) == b"a" * 20
+    run_sync(warm.drain())
+    for entry in directory.rglob("*.blk"):  # warmed long ago
+        os.utime(entry, (1000, 1000))
+    put(b"b" * 40_000)  # replaced on the server: same size, other bytes
+    train = type(warm)(warm.scheme, warm._options)  # a run served by the disk tier
+    assert bytes(train.reader(path).read_sync(0, 10)) == b"a" * 10
+    assert train.stats.requests == 0
+    used = sum(p.stat().st_size for p in directory.rglob("*.blk") if p.stat().st_mtime > 1000)
+    # Down to what the run used and an empty entry (20 bytes): the rest is evicted.
+    DiskCache(directory, max_bytes=int((used + 30) / 0.9)).put("filler", b"")
+    later = type(warm)(warm.scheme, {**warm._options, "max_concurrency": 7})
+    with pytest.raises(StorageError, match=r"changed on the server while it was being read"):
+        later.reader(path).read_sync(20_000, 10)
+    for store in (train, later):
+        run_sync(store._close_on_loop())
