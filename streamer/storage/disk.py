@@ -191,9 +191,30 @@ class DiskCache:
                 self._estimate += added
             estimate = self._estimate
         if estimate is None:
-            estimate = self._estimate = self.usage()
+            estimate = self._first_estimate()
+            if estimate is None:
+                return  # another thread of this process is counting the directory
         if estimate > self.max_bytes:
             self._evict()
+
+    def _first_estimate(self) -> int | None:
+        """The directory's usage, counted once in a process, by one thread: a
+        scan of a large directory takes seconds, and writers that waited for
+        it, or ran their own, would hold the threads that reads need too.
+        The others go on writing meanwhile; what they write is added
+        (counted twice if the scan saw it: the limit is approximate)."""
+        if not self._evicting.acquire(blocking=False):
+            return None
+        try:
+            with self._lock:
+                before = self._written
+            total = self.usage()
+            with self._lock:
+                if self._estimate is None:
+                    self._estimate = total + self._written - before
+                return self._estimate
+        finally:
+            self._evicting.release()
 
     def _evict(self) -> None:
         """Delete the least recently used entries down to 90 % of ``max_bytes``.

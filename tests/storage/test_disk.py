@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from streamer.storage.disk import DiskCache
@@ -174,3 +175,41 @@ def test_fsspec_stores_of_other_options_do_not_share_entries(tmp_path: Path) -> 
         assert again.stats.disk_hits >= 1 and again.stats.requests == 0
         for made in (store, again):
             run_sync(made.aclose())
+
+
+class CountingScans(DiskCache):
+    """A disk tier that counts its full scans of the directory."""
+
+    scans = 0
+
+    def _scan(self) -> list[tuple[str, int, float]]:
+        type(self).scans += 1
+        return super()._scan()
+
+
+def test_a_process_counts_a_full_directory_once_however_many_threads_write(
+    tmp_path: Path,
+) -> None:
+    """The first writes of a process (its DataLoader worker's first blocks,
+    from several threads at once) scan a directory of many entries once,
+    not once per thread: a scan takes seconds on a large cache, and threads
+    in it are threads reads cannot have. The estimate still counts all."""
+    earlier = DiskCache(tmp_path, max_bytes=1 << 40)
+    for i in range(3000):
+        earlier.put(f"earlier{i}", b"e" * 10)
+    cache = CountingScans(tmp_path, max_bytes=1 << 40)
+    start = threading.Barrier(8)
+
+    def write(n: int) -> None:
+        start.wait()
+        cache.put(f"new{n}", b"n" * 1000)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert CountingScans.scans == 1
+    cache.put("one more", b"m" * 1000)  # counted from the estimate, no scan
+    assert CountingScans.scans == 1
+    assert cache._estimate is not None and cache._estimate >= cache.usage()
