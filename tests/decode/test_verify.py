@@ -441,6 +441,35 @@ def test_a_long_mp3_with_bytes_inside_its_stream_ends_where_ffmpegs_decode_does(
         read_crop(ep, CropRequest("k", end + 0.5, end + 1.0))
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["oggenc", "-Q", "-o", "{out}", "-"],
+        pytest.param(["opusenc", "--quiet", "-", "{out}"], marks=pytest.mark.slow),
+    ],
+    ids=["vorbis", "opus"],
+)
+def test_a_long_ogg_with_a_damaged_page_is_served_as_ffmpeg_decodes_it(command: list[str]) -> None:
+    """A page whose CRC fails (100 bytes cut out of it: a damaged download)
+    is dropped by FFmpeg's demuxer, and its full decode closes the gap: the
+    samples after it come earlier. The native index placed them by their
+    granules instead, its probes (none crosses the gap in a file over 20 s)
+    passed, and every crop after the damage was another part of the
+    episode. The native index now refuses lost pages and FFmpeg's packet
+    index, which counts what FFmpeg decodes, serves the file."""
+    clean = cli_encode(command, 22050, 1, LONG)
+    at = registry.extract(io.BytesIO(clean)).byte_pos
+    cut = int(at[len(at) * 2 // 3])
+    data = clean[: cut + 50] + clean[cut + 150 :]
+    want = decoded_until_rejected(data)
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
+    checked = verify.choose_index(blob, key="k")
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    end = want.shape[1] / checked.sample_rate
+    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+
+
 def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:
     """NaN where the file has NaN: the crops are the full decode, bit for bit."""
     rate = 16000
