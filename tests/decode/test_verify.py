@@ -470,6 +470,26 @@ def test_a_long_ogg_with_a_damaged_page_is_served_as_ffmpeg_decodes_it(command: 
     assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
 
 
+def test_a_long_flac_with_frames_cut_out_is_served_as_ffmpeg_decodes_it() -> None:
+    """Three whole frames cut out of a FLAC stream (a damaged copy): FFmpeg's
+    decode closes the gap, the samples after it come earlier. The native
+    index placed the frames after it by their frame numbers, its probes
+    (none crosses the gap in a file over 20 s) passed, and every crop after
+    the gap was another part of the episode. The native index now refuses
+    the jump and FFmpeg's packet index serves the file."""
+    clean = cli_encode(["flac", "-s", "-o", "{out}", "-"], 22050, 1, LONG)
+    at = registry.extract(io.BytesIO(clean), density=float("inf")).byte_pos
+    k = len(at) * 2 // 3
+    data = clean[: int(at[k])] + clean[int(at[k + 3]) :]
+    want = decoded_until_rejected(data)
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
+    checked = verify.choose_index(blob, key="k")
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    end = want.shape[1] / checked.sample_rate
+    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+
+
 def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:
     """NaN where the file has NaN: the crops are the full decode, bit for bit."""
     rate = 16000
