@@ -441,6 +441,18 @@ def test_a_long_mp3_with_bytes_inside_its_stream_ends_where_ffmpegs_decode_does(
         read_crop(ep, CropRequest("k", end + 0.5, end + 1.0))
 
 
+def _assert_served_as_ffmpeg_decodes_it(data: bytes) -> None:
+    """The index ``streamer index`` keeps for a damaged file passes its check,
+    is as long as FFmpeg's decode and serves crops after the damage exactly."""
+    want = decoded_until_rejected(data)
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
+    checked = verify.choose_index(blob, key="k")
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    end = want.shape[1] / checked.sample_rate
+    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -461,13 +473,7 @@ def test_a_long_ogg_with_a_damaged_page_is_served_as_ffmpeg_decodes_it(command: 
     at = registry.extract(io.BytesIO(clean)).byte_pos
     cut = int(at[len(at) * 2 // 3])
     data = clean[: cut + 50] + clean[cut + 150 :]
-    want = decoded_until_rejected(data)
-    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
-    checked = verify.choose_index(blob, key="k")
-    assert checked.ok and checked.verdict == VERIFIED, checked.reason
-    assert checked.num_samples == want.shape[1]
-    end = want.shape[1] / checked.sample_rate
-    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+    _assert_served_as_ffmpeg_decodes_it(data)
 
 
 def test_a_long_flac_with_frames_cut_out_is_served_as_ffmpeg_decodes_it() -> None:
@@ -481,13 +487,7 @@ def test_a_long_flac_with_frames_cut_out_is_served_as_ffmpeg_decodes_it() -> Non
     at = registry.extract(io.BytesIO(clean), density=float("inf")).byte_pos
     k = len(at) * 2 // 3
     data = clean[: int(at[k])] + clean[int(at[k + 3]) :]
-    want = decoded_until_rejected(data)
-    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
-    checked = verify.choose_index(blob, key="k")
-    assert checked.ok and checked.verdict == VERIFIED, checked.reason
-    assert checked.num_samples == want.shape[1]
-    end = want.shape[1] / checked.sample_rate
-    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+    _assert_served_as_ffmpeg_decodes_it(data)
 
 
 def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:
