@@ -6,6 +6,7 @@ positions and timestamps, and the length of its full decode.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -20,6 +21,8 @@ import pytest
 
 from streamer import synth
 from streamer.formats import extract
+from streamer.formats.ffmpeg import open_input
+from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
 from streamer.index import SeekIndex
@@ -76,6 +79,17 @@ def first_packet_per_position(data: bytes) -> dict[int, int]:
 def decoded_length(data: bytes) -> int:
     with av.open(io.BytesIO(data)) as container:
         return sum(frame.samples for frame in container.decode(audio=0))
+
+
+def decoded_until_rejected(data: bytes) -> np.ndarray:
+    """The full decode of a file whose stream holds bytes FFmpeg's decoder
+    rejects (docs/decoding.md): every sample out before the first rejected
+    packet, float32 ``(channels, samples)``."""
+    frames = []
+    with open_input(io.BytesIO(data)) as container, contextlib.suppress(av.FFmpegError):
+        for frame in container.decode(container.streams.audio[0]):
+            frames.append(frame)
+    return np.concatenate([frame_to_float32(f) for f in frames], axis=1)
 
 
 def wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:

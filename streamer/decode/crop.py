@@ -44,7 +44,7 @@ from ..formats.registry import format_for
 from ..index.content import SMALL_HEADER, STALE, Check, crop_checks, stale
 from ..index.table import SeekIndex
 from ..timing import record
-from .fallback import FFMPEG_FAILURES, PastTheEnd, decode_range
+from .fallback import FFMPEG_FAILURES, DecodeEnds, PastTheEnd, decode_range
 from .plan import plan_crop
 from .resample import (
     DEFAULT_QUALITY,
@@ -349,6 +349,11 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
             audio, rate, skip = decode_range(
                 episode.blob, request.start, request.end, request.sample_rate
             )
+        except DecodeEnds as ends:
+            raise episode.error(
+                f"range [{request.start}, {request.end}) s needs samples past the end of "
+                f"FFmpeg's decode, {ends}"
+            ) from ends.error
         except PastTheEnd as end:
             raise episode.error(
                 f"range [{request.start}, {request.end}) s is past the end of the episode ({end})"

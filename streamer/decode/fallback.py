@@ -30,7 +30,7 @@ from ..formats.frames import frame_to_float32
 from ..timing import record
 from .resample import crop_span
 
-__all__ = ["FFMPEG_FAILURES", "Cut", "PastTheEnd", "cut_windows", "decode_range"]
+__all__ = ["FFMPEG_FAILURES", "Cut", "DecodeEnds", "PastTheEnd", "cut_windows", "decode_range"]
 
 #: What FFmpeg and PyAV raise on bytes they cannot demux or decode: FFmpeg's
 #: errors (``InvalidDataError``, ``PermissionError``, ``EOFError``,
@@ -38,6 +38,18 @@ __all__ = ["FFMPEG_FAILURES", "Cut", "PastTheEnd", "cut_windows", "decode_range"
 #: range. (Not ``LookupError``: what a file object raises comes through PyAV
 #: as itself, and a reader's ``KeyError`` is not the episode's fault.)
 FFMPEG_FAILURES = (av.FFmpegError, ValueError, ArithmeticError)
+
+
+class DecodeEnds(Exception):
+    """FFmpeg's decoder rejects a packet before the range's last sample: its
+    full decode ends there (docs/decoding.md), ``decoded`` samples in."""
+
+    def __init__(self, decoded: int, rate: int, error: Exception) -> None:
+        super().__init__(
+            f"at {decoded / rate:.3f} s ({decoded} samples), where its decoder rejects a "
+            f"packet ({type(error).__name__}: {error})"
+        )
+        self.decoded, self.rate, self.error = decoded, rate, error
 
 
 class PastTheEnd(Exception):
@@ -59,9 +71,10 @@ def decode_range(
     decoder's output and the resampled outputs to drop from the window's
     front (0 without resampling). Shorter than asked only when the stream
     ends first (empty only for a crop under half a sample), and
-    ``PastTheEnd`` when it ends at or before ``start``. Raises one of
-    ``FFMPEG_FAILURES`` when FFmpeg cannot read the bytes up to the crop's
-    last sample.
+    ``PastTheEnd`` when it ends at or before ``start``, ``DecodeEnds`` when
+    FFmpeg's decoder rejects a packet before the crop's last sample. Raises
+    one of ``FFMPEG_FAILURES`` when FFmpeg cannot open the bytes or fails
+    before its first frame.
     """
     source.seek(0)
     with record("decoder_open"):
@@ -88,7 +101,7 @@ def _cut(
 
     cut = cut_windows(frames, span)
     if cut.error is not None and cut.decoded < round(end * cut.rate):
-        raise cut.error  # the crop needs samples past the packet FFmpeg rejects
+        raise DecodeEnds(cut.decoded, cut.rate, cut.error)  # the crop needs samples past it
     if cut.decoded <= round(start * cut.rate):
         raise PastTheEnd(cut.decoded, cut.rate or 1)
     return cut.windows[0], cut.rate, crop_span(start, end, cut.rate, target_rate)[2]

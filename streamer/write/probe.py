@@ -15,14 +15,16 @@ __all__ = ["AudioInfo", "MemoryFile", "ProbeError", "probe"]
 
 
 class MemoryFile(RangeFile):
-    """Bytes in memory as a file PyAV can open, without a copy. ``name``
-    (the file's name, extension included) is what FFmpeg's format probe
-    weighs besides the bytes, as it would for a file on disk."""
+    """Bytes in memory as a file PyAV can open, without a copy. ``source``
+    (the file's name) is not shown to FFmpeg, whose format probe would weigh
+    its extension besides the bytes: a crop has the blob's bytes only, so a
+    file FFmpeg recognises by its name alone (an Ogg file behind junk) would
+    be packed and never decode."""
 
-    def __init__(self, data: memoryview, name: str) -> None:
+    def __init__(self, data: memoryview, source: str) -> None:
         super().__init__(len(data))
         self._data = data
-        self.name = name
+        self.source = source
 
     def _read_at(self, position: int, size: int) -> memoryview:
         return self._data[position : position + size]

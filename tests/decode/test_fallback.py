@@ -387,6 +387,25 @@ def test_damaged_episodes_are_exact_or_raise_naming_the_episode(damaged_dataset)
         dataset.read_crop("mono-then-stereo", 1.5, 1.7)
 
 
+def test_a_crop_past_a_rejected_packet_says_where_ffmpegs_decode_ends(damaged_dataset) -> None:  # type: ignore[no-untyped-def]
+    """Random bytes in the middle of an mp3: FFmpeg's decoder rejects them
+    and its full decode ends there. A crop after them said only what FFmpeg
+    raised ("Invalid data found when processing input"), not that the
+    episode decodes up to a point, nor to which."""
+    root, blobs = damaged_dataset
+    key = "mp3-garbage-1"
+    full, rate, failure = _reference(blobs[key])
+    assert failure is not None
+    decoded = full.shape[1]
+    said = (
+        rf"range \[2.6, 2.8\) s needs samples past the end of FFmpeg's decode, at "
+        rf"{decoded / rate:.3f} s \({decoded} samples\), where its decoder rejects a packet "
+        rf"\(InvalidDataError: .*\) \(shard=.*, key='{key}'\)$"
+    )
+    with pytest.raises(CropError, match=said):
+        open_dataset(root).read_crop(key, 2.6, 2.8)
+
+
 def test_a_store_failure_under_the_fallback_stays_a_storage_error() -> None:
     """PyAV hands a file object's exception back as itself: a store that
     cannot deliver the bytes is not the episode's fault."""

@@ -14,10 +14,11 @@ import struct
 
 import numpy as np
 import pytest
-from _index_support import cli_encode, encoded
+from _index_support import cli_encode, decoded_until_rejected, encoded
 
 from streamer.decode import verify
 from streamer.decode.crop import CropRequest, read_crop
+from streamer.errors import CropError
 from streamer.formats import registry
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.job import Episode
@@ -395,6 +396,98 @@ def test_a_reference_holding_nan_does_not_pass_a_wrong_index() -> None:
     assert not checked.ok and "differs" in checked.reason
     chosen = verify.choose_index(native.blob, key="k")  # FFmpeg's own packet index serves it
     assert chosen.ok and chosen.container == "ffmpeg:wav", chosen.reason
+
+
+def _id3v2(size: int) -> bytes:
+    body = b"\0image/jpeg\0\x03\0" + np.random.default_rng(size).bytes(size)
+    frame = b"APIC" + struct.pack(">I", len(body)) + b"\0\0" + body
+    n = len(frame)
+    return b"ID3\x03\0\0" + bytes([n >> 21 & 127, n >> 14 & 127, n >> 7 & 127, n & 127]) + frame
+
+
+def _with_gap(gap: str) -> bytes:
+    """A long mp3 (no full-length check) whose stream holds, after about
+    20 s, an ID3v2 tag before 3 s more (two tagged files joined with `cat`),
+    random bytes, or a frame cut short (a damaged capture)."""
+    first = cli_encode(["lame", "--quiet", "-t", "-b", "64", "-", "{out}"], 22050, 1, LONG)
+    second = cli_encode(["lame", "--quiet", "-t", "-b", "64", "-", "{out}"], 22050, 1, 3.0)
+    at = registry.extract(io.BytesIO(first)).byte_pos
+    cut = int(at[np.searchsorted(at, len(first) * 5 // 6)])
+    if gap == "id3v2":
+        return first + _id3v2(20000) + second
+    if gap == "junk":
+        return first[:cut] + np.random.default_rng(3).bytes(3000) + first[cut:] + second
+    return first[: cut + 40] + first[cut + 140 :] + second  # "cut-frame"
+
+
+@pytest.mark.parametrize("gap", ["id3v2", "junk", "cut-frame"])
+def test_a_long_mp3_with_bytes_inside_its_stream_ends_where_ffmpegs_decode_does(gap: str) -> None:
+    """FFmpeg's parser makes packets of bytes inside the stream that are not
+    frames, its decoder rejects them, and the full decode ends there
+    (docs/decoding.md). The index counted the frames after them as if they
+    were not there: its probes (head, the tail FFmpeg seeks to past the gap,
+    interior) passed, and it served a length and crops past the end of
+    FFmpeg's decode (a frame off against FFmpeg's output after the gap).
+    Short files failed the full-length check; long ones were served."""
+    data = _with_gap(gap)
+    want = decoded_until_rejected(data)
+    checked = verify.verify_index(episode(data))
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    ep = episode(data, checked)
+    end = want.shape[1] / checked.sample_rate
+    assert_exact(ep, want, [0.0, end / 2, end - 0.3])
+    with pytest.raises(CropError, match="past the end"):
+        read_crop(ep, CropRequest("k", end + 0.5, end + 1.0))
+
+
+def _assert_served_as_ffmpeg_decodes_it(data: bytes) -> None:
+    """The index ``streamer index`` keeps for a damaged file passes its check,
+    is as long as FFmpeg's decode and serves crops after the damage exactly."""
+    want = decoded_until_rejected(data)
+    blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
+    checked = verify.choose_index(blob, key="k")
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    end = want.shape[1] / checked.sample_rate
+    assert_exact(episode(data, checked), want, [0.0, end * 0.7, end * 0.85, end - 0.3])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["oggenc", "-Q", "-o", "{out}", "-"],
+        pytest.param(["opusenc", "--quiet", "-", "{out}"], marks=pytest.mark.slow),
+    ],
+    ids=["vorbis", "opus"],
+)
+def test_a_long_ogg_with_a_damaged_page_is_served_as_ffmpeg_decodes_it(command: list[str]) -> None:
+    """A page whose CRC fails (100 bytes cut out of it: a damaged download)
+    is dropped by FFmpeg's demuxer, and its full decode closes the gap: the
+    samples after it come earlier. The native index placed them by their
+    granules instead, its probes (none crosses the gap in a file over 20 s)
+    passed, and every crop after the damage was another part of the
+    episode. The native index now refuses lost pages and FFmpeg's packet
+    index, which counts what FFmpeg decodes, serves the file."""
+    clean = cli_encode(command, 22050, 1, LONG)
+    at = registry.extract(io.BytesIO(clean)).byte_pos
+    cut = int(at[len(at) * 2 // 3])
+    data = clean[: cut + 50] + clean[cut + 150 :]
+    _assert_served_as_ffmpeg_decodes_it(data)
+
+
+def test_a_long_flac_with_frames_cut_out_is_served_as_ffmpeg_decodes_it() -> None:
+    """Three whole frames cut out of a FLAC stream (a damaged copy): FFmpeg's
+    decode closes the gap, the samples after it come earlier. The native
+    index placed the frames after it by their frame numbers, its probes
+    (none crosses the gap in a file over 20 s) passed, and every crop after
+    the gap was another part of the episode. The native index now refuses
+    the jump and FFmpeg's packet index serves the file."""
+    clean = cli_encode(["flac", "-s", "-o", "{out}", "-"], 22050, 1, LONG)
+    at = registry.extract(io.BytesIO(clean), density=float("inf")).byte_pos
+    k = len(at) * 2 // 3
+    data = clean[: int(at[k])] + clean[int(at[k + 3]) :]
+    _assert_served_as_ffmpeg_decodes_it(data)
 
 
 def test_a_float_wav_with_nan_samples_keeps_its_index() -> None:

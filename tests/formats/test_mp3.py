@@ -11,6 +11,7 @@ from _index_support import (
     assert_points_are_packets,
     cli_encode,
     decoded_length,
+    decoded_until_rejected,
     encode_with_pts,
     encoded,
     first_packet_per_position,
@@ -79,7 +80,7 @@ def test_trailing_tags_are_not_audio() -> None:
     assert index.data_end == reference.data_end == len(plain)
 
 
-def test_garbage_in_the_middle_resyncs() -> None:
+def test_garbage_in_the_middle_ends_the_stream_as_ffmpegs_decode_does() -> None:
     plain = encoded("mp3", 44100, 2, seconds=3.0)
     clean = index_of(plain)
     cut = int(clean.byte_pos[40])
@@ -87,16 +88,31 @@ def test_garbage_in_the_middle_resyncs() -> None:
     garbage = garbage.replace(b"\xff", b"\xff\xfb")  # plenty of sync-like bytes
     data = plain[:cut] + garbage + plain[cut:]
     index = index_of(data)
-    # The garbage holds no frames: after it, the clean stream's frames at
-    # their shifted positions. (FFmpeg's parser decodes spurious "frames"
-    # out of such garbage, so its timestamps after it are not the reference.)
-    np.testing.assert_array_equal(index.sample_pos, clean.sample_pos)
-    shifted = np.where(clean.byte_pos >= cut, clean.byte_pos + len(garbage), clean.byte_pos)
-    np.testing.assert_array_equal(index.byte_pos, shifted)
+    # FFmpeg's decoder rejects the packets its parser makes of the garbage:
+    # its full decode ends there, and so do the points and the length.
+    np.testing.assert_array_equal(index.sample_pos, clean.sample_pos[:40])
+    np.testing.assert_array_equal(index.byte_pos, clean.byte_pos[:40])
+    assert index.data_end == cut and index.num_samples == 40 * 1152 - index.first_sample
+    assert decoded_until_rejected(data).shape[1] == 40 * 1152 - index.first_sample
     before = first_packet_per_position(data[:cut])
     assert all(
         before[p] == s
-        for p, s in zip(index.byte_pos[:40].tolist(), index.sample_pos[:40].tolist(), strict=True)
+        for p, s in zip(index.byte_pos.tolist(), index.sample_pos.tolist(), strict=True)
+    )
+
+
+def test_zero_bytes_in_the_middle_are_passed_over_as_ffmpeg_does() -> None:
+    plain = encoded("mp3", 44100, 2, seconds=3.0)
+    clean = index_of(plain)
+    cut = int(clean.byte_pos[40])
+    index = index_of(plain[:cut] + bytes(3000) + plain[cut:])
+    np.testing.assert_array_equal(index.sample_pos, clean.sample_pos)
+    shifted = np.where(clean.byte_pos >= cut, clean.byte_pos + 3000, clean.byte_pos)
+    np.testing.assert_array_equal(index.byte_pos, shifted)
+    assert index.num_samples == clean.num_samples
+    assert (
+        decoded_until_rejected(plain[:cut] + bytes(3000) + plain[cut:]).shape[1]
+        == clean.num_samples
     )
 
 

@@ -271,6 +271,27 @@ def _timed_at_twice_the_rate(data: bytes) -> bytes:
     return bytes(out)
 
 
+def _irregular_durations(data: bytes, duration: int) -> bytes:
+    """stts giving samples 40 to 44 ``duration`` (a capture clock's jitter or
+    a gap left for dropped audio; 0: samples that take no time) and every
+    other one its frame: FFmpeg's decoder outputs a whole frame for each
+    packet whatever stts says."""
+    stts = _path(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"])[-1]
+    frame = struct.unpack_from(">I", data, stts + 20)[0]  # the first run's
+    total = sum(
+        struct.unpack_from(">I", data, stts + 16 + 8 * i)[0]
+        for i in range(struct.unpack_from(">I", data, stts + 12)[0])
+    )
+    last = struct.unpack_from(">I", data, stts + 8 + struct.unpack_from(">I", data, stts)[0] - 12)[
+        0
+    ]
+    runs = [(40, frame), (5, duration), (total - 46, frame), (1, last)]
+    body = struct.pack(">II", 0, len(runs)) + b"".join(struct.pack(">II", *run) for run in runs)
+    return _splice(
+        data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"], _box(b"stts", body), True
+    )
+
+
 NO_EDIT = {"use_editlist": "0"}
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
@@ -454,6 +475,19 @@ def _vorbis_mux(**kwargs: Any) -> bytes:
             # 0.3 s: FFmpeg cuts moov's samples there, then appends the fragments.
             lambda: _edit_set_to(_mux(form="mp4", options=EDITED_MOOV_FRAGMENTS), 300, 1024),
             "fragmented mp4 with an edit that ends before its fragments",
+        ),
+        (
+            # The index placed every later crop by stts: 5 frames late (or early).
+            lambda: _irregular_durations(_mux(options=NO_EDIT), 2048),
+            "mp4 sample durations that are not the codec's frame",
+        ),
+        (
+            lambda: _irregular_durations(_mux(options=NO_EDIT), 0),
+            "mp4 sample durations that are not the codec's frame",
+        ),
+        (
+            lambda: _irregular_durations(_mux("amrnb", 8000, 1, form="3gp"), 320),
+            "mp4 sample durations that are not the codec's frame",
         ),
     ],
 )

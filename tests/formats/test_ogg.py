@@ -19,6 +19,7 @@ from _index_support import (
 from streamer.formats import extract
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
+from streamer.formats.registry import candidates
 
 
 def _pages(data: bytes) -> list[ogg.Page]:
@@ -117,22 +118,22 @@ def test_ogg_crc_matches_stored_checksums() -> None:
         assert page.granule >= -1  # parsed, so its CRC matched
 
 
-def test_corrupt_page_is_skipped_and_points_resume_after_a_granule() -> None:
+def test_a_corrupt_page_leaves_the_native_index_to_ffmpegs() -> None:
     data = bytearray(cli_encode(["oggenc", "-Q", "-o", "{out}", "-"], 44100, 1, seconds=6.0))
     clean = index_of(bytes(data))
     victim = int(clean.byte_pos[3])
     data[victim + 100] ^= 0xFF  # the page's CRC no longer matches
-    index = index_of(bytes(data))
-    assert victim not in index.byte_pos.tolist()
-    # The page after the lost one cannot be placed (its start is unknown),
-    # every other point is still exact.
-    kept = set(index.byte_pos.tolist())
-    assert kept == set(clean.byte_pos.tolist()) - {victim, int(clean.byte_pos[4])}
-    good = {p: s for s, p in zip(clean.sample_pos.tolist(), clean.byte_pos.tolist(), strict=True)}
-    assert all(
-        good[p] == s
-        for s, p in zip(index.sample_pos.tolist(), index.byte_pos.tolist(), strict=True)
+    # FFmpeg's demuxer drops the page and its decode closes the gap: the
+    # granules after it are no longer positions in the full decode.
+    index = extract(io.BytesIO(bytes(data)))
+    assert index.status == "no index"
+    assert index.reason == (
+        f"ogg pages lost before byte {int(clean.byte_pos[4])}: FFmpeg's decode closes the gap"
     )
+    assert decoded_length(bytes(data)) < clean.num_samples
+    found = list(candidates(io.BytesIO(bytes(data))))
+    assert [c.container for c in found] == ["ffmpeg:ogg"]
+    assert found[0].num_samples == decoded_length(bytes(data))
 
 
 def test_garbage_between_pages_resyncs() -> None:

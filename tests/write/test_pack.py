@@ -93,6 +93,22 @@ def test_a_file_ffmpeg_has_no_decoder_for_is_skipped_with_a_reason(tmp_path: Pat
     assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
 
 
+def test_a_file_ffmpeg_opens_only_by_its_name_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    """An Ogg file behind 1000 bytes of junk: FFmpeg opens it when the name
+    says ``.ogg``, not from the bytes alone, which is all a crop has (a blob
+    has no name). pack probed it with its name and packed it, and every
+    crop of it then failed ("FFmpeg cannot decode it")."""
+    src = tmp_path / "src"
+    write_audio(src, "good", "flac", 16000, 1, 0.5)
+    write_audio(src, "late", "vorbis", 44100, 2, 0.5)
+    ogg = src / f"late.{CODECS['vorbis'].extension}"
+    ogg.write_bytes(bytes(range(200)).replace(b"O", b"o") * 5 + ogg.read_bytes())
+    report = pack(src, tmp_path / "out", progress=False)
+    assert [source for source, _ in report.skipped] == [ogg.name]
+    assert "PyAV" in report.skipped[0][1]
+    assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
 def test_two_files_with_one_key_keep_the_first(tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_audio(src, "a/b", "flac", 16000, 1, 0.5)

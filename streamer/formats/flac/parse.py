@@ -16,8 +16,9 @@ FLAC frames are independent: no pre-roll is needed.
 Frames carry no length, so every header is found by scanning for the sync
 code and validated by its CRC-8 and by agreeing with the stream (blocking
 strategy, channels, sample size, rate) and continuing its numbering. A header
-that breaks the numbering (frames lost to garbage) is believed only when the
-next frame confirms it. Seek points always come from frame headers; a
+that breaks the numbering is believed only when the next frame confirms it,
+and then means no index: frames were lost, and FFmpeg's decode closes the
+gap they leave, which frame numbers do not describe. Seek points always come from frame headers; a
 SEEKTABLE is never trusted (encoders write placeholders, editors leave stale
 tables). A stream cut at the front (its first frame numbered past 0) starts
 its gapless decode at that frame, as FFmpeg's does; a frame whose header
@@ -263,8 +264,14 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
             header = frame_header(buf, j)
             if header is None or not stream.fits(header) or header.number < stream.expected:
                 continue
-            if header.number > stream.expected and not _confirmed(buf, j, header, stream):
-                continue
+            if header.number > stream.expected:
+                if not _confirmed(buf, j, header, stream):
+                    continue
+                # Frames went missing, and FFmpeg's decode closes the gap
+                # they leave: no frame number after it is a position in it.
+                raise NoIndex(
+                    f"flac frames lost before byte {base + j}: FFmpeg's decode closes the gap"
+                )
             points.add(stream.position(header), base + j)
             stream.advance(header)
             end_sample = stream.position(header) + header.block

@@ -17,13 +17,15 @@ and works out how many frames a decoder must start before any frame to be
 exact (``_reservoir_need``), stored as ``SeekIndex.preroll`` when above
 ``PREROLL_FRAMES``.
 
-After garbage the positions count only real frames (a sync is believed only
-when the next header confirms it); FFmpeg's parser may decode spurious frames
-out of such garbage, so its timestamps past damage are not the reference.
+Bytes inside the stream that are not frames (a tag between joined files,
+junk, a frame cut short) end it: FFmpeg's parser makes packets of them that
+its decoder rejects, and the full decode ends there. Zero bytes between
+frames are passed over, as FFmpeg's parser does.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from array import array
 from functools import lru_cache
@@ -55,6 +57,7 @@ _SAME_HEADER = 0xFFE00000 | (3 << 19) | (3 << 17) | (3 << 10)
 _LENGTH_BITS = 0xFFFFFE00  # everything that decides a frame's length
 _MAX_FRAME = 2881  # the longest frame a header can announce: MPEG-2.5 layer II, 160 kb/s, 8 kHz
 _TRAILERS = (b"TAG", b"APETAGEX", b"LYRICSBEGIN", b"ID3")
+_NONZERO = re.compile(rb"[^\0]")
 
 _BITRATES = {
     (1, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
@@ -309,10 +312,11 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
     """Walk the frames from ``position``.
 
     In lock, a frame is accepted when its header is valid and shares the
-    stream's fixed bits, as FFmpeg's parser does; anything else drops the lock
-    and resyncs past the garbage. A last frame cut short by the end of the
-    data counts, as it does for FFmpeg. Of layer III frames the first 8
-    bytes are kept (compactly) for the bit reservoir's books.
+    stream's fixed bits, as FFmpeg's parser does; after zero bytes the walk
+    goes on at the next frame, anything else ends the stream. A last frame
+    cut short by the end of the data counts, as it does for FFmpeg. Of
+    layer III frames the first 8 bytes are kept (compactly) for the bit
+    reservoir's books.
     """
     samples_per_frame = first.samples
     heads = array("Q")
@@ -347,14 +351,32 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
             i = end if cut else i + frame.length
             data_end = base + i
         if lost:
-            resynced = _sync(reader, base + i + 1, same)
-            if resynced is not None:
-                position = resynced
+            # Zero bytes FFmpeg's parser passes over; anything else with
+            # frames after it ends the full decode: its parser makes packets
+            # of those bytes and its decoder rejects them (docs/decoding.md).
+            after = _past_zeros(reader, base + i)
+            if _sync(reader, after, same) == after:
+                position = after
                 continue
         elif not eof:
             position = base + i
             continue
         return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1)
+
+
+def _past_zeros(reader: Reader, position: int) -> int:
+    """The first position at or after ``position`` holding a byte other than
+    zero (the end of the data when there is none)."""
+    reader.seek(position)
+    while True:
+        buf, i = reader.window(4 * _MAX_FRAME)
+        base = reader.pos - i
+        found = _NONZERO.search(buf, i)
+        if found is not None:
+            return base + found.start()
+        if reader.ends_at(base + len(buf)):
+            return base + len(buf)
+        reader.seek(base + len(buf))
 
 
 def _first_8(buf: bytes, at: int) -> int:

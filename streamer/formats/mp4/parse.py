@@ -15,10 +15,13 @@ edits``) and the end (the last packet that starts before the edit ends, a
 whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
 track moves ``first_sample`` to its priming; so does a first packet that
 decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
-nothing else is trimmed. In a fragmented file FFmpeg applies the edit's
-media time but cuts at its end only the samples ``moov`` lists
-(``_check_fragmented_edit``); a Vorbis edit must start at a packet
-(``_check_vorbis_edit``), and the last Vorbis packet gives a whole block.
+nothing else is trimmed. AAC and AMR packets each decode to a whole frame,
+so stts must give every packet but the last that frame, or there is no
+index (FFmpeg's decode does not follow other durations). In a fragmented
+file FFmpeg applies the edit's media time but cuts at its end only the
+samples ``moov`` lists (``_check_fragmented_edit``); a Vorbis edit must
+start at a packet (``_check_vorbis_edit``), and the last Vorbis packet
+gives a whole block.
 
 The header is ``ftyp`` and ``moov`` whole (``moov`` holds every table a
 demuxer needs, whether it sits before or after ``mdat``) plus the 8- or
@@ -793,6 +796,11 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # sample table or the edit list says: ``padding`` samples earlier
         # (``formats.ffmpeg.full_decode_length``); not in a fragmented file.
         frame = int(times[1] - times[0])
+        if (np.diff(times[:shown]) != frame).any():
+            # Nor for the packets before: their positions in FFmpeg's decode
+            # are whole frames, not what stts says (a capture clock's
+            # jitter, a gap left for dropped audio, samples of no time).
+            raise NoIndex("mp4 sample durations that are not the codec's frame (stts)")
         end = int(times[shown - 1]) + frame
         if not moofs and frame <= _LONGEST_FRAME:  # a longer one is a lie: num_samples says so
             padding = end - max(min(end, stated_end), int(times[shown - 1]), first_sample)

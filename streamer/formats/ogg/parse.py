@@ -18,6 +18,10 @@ at it. With an end-of-stream page, ``num_samples`` ends where FFmpeg's
 trimming of the last packet ends it (``_Link._trim_end``); without one it
 is -1.
 
+Lost pages (a break in the page numbering: a page that fails its CRC)
+mean no index: FFmpeg drops them and its decode closes the gap they leave,
+which no granule describes.
+
 Chains (links one after another) are one timeline, as FFmpeg decodes them
 (``_Link``); in a multiplexed file the first audio stream is indexed.
 
@@ -343,10 +347,14 @@ class _Link:
     def add(self, page: Page, skip: int = 0) -> None:
         """Take the next page; its first ``skip`` packet pieces are headers."""
         # Garbage between pages costs nothing; a break in the page numbering
-        # means pages (and their samples) went missing.
-        lost = self._sequence >= 0 and page.sequence != self._sequence + 1
+        # means pages (and their samples) went missing, and FFmpeg's decode
+        # closes the gap they leave, which granules cannot describe.
+        if self._sequence >= 0 and page.sequence != self._sequence + 1:
+            raise NoIndex(
+                f"ogg pages lost before byte {page.offset}: FFmpeg's decode closes the gap"
+            )
         self._sequence = page.sequence
-        self._last = (page, self._last_head, self._head, self.granule, self.known and not lost)
+        self._last = (page, self._last_head, self._head, self.granule, self.known)
         if self.start is None or page.flags & EOS:
             lengths = self._count(page, skip)
         else:
@@ -354,15 +362,11 @@ class _Link:
             self._follow(page)
         if self.start is None:
             self._place_first(page)
-        elif self.known and not lost and not page.flags & CONTINUED:
+        elif self.known and not page.flags & CONTINUED:
             self.points.add(self.base + self.granule, page.offset)
-        placed = self.start is not None and not self.single and self.known and not lost
+        placed = self.start is not None and not self.single and self.known
         if placed and page.flags & EOS and lengths and page.granule >= 0:
             self._trim_end(self.granule + sum(lengths), page.granule, lengths[-1])
-        if lost:
-            # Pages went missing: the last granule no longer says where this
-            # page starts, so no point until a granule is seen again.
-            self.known = False
         if page.granule >= 0:
             self.granule, self.known = page.granule, True
         self.data_end = page.end
