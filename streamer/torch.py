@@ -29,9 +29,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
+from .pipeline.mix import Mix
 from .pipeline.samplers import Sampler
 from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
-from .pipeline.streamer import Streamer, check_order, check_streamer_options
+from .pipeline.streamer import Streamer, check_mix, check_order, check_streamer_options
 
 __all__ = ["CropDataset", "Skipped", "collate", "gather_state", "merge_states"]
 
@@ -241,7 +242,13 @@ class CropDataset(IterableDataset):
                     f"the batch ends at crop {consumed} of this rank's share, before "
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
-            return {**rank, "consumed": consumed, "total": self.total(), "plan": self.digest()}
+            return {
+                **rank,
+                "consumed": consumed,
+                "total": self.total(),
+                "plan": self.digest(),
+                "mix": self._mix(),
+            }
         if self._running is None:
             raise ValueError(
                 "this process has not iterated the dataset: with DataLoader workers, "
@@ -284,6 +291,7 @@ class CropDataset(IterableDataset):
         them), whose ``done`` lies outside it, or that consumed more than
         the rank has: resuming it would repeat or skip crops unseen."""
         theirs, total = int(state["total"]), self.total(epoch)
+        check_mix(state, self._mix())  # first: says more than another total would
         if theirs != total:
             raise ValueError(
                 f"state is for an epoch of {theirs} crops, this dataset plans "
@@ -404,6 +412,10 @@ class CropDataset(IterableDataset):
             return Partition(*self._ranks)
         return resolve_partition(self.options.get("rank"), self.options.get("world_size"))
 
+    def _mix(self) -> list[list[Any]] | None:
+        """The mix's items and weights (``Mix.items``), None for a dataset."""
+        return self.data.items if isinstance(self.data, Mix) else None
+
     def _seed(self) -> int:
         return int(self.options.get("seed", 0))
 
@@ -465,6 +477,8 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
         raise ValueError(f"merge_states needs the states of all {world_size} ranks")
     total, digest = dataset.total(int(first["epoch"])), dataset.digest(int(first["epoch"]))
+    for state in states:
+        check_mix(state, dataset._mix())
     if any(int(s.get("total", total)) != total or s.get("plan", digest) != digest for s in states):
         raise ValueError(f"states are for another epoch than this dataset's {total} crops")
     split = dataset._split(first.get("done", ()))
@@ -472,7 +486,7 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
         split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
     ]
     done = merge_intervals(split.done, np.concatenate(positions))
-    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"])}
+    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "mix": dataset._mix()}
     return merged | {"total": total, "plan": digest, "done": [list(run) for run in done]}
 
 

@@ -545,9 +545,39 @@ def test_a_mix_resumes_under_two_loader_workers(packed: Path, tmp_path: Path) ->
         if len(got) == 5:
             state = data.state_dict(batch)
             break
-    with pytest.raises(ValueError, match=r"another order of epoch 0|plans"):
+    with pytest.raises(ValueError, match=r"state is for the Mix of items"):
         make(music=2.0).load_state_dict(state)
     resumed = make()
     resumed.load_state_dict(state)
     got += [named(b) for b in loader(resumed, 2)]
     assert got == whole
+
+
+def test_a_checkpoint_of_a_mix_is_refused_by_the_mix_of_swapped_names(
+    packed: Path, tmp_path: Path
+) -> None:
+    """The same two datasets with their names swapped plan the same order:
+    the rank's checkpoint (and the merged one) loaded into it without a
+    word, and every later crop carried the other item's name."""
+    from helpers import pack_audio  # not at the top: a subprocess imports this file alone
+
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+
+    def make(first: str, second: str) -> CropDataset:
+        mix = streamer.Mix([(str(packed), 1.0, first), (other, 1.0, second)])
+        return CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, max_crops=12, mono=True)
+
+    data = make("speech", "music")
+    batch = next(iter(loader(data, 0)))
+    state = data.state_dict(batch)
+    assert state["mix"] == [["speech", 0.5], ["music", 0.5]]
+    merged = merge_states(data, [state])
+    swapped = make("music", "speech")
+    for saved in (state, merged):
+        with pytest.raises(ValueError, match=r"state is for the Mix of items \[\('speech'"):
+            swapped.load_state_dict(saved)
+    with pytest.raises(ValueError, match="state is for the Mix of items"):
+        merge_states(swapped, [state])
+    resumed = make("speech", "music")
+    resumed.load_state_dict(merged)
+    assert sum(len(b["key"]) for b in loader(resumed, 0)) == 12 - BATCH

@@ -59,7 +59,7 @@ from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure, failure_of
 
-__all__ = ["Streamer", "check_order", "check_streamer_options"]
+__all__ = ["Streamer", "check_mix", "check_order", "check_streamer_options"]
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,11 @@ class Streamer:
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
             self.sources, self.source_names = data.sources, data.names
+            self.mix: list[list[Any]] | None = data.items
         else:
             self.sources = [(open_source(data, storage_options), 1.0)]
             self.source_names = [self.sources[0][0].url]
+            self.mix = None
         if isinstance(columns, str):
             raise TypeError(f"columns is a list of names, not the string {columns!r}")
         self.columns, self.supervisions = list(columns), supervisions
@@ -254,7 +256,7 @@ class Streamer:
             warn=self.partition.slot == 0,
             names=self.source_names,
         )
-        self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
+        self._epochs[epoch] = (len(whole), whole.digest(self.episodes(), self.mix))
         return whole
 
     def total(self, epoch: int | None = None) -> int:
@@ -412,6 +414,7 @@ class Streamer:
             "done": [list(run) for run in self.split.done],
             "start": self.split.consumed,
             "consumed": self.consumed(),
+            "mix": self.mix,
         }
 
     def consumed(self, position: int | None = None) -> int:
@@ -434,6 +437,7 @@ class Streamer:
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
         epoch = int(state["epoch"])
+        check_mix(state, self.mix)
         check_order(state, self.total(epoch), self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
         self._start_pass(epoch, int(state["position"]), done, int(state.get("start", 0)))
@@ -947,6 +951,30 @@ def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:
             f"({state.get('total', '?')} crops), this dataset plans {total}: "
             "other data, sampler or options?"
         )
+
+
+def check_mix(state: Mapping[str, Any], mix: list[list[Any]] | None) -> None:
+    """Refuse a state of another mix than ``mix`` (``Mix.items``; None: a
+    single dataset), naming both: items renamed or reordered, or other
+    weights (the digest differs too, but says only "another order"). A
+    state without ``mix`` is not checked."""
+    if "mix" in state and state["mix"] != mix:
+        raise ValueError(
+            f"state is for {_mix_label(state['mix'])}, this is {_mix_label(mix)}: "
+            "a resume needs the same items in the same order, with the same names "
+            "and weights (its crops would be drawn from, or labelled as, other items)"
+        )
+
+
+def _mix_label(mix: Sequence[Sequence[Any]] | None) -> str:
+    """A mix as errors name it: its items' names and shares of the weights."""
+    if mix is None:
+        return "a single dataset (no Mix)"
+    items = ", ".join(
+        f"({'item ' + str(n) + ' by its URL' if name is None else repr(name)}, {weight:.4g})"
+        for n, (name, weight) in enumerate(mix)
+    )
+    return f"the Mix of items [{items}]"
 
 
 def check_streamer_options(owner: str, data: object, options: Mapping[str, Any]) -> None:
