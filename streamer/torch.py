@@ -53,11 +53,12 @@ class Skipped:
     (batches out of the rank's order, checkpoints that repeat crops) and
     could leave a rank one batch short of the others (a DDP hang).
     ``collate`` leaves it out of the batch's arrays and lists it under
-    ``skipped``."""
+    ``skipped``, its source under ``skipped_source``."""
 
     position: int  # in the rank's share, like ``Crop.position``
     reason: str  # the error's class name
     epoch: int | None = None
+    source: str | None = None  # like ``Crop.source``: a Mix item's name, else the URL
 
 
 class CropDataset(IterableDataset):
@@ -191,7 +192,8 @@ class CropDataset(IterableDataset):
 
         def note(position: int, reason: str) -> None:
             state = s.state_dict()  # already past the failed crop
-            failed.append((Skipped(state["consumed"] - 1, reason, state["epoch"]), state))
+            stand_in = Skipped(state["consumed"] - 1, reason, state["epoch"], s.source_of(position))
+            failed.append((stand_in, state))
 
         s.on_skip = note
         for crop in s:
@@ -517,7 +519,8 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     each of the crops' ``fields`` under its name, a tensor when every value
     is a number, else a list; ``supervisions`` (a list per crop) when they
     were asked for; ``skipped``: ``(position, reason)`` of the batch's crops
-    that failed (``Skipped``: no row; a batch of only those has none). Use
+    that failed (``Skipped``: no row; a batch of only those has none) and
+    ``skipped_source``, the source of each (which ``Mix`` item lost it). Use
     ``functools.partial(collate, length=n)`` as a DataLoader's
     ``collate_fn``."""
     if not items:
@@ -552,7 +555,9 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
         if all(getattr(c, name) is not None for c in crops):
             batch[name] = torch.tensor([getattr(c, name) for c in crops], dtype=torch.int64)
     batch["source"] = [c.source for c in crops]
-    batch["skipped"] = [(c.position, c.reason) for c in items if isinstance(c, Skipped)]
+    skipped = [c for c in items if isinstance(c, Skipped)]
+    batch["skipped"] = [(c.position, c.reason) for c in skipped]
+    batch["skipped_source"] = [c.source for c in skipped]
     if any(c.supervisions is not None for c in crops):
         batch["supervisions"] = [c.supervisions or [] for c in crops]
     for name in dict.fromkeys(name for c in crops for name in c.fields):

@@ -581,3 +581,25 @@ def test_a_checkpoint_of_a_mix_is_refused_by_the_mix_of_swapped_names(
     resumed = make("speech", "music")
     resumed.load_state_dict(merged)
     assert sum(len(b["key"]) for b in loader(resumed, 0)) == 12 - BATCH
+
+
+def test_a_skipped_crop_of_a_mix_names_its_source(packed: Path, tmp_path: Path) -> None:
+    """Under DataLoader workers the skip counts stay in the workers: a
+    batch's ``skipped`` said only position and reason, so a training loop
+    over a Mix could not tell which dataset lost crops."""
+    from helpers import pack_audio  # not at the top: a subprocess imports this file alone
+
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+    shard = next((Path(other.url) / "audio").glob("*.wsds"))
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 4 : 3 * len(raw) // 4] = b"\x55" * (len(raw) // 2)
+    shard.write_bytes(bytes(raw))
+    mix = streamer.Mix([(str(packed), 2.0, "speech"), (other, 1.0, "music")])
+    data = CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, mono=True, sample_rate=16000)
+    batches = list(loader(data, 2))
+    lost = [s for b in batches for s in b["skipped_source"]]
+    assert lost and set(lost) == {"music"}
+    assert [len(b["skipped_source"]) for b in batches] == [len(b["skipped"]) for b in batches]
+    batch = collate([Skipped(4, "CropError", 0, "music"), Skipped(5, "WorkerDied")])
+    assert batch["skipped"] == [(4, "CropError"), (5, "WorkerDied")]
+    assert batch["skipped_source"] == ["music", None]

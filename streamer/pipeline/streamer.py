@@ -304,6 +304,11 @@ class Streamer:
         )
         return self.sources[source][0], request
 
+    def source_of(self, position: int) -> str:
+        """The source (``crop.source``) of the crop at ``position`` of this
+        consumer's plan: a ``Mix`` item's name, else the dataset's URL."""
+        return self.source_names[int(self.plan().source[position])]
+
     def _plan_at(self, position: int) -> CropJob | Failure:
         """Plan the crop at ``position`` and read what it carries (in a planner
         thread when a source is remote: a remote column is a request; on the
@@ -706,10 +711,10 @@ class Streamer:
         self._stats.yielded += 1
         self._stats.add_latency(item.latency)
         crop = item.result
-        plan, share_index = self._consumer_plan()
+        share_index = self._consumer_plan()[1]
         crop.position, crop.epoch = int(share_index[item.position]), self.epoch
         crop.fields, crop.supervisions = carried
-        crop.source = self.source_names[int(plan.source[item.position])]
+        crop.source = self.source_of(item.position)
         return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
@@ -721,11 +726,11 @@ class Streamer:
         self._position = position + 1
         if self.on_error == "raise":
             raise failure.error()
-        self._stats.count_skip(failure.reason)
+        source = self.source_of(position)
+        self._stats.count_skip(failure.reason, source)
         if self.on_skip is not None:
             self.on_skip(position, failure.reason)
         _, request = self.request(position)
-        source = self.source_names[int(self.plan().source[position])]
         log.warning(
             "skipping crop [%g, %g) s of key %r (%sshard %s): %s: %s",
             request.start,

@@ -242,6 +242,9 @@ def test_a_source_whose_shard_is_corrupt_has_its_crops_skipped_not_replaced(
     assert sum(c.source == "music" for c in crops) == planned[1] - skipped
     said = [r.getMessage() for r in caplog.records if "skipping crop" in r.getMessage()]
     assert len(said) == skipped and all("of source 'music'" in m for m in said)
+    # the counts say which dataset lost them, not only why
+    assert s.stats.skipped_by_source == {"music": s.stats.skipped}
+    assert s.stats.as_dict()["skipped_by_source"] == {"music": s.stats.skipped}
 
 
 def test_a_share_under_one_crop_is_named(
