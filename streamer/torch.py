@@ -506,7 +506,9 @@ def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
     return merge_states(dataset, states)
 
 
-def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> dict[str, Any]:
+def collate(
+    items: Sequence[Crop | Skipped], *, length: int | None = None, mixed_rates: bool = False
+) -> dict[str, Any]:
     """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32
     (or whatever a ``transform`` made, stacked on its last axis), zero-padded
     at the end to the longest crop, or padded and trimmed to ``length``
@@ -522,12 +524,27 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     that failed (``Skipped``: no row; a batch of only those has none) and
     ``skipped_source``, the source of each (which ``Mix`` item lost it). Use
     ``functools.partial(collate, length=n)`` as a DataLoader's
-    ``collate_fn``."""
+    ``collate_fn``.
+
+    Crops of different sample rates are a ``ValueError`` (their samples
+    mean different times: give the Streamer or ``CropDataset`` a
+    ``sample_rate``); ``mixed_rates=True`` batches them anyway, each with
+    its rate in ``sample_rate``."""
     if not items:
         raise ValueError("cannot collate an empty batch")
     crops = [c for c in items if not isinstance(c, Skipped)]
     if length is not None and length < 1:
         raise ValueError(f"collate length must be >= 1, not {length}")
+    rates = sorted({c.sample_rate for c in crops})
+    if len(rates) > 1 and not mixed_rates:
+        first = {c.sample_rate: c.key for c in reversed(crops)}
+        raise ValueError(
+            "collate: crops of sample rates "
+            + ", ".join(f"{rate} (key {first[rate]!r})" for rate in rates)
+            + " in one batch: their samples are not alike; give the "
+            "Streamer or CropDataset a sample_rate= to resample every crop to, or batch "
+            "them anyway with functools.partial(collate, mixed_rates=True)"
+        )
     arrays = [torch.as_tensor(c.audio) for c in crops]
     if len({a.ndim for a in arrays}) > 1:
         raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")

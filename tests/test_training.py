@@ -64,6 +64,7 @@ def loader(dataset: Any, num_workers: int, **options: Any) -> Any:
 
 
 def dataset(packed: Path, **options: Any) -> CropDataset:
+    options.setdefault("sample_rate", 16000)  # collate batches one rate
     return CropDataset(str(packed), SAMPLER, batch_size=BATCH, seed=5, **options)
 
 
@@ -406,7 +407,7 @@ def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
     """Workers that take turns by 2 crops under a DataLoader batching 4: the
     first batch is worker 0's positions 0, 1, 4, 5. A checkpoint after it
     would count 2 and 3 as consumed, so it is refused."""
-    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5)
+    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5, sample_rate=16000)
     batch = next(iter(loader(data, 2)))
     with pytest.raises(ValueError, match="not consecutive"):
         data.state_dict(batch)
@@ -438,7 +439,9 @@ def test_failed_crops_keep_the_batches_and_the_checkpoints(packed: Path, num_wor
     exact, and a resume after one continues with the next batch."""
 
     def data() -> CropDataset:
-        return CropDataset(str(packed), failing(packed), batch_size=BATCH, seed=5)
+        return CropDataset(
+            str(packed), failing(packed), batch_size=BATCH, seed=5, sample_rate=16000
+        )
 
     whole = list(loader(data(), num_workers))
     assert len(whole) == 7  # 28 crops
@@ -565,7 +568,9 @@ def test_a_checkpoint_of_a_mix_is_refused_by_the_mix_of_swapped_names(
 
     def make(first: str, second: str) -> CropDataset:
         mix = streamer.Mix([(str(packed), 1.0, first), (other, 1.0, second)])
-        return CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, max_crops=12, mono=True)
+        return CropDataset(
+            mix, SAMPLER, batch_size=BATCH, seed=5, max_crops=12, mono=True, sample_rate=16000
+        )
 
     data = make("speech", "music")
     batch = next(iter(loader(data, 0)))
