@@ -209,8 +209,9 @@ class Streamer:
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._iteration: object | None = None  # the sync iteration under way
-        self._async_loop: object | None = None  # the ``async for`` under way (``__aiter__``)
-        self._closed_under: object | None = None  # the loop ``close()``/``aclose()`` ended
+        # The ``async for`` that asked for the last crop (None: a bare ``anext(s)``)
+        self._async_loop: weakref.ref[_AsyncLoop] | None = None
+        self._closed_under: object | None = None  # the ``for`` loop ``close()`` ended
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
         self._held: Crop | object | None = None  # taken, not received (``_hold``)
@@ -470,10 +471,19 @@ class Streamer:
     # -- async use --------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Crop]:
-        self._async_loop = object()  # a new ``async for``: see ``_mark_closed``
-        return self
+        """An ``async for``'s own iterator over the pass: ``aclose()`` while
+        it is under way ends it (its next step raises ``RuntimeError``),
+        while the Streamer goes on (a new ``async for``, or ``anext(s)``)."""
+        return _AsyncLoop(self)
 
     async def __anext__(self) -> Crop:
+        """The next crop (``await anext(s)``): the Streamer itself is no loop
+        that ``aclose()`` ends; it goes on from the last crop yielded."""
+        return await self._anext(None)
+
+    async def _anext(self, loop: _AsyncLoop | None) -> Crop:
+        """The next crop for ``loop`` (None: a bare ``anext(s)``)."""
+        self._async_loop = None if loop is None else weakref.ref(loop)  # see ``_mark_closed``
         if self._iteration is not None:
             raise RuntimeError(_BUSY)
         handover = _Handover()
@@ -501,8 +511,11 @@ class Streamer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the pipeline and every worker process; an ``async for`` under
-        way (another task's) ends with ``RuntimeError``, as ``close`` says."""
+        """Stop the pipeline and every worker process; the ``async for`` under
+        way (the one that asked for the last crop: another task's, or this
+        one's own) ends with ``RuntimeError``, as ``close`` says. The
+        Streamer goes on: a new ``async for`` or ``anext(s)`` continues
+        from the last crop yielded."""
         self._mark_closed()
         await _awaiting(self._shutdown())
 
@@ -601,7 +614,20 @@ class Streamer:
     def _mark_closed(self) -> None:
         """Note the loop under way (``for`` or ``async for``) as closed: its
         next request raises instead of starting the pass again (``_take``)."""
-        self._closed_under = self._iteration if self._iteration is not None else self._async_loop
+        if self._iteration is not None:
+            self._closed_under = self._iteration
+            return
+        loop = self._async_loop() if self._async_loop is not None else None
+        if loop is not None:
+            loop.closed = True
+
+    def _asker_closed(self) -> bool:
+        """Whether the loop asking for a crop (the ``for`` loop, else the
+        ``async for`` of the request) is one ``close()`` / ``aclose()`` ended."""
+        if self._iteration is not None:
+            return self._closed_under is self._iteration
+        loop = self._async_loop() if self._async_loop is not None else None
+        return loop is not None and loop.closed
 
     # -- on the store loop ------------------------------------------------------
 
@@ -667,10 +693,7 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
-            if self._closed_under is not None and self._closed_under in (
-                self._iteration,
-                self._async_loop,
-            ):
+            if self._asker_closed():
                 raise RuntimeError(CLOSED)  # this loop's pass was closed: not a new one
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
@@ -775,6 +798,27 @@ class Streamer:
     def _require_idle(self) -> None:
         if self._resources.run is not None:
             raise RuntimeError("cannot change the epoch or state while iterating")
+
+
+class _AsyncLoop:
+    """What ``Streamer.__aiter__`` returns: one ``async for``. ``aclose()``
+    while it is under way marks it ``closed``: its next step raises, as a
+    ``for`` loop's iterator does after ``close()``. The Streamer holds it
+    weakly: a loop left with ``break`` keeps the Streamer alive, never the
+    other way round."""
+
+    __slots__ = ("__weakref__", "_streamer", "closed")
+
+    def __init__(self, streamer: Streamer) -> None:
+        self._streamer, self.closed = streamer, False
+
+    def __aiter__(self) -> _AsyncLoop:
+        return self
+
+    async def __anext__(self) -> Crop:
+        if self.closed:
+            raise RuntimeError(CLOSED)
+        return await self._streamer._anext(self)
 
 
 class _Handover:
