@@ -475,7 +475,14 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
         raise ValueError("states to merge must be of the same seed, epoch and pass")
     if any(int(s.get("num_workers", 1)) > 1 for s in states):
         raise ValueError("merge the ranks' state_dict(batch), not DataLoader workers' states")
-    world_size = int(first["world_size"])
+    sizes = sorted({int(s["world_size"]) for s in states})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"states to merge are of world sizes {', '.join(map(str, sizes))}: merge the "
+            "states of one job's ranks, taken after the same step (each rank's crops are "
+            "places in its own world size's split)"
+        )
+    world_size = sizes[0]
     if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
         raise ValueError(f"merge_states needs the states of all {world_size} ranks")
     total, digest = dataset.total(int(first["epoch"])), dataset.digest(int(first["epoch"]))
@@ -484,9 +491,15 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     if any(int(s.get("total", total)) != total or s.get("plan", digest) != digest for s in states):
         raise ValueError(f"states are for another epoch than this dataset's {total} crops")
     split = dataset._split(first.get("done", ()))
-    positions = [
-        split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
-    ]
+    positions = []
+    for state in states:
+        share = split.rank_share(total, int(state["rank"]), world_size)
+        if not 0 <= int(state["consumed"]) <= len(share):
+            raise ValueError(
+                f"the state of rank {state['rank']} of {world_size} consumed "
+                f"{state['consumed']} crops, its share has {len(share)}"
+            )
+        positions.append(share[: int(state["consumed"])])
     done = merge_intervals(split.done, np.concatenate(positions))
     merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "mix": dataset._mix()}
     return merged | {"total": total, "plan": digest, "done": [list(run) for run in done]}

@@ -608,3 +608,16 @@ def test_a_skipped_crop_of_a_mix_names_its_source(packed: Path, tmp_path: Path) 
     batch = collate([Skipped(4, "CropError", 0, "music"), Skipped(5, "WorkerDied")])
     assert batch["skipped"] == [(4, "CropError"), (5, "WorkerDied")]
     assert batch["skipped_source"] == ["music", None]
+
+
+def test_merge_refuses_states_of_other_world_sizes_or_past_a_share(packed: Path) -> None:
+    """Rank 0 of 2 and rank 1 of 3 made a "whole job" of ranks 0 and 1: the
+    crops rank 1 of 3 took were marked done at rank 1 of 2's places (crops
+    never served left out, served ones repeated); a state that consumed
+    more than its rank's share was cut to the share without a word."""
+    _, two = consume(packed, 2, None, 2)
+    _, three = consume(packed, 3, None, 1)
+    with pytest.raises(ValueError, match=r"world sizes 2, 3"):
+        merge_states(dataset(packed, rank=0, world_size=2), [two[0], three[1]])
+    with pytest.raises(ValueError, match=r"rank 1 of 2 consumed 1000 crops, its share has 31"):
+        merge_states(dataset(packed, rank=0, world_size=2), [two[0], {**two[1], "consumed": 1000}])
