@@ -444,9 +444,30 @@ class Streamer:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
         epoch = int(state["epoch"])
         check_mix(state, self.mix)
-        check_order(state, self.total(epoch), self.digest(epoch))
+        total = self.total(epoch)
+        check_order(state, total, self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
-        self._start_pass(epoch, int(state["position"]), done, int(state.get("start", 0)))
+        position, start = int(state["position"]), int(state.get("start", 0))
+        self._check_within(total, done, start, position)
+        self._start_pass(epoch, position, done, start)
+
+    def _check_within(self, total: int, done: Intervals, start: int, position: int) -> None:
+        """Refuse a resume point outside its epoch (an edited state): a
+        position before 0 repeated crops, a ``start`` or ``done`` past the
+        epoch ended it at once as if served."""
+        if any(not 0 <= first < last <= total for first, last in done):
+            raise ValueError(f"state's done intervals lie outside the epoch's {total} crops")
+        p = self.partition
+        split = dataclasses.replace(self.split, done=done, consumed=max(start, 0))
+        share = len(split.rank_share(total, p.rank, p.world_size))
+        if not 0 <= start <= share:
+            raise ValueError(
+                f"state says {start} crops of this rank's share were consumed before "
+                f"its pass, but it has {share}"
+            )
+        mine = len(split.positions(total, p)[0])
+        if not 0 <= position <= mine:
+            raise ValueError(f"state is at crop {position} of this consumer's {mine}")
 
     @property
     def stats(self) -> StreamerStats:
