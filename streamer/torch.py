@@ -244,8 +244,11 @@ class CropDataset(IterableDataset):
                     f"the batch ends at crop {consumed} of this rank's share, before "
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
+            split = self._split()
             return {
                 **rank,
+                "even": split.even,
+                "drop_last": split.drop_last,
                 "consumed": consumed,
                 "total": self.total(),
                 "plan": self.digest(),
@@ -279,6 +282,7 @@ class CropDataset(IterableDataset):
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
                 )
+            self._check_split(state)
         consumed = int(state.get("consumed", 0))
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
@@ -308,6 +312,19 @@ class CropDataset(IterableDataset):
             raise ValueError(
                 f"state says {consumed} crops of this rank's share were consumed, "
                 f"but it has {share}"
+            )
+
+    def _check_split(self, state: dict[str, Any]) -> None:
+        """Refuse a rank's state taken under another split (``even``,
+        ``drop_last``): its ``consumed`` counts crops of a run that starts
+        elsewhere, or holds other crops, under this one's."""
+        split = self._split()
+        theirs = (bool(state.get("even", True)), bool(state.get("drop_last", True)))
+        if theirs != (split.even, split.drop_last):
+            raise ValueError(
+                f"state is of a split with even={theirs[0]}, drop_last={theirs[1]}, this "
+                f"dataset has even={split.even}, drop_last={split.drop_last}: the rank's "
+                "run holds other crops under each (resume with the options it was taken with)"
             )
 
     def _split(self, done: Any = None) -> Split:
@@ -493,6 +510,7 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
     split = dataset._split(first.get("done", ()))
     positions = []
     for state in states:
+        dataset._check_split(state)
         share = split.rank_share(total, int(state["rank"]), world_size)
         if not 0 <= int(state["consumed"]) <= len(share):
             raise ValueError(

@@ -621,3 +621,24 @@ def test_merge_refuses_states_of_other_world_sizes_or_past_a_share(packed: Path)
         merge_states(dataset(packed, rank=0, world_size=2), [two[0], three[1]])
     with pytest.raises(ValueError, match=r"rank 1 of 2 consumed 1000 crops, its share has 31"):
         merge_states(dataset(packed, rank=0, world_size=2), [two[0], {**two[1], "consumed": 1000}])
+
+
+def test_a_rank_state_of_another_split_is_refused(packed: Path) -> None:
+    """63 crops over 4 ranks: rank 2's run starts at crop 31 with
+    ``even=False`` and at 30 with ``even=True``. Its checkpoint (crops of
+    its run consumed) resumed under the other split, or merged by a dataset
+    of the other split, marked other crops as served: repeats and gaps,
+    without a word."""
+    uneven = dataset(packed, rank=2, world_size=4, even=False)
+    state = uneven.state_dict(next(iter(loader(uneven, 0))))
+    assert (state["even"], state["drop_last"]) == (False, True)
+    with pytest.raises(ValueError, match=r"even=False, drop_last=True.*even=True, drop_last=True"):
+        dataset(packed, rank=2, world_size=4).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"even=True, drop_last=False"):
+        dataset(packed, rank=2, world_size=4, drop_last=False, even=False).load_state_dict(
+            {**state, "even": True, "drop_last": False}
+        )
+    _, states = consume(packed, 2, None, 1)
+    with pytest.raises(ValueError, match=r"even=True, drop_last=True.*even=False"):
+        merge_states(dataset(packed, rank=0, world_size=2, even=False), states)
+    dataset(packed, rank=2, world_size=4, even=False).load_state_dict(state)

@@ -417,6 +417,8 @@ class Streamer:
             "worker": p.worker,
             "num_workers": p.num_workers,
             "batch_size": self.split.batch_size,
+            "even": self.split.even,
+            "drop_last": self.split.drop_last,
             "done": [list(run) for run in self.split.done],
             "start": self.split.consumed,
             "consumed": self.consumed(),
@@ -439,7 +441,9 @@ class Streamer:
         mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
         mine |= {"worker": p.worker, "num_workers": p.num_workers}
         mine |= {"batch_size": self.split.batch_size}
-        theirs = {name: state.get(name, 1 if name == "batch_size" else None) for name in mine}
+        mine |= {"even": self.split.even, "drop_last": self.split.drop_last}
+        defaults = {"batch_size": 1, "even": True, "drop_last": True}
+        theirs = {name: state.get(name, defaults.get(name)) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
         epoch = int(state["epoch"])
