@@ -234,6 +234,7 @@ class CropDataset(IterableDataset):
                     "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
                 )
             epochs = {e for e in torch.as_tensor(batch.get("epoch", [])).tolist()}
+            epochs |= {e for e in batch.get("skipped_epoch", ()) if e is not None}
             if epochs - {self.epoch}:
                 raise ValueError(
                     f"the batch is of epoch {min(epochs - {self.epoch})}, this dataset is at "
@@ -553,7 +554,8 @@ def collate(
     is a number, else a list; ``supervisions`` (a list per crop) when they
     were asked for; ``skipped``: ``(position, reason)`` of the batch's crops
     that failed (``Skipped``: no row; a batch of only those has none) and
-    ``skipped_source``, the source of each (which ``Mix`` item lost it). Use
+    ``skipped_source`` and ``skipped_epoch``, the source (which ``Mix``
+    item lost it) and epoch of each. Use
     ``functools.partial(collate, length=n)`` as a DataLoader's
     ``collate_fn``.
 
@@ -606,6 +608,7 @@ def collate(
     skipped = [c for c in items if isinstance(c, Skipped)]
     batch["skipped"] = [(c.position, c.reason) for c in skipped]
     batch["skipped_source"] = [c.source for c in skipped]
+    batch["skipped_epoch"] = [c.epoch for c in skipped]
     if any(c.supervisions is not None for c in crops):
         batch["supervisions"] = [c.supervisions or [] for c in crops]
     for name in dict.fromkeys(name for c in crops for name in c.fields):

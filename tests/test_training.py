@@ -642,3 +642,18 @@ def test_a_rank_state_of_another_split_is_refused(packed: Path) -> None:
     with pytest.raises(ValueError, match=r"even=True, drop_last=True.*even=False"):
         merge_states(dataset(packed, rank=0, world_size=2, even=False), states)
     dataset(packed, rank=2, world_size=4, even=False).load_state_dict(state)
+
+
+def test_a_batch_of_failed_crops_of_the_last_epoch_is_no_checkpoint_of_the_next(
+    packed: Path,
+) -> None:
+    """A batch with no rows has no ``epoch`` to compare: taken after
+    ``set_epoch`` of the next epoch, its checkpoint said that epoch's first
+    crops were consumed (a resume skipped them without a word)."""
+    data = dataset(packed)
+    batch = collate([Skipped(4, "CropError", 0), Skipped(5, "CropError", 0)])
+    assert batch["skipped_epoch"] == [0, 0]
+    assert data.state_dict(batch)["consumed"] == 6
+    data.set_epoch(1)
+    with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
+        data.state_dict(batch)
