@@ -390,12 +390,14 @@ class CropDataset(IterableDataset):
         """In the main process of a distributed job (once per pass): raise,
         on every rank, when the ranks plan different epochs or passes. A
         dataset that differs between nodes (a shard missing on one node's
-        disk) plans another order there: the ranks' shares would overlap and
-        leave crops out, and their lengths differ (a DDP hang), caught at
-        best when states are merged. One ``all_gather_object`` a pass, here
-        where every rank calls in the same order (the constructor,
-        ``set_epoch``, ``load_state_dict``, iterating without DataLoader
-        workers): never in a DataLoader worker, which has no process group."""
+        disk) plans another order there, and another split (``even``,
+        ``drop_last``, ``batch_size``) other runs of the same order: the
+        ranks' shares would overlap and leave crops out, and their lengths
+        differ (a DDP hang), caught at best when states are merged. One
+        ``all_gather_object`` a pass, here where every rank calls in the
+        same order (the constructor, ``set_epoch``, ``load_state_dict``,
+        iterating without DataLoader workers): never in a DataLoader
+        worker, which has no process group."""
         dist = torch.distributed
         if get_worker_info() is not None or (epoch, done) in self._agreed:
             return
@@ -406,7 +408,7 @@ class CropDataset(IterableDataset):
             return  # ranks of the caller's own making, not this group's
         plans: list[Any] = [None] * partition.world_size
         dist.all_gather_object(plans, self._plan_summary(epoch, done))
-        if len({(plan["epoch"], plan["done"], plan["plan"]) for plan in plans}) > 1:
+        if len({(plan["epoch"], plan["done"], plan["plan"], plan["split"]) for plan in plans}) > 1:
             raise ValueError(
                 "the ranks plan different epochs (each rank must see the same data, "
                 "sampler and options: a shard missing on one node?): "
@@ -420,9 +422,17 @@ class CropDataset(IterableDataset):
         episodes = self.streamer().episodes()
         shards = sum(len(e.dataset.shard_names) for e in episodes)
         left = total - sum(last - first for first, last in done)
-        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}), "
+        split = self._split()
+        split_says = f"even={split.even}, drop_last={split.drop_last}, batch_size={self.batch_size}"
+        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}, {split_says}), "
         says += f"{sum(map(len, episodes))} episodes in {shards} shards"
-        return {"epoch": epoch, "done": str(done), "plan": digest, "says": says}
+        return {
+            "epoch": epoch,
+            "done": str(done),
+            "plan": digest,
+            "split": split_says,
+            "says": says,
+        }
 
     def _partition(self) -> Partition:
         """This rank: the options, else as the main process found it when it

@@ -657,3 +657,41 @@ def test_a_batch_of_failed_crops_of_the_last_epoch_is_no_checkpoint_of_the_next(
     data.set_epoch(1)
     with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
         data.state_dict(batch)
+
+
+def test_ranks_of_other_splits_are_stopped_before_an_epoch(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gloo ranks over the same data, one with ``even=False`` (or
+    another ``batch_size``): the same plan, so they agreed, but their runs
+    overlap and leave crops out, and their batch counts can differ (a DDP
+    hang). Both raise, naming each rank's split."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torch.multiprocessing.spawn(rank_of_another_split, args=(packed, port, tmp_path), nprocs=2)
+    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert said[0] == said[1]
+    assert said[0]["even"].startswith("the ranks plan different epochs")
+    assert "even=True, drop_last=True, batch_size=4" in said[0]["even"]
+    assert "even=False, drop_last=True, batch_size=4" in said[0]["even"]
+    assert "batch_size=2" in said[0]["batch_size"]
+
+
+def rank_of_another_split(rank: int, packed: Path, port: int, out: Path) -> None:
+    """One rank of ``test_ranks_of_other_splits_are_stopped_before_an_epoch``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    said: dict[str, Any] = {}
+    try:
+        for name, options in (("even", {"even": not rank}), ("batch_size", {})):
+            batch = 2 if rank and name == "batch_size" else BATCH
+            try:
+                CropDataset(str(packed), SAMPLER, seed=5, batch_size=batch, **options)
+            except ValueError as error:
+                said[name] = str(error)
+        (out / f"{rank}.json").write_text(json.dumps(said))
+    finally:
+        torch.distributed.destroy_process_group()
