@@ -211,16 +211,24 @@ def test_spawned_loader_workers_take_their_ranks_share(
     ``RANK`` / ``WORLD_SIZE`` in the environment), DataLoader workers started
     by ``spawn`` (no copy of the group): each rank's workers serve that
     rank's share, not the whole epoch each."""
+    shares = spawn_two_ranks(monkeypatch, spawned_rank, packed, tmp_path)
+    assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
+    everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
+    assert shares[0]["crops"] + shares[1]["crops"] == everything
+
+
+def spawn_two_ranks(monkeypatch: pytest.MonkeyPatch, target: Any, *args: Any) -> list[Any]:
+    """Run ``target(rank, *args[:-1], port, out)`` in two spawned processes
+    that form a gloo group on a free loopback port, with no rank in the
+    environment (``mp.spawn``: the group alone says it); what each wrote
+    to ``out / f"{rank}.json"`` (``out`` is ``args[-1]``)."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    torch.multiprocessing.spawn(spawned_rank, args=(packed, port, tmp_path), nprocs=2)
-    shares = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
-    assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
-    everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
-    assert shares[0]["crops"] + shares[1]["crops"] == everything
+    torch.multiprocessing.spawn(target, args=(*args[:-1], port, args[-1]), nprocs=2)
+    return [json.loads((args[-1] / f"{rank}.json").read_text()) for rank in range(2)]
 
 
 def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
@@ -242,19 +250,11 @@ def test_ranks_that_see_different_data_are_stopped_before_an_epoch(
     different epochs (crops served twice and never, shares of different
     lengths: a DDP hang). Both raise when the dataset is made, naming what
     each rank sees; later epochs and resumes are compared too."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
     short = tmp_path / "node1"
     shutil.copytree(packed, short)
     for missing in short.glob("*/shard-000001.wsds"):
         missing.unlink()
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    torch.multiprocessing.spawn(
-        rank_of_another_dataset, args=(packed, short, port, tmp_path), nprocs=2
-    )
-    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    said = spawn_two_ranks(monkeypatch, rank_of_another_dataset, packed, short, tmp_path)
     assert said[0] == said[1]
     assert said[0]["made"].startswith("the ranks plan different epochs")
     assert "rank 0: epoch 0, 63 of 63 crops left" in said[0]["made"]
@@ -666,13 +666,7 @@ def test_ranks_of_other_splits_are_stopped_before_an_epoch(
     another ``batch_size``): the same plan, so they agreed, but their runs
     overlap and leave crops out, and their batch counts can differ (a DDP
     hang). Both raise, naming each rank's split."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    torch.multiprocessing.spawn(rank_of_another_split, args=(packed, port, tmp_path), nprocs=2)
-    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    said = spawn_two_ranks(monkeypatch, rank_of_another_split, packed, tmp_path)
     assert said[0] == said[1]
     assert said[0]["even"].startswith("the ranks plan different epochs")
     assert "even=True, drop_last=True, batch_size=4" in said[0]["even"]
