@@ -29,9 +29,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
+from .pipeline.mix import Mix
 from .pipeline.samplers import Sampler
 from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
-from .pipeline.streamer import Streamer, check_order, check_streamer_options
+from .pipeline.streamer import Streamer, check_mix, check_order, check_streamer_options
 
 __all__ = ["CropDataset", "Skipped", "collate", "gather_state", "merge_states"]
 
@@ -52,11 +53,12 @@ class Skipped:
     (batches out of the rank's order, checkpoints that repeat crops) and
     could leave a rank one batch short of the others (a DDP hang).
     ``collate`` leaves it out of the batch's arrays and lists it under
-    ``skipped``."""
+    ``skipped``, its source under ``skipped_source``."""
 
     position: int  # in the rank's share, like ``Crop.position``
     reason: str  # the error's class name
     epoch: int | None = None
+    source: str | None = None  # like ``Crop.source``: a Mix item's name, else the URL
 
 
 class CropDataset(IterableDataset):
@@ -190,7 +192,8 @@ class CropDataset(IterableDataset):
 
         def note(position: int, reason: str) -> None:
             state = s.state_dict()  # already past the failed crop
-            failed.append((Skipped(state["consumed"] - 1, reason, state["epoch"]), state))
+            stand_in = Skipped(state["consumed"] - 1, reason, state["epoch"], s.source_of(position))
+            failed.append((stand_in, state))
 
         s.on_skip = note
         for crop in s:
@@ -231,6 +234,7 @@ class CropDataset(IterableDataset):
                     "CropDataset the DataLoader's batch_size (and a loader that keeps order)"
                 )
             epochs = {e for e in torch.as_tensor(batch.get("epoch", [])).tolist()}
+            epochs |= {e for e in batch.get("skipped_epoch", ()) if e is not None}
             if epochs - {self.epoch}:
                 raise ValueError(
                     f"the batch is of epoch {min(epochs - {self.epoch})}, this dataset is at "
@@ -241,7 +245,16 @@ class CropDataset(IterableDataset):
                     f"the batch ends at crop {consumed} of this rank's share, before "
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
-            return {**rank, "consumed": consumed, "total": self.total(), "plan": self.digest()}
+            split = self._split()
+            return {
+                **rank,
+                "even": split.even,
+                "drop_last": split.drop_last,
+                "consumed": consumed,
+                "total": self.total(),
+                "plan": self.digest(),
+                "mix": self._mix(),
+            }
         if self._running is None:
             raise ValueError(
                 "this process has not iterated the dataset: with DataLoader workers, "
@@ -270,6 +283,7 @@ class CropDataset(IterableDataset):
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
                 )
+            self._check_split(state)
         consumed = int(state.get("consumed", 0))
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
@@ -284,6 +298,7 @@ class CropDataset(IterableDataset):
         them), whose ``done`` lies outside it, or that consumed more than
         the rank has: resuming it would repeat or skip crops unseen."""
         theirs, total = int(state["total"]), self.total(epoch)
+        check_mix(state, self._mix())  # first: says more than another total would
         if theirs != total:
             raise ValueError(
                 f"state is for an epoch of {theirs} crops, this dataset plans "
@@ -298,6 +313,19 @@ class CropDataset(IterableDataset):
             raise ValueError(
                 f"state says {consumed} crops of this rank's share were consumed, "
                 f"but it has {share}"
+            )
+
+    def _check_split(self, state: dict[str, Any]) -> None:
+        """Refuse a rank's state taken under another split (``even``,
+        ``drop_last``): its ``consumed`` counts crops of a run that starts
+        elsewhere, or holds other crops, under this one's."""
+        split = self._split()
+        theirs = (bool(state.get("even", True)), bool(state.get("drop_last", True)))
+        if theirs != (split.even, split.drop_last):
+            raise ValueError(
+                f"state is of a split with even={theirs[0]}, drop_last={theirs[1]}, this "
+                f"dataset has even={split.even}, drop_last={split.drop_last}: the rank's "
+                "run holds other crops under each (resume with the options it was taken with)"
             )
 
     def _split(self, done: Any = None) -> Split:
@@ -362,12 +390,14 @@ class CropDataset(IterableDataset):
         """In the main process of a distributed job (once per pass): raise,
         on every rank, when the ranks plan different epochs or passes. A
         dataset that differs between nodes (a shard missing on one node's
-        disk) plans another order there: the ranks' shares would overlap and
-        leave crops out, and their lengths differ (a DDP hang), caught at
-        best when states are merged. One ``all_gather_object`` a pass, here
-        where every rank calls in the same order (the constructor,
-        ``set_epoch``, ``load_state_dict``, iterating without DataLoader
-        workers): never in a DataLoader worker, which has no process group."""
+        disk) plans another order there, and another split (``even``,
+        ``drop_last``, ``batch_size``) other runs of the same order: the
+        ranks' shares would overlap and leave crops out, and their lengths
+        differ (a DDP hang), caught at best when states are merged. One
+        ``all_gather_object`` a pass, here where every rank calls in the
+        same order (the constructor, ``set_epoch``, ``load_state_dict``,
+        iterating without DataLoader workers): never in a DataLoader
+        worker, which has no process group."""
         dist = torch.distributed
         if get_worker_info() is not None or (epoch, done) in self._agreed:
             return
@@ -378,7 +408,7 @@ class CropDataset(IterableDataset):
             return  # ranks of the caller's own making, not this group's
         plans: list[Any] = [None] * partition.world_size
         dist.all_gather_object(plans, self._plan_summary(epoch, done))
-        if len({(plan["epoch"], plan["done"], plan["plan"]) for plan in plans}) > 1:
+        if len({(plan["epoch"], plan["done"], plan["plan"], plan["split"]) for plan in plans}) > 1:
             raise ValueError(
                 "the ranks plan different epochs (each rank must see the same data, "
                 "sampler and options: a shard missing on one node?): "
@@ -392,9 +422,17 @@ class CropDataset(IterableDataset):
         episodes = self.streamer().episodes()
         shards = sum(len(e.dataset.shard_names) for e in episodes)
         left = total - sum(last - first for first, last in done)
-        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}), "
+        split = self._split()
+        split_says = f"even={split.even}, drop_last={split.drop_last}, batch_size={self.batch_size}"
+        says = f"epoch {epoch}, {left} of {total} crops left (plan {digest}, {split_says}), "
         says += f"{sum(map(len, episodes))} episodes in {shards} shards"
-        return {"epoch": epoch, "done": str(done), "plan": digest, "says": says}
+        return {
+            "epoch": epoch,
+            "done": str(done),
+            "plan": digest,
+            "split": split_says,
+            "says": says,
+        }
 
     def _partition(self) -> Partition:
         """This rank: the options, else as the main process found it when it
@@ -403,6 +441,10 @@ class CropDataset(IterableDataset):
         if self._ranks is not None:
             return Partition(*self._ranks)
         return resolve_partition(self.options.get("rank"), self.options.get("world_size"))
+
+    def _mix(self) -> list[list[Any]] | None:
+        """The mix's items and weights (``Mix.items``), None for a dataset."""
+        return self.data.items if isinstance(self.data, Mix) else None
 
     def _seed(self) -> int:
         return int(self.options.get("seed", 0))
@@ -461,18 +503,34 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
         raise ValueError("states to merge must be of the same seed, epoch and pass")
     if any(int(s.get("num_workers", 1)) > 1 for s in states):
         raise ValueError("merge the ranks' state_dict(batch), not DataLoader workers' states")
-    world_size = int(first["world_size"])
+    sizes = sorted({int(s["world_size"]) for s in states})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"states to merge are of world sizes {', '.join(map(str, sizes))}: merge the "
+            "states of one job's ranks, taken after the same step (each rank's crops are "
+            "places in its own world size's split)"
+        )
+    world_size = sizes[0]
     if sorted(int(s["rank"]) for s in states) != list(range(world_size)):
         raise ValueError(f"merge_states needs the states of all {world_size} ranks")
     total, digest = dataset.total(int(first["epoch"])), dataset.digest(int(first["epoch"]))
+    for state in states:
+        check_mix(state, dataset._mix())
     if any(int(s.get("total", total)) != total or s.get("plan", digest) != digest for s in states):
         raise ValueError(f"states are for another epoch than this dataset's {total} crops")
     split = dataset._split(first.get("done", ()))
-    positions = [
-        split.rank_share(total, int(s["rank"]), world_size)[: int(s["consumed"])] for s in states
-    ]
+    positions = []
+    for state in states:
+        dataset._check_split(state)
+        share = split.rank_share(total, int(state["rank"]), world_size)
+        if not 0 <= int(state["consumed"]) <= len(share):
+            raise ValueError(
+                f"the state of rank {state['rank']} of {world_size} consumed "
+                f"{state['consumed']} crops, its share has {len(share)}"
+            )
+        positions.append(share[: int(state["consumed"])])
     done = merge_intervals(split.done, np.concatenate(positions))
-    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"])}
+    merged = {"seed": int(first["seed"]), "epoch": int(first["epoch"]), "mix": dataset._mix()}
     return merged | {"total": total, "plan": digest, "done": [list(run) for run in done]}
 
 
@@ -490,7 +548,9 @@ def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
     return merge_states(dataset, states)
 
 
-def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> dict[str, Any]:
+def collate(
+    items: Sequence[Crop | Skipped], *, length: int | None = None, mixed_rates: bool = False
+) -> dict[str, Any]:
     """Stack crops into a batch: ``audio`` ``(batch, channels, samples)`` float32
     (or whatever a ``transform`` made, stacked on its last axis), zero-padded
     at the end to the longest crop, or padded and trimmed to ``length``
@@ -503,14 +563,31 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
     each of the crops' ``fields`` under its name, a tensor when every value
     is a number, else a list; ``supervisions`` (a list per crop) when they
     were asked for; ``skipped``: ``(position, reason)`` of the batch's crops
-    that failed (``Skipped``: no row; a batch of only those has none). Use
+    that failed (``Skipped``: no row; a batch of only those has none) and
+    ``skipped_source`` and ``skipped_epoch``, the source (which ``Mix``
+    item lost it) and epoch of each. Use
     ``functools.partial(collate, length=n)`` as a DataLoader's
-    ``collate_fn``."""
+    ``collate_fn``.
+
+    Crops of different sample rates are a ``ValueError`` (their samples
+    mean different times: give the Streamer or ``CropDataset`` a
+    ``sample_rate``); ``mixed_rates=True`` batches them anyway, each with
+    its rate in ``sample_rate``."""
     if not items:
         raise ValueError("cannot collate an empty batch")
     crops = [c for c in items if not isinstance(c, Skipped)]
     if length is not None and length < 1:
         raise ValueError(f"collate length must be >= 1, not {length}")
+    rates = sorted({c.sample_rate for c in crops})
+    if len(rates) > 1 and not mixed_rates:
+        first = {c.sample_rate: c.key for c in reversed(crops)}
+        raise ValueError(
+            "collate: crops of sample rates "
+            + ", ".join(f"{rate} (key {first[rate]!r})" for rate in rates)
+            + " in one batch: their samples are not alike; give the "
+            "Streamer or CropDataset a sample_rate= to resample every crop to, or batch "
+            "them anyway with functools.partial(collate, mixed_rates=True)"
+        )
     arrays = [torch.as_tensor(c.audio) for c in crops]
     if len({a.ndim for a in arrays}) > 1:
         raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")
@@ -538,7 +615,10 @@ def collate(items: Sequence[Crop | Skipped], *, length: int | None = None) -> di
         if all(getattr(c, name) is not None for c in crops):
             batch[name] = torch.tensor([getattr(c, name) for c in crops], dtype=torch.int64)
     batch["source"] = [c.source for c in crops]
-    batch["skipped"] = [(c.position, c.reason) for c in items if isinstance(c, Skipped)]
+    skipped = [c for c in items if isinstance(c, Skipped)]
+    batch["skipped"] = [(c.position, c.reason) for c in skipped]
+    batch["skipped_source"] = [c.source for c in skipped]
+    batch["skipped_epoch"] = [c.epoch for c in skipped]
     if any(c.supervisions is not None for c in crops):
         batch["supervisions"] = [c.supervisions or [] for c in crops]
     for name in dict.fromkeys(name for c in crops for name in c.fields):

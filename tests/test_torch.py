@@ -17,10 +17,9 @@ from streamer.torch import CropDataset, collate  # noqa: E402
 
 def test_dataloader_workers_cover_the_epoch_once(packed: Path) -> None:
     sampler = RandomCrops(0.5, per_episode=4, min_duration=0.1)
-    expected = {
-        (c.key, c.start) for c in Streamer(streamer.open_dataset(packed), sampler, workers=0)
-    }
-    dataset = CropDataset(str(packed), sampler)
+    data = streamer.open_dataset(packed)
+    expected = {(c.key, c.start) for c in Streamer(data, sampler, sample_rate=16000, workers=0)}
+    dataset = CropDataset(str(packed), sampler, sample_rate=16000)
     loader = torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate)
     seen = []
     for batch in loader:
@@ -31,7 +30,8 @@ def test_dataloader_workers_cover_the_epoch_once(packed: Path) -> None:
 
 
 def test_collate_pads_to_the_longest(packed: Path) -> None:
-    crops = list(Streamer(streamer.open_dataset(packed), RandomCrops(0.5), mono=True, workers=0))
+    data = streamer.open_dataset(packed)
+    crops = list(Streamer(data, RandomCrops(0.5), sample_rate=16000, mono=True, workers=0))
     crops[0].audio = crops[0].audio[:, :100]
     batch = collate(crops[:3])
     assert batch["audio"].shape[:2] == (3, 1) and batch["lengths"][0] == 100
@@ -44,7 +44,8 @@ def test_collate_warns_once_when_it_pads_channels(
     """A mono crop batched with stereo ones gets a silent second channel:
     said once, not on every batch; crops alike but for length say nothing."""
     monkeypatch.setattr(streamer.torch, "_padding_warned", False)
-    crops = list(Streamer(streamer.open_dataset(packed), RandomCrops(0.5), workers=0))
+    data = streamer.open_dataset(packed)
+    crops = list(Streamer(data, RandomCrops(0.5), sample_rate=16000, workers=0))
     mono = [c for c in crops if c.audio.shape[0] == 1]
     stereo = [c for c in crops if c.audio.shape[0] == 2]
     with warnings.catch_warnings():
@@ -77,3 +78,26 @@ def test_crop_dataset_refuses_a_worker_partition_of_its_own(packed: Path, option
     serve the turns of workers 0 and 1 of 4, half the epoch, without a word."""
     with pytest.raises(TypeError, match="the DataLoader's num_workers"):
         CropDataset(str(packed), RandomCrops(0.5), **{option: 4})
+
+
+def test_collate_refuses_crops_of_different_rates_unless_allowed(packed: Path) -> None:
+    """Crops at their episodes' own rates (no ``sample_rate=``) were stacked
+    into one batch: a model saw 0.5 s of 16 kHz and of 48 kHz audio as the
+    same thing, and only ``batch["sample_rate"]`` showed it."""
+    crops = list(Streamer(streamer.open_dataset(packed), RandomCrops(0.5), mono=True, workers=0))
+    rates = {c.sample_rate for c in crops}
+    assert len(rates) > 1
+    by_rate = {c.sample_rate: c for c in crops}
+    mixed = list(by_rate.values())
+    with pytest.raises(
+        ValueError, match=r"crops of sample rates 16000 .* in one batch: .*sample_rate="
+    ):
+        collate(mixed)
+    batch = collate(mixed, mixed_rates=True)
+    assert sorted(batch["sample_rate"].tolist()) == sorted(rates)
+    same = [c for c in crops if c.sample_rate == mixed[0].sample_rate]
+    assert len(collate(same)["key"]) == len(same)
+    resampled = Streamer(
+        streamer.open_dataset(packed), RandomCrops(0.5), sample_rate=16000, mono=True, workers=0
+    )
+    assert set(collate(list(resampled))["sample_rate"].tolist()) == {16000}

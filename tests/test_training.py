@@ -64,6 +64,7 @@ def loader(dataset: Any, num_workers: int, **options: Any) -> Any:
 
 
 def dataset(packed: Path, **options: Any) -> CropDataset:
+    options.setdefault("sample_rate", 16000)  # collate batches one rate
     return CropDataset(str(packed), SAMPLER, batch_size=BATCH, seed=5, **options)
 
 
@@ -210,16 +211,24 @@ def test_spawned_loader_workers_take_their_ranks_share(
     ``RANK`` / ``WORLD_SIZE`` in the environment), DataLoader workers started
     by ``spawn`` (no copy of the group): each rank's workers serve that
     rank's share, not the whole epoch each."""
+    shares = spawn_two_ranks(monkeypatch, spawned_rank, packed, tmp_path)
+    assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
+    everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
+    assert shares[0]["crops"] + shares[1]["crops"] == everything
+
+
+def spawn_two_ranks(monkeypatch: pytest.MonkeyPatch, target: Any, *args: Any) -> list[Any]:
+    """Run ``target(rank, *args[:-1], port, out)`` in two spawned processes
+    that form a gloo group on a free loopback port, with no rank in the
+    environment (``mp.spawn``: the group alone says it); what each wrote
+    to ``out / f"{rank}.json"`` (``out`` is ``args[-1]``)."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    torch.multiprocessing.spawn(spawned_rank, args=(packed, port, tmp_path), nprocs=2)
-    shares = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
-    assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
-    everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
-    assert shares[0]["crops"] + shares[1]["crops"] == everything
+    torch.multiprocessing.spawn(target, args=(*args[:-1], port, args[-1]), nprocs=2)
+    return [json.loads((args[-1] / f"{rank}.json").read_text()) for rank in range(2)]
 
 
 def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
@@ -241,19 +250,11 @@ def test_ranks_that_see_different_data_are_stopped_before_an_epoch(
     different epochs (crops served twice and never, shares of different
     lengths: a DDP hang). Both raise when the dataset is made, naming what
     each rank sees; later epochs and resumes are compared too."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
     short = tmp_path / "node1"
     shutil.copytree(packed, short)
     for missing in short.glob("*/shard-000001.wsds"):
         missing.unlink()
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    torch.multiprocessing.spawn(
-        rank_of_another_dataset, args=(packed, short, port, tmp_path), nprocs=2
-    )
-    said = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    said = spawn_two_ranks(monkeypatch, rank_of_another_dataset, packed, short, tmp_path)
     assert said[0] == said[1]
     assert said[0]["made"].startswith("the ranks plan different epochs")
     assert "rank 0: epoch 0, 63 of 63 crops left" in said[0]["made"]
@@ -406,7 +407,7 @@ def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
     """Workers that take turns by 2 crops under a DataLoader batching 4: the
     first batch is worker 0's positions 0, 1, 4, 5. A checkpoint after it
     would count 2 and 3 as consumed, so it is refused."""
-    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5)
+    data = CropDataset(str(packed), SAMPLER, batch_size=2, seed=5, sample_rate=16000)
     batch = next(iter(loader(data, 2)))
     with pytest.raises(ValueError, match="not consecutive"):
         data.state_dict(batch)
@@ -438,7 +439,9 @@ def test_failed_crops_keep_the_batches_and_the_checkpoints(packed: Path, num_wor
     exact, and a resume after one continues with the next batch."""
 
     def data() -> CropDataset:
-        return CropDataset(str(packed), failing(packed), batch_size=BATCH, seed=5)
+        return CropDataset(
+            str(packed), failing(packed), batch_size=BATCH, seed=5, sample_rate=16000
+        )
 
     whole = list(loader(data(), num_workers))
     assert len(whole) == 7  # 28 crops
@@ -545,9 +548,144 @@ def test_a_mix_resumes_under_two_loader_workers(packed: Path, tmp_path: Path) ->
         if len(got) == 5:
             state = data.state_dict(batch)
             break
-    with pytest.raises(ValueError, match=r"another order of epoch 0|plans"):
+    with pytest.raises(ValueError, match=r"state is for the Mix of items"):
         make(music=2.0).load_state_dict(state)
     resumed = make()
     resumed.load_state_dict(state)
     got += [named(b) for b in loader(resumed, 2)]
     assert got == whole
+
+
+def test_a_checkpoint_of_a_mix_is_refused_by_the_mix_of_swapped_names(
+    packed: Path, tmp_path: Path
+) -> None:
+    """The same two datasets with their names swapped plan the same order:
+    the rank's checkpoint (and the merged one) loaded into it without a
+    word, and every later crop carried the other item's name."""
+    from helpers import pack_audio  # not at the top: a subprocess imports this file alone
+
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+
+    def make(first: str, second: str) -> CropDataset:
+        mix = streamer.Mix([(str(packed), 1.0, first), (other, 1.0, second)])
+        return CropDataset(
+            mix, SAMPLER, batch_size=BATCH, seed=5, max_crops=12, mono=True, sample_rate=16000
+        )
+
+    data = make("speech", "music")
+    batch = next(iter(loader(data, 0)))
+    state = data.state_dict(batch)
+    assert state["mix"] == [["speech", 0.5], ["music", 0.5]]
+    merged = merge_states(data, [state])
+    swapped = make("music", "speech")
+    for saved in (state, merged):
+        with pytest.raises(ValueError, match=r"state is for the Mix of items \[\('speech'"):
+            swapped.load_state_dict(saved)
+    with pytest.raises(ValueError, match="state is for the Mix of items"):
+        merge_states(swapped, [state])
+    resumed = make("speech", "music")
+    resumed.load_state_dict(merged)
+    assert sum(len(b["key"]) for b in loader(resumed, 0)) == 12 - BATCH
+
+
+def test_a_skipped_crop_of_a_mix_names_its_source(packed: Path, tmp_path: Path) -> None:
+    """Under DataLoader workers the skip counts stay in the workers: a
+    batch's ``skipped`` said only position and reason, so a training loop
+    over a Mix could not tell which dataset lost crops."""
+    from helpers import pack_audio  # not at the top: a subprocess imports this file alone
+
+    other = pack_audio(tmp_path, {"b1": ("flac", 44100, 2), "b2": ("wav", 22050, 2)}, 2.0)
+    shard = next((Path(other.url) / "audio").glob("*.wsds"))
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 4 : 3 * len(raw) // 4] = b"\x55" * (len(raw) // 2)
+    shard.write_bytes(bytes(raw))
+    mix = streamer.Mix([(str(packed), 2.0, "speech"), (other, 1.0, "music")])
+    data = CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, mono=True, sample_rate=16000)
+    batches = list(loader(data, 2))
+    lost = [s for b in batches for s in b["skipped_source"]]
+    assert lost and set(lost) == {"music"}
+    assert [len(b["skipped_source"]) for b in batches] == [len(b["skipped"]) for b in batches]
+    batch = collate([Skipped(4, "CropError", 0, "music"), Skipped(5, "WorkerDied")])
+    assert batch["skipped"] == [(4, "CropError"), (5, "WorkerDied")]
+    assert batch["skipped_source"] == ["music", None]
+
+
+def test_merge_refuses_states_of_other_world_sizes_or_past_a_share(packed: Path) -> None:
+    """Rank 0 of 2 and rank 1 of 3 made a "whole job" of ranks 0 and 1: the
+    crops rank 1 of 3 took were marked done at rank 1 of 2's places (crops
+    never served left out, served ones repeated); a state that consumed
+    more than its rank's share was cut to the share without a word."""
+    _, two = consume(packed, 2, None, 2)
+    _, three = consume(packed, 3, None, 1)
+    with pytest.raises(ValueError, match=r"world sizes 2, 3"):
+        merge_states(dataset(packed, rank=0, world_size=2), [two[0], three[1]])
+    with pytest.raises(ValueError, match=r"rank 1 of 2 consumed 1000 crops, its share has 31"):
+        merge_states(dataset(packed, rank=0, world_size=2), [two[0], {**two[1], "consumed": 1000}])
+
+
+def test_a_rank_state_of_another_split_is_refused(packed: Path) -> None:
+    """63 crops over 4 ranks: rank 2's run starts at crop 31 with
+    ``even=False`` and at 30 with ``even=True``. Its checkpoint (crops of
+    its run consumed) resumed under the other split, or merged by a dataset
+    of the other split, marked other crops as served: repeats and gaps,
+    without a word."""
+    uneven = dataset(packed, rank=2, world_size=4, even=False)
+    state = uneven.state_dict(next(iter(loader(uneven, 0))))
+    assert (state["even"], state["drop_last"]) == (False, True)
+    with pytest.raises(ValueError, match=r"even=False, drop_last=True.*even=True, drop_last=True"):
+        dataset(packed, rank=2, world_size=4).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"even=True, drop_last=False"):
+        dataset(packed, rank=2, world_size=4, drop_last=False, even=False).load_state_dict(
+            {**state, "even": True, "drop_last": False}
+        )
+    _, states = consume(packed, 2, None, 1)
+    with pytest.raises(ValueError, match=r"even=True, drop_last=True.*even=False"):
+        merge_states(dataset(packed, rank=0, world_size=2, even=False), states)
+    dataset(packed, rank=2, world_size=4, even=False).load_state_dict(state)
+
+
+def test_a_batch_of_failed_crops_of_the_last_epoch_is_no_checkpoint_of_the_next(
+    packed: Path,
+) -> None:
+    """A batch with no rows has no ``epoch`` to compare: taken after
+    ``set_epoch`` of the next epoch, its checkpoint said that epoch's first
+    crops were consumed (a resume skipped them without a word)."""
+    data = dataset(packed)
+    batch = collate([Skipped(4, "CropError", 0), Skipped(5, "CropError", 0)])
+    assert batch["skipped_epoch"] == [0, 0]
+    assert data.state_dict(batch)["consumed"] == 6
+    data.set_epoch(1)
+    with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
+        data.state_dict(batch)
+
+
+def test_ranks_of_other_splits_are_stopped_before_an_epoch(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gloo ranks over the same data, one with ``even=False`` (or
+    another ``batch_size``): the same plan, so they agreed, but their runs
+    overlap and leave crops out, and their batch counts can differ (a DDP
+    hang). Both raise, naming each rank's split."""
+    said = spawn_two_ranks(monkeypatch, rank_of_another_split, packed, tmp_path)
+    assert said[0] == said[1]
+    assert said[0]["even"].startswith("the ranks plan different epochs")
+    assert "even=True, drop_last=True, batch_size=4" in said[0]["even"]
+    assert "even=False, drop_last=True, batch_size=4" in said[0]["even"]
+    assert "batch_size=2" in said[0]["batch_size"]
+
+
+def rank_of_another_split(rank: int, packed: Path, port: int, out: Path) -> None:
+    """One rank of ``test_ranks_of_other_splits_are_stopped_before_an_epoch``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    said: dict[str, Any] = {}
+    try:
+        for name, options in (("even", {"even": not rank}), ("batch_size", {})):
+            batch = 2 if rank and name == "batch_size" else BATCH
+            try:
+                CropDataset(str(packed), SAMPLER, seed=5, batch_size=batch, **options)
+            except ValueError as error:
+                said[name] = str(error)
+        (out / f"{rank}.json").write_text(json.dumps(said))
+    finally:
+        torch.distributed.destroy_process_group()

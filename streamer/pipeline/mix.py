@@ -27,6 +27,11 @@ class Mix:
     Weights are finite numbers >= 0, not all zero (a weight of 0 keeps an
     item out of the epochs); names are unique, so the same dataset given
     twice needs two names. Anything else is a ``ValueError``.
+
+    A saved state resumes only into the same mix: the same items in the
+    same order, with the same names and the same shares of the weights
+    (``items``; 4:2 is 2:1). Items named by their URL are told apart by
+    their place and their episodes' keys.
     """
 
     @checked_keywords
@@ -59,6 +64,12 @@ class Mix:
                     "weights added"
                 )
             first[name] = number
+        total = sum(weight for _, weight, _ in items)
+        #: What a resume point is a place in besides the order (``items``):
+        #: each item's name as ``crop.source`` gives it (None for an item
+        #: named by its URL: the same data moved elsewhere is the same mix)
+        #: and its share of the weights.
+        self.items: list[list[Any]] = [[name, weight / total] for _, weight, name in items]
 
     def __repr__(self) -> str:
         return "Mix([" + ", ".join(f"({d.url!r}, {w:g})" for d, w in self.sources) + "])"

@@ -28,9 +28,11 @@ this one global order, which is why the partitions are disjoint and complete.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,15 +59,20 @@ class EpochPlan:
     def __len__(self) -> int:
         return len(self.source)
 
-    def digest(self, sources: Sequence[Episodes]) -> str:
+    def digest(self, sources: Sequence[Episodes], mix: Any = None) -> str:
         """A short digest of the order (which crop at which place): a resume
         point is a place in one order and means other crops in another.
 
         ``sources`` are the episodes the rows index (the plan's sources, in
         order): their keys are folded in, so another dataset of as many
         episodes of the same durations (the same rows and times) is another
-        order, not other audio served at the same places."""
+        order, not other audio served at the same places. ``mix`` (a
+        ``Mix``'s ``items``: names and weights) is folded in too: the same
+        datasets under swapped names plan the same rows, and their crops
+        would carry the other item's name."""
         digest = hashlib.blake2b(digest_size=8)
+        if mix is not None:
+            digest.update(json.dumps(mix).encode())
         for episodes in sources:
             digest.update(episodes.keys_digest)
         for column in (self.source, self.episode, self.start, self.end):

@@ -21,7 +21,10 @@ class StreamerStats:
 
     ``skipped`` maps a reason (the error's class name: ``CropError``,
     ``ShardError``, ``WorkerDied``, an unexpected ``IndexError``, ...) to a
-    count; a ``StorageError`` is raised, never skipped. ``worker_restarts``
+    count; a ``StorageError`` is raised, never skipped. ``skipped_by_source``
+    holds the same counts under each crop's source (``crop.source``: a
+    ``Mix`` item's name, else the dataset's URL), so a mix says which
+    dataset lost crops. ``worker_restarts``
     counts decode workers that died (and were replaced). ``bytes_read`` is what
     the crops cost the storage: bytes fetched from remote stores plus the
     planned bytes read from local mappings. ``requests`` and ``cache_hits``
@@ -40,6 +43,7 @@ class StreamerStats:
 
     yielded: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    skipped_by_source: dict[str, dict[str, int]] = field(default_factory=dict)
     dropped: int = 0
     repeated: int = 0
     bytes_read: int = 0
@@ -50,8 +54,11 @@ class StreamerStats:
     decode: DecodeStats = field(default_factory=DecodeStats)
     latencies: list[float] = field(default_factory=list, repr=False)
 
-    def count_skip(self, reason: str) -> None:
+    def count_skip(self, reason: str, source: str | None = None) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if source is not None:
+            counts = self.skipped_by_source.setdefault(source, {})
+            counts[reason] = counts.get(reason, 0) + 1
 
     def add_latency(self, seconds: float) -> None:
         if len(self.latencies) >= MAX_LATENCIES:
@@ -71,6 +78,7 @@ class StreamerStats:
             if f.name not in ("latencies", "decode")
         }
         out["skipped"] = dict(self.skipped)
+        out["skipped_by_source"] = {k: dict(v) for k, v in self.skipped_by_source.items()}
         out["decode"] = self.decode.as_dict()
         out["p50_ms"] = self.percentile_ms(50)
         out["p99_ms"] = self.percentile_ms(99)

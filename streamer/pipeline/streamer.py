@@ -59,7 +59,7 @@ from .stages import plan
 from .stats import StreamerStats
 from .tasks import Failure, failure_of
 
-__all__ = ["Streamer", "check_order", "check_streamer_options"]
+__all__ = ["Streamer", "check_mix", "check_order", "check_streamer_options"]
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,11 @@ class Streamer:
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
             self.sources, self.source_names = data.sources, data.names
+            self.mix: list[list[Any]] | None = data.items
         else:
             self.sources = [(open_source(data, storage_options), 1.0)]
             self.source_names = [self.sources[0][0].url]
+            self.mix = None
         if isinstance(columns, str):
             raise TypeError(f"columns is a list of names, not the string {columns!r}")
         self.columns, self.supervisions = list(columns), supervisions
@@ -207,8 +209,9 @@ class Streamer:
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
         self._iteration: object | None = None  # the sync iteration under way
-        self._async_loop: object | None = None  # the ``async for`` under way (``__aiter__``)
-        self._closed_under: object | None = None  # the loop ``close()``/``aclose()`` ended
+        # The ``async for`` that asked for the last crop (None: a bare ``anext(s)``)
+        self._async_loop: weakref.ref[_AsyncLoop] | None = None
+        self._closed_under: object | None = None  # the ``for`` loop ``close()`` ended
         self._claiming = threading.Lock()
         self._taking = False  # a crop is being awaited (on the store loop)
         self._held: Crop | object | None = None  # taken, not received (``_hold``)
@@ -254,7 +257,7 @@ class Streamer:
             warn=self.partition.slot == 0,
             names=self.source_names,
         )
-        self._epochs[epoch] = (len(whole), whole.digest(self.episodes()))
+        self._epochs[epoch] = (len(whole), whole.digest(self.episodes(), self.mix))
         return whole
 
     def total(self, epoch: int | None = None) -> int:
@@ -301,6 +304,11 @@ class Streamer:
             resample_quality=self.resample_quality,
         )
         return self.sources[source][0], request
+
+    def source_of(self, position: int) -> str:
+        """The source (``crop.source``) of the crop at ``position`` of this
+        consumer's plan: a ``Mix`` item's name, else the dataset's URL."""
+        return self.source_names[int(self.plan().source[position])]
 
     def _plan_at(self, position: int) -> CropJob | Failure:
         """Plan the crop at ``position`` and read what it carries (in a planner
@@ -409,9 +417,12 @@ class Streamer:
             "worker": p.worker,
             "num_workers": p.num_workers,
             "batch_size": self.split.batch_size,
+            "even": self.split.even,
+            "drop_last": self.split.drop_last,
             "done": [list(run) for run in self.split.done],
             "start": self.split.consumed,
             "consumed": self.consumed(),
+            "mix": self.mix,
         }
 
     def consumed(self, position: int | None = None) -> int:
@@ -430,13 +441,37 @@ class Streamer:
         mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
         mine |= {"worker": p.worker, "num_workers": p.num_workers}
         mine |= {"batch_size": self.split.batch_size}
-        theirs = {name: state.get(name, 1 if name == "batch_size" else None) for name in mine}
+        mine |= {"even": self.split.even, "drop_last": self.split.drop_last}
+        defaults = {"batch_size": 1, "even": True, "drop_last": True}
+        theirs = {name: state.get(name, defaults.get(name)) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
         epoch = int(state["epoch"])
-        check_order(state, self.total(epoch), self.digest(epoch))
+        check_mix(state, self.mix)
+        total = self.total(epoch)
+        check_order(state, total, self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
-        self._start_pass(epoch, int(state["position"]), done, int(state.get("start", 0)))
+        position, start = int(state["position"]), int(state.get("start", 0))
+        self._check_within(total, done, start, position)
+        self._start_pass(epoch, position, done, start)
+
+    def _check_within(self, total: int, done: Intervals, start: int, position: int) -> None:
+        """Refuse a resume point outside its epoch (an edited state): a
+        position before 0 repeated crops, a ``start`` or ``done`` past the
+        epoch ended it at once as if served."""
+        if any(not 0 <= first < last <= total for first, last in done):
+            raise ValueError(f"state's done intervals lie outside the epoch's {total} crops")
+        p = self.partition
+        split = dataclasses.replace(self.split, done=done, consumed=max(start, 0))
+        share = len(split.rank_share(total, p.rank, p.world_size))
+        if not 0 <= start <= share:
+            raise ValueError(
+                f"state says {start} crops of this rank's share were consumed before "
+                f"its pass, but it has {share}"
+            )
+        mine = len(split.positions(total, p)[0])
+        if not 0 <= position <= mine:
+            raise ValueError(f"state is at crop {position} of this consumer's {mine}")
 
     @property
     def stats(self) -> StreamerStats:
@@ -461,10 +496,19 @@ class Streamer:
     # -- async use --------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Crop]:
-        self._async_loop = object()  # a new ``async for``: see ``_mark_closed``
-        return self
+        """An ``async for``'s own iterator over the pass: ``aclose()`` while
+        it is under way ends it (its next step raises ``RuntimeError``),
+        while the Streamer goes on (a new ``async for``, or ``anext(s)``)."""
+        return _AsyncLoop(self)
 
     async def __anext__(self) -> Crop:
+        """The next crop (``await anext(s)``): the Streamer itself is no loop
+        that ``aclose()`` ends; it goes on from the last crop yielded."""
+        return await self._anext(None)
+
+    async def _anext(self, loop: _AsyncLoop | None) -> Crop:
+        """The next crop for ``loop`` (None: a bare ``anext(s)``)."""
+        self._async_loop = None if loop is None else weakref.ref(loop)  # see ``_mark_closed``
         if self._iteration is not None:
             raise RuntimeError(_BUSY)
         handover = _Handover()
@@ -492,8 +536,11 @@ class Streamer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Stop the pipeline and every worker process; an ``async for`` under
-        way (another task's) ends with ``RuntimeError``, as ``close`` says."""
+        """Stop the pipeline and every worker process; the ``async for`` under
+        way (the one that asked for the last crop: another task's, or this
+        one's own) ends with ``RuntimeError``, as ``close`` says. The
+        Streamer goes on: a new ``async for`` or ``anext(s)`` continues
+        from the last crop yielded."""
         self._mark_closed()
         await _awaiting(self._shutdown())
 
@@ -592,7 +639,20 @@ class Streamer:
     def _mark_closed(self) -> None:
         """Note the loop under way (``for`` or ``async for``) as closed: its
         next request raises instead of starting the pass again (``_take``)."""
-        self._closed_under = self._iteration if self._iteration is not None else self._async_loop
+        if self._iteration is not None:
+            self._closed_under = self._iteration
+            return
+        loop = self._async_loop() if self._async_loop is not None else None
+        if loop is not None:
+            loop.closed = True
+
+    def _asker_closed(self) -> bool:
+        """Whether the loop asking for a crop (the ``for`` loop, else the
+        ``async for`` of the request) is one ``close()`` / ``aclose()`` ended."""
+        if self._iteration is not None:
+            return self._closed_under is self._iteration
+        loop = self._async_loop() if self._async_loop is not None else None
+        return loop is not None and loop.closed
 
     # -- on the store loop ------------------------------------------------------
 
@@ -658,10 +718,7 @@ class Streamer:
     async def _take(self) -> Crop | object:
         resources = self._resources
         if resources.run is None:
-            if self._closed_under is not None and self._closed_under in (
-                self._iteration,
-                self._async_loop,
-            ):
+            if self._asker_closed():
                 raise RuntimeError(CLOSED)  # this loop's pass was closed: not a new one
             total = await anyio.to_thread.run_sync(self._prepare)
             await self._start_pool()
@@ -702,10 +759,10 @@ class Streamer:
         self._stats.yielded += 1
         self._stats.add_latency(item.latency)
         crop = item.result
-        plan, share_index = self._consumer_plan()
+        share_index = self._consumer_plan()[1]
         crop.position, crop.epoch = int(share_index[item.position]), self.epoch
         crop.fields, crop.supervisions = carried
-        crop.source = self.source_names[int(plan.source[item.position])]
+        crop.source = self.source_of(item.position)
         return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
@@ -717,11 +774,11 @@ class Streamer:
         self._position = position + 1
         if self.on_error == "raise":
             raise failure.error()
-        self._stats.count_skip(failure.reason)
+        source = self.source_of(position)
+        self._stats.count_skip(failure.reason, source)
         if self.on_skip is not None:
             self.on_skip(position, failure.reason)
         _, request = self.request(position)
-        source = self.source_names[int(self.plan().source[position])]
         log.warning(
             "skipping crop [%g, %g) s of key %r (%sshard %s): %s: %s",
             request.start,
@@ -766,6 +823,27 @@ class Streamer:
     def _require_idle(self) -> None:
         if self._resources.run is not None:
             raise RuntimeError("cannot change the epoch or state while iterating")
+
+
+class _AsyncLoop:
+    """What ``Streamer.__aiter__`` returns: one ``async for``. ``aclose()``
+    while it is under way marks it ``closed``: its next step raises, as a
+    ``for`` loop's iterator does after ``close()``. The Streamer holds it
+    weakly: a loop left with ``break`` keeps the Streamer alive, never the
+    other way round."""
+
+    __slots__ = ("__weakref__", "_streamer", "closed")
+
+    def __init__(self, streamer: Streamer) -> None:
+        self._streamer, self.closed = streamer, False
+
+    def __aiter__(self) -> _AsyncLoop:
+        return self
+
+    async def __anext__(self) -> Crop:
+        if self.closed:
+            raise RuntimeError(CLOSED)
+        return await self._streamer._anext(self)
 
 
 class _Handover:
@@ -947,6 +1025,30 @@ def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:
             f"({state.get('total', '?')} crops), this dataset plans {total}: "
             "other data, sampler or options?"
         )
+
+
+def check_mix(state: Mapping[str, Any], mix: list[list[Any]] | None) -> None:
+    """Refuse a state of another mix than ``mix`` (``Mix.items``; None: a
+    single dataset), naming both: items renamed or reordered, or other
+    weights (the digest differs too, but says only "another order"). A
+    state without ``mix`` is not checked."""
+    if "mix" in state and state["mix"] != mix:
+        raise ValueError(
+            f"state is for {_mix_label(state['mix'])}, this is {_mix_label(mix)}: "
+            "a resume needs the same items in the same order, with the same names "
+            "and weights (its crops would be drawn from, or labelled as, other items)"
+        )
+
+
+def _mix_label(mix: Sequence[Sequence[Any]] | None) -> str:
+    """A mix as errors name it: its items' names and shares of the weights."""
+    if mix is None:
+        return "a single dataset (no Mix)"
+    items = ", ".join(
+        f"({'item ' + str(n) + ' by its URL' if name is None else repr(name)}, {weight:.4g})"
+        for n, (name, weight) in enumerate(mix)
+    )
+    return f"the Mix of items [{items}]"
 
 
 def check_streamer_options(owner: str, data: object, options: Mapping[str, Any]) -> None:

@@ -126,3 +126,40 @@ async def test_aclose_from_another_task_ends_its_async_for(packed: Path) -> None
     assert len(taken) == 3 and s.state_dict()["epoch"] == 0 and s.worker_pids == []
     rest = [crop async for crop in s]
     assert len(rest) == total - 3 and s.epoch == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.anyio
+async def test_after_aclose_the_streamer_goes_on_and_only_the_closed_loop_ends(
+    packed: Path,
+) -> None:
+    """An ``async for`` left with ``break``, then ``aclose()``: a bare
+    ``await anext(s)`` raised "closed in the middle of a pass" (the Streamer
+    took it for the closed loop's next step), while a new ``async for``
+    went on. Now the Streamer itself goes on from the last crop yielded, as
+    after ``close()`` a new ``for`` does; the loop that was under way (an
+    ``aiter(s)`` of its own, or one closed from its own body) ends, as a
+    ``for`` loop's iterator does."""
+    sampler = RandomCrops(0.5, per_episode=6)
+    whole = [(c.key, c.start) for c in Streamer(streamer.open_dataset(packed), sampler, workers=0)]
+    s = Streamer(streamer.open_dataset(packed), sampler, workers=0)
+    got = []
+    async for crop in s:
+        got.append(crop)
+        break
+    await s.aclose()
+    got.append(await anext(s))  # the Streamer itself: the next crop
+    assert s.state_dict()["position"] == 2
+    await s.aclose()
+    got.append(await anext(s))  # and again, after a bare anext
+    loop = aiter(s)
+    got.append(await anext(loop))
+    await s.aclose()
+    with pytest.raises(RuntimeError, match=CLOSED):
+        await anext(loop)  # the loop under way ends, as a for loop's iterator does
+    with pytest.raises(RuntimeError, match=CLOSED):
+        async for crop in s:
+            got.append(crop)
+            await s.aclose()  # from the loop's own body: its next step ends it
+    got += [crop async for crop in s]
+    assert [(c.key, c.start) for c in got] == whole and s.epoch == 1

@@ -125,6 +125,7 @@ def test_collate_makes_tensors_of_numeric_fields(labelled: Path) -> None:
             RandomCrops(0.5),
             columns=["speaker", "label"],
             supervisions="transcript",
+            sample_rate=16000,
             mono=True,
             workers=0,
         )

@@ -145,7 +145,7 @@ def test_a_resumed_mix_yields_the_rest_of_the_epoch_and_refuses_another_mix(
         [speech],  # an item missing
         [speech, (music[0], 1.0, "music"), (str(packed), 1.0, "more")],  # one more
     ):
-        with pytest.raises(ValueError, match="another order of epoch 0"):
+        with pytest.raises(ValueError, match="state is for the Mix of items"):
             Streamer(Mix(other), sampler, workers=0, seed=3).load_state_dict(state)
 
 
@@ -242,6 +242,9 @@ def test_a_source_whose_shard_is_corrupt_has_its_crops_skipped_not_replaced(
     assert sum(c.source == "music" for c in crops) == planned[1] - skipped
     said = [r.getMessage() for r in caplog.records if "skipping crop" in r.getMessage()]
     assert len(said) == skipped and all("of source 'music'" in m for m in said)
+    # the counts say which dataset lost them, not only why
+    assert s.stats.skipped_by_source == {"music": s.stats.skipped}
+    assert s.stats.as_dict()["skipped_by_source"] == {"music": s.stats.skipped}
 
 
 def test_a_share_under_one_crop_is_named(
@@ -275,3 +278,37 @@ def test_the_warnings_name_the_item_not_only_its_url(
         Streamer(Mix(items), RandomCrops(0.5, per_episode=2)).plan()
     url = streamer.open_dataset(packed).url
     assert _the_warning(caplog).startswith(f"Mix: item 'augmented' at {url} (weight 1) ")
+
+
+def test_a_resume_refuses_a_mix_of_other_names_and_says_why(packed: Path, tmp_path: Path) -> None:
+    """The same two datasets with their names swapped plan the same order:
+    its state loaded without a word and every crop after it was labelled
+    with the other item's name for the rest of the epoch. So is the same
+    dataset twice under two names, swapped. A state names its mix's items
+    and weights; the same weights scaled (4:2 for 2:1) are the same mix."""
+    (speech, _, _), (music, _, _) = items = _two(packed, tmp_path)
+    sampler = RandomCrops(0.5, per_episode=3)
+    for given, other in (
+        (items, [(speech, 2.0, "music"), (music, 1.0, "speech")]),
+        (
+            [(speech, 1.0, "clean"), (speech, 1.0, "noisy")],
+            [(speech, 1.0, "noisy"), (speech, 1.0, "clean")],
+        ),
+    ):
+        s = Streamer(Mix(given), sampler, workers=0, seed=3)
+        crops = iter(s)
+        [next(crops) for _ in range(5)]
+        state = s.state_dict()
+        s.close()
+        assert state["mix"] == [[name, w / sum(x[1] for x in given)] for _, w, name in given]
+        other_mix = Streamer(Mix(other), sampler, workers=0, seed=3)
+        assert other_mix.digest() != s.digest()
+        with pytest.raises(ValueError, match=r"state is for the Mix of items \[.*\], this is"):
+            other_mix.load_state_dict(state)
+    scaled = Streamer(Mix([(speech, 4.0, "speech"), (music, 2.0, "music")]), sampler, workers=0)
+    s = Streamer(Mix(items), sampler, workers=0)
+    next(iter(s))
+    state = s.state_dict()
+    s.close()
+    scaled.load_state_dict(state)
+    assert len(list(scaled)) == 26

@@ -264,3 +264,33 @@ def test_counts_are_whole_numbers_not_below_zero(packed: Path) -> None:
             Streamer(packed, RandomCrops(0.5), workers=0, **{name: value})
     assert len(list(Streamer(packed, RandomCrops(0.5), workers=0, max_crops=0))) == 0
     assert len(list(Streamer(packed, RandomCrops(0.5), workers=0, queue_size=0))) == everything
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"position": -3}, r"at crop -3 of this consumer's 21"),
+        ({"position": 22}, r"at crop 22 of this consumer's 21"),
+        ({"start": 999}, r"999 crops of this rank's share .* it has 21"),
+        ({"start": -1}, r"-1 crops of this rank's share"),
+        ({"done": [[5, 900]]}, r"done intervals lie outside the epoch's 21 crops"),
+        ({"done": [[-2, 3]]}, r"done intervals lie outside the epoch's 21 crops"),
+    ],
+)
+def test_a_state_out_of_its_epoch_is_refused(
+    packed: Path, change: dict[str, object], says: str
+) -> None:
+    """A position before 0 repeated crops (-3: 24 crops of an epoch of 21),
+    a start or done past the epoch ended it at once, served as done: each
+    without a word (a state edited, or of another job's options)."""
+    dataset = streamer.open_dataset(packed)
+
+    def make() -> Streamer:
+        return Streamer(dataset, RandomCrops(0.5, per_episode=3), seed=2, workers=0)
+
+    state = make().state_dict()
+    with pytest.raises(ValueError, match=says):
+        make().load_state_dict({**state, **change})
+    edge = make()
+    edge.load_state_dict({**state, "position": 21})  # the very end: nothing left
+    assert list(edge) == [] and edge.epoch == 1
