@@ -437,6 +437,7 @@ class Streamer:
         """Continue from a ``state_dict()`` taken by the same consumer (same seed
         and partition; the sampler and data must be the same too)."""
         self._require_idle()
+        _check_keys(state)
         p = self.partition
         mine = {"seed": self.seed, "rank": p.rank, "world_size": p.world_size}
         mine |= {"worker": p.worker, "num_workers": p.num_workers}
@@ -1012,6 +1013,26 @@ def _check_counts(**counts: int | None) -> None:
             isinstance(value, bool) or not isinstance(value, Integral) or value < 0
         ):
             raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+
+
+#: What every ``Streamer.state_dict()`` holds; the other fields have defaults.
+_STATE_KEYS = ("seed", "epoch", "position", "rank", "world_size", "worker", "num_workers")
+
+
+def _check_keys(state: Mapping[str, Any]) -> None:
+    """Refuse a state that is not a Streamer's with a line naming what it
+    lacks (a ``KeyError: 'position'`` from the middle of loading said nothing)."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"a Streamer state is a dict from state_dict(), not {type(state).__name__}")
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        hint = (
+            ": a CropDataset's state (from CropDataset.state_dict) is loaded by "
+            "CropDataset.load_state_dict"
+            if "consumed" in state and "position" not in state
+            else ""
+        )
+        raise ValueError(f"not a Streamer.state_dict(): it has no {', '.join(missing)}{hint}")
 
 
 def check_order(state: Mapping[str, Any], total: int, digest: str) -> None:

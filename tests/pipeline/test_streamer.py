@@ -294,3 +294,20 @@ def test_a_state_out_of_its_epoch_is_refused(
     edge = make()
     edge.load_state_dict({**state, "position": 21})  # the very end: nothing left
     assert list(edge) == [] and edge.epoch == 1
+
+
+def test_a_state_that_is_not_a_streamers_says_what_it_lacks(packed: Path) -> None:
+    """A CropDataset's rank state, or a state cut down by hand, handed to
+    ``Streamer.load_state_dict`` failed with ``KeyError: 'position'``."""
+    from streamer.torch import CropDataset
+
+    dataset = streamer.open_dataset(packed)
+    sampler = RandomCrops(0.5, per_episode=3)
+    rank_state = CropDataset(dataset, sampler, seed=2).state_dict({"position": [1]})
+    streamer_ = Streamer(dataset, sampler, seed=2, workers=0)
+    with pytest.raises(ValueError, match=r"no position, worker, num_workers: a CropDataset"):
+        streamer_.load_state_dict(rank_state)
+    with pytest.raises(ValueError, match=r"^not a Streamer.state_dict\(\): it has no epoch$"):
+        streamer_.load_state_dict({k: v for k, v in streamer_.state_dict().items() if k != "epoch"})
+    with pytest.raises(TypeError, match="not list"):
+        streamer_.load_state_dict([])  # type: ignore[arg-type]
