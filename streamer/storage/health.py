@@ -76,6 +76,8 @@ class StoreHealth:
         #: When the current run of failures began (None: the store answers).
         self.failing_since: float | None = None
         self.reason = "no answer yet"
+        #: Whether the store has answered anything (a success, a 404) in this process.
+        self.answered = False
         self._level = 0
         self._closed_at = 0.0
         self._closed_until = 0.0
@@ -162,6 +164,7 @@ class StoreHealth:
         self._changed = asyncio.Event()
 
     def _succeeded(self, probe: bool, sent: float) -> None:
+        self.answered = True
         if self.in_outage and sent < self._closed_at:
             return  # sent before the outage began: says nothing about the store now
         if self._announced:

@@ -79,6 +79,7 @@ from .http import (
     open_session,
     proxy_for,
     ranged_get,
+    unresolved_host,
 )
 from .loop import run_sync
 from .remote import Answer, NotFound
@@ -569,8 +570,14 @@ class _S3Errors:
                 f"{self.url}: the server's certificate does not verify ({describe(cause)})"
             ) from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
+            cause = getattr(exc, "kwargs", {}).get("error")  # what aiohttp said, if anything
             message = redact(f"{type(exc).__name__}: {exc}")
-            raise TransientError(message, congestion=is_timeout(exc)) from None
+            if isinstance(cause, aiohttp.ClientError):
+                message = f"{message} ({describe(cause)})"
+            unresolved = unresolved_host(cause if cause is not None else exc)
+            raise TransientError(
+                message, congestion=is_timeout(exc), unresolved=unresolved
+            ) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(
                 f"{self.url}: no credentials found: set AWS_ACCESS_KEY_ID and "

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 from helpers import SECRET
 
 from streamer.storage.s3 import S3Store
 from testkit import s3servers
 from testkit.processes import ServerProcess
+from testkit.servers import s3_client
 
 KEY_ID = "test-key-id"
 FAST = {"backoff": 0.05, "max_backoff": 0.5, "connect_timeout": 2.0, "read_timeout": 2.0}
@@ -40,13 +40,7 @@ def rclone(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def _client(endpoint: str):  # type: ignore[no-untyped-def]
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=KEY_ID,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
+    return s3_client(endpoint, KEY_ID, SECRET)
 
 
 def _s3_store(endpoint: str, **options: object) -> S3Store:
@@ -90,3 +84,25 @@ def test_a_multipart_upload_the_restarted_server_forgot_is_started_anew(
     assert store.stats.retries > 0  # the crash hit the upload
     body = _client(rclone.url).get_object(Bucket="data", Key="big")["Body"].read()
     assert body == source.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_a_host_that_does_not_resolve_fails_at_once_in_one_line(kind: str) -> None:
+    """An endpoint whose name does not resolve (a typo; ``.invalid`` never
+    does) is no outage to wait out: the first request of a store that never
+    answered fails at once, saying so (it used to wait the whole budget, 30 s
+    in the CLI and 300 s in a training run, and botocore's message did not
+    say why it 'could not connect')."""
+    from streamer.errors import StorageError
+    from streamer.storage.http import HTTPStore
+
+    host = "no-such-host.invalid"
+    began = time.monotonic()
+    with pytest.raises(StorageError) as caught:
+        if kind == "http":
+            HTTPStore("http", {"give_up_after": 20.0, **FAST}).list_sync(f"http://{host}/ds")
+        else:
+            _s3_store(f"http://{host}:9000", give_up_after=20.0).list_sync("data/ds")
+    message = str(caught.value)
+    assert time.monotonic() - began < 5.0, message
+    assert "\n" not in message and host in message and "does not resolve" in message
