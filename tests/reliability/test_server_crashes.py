@@ -16,13 +16,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import SECRET
 
+from streamer import RandomCrops, Streamer, open_dataset
+from streamer.errors import StorageError
 from streamer.storage.s3 import S3Store
-from testkit import s3servers
+from testkit import httpservers, s3servers
 from testkit.processes import ServerProcess
-from testkit.servers import s3_client
+from testkit.servers import s3_client, upload_tree
 
 KEY_ID = "test-key-id"
 FAST = {"backoff": 0.05, "max_backoff": 0.5, "connect_timeout": 2.0, "read_timeout": 2.0}
@@ -93,7 +96,6 @@ def test_a_host_that_does_not_resolve_fails_at_once_in_one_line(kind: str) -> No
     answered fails at once, saying so (it used to wait the whole budget, 30 s
     in the CLI and 300 s in a training run, and botocore's message did not
     say why it 'could not connect')."""
-    from streamer.errors import StorageError
     from streamer.storage.http import HTTPStore
 
     host = "no-such-host.invalid"
@@ -106,3 +108,150 @@ def test_a_host_that_does_not_resolve_fails_at_once_in_one_line(kind: str) -> No
     message = str(caught.value)
     assert time.monotonic() - began < 5.0, message
     assert "\n" not in message and host in message and "does not resolve" in message
+
+
+# -- a pass over a server that crashes or hangs --------------------------------------
+
+#: Small blocks and cache: the crops after the crash still need requests.
+SMALL_CACHE = {"block_size": 16 * 1024, "cache_bytes": 64 * 1024, "hedge_after": 0.5}
+
+
+@pytest.fixture(params=["nginx", "rclone"])
+def served_packed(request, packed: Path, tmp_path: Path, make_store):  # type: ignore[no-untyped-def]
+    """(open the ``packed`` dataset through a new store with options, its
+    server process): nginx over the folder, or rclone holding it in a bucket."""
+    from streamer.dataset import Dataset
+
+    if request.param == "nginx":
+        process = httpservers.start("nginx", packed.parent, tmp_path / "nginx")
+
+        def open_remote(**options: object) -> Dataset:
+            store = make_store("http", **FAST, **SMALL_CACHE, **options)
+            return Dataset(f"{process.url}/{packed.name}", store=store)
+
+    else:
+        process = s3servers.start("rclone", tmp_path / "rclone", KEY_ID, SECRET)
+        upload_tree(process.url, packed, "data", "packed", KEY_ID, SECRET)
+
+        def open_remote(**options: object) -> Dataset:
+            store = make_store("s3", process.url, **FAST, **SMALL_CACHE, **options)
+            return Dataset("data/packed", store=store)
+
+    try:
+        yield open_remote, process
+    finally:
+        process.stop()
+
+
+def _local_crops(packed: Path) -> dict[tuple[str, float], np.ndarray]:
+    crops = Streamer(open_dataset(packed), SAMPLER, seed=3, workers=0)
+    return {(c.key, c.start): c.audio for c in crops}
+
+
+SAMPLER = RandomCrops(0.5, per_episode=3)
+
+
+def _stream(dataset, on_crop) -> tuple[list, BaseException | None]:  # type: ignore[no-untyped-def]
+    """Crops of one pass (workers=1) and the error that ended it, if any;
+    ``on_crop(n)`` after the n-th crop."""
+    crops: list = []
+    try:
+        for crop in Streamer(dataset, SAMPLER, seed=3, workers=1, prefetch=2):
+            crops.append(crop)
+            on_crop(len(crops))
+    except StorageError as exc:
+        return crops, exc
+    return crops, None
+
+
+def test_a_pass_rides_out_a_server_killed_and_restarted_on_its_port(
+    served_packed, packed: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL mid-pass (connections refused), the server back on the same
+    port 2 s later: every crop of the pass, each equal to the local one, the
+    retries counted."""
+    open_remote, process = served_packed
+    dataset = open_remote(give_up_after=20.0)
+    restart: list[threading.Thread] = []
+
+    def crash(n: int) -> None:
+        if n == 3:
+            process.kill()
+            restart.append(threading.Timer(2.0, process.restart))
+            restart[0].start()
+
+    crops, error = _stream(dataset, crash)
+    restart[0].join()
+    assert error is None
+    local = _local_crops(packed)
+    assert len(crops) == len(local)
+    for crop in crops:
+        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+    stats = dataset.store.stats
+    assert stats.retries > 0 and stats.outages == 1 and stats.failures == 0
+
+
+def test_a_server_back_after_the_budget_ends_the_pass_with_one_clear_error(
+    served_packed,
+) -> None:  # type: ignore[no-untyped-def]
+    """Killed and back only after the time budget: the pass raises one
+    ``StorageError`` naming the object, the crops before it yielded."""
+    open_remote, process = served_packed
+    dataset = open_remote(give_up_after=1.5)
+    began: list[float] = []
+
+    def crash(n: int) -> None:
+        if n == 3:
+            process.kill()
+            began.append(time.monotonic())
+
+    crops, error = _stream(dataset, crash)
+    assert isinstance(error, StorageError), error
+    assert time.monotonic() - began[0] < 8.0
+    message = str(error)
+    assert "\n" not in message and ".wsds" in message and "gave up" in message
+    assert len(crops) >= 3
+    assert dataset.store.stats.failure_reasons.get("gave up retrying", 0) >= 1
+
+
+def test_a_paused_server_costs_timeouts_not_the_pass(served_packed, packed: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGSTOP mid-pass (the kernel accepts connections, nothing answers),
+    SIGCONT 3 s later: read timeouts and hedges, no deadlock, every crop."""
+    open_remote, process = served_packed
+    dataset = open_remote(give_up_after=20.0)
+    resume: list[threading.Thread] = []
+
+    def pause(n: int) -> None:
+        if n == 3:
+            process.pause()
+            resume.append(threading.Timer(3.0, process.resume))
+            resume[0].start()
+
+    crops, error = _stream(dataset, pause)
+    resume[0].join()
+    assert error is None
+    local = _local_crops(packed)
+    assert sorted((c.key, c.start) for c in crops) == sorted(local)
+    for crop in crops:
+        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+
+
+def test_a_server_paused_for_good_ends_the_pass_within_the_budget(served_packed) -> None:  # type: ignore[no-untyped-def]
+    """SIGSTOP for good: the pass raises ``StorageError`` once the budget is
+    spent (plus one read timeout), never waits forever."""
+    open_remote, process = served_packed
+    dataset = open_remote(give_up_after=3.0)
+    began: list[float] = []
+
+    def pause(n: int) -> None:
+        if n == 3:
+            process.pause()
+            began.append(time.monotonic())
+
+    try:
+        _, error = _stream(dataset, pause)
+    finally:
+        process.resume()
+    assert isinstance(error, StorageError), error
+    assert time.monotonic() - began[0] < 3.0 + 2 * FAST["read_timeout"] + 3.0
+    assert ".wsds" in str(error)
