@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SECRET
+from helpers import SECRET, write_audio
 
 from streamer import RandomCrops, Streamer, open_dataset
+from streamer.dataset import Dataset
 from streamer.errors import StorageError
 from streamer.storage.s3 import S3Store
 from testkit import httpservers, s3servers
@@ -120,8 +121,6 @@ SMALL_CACHE = {"block_size": 16 * 1024, "cache_bytes": 64 * 1024, "hedge_after":
 def served_packed(request, packed: Path, tmp_path: Path, make_store):  # type: ignore[no-untyped-def]
     """(open the ``packed`` dataset through a new store with options, its
     server process): nginx over the folder, or rclone holding it in a bucket."""
-    from streamer.dataset import Dataset
-
     if request.param == "nginx":
         process = httpservers.start("nginx", packed.parent, tmp_path / "nginx")
 
@@ -255,3 +254,55 @@ def test_a_server_paused_for_good_ends_the_pass_within_the_budget(served_packed)
     assert isinstance(error, StorageError), error
     assert time.monotonic() - began[0] < 3.0 + 2 * FAST["read_timeout"] + 3.0
     assert ".wsds" in str(error)
+
+
+def test_another_dataset_at_the_same_url_after_a_crash_is_a_change_not_a_mix(
+    tmp_path: Path, make_store, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """nginx serving dataset A crashes mid-pass; Caddy comes up on its port
+    serving dataset B at the same path (same keys, same shard names, other
+    audio). The pass raises 'changed on the server' (A's audio shards,
+    opened before, now answer with another size or ETag), every crop it
+    yielded is A's, and B's shards were not taken for A's stale ones."""
+    from streamer import SequentialCrops
+    from streamer.write.pack import pack
+
+    for name, seed in (("a", 0), ("b", 100)):
+        for n, codec in enumerate(("mp3", "flac", "wav", "aac")):
+            write_audio(tmp_path / f"src-{name}", f"f{n}", codec, 22050, 1, 2.0, seed=seed + n)
+        pack(
+            tmp_path / f"src-{name}",
+            tmp_path / name / "ds",
+            shard_size=40_000,
+            batch_size=1,
+            progress=False,
+        )
+    first = httpservers.start("nginx", tmp_path / "a", tmp_path / "nginx")
+    port = int(first.url.rsplit(":", 1)[1])
+    second: list[ServerProcess] = []
+    dataset = Dataset(f"{first.url}/ds", store=make_store("http", give_up_after=20.0, **FAST))
+    assert dataset.manifest is not None and len(dataset.shard_names) >= 3
+
+    def swap(n: int) -> None:
+        if n == 2:
+            first.kill()
+            second.append(httpservers.start("caddy", tmp_path / "b", tmp_path / "caddy", port))
+
+    sampler = SequentialCrops(0.5)
+    crops: list = []
+    try:
+        with pytest.raises(StorageError, match="changed on the server"):
+            for crop in Streamer(dataset, sampler, workers=1, prefetch=2, shuffle_window=0):
+                crops.append(crop)
+                swap(len(crops))
+    finally:
+        for process in (first, *second):
+            process.stop()
+    local = {
+        (c.key, c.start): c.audio
+        for c in Streamer(open_dataset(tmp_path / "a" / "ds"), sampler, workers=0)
+    }
+    for crop in crops:  # what was yielded is A's
+        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("streamer.dataset")]
+    assert not any("keys differ" in line or "is stale" in line for line in said), said
