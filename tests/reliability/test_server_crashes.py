@@ -306,3 +306,33 @@ def test_another_dataset_at_the_same_url_after_a_crash_is_a_change_not_a_mix(
         np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
     said = [r.getMessage() for r in caplog.records if r.name.startswith("streamer.dataset")]
     assert not any("keys differ" in line or "is stale" in line for line in said), said
+
+
+def test_a_hang_while_shards_open_is_no_reason_to_list_the_store(
+    packed: Path, tmp_path: Path, make_store, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """nginx stopped (SIGSTOP) between reading the manifest and opening the
+    shards: each footer read gives up at the budget. A shard the manifest
+    names that cannot be read used to send a listing of its directory (is
+    the manifest stale?) whatever the failure, so each hung shard cost one
+    more probe of the dead store after the budget (a 2 s budget ended after
+    3 footer reads and 3 listings, 8-10 s) and the failed listing was
+    remembered; only a missing shard (404) asks the listing now."""
+    import logging
+
+    process = httpservers.start("nginx", packed.parent, tmp_path / "nginx")
+    options = {**FAST, "read_timeout": 1.0, "give_up_after": 2.0, "hedge_after": None}
+    dataset = Dataset(f"{process.url}/{packed.name}", store=make_store("http", **options))
+    assert dataset.manifest is not None
+    caplog.set_level(logging.DEBUG, logger="streamer")
+    process.pause()
+    began = time.monotonic()
+    try:
+        with pytest.raises(StorageError, match=r"\.wsds"):
+            dataset.shard_names  # noqa: B018 (opens every shard)
+    finally:
+        process.resume()
+        process.stop()
+    listed = [r.getMessage() for r in caplog.records if "list http" in r.getMessage()]
+    assert listed == []
+    assert time.monotonic() - began < 2.0 + 2 * 1.0 + 1.5
