@@ -163,6 +163,26 @@ def _stream(dataset, on_crop) -> tuple[list, BaseException | None]:  # type: ign
     return crops, None
 
 
+def _pass_through_a_break(dataset, packed: Path, stop, start, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """A pass whose server is ``stop()``-ped after its third crop and
+    ``start()``-ed ``seconds`` later: every crop, each equal to the local one."""
+    later: list[threading.Timer] = []
+
+    def pause(n: int) -> None:
+        if n == 3:
+            stop()
+            later.append(threading.Timer(seconds, start))
+            later[0].start()
+
+    crops, error = _stream(dataset, pause)
+    later[0].join()
+    assert error is None
+    local = _local_crops(packed)
+    assert sorted((c.key, c.start) for c in crops) == sorted(local)
+    for crop in crops:
+        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+
+
 def test_a_pass_rides_out_a_server_killed_and_restarted_on_its_port(
     served_packed, packed: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -171,21 +191,7 @@ def test_a_pass_rides_out_a_server_killed_and_restarted_on_its_port(
     retries counted."""
     open_remote, process = served_packed
     dataset = open_remote(give_up_after=20.0)
-    restart: list[threading.Thread] = []
-
-    def crash(n: int) -> None:
-        if n == 3:
-            process.kill()
-            restart.append(threading.Timer(2.0, process.restart))
-            restart[0].start()
-
-    crops, error = _stream(dataset, crash)
-    restart[0].join()
-    assert error is None
-    local = _local_crops(packed)
-    assert len(crops) == len(local)
-    for crop in crops:
-        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+    _pass_through_a_break(dataset, packed, process.kill, process.restart, 2.0)
     stats = dataset.store.stats
     assert stats.retries > 0 and stats.outages == 1 and stats.failures == 0
 
@@ -218,21 +224,7 @@ def test_a_paused_server_costs_timeouts_not_the_pass(served_packed, packed: Path
     SIGCONT 3 s later: read timeouts and hedges, no deadlock, every crop."""
     open_remote, process = served_packed
     dataset = open_remote(give_up_after=20.0)
-    resume: list[threading.Thread] = []
-
-    def pause(n: int) -> None:
-        if n == 3:
-            process.pause()
-            resume.append(threading.Timer(3.0, process.resume))
-            resume[0].start()
-
-    crops, error = _stream(dataset, pause)
-    resume[0].join()
-    assert error is None
-    local = _local_crops(packed)
-    assert sorted((c.key, c.start) for c in crops) == sorted(local)
-    for crop in crops:
-        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+    _pass_through_a_break(dataset, packed, process.pause, process.resume, 3.0)
 
 
 def test_a_server_paused_for_good_ends_the_pass_within_the_budget(served_packed) -> None:  # type: ignore[no-untyped-def]
