@@ -328,3 +328,28 @@ def test_a_hang_while_shards_open_is_no_reason_to_list_the_store(
     listed = [r.getMessage() for r in caplog.records if "list http" in r.getMessage()]
     assert listed == []
     assert time.monotonic() - began < 2.0 + 2 * 1.0 + 1.5
+
+
+def test_after_the_budget_the_next_pass_goes_on_from_the_crop_that_failed(
+    served_packed, packed: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The pass the dead server ended raises; once the server is back,
+    iterating again yields the rest: together every crop of the epoch, once
+    each, equal to the local ones (nothing dropped by the error)."""
+    open_remote, process = served_packed
+    dataset = open_remote(give_up_after=1.0)
+    stream = Streamer(dataset, SAMPLER, seed=3, workers=1, prefetch=2)
+    crops: list = []
+    with pytest.raises(StorageError):
+        for crop in stream:
+            crops.append(crop)
+            if len(crops) == 3:
+                process.kill()
+    assert stream.epoch == 0
+    process.restart()
+    crops.extend(stream)
+    local = _local_crops(packed)
+    assert sorted((c.key, c.start) for c in crops) == sorted(local)
+    for crop in crops:
+        np.testing.assert_array_equal(crop.audio, local[(crop.key, crop.start)], err_msg=crop.key)
+    assert stream.epoch == 1
