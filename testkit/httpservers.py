@@ -26,12 +26,20 @@ __all__ = ["KINDS", "start"]
 KINDS = ("nginx", "caddy")
 
 
-def start(kind: str, root: str | os.PathLike[str], work: str | os.PathLike[str]) -> ServerProcess:
+def start(
+    kind: str,
+    root: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    port: int | None = None,
+) -> ServerProcess:
     """A running ``kind`` server of the files under ``root``, keeping its
-    configuration, log and temporary files under ``work``."""
+    configuration, log and temporary files under ``work``, on ``port`` (a
+    free one by default; a given one is how tests put another server where
+    one was)."""
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    (port,) = free_ports(1)
+    if port is None:
+        (port,) = free_ports(1)
     if kind == "nginx":
         return _nginx(Path(root), work, port).wait_ready()
     if kind == "caddy":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sysconfig
@@ -38,15 +39,46 @@ class ServerProcess:
         self.kind = kind
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
-        with open(log, "wb") as output:
-            self._process = subprocess.Popen(
-                command,
+        self._command, self._cwd = command, cwd
+        self._env = None if env is None else {**os.environ, **env}
+        self._process = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with open(self.log, "ab") as output:
+            return subprocess.Popen(
+                self._command,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                cwd=cwd,
-                env=None if env is None else {**os.environ, **env},
+                cwd=self._cwd,
+                env=self._env,
             )
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: no goodbye to its clients), and reap it."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: the kernel still accepts connections on its port,
+        nothing answers them."""
+        os.kill(self._process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        os.kill(self._process.pid, signal.SIGCONT)
+
+    def restart(self) -> ServerProcess:
+        """Start the same command again (same ports, same data) once the
+        previous process is gone, and wait until it answers."""
+        self.kill()
+        self._process = self._spawn()
+        return self.wait_ready()
 
     def wait_ready(self) -> ServerProcess:
         """Return once the port answers HTTP (any status: it is up), or raise
@@ -71,6 +103,8 @@ class ServerProcess:
         """Ask the server to stop; kill it after 2 s (SeaweedFS takes longer
         than that to shut down, and its data is thrown away anyway)."""
         if self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._process.pid, signal.SIGCONT)  # a paused server cannot stop
             self._process.terminate()
             try:
                 self._process.wait(2)

@@ -58,6 +58,7 @@ from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 from ..storage import open_url
 from ..storage.base import Store
 from ..storage.local import LocalStore
+from ..storage.remote import NotFound
 from ..timing import record
 from .manifest import Manifest, describe, read_manifest, store_manifest
 
@@ -638,7 +639,15 @@ class Dataset:
             reader = self.store.reader(path, self._sizes.get(path))
             shard = Shard(reader, column_dir=column_dir, tail=entry.tail if entry else TAIL_BYTES)
         except StorageError as exc:
-            if entry is not None and self._listed(column_dir, _shard_name(path)) is False:
+            # Only a shard the store says is not there (404) may mean a stale
+            # manifest; a store that fails (an outage, a hang) is asked nothing
+            # more: a listing would wait for it once more past its budget.
+            missing = isinstance(exc, NotFound) or not self.store.is_remote
+            if (
+                entry is not None
+                and missing
+                and self._listed(column_dir, _shard_name(path)) is False
+            ):
                 raise _StaleManifest(f"{column_dir}/{entry.file} is not in the store") from exc
             if self.store.is_remote:
                 raise

@@ -76,6 +76,8 @@ class StoreHealth:
         #: When the current run of failures began (None: the store answers).
         self.failing_since: float | None = None
         self.reason = "no answer yet"
+        #: Whether the store has answered anything (a success, a 404) in this process.
+        self.answered = False
         self._level = 0
         self._closed_at = 0.0
         self._closed_until = 0.0
@@ -96,9 +98,9 @@ class StoreHealth:
         """Wait until a request may be sent: ``True`` if it goes as the outage's
         probe, ``False`` if the store is healthy, ``None`` if it must give up:
         its own ``deadline`` passed, or the store has failed for the whole
-        budget and another request is already probing it (once the budget is
-        spent, a request either probes once or fails at once, so a store that
-        comes back is still noticed)."""
+        budget and the probe in flight failed too (once the budget is spent, a
+        request either probes once or goes by the answer of the probe in
+        flight, so a store that comes back is noticed by every request)."""
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -111,7 +113,13 @@ class StoreHealth:
             assert self.failing_since is not None
             store_deadline = self.failing_since + self._policy.give_up_after
             if now >= store_deadline:
-                return None
+                if not self._probing:
+                    return None
+                # Past the budget while another request probes: its answer (bounded
+                # by its timeouts) decides for this one too. Failing at once failed
+                # a new pass's requests against a store that had just come back.
+                await self._wait_change(deadline)
+                return None if self.in_outage else False
             wake = self._closed_until if now < self._closed_until else None
             await self._wait_change(_earliest(wake, deadline, store_deadline))
 
@@ -162,6 +170,7 @@ class StoreHealth:
         self._changed = asyncio.Event()
 
     def _succeeded(self, probe: bool, sent: float) -> None:
+        self.answered = True
         if self.in_outage and sent < self._closed_at:
             return  # sent before the outage began: says nothing about the store now
         if self._announced:

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import html.parser
 import re
+import socket
 import ssl as ssl_module
 import urllib.parse
 import urllib.request
@@ -419,7 +420,26 @@ def _network_error(url: str, exc: BaseException) -> Exception:
         return StorageError(f"{url}: not a valid URL")
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return StorageError(f"{url}: the server's certificate does not verify ({describe(exc)})")
-    return TransientError(describe(exc), congestion=is_timeout(exc))
+    return TransientError(
+        describe(exc), congestion=is_timeout(exc), unresolved=unresolved_host(exc)
+    )
+
+
+#: getaddrinfo's answers that the name does not exist (EAI_AGAIN, a resolver
+#: that failed for now, is not one of them).
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
+def unresolved_host(exc: BaseException | None) -> str | None:
+    """The host of a connection that failed because its name does not
+    resolve, else None."""
+    if (
+        isinstance(exc, aiohttp.ClientConnectorError)
+        and isinstance(exc.os_error, socket.gaierror)
+        and exc.os_error.errno in _NO_SUCH_NAME
+    ):
+        return exc.host
+    return None
 
 
 def check_span(url: str, span: Span, start: int, end: int) -> None:

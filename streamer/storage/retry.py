@@ -42,14 +42,23 @@ T = TypeVar("T")
 class TransientError(Exception):
     """A failure worth retrying. ``retry_after``: seconds the server asked for;
     ``congestion``: the store said it is overloaded (503, 429, ``SlowDown``, a
-    timeout), which makes the adaptive concurrency limit back off (``throttle.py``)."""
+    timeout), which makes the adaptive concurrency limit back off (``throttle.py``);
+    ``unresolved``: the host name that does not resolve (the resolver said there
+    is no such name, not that it failed for now), which is retried only for a
+    store that has answered before (a typo'd endpoint is no outage)."""
 
     def __init__(
-        self, cause: str, *, retry_after: float | None = None, congestion: bool = False
+        self,
+        cause: str,
+        *,
+        retry_after: float | None = None,
+        congestion: bool = False,
+        unresolved: str | None = None,
     ) -> None:
         super().__init__(cause)
         self.retry_after = retry_after
         self.congestion = congestion
+        self.unresolved = unresolved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +151,14 @@ async def call_with_retries(
             result = await health.send(request, slot=slot, hedge=hedge, probe=probe)
         except TransientError as exc:
             failure = exc
+            if exc.unresolved and not health.answered:
+                stats.failed("not retryable")
+                raise StorageError(
+                    redact(
+                        f"{what}: the host {exc.unresolved} does not resolve ({exc}); "
+                        "no request to this store has succeeded: check the URL or endpoint"
+                    )
+                ) from None
         except StorageError as exc:  # no retry mends it: it fails now, counted once
             stats.failed(_at_once(exc))
             log.debug("%s failed: %s", what, exc)

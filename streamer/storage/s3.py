@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import re
 import ssl
@@ -78,13 +79,16 @@ from .http import (
     open_session,
     proxy_for,
     ranged_get,
+    unresolved_host,
 )
 from .loop import run_sync
 from .remote import Answer, NotFound
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
-__all__ = ["B2Store", "S3Store"]
+__all__ = ["B2Store", "S3Store", "UploadLost"]
+
+log = logging.getLogger("streamer.storage")
 
 _CREDENTIAL_ALIASES = {
     "key": "aws_access_key_id",
@@ -115,6 +119,8 @@ MULTIPART_PART_SIZE = 32 << 20
 MAX_PARTS = 10_000
 #: Parts of one upload in flight at once: memory held is this times the part size.
 PARTS_IN_FLIGHT = 4
+#: Times a multipart upload the server forgot (``NoSuchUpload``: restarted) is begun anew.
+UPLOAD_RESTARTS = 2
 _TRANSIENT_CODES = {
     "SlowDown",
     "ServiceUnavailable",
@@ -382,13 +388,25 @@ class S3Store(RangeGetStore):
         if size <= self.multipart_threshold:
             return super().put_sync(path, source)
         self.check_writable(path)
-        upload = run_sync(self._start_upload(path))
-        try:
-            run_sync(self._upload_parts(path, os.fspath(source), size, upload))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                run_sync(self._abort_upload(path, upload))
-            raise
+        for restart in range(UPLOAD_RESTARTS + 1):
+            upload = run_sync(self._start_upload(path))
+            try:
+                run_sync(self._upload_parts(path, os.fspath(source), size, upload))
+            except UploadLost:
+                # The server forgot the upload (it restarted: rclone keeps uploads
+                # in memory): its parts are gone, the object was never completed.
+                if restart == UPLOAD_RESTARTS:
+                    raise
+                log.warning(
+                    "%s: the server lost the multipart upload; uploading it again",
+                    self.display(path),
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    run_sync(self._abort_upload(path, upload))
+                raise
+            else:
+                return None
         return None
 
     async def _start_upload(self, path: str) -> str:
@@ -552,8 +570,14 @@ class _S3Errors:
                 f"{self.url}: the server's certificate does not verify ({describe(cause)})"
             ) from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
+            cause = getattr(exc, "kwargs", {}).get("error")  # what aiohttp said, if anything
             message = redact(f"{type(exc).__name__}: {exc}")
-            raise TransientError(message, congestion=is_timeout(exc)) from None
+            if isinstance(cause, aiohttp.ClientError):
+                message = f"{message} ({describe(cause)})"
+            unresolved = unresolved_host(cause if cause is not None else exc)
+            raise TransientError(
+                message, congestion=is_timeout(exc), unresolved=unresolved
+            ) from None
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             raise StorageError(
                 f"{self.url}: no credentials found: set AWS_ACCESS_KEY_ID and "
@@ -593,11 +617,21 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
         retry_after = parse_retry_after(headers.get("retry-after"))
         congestion = status in (429, 503) or code in _CONGESTION_CODES
         return TransientError(message, retry_after=retry_after, congestion=congestion)
+    if code == "NoSuchUpload":
+        return UploadLost(
+            f"{url}: the server no longer knows the multipart upload ({message}): "
+            "it was aborted, or the server restarted and lost it"
+        )
     if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
         return NotFound(f"{url}: not found ({message})")
     if status == 416 or code == "InvalidRange":
         return RangeNotSatisfiable(f"{url}: {message}")
     return StorageError(f"{url}: {message}")
+
+
+class UploadLost(NotFound):
+    """``NoSuchUpload``: the server no longer knows a multipart upload (it
+    restarted, or the upload was aborted); ``put_sync`` begins it anew."""
 
 
 def _error_of(body: bytes) -> tuple[str, str]:
