@@ -39,7 +39,7 @@ class FsspecStore(RemoteStore):
         except (ValueError, ImportError) as exc:
             raise StorageError(f"unsupported URL scheme {scheme}:// ({exc})") from exc
         _check_options(scheme, self._class, self.backend_options)
-        self._async = issubclass(self._class, fsspec.asyn.AsyncFileSystem)
+        self._async = _drives_async(self._class, self.backend_options)
         self.url = f"{scheme}://"
 
     def cache_namespace(self) -> str:
@@ -58,12 +58,7 @@ class FsspecStore(RemoteStore):
 
     async def _connect(self) -> fsspec.AbstractFileSystem:
         if self._async:
-            return self._class(
-                asynchronous=True,
-                loop=asyncio.get_running_loop(),
-                skip_instance_cache=True,
-                **self.backend_options,
-            )
+            return self._class(**_on_loop(self._class, self.backend_options))
         return self._class(**self.backend_options)
 
     async def _disconnect(self, client: fsspec.AbstractFileSystem) -> None:
@@ -127,6 +122,40 @@ def _without_credentials(value: Any) -> Any:
             if not (isinstance(k, str) and _CREDENTIAL.search(k))
         }
     return value
+
+
+def _drives_async(kind: type, options: dict[str, Any]) -> bool:
+    """Whether ``kind(**options)`` can run on the store loop: an async file
+    system, and for a wrapper (``dir://``) one whose target is async too
+    (``DirFileSystem(asynchronous=True)`` over a sync file system raises
+    "can't use asynchronous with non-async fs")."""
+    if not issubclass(kind, fsspec.asyn.AsyncFileSystem):
+        return False
+    target = options.get("fs")
+    if isinstance(target, fsspec.AbstractFileSystem):
+        return bool(target.async_impl and target.asynchronous)
+    if "target_protocol" not in inspect.signature(kind.__init__).parameters:
+        return True
+    try:
+        inner = fsspec.get_filesystem_class(options.get("target_protocol") or "file")
+    except (ValueError, ImportError):
+        return False  # making the target fails, and says why, when the store connects
+    return _drives_async(inner, options.get("target_options") or {})
+
+
+def _on_loop(kind: type, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` that make an async ``kind`` on the running (store) loop, and
+    a wrapper's target too (``dir://`` over ``http://``: both must be async)."""
+    options = {
+        **options,
+        "asynchronous": True,
+        "loop": asyncio.get_running_loop(),
+        "skip_instance_cache": True,
+    }
+    if "target_protocol" in inspect.signature(kind.__init__).parameters and "fs" not in options:
+        inner = fsspec.get_filesystem_class(options.get("target_protocol") or "file")
+        options["target_options"] = _on_loop(inner, options.get("target_options") or {})
+    return options
 
 
 def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:
