@@ -1,5 +1,10 @@
 """Any other fsspec file system (``gcs://``, ``abfs://``, ``memory://``, ...).
 
+URLs are read as fsspec reads them: a chain (``zip://ds::file:///x.zip``,
+``simplecache::s3://...``) is the outer file system over the inner one, and
+a host, port, user and password in a URL (``ftp://``, ``sftp://``) are
+options of its file system (credentials masked wherever they turn up).
+
 fsspec implementations with an async API are driven on the store loop
 directly; synchronous ones run each call in a worker thread, so a slow file
 system never blocks the loop. fsspec's ``cat_file`` takes an exclusive
@@ -21,9 +26,10 @@ from typing import Any
 import fsspec
 import fsspec.asyn
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsupportedURLError
+from ._urls import redact, register_secret, safe_url
 from .base import Entry
-from .remote import Answer, NotFound, RemoteStore, check_length
+from .remote import GENERIC_OPTIONS, Answer, NotFound, RemoteStore, check_length
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]
@@ -34,13 +40,44 @@ class FsspecStore(RemoteStore):
 
     def __init__(self, scheme: str, options: dict[str, Any]) -> None:
         super().__init__(scheme, options)
-        try:
-            self._class = fsspec.get_filesystem_class(scheme)
-        except (ValueError, ImportError) as exc:
-            raise StorageError(f"unsupported URL scheme {scheme}:// ({exc})") from exc
+        self._class = _filesystem_class(scheme, f"{scheme}://")
         _check_options(scheme, self._class, self.backend_options)
         self._async = _drives_async(self._class, self.backend_options)
+        for value in _credentials(self.backend_options):
+            register_secret(value)
         self.url = f"{scheme}://"
+        # Where the paths are: an FTP server's host, a chain's target (an archive).
+        host = self.backend_options.get("host")
+        port = self.backend_options.get("port")
+        self._server = f"{host}:{port}" if host and port else str(host or "")
+        self._within = _target(self.backend_options)
+
+    @classmethod
+    def split_url(cls, url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """(protocol, store options, path) of an fsspec URL, as fsspec reads it
+        (``url_to_fs``): a chain ``zip://ds::file:///x.zip`` is the outer file
+        system with the inner one as its target (``fo``, ``target_protocol``,
+        ``target_options``), and what each part's URL says of its file
+        system (an FTP host, port, user and password) goes into its options;
+        options given explicitly win."""
+        options = cls.canonical_options(options)
+        generic = {name: options.pop(name) for name in GENERIC_OPTIONS if name in options}
+        try:
+            chain = fsspec.core._un_chain(url, options)
+        except (ValueError, ImportError) as exc:
+            raise _unsupported(url, exc) from None
+        inner: dict[str, Any] = {}
+        for depth, (path, protocol, kwargs) in enumerate(reversed(chain)):
+            if depth == len(chain) - 1:
+                inner = {**kwargs, **inner}
+            else:
+                inner = {
+                    "target_options": {**kwargs, **inner},
+                    "target_protocol": protocol,
+                    "fo": path,
+                }
+        path, protocol, _ = chain[0]
+        return protocol, {**inner, **generic}, path
 
     def cache_namespace(self) -> str:
         """The scheme and the options that pick the file system (``fo=`` of a
@@ -51,15 +88,23 @@ class FsspecStore(RemoteStore):
         return f"{self.url} {hashlib.sha256(text.encode()).hexdigest()}"
 
     def display(self, path: str) -> str:
-        return f"{self.scheme}://{path.lstrip('/')}" if "://" not in path else path
+        if "://" in path:
+            return safe_url(path)
+        where = f"{self._server}/" if self._server else ""
+        return f"{self.scheme}://{where}{path.lstrip('/')}{self._within}"
 
     def path_of(self, scheme: str, rest: str) -> str:
         return self._class._strip_protocol(f"{scheme}://{rest}")
 
     async def _connect(self) -> fsspec.AbstractFileSystem:
-        if self._async:
-            return self._class(**_on_loop(self._class, self.backend_options))
-        return self._class(**self.backend_options)
+        try:
+            if self._async:
+                return self._class(**_on_loop(self._class, self.backend_options))
+            # Made in a thread: some connect (FTP) or read an archive's index.
+            return await asyncio.to_thread(self._class, **self.backend_options)
+        except Exception as exc:
+            reason = " ".join(redact(f"{type(exc).__name__}: {exc}").split())[:300]
+            raise StorageError(f"cannot open {self.display('')}: {reason}") from exc
 
     async def _disconnect(self, client: fsspec.AbstractFileSystem) -> None:
         """Nothing to do: fsspec file systems close their own sessions at exit."""
@@ -76,6 +121,9 @@ class FsspecStore(RemoteStore):
             raise StorageError(f"{self.display(args[0])}: cannot {method} ({exc})") from exc
         except (ConnectionError, TimeoutError) as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # a file system's own error: one line naming the object
+            reason = " ".join(redact(f"{type(exc).__name__}: {exc}").split())[:300]
+            raise StorageError(f"{self.display(args[0])}: cannot {method} ({reason})") from exc
 
     async def _get_range(self, client: Any, path: str, start: int, end: int) -> Answer:
         """The bytes alone: file systems do not say which version they read, nor
@@ -124,6 +172,48 @@ def _without_credentials(value: Any) -> Any:
     return value
 
 
+def _filesystem_class(protocol: str, url: str) -> type:
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise _unsupported(url, exc) from None
+
+
+def _unsupported(url: str, exc: Exception) -> UnsupportedURLError:
+    """The error for a URL no installed fsspec file system serves: fsspec's
+    "Protocol not known" or "Install gcsfs to access ..." (which package)."""
+    reason = str(exc)
+    if isinstance(exc, ValueError) and "not known" in reason:
+        reason = f"unknown URL scheme ({reason})"
+    return UnsupportedURLError(f"cannot read {safe_url(url)} ({reason})")
+
+
+def _target(options: dict[str, Any]) -> str:
+    """What a chained file system reads from, as the end of a URL
+    (``::file:///data/ds.zip``), without credentials; "" for no target."""
+    target = options.get("target_protocol")
+    fo = options.get("fo")
+    if not target or not isinstance(fo, str):
+        return ""
+    inner = options.get("target_options") or {}
+    host = inner.get("host")
+    where = f"{host}:{inner['port']}/" if host and inner.get("port") else f"{host}/" if host else ""
+    path = fo if target == "file" and not where else fo.lstrip("/")
+    return f"::{target}://{where}{path}{_target(inner)}"
+
+
+def _credentials(value: Any) -> list[str]:
+    """Every credential option's value (nested ones too), to be masked wherever it appears."""
+    if not isinstance(value, dict):
+        return []
+    found = []
+    for key, item in value.items():
+        if isinstance(key, str) and _CREDENTIAL.search(key) and isinstance(item, str):
+            found.append(item)
+        found.extend(_credentials(item))
+    return found
+
+
 def _drives_async(kind: type, options: dict[str, Any]) -> bool:
     """Whether ``kind(**options)`` can run on the store loop: an async file
     system, and for a wrapper (``dir://``) one whose target is async too
@@ -160,14 +250,13 @@ def _on_loop(kind: type, options: dict[str, Any]) -> dict[str, Any]:
 
 def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:
     """``StorageError`` unless ``kind(**options)`` can be called: a file system
-    that needs an argument (FTP's ``host``) gets it as a storage option, the
-    URL's host and user info are not read. Checked before any instance is
-    made (a half-made one may fail again, noisily, in its ``__del__``)."""
+    that needs an argument its URLs do not carry (GitHub's ``org``) gets it
+    as a storage option. Checked before any instance is made (a half-made
+    one may fail again, noisily, in its ``__del__``)."""
     try:
         inspect.signature(kind.__init__).bind(None, **options)
     except TypeError as exc:
         raise StorageError(
             f"{kind.__name__} for {scheme}:// URLs cannot be made from the storage options "
-            f"given ({exc}); a host or credentials in the URL are not read, give them as "
-            "storage options"
+            f"given ({exc}); give them as storage options"
         ) from None
