@@ -17,10 +17,12 @@ every file system fsspec wraps; a file system that cannot write raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import fsspec
@@ -33,6 +35,41 @@ from .remote import GENERIC_OPTIONS, Answer, NotFound, RemoteStore, check_length
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]
+
+
+class _Instances:
+    """Instances of a sync file system, each used by one call at a time: most
+    are not thread-safe (FTP's one control connection, SFTP's channel, a tar
+    archive's one file object), and the store's calls run in threads at
+    once. An instance whose call failed is dropped (its connection may be
+    broken); there are at most as many as calls in flight (``max_concurrency``)."""
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self._idle: list[fsspec.AbstractFileSystem] = []
+        self._all: list[fsspec.AbstractFileSystem] = []
+
+    async def make(self) -> fsspec.AbstractFileSystem:
+        fs = await asyncio.to_thread(self._make)
+        self._all.append(fs)
+        return fs
+
+    def put(self, fs: fsspec.AbstractFileSystem) -> None:
+        self._idle.append(fs)
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[fsspec.AbstractFileSystem]:
+        fs = self._idle.pop() if self._idle else await self.make()
+        try:
+            yield fs
+        except BaseException:
+            self._all.remove(fs)
+            raise
+        self._idle.append(fs)
+
+    def invalidate_cache(self, path: str) -> None:
+        for fs in self._all:
+            fs.invalidate_cache(path)
 
 
 class FsspecStore(RemoteStore):
@@ -96,25 +133,40 @@ class FsspecStore(RemoteStore):
     def path_of(self, scheme: str, rest: str) -> str:
         return self._class._strip_protocol(f"{scheme}://{rest}")
 
-    async def _connect(self) -> fsspec.AbstractFileSystem:
+    async def _connect(self) -> Any:
+        """The async file system, made on the store loop; for a sync one, its
+        ``_Instances`` (the first made now, so that a file system that
+        cannot be opened says so at once)."""
+        if self._async:
+            return self._open(self._class, **_fresh(self._class, self.backend_options, True))
+        instances = _Instances(self._open_sync)
+        instances.put(await instances.make())
+        return instances
+
+    def _open(self, kind: type, **options: Any) -> fsspec.AbstractFileSystem:
         try:
-            if self._async:
-                return self._class(**_on_loop(self._class, self.backend_options))
-            # Made in a thread: some connect (FTP) or read an archive's index.
-            return await asyncio.to_thread(self._class, **self.backend_options)
+            return kind(**options)
         except Exception as exc:
             reason = " ".join(redact(f"{type(exc).__name__}: {exc}").split())[:300]
             raise StorageError(f"cannot open {self.display('')}: {reason}") from exc
 
-    async def _disconnect(self, client: fsspec.AbstractFileSystem) -> None:
+    def _open_sync(self) -> fsspec.AbstractFileSystem:
+        # Run in a thread: some connect (FTP) or read an archive's index.
+        return self._open(self._class, **_fresh(self._class, self.backend_options, False))
+
+    async def _disconnect(self, client: Any) -> None:
         """Nothing to do: fsspec file systems close their own sessions at exit."""
 
-    async def _call_fs(self, client: fsspec.AbstractFileSystem, method: str, *args: Any) -> Any:
-        """``client.method(*args)``: its coroutine form if async, else in a thread."""
+    async def _call_fs(self, client: Any, method: str, *args: Any) -> Any:
+        """``client.method(*args)``: its coroutine form if async, else in a thread
+        on an instance that no other call uses meanwhile."""
         try:
             if self._async:
                 return await getattr(client, f"_{method}")(*args)
-            return await asyncio.to_thread(getattr(client, method), *args)
+            async with client.lease() as fs:
+                return await asyncio.to_thread(getattr(fs, method), *args)
+        except StorageError:
+            raise
         except FileNotFoundError as exc:
             raise NotFound(f"{self.display(args[0])}: not found") from exc
         except (NotImplementedError, PermissionError) as exc:
@@ -233,18 +285,16 @@ def _drives_async(kind: type, options: dict[str, Any]) -> bool:
     return _drives_async(inner, options.get("target_options") or {})
 
 
-def _on_loop(kind: type, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` that make an async ``kind`` on the running (store) loop, and
-    a wrapper's target too (``dir://`` over ``http://``: both must be async)."""
-    options = {
-        **options,
-        "asynchronous": True,
-        "loop": asyncio.get_running_loop(),
-        "skip_instance_cache": True,
-    }
+def _fresh(kind: type, options: dict[str, Any], on_loop: bool) -> dict[str, Any]:
+    """``options`` that make a new instance of ``kind`` (not fsspec's cached
+    one, which other code shares), on the running store loop if ``on_loop``,
+    and its target likewise (``dir://`` over ``http://``: both async)."""
+    options = {**options, "skip_instance_cache": True}
+    if on_loop:
+        options |= {"asynchronous": True, "loop": asyncio.get_running_loop()}
     if "target_protocol" in inspect.signature(kind.__init__).parameters and "fs" not in options:
         inner = fsspec.get_filesystem_class(options.get("target_protocol") or "file")
-        options["target_options"] = _on_loop(inner, options.get("target_options") or {})
+        options["target_options"] = _fresh(inner, options.get("target_options") or {}, on_loop)
     return options
 
 

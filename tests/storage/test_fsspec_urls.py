@@ -6,11 +6,15 @@ schemes that cannot be served. Every crop equals the local dataset's."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +22,8 @@ import pytest
 
 import streamer
 from streamer import open_dataset
-from streamer.errors import StorageError
+from streamer.errors import StorageError, StreamerError
+from streamer.storage.loop import run_sync
 
 
 def assert_same_crops(dataset: streamer.Dataset, local: streamer.Dataset) -> None:
@@ -114,3 +119,76 @@ def test_a_scheme_that_cannot_be_served_is_a_usage_error(url: str, says: str) ->
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert url in lines[0] and says in lines[0], lines[0]
+
+
+# -- ftp:// against a real FTP server (pyftpdlib) on loopback ------------------
+
+FTP_PASSWORD = "ftp-sekrit-0xC0FFEE"
+
+
+@pytest.fixture(scope="module")
+def ftp_url(archives: Path) -> Iterator[str]:
+    """``ftp://user:PASSWORD@127.0.0.1:PORT`` serving ``archives`` (a threaded
+    server: one thread per connection, as real servers answer)."""
+    pytest.importorskip("pyftpdlib")
+    from pyftpdlib.authorizers import DummyAuthorizer
+    from pyftpdlib.handlers import FTPHandler
+    from pyftpdlib.servers import ThreadedFTPServer
+
+    logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
+    authorizer = DummyAuthorizer()
+    authorizer.add_user("user", FTP_PASSWORD, str(archives), perm="elradfmwMT")
+    handler = type("Handler", (FTPHandler,), {"authorizer": authorizer})
+    server = ThreadedFTPServer(("127.0.0.1", 0), handler)
+    port = server.socket.getsockname()[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"timeout": 0.2}, daemon=True)
+    thread.start()
+    yield f"ftp://user:{FTP_PASSWORD}@127.0.0.1:{port}"
+    server.close_all()
+    thread.join(10)
+
+
+def test_an_ftp_url_serves_concurrent_crops_of_the_local_dataset(
+    ftp_url: str, packed: Path
+) -> None:
+    """The host, port, user and password come from the URL. fsspec's FTP file
+    system has one control connection, which concurrent calls (run in
+    threads) shared: listings and reads failed ("cannot read from timed out
+    object", a shard "not found", the manifest "stale") or mixed answers."""
+    local = open_dataset(packed)
+    dataset = open_dataset(f"{ftp_url}/folder/dataset")
+    assert_same_crops(dataset, local)
+
+    async def all_at_once() -> list[np.ndarray]:
+        return await asyncio.gather(
+            *(dataset.aread_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local)
+        )
+
+    want = [local.read_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local]
+    got = asyncio.run(all_at_once())
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert streamed(dataset, workers=2) == streamed(local, workers=0)
+    assert dataset.store.stats.failures == 0
+
+
+def test_an_ftp_password_appears_nowhere(
+    ftp_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not in reprs, errors, logs (at DEBUG), stats, nor the disk tier's files."""
+    caplog.set_level(logging.DEBUG)
+    dataset = open_dataset(f"{ftp_url}/folder/dataset", cache_dir=str(tmp_path / "cache"))
+    key = next(iter(dataset))
+    dataset.read_crop(key, 0.0, 1.0)
+    run_sync(dataset.store.drain())
+    with pytest.raises(StreamerError) as missing:
+        open_dataset(f"{ftp_url}/no/such/dataset", cache_dir=str(tmp_path / "cache"))
+    said = [repr(dataset), repr(dataset.store), str(missing.value), caplog.text]
+    said.append(str(dataset.store.stats.snapshot()))
+    said.append(repr(dataset.store.reader("folder/dataset/streamer-manifest.json")))
+    said += [str(path) for path in tmp_path.rglob("*")]
+    assert "127.0.0.1" in str(missing.value)
+    for text in said:
+        assert FTP_PASSWORD not in text, text
+    for path in (tmp_path / "cache").rglob("*"):
+        if path.is_file():
+            assert FTP_PASSWORD.encode() not in path.read_bytes(), path
