@@ -194,7 +194,17 @@ class FsspecStore(RemoteStore):
         return int((await self._call_fs(client, "info", path))["size"])
 
     async def _put(self, client: Any, path: str, body: bytes) -> None:
-        await self._call_fs(client, "pipe_file", path, body)
+        try:
+            await self._call_fs(client, "pipe_file", path, body)
+        except StorageError as refused:
+            # A file system with folders (FTP: "550 No such file or directory")
+            # writes no file into a folder that is not there; object stores
+            # have none to make, and fail as they did.
+            try:
+                await self._call_fs(client, "makedirs", path.rsplit("/", 1)[0], True)
+            except StorageError:
+                raise refused from None
+            await self._call_fs(client, "pipe_file", path, body)
         # The file system's own listing cache must show the new object.
         client.invalidate_cache(path)
 

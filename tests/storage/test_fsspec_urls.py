@@ -192,3 +192,16 @@ def test_an_ftp_password_appears_nowhere(
     for path in (tmp_path / "cache").rglob("*"):
         if path.is_file():
             assert FTP_PASSWORD.encode() not in path.read_bytes(), path
+
+
+def test_a_dataset_packed_onto_an_ftp_server_serves_the_local_crops(
+    ftp_url: str, audio_dir: Path, packed: Path, archives: Path
+) -> None:
+    """``streamer pack SRC ftp://...``: OUT's folders are not there yet, and an
+    FTP server stores no file into a missing folder. Pack said "cannot use
+    ftp://... as OUT: .../audio: not found", then "550 No such file or directory"."""
+    from streamer.write.pack import pack
+
+    pack(audio_dir, f"{ftp_url}/written", batch_size=2, shard_size=600_000, progress=False)
+    assert (archives / "written" / "audio").is_dir()
+    assert_same_crops(open_dataset(f"{ftp_url}/written"), open_dataset(packed))
