@@ -86,8 +86,9 @@ class StorageError(StreamerError):
 
 
 class UnsupportedURLError(StorageError):
-    """No store can serve this URL: an unknown scheme, or one whose package is
-    not installed (the message says which). The command line's exit code 2."""
+    """No store can serve this URL: an unknown scheme, one whose package is
+    not installed (the message says which), or a file system that needs
+    options its URLs cannot carry. The command line's exit code 2."""
 
 
 class WorkerDied(StreamerError):

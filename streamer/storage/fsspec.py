@@ -99,6 +99,7 @@ class FsspecStore(RemoteStore):
         options given explicitly win."""
         options = cls.canonical_options(options)
         generic = {name: options.pop(name) for name in GENERIC_OPTIONS if name in options}
+        url = "::".join(map(_lower_scheme, url.split("::")))  # ``FTP://`` is ``ftp://``
         try:
             chain = fsspec.core._un_chain(url, options)
         except (ValueError, ImportError) as exc:
@@ -241,6 +242,13 @@ def _filesystem_class(protocol: str, url: str) -> type:
         raise _unsupported(url, exc) from None
 
 
+def _lower_scheme(part: str) -> str:
+    """One part of a chain with its scheme in lower case (schemes are
+    case-insensitive, RFC 3986; fsspec's protocol names are lower case)."""
+    scheme, sep, rest = part.partition("://")
+    return scheme.lower() + sep + rest if sep and "/" not in scheme else part
+
+
 def _unsupported(url: str, exc: Exception) -> UnsupportedURLError:
     """The error for a URL no installed fsspec file system serves: fsspec's
     "Protocol not known" or "Install gcsfs to access ..." (which package)."""
@@ -270,8 +278,10 @@ def _credentials(value: Any) -> list[str]:
         return []
     found = []
     for key, item in value.items():
-        if isinstance(key, str) and _CREDENTIAL.search(key) and isinstance(item, str):
-            found.append(item)
+        if isinstance(key, str) and _CREDENTIAL.search(key):
+            # ``password="..."``, or ``auth=("user", "password")`` (WebDAV)
+            items = item if isinstance(item, tuple | list) else (item,)
+            found.extend(value for value in items if isinstance(value, str))
         found.extend(_credentials(item))
     return found
 
@@ -309,14 +319,14 @@ def _fresh(kind: type, options: dict[str, Any], on_loop: bool) -> dict[str, Any]
 
 
 def _check_options(scheme: str, kind: type, options: dict[str, Any]) -> None:
-    """``StorageError`` unless ``kind(**options)`` can be called: a file system
+    """``UnsupportedURLError`` unless ``kind(**options)`` can be called: a file system
     that needs an argument its URLs do not carry (GitHub's ``org``) gets it
     as a storage option. Checked before any instance is made (a half-made
     one may fail again, noisily, in its ``__del__``)."""
     try:
         inspect.signature(kind.__init__).bind(None, **options)
     except TypeError as exc:
-        raise StorageError(
+        raise UnsupportedURLError(
             f"{kind.__name__} for {scheme}:// URLs cannot be made from the storage options "
             f"given ({exc}); give them as storage options"
         ) from None
