@@ -88,6 +88,11 @@ class FsspecStore(RemoteStore):
         port = self.backend_options.get("port")
         self._server = f"{host}:{port}" if host and port else str(host or "")
         self._within = _target(self.backend_options)
+        if scheme in _ARCHIVES:
+            self.read_only = (
+                f"{scheme}:// archives are read-only (a written member would leave the "
+                "archive without its index until it is closed): pack or index a folder"
+            )
 
     @classmethod
     def split_url(cls, url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -218,6 +223,9 @@ class FsspecStore(RemoteStore):
             entries.append(Entry(name, is_dir, None if is_dir else item.get("size")))
         return entries
 
+
+#: Protocols of archive file systems, which streamer only reads.
+_ARCHIVES = frozenset({"zip", "tar", "libarchive"})
 
 #: Option names of credentials, which do not change what a path reads.
 _CREDENTIAL = re.compile(r"(?i)password|passwd|secret|token|key|credential|sas|sig|auth|connection")
