@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -41,13 +42,19 @@ class _Instances:
     """Instances of a sync file system, each used by one call at a time: most
     are not thread-safe (FTP's one control connection, SFTP's channel, a tar
     archive's one file object), and the store's calls run in threads at
-    once. An instance whose call failed is dropped (its connection may be
-    broken); there are at most as many as calls in flight (``max_concurrency``)."""
+    once. There are at most ``limit`` (no more calls than that run at once
+    anyway: the threads of ``asyncio.to_thread``); when the server refuses
+    another (an FTP server's "421 Too many connections"), calls share the
+    ones there are. An instance whose call failed is dropped (its
+    connection may be broken)."""
 
-    def __init__(self, make: Any) -> None:
+    def __init__(self, make: Any, limit: int) -> None:
         self._make = make
-        self._idle: list[fsspec.AbstractFileSystem] = []
+        #: Idle instances; ``None``: room to make one (an instance was dropped).
+        self._idle: asyncio.Queue[fsspec.AbstractFileSystem | None] = asyncio.Queue()
         self._all: list[fsspec.AbstractFileSystem] = []
+        self._room = asyncio.Semaphore(limit)
+        self._full = False  # the server refused one more
 
     async def make(self) -> fsspec.AbstractFileSystem:
         fs = await asyncio.to_thread(self._make)
@@ -55,17 +62,40 @@ class _Instances:
         return fs
 
     def put(self, fs: fsspec.AbstractFileSystem) -> None:
-        self._idle.append(fs)
+        self._idle.put_nowait(fs)
+
+    async def _take(self) -> fsspec.AbstractFileSystem:
+        while True:
+            if not self._idle.empty():
+                fs = self._idle.get_nowait()
+            elif self._full and self._all:
+                fs = await self._idle.get()
+            else:
+                fs = None
+            if fs is not None:
+                return fs
+            try:
+                return await self.make()
+            except StorageError:
+                if not self._all:
+                    raise
+                self._full = True
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[fsspec.AbstractFileSystem]:
-        fs = self._idle.pop() if self._idle else await self.make()
-        try:
-            yield fs
-        except BaseException:
-            self._all.remove(fs)
-            raise
-        self._idle.append(fs)
+        async with self._room:
+            fs = await self._take()
+            try:
+                yield fs
+            except (FileNotFoundError, PermissionError, NotImplementedError):
+                self._idle.put_nowait(fs)  # an answer: the connection is fine
+                raise
+            except BaseException:
+                self._all.remove(fs)
+                self._full = False
+                self._idle.put_nowait(None)
+                raise
+            self._idle.put_nowait(fs)
 
     def invalidate_cache(self, path: str) -> None:
         for fs in self._all:
@@ -145,7 +175,8 @@ class FsspecStore(RemoteStore):
         cannot be opened says so at once)."""
         if self._async:
             return self._open(self._class, **_fresh(self._class, self.backend_options, True))
-        instances = _Instances(self._open_sync)
+        threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio.to_thread's pool
+        instances = _Instances(self._open_sync, min(self.max_concurrency, threads))
         instances.put(await instances.make())
         return instances
 

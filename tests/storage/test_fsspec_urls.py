@@ -7,6 +7,7 @@ schemes that cannot be served. Every crop equals the local dataset's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import shutil
@@ -154,26 +155,49 @@ def test_a_scheme_that_cannot_be_served_is_a_usage_error(url: str, says: str) ->
 FTP_PASSWORD = "ftp-sekrit-0xC0FFEE"
 
 
-@pytest.fixture(scope="module")
-def ftp_url(archives: Path) -> Iterator[str]:
-    """``ftp://user:PASSWORD@127.0.0.1:PORT`` serving ``archives`` (a threaded
-    server: one thread per connection, as real servers answer)."""
+@contextlib.contextmanager
+def ftp_server(root: Path, per_client: int = 0) -> Iterator[str]:
+    """``ftp://user:PASSWORD@127.0.0.1:PORT`` serving ``root`` (a threaded
+    server: one thread per connection, as real servers answer), at most
+    ``per_client`` connections from one address (0: no limit)."""
     pytest.importorskip("pyftpdlib")
     from pyftpdlib.authorizers import DummyAuthorizer
     from pyftpdlib.handlers import FTPHandler
+    from pyftpdlib.ioloop import IOLoop
     from pyftpdlib.servers import ThreadedFTPServer
 
     logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
     authorizer = DummyAuthorizer()
-    authorizer.add_user("user", FTP_PASSWORD, str(archives), perm="elradfmwMT")
+    authorizer.add_user("user", FTP_PASSWORD, str(root), perm="elradfmwMT")
     handler = type("Handler", (FTPHandler,), {"authorizer": authorizer})
-    server = ThreadedFTPServer(("127.0.0.1", 0), handler)
+    # An IOLoop of its own: close_all() closes the loop, the shared one by default.
+    server = ThreadedFTPServer(("127.0.0.1", 0), handler, ioloop=IOLoop())
+    server.max_cons_per_ip = per_client
     port = server.socket.getsockname()[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"timeout": 0.2}, daemon=True)
     thread.start()
-    yield f"ftp://user:{FTP_PASSWORD}@127.0.0.1:{port}"
-    server.close_all()
-    thread.join(10)
+    try:
+        yield f"ftp://user:{FTP_PASSWORD}@127.0.0.1:{port}"
+    finally:
+        server.close_all()
+        thread.join(10)
+
+
+@pytest.fixture
+def ftp_url(archives: Path) -> Iterator[str]:
+    with ftp_server(archives) as url:
+        yield url
+
+
+def concurrent_crops_match(dataset: streamer.Dataset, local: streamer.Dataset) -> bool:
+    async def all_at_once() -> list[np.ndarray]:
+        return await asyncio.gather(
+            *(dataset.aread_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local)
+        )
+
+    want = [local.read_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local]
+    got = asyncio.run(all_at_once())
+    return all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_an_ftp_url_serves_concurrent_crops_of_the_local_dataset(
@@ -187,16 +211,21 @@ def test_an_ftp_url_serves_concurrent_crops_of_the_local_dataset(
     dataset = open_dataset(f"{ftp_url}/folder/dataset")
     assert_same_crops(dataset, local)
 
-    async def all_at_once() -> list[np.ndarray]:
-        return await asyncio.gather(
-            *(dataset.aread_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local)
-        )
-
-    want = [local.read_crop(key, 0.1 * n, 0.1 * n + 0.6) for n in range(4) for key in local]
-    got = asyncio.run(all_at_once())
-    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert concurrent_crops_match(dataset, local)
     assert streamed(dataset, workers=2) == streamed(local, workers=0)
     assert dataset.store.stats.failures == 0
+
+
+def test_an_ftp_server_that_limits_connections_serves_every_crop(
+    archives: Path, packed: Path
+) -> None:
+    """Each concurrent call has an FTP connection of its own; a server that
+    allows two per client answers the third "421 Too many connections",
+    which failed every crop: calls share the connections there are."""
+    with ftp_server(archives, per_client=2) as url:
+        dataset = open_dataset(f"{url}/folder/dataset", attempts=2)
+        assert concurrent_crops_match(dataset, open_dataset(packed))
+        assert dataset.store.stats.failures == 0
 
 
 def test_an_ftp_password_appears_nowhere(
