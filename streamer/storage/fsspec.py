@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ftplib
 import hashlib
 import inspect
 import json
@@ -45,8 +46,8 @@ class _Instances:
     once. There are at most ``limit`` (no more calls than that run at once
     anyway: the threads of ``asyncio.to_thread``); when the server refuses
     another (an FTP server's "421 Too many connections"), calls share the
-    ones there are. An instance whose call failed is dropped (its
-    connection may be broken)."""
+    ones there are. An instance whose call failed is dropped, with the
+    idle ones (their connections may be broken: servers close idle ones)."""
 
     def __init__(self, make: Any, limit: int) -> None:
         self._make = make
@@ -91,11 +92,19 @@ class _Instances:
                 self._idle.put_nowait(fs)  # an answer: the connection is fine
                 raise
             except BaseException:
-                self._all.remove(fs)
+                # Its connection may be broken, and the idle ones, as old, too
+                # (a server closes idle connections): made anew when needed.
+                self._drop(fs)
+                while not self._idle.empty():
+                    if (idle := self._idle.get_nowait()) is not None:
+                        self._drop(idle)
                 self._full = False
                 self._idle.put_nowait(None)
                 raise
             self._idle.put_nowait(fs)
+
+    def _drop(self, fs: fsspec.AbstractFileSystem) -> None:
+        self._all.remove(fs)
 
     def invalidate_cache(self, path: str) -> None:
         for fs in self._all:
@@ -208,8 +217,8 @@ class FsspecStore(RemoteStore):
             raise NotFound(f"{self.display(args[0])}: not found") from exc
         except (NotImplementedError, PermissionError) as exc:
             raise StorageError(f"{self.display(args[0])}: cannot {method} ({exc})") from exc
-        except (ConnectionError, TimeoutError) as exc:
-            raise TransientError(f"{type(exc).__name__}: {exc}") from None
+        except _TRANSIENT as exc:
+            raise TransientError(f"{type(exc).__name__}: {redact(str(exc))}") from None
         except Exception as exc:  # a file system's own error: one line naming the object
             reason = " ".join(redact(f"{type(exc).__name__}: {exc}").split())[:300]
             raise StorageError(f"{self.display(args[0])}: cannot {method} ({reason})") from exc
@@ -254,6 +263,11 @@ class FsspecStore(RemoteStore):
             entries.append(Entry(name, is_dir, None if is_dir else item.get("size")))
         return entries
 
+
+#: Failures a new connection mends: resets, timeouts, a connection the server
+#: closed (EOF), an FTP server's 4xx ("421 Control connection timed out",
+#: "421 Too many connections"). The failed instance is dropped first.
+_TRANSIENT = (ConnectionError, TimeoutError, EOFError, ftplib.error_temp)
 
 #: Protocols of archive file systems, which streamer only reads.
 _ARCHIVES = frozenset({"zip", "tar", "libarchive"})

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,10 +157,11 @@ FTP_PASSWORD = "ftp-sekrit-0xC0FFEE"
 
 
 @contextlib.contextmanager
-def ftp_server(root: Path, per_client: int = 0) -> Iterator[str]:
+def ftp_server(root: Path, per_client: int = 0, idle: float = 300) -> Iterator[str]:
     """``ftp://user:PASSWORD@127.0.0.1:PORT`` serving ``root`` (a threaded
     server: one thread per connection, as real servers answer), at most
-    ``per_client`` connections from one address (0: no limit)."""
+    ``per_client`` connections from one address (0: no limit), each closed
+    after ``idle`` seconds without a command."""
     pytest.importorskip("pyftpdlib")
     from pyftpdlib.authorizers import DummyAuthorizer
     from pyftpdlib.handlers import FTPHandler
@@ -169,7 +171,7 @@ def ftp_server(root: Path, per_client: int = 0) -> Iterator[str]:
     logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
     authorizer = DummyAuthorizer()
     authorizer.add_user("user", FTP_PASSWORD, str(root), perm="elradfmwMT")
-    handler = type("Handler", (FTPHandler,), {"authorizer": authorizer})
+    handler = type("Handler", (FTPHandler,), {"authorizer": authorizer, "timeout": idle})
     # An IOLoop of its own: close_all() closes the loop, the shared one by default.
     server = ThreadedFTPServer(("127.0.0.1", 0), handler, ioloop=IOLoop())
     server.max_cons_per_ip = per_client
@@ -225,6 +227,21 @@ def test_an_ftp_server_that_limits_connections_serves_every_crop(
     with ftp_server(archives, per_client=2) as url:
         dataset = open_dataset(f"{url}/folder/dataset", attempts=2)
         assert concurrent_crops_match(dataset, open_dataset(packed))
+        assert dataset.store.stats.failures == 0
+
+
+def test_an_ftp_connection_the_server_closed_when_idle_is_opened_anew(
+    archives: Path, packed: Path
+) -> None:
+    """FTP servers close idle control connections ("421 Control connection
+    timed out"): the next read through that connection failed, not retried."""
+    local = open_dataset(packed)
+    with ftp_server(archives, idle=0.5) as url:
+        dataset = open_dataset(f"{url}/folder/dataset", attempts=3, backoff=0.01)
+        key = next(iter(local))
+        assert np.array_equal(dataset.read_crop(key, 0.0, 0.5), local.read_crop(key, 0.0, 0.5))
+        time.sleep(1.5)
+        assert_same_crops(dataset, local)
         assert dataset.store.stats.failures == 0
 
 
