@@ -91,20 +91,24 @@ class _Instances:
             except (FileNotFoundError, PermissionError, NotImplementedError):
                 self._idle.put_nowait(fs)  # an answer: the connection is fine
                 raise
+            except asyncio.CancelledError:
+                self._drop(fs)  # its thread may still be using it (a lost hedge)
+                raise
             except BaseException:
                 # Its connection may be broken, and the idle ones, as old, too
                 # (a server closes idle connections): made anew when needed.
                 self._drop(fs)
                 while not self._idle.empty():
                     if (idle := self._idle.get_nowait()) is not None:
-                        self._drop(idle)
-                self._full = False
-                self._idle.put_nowait(None)
+                        self._all.remove(idle)
                 raise
             self._idle.put_nowait(fs)
 
     def _drop(self, fs: fsspec.AbstractFileSystem) -> None:
+        """Forget ``fs``; a waiting call may make another in its place."""
         self._all.remove(fs)
+        self._full = False
+        self._idle.put_nowait(None)
 
     def invalidate_cache(self, path: str) -> None:
         for fs in self._all:
@@ -174,9 +178,6 @@ class FsspecStore(RemoteStore):
             return safe_url(path)
         where = f"{self._server}/" if self._server else ""
         return f"{self.scheme}://{where}{path.lstrip('/')}{self._within}"
-
-    def path_of(self, scheme: str, rest: str) -> str:
-        return self._class._strip_protocol(f"{scheme}://{rest}")
 
     async def _connect(self) -> Any:
         """The async file system, made on the store loop; for a sync one, its
