@@ -20,6 +20,7 @@ __all__ = [
     "ShardError",
     "StorageError",
     "StreamerError",
+    "UnsupportedURLError",
     "WorkerDied",
     "WorkerError",
 ]
@@ -82,6 +83,12 @@ class ShardError(DataError):
 
 class StorageError(StreamerError):
     """A store failed to deliver bytes (after any retries)."""
+
+
+class UnsupportedURLError(StorageError):
+    """No store can serve this URL: an unknown scheme, one whose package is
+    not installed (the message says which), or a file system that needs
+    options its URLs cannot carry. The command line's exit code 2."""
 
 
 class WorkerDied(StreamerError):

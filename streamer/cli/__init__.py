@@ -6,8 +6,9 @@ module plus one entry in ``COMMANDS``.
 
 Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
 code 2 for a command line that cannot mean anything (argparse's checks, each
-argument's type, ``UsageError``), 1 for a failure while working. A traceback
-is printed only with ``-v`` (redacted like every message).
+argument's type, ``UsageError``, a URL no store serves:
+``UnsupportedURLError``), 1 for a failure while working. A traceback is
+printed only with ``-v`` (redacted like every message).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import traceback
 import typing
 from collections.abc import Sequence
 
-from ..errors import StreamerError
+from ..errors import StreamerError, UnsupportedURLError
 from ..storage import redact
 from ._options import UsageError
 
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        code = 2 if isinstance(exc, UsageError) else 1
+        code = 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
         if args.verbose:  # redacted like the error line: chained messages quote URLs too
             sys.stderr.write(redact(traceback.format_exc()))
         print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)

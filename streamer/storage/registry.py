@@ -46,6 +46,10 @@ def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:
     elif scheme.lower() == "file":
         rest = _local_path(url, rest)
     scheme = scheme.lower()
+    if scheme not in SCHEMES:  # an fsspec URL, maybe a chain (``zip://ds::file:///x.zip``)
+        kind = _load(FSSPEC_STORE)
+        scheme, options, path = kind.split_url(url, options)  # type: ignore[attr-defined]
+        return get_store(scheme, options), path
     store = get_store(scheme, options)
     return store, store.path_of(scheme, rest)
 

@@ -61,6 +61,8 @@ _GROUPS: dict[str, tuple[type, set[str]]] = {
     "cache": (CacheConfig, {f.name for f in dataclasses.fields(CacheConfig)}),
     "retry": (RetryPolicy, {f.name for f in dataclasses.fields(RetryPolicy)}),
 }
+#: Options every network store takes itself (``RemoteStore``); the rest go to its backend.
+GENERIC_OPTIONS = ("cache", "retry", "max_concurrency", "max_rps", "adaptive")
 _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
 
 

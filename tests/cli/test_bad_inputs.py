@@ -446,10 +446,27 @@ def test_one_shot_commands_wait_less_than_training_by_default() -> None:
 
 
 def test_an_fsspec_protocol_its_options_cannot_make_is_one_line() -> None:
-    """``ftp://user:password@host/ds``: fsspec's FTP file system needs ``host=``
-    as a storage option (the URL's host and credentials are not read). The
-    command said ``TypeError: FTPFileSystem.__init__() missing ...`` after an
-    "Exception ignored in ... __del__" traceback from the half-made instance."""
+    """``github://``: fsspec's GitHub file system needs ``org=`` and ``repo=``,
+    which its URLs do not carry. The command said ``TypeError: ...__init__()
+    missing ...`` after an "Exception ignored in ... __del__" traceback from
+    the half-made instance."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "inspect", "github://path/ds"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr  # the URL alone cannot work
+    assert lines[0].startswith("streamer inspect: error: GithubFileSystem for github:// URLs"), (
+        lines[0]
+    )
+    assert "'org'" in lines[0] and "storage option" in lines[0]
+
+
+def test_an_ftp_url_that_cannot_connect_is_one_line_without_its_password() -> None:
+    """``ftp://user:password@host:port/ds``: the host, port and user come from the URL
+    (as fsspec reads it); a refused connection is one line naming the server."""
     secret = "sekrit-0xC0FFEE-never-log-me"
     done = subprocess.run(
         [sys.executable, "-m", "streamer.cli", "inspect", f"ftp://user:{secret}@127.0.0.1:1/ds"],
@@ -459,6 +476,5 @@ def test_an_fsspec_protocol_its_options_cannot_make_is_one_line() -> None:
     )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].startswith("streamer inspect: error: FTPFileSystem for ftp:// URLs"), lines[0]
-    assert "'host'" in lines[0] and "storage option" in lines[0]
+    assert "ftp://127.0.0.1:1/" in lines[0] and "refused" in lines[0], lines[0]
     assert secret not in done.stderr + done.stdout
