@@ -707,6 +707,10 @@ def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], di
     try:
         children = store.list_sync(root)
     except StorageError as exc:
+        if store.is_remote and not isinstance(exc, NotFound):
+            # The store failing (down past its budget, access refused) says
+            # nothing of the dataset: its own error, which a job may retry.
+            raise
         # A dataset-level error: the message names the directory (no shard).
         raise LayoutError(f"dataset directory does not exist or cannot be listed: {exc}") from exc
     found: dict[str, dict[str, str]] = {}

@@ -170,5 +170,5 @@ def test_duplicate_keys_across_shards(tmp_path: Path) -> None:
 def test_unknown_key_and_unsupported_scheme(packed: Path) -> None:
     with pytest.raises(KeyError, match="no episode with key 'nope'"):
         open_dataset(packed).blob("nope")
-    with pytest.raises(StorageError, match="unsupported URL scheme"):
+    with pytest.raises(StorageError, match="unknown URL scheme"):
         open_dataset("gopher://host/data")

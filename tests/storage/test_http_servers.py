@@ -16,6 +16,7 @@ from streamer import open_dataset
 from streamer.cli import main
 from streamer.dataset.dataset import Dataset
 from streamer.dataset.manifest import MANIFEST_NAME
+from streamer.errors import LayoutError, StorageError
 
 #: Folder names that HTML listings and URLs must both escape.
 AWKWARD = ["my data", "ü#1 [x]", "q?x=1&y", "50%+plus"]
@@ -62,3 +63,26 @@ def test_cli_crop_from_each_server_equals_the_local_one(  # type: ignore[no-unty
     assert main(["crop", f"{server.url}/packed", key, "0.5", "1.5", "-o", str(out)]) == 0
     np.testing.assert_array_equal(np.load(out), local.read_crop(key, 0.5, 1.5))
     assert server.ranged()  # read by range, through the proxy in front of the server
+
+
+@pytest.mark.parametrize("kind", HTTP_KINDS)
+def test_a_store_down_at_open_is_a_storage_error_not_a_missing_dataset(  # type: ignore[no-untyped-def]
+    kind, unlisted, http_published, make_store
+) -> None:
+    """Listing a dataset without a manifest while its server answers 503
+    past the budget: the store's ``StorageError`` (retryable by a script
+    that catches it), not a ``LayoutError`` saying the directory does not
+    exist; a folder that is not there stays a ``LayoutError``."""
+    published, servers = http_published
+    shutil.copytree(unlisted, published / f"down-{kind}")
+    server = servers(kind)
+    options = {"give_up_after": 0.5, "backoff": 0.05, "max_backoff": 0.1}
+    server.go_down(3600)
+    try:
+        with pytest.raises(StorageError) as down:
+            Dataset(f"{server.url}/down-{kind}", store=make_store("http", **options))
+    finally:
+        server.reset()
+    assert "503" in str(down.value) and "does not exist" not in str(down.value)
+    with pytest.raises(LayoutError, match="does not exist"):
+        Dataset(f"{server.url}/no-such-{kind}", store=make_store("http", **options))
