@@ -141,8 +141,9 @@ def test_entries_lost_to_someone_else_fail_the_warmup(http, tmp_path: Path) -> N
 
     def progress(_: int) -> None:
         done.append(1)
-        if len(done) == 5:
-            shutil.rmtree(cache)
+        if len(done) == 5:  # moved away whole first: writers still busy in it cannot
+            gone = cache.rename(tmp_path / "removed")  # make the removal fail (not empty)
+            shutil.rmtree(gone, ignore_errors=True)
 
     with pytest.raises(StorageError, match=r"warmup incomplete: .*cache: \d+ of \d+ blocks"):
         warmup(bench_streamer(dataset, CONFIG, workers=0), concurrency=1, progress=progress)
