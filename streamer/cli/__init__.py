@@ -8,7 +8,10 @@ Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
 code 2 for a command line that cannot mean anything (argparse's checks, each
 argument's type, ``UsageError``, a URL no store serves:
 ``UnsupportedURLError``), 1 for a failure while working. A traceback is
-printed only with ``-v`` (redacted like every message).
+printed only with ``-v`` (redacted like every message). A reader that
+stops early (``streamer inspect URL | head -1``) ends the command quietly
+with exit code 141, as a command killed by SIGPIPE; ``streamer help
+[COMMAND]`` is ``streamer [COMMAND] --help``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 import typing
@@ -31,6 +35,8 @@ __all__ = ["main"]
 DISTRIBUTION = "streamer-audio"
 #: An error line longer than this (a library's message quoting bytes) is cut.
 MAX_MESSAGE = 500
+#: The exit code of a command whose reader closed the pipe (128 + SIGPIPE, as the shell reports it).
+BROKEN_PIPE = 141
 COMMANDS = ["demo", "pack", "index", "verify", "inspect", "crop", "bench", "warmup", "timing"]
 
 
@@ -52,7 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{name}")
         sub = module.add_parser(subparsers)
         sub.set_defaults(handler=module.run)
+    helper = subparsers.add_parser("help", help="show a command's usage (streamer help crop)")
+    helper.add_argument("topic", metavar="COMMAND", nargs="?", choices=COMMANDS)
+    helper.set_defaults(handler=lambda args: _help(parser, args.topic))
     return parser
+
+
+def _help(parser: argparse.ArgumentParser, topic: str | None) -> int:
+    """``streamer help [COMMAND]``: the usage ``--help`` prints, exit code 0."""
+    if topic is None:
+        parser.print_help()
+        return 0
+    try:
+        parser.parse_args([topic, "--help"])
+    except SystemExit as done:  # argparse prints the usage and exits 0
+        return int(done.code or 0)
+    return 0
 
 
 def version() -> str:
@@ -70,6 +91,26 @@ def version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (``| head -1``): nothing more can be
+    said there, and it is not an error worth a line. Later writes (the
+    interpreter's flush at exit) go to /dev/null instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced (tests) or closed
+        pass
+    return BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
@@ -78,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         code = 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
         if args.verbose:  # redacted like the error line: chained messages quote URLs too
