@@ -111,6 +111,10 @@ def _reader_gone() -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # an ASCII locale: a name with é is written as \xe9
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and stream.errors == "strict":
+            reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

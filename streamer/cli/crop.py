@@ -10,6 +10,7 @@ import numpy as np
 
 from ..dataset import Dataset, open_dataset
 from ..errors import StreamerError
+from ..write.sources import name_text
 from ._options import (
     UsageError,
     add_quality_argument,
@@ -24,7 +25,7 @@ from ._options import (
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("crop", help="decode one crop to a .npy or .wav file")
     add_url_arguments(parser)
-    parser.add_argument("key", metavar="KEY", help="episode key")
+    parser.add_argument("key", metavar="KEY", type=name_text, help="episode key")
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
     parser.add_argument(

@@ -77,3 +77,52 @@ def test_inspect_json_is_one_document(packed: Path) -> None:
     assert report["indexes"] == {"verified": 7}
     assert report["codecs"]["flac"] == 1 and round(report["hours"], 2) == 0.01
     assert report["skipped_shards"] == {} and report["no_index"] == {}
+
+
+def _one_file_folder(folder: Path, audio_dir: Path, name: bytes) -> Path:
+    """``folder`` holding one flac of ``audio_dir`` under the raw file name ``name``."""
+    folder.mkdir()
+    flac = next(audio_dir.rglob("*.flac"))
+    with open(os.path.join(os.fsencode(folder), name), "wb") as out:
+        out.write(flac.read_bytes())
+    return folder
+
+
+def test_a_file_name_that_is_not_utf8(audio_dir: Path, tmp_path: Path) -> None:
+    """A file named in Latin-1 (``caf\\xe9.flac``) failed the whole pack with
+    "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udce9'".
+    Its key spells the bytes out (``caf\\xe9``), and that is what a crop asks
+    for, typed or passed as the raw bytes."""
+    src = _one_file_folder(tmp_path / "src", audio_dir, b"caf\xe9.flac")
+    out = tmp_path / "ds"
+    done = _streamer("pack", str(src), str(out))
+    assert done.returncode == 0, done.stderr
+    assert "packed 1 files" in done.stdout
+    from streamer import open_dataset
+
+    assert list(open_dataset(out).keys()) == ["caf\\xe9"]
+    for key in (b"caf\\xe9", b"caf\xe9"):
+        argv = [sys.executable, "-m", "streamer", "crop", str(out), key, "0", "1"]
+        crop = subprocess.run([*argv, "-o", str(tmp_path / "c.npy")], capture_output=True)
+        assert crop.returncode == 0, crop.stderr
+
+
+def test_an_ascii_locale(audio_dir: Path, tmp_path: Path) -> None:
+    """Under ``LC_ALL=C`` without Python's UTF-8 mode (stdout ASCII, file
+    names decoded as ASCII): packing ``ünï/café.flac`` failed ("surrogates
+    not allowed"), and a crop of key ``ünï/café`` said there is no such key."""
+    src = tmp_path / "src"
+    (src / "ünï").mkdir(parents=True)
+    shutil.copy(next(audio_dir.rglob("*.flac")), src / "ünï" / "café.flac")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    out = tmp_path / "dé ta"
+    done = _streamer("pack", str(src), str(tmp_path / "ds"), env=env)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "ds").rename(out)  # writing into such a folder is not fixed yet (pyarrow)
+    done = _streamer("inspect", str(out), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dataset"].endswith("ta")
+    done = _streamer("crop", str(out), "ünï/café", "0", "1", "-o", str(out / "c é.wav"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "c \\xe9.wav" in done.stdout or "c é.wav" in done.stdout
