@@ -60,17 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=module.run)
     helper = subparsers.add_parser("help", help="show a command's usage (streamer help crop)")
     helper.add_argument("topic", metavar="COMMAND", nargs="?", choices=COMMANDS)
-    helper.set_defaults(handler=lambda args: _help(parser, args.topic))
+    helper.add_argument(
+        "sub", metavar="SUBCOMMAND", nargs="*", help="e.g. streamer help timing report"
+    )
+    helper.set_defaults(handler=lambda args: _help(parser, args.topic, args.sub))
     return parser
 
 
-def _help(parser: argparse.ArgumentParser, topic: str | None) -> int:
-    """``streamer help [COMMAND]``: the usage ``--help`` prints, exit code 0."""
+def _help(parser: argparse.ArgumentParser, topic: str | None, sub: list[str]) -> int:
+    """``streamer help [COMMAND [SUBCOMMAND]]``: the usage ``--help`` prints, exit code 0
+    (an unknown subcommand: exit code 2, as ``streamer COMMAND SUBCOMMAND --help``)."""
     if topic is None:
         parser.print_help()
         return 0
     try:
-        parser.parse_args([topic, "--help"])
+        parser.parse_args([topic, *sub, "--help"])
     except SystemExit as done:  # argparse prints the usage and exits 0
         return int(done.code or 0)
     return 0

@@ -56,6 +56,8 @@ def test_help_command(capsys: pytest.CaptureFixture) -> None:
     assert out.startswith("usage: streamer crop ") and "--sample-rate" in out
     assert main(["help"]) == 0
     assert capsys.readouterr().out.startswith("usage: streamer ")
+    assert main(["help", "timing", "report"]) == 0
+    assert capsys.readouterr().out.startswith("usage: streamer timing report ")
     with pytest.raises(SystemExit) as exit:
         main(["help", "nosuch"])
     assert exit.value.code == 2
