@@ -128,3 +128,31 @@ def test_an_ascii_locale(audio_dir: Path, tmp_path: Path) -> None:
     done = _streamer("crop", str(out), "ünï/café", "0", "1", "-o", str(out / "c é.wav"), env=env)
     assert done.returncode == 0, done.stderr
     assert "c \\xe9.wav" in done.stdout or "c é.wav" in done.stdout
+
+
+def test_sigterm_mid_demo_build_leaves_no_staging_folder(tmp_path: Path) -> None:
+    """A job runner's SIGTERM killed `streamer demo` on the spot: its staging
+    folder (`.demo-*`, the half-made sources) stayed in the cache directory,
+    one more per stopped run. Every command unwinds on SIGTERM as on Ctrl-C."""
+    import signal
+    import time
+
+    cache = tmp_path / "cache"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer", "demo", "--cache-dir", str(cache)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(cache.glob(".demo-*/src/*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["streamer demo: interrupted"], err
+    assert list(cache.iterdir()) == []
