@@ -156,3 +156,58 @@ def test_sigterm_mid_demo_build_leaves_no_staging_folder(tmp_path: Path) -> None
     assert process.returncode == 130, err
     assert err.strip().splitlines() == ["streamer demo: interrupted"], err
     assert list(cache.iterdir()) == []
+
+
+def _json(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    return json.loads(done.stdout)  # exactly one document: nothing else on stdout
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.slow)])
+def test_a_pipeline_script_run_twice(
+    where: str, audio_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """pack -> index -> inspect --json -> bench --json -> warmup -> crop, each
+    step run twice as a retried CI job would, from a read-only working
+    directory with a space in every path: the second pack and index add
+    nothing and say what they left."""
+    from conftest import SECRET
+
+    cwd = tmp_path / "read only"
+    cwd.mkdir()
+    cwd.chmod(0o555)
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb"}
+    if where == "s3":
+        moto_endpoint = request.getfixturevalue("moto_endpoint")
+        url = f"s3://{request.getfixturevalue('s3_uploaded')}/pipe line-{os.getpid()}"
+        env.update(
+            AWS_ACCESS_KEY_ID="test-key-id",
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=moto_endpoint,
+        )
+        cache = ["--cache-dir", str(tmp_path / "block cache")]
+    else:
+        url, cache = str(tmp_path / "data set"), []
+    run = {"env": env, "cwd": cwd}
+    for attempt in range(2):
+        done = _streamer("pack", str(audio_dir), url, "--no-index", **run)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("packed 0 files" if attempt else "packed 7 files")
+        if attempt:
+            assert "already complete" in done.stdout
+        done = _streamer("index", url, "--workers", "1", **run)
+        assert done.returncode == 0, done.stderr
+        assert ("1 already indexed" in done.stdout) or not attempt
+        report = _json(_streamer("inspect", url, "--json", **run))
+        assert report["rows"] == 7 and report["indexes"] == {"verified": 7}, report
+        argv = ["--crops", "4", "--duration", "0.5", "--workers", "0", *cache]
+        bench = _json(_streamer("bench", url, "--json", *argv, **run))
+        assert bench["yielded"] == 4, bench
+        if cache:
+            done = _streamer("warmup", url, *argv[:4], *cache, **run)
+            assert done.returncode == 0 and done.stdout.startswith("warmed 4 crops"), done.stderr
+        out = tmp_path / f"crop {attempt}.npy"
+        done = _streamer("crop", url, "set1/flac", "0.5", "1", "-o", str(out), **run)
+        assert done.returncode == 0 and out.exists(), done.stderr
