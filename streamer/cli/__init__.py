@@ -99,7 +99,9 @@ def version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe found then is not caught
+        return code
     except BrokenPipeError:
         return _reader_gone()
 
