@@ -211,3 +211,31 @@ def test_a_pipeline_script_run_twice(
         out = tmp_path / f"crop {attempt}.npy"
         done = _streamer("crop", url, "set1/flac", "0.5", "1", "-o", str(out), **run)
         assert done.returncode == 0 and out.exists(), done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".wav"])
+def test_a_crop_that_cannot_be_written_leaves_the_old_file(
+    packed: Path, tmp_path: Path, suffix: str
+) -> None:
+    """A write that failed half way (disk full, a file size limit) left a
+    truncated crop at -o, in place of the good one a previous run had
+    written: a `make`-style script that tests for the file took it as done."""
+    import resource
+    import signal
+
+    out = tmp_path / f"crop{suffix}"
+    argv = ["crop", str(packed), "set1/flac", "0", "0.25", "-o", str(out)]
+    assert _streamer(*argv).returncode == 0
+    before = out.read_bytes()
+
+    def limited() -> None:  # writes past 64 KiB fail with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+    argv[3:5] = ["0", "2.5"]  # ~0.9 MB of float32: more than the limit
+    done = _streamer(*argv, preexec_fn=limited)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("streamer crop: error: cannot write the crop ("), done.stderr
+    assert done.stderr.rstrip().endswith(f"): {out}"), done.stderr
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
