@@ -8,7 +8,11 @@ Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
 code 2 for a command line that cannot mean anything (argparse's checks, each
 argument's type, ``UsageError``, a URL no store serves:
 ``UnsupportedURLError``), 1 for a failure while working. A traceback is
-printed only with ``-v`` (redacted like every message).
+printed only with ``-v`` (redacted like every message). A reader that
+stops early (``streamer inspect URL | head -1``) ends the command quietly
+with exit code 141, as a command killed by SIGPIPE; ``streamer help
+[COMMAND]`` is ``streamer [COMMAND] --help``. SIGTERM stops every command
+as Ctrl-C does (temporary files removed, exit code 130).
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
+import threading
 import traceback
 import typing
 from collections.abc import Sequence
@@ -31,6 +38,8 @@ __all__ = ["main"]
 DISTRIBUTION = "streamer-audio"
 #: An error line longer than this (a library's message quoting bytes) is cut.
 MAX_MESSAGE = 500
+#: The exit code of a command whose reader closed the pipe (128 + SIGPIPE, as the shell reports it).
+BROKEN_PIPE = 141
 COMMANDS = ["demo", "pack", "index", "verify", "inspect", "crop", "bench", "warmup", "timing"]
 
 
@@ -52,7 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{name}")
         sub = module.add_parser(subparsers)
         sub.set_defaults(handler=module.run)
+    helper = subparsers.add_parser("help", help="show a command's usage (streamer help crop)")
+    helper.add_argument("topic", metavar="COMMAND", nargs="?", choices=COMMANDS)
+    helper.add_argument(
+        "sub", metavar="SUBCOMMAND", nargs="*", help="e.g. streamer help timing report"
+    )
+    helper.set_defaults(handler=lambda args: _help(parser, args.topic, args.sub))
     return parser
+
+
+def _help(parser: argparse.ArgumentParser, topic: str | None, sub: list[str]) -> int:
+    """``streamer help [COMMAND [SUBCOMMAND]]``: the usage ``--help`` prints, exit code 0
+    (an unknown subcommand: exit code 2, as ``streamer COMMAND SUBCOMMAND --help``)."""
+    if topic is None:
+        parser.print_help()
+        return 0
+    try:
+        parser.parse_args([topic, *sub, "--help"])
+    except SystemExit as done:  # argparse prints the usage and exits 0
+        return int(done.code or 0)
+    return 0
 
 
 def version() -> str:
@@ -70,20 +98,66 @@ def version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe found then is not caught
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (``| head -1``): nothing more can be
+    said there, and it is not an error worth a line. Later writes (the
+    interpreter's flush at exit) go to /dev/null instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced (tests) or closed
+        pass
+    return BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # an ASCII locale: a name with é is written as \xe9
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and stream.errors == "strict":
+            reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    kept = _sigterm_as_ctrl_c()
     try:
         return args.handler(args)
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as exc:
         code = 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
         if args.verbose:  # redacted like the error line: chained messages quote URLs too
             sys.stderr.write(redact(traceback.format_exc()))
         print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return code
+    finally:
+        if kept is not None:
+            signal.signal(signal.SIGTERM, kept)
+
+
+def _sigterm_as_ctrl_c() -> typing.Any:
+    """SIGTERM (a job runner's stop, ``timeout``, ``kill``) unwinds every
+    command as Ctrl-C does: temporary files and folders are removed, worker
+    processes stopped, exit code 130. Returns the handler it replaced
+    (``None`` off the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    from ..write.interrupts import sigterm_as_ctrl_c
+
+    kept = signal.getsignal(signal.SIGTERM)
+    sigterm_as_ctrl_c()
+    return kept
 
 
 def _describe(exc: Exception) -> str:

@@ -8,6 +8,7 @@ import functools
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -264,6 +265,26 @@ def add_quality_argument(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_QUALITY,
         help=f"resampler preset (libsoxr; default {DEFAULT_QUALITY})",
     )
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``; without it a bar is drawn only on a terminal (``show_progress``)."""
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (none unless stderr is a terminal)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether to draw a progress bar: not asked off, and stderr is a terminal
+    (into a log file or a pipe every refresh would be kept, joined by carriage returns)."""
+    if getattr(args, "no_progress", False):
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
 
 
 def writable_file(path: str) -> None:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+import uuid
 import wave
+from collections.abc import Callable
+from typing import BinaryIO
 
 import numpy as np
 
 from ..dataset import Dataset, open_dataset
 from ..errors import StreamerError
+from ..write.sources import name_text
 from ._options import (
     UsageError,
     add_quality_argument,
@@ -24,7 +30,7 @@ from ._options import (
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("crop", help="decode one crop to a .npy or .wav file")
     add_url_arguments(parser)
-    parser.add_argument("key", metavar="KEY", help="episode key")
+    parser.add_argument("key", metavar="KEY", type=name_text, help="episode key")
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
     parser.add_argument(
@@ -60,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
     )
     audio, rate = crop.audio, crop.sample_rate
     if args.output.endswith(".npy"):
-        np.save(args.output, audio)
+        write_whole(args.output, lambda file: np.save(file, audio))
     else:
-        write_wav(args.output, audio, rate)
+        write_whole(args.output, lambda file: write_wav(file, audio, rate))
     served = ", ".join(dataset.decode_stats.paths)  # which path served it: index or fallback
     print(
         f"{args.output}: {audio.shape[0]} channel(s) x {audio.shape[1]} samples at {rate} Hz "
@@ -97,7 +103,29 @@ def _check_wav_size(dataset: Dataset, args: argparse.Namespace) -> None:
         )
 
 
-def write_wav(path: str, audio: np.ndarray, rate: int) -> None:
+def write_whole(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a new file beside ``path``, renamed over it once whole:
+    a write that fails half way (disk full, a file size limit, Ctrl-C)
+    leaves what ``path`` held before, and no partial file. ``OSError``
+    naming ``path`` when it cannot be written."""
+    temp = os.path.join(
+        os.path.dirname(os.path.abspath(path)),
+        f".{os.path.basename(path)}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial",
+    )
+    try:
+        with open(temp, "xb") as file:
+            write(file)
+        os.replace(temp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        if isinstance(exc, OSError):  # numpy's own says "55125 requested and 16352 written"
+            reason = exc.strerror or str(exc)
+            raise OSError(exc.errno or 0, f"cannot write the crop ({reason})", path) from exc
+        raise
+
+
+def write_wav(path: str | BinaryIO, audio: np.ndarray, rate: int) -> None:
     """16-bit PCM WAV (the .npy keeps the exact float32 samples)."""
     pcm = (np.clip(audio, -1.0, 32767 / 32768) * 32768).round().astype("<i2")
     with wave.open(path, "wb") as file:

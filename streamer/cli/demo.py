@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..demo import default_cache_dir, run_demo
-from ._options import add_count_arguments, worker_count
+from ._options import add_count_arguments, add_progress_argument, show_progress, worker_count
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--cache-dir", help=f"where the demo dataset is kept (default {default_cache_dir()})"
     )
     parser.add_argument("--rebuild", action="store_true", help="build the dataset again")
+    add_progress_argument(parser)
     return parser
 
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         cache_dir=args.cache_dir,
         rebuild=args.rebuild,
-        progress=True,
+        progress=show_progress(args),
     )
     rate = summary.crops / summary.seconds if summary.seconds else float("inf")
     print(f"dataset     {summary.dataset}")

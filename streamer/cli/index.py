@@ -10,7 +10,15 @@ import os
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
 from ..write.interrupts import sigterm_as_ctrl_c
-from ._options import add_url_arguments, density, partition, process_count, storage_options
+from ._options import (
+    add_progress_argument,
+    add_url_arguments,
+    density,
+    partition,
+    process_count,
+    show_progress,
+    storage_options,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -47,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="build nothing: re-check the stored indexes, demote those that fail, "
         "rewrite the index shards with the verdicts",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     return parser
 
 
@@ -57,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         "storage_options": storage_options(args),
         "shards": args.shards,
         "workers": args.workers,
-        "progress": not args.no_progress,
+        "progress": show_progress(args),
     }
     if args.verify:
         report = verify_index_shards(args.url, **common)

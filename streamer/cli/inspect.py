@@ -1,11 +1,14 @@
 """``streamer inspect URL``: what a dataset holds, and what of it cannot be read
 (with the stored seek indexes counted by verdict and "no index" reason, and
-the dataset manifest checked against a listing)."""
+the dataset manifest checked against a listing). ``--json``: the same as one
+JSON object on stdout."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter
+from typing import Any
 
 from ..dataset import Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
@@ -21,50 +24,91 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "inspect", help="shards, rows, columns, hours, codec mix, unreadable shards"
     )
     add_url_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.url, **storage_options(args))
-    print(f"dataset   {dataset.url}")
-    bad = dataset.bad_shards
-    skipped = f" ({len(bad)} skipped)" if bad else ""
-    print(f"shards    {len(dataset.shard_names)}{skipped}")
-    print(f"rows      {len(dataset)}")
-    print(f"manifest  {dataset.manifest_state()}")
-    for column_dir in dataset.column_dirs:
-        columns = _columns(dataset, column_dir)
-        if columns:
-            print(f"columns   {column_dir}/  {columns}")
-    for name, reason in bad.items():
-        print(f"skipped   {dataset.audio_dir}/{name}: {reason}")
-    if INDEX_DIR in dataset.column_dirs:
-        for name, reason in dataset.index_problems().items():
-            print(f"no index  {INDEX_DIR}/{name} (its episodes fall back): {reason}")
-        _print_indexes(dataset)
-    if INFO_DIR not in dataset.column_dirs:
-        print(f"hours     unknown (no {INFO_DIR}/ column directory)")
-        return 0
-    info = dataset.info_table()
-    seconds = sum(d for d in info.column("duration").to_pylist() if d == d)
-    print(f"hours     {seconds / 3600:.2f}")
-    mix = Counter(info.column("codec").to_pylist())
-    print("codecs    " + ", ".join(f"{codec} {count}" for codec, count in mix.most_common()))
+    report = inspect(dataset)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_report(report)
     return 0
 
 
-def _columns(dataset: Dataset, column_dir: str) -> str:
-    """The columns of a column directory's first shard that opens ("" if none does)."""
+def inspect(dataset: Dataset) -> dict[str, Any]:
+    """What ``streamer inspect`` says, as a JSON-able dict: ``hours`` and
+    ``codecs`` are ``None`` without an audio_info/ column directory,
+    ``indexes`` and ``no_index`` are ``None`` without seek_index/."""
+    report: dict[str, Any] = {
+        "dataset": str(dataset.url),
+        "shards": len(dataset.shard_names),
+        "skipped_shards": dict(dataset.bad_shards),
+        "rows": len(dataset),
+        "manifest": dataset.manifest_state(),
+        "columns": {},
+        "audio_dir": dataset.audio_dir,
+        "index_problems": {},
+        "indexes": None,
+        "no_index": None,
+        "hours": None,
+        "codecs": None,
+    }
+    for column_dir in dataset.column_dirs:
+        columns = _columns(dataset, column_dir)
+        if columns:
+            report["columns"][column_dir] = columns
+    if INDEX_DIR in dataset.column_dirs:
+        report["index_problems"] = dict(dataset.index_problems())
+        report["indexes"], report["no_index"] = _indexes(dataset)
+    if INFO_DIR in dataset.column_dirs:
+        info = dataset.info_table()
+        seconds = sum(d for d in info.column("duration").to_pylist() if d == d)
+        report["hours"] = seconds / 3600
+        mix = Counter(info.column("codec").to_pylist())
+        report["codecs"] = dict(mix.most_common())
+    return report
+
+
+def print_report(report: dict[str, Any]) -> None:
+    bad = report["skipped_shards"]
+    skipped = f" ({len(bad)} skipped)" if bad else ""
+    print(f"dataset   {report['dataset']}")
+    print(f"shards    {report['shards']}{skipped}")
+    print(f"rows      {report['rows']}")
+    print(f"manifest  {report['manifest']}")
+    for column_dir, columns in report["columns"].items():
+        print(f"columns   {column_dir}/  " + ", ".join(f"{n}: {t}" for n, t in columns.items()))
+    for name, reason in bad.items():
+        print(f"skipped   {report['audio_dir']}/{name}: {reason}")
+    if report["indexes"] is not None:
+        for name, reason in report["index_problems"].items():
+            print(f"no index  {INDEX_DIR}/{name} (its episodes fall back): {reason}")
+        counts = ", ".join(f"{label} {count}" for label, count in report["indexes"].items())
+        print(f"indexes   {counts or 'none'}")
+        for reason, count in report["no_index"].items():
+            print(f"no index  {count}: {reason}")
+    if report["hours"] is None:
+        print(f"hours     unknown (no {INFO_DIR}/ column directory)")
+        return
+    print(f"hours     {report['hours']:.2f}")
+    print("codecs    " + ", ".join(f"{codec} {count}" for codec, count in report["codecs"].items()))
+
+
+def _columns(dataset: Dataset, column_dir: str) -> dict[str, str]:
+    """The columns of a column directory's first shard that opens (none if none does)."""
     for name in dataset.shard_names:
         try:
             first = dataset.shard(name, column_dir)
         except DataError:
             continue
-        return ", ".join(f"{f.name}: {f.type}" for f in first.schema)
-    return ""
+        return {f.name: str(f.type) for f in first.schema}
+    return {}
 
 
-def _print_indexes(dataset: Dataset) -> None:
+def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int]]:
     """Stored indexes counted: verified, unverified, generic (FFmpeg's packet
     index), and "no index" per reason (as stored; the open-time checks may
     demote more, counted by a crop's ``decode_stats.fallback_reasons``)."""
@@ -84,7 +128,5 @@ def _print_indexes(dataset: Dataset) -> None:
             labels["generic"] += is_generic(index)
             if not index.ok:
                 reasons[countable(index.reason)] += 1
-    counts = ", ".join(f"{label} {labels[label]}" for label in sorted(labels) if labels[label])
-    print(f"indexes   {counts or 'none'}")
-    for reason, count in reasons.most_common():
-        print(f"no index  {count}: {reason}")
+    counts = {label: labels[label] for label in sorted(labels) if labels[label]}
+    return counts, dict(reasons.most_common())

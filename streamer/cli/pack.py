@@ -11,9 +11,11 @@ from ..write.interrupts import sigterm_as_ctrl_c
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
 from ._options import (
     add_endpoint_argument,
+    add_progress_argument,
     byte_size,
     partition,
     positive_int,
+    show_progress,
     storage_options,
 )
 from .index import print_index_report
@@ -57,7 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--strict", action="store_true", help="fail on the first file that is not audio"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     parser.add_argument(
         "--no-index", action="store_true", help="do not build seek_index/ (see `streamer index`)"
     )
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         batch_size=args.batch_size,
         strict=args.strict,
-        progress=not args.no_progress,
+        progress=show_progress(args),
         index=not args.no_index,
         columns=args.columns,
         columns_dir=args.columns_dir,

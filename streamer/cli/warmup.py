@@ -13,8 +13,10 @@ from ..pipeline.warmup import warmup
 from ._options import (
     UsageError,
     add_crop_arguments,
+    add_progress_argument,
     add_url_arguments,
     crop_config,
+    show_progress,
     storage_options,
 )
 
@@ -26,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_url_arguments(parser)
     add_crop_arguments(parser, crops=200)
     parser.set_defaults(cache_dir=None)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser)
     return parser
 
 
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.url, **storage_options(args))
     streamer = bench_streamer(dataset, crop_config(args), workers=0)
     with tqdm(
-        unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=args.no_progress
+        unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=not show_progress(args)
     ) as bar:
 
         def total(nbytes: int) -> None:

@@ -57,6 +57,17 @@ class MemoryReader(RangeReader):
         return self._view[offset : offset + length]
 
 
+def _arrow_path(path: str) -> str | bytes:
+    """``path`` as pyarrow can open it: pyarrow encodes a str path as strict
+    UTF-8, which a name Python decoded with surrogates (an ASCII locale
+    without UTF-8 mode, a Latin-1 folder name) is not; its bytes it takes."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
 class LocalFileReader(MemoryReader):
     """A local file mapped read-only into memory.
 
@@ -70,7 +81,7 @@ class LocalFileReader(MemoryReader):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         path = os.fspath(path)
         try:
-            self.mapping = pa.memory_map(path, "r")
+            self.mapping = pa.memory_map(_arrow_path(path), "r")
         except (OSError, pa.ArrowException) as exc:
             raise StorageError(f"cannot map {path}: {exc}") from exc
         self.path = path

@@ -7,7 +7,9 @@ file URL per line (``http(s)://``, ``s3://``, ``b2://``, a path; blank
 lines and ``#`` comments are ignored). Every file is named by its path
 relative to SRC (for a list file: to the longest folder its URLs share,
 without scheme and query), which ``audio_info`` keeps as ``source``; the
-key is that name without its extension. Remote files are read through
+key is that name without its extension. A local file name is its bytes
+read as UTF-8, whatever the locale; bytes that are not UTF-8 are spelled
+out (``caf\\xe9`` for Latin-1's ``café``: ``name_text``). Remote files are read through
 their store, with its retries, request limits and credential hygiene.
 """
 
@@ -25,7 +27,22 @@ from ..errors import PackError, StorageError
 from ..storage import Store, open_url, safe_url
 from ..storage.loop import run_sync
 
-__all__ = ["SourceFile", "UnreadableSource", "list_sources", "read_into", "shown"]
+__all__ = ["SourceFile", "UnreadableSource", "list_sources", "name_text", "read_into", "shown"]
+
+
+def name_text(name: str) -> str:
+    """A name from the OS (a local file name, a command-line argument) as
+    text: its bytes read as UTF-8, bytes that are not UTF-8 spelled out as
+    ``\\xNN``. Python decodes such names with the locale's encoding and
+    stands in surrogates for what it cannot decode (``\\udce9``), which
+    no Arrow string, JSON document or UTF-8 output can hold: under
+    ``LC_ALL=C`` without UTF-8 mode every non-ASCII name, in any locale a
+    name in another encoding (Latin-1's ``café``)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    return name
 
 
 class UnreadableSource(Exception):
@@ -131,7 +148,7 @@ def _walk(
         above = (*above, real)
     found = []
     for entry in store.list_sync(root):
-        name = prefix + entry.name
+        name = prefix + (entry.name if store.is_remote else name_text(entry.name))
         if entry.name.startswith("."):
             hidden.append(name + "/" if entry.is_dir else name)
             continue
