@@ -52,6 +52,7 @@ from .resample import (
     check_sample_rate,
     crop_span,
     downmix,
+    past_the_end,
     resample,
 )
 
@@ -399,9 +400,13 @@ def _past_the_end(index: SeekIndex, request: CropRequest) -> bool:
     fallback says it): a crop of under half a sample before the end is
     empty, not past the end, and a resampled crop starting past the end is
     past the end although its resampler's window reaches back into the
-    episode."""
-    start = round(request.start * index.sample_rate)
-    return index.num_samples >= 0 and start >= full_decode_length(index)
+    episode. The end is the resampled episode's for a resampled crop: its
+    last samples may start past the last native one's rounding."""
+    if index.num_samples < 0:
+        return False
+    return past_the_end(
+        request.start, full_decode_length(index), index.sample_rate, request.sample_rate
+    )
 
 
 def _finish(

@@ -44,7 +44,9 @@ __all__ = [
     "crop_span",
     "downmix",
     "holds_samples",
+    "past_the_end",
     "resample",
+    "resampled_length",
     "window",
 ]
 
@@ -125,6 +127,15 @@ def window(output_first: int, length: int, source_rate: int, target_rate: int) -
     )
 
 
+def resampled_length(samples: int, source_rate: int, target_rate: int) -> int:
+    """How many samples resampling ``samples`` at ``source_rate`` in one pass
+    yields (``soxr.resample``'s length, ``samples * target / source`` rounded
+    half up): the resampled episode's length, where its crops end."""
+    if source_rate == target_rate:
+        return samples
+    return (2 * samples * target_rate + source_rate) // (2 * source_rate)
+
+
 def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[int, int, int]:
     """Native samples ``[first, last)`` to decode for the crop ``[start, end)``
     seconds, and the resampled outputs to drop from the front: the crop
@@ -136,20 +147,33 @@ def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[
     return span.input_first, span.input_last, span.skip
 
 
+def past_the_end(start: float, samples: int, rate: int, target: int | None) -> bool:
+    """Whether a crop starting at ``start`` seconds starts where an episode
+    of ``samples`` at ``rate`` has ended: at the native rate, or resampled
+    to ``target``, at the resampled episode's end (``resampled_length``:
+    its last samples lie past the native ones' rounding)."""
+    if not target or target == rate:
+        return round(start * rate) >= samples
+    return round(start * target) >= resampled_length(samples, rate, target)
+
+
 def holds_samples(
     start: np.ndarray, end: np.ndarray, duration: np.ndarray, rate: np.ndarray, target: int | None
 ) -> np.ndarray:
     """Whether each crop ``[start, end)`` of an episode of ``duration`` seconds
     at ``rate`` holds a sample as a crop is cut (``crop_span``): it starts
-    before the episode's last sample at the native rate (the decode's "past
-    the end"), and it is a sample long once rounded, at the native rate
-    (``round(start*rate) < round(end*rate)``) or resampled to ``target``
-    (``round((end-start)*target) >= 1``). A crop of unknown ``rate`` (NaN)
+    before the episode's end (``past_the_end``), and it is a sample long
+    once rounded, at the native rate (``round(start*rate) <
+    round(end*rate)``) or resampled to ``target`` (``round((end-start)*target)
+    >= 1``). A crop of unknown ``rate`` (NaN)
     is taken to hold one."""
     first = np.round(start * rate)
-    inside = first < np.round(duration * rate)
+    samples = np.round(duration * rate)
+    inside = first < samples
     native = first < np.round(end * rate)
     if target is not None:
+        resampled = np.floor((2 * samples * target + rate) / (2 * rate))  # resampled_length
+        inside = np.where(rate == target, inside, np.round(start * target) < resampled)
         native = np.where(rate == target, native, np.round((end - start) * target) >= 1)
     return np.isnan(rate) | (inside & native)
 

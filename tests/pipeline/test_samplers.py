@@ -151,13 +151,16 @@ def test_no_window_is_planned_that_holds_no_sample(ragged_ends: Path, rate: int 
     """Durations are in seconds, crops are cut in samples: a window starting
     under half a sample before the end was planned, then failed as past the
     end (or, resampled, as decoding to nothing). Every window planned is
-    served, and the last samples still are."""
+    served, and the last samples still are, the resampled episode's too."""
     dataset = streamer.open_dataset(ragged_ends)
     s = Streamer(dataset, SequentialCrops(1.1, hop=0.1), workers=0, sample_rate=rate)
     crops = list(Streamer(dataset, s.sampler, workers=0, sample_rate=rate, on_error="raise"))
     assert len(crops) == len(s.plan())
     starts = {key: sorted(c.start for c in crops if c.key == key) for key in "cd"}
-    assert starts["c"] == pytest.approx(np.arange(11) / 10)  # none at 1.1 s
+    # At 1.1 s: no native sample; resampled, the resampled episode's last
+    # sample when it lies there (16 and 44.1 kHz: 17601 and 48512 samples).
+    held = rate in (16000, 44100)
+    assert starts["c"] == pytest.approx(np.arange(12 if held else 11) / 10)
     assert len(starts["d"]) == (10 if rate in (16000, 8000) else 11)  # 1.0 s: one sample
     last = max((c for c in crops if c.key == "c"), key=lambda c: c.start)
     assert round(last.end * 11025) == 12128 and last.audio.shape[1] > 0
@@ -291,7 +294,9 @@ def test_no_segment_piece_is_planned_that_holds_no_sample(
     pieces = {
         key: sorted((c for c in crops if c.key == key), key=lambda c: c.start) for key in "efg"
     }
-    assert [len(pieces[key]) for key in "efg"] == [2, 2 if rate == 16000 else 3, 2]
+    # "g" at 16 kHz: the piece at 1.1 s holds the resampled episode's last
+    # sample (17601 samples: the 17600th is at 1.1 s).
+    assert [len(pieces[key]) for key in "efg"] == [2, *((2, 3) if rate == 16000 else (3, 2))]
     segments = {"e": (0.5, 1.50002), "f": (0.2, 1.2 + 1 / 48000), "g": (0.1, 1.2)}
     for key in "e" if rate else "efg":  # pieces resampled apart are not the whole resampled
         whole = dataset.read_crop(key, *segments[key], sample_rate=rate)

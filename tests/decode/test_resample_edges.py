@@ -1,0 +1,87 @@
+"""Resampled crops at the episode's edges and seams, end to end.
+
+Through the index and through the fallback (the same dataset without
+``seek_index/``), against the contract (docs/decoding.md): the full decode
+(downmixed first, with ``mono``) resampled in one pass by libsoxr, sliced on
+the target rate's grid.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from streamer import open_dataset
+from streamer.dataset import Dataset
+from streamer.decode.resample import downmix, holds_samples, resample, resampled_length
+from streamer.synth import CODECS, encode, signal
+from streamer.write.pack import pack
+from testkit.reference import full_decode
+
+#: key -> (codec, rate, channels): lossless, so the bound is the resampler's.
+FILES = {"flac-22k": ("flac", 22050, 1), "wav-44k": ("wav", 44100, 2), "wav-8k": ("wav", 8000, 1)}
+WITHIN = 1e-6
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
+    """The files packed with their index, and the same dataset without one."""
+    root = tmp_path_factory.mktemp("resample-edges")
+    for key, (codec, rate, channels) in FILES.items():
+        data = encode(signal(1.0, rate, channels, seed=len(key)), rate, codec)
+        (root / "src").mkdir(exist_ok=True)
+        (root / "src" / f"{key}.{CODECS[codec].extension}").write_bytes(data)
+    pack(root / "src", root / "indexed", progress=False)
+    shutil.copytree(
+        root / "indexed", root / "bare", ignore=shutil.ignore_patterns("seek_index", "*.json")
+    )
+    indexed, bare = open_dataset(root / "indexed"), open_dataset(root / "bare")
+    assert indexed.seek_index(next(iter(FILES))) is not None
+    assert "seek_index" not in {p.name for p in (root / "bare").iterdir()}
+    return indexed, bare
+
+
+def _reference(dataset: Dataset, key: str, target: int, mono: bool) -> np.ndarray:
+    full, rate = full_decode(bytes(dataset.blob(key).view()))
+    return resample(downmix(full) if mono else full, rate, target)
+
+
+def _within(got: np.ndarray, want: np.ndarray, what: str) -> float:
+    assert got.shape == want.shape, f"{what}: {got.shape} != {want.shape}"
+    error = float(np.abs(got - want).max()) if got.size else 0.0
+    assert error <= WITHIN, f"{what}: max abs error {error:.2e}"
+    return error
+
+
+@pytest.mark.parametrize("target", [48000, 192000, 16000, 11025])
+def test_the_last_resampled_samples_can_be_cropped(
+    datasets: tuple[Dataset, Dataset], target: int
+) -> None:
+    """The resampled episode's last samples: a crop starting on one of them
+    raised "past the end" whenever its start rounded to the native end
+    (22.05 -> 48 kHz: the last two of 48 000 samples, 44.1 -> 192 kHz: the
+    last four), through the index and the fallback alike."""
+    for key in FILES:
+        reference = _reference(datasets[0], key, target, mono=False)
+        total = reference.shape[1]
+        rate = FILES[key][1]
+        assert total == resampled_length(round(1.0 * rate), rate, target)
+        for dataset in datasets:
+            for back in (1, 2, 3, 5):
+                start = (total - back) / target
+                for end in ((total) / target, (total + 7) / target):
+                    got = dataset.read_crop(key, start, end, sample_rate=target)
+                    _within(got, reference[:, total - back :], f"{key} {target} [{start}, {end})")
+            with pytest.raises(Exception, match="past the end"):
+                dataset.read_crop(key, total / target + 0.2 / target, 2.0, sample_rate=target)
+
+
+def test_samplers_plan_the_last_resampled_samples() -> None:
+    """``holds_samples`` (what samplers keep) agrees with the crop: a crop on
+    the resampled episode's last sample holds one, one past it does not."""
+    duration, rate = np.array([1.0, 1.0]), np.array([22050.0, 22050.0])
+    start = np.array([47999 / 48000, 48000 / 48000])
+    held = holds_samples(start, start + 1 / 48000, duration, rate, 48000)
+    assert held.tolist() == [True, False]
