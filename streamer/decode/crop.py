@@ -4,7 +4,8 @@ The contract (docs/decoding.md): for an episode whose full FFmpeg decode
 (gapless) is ``x``, the crop ``[start, end)`` at the native rate is
 ``x[:, round(start*sr) : round(end*sr)]``. With ``sample_rate``, it is the
 full decode (downmixed first, with ``mono``) resampled in one pass and
-sliced at ``round(start*target)`` for ``round((end-start)*target)`` samples.
+sliced the same way on the target's grid, ``[round(start*target),
+round(end*target))``: adjacent crops tile, whatever the rate.
 A crop that runs past the end is clipped, or zero-padded with ``pad=True``.
 
 One value carries a crop from plan to result: ``prepare`` turns an
@@ -426,16 +427,12 @@ def _finish(
     if request.mono:
         with record("downmix"):
             audio = downmix(audio)
-    out_rate = rate
-    target = request.sample_rate
-    if target and target != rate:
-        out_rate = target
-        expected = round((request.end - request.start) * target)
+    out_rate = request.sample_rate or rate
+    expected = round(request.end * out_rate) - round(request.start * out_rate)
+    if out_rate != rate:
         with record("resample"):
-            audio = resample(audio, rate, target, quality=request.resample_quality)
+            audio = resample(audio, rate, out_rate, quality=request.resample_quality)
             audio = audio[:, skip : skip + expected]
-    else:
-        expected = round(request.end * rate) - round(request.start * rate)
     if audio.shape[1] == 0:
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if audio.shape[1] < expected:

@@ -143,7 +143,8 @@ def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[
     resampler's ``window`` around it."""
     if not target or target == rate:
         return round(start * rate), round(end * rate), 0
-    span = window(round(start * target), round((end - start) * target), rate, target)
+    first = round(start * target)
+    span = window(first, round(end * target) - first, rate, target)
     return span.input_first, span.input_last, span.skip
 
 
@@ -164,8 +165,8 @@ def holds_samples(
     at ``rate`` holds a sample as a crop is cut (``crop_span``): it starts
     before the episode's end (``past_the_end``), and it is a sample long
     once rounded, at the native rate (``round(start*rate) <
-    round(end*rate)``) or resampled to ``target`` (``round((end-start)*target)
-    >= 1``). A crop of unknown ``rate`` (NaN)
+    round(end*rate)``) or resampled to ``target`` (``round(start*target) <
+    round(end*target)``). A crop of unknown ``rate`` (NaN)
     is taken to hold one."""
     first = np.round(start * rate)
     samples = np.round(duration * rate)
@@ -174,7 +175,7 @@ def holds_samples(
     if target is not None:
         resampled = np.floor((2 * samples * target + rate) / (2 * rate))  # resampled_length
         inside = np.where(rate == target, inside, np.round(start * target) < resampled)
-        native = np.where(rate == target, native, np.round((end - start) * target) >= 1)
+        native = np.where(rate == target, native, np.round(start * target) < np.round(end * target))
     return np.isnan(rate) | (inside & native)
 
 

@@ -85,3 +85,46 @@ def test_samplers_plan_the_last_resampled_samples() -> None:
     start = np.array([47999 / 48000, 48000 / 48000])
     held = holds_samples(start, start + 1 / 48000, duration, rate, 48000)
     assert held.tolist() == [True, False]
+
+
+@pytest.mark.parametrize("target", [16000, 48000, 44100, 7350])
+def test_adjacent_resampled_crops_tile_the_crop_they_split(
+    datasets: tuple[Dataset, Dataset], target: int
+) -> None:
+    """``[a, b)`` and ``[b, c)`` resampled are ``[a, c)`` resampled, no output
+    twice or lost at ``b``, as at the native rate: each is the resampled
+    episode's ``[round(start*target), round(end*target))``. A length of
+    ``round((end-start)*target)`` put the seam one sample off for a third
+    to a half of random ``b`` (44.1 -> 16 kHz: 14 of 30)."""
+    rng = np.random.default_rng(target)
+    for key in FILES:
+        reference = _reference(datasets[0], key, target, mono=True)
+        for _ in range(12):
+            a, b = sorted(float(t) for t in rng.uniform(0.0, 0.99, 2))
+            c = b + float(rng.uniform(1e-4, 0.06))  # up to past the end
+            for dataset in datasets:
+                pieces = [
+                    dataset.read_crop(key, s, e, sample_rate=target, mono=True)
+                    for s, e in ((a, b), (b, c), (a, c))
+                ]
+                for piece, (s, e) in zip(pieces, ((a, b), (b, c), (a, c)), strict=True):
+                    want = reference[:, round(s * target) : round(e * target)]
+                    _within(piece, want, f"{key} {target} [{s}, {e})")
+                _within(
+                    np.concatenate(pieces[:2], axis=1), pieces[2], f"{key} {target} {a} {b} {c}"
+                )
+
+
+def test_the_native_rate_asked_for_is_the_native_crop(datasets: tuple[Dataset, Dataset]) -> None:
+    """``sample_rate`` equal to the episode's rate is the native crop: the
+    same samples as without it (one rule for the length, whichever rate)."""
+    rng = np.random.default_rng(5)
+    for key, (_, rate, _) in FILES.items():
+        for _ in range(20):
+            start = float(rng.uniform(0, 0.9))
+            end = start + float(rng.uniform(0.5, 300)) / rate
+            native = datasets[0].read_crop(key, start, end)
+            np.testing.assert_array_equal(
+                datasets[0].read_crop(key, start, end, sample_rate=rate), native
+            )
+            assert native.shape[1] == round(end * rate) - round(start * rate)
