@@ -55,6 +55,7 @@ from .resample import (
     downmix,
     past_the_end,
     resample,
+    resampled_length,
 )
 
 __all__ = [
@@ -430,9 +431,14 @@ def _finish(
     out_rate = request.sample_rate or rate
     expected = round(request.end * out_rate) - round(request.start * out_rate)
     if out_rate != rate:
+        first, last, _ = crop_span(request.start, request.end, rate, out_rate)
+        keep = expected
+        if audio.shape[1] < last - first:  # the episode ends in the window: the whole pass's end
+            ends = resampled_length(first + audio.shape[1], rate, out_rate)
+            keep = min(expected, ends - round(request.start * out_rate))
         with record("resample"):
             audio = resample(audio, rate, out_rate, quality=request.resample_quality)
-            audio = audio[:, skip : skip + expected]
+            audio = audio[:, skip : skip + max(keep, 0)]
     if audio.shape[1] == 0:
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if audio.shape[1] < expected:

@@ -129,11 +129,17 @@ def window(output_first: int, length: int, source_rate: int, target_rate: int) -
 
 def resampled_length(samples: int, source_rate: int, target_rate: int) -> int:
     """How many samples resampling ``samples`` at ``source_rate`` in one pass
-    yields (``soxr.resample``'s length, ``samples * target / source`` rounded
-    half up): the resampled episode's length, where its crops end."""
+    yields: the resampled episode's length, where its crops end.
+
+    ``soxr.resample``'s length, ``samples / (source / target)`` rounded half
+    up as libsoxr computes it, in floating point: an exact half (48 960
+    samples at 48 -> 11.025 kHz, 11 245.5) can land either side of it
+    (11 245 there; 40 samples at 8 -> 44.1 kHz give 221). A window that runs
+    into the episode's end, resampled alone, rounds its own length, so its
+    crop is cut here, not by that (``decode.crop``)."""
     if source_rate == target_rate:
         return samples
-    return (2 * samples * target_rate + source_rate) // (2 * source_rate)
+    return int(samples / (source_rate / target_rate) + 0.5)
 
 
 def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[int, int, int]:
@@ -173,7 +179,7 @@ def holds_samples(
     inside = first < samples
     native = first < np.round(end * rate)
     if target is not None:
-        resampled = np.floor((2 * samples * target + rate) / (2 * rate))  # resampled_length
+        resampled = np.floor(samples / (rate / target) + 0.5)  # resampled_length
         inside = np.where(rate == target, inside, np.round(start * target) < resampled)
         native = np.where(rate == target, native, np.round(start * target) < np.round(end * target))
     return np.isnan(rate) | (inside & native)

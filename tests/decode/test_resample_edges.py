@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+import soxr
 
 from streamer import open_dataset
 from streamer.dataset import Dataset
@@ -20,8 +21,15 @@ from streamer.synth import CODECS, encode, signal
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 
-#: key -> (codec, rate, channels): lossless, so the bound is the resampler's.
-FILES = {"flac-22k": ("flac", 22050, 1), "wav-44k": ("wav", 44100, 2), "wav-8k": ("wav", 8000, 1)}
+#: key -> (codec, rate, channels, samples): lossless, so the bound is the
+#: resampler's. 48 960 samples at 48 kHz are 11 245.5 at 11.025 kHz, which
+#: libsoxr rounds down (its length is computed in floating point).
+FILES = {
+    "flac-22k": ("flac", 22050, 1, 22050),
+    "wav-44k": ("wav", 44100, 2, 44100),
+    "wav-8k": ("wav", 8000, 1, 8000),
+    "wav-48k": ("wav", 48000, 1, 48960),
+}
 WITHIN = 1e-6
 
 
@@ -29,8 +37,8 @@ WITHIN = 1e-6
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
     """The files packed with their index, and the same dataset without one."""
     root = tmp_path_factory.mktemp("resample-edges")
-    for key, (codec, rate, channels) in FILES.items():
-        data = encode(signal(1.0, rate, channels, seed=len(key)), rate, codec)
+    for key, (codec, rate, channels, samples) in FILES.items():
+        data = encode(signal(samples / rate, rate, channels, seed=len(key)), rate, codec)
         (root / "src").mkdir(exist_ok=True)
         (root / "src" / f"{key}.{CODECS[codec].extension}").write_bytes(data)
     pack(root / "src", root / "indexed", progress=False)
@@ -55,7 +63,7 @@ def _within(got: np.ndarray, want: np.ndarray, what: str) -> float:
     return error
 
 
-@pytest.mark.parametrize("target", [48000, 192000, 16000, 11025])
+@pytest.mark.parametrize("target", [48000, 192000, 16000, 11025, 44100])
 def test_the_last_resampled_samples_can_be_cropped(
     datasets: tuple[Dataset, Dataset], target: int
 ) -> None:
@@ -66,8 +74,8 @@ def test_the_last_resampled_samples_can_be_cropped(
     for key in FILES:
         reference = _reference(datasets[0], key, target, mono=False)
         total = reference.shape[1]
-        rate = FILES[key][1]
-        assert total == resampled_length(round(1.0 * rate), rate, target)
+        rate, samples = FILES[key][1], FILES[key][3]
+        assert total == resampled_length(samples, rate, target)
         for dataset in datasets:
             for back in (1, 2, 3, 5):
                 start = (total - back) / target
@@ -119,7 +127,7 @@ def test_the_native_rate_asked_for_is_the_native_crop(datasets: tuple[Dataset, D
     """``sample_rate`` equal to the episode's rate is the native crop: the
     same samples as without it (one rule for the length, whichever rate)."""
     rng = np.random.default_rng(5)
-    for key, (_, rate, _) in FILES.items():
+    for key, (_, rate, _, _) in FILES.items():
         for _ in range(20):
             start = float(rng.uniform(0, 0.9))
             end = start + float(rng.uniform(0.5, 300)) / rate
@@ -128,3 +136,42 @@ def test_the_native_rate_asked_for_is_the_native_crop(datasets: tuple[Dataset, D
                 datasets[0].read_crop(key, start, end, sample_rate=rate), native
             )
             assert native.shape[1] == round(end * rate) - round(start * rate)
+
+
+def test_resampled_length_is_libsoxrs() -> None:
+    """libsoxr's length for ``n`` samples, exact halves included: it rounds
+    ``n / (sr / target)`` computed in floating point, so 48 960 samples at
+    48 -> 11.025 kHz (11 245.5) give 11 245 but 40 at 8 -> 44.1 kHz (220.5)
+    give 221."""
+    rng = np.random.default_rng(3)
+    pairs = [(48000, 11025), (8000, 44100), (48000, 44100), (192000, 44100), (44100, 16000)]
+    pairs += [(16000, 24000), (96000, 8000), (22050, 48000), (7350, 16000)]
+    for source, target in pairs:
+        halves = [n for n in range(1, 20000) if (2 * n * target) % source == 0][:12]
+        for n in halves + [int(n) for n in rng.integers(1, 200_000, 6)]:
+            got = soxr.resample(np.zeros(n, np.float32), source, target, "HQ").shape[0]
+            assert resampled_length(n, source, target) == got, (source, target, n)
+
+
+@pytest.mark.parametrize("target", [11025, 16000, 22050, 44100])
+def test_crops_past_the_end_stop_where_the_whole_pass_does(
+    datasets: tuple[Dataset, Dataset], target: int
+) -> None:
+    """A crop that runs past the end is clipped at the resampled episode's
+    end, or padded with zeros to its length. The window resampled alone
+    rounds its own length: 48 960 samples at 48 -> 11.025 kHz gave one
+    sample more than the whole pass (11 245.5 outputs, libsoxr's rounding)
+    for a third of the starts, a sample that is not in the reference."""
+    rng = np.random.default_rng(target + 1)
+    for key, (_, rate, _, samples) in FILES.items():
+        reference = _reference(datasets[0], key, target, mono=False)
+        end = samples / rate + 0.05
+        for start in [*rng.uniform(0.0, samples / rate, 12), (reference.shape[1] - 1) / target]:
+            for dataset in datasets:
+                what = f"{key} {target} [{start}, {end})"
+                got = dataset.read_crop(key, float(start), end, sample_rate=target)
+                _within(got, reference[:, round(start * target) :], what)
+                padded = dataset.read_crop(key, float(start), end, sample_rate=target, pad=True)
+                assert padded.shape[1] == round(end * target) - round(start * target), what
+                np.testing.assert_array_equal(padded[:, : got.shape[1]], got)
+                assert not padded[:, got.shape[1] :].any(), what
