@@ -175,3 +175,33 @@ def test_crops_past_the_end_stop_where_the_whole_pass_does(
                 assert padded.shape[1] == round(end * target) - round(start * target), what
                 np.testing.assert_array_equal(padded[:, : got.shape[1]], got)
                 assert not padded[:, got.shape[1] :].any(), what
+
+
+def test_worker_processes_and_the_fallback_give_the_same_resampled_crops(
+    datasets: tuple[Dataset, Dataset],
+) -> None:
+    """The same resampled mono crops (inside, at the start, past the end)
+    in this thread and in two decode processes: bit for bit; through the
+    fallback: within the resampler's rounding of the index's."""
+    from streamer.pipeline import ListCrops, Streamer
+
+    crops = [(key, s, e) for key in FILES for s, e in ((0.0, 0.013), (0.31, 0.52), (0.9, 1.3))]
+    got = {}
+    for name, dataset, workers in (
+        ("0", datasets[0], 0),
+        ("2", datasets[0], 2),
+        ("fb", datasets[1], 2),
+    ):
+        s = Streamer(
+            dataset,
+            ListCrops(crops),
+            workers=workers,
+            sample_rate=7350,
+            mono=True,
+            on_error="raise",
+        )
+        got[name] = {(c.key, c.start, c.end): c.audio for c in s}
+    assert len(got["0"]) == len(crops)
+    for crop in crops:
+        np.testing.assert_array_equal(got["2"][crop], got["0"][crop], err_msg=str(crop))
+        _within(got["fb"][crop], got["0"][crop], str(crop))
