@@ -94,7 +94,7 @@ def _check_wav_size(dataset: Dataset, args: argparse.Namespace) -> None:
     except (KeyError, TypeError, ValueError, StreamerError):
         return
     end = args.end if args.pad or not math.isfinite(duration) else min(args.end, duration)
-    samples = max(0, round((end - args.start) * rate))
+    samples = max(0, round(end * rate) - round(args.start * rate))
     if samples * channels * 2 > WAV_MAX_BYTES:
         raise UsageError(
             f"a WAV file holds at most 4 GiB of 16-bit samples; this crop is "

@@ -4,7 +4,8 @@ The contract (docs/decoding.md): for an episode whose full FFmpeg decode
 (gapless) is ``x``, the crop ``[start, end)`` at the native rate is
 ``x[:, round(start*sr) : round(end*sr)]``. With ``sample_rate``, it is the
 full decode (downmixed first, with ``mono``) resampled in one pass and
-sliced at ``round(start*target)`` for ``round((end-start)*target)`` samples.
+sliced the same way on the target's grid, ``[round(start*target),
+round(end*target))``: adjacent crops tile, whatever the rate.
 A crop that runs past the end is clipped, or zero-padded with ``pad=True``.
 
 One value carries a crop from plan to result: ``prepare`` turns an
@@ -52,7 +53,9 @@ from .resample import (
     check_sample_rate,
     crop_span,
     downmix,
+    past_the_end,
     resample,
+    resampled_length,
 )
 
 __all__ = [
@@ -399,9 +402,13 @@ def _past_the_end(index: SeekIndex, request: CropRequest) -> bool:
     fallback says it): a crop of under half a sample before the end is
     empty, not past the end, and a resampled crop starting past the end is
     past the end although its resampler's window reaches back into the
-    episode."""
-    start = round(request.start * index.sample_rate)
-    return index.num_samples >= 0 and start >= full_decode_length(index)
+    episode. The end is the resampled episode's for a resampled crop: its
+    last samples may start past the last native one's rounding."""
+    if index.num_samples < 0:
+        return False
+    return past_the_end(
+        request.start, full_decode_length(index), index.sample_rate, request.sample_rate
+    )
 
 
 def _finish(
@@ -421,16 +428,17 @@ def _finish(
     if request.mono:
         with record("downmix"):
             audio = downmix(audio)
-    out_rate = rate
-    target = request.sample_rate
-    if target and target != rate:
-        out_rate = target
-        expected = round((request.end - request.start) * target)
+    out_rate = request.sample_rate or rate
+    expected = round(request.end * out_rate) - round(request.start * out_rate)
+    if out_rate != rate:
+        first, last, _ = crop_span(request.start, request.end, rate, out_rate)
+        keep = expected
+        if audio.shape[1] < last - first:  # the episode ends in the window: the whole pass's end
+            ends = resampled_length(first + audio.shape[1], rate, out_rate)
+            keep = min(expected, ends - round(request.start * out_rate))
         with record("resample"):
-            audio = resample(audio, rate, target, quality=request.resample_quality)
-            audio = audio[:, skip : skip + expected]
-    else:
-        expected = round(request.end * rate) - round(request.start * rate)
+            audio = resample(audio, rate, out_rate, quality=request.resample_quality)
+            audio = audio[:, skip : skip + max(keep, 0)]
     if audio.shape[1] == 0:
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if audio.shape[1] < expected:

@@ -28,7 +28,7 @@ import numpy as np
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
 from ..timing import record
-from .resample import crop_span
+from .resample import crop_span, past_the_end
 
 __all__ = ["FFMPEG_FAILURES", "Cut", "DecodeEnds", "PastTheEnd", "cut_windows", "decode_range"]
 
@@ -102,7 +102,7 @@ def _cut(
     cut = cut_windows(frames, span)
     if cut.error is not None and cut.decoded < round(end * cut.rate):
         raise DecodeEnds(cut.decoded, cut.rate, cut.error)  # the crop needs samples past it
-    if cut.decoded <= round(start * cut.rate):
+    if not cut.rate or past_the_end(start, cut.decoded, cut.rate, target_rate):
         raise PastTheEnd(cut.decoded, cut.rate or 1)
     return cut.windows[0], cut.rate, crop_span(start, end, cut.rate, target_rate)[2]
 

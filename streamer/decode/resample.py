@@ -44,7 +44,9 @@ __all__ = [
     "crop_span",
     "downmix",
     "holds_samples",
+    "past_the_end",
     "resample",
+    "resampled_length",
     "window",
 ]
 
@@ -125,6 +127,21 @@ def window(output_first: int, length: int, source_rate: int, target_rate: int) -
     )
 
 
+def resampled_length(samples: int, source_rate: int, target_rate: int) -> int:
+    """How many samples resampling ``samples`` at ``source_rate`` in one pass
+    yields: the resampled episode's length, where its crops end.
+
+    ``soxr.resample``'s length, ``samples / (source / target)`` rounded half
+    up as libsoxr computes it, in floating point: an exact half (48 960
+    samples at 48 -> 11.025 kHz, 11 245.5) can land either side of it
+    (11 245 there; 40 samples at 8 -> 44.1 kHz give 221). A window that runs
+    into the episode's end, resampled alone, rounds its own length, so its
+    crop is cut here, not by that (``decode.crop``)."""
+    if source_rate == target_rate:
+        return samples
+    return int(samples / (source_rate / target_rate) + 0.5)
+
+
 def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[int, int, int]:
     """Native samples ``[first, last)`` to decode for the crop ``[start, end)``
     seconds, and the resampled outputs to drop from the front: the crop
@@ -132,8 +149,19 @@ def crop_span(start: float, end: float, rate: int, target: int | None) -> tuple[
     resampler's ``window`` around it."""
     if not target or target == rate:
         return round(start * rate), round(end * rate), 0
-    span = window(round(start * target), round((end - start) * target), rate, target)
+    first = round(start * target)
+    span = window(first, round(end * target) - first, rate, target)
     return span.input_first, span.input_last, span.skip
+
+
+def past_the_end(start: float, samples: int, rate: int, target: int | None) -> bool:
+    """Whether a crop starting at ``start`` seconds starts where an episode
+    of ``samples`` at ``rate`` has ended: at the native rate, or resampled
+    to ``target``, at the resampled episode's end (``resampled_length``:
+    its last samples lie past the native ones' rounding)."""
+    if not target or target == rate:
+        return round(start * rate) >= samples
+    return round(start * target) >= resampled_length(samples, rate, target)
 
 
 def holds_samples(
@@ -141,16 +169,19 @@ def holds_samples(
 ) -> np.ndarray:
     """Whether each crop ``[start, end)`` of an episode of ``duration`` seconds
     at ``rate`` holds a sample as a crop is cut (``crop_span``): it starts
-    before the episode's last sample at the native rate (the decode's "past
-    the end"), and it is a sample long once rounded, at the native rate
-    (``round(start*rate) < round(end*rate)``) or resampled to ``target``
-    (``round((end-start)*target) >= 1``). A crop of unknown ``rate`` (NaN)
+    before the episode's end (``past_the_end``), and it is a sample long
+    once rounded, at the native rate (``round(start*rate) <
+    round(end*rate)``) or resampled to ``target`` (``round(start*target) <
+    round(end*target)``). A crop of unknown ``rate`` (NaN)
     is taken to hold one."""
     first = np.round(start * rate)
-    inside = first < np.round(duration * rate)
+    samples = np.round(duration * rate)
+    inside = first < samples
     native = first < np.round(end * rate)
     if target is not None:
-        native = np.where(rate == target, native, np.round((end - start) * target) >= 1)
+        resampled = np.floor(samples / (rate / target) + 0.5)  # resampled_length
+        inside = np.where(rate == target, inside, np.round(start * target) < resampled)
+        native = np.where(rate == target, native, np.round(start * target) < np.round(end * target))
     return np.isnan(rate) | (inside & native)
 
 

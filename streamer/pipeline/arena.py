@@ -60,8 +60,6 @@ def crop_bytes(job: CropJob) -> int:
         return 0
     rate = request.sample_rate or index.sample_rate
     samples = round(request.end * rate) - round(request.start * rate)
-    if request.sample_rate and request.sample_rate != index.sample_rate:
-        samples = round((request.end - request.start) * rate)
     channels = 1 if request.mono else index.channels
     return channels * max(samples, 0) * 4
 

@@ -172,7 +172,7 @@ def test_resampled_mono_crops_match_the_resampled_full_decode(
     for start, end in _crops(full.shape[1] / rate, key)[:10]:
         got = dataset.read_crop(key, start, end, sample_rate=target, mono=True)
         first = round(start * target)
-        want = reference[:, first : first + round((end - start) * target)]
+        want = reference[:, first : round(end * target)]
         assert got.shape == want.shape and got.dtype == np.float32
         error = float(np.abs(got - want).max())
         assert error <= RESAMPLED_TOLERANCE[FILES[key][0] in LOSSLESS], f"{key}: {error:.2e}"

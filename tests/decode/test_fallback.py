@@ -150,7 +150,7 @@ def test_resampled_crops_follow_the_contract(unindexed: Path, key: str) -> None:
     for start, end in [(0.0, 0.5), (1.2345, 2.5), (3.0, 3.9)]:
         crop = dataset.crop(key, start, end, sample_rate=16000, mono=True)
         first = round(start * 16000)
-        want = whole[:, first : first + round((end - start) * 16000)]
+        want = whole[:, first : round(end * 16000)]
         assert crop.audio.shape == want.shape, (start, end)
         error = float(np.abs(crop.audio - want).max())
         bound = 1e-6 if FILES[key][0] in LOSSLESS else TOLERANCE  # the resampler's rounding
