@@ -27,6 +27,7 @@ from .pipeline.bench import check_limit
 from .pipeline.stages import plan
 from .storage.disk import make_directory
 from .synth import CODECS, encode, signal
+from .write.interrupts import interrupts_held
 from .write.pack import pack
 
 __all__ = ["DEMO_EPISODES", "DemoSummary", "demo_dataset", "run_demo"]
@@ -92,8 +93,10 @@ def demo_dataset(
             episodes.set_postfix_str(key)
             path = os.path.join(src, f"{key}.{CODECS[codec].extension}")
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            with interrupts_held():  # PyAV's write callbacks would drop a Ctrl-C or SIGTERM
+                encoded = encode(signal(seconds, rate, channels, seed=index), rate, codec)
             with open(path, "wb") as file:
-                file.write(encode(signal(seconds, rate, channels, seed=index), rate, codec))
+                file.write(encoded)
         built = os.path.join(work, "dataset")
         pack(src, built, progress=progress)
         os.replace(built, target)
