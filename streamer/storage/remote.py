@@ -40,6 +40,7 @@ from .throttle import Slot, Throttle
 
 __all__ = [
     "Answer",
+    "MissingBucket",
     "NotFound",
     "RangeNotSatisfiable",
     "RemoteReader",
@@ -95,6 +96,11 @@ class NotFound(StorageError):
     the object is not there."""
 
     failure_reason = "not found"  # as ``StoreStats.failure_reasons`` counts it
+
+
+class MissingBucket(NotFound):
+    """404 ``NoSuchBucket``: the bucket itself is not there (an object store's
+    prefix is never missing; a bucket is), unlike a folder not made yet."""
 
 
 @dataclasses.dataclass

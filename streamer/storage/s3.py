@@ -82,7 +82,7 @@ from .http import (
     unresolved_host,
 )
 from .loop import run_sync
-from .remote import Answer, NotFound
+from .remote import Answer, MissingBucket, NotFound
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -622,7 +622,9 @@ def _client_error(url: str, exc: botocore.exceptions.ClientError) -> Exception:
             f"{url}: the server no longer knows the multipart upload ({message}): "
             "it was aborted, or the server restarted and lost it"
         )
-    if status == 404 or code in ("NoSuchKey", "NoSuchBucket", "404"):
+    if code == "NoSuchBucket":
+        return MissingBucket(f"{url}: not found ({message})")
+    if status == 404 or code in ("NoSuchKey", "404"):
         return NotFound(f"{url}: not found ({message})")
     if status == 416 or code == "InvalidRange":
         return RangeNotSatisfiable(f"{url}: {message}")

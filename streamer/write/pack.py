@@ -49,6 +49,7 @@ from ..index.table import INDEX_DIR
 from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, NotFound, Store
+from ..storage.remote import MissingBucket
 from .index import IndexReport, index_shard
 from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan, taken
@@ -259,6 +260,8 @@ def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:
     for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
         try:
             entries = store.list_sync(store.join(root, column_dir))
+        except MissingBucket as exc:
+            raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
         except NotFound:
             entries = []  # no such folder (yet): local files, FTP, SFTP
         except StorageError as exc:
