@@ -494,7 +494,11 @@ def _vorbis_mux(**kwargs: Any) -> bytes:
 def test_what_is_not_indexed_says_why(make: Callable[[], bytes], reason: str) -> None:
     from streamer.formats import extract
 
-    index = extract(io.BytesIO(make()))
+    try:
+        data = make()
+    except (av.FFmpegError, ValueError):  # PyAV 19's FFmpeg has no AMR encoder
+        pytest.skip("this PyAV cannot make it (no AMR encoder)")
+    index = extract(io.BytesIO(data))
     assert not index.ok and reason in index.reason
 
 
