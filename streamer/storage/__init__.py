@@ -17,7 +17,7 @@ from .base import Entry, RangeReader, Source, Store
 from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
-from .remote import NotFound
+from .remote import MissingBucket, NotFound
 from .retry import RetryPolicy
 from .stats import StoreStats
 
@@ -27,6 +27,7 @@ __all__ = [
     "LocalFileReader",
     "LocalStore",
     "MemoryReader",
+    "MissingBucket",
     "NotFound",
     "RangeReader",
     "RetryPolicy",

@@ -48,8 +48,7 @@ from ..errors import PackError, ShardError, StorageError
 from ..index.table import INDEX_DIR
 from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
-from ..storage import LocalStore, NotFound, Store
-from ..storage.remote import MissingBucket
+from ..storage import LocalStore, MissingBucket, NotFound, Store
 from .index import IndexReport, index_shard
 from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan, taken
@@ -260,12 +259,9 @@ def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:
     for column_dir in (AUDIO_COLUMN, INFO_DIR, INDEX_DIR):
         try:
             entries = store.list_sync(store.join(root, column_dir))
-        except MissingBucket as exc:
-            raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
-        except NotFound:
-            entries = []  # no such folder (yet): local files, FTP, SFTP
         except StorageError as exc:
-            if store.is_remote:  # a prefix is never missing: the bucket, the endpoint are
+            folder_missing = isinstance(exc, NotFound) and not isinstance(exc, MissingBucket)
+            if store.is_remote and not folder_missing:  # FTP/SFTP folders may be; a bucket not
                 raise PackError(f"cannot use {store.display(root)} as OUT: {exc}") from None
             entries = []  # no such folder (yet)
         found[column_dir] = {
