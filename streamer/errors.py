@@ -17,6 +17,7 @@ __all__ = [
     "DataError",
     "LayoutError",
     "PackError",
+    "ReadOnlyURLError",
     "ShardError",
     "StorageError",
     "StreamerError",
@@ -89,6 +90,12 @@ class UnsupportedURLError(StorageError):
     """No store can serve this URL: an unknown scheme, one whose package is
     not installed (the message says which), or a file system that needs
     options its URLs cannot carry. The command line's exit code 2."""
+
+
+class ReadOnlyURLError(UnsupportedURLError):
+    """A command that writes was given a URL whose store only reads (HTTP,
+    an archive): refused before any work, with what to use instead. Like
+    any URL no store can serve for the job, the command line's exit code 2."""
 
 
 class WorkerDied(StreamerError):

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import StorageError
+from ..errors import ReadOnlyURLError
 from .stats import StoreStats
 
 __all__ = ["COPY_CHUNK", "Entry", "RangeReader", "Source", "Store"]
@@ -157,7 +157,7 @@ class Store(abc.ABC):
 
         Atomic for readers: they see the previous object or the whole new
         one, never a part. Afterwards readers made by this store (and new
-        listings) see the new object. Raises ``StorageError`` on a read-only
+        listings) see the new object. Raises ``ReadOnlyURLError`` on a read-only
         store (``read_only`` says why).
         """
 
@@ -227,9 +227,9 @@ class Store(abc.ABC):
         return None
 
     def check_writable(self, path: str) -> None:
-        """Raise ``StorageError`` (saying why) unless objects can be stored under ``path``."""
+        """Raise ``ReadOnlyURLError`` (saying why) unless objects can be stored under ``path``."""
         if self.read_only is not None:
-            raise StorageError(f"{self.display(path)}: {self.read_only}")
+            raise ReadOnlyURLError(f"{self.display(path)}: {self.read_only}")
 
     def path_of(self, scheme: str, rest: str) -> str:
         """The store path of the URL ``scheme://rest``."""

@@ -107,7 +107,7 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     (
         ["pack", "JUNK", "http://127.0.0.1:1/out", "--no-progress"],
         "http://127.0.0.1:1/out: HTTP stores are read-only (pack into a local or S3 OUT;",
-        1,
+        2,
     ),
     (
         ["pack", "JUNK", "DS"],

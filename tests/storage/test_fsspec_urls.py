@@ -26,7 +26,7 @@ import pytest
 
 import streamer
 from streamer import open_dataset
-from streamer.errors import StorageError, StreamerError
+from streamer.errors import ReadOnlyURLError, StreamerError
 from streamer.storage.loop import run_sync
 
 
@@ -114,13 +114,13 @@ def test_an_archive_is_read_only_and_says_so_before_any_work(
     url = f"{archive}://dataset::file://{copy}"
     done = run_cli("index", url, "--force", "--no-progress")
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "read-only" in lines[0] and f"{archive}://" in lines[0], lines[0]
     dataset = open_dataset(url)
-    with pytest.raises(StorageError, match="read-only"):
+    with pytest.raises(ReadOnlyURLError, match="read-only"):
         dataset.store.put_sync("dataset/new.bin", b"x")
     if archive == "zip":
-        with pytest.raises(StorageError, match="read-only"):
+        with pytest.raises(ReadOnlyURLError, match="read-only"):
             open_dataset(url, mode="a").store.put_sync("dataset/new.bin", b"x")
     assert copy.read_bytes() == before
 

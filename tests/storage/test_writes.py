@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import BUCKET, HTTP_KINDS, S3_KINDS, SECRET, everything_said
 
-from streamer.errors import StorageError
+from streamer.errors import ReadOnlyURLError, StorageError
 from streamer.storage import LocalStore
 from streamer.storage.loop import run_sync
 from testkit.servers import LoopbackServer, file_handler, s3_client
@@ -76,7 +76,7 @@ def test_http_stores_refuse_writes(http, make_store) -> None:  # type: ignore[no
         lambda: store.staged_sync(f"{http.url}/packed/x.wsds").__enter__(),
     ):
         with pytest.raises(
-            StorageError,
+            ReadOnlyURLError,
             match=r"HTTP stores are read-only \(pack into a local or S3 OUT; index a local or S3",
         ):
             write()

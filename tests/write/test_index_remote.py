@@ -132,7 +132,7 @@ def test_s3_reruns_skip_split_and_force(s3, s3_dataset, unindexed, reference, ca
 
 
 def test_http_dataset_is_refused_before_any_work(http, capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["index", f"{http.url}/packed", "--no-progress"]) == 1
+    assert main(["index", f"{http.url}/packed", "--no-progress"]) == 2
     error = capsys.readouterr().err
     assert (
         "HTTP stores are read-only (pack into a local or S3 OUT; index a local or S3 copy)" in error
