@@ -4,6 +4,7 @@ resumes and any worker count, equal ranks, persistent workers, elastic resume.""
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,36 @@ def test_three_resumes_reproduce_the_uninterrupted_batches(packed: Path, workers
                 state = data.state_dict(batch)
                 break
     assert got == whole
+
+
+def test_a_pass_broken_off_in_the_main_process_leaves_no_streamer_to_the_collector(
+    packed: Path,
+) -> None:
+    """A loop without DataLoader workers left mid-epoch (``break``): the
+    pass's Streamer (its dataset's shard maps and plan) stayed alive in a
+    reference cycle of its own (the skip callback) until a full garbage
+    collection, in this process and in every DataLoader worker forked
+    meanwhile, which inherited it and ran its finalizer at whatever moment
+    and on whatever thread its collector ran (one such moment hung the
+    worker: its store loop's start)."""
+    data = dataset(packed)
+    made: list[weakref.ref[Any]] = []
+    planner = data.streamer
+
+    def recorded() -> Any:
+        s = planner()
+        made.append(weakref.ref(s))
+        return s
+
+    data.streamer = recorded  # type: ignore[method-assign]
+    gc.disable()
+    try:
+        for n, _ in enumerate(loader(data, 0), start=1):
+            if n == 2:
+                break
+        assert made and [ref() for ref in made] == [None] * len(made)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 2])
