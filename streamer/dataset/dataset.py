@@ -36,6 +36,7 @@ import logging
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -111,7 +112,8 @@ class Dataset:
         self.root = os.fspath(root)
         self.url = self.store.display(self.root)
         self.audio_column = audio_column
-        self._relisting = threading.Lock()
+        self._fresh_locks()
+        _datasets.add(self)
         #: Column directories listed to check the manifest: the shard names found.
         self._listings: dict[str, set[str] | None] = {}
         self.manifest: Manifest | None = None
@@ -143,9 +145,7 @@ class Dataset:
         #: Every shard the store lists (or the manifest has) in the audio column directory.
         self.listed_shards = sorted(self.column_dirs[self.audio_dir])
         self._bad_shards: dict[str, str] = {}
-        self._checking = threading.Lock()
         self._shards: dict[tuple[str, str], Shard] = {}
-        self._opening: dict[tuple[str, str], threading.Lock] = {}
         self._index_readers: dict[str, IndexReader] = {}
         #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
         self._index_problems: dict[str, tuple[str, DataError]] = {}
@@ -155,6 +155,15 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.url!r}, shards={len(self.listed_shards)})"
+
+    def _fresh_locks(self) -> None:
+        """Free locks: when made, and in a forked child (a DataLoader worker
+        handed this dataset open, as a ``Mix`` is), where a lock a thread of
+        the parent held (opening a shard for a pass broken off) stayed held
+        for good and the child waited on it forever."""
+        self._relisting = threading.Lock()
+        self._checking = threading.Lock()
+        self._opening: dict[tuple[str, str], threading.Lock] = {}
 
     # -- shards -------------------------------------------------------------
 
@@ -659,6 +668,18 @@ class Dataset:
             if problem is not None:
                 raise _StaleManifest(f"{column_dir}/{entry.file} has {problem}")
         return shard
+
+
+#: Every open dataset of this process (``Dataset._fresh_locks`` after a fork).
+_datasets: weakref.WeakSet[Dataset] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for dataset in list(_datasets):
+        dataset._fresh_locks()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:

@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import gone
@@ -276,3 +277,61 @@ def test_a_collection_on_the_store_loop_as_it_starts_does_not_hang_the_process(
     finally:
         gc.enable()
         gc.collect()
+
+
+def _locks_and_uses(packed: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], object]]]:
+    """For each lock a thread of the main process may hold when a DataLoader
+    forks (in the middle of making a store, logging, decoding an mp4 crop,
+    opening or checking a shard of a dataset handed to the workers open,
+    as a ``Mix`` is): how to find it, and what a worker does that takes it."""
+    from streamer.formats.mp4 import decode as mp4
+    from streamer.storage import _urls, registry
+
+    data = streamer.open_dataset(packed)
+    name = data.listed_shards[-1]
+    return {
+        "store registry": (lambda: registry._lock, lambda: streamer.open_dataset(packed)),
+        "log redaction": (lambda: _urls._secrets_lock, lambda: _urls.redact("a log line")),
+        "mp4 demuxers": (lambda: mp4._DEMUXERS._lock, lambda: mp4._DEMUXERS.take(("x", 0))),
+        "shard opening": (
+            lambda: data._opening.setdefault((data.audio_dir, name), threading.Lock()),
+            lambda: data.shard(name),
+        ),
+        "shard check": (lambda: data._checking, lambda: data.shard_names),
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "held", ["store registry", "log redaction", "mp4 demuxers", "shard opening", "shard check"]
+)
+def test_a_lock_another_thread_held_at_the_fork_does_not_hang_the_child(
+    packed: Path, held: str
+) -> None:
+    """``fork`` copies a lock as it is; a lock another thread held is held
+    in the child for good, where that thread does not exist. The child
+    waited forever as soon as it made a store, logged, decoded an mp4
+    crop, or opened a shard of a dataset it was handed open. Each is made
+    anew in a forked child."""
+    find, use = _locks_and_uses(packed)[held]
+    lock = find()
+    taken, done = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with lock:
+            taken.set()
+            done.wait()
+
+    holder = threading.Thread(target=holding)
+    holder.start()
+    taken.wait()
+    try:
+
+        def child() -> bytes:
+            use()
+            return b"ok"
+
+        assert _in_a_child(child, seconds=10) == b"ok"
+    finally:
+        done.set()
+        holder.join()
