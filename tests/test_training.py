@@ -249,6 +249,25 @@ def test_spawned_loader_workers_take_their_ranks_share(
     assert shares[0]["crops"] + shares[1]["crops"] == everything
 
 
+def test_a_dataset_of_a_mix_or_an_open_dataset_travels_to_spawned_workers(
+    packed: Path, tmp_path: Path
+) -> None:
+    """DataLoader workers started by ``spawn`` or ``forkserver`` get the
+    dataset pickled: a CropDataset over a ``Mix`` (or an open ``Dataset``)
+    failed there with ``TypeError: cannot pickle '_thread.lock' object``
+    (an open dataset's locks). An open dataset travels as what opens it
+    again, and its copy plans and decodes the same crops."""
+    import pickle
+
+    mix = streamer.Mix([(str(packed), 1.0, "path"), (streamer.open_dataset(packed), 1.0, "open")])
+    data = CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, sample_rate=16000, max_crops=6)
+    copy = pickle.loads(pickle.dumps(data))
+    assert [ids(b) for b in loader(copy, 0)] == [ids(b) for b in loader(data, 0)]
+    opened = streamer.open_dataset(packed)
+    again = pickle.loads(pickle.dumps(opened))
+    assert (again.url, again.shard_names) == (opened.url, opened.shard_names)
+
+
 def spawn_two_ranks(monkeypatch: pytest.MonkeyPatch, target: Any, *args: Any) -> list[Any]:
     """Run ``target(rank, *args[:-1], port, out)`` in two spawned processes
     that form a gloo group on a free loopback port, with no rank in the

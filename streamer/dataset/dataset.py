@@ -112,6 +112,8 @@ class Dataset:
         self.root = os.fspath(root)
         self.url = self.store.display(self.root)
         self.audio_column = audio_column
+        self._opened_with = {"audio_column": audio_column, "audio_dir": audio_dir}
+        self._opened_with |= {"store": self.store, "manifest": manifest}
         self._fresh_locks()
         _datasets.add(self)
         #: Column directories listed to check the manifest: the shard names found.
@@ -155,6 +157,13 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.url!r}, shards={len(self.listed_shards)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what opens it again (root, store, options): a
+        ``spawn`` or ``forkserver`` DataLoader worker handed it (a ``Mix``)
+        opens its own; its shards, maps and locks are this process's (its
+        locks could not be pickled: ``TypeError``)."""
+        return functools.partial(Dataset, self.root, **self._opened_with), ()
 
     def _fresh_locks(self) -> None:
         """Free locks: when made, and in a forked child (a DataLoader worker
