@@ -196,12 +196,18 @@ class CropDataset(IterableDataset):
             failed.append((stand_in, state))
 
         s.on_skip = note
-        for crop in s:
-            yield from self._stand_ins(failed)
-            self._running = s.state_dict()
-            if self.transform is not None:
-                crop.audio = self.transform(crop)
-            yield crop
+        try:
+            for crop in s:
+                yield from self._stand_ins(failed)
+                self._running = s.state_dict()
+                if self.transform is not None:
+                    crop.audio = self.transform(crop)
+                yield crop
+        finally:
+            # ``note`` holds ``s``: left set, the pass broken off waited in a
+            # cycle for a full collection, in this process and in every
+            # DataLoader worker forked from it meanwhile.
+            s.on_skip = None
         yield from self._stand_ins(failed)
         self._running = end
 

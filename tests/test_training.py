@@ -4,6 +4,7 @@ resumes and any worker count, equal ranks, persistent workers, elastic resume.""
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,36 @@ def test_three_resumes_reproduce_the_uninterrupted_batches(packed: Path, workers
                 state = data.state_dict(batch)
                 break
     assert got == whole
+
+
+def test_a_pass_broken_off_in_the_main_process_leaves_no_streamer_to_the_collector(
+    packed: Path,
+) -> None:
+    """A loop without DataLoader workers left mid-epoch (``break``): the
+    pass's Streamer (its dataset's shard maps and plan) stayed alive in a
+    reference cycle of its own (the skip callback) until a full garbage
+    collection, in this process and in every DataLoader worker forked
+    meanwhile, which inherited it and ran its finalizer at whatever moment
+    and on whatever thread its collector ran (one such moment hung the
+    worker: its store loop's start)."""
+    data = dataset(packed)
+    made: list[weakref.ref[Any]] = []
+    planner = data.streamer
+
+    def recorded() -> Any:
+        s = planner()
+        made.append(weakref.ref(s))
+        return s
+
+    data.streamer = recorded  # type: ignore[method-assign]
+    gc.disable()
+    try:
+        for n, _ in enumerate(loader(data, 0), start=1):
+            if n == 2:
+                break
+        assert made and [ref() for ref in made] == [None] * len(made)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 2])
@@ -215,6 +247,25 @@ def test_spawned_loader_workers_take_their_ranks_share(
     assert [len(s["crops"]) for s in shares] == [s["len"] for s in shares] == [4, 4]
     everything = [crop for b in loader(dataset(packed, max_crops=8), 0) for crop in ids(b)]
     assert shares[0]["crops"] + shares[1]["crops"] == everything
+
+
+def test_a_dataset_of_a_mix_or_an_open_dataset_travels_to_spawned_workers(
+    packed: Path, tmp_path: Path
+) -> None:
+    """DataLoader workers started by ``spawn`` or ``forkserver`` get the
+    dataset pickled: a CropDataset over a ``Mix`` (or an open ``Dataset``)
+    failed there with ``TypeError: cannot pickle '_thread.lock' object``
+    (an open dataset's locks). An open dataset travels as what opens it
+    again, and its copy plans and decodes the same crops."""
+    import pickle
+
+    mix = streamer.Mix([(str(packed), 1.0, "path"), (streamer.open_dataset(packed), 1.0, "open")])
+    data = CropDataset(mix, SAMPLER, batch_size=BATCH, seed=5, sample_rate=16000, max_crops=6)
+    copy = pickle.loads(pickle.dumps(data))
+    assert [ids(b) for b in loader(copy, 0)] == [ids(b) for b in loader(data, 0)]
+    opened = streamer.open_dataset(packed)
+    again = pickle.loads(pickle.dumps(opened))
+    assert (again.url, again.shard_names) == (opened.url, opened.shard_names)
 
 
 def spawn_two_ranks(monkeypatch: pytest.MonkeyPatch, target: Any, *args: Any) -> list[Any]:

@@ -36,6 +36,7 @@ import logging
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -111,7 +112,10 @@ class Dataset:
         self.root = os.fspath(root)
         self.url = self.store.display(self.root)
         self.audio_column = audio_column
-        self._relisting = threading.Lock()
+        self._opened_with = {"audio_column": audio_column, "audio_dir": audio_dir}
+        self._opened_with |= {"store": self.store, "manifest": manifest}
+        self._fresh_locks()
+        _datasets.add(self)
         #: Column directories listed to check the manifest: the shard names found.
         self._listings: dict[str, set[str] | None] = {}
         self.manifest: Manifest | None = None
@@ -143,9 +147,7 @@ class Dataset:
         #: Every shard the store lists (or the manifest has) in the audio column directory.
         self.listed_shards = sorted(self.column_dirs[self.audio_dir])
         self._bad_shards: dict[str, str] = {}
-        self._checking = threading.Lock()
         self._shards: dict[tuple[str, str], Shard] = {}
-        self._opening: dict[tuple[str, str], threading.Lock] = {}
         self._index_readers: dict[str, IndexReader] = {}
         #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
         self._index_problems: dict[str, tuple[str, DataError]] = {}
@@ -155,6 +157,22 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.url!r}, shards={len(self.listed_shards)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what opens it again (root, store, options): a
+        ``spawn`` or ``forkserver`` DataLoader worker handed it (a ``Mix``)
+        opens its own; its shards, maps and locks are this process's (its
+        locks could not be pickled: ``TypeError``)."""
+        return functools.partial(Dataset, self.root, **self._opened_with), ()
+
+    def _fresh_locks(self) -> None:
+        """Free locks: when made, and in a forked child (a DataLoader worker
+        handed this dataset open, as a ``Mix`` is), where a lock a thread of
+        the parent held (opening a shard for a pass broken off) stayed held
+        for good and the child waited on it forever."""
+        self._relisting = threading.Lock()
+        self._checking = threading.Lock()
+        self._opening: dict[tuple[str, str], threading.Lock] = {}
 
     # -- shards -------------------------------------------------------------
 
@@ -659,6 +677,18 @@ class Dataset:
             if problem is not None:
                 raise _StaleManifest(f"{column_dir}/{entry.file} has {problem}")
         return shard
+
+
+#: Every open dataset of this process (``Dataset._fresh_locks`` after a fork).
+_datasets: weakref.WeakSet[Dataset] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for dataset in list(_datasets):
+        dataset._fresh_locks()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:

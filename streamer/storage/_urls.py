@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import threading
 import urllib.parse
@@ -92,6 +93,8 @@ _AUTH_SCHEMES = (
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
+#: Free in a forked child: a thread of the parent's that was logging holds it there for good.
+os.register_at_fork(after_in_child=_secrets_lock._at_fork_reinit)
 _installed = False
 
 

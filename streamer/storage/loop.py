@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 #: Reentrant: a garbage collection while the loop is made can run a
 #: finalizer (a dropped Streamer's) that needs the loop, on this thread.
+#: Never held while waiting on another thread (``background_loop``).
 _lock = threading.RLock()
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_pid = 0
@@ -46,29 +47,34 @@ _inherited: list[object] = []
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
-    """This process's store loop, started on first use."""
+    """This process's store loop, started on first use.
+
+    The loop is this process's as soon as it is made, before its thread
+    runs it: work submitted meanwhile waits in its queue. Its thread is
+    started outside the lock, and nobody waits for it to run: a collection
+    on that thread as it starts can run a finalizer (a dropped Streamer's)
+    that asks for the loop, and it waited for the lock while the thread
+    holding it waited for the loop to run, both forever (a forked
+    DataLoader worker that inherited an uncollected Streamer hung)."""
     global _loop, _loop_pid
     with _lock:
-        if _loop is None or _loop_pid != os.getpid():
-            loop = _started_loop()
-            if _loop is not None and _loop_pid == os.getpid():
-                # A finalizer run by a collection inside _started_loop made
-                # one (re-entering the lock): keep it, drop ours.
-                loop.call_soon_threadsafe(loop.stop)
-            else:
-                _loop, _loop_pid = loop, os.getpid()
-        return _loop
-
-
-def _started_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop, running in a daemon thread."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    thread = threading.Thread(
-        target=_serve, args=(loop, ready), name="streamer-storage", daemon=True
-    )
-    thread.start()
-    ready.wait()
+        if _loop is not None and _loop_pid == os.getpid():
+            return _loop
+        loop = asyncio.new_event_loop()
+        if _loop is not None and _loop_pid == os.getpid():
+            # A finalizer run by a collection inside new_event_loop made one
+            # (re-entering the lock): keep it, drop ours.
+            loop.close()
+            return _loop
+        _loop, _loop_pid = loop, os.getpid()
+    try:
+        thread = threading.Thread(target=_serve, args=(loop,), name="streamer-storage", daemon=True)
+        thread.start()
+    except RuntimeError:  # no thread could be started: no loop either
+        with _lock:
+            if _loop is loop:
+                _loop = None
+        raise
     return loop
 
 
@@ -87,9 +93,8 @@ def _forget_parent_loop() -> None:
 os.register_at_fork(after_in_child=_forget_parent_loop)
 
 
-def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)
-    loop.call_soon(ready.set)
     loop.run_forever()
 
 

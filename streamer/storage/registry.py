@@ -32,6 +32,9 @@ FSSPEC_STORE = "streamer.storage.fsspec:FsspecStore"
 
 _stores: dict[tuple[str, str], Store] = {}
 _lock = threading.Lock()
+#: A forked child's lock is free: the parent's may have been held by a thread
+#: making a store, which the child does not have (it would wait forever).
+os.register_at_fork(after_in_child=_lock._at_fork_reinit)
 
 
 def open_url(url: str | os.PathLike[str], **options: Any) -> tuple[Store, str]:

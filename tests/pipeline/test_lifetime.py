@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import gone
@@ -147,14 +148,14 @@ def test_a_streamer_collected_on_the_store_loop_stops_without_an_error(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-def _in_a_child(body: Callable[[], bytes]) -> bytes:
-    """What ``body`` returns, run in a forked child (which ends after 30 s
-    if it hangs: the parent then reads nothing)."""
+def _in_a_child(body: Callable[[], bytes], seconds: int = 30) -> bytes:
+    """What ``body`` returns, run in a forked child (which ends after
+    ``seconds`` if it hangs: the parent then reads nothing)."""
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover (the child reports through the pipe)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(30)
+        signal.alarm(seconds)
         try:
             os.write(write, body())
         finally:
@@ -237,3 +238,100 @@ def test_a_finalizer_needing_the_store_loop_while_it_starts_gets_that_loop() -> 
         return b"ok" if same and len(threads) == 1 else repr((inner, outer, threads)).encode()
 
     assert _in_a_child(child) == b"ok"
+
+
+@pytest.mark.timeout(60)
+def test_a_collection_on_the_store_loop_as_it_starts_does_not_hang_the_process(
+    packed: Path,
+) -> None:
+    """A DataLoader worker forked after a pass in the main process inherits
+    that pass's Streamer as uncollected garbage (a reference cycle). Its
+    finalizer asks whether it runs on the store loop, which took the
+    loop's lock: collected on the new store loop's thread while it started
+    (an allocation there), it waited for the lock that the thread starting
+    the loop held while waiting for the loop to run. Both waited forever:
+    the worker hung (the 240 s deadline of tests/test_training.py)."""
+    gc.disable()
+    try:
+        dropped: list[object] = [Streamer(streamer.open_dataset(packed), SAMPLER, workers=0)]
+        dropped.append(dropped)
+        del dropped
+
+        def child() -> bytes:
+            from streamer.storage import loop
+
+            new_event_loop = asyncio.new_event_loop
+
+            def collecting_first() -> asyncio.AbstractEventLoop:
+                made = new_event_loop()
+                made.call_soon(gc.collect)  # the loop's first step: the thread runs the loop
+                return made
+
+            asyncio.new_event_loop = collecting_first  # type: ignore[assignment]
+            started = loop.background_loop()
+            asyncio.new_event_loop = new_event_loop  # type: ignore[assignment]
+            ran = run_sync(asyncio.sleep(0, "ran"))
+            return b"ok" if ran == "ran" and loop.background_loop() is started else b"no"
+
+        assert _in_a_child(child, seconds=10) == b"ok"
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def _locks_and_uses(packed: Path) -> dict[str, tuple[Callable[[], Any], Callable[[], object]]]:
+    """For each lock a thread of the main process may hold when a DataLoader
+    forks (in the middle of making a store, logging, decoding an mp4 crop,
+    opening or checking a shard of a dataset handed to the workers open,
+    as a ``Mix`` is): how to find it, and what a worker does that takes it."""
+    from streamer.formats.mp4 import decode as mp4
+    from streamer.storage import _urls, registry
+
+    data = streamer.open_dataset(packed)
+    name = data.listed_shards[-1]
+    return {
+        "store registry": (lambda: registry._lock, lambda: streamer.open_dataset(packed)),
+        "log redaction": (lambda: _urls._secrets_lock, lambda: _urls.redact("a log line")),
+        "mp4 demuxers": (lambda: mp4._DEMUXERS._lock, lambda: mp4._DEMUXERS.take(("x", 0))),
+        "shard opening": (
+            lambda: data._opening.setdefault((data.audio_dir, name), threading.Lock()),
+            lambda: data.shard(name),
+        ),
+        "shard check": (lambda: data._checking, lambda: data.shard_names),
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "held", ["store registry", "log redaction", "mp4 demuxers", "shard opening", "shard check"]
+)
+def test_a_lock_another_thread_held_at_the_fork_does_not_hang_the_child(
+    packed: Path, held: str
+) -> None:
+    """``fork`` copies a lock as it is; a lock another thread held is held
+    in the child for good, where that thread does not exist. The child
+    waited forever as soon as it made a store, logged, decoded an mp4
+    crop, or opened a shard of a dataset it was handed open. Each is made
+    anew in a forked child."""
+    find, use = _locks_and_uses(packed)[held]
+    lock = find()
+    taken, done = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with lock:
+            taken.set()
+            done.wait()
+
+    holder = threading.Thread(target=holding)
+    holder.start()
+    taken.wait()
+    try:
+
+        def child() -> bytes:
+            use()
+            return b"ok"
+
+        assert _in_a_child(child, seconds=10) == b"ok"
+    finally:
+        done.set()
+        holder.join()

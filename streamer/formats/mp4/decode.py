@@ -27,6 +27,7 @@ depend on the crops read before it.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import OrderedDict
 from typing import Any, NamedTuple
@@ -146,6 +147,10 @@ class _Demuxers:
 
 
 _DEMUXERS = _Demuxers()
+#: Free in a forked child (a DataLoader worker): a thread of the parent's
+#: decoding an mp4 crop there (one a pass broken off left running) held it
+#: for good.
+os.register_at_fork(after_in_child=_DEMUXERS._lock._at_fork_reinit)
 
 
 def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxer:
