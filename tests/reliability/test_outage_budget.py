@@ -30,9 +30,11 @@ FAST = {"backoff": 0.05, "max_backoff": 0.3, "connect_timeout": 1.0, "read_timeo
 #: Small blocks and cache: crops keep needing requests.
 SMALL_CACHE = {"block_size": 16 * 1024, "cache_bytes": 64 * 1024, "hedge_after": None}
 SAMPLER = RandomCrops(0.5, per_episode=3)
-#: A hang's slack: the attempt in flight when the budget ends runs its read
-#: timeout out; anything more is a second request on the dead store.
-HANG_SLACK = FAST["read_timeout"] + 0.75
+#: Hedged GETs, longer read timeouts: a hung attempt costs 1.5-2 s.
+HEDGED = {"hedge_after": 0.5, "read_timeout": 1.5}
+#: A hang's slack: the attempt in flight when the budget ends runs out its
+#: read timeout (from its hedge's sending); more is another request's.
+HEDGED_SLACK = HEDGED["hedge_after"] + HEDGED["read_timeout"] + 0.5
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +46,9 @@ def unindexed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return out
 
 
-def _open(s3: LoopbackServer, make_store, folder: Path, name: str) -> Dataset:  # type: ignore[no-untyped-def]
+def _open(s3: LoopbackServer, make_store, folder: Path, name: str, **more: object) -> Dataset:  # type: ignore[no-untyped-def]
     upload_tree(s3.handler.upstream, folder, "data", name, "test-key-id", SECRET)
-    options = {**FAST, **SMALL_CACHE, "give_up_after": BUDGET}
+    options = {**FAST, **SMALL_CACHE, "give_up_after": BUDGET, **more}
     dataset = Dataset(f"data/{name}", store=make_store("s3", s3.url, **options))
     dataset.shard_names  # noqa: B018 (opens the shards while the store answers)
     return dataset
@@ -86,36 +88,39 @@ def test_an_outage_before_the_first_crop_raises_within_the_budget(
     _check(caught.value, _since_first_failure(s3, cut), BUDGET * 1.5 + 0.5)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_an_outage_mid_pass_raises_within_the_budget_from_the_workers(
-    s3, make_store, unindexed: Path
+    s3, make_store, unindexed: Path, workers: int
 ) -> None:  # type: ignore[no-untyped-def]
     """The store stops answering (no status line: each attempt costs a read
     timeout) after the third crop, while two workers read blobs: the first
     process to spend the budget ends the pass, the others' retries end with
-    it (their batches are cancelled, the workers replaced)."""
-    dataset = _open(s3, make_store, unindexed, "mid")
+    it (their batches are cancelled, the workers replaced). With one worker
+    the batch's other crop went on after the first gave up, one more hung
+    request on the dead store: 5.1 s for the 2 s budget (2.0 s now)."""
+    dataset = _open(s3, make_store, unindexed, f"mid-{workers}", **HEDGED)
     crops, cut = 0, 0.0
     with pytest.raises(StorageError) as caught:
-        for _ in Streamer(dataset, SAMPLER, seed=3, workers=2, prefetch=4):
+        for _ in Streamer(dataset, SAMPLER, seed=3, workers=workers, prefetch=4):
             crops += 1
             if crops == 3:
                 cut = time.monotonic()
                 s3.faults.only_ranged, s3.faults.stall_seconds = False, 3600
                 s3.faults.hangs = 10**9
-    _check(caught.value, _since_first_failure(s3, cut), BUDGET + HANG_SLACK)
+    _check(caught.value, _since_first_failure(s3, cut), BUDGET + HEDGED_SLACK)
 
 
 def test_a_warmup_that_meets_a_hang_raises_within_the_budget(s3, make_store, packed: Path) -> None:  # type: ignore[no-untyped-def]
     """The store hangs while a warmup plans its crops: the first planner to
     spend the budget ends it. The other planners went on opening seek-index
     shards after it, each request on a clock of its own while the store had
-    failed fewer than three times in a row (no outage yet), so the warmup
-    could raise a request timeout or more past the budget plus one."""
-    dataset = _open(s3, make_store, packed, "warm")
+    failed fewer than three times in a row (no outage yet), or as the
+    gate's probe: 5.1 s for the 2 s budget (2.0 s now)."""
+    dataset = _open(s3, make_store, packed, "warm", **HEDGED)
     stream = Streamer(dataset, SAMPLER, seed=3, workers=0)
     len(stream)  # the plan, from the shards opened while the store answered
     cut = time.monotonic()
     s3.faults.only_ranged, s3.faults.stall_seconds, s3.faults.hangs = False, 3600, 10**9
     with pytest.raises(StorageError) as caught:
         warmup(stream)
-    _check(caught.value, _since_first_failure(s3, cut), BUDGET + HANG_SLACK)
+    _check(caught.value, _since_first_failure(s3, cut), BUDGET + HEDGED_SLACK)
