@@ -60,6 +60,7 @@ from ..storage import open_url
 from ..storage.base import Store
 from ..storage.local import LocalStore
 from ..storage.remote import NotFound
+from ..storage.retry import StoreUnavailable
 from ..timing import record
 from .manifest import Manifest, describe, read_manifest, store_manifest
 
@@ -298,11 +299,17 @@ class Dataset:
     def _listed(self, column_dir: str, name: str) -> bool | None:
         """Whether a listing of the column directory has shard ``name`` (one
         request per directory and dataset), or None when the store cannot
-        list it (there is none, an HTTP server without directory indexes, an
-        outage): then nothing contradicts the manifest."""
+        list it (there is none, an HTTP server without directory indexes):
+        then nothing contradicts the manifest. A store that gave up (an
+        outage past its budget) raises: taken for "no such shard", a
+        ``seek_index/`` the manifest does not name sent the crops to be
+        decoded without an index, by workers that waited a budget of their
+        own on the same outage."""
         if column_dir not in self._listings:
             try:
                 files = self.store.list_sync(self.store.join(self.root, column_dir))
+            except StoreUnavailable:
+                raise
             except StorageError:
                 self._listings[column_dir] = None
             else:

@@ -35,6 +35,7 @@ from ..errors import ShardError, StorageError
 from ..shard.footer import MAGIC, TAIL_BYTES, FileLayout, read_layout
 from ..shard.ipc import SHARD_SUFFIXES
 from ..storage.base import Store
+from ..storage.retry import StoreUnavailable
 
 __all__ = [
     "FORMAT",
@@ -118,11 +119,14 @@ def read_manifest(store: Store, root: str) -> tuple[Manifest | None, str | None]
 
     One suffix request. An absent manifest is the reason ``"absent"``; one
     that cannot be read or parsed says so (the caller lists instead). A
-    store that keeps failing fails the listing that follows, not this.
+    store that gave up (down for its whole budget) raises ``StoreUnavailable``:
+    the listing that followed waited on the same outage once more.
     """
     path = store.join(root, MANIFEST_NAME)
     try:
         start, body = store.reader(path).read_tail_sync(MAX_MANIFEST_BYTES + 1)
+    except StoreUnavailable:
+        raise
     except StorageError as exc:
         log.debug("%s: no manifest read (%s)", store.display(path), exc)
         return None, "absent"

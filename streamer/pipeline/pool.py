@@ -56,6 +56,7 @@ import anyio.to_thread
 from ..decode.crop import Crop, read_deferred
 from ..errors import WorkerDied
 from ..formats.job import DecodeStats
+from ..storage.retry import StoreUnavailable
 from . import arena
 from .arena import Arena, Lease, crop_bytes, open_arena
 from .tasks import (
@@ -418,6 +419,12 @@ class WorkerPool:
                             numbers = numbers[1:]
                         groups[:0] = [[n] for n in numbers]
                         continue
+                    except StoreUnavailable:
+                        # Reading its deferred ranges for the worker met an outage
+                        # past the store's budget: the pass ends (the worker, which
+                        # waits for them, is retired below). Taken for a task that
+                        # does not pickle, its crops were asked for again one by one.
+                        raise
                     except Exception as exc:  # a task or an answer does not pickle
                         dead, worker = worker, None
                         self._retire(dead)  # its pipe is in an unknown state

@@ -32,7 +32,12 @@ its bytes, its decode, whatever the exception) becomes that crop's
 it. Whatever goes wrong with the machinery itself (the worker pool past its
 restart budget, a bug in a stage) ends the pass: the crops already handed
 over stay handed over, and ``next()`` raises that error once the crops
-before it are consumed, never an early end of the pass.
+before it are consumed, never an early end of the pass. A store that gave
+up on an outage (``StoreUnavailable``, after its ``give_up_after``) ends the
+pass the same way, as soon as any stage or worker meets it: the outage
+must end the iteration within the one budget, not wait for the crops before
+it in plan order, retried meanwhile by other processes on clocks of their
+own (``tasks.end_if_store_gave_up``).
 """
 
 from __future__ import annotations
@@ -49,10 +54,11 @@ import anyio.to_thread
 
 from ..decode.crop import Crop, CropJob
 from ..formats.job import DecodeStats
+from ..storage.retry import StoreUnavailable
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
 from .stats import StreamerStats
-from .tasks import Failure, Task, attempt, failure_of, first_error
+from .tasks import Failure, Task, attempt, end_if_store_gave_up, failure_of, first_error
 from .turns import Turns
 
 __all__ = ["CLOSED", "Item", "Run"]
@@ -78,8 +84,13 @@ def batch_size(prefetch: int, workers: int) -> int:
 
 
 def _attempt_all(tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
-    """In-process decoding of a batch: one hop to a thread for all of it."""
-    return [attempt(task) for task in tasks]
+    """In-process decoding of a batch: one hop to a thread for all of it; a
+    store that gave up ends it (``end_if_store_gave_up``)."""
+    done = []
+    for task in tasks:
+        done.append(attempt(task))
+        end_if_store_gave_up(done[-1][0])
+    return done
 
 
 @dataclass
@@ -209,7 +220,11 @@ class Run:
             raise
         except BaseException as exc:  # a planner's SystemExit too: the consumer gets it
             self._error = first_error(exc)
-            log.error("the crop pipeline failed: %s: %s", type(self._error).__name__, self._error)
+            if isinstance(self._error, StoreUnavailable):  # the store said so (WARNING)
+                log.debug("the pass ends: the store gave up: %s", self._error)
+            else:
+                name = type(self._error).__name__
+                log.error("the crop pipeline failed: %s: %s", name, self._error)
         finally:
             self._out_in.close()
 
@@ -240,6 +255,7 @@ class Run:
 
             async def prepare(number: int, position: int) -> None:
                 results[number] = await self._prepare(position)
+                end_if_store_gave_up(results[number])  # cancels the batch's other crops
 
             async with anyio.create_task_group() as group:
                 for number, position in enumerate(positions):
@@ -250,6 +266,8 @@ class Run:
             for (number, _), (result, decoded) in zip(tasks, answers, strict=True):
                 self._stats.decode.add(decoded)
                 results[number] = result
+            for result, _ in answers:
+                end_if_store_gave_up(result)
         done = [result for result in results if isinstance(result, Crop | Failure)]
         assert len(done) == len(positions)  # every crop is planned, then decoded or failed
         return done

@@ -26,11 +26,22 @@ import numpy as np
 from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
 from ..errors import StorageError, StreamerError, WorkerError
 from ..formats.job import DecodeStats, Fetched, Pieces
+from ..storage.retry import StoreUnavailable
 
 if TYPE_CHECKING:
     from .arena import Arena, Lease
 
-__all__ = ["Failure", "Task", "attempt", "failure_of", "first_error", "run", "ship", "unshipped"]
+__all__ = [
+    "Failure",
+    "Task",
+    "attempt",
+    "end_if_store_gave_up",
+    "failure_of",
+    "first_error",
+    "run",
+    "ship",
+    "unshipped",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +92,13 @@ class Failure:
     def of(cls, exc: BaseException, key: str | None, shard: str | None = None) -> Failure:
         storage = isinstance(exc, StorageError)
         return cls(type(exc).__name__, str(exc), key, exc, shard, storage)
+
+    @property
+    def store_gave_up(self) -> bool:
+        """Whether the store failed for its whole time budget (``StoreUnavailable``):
+        the pass then ends at once, not when the consumer reaches this crop
+        (``end_if_store_gave_up``)."""
+        return isinstance(self.exception, StoreUnavailable)
 
     def error(self) -> BaseException:
         """The exception to raise for ``on_error="raise"``."""
@@ -152,6 +170,22 @@ def attempt(
         return run(task, stats, ask), stats
     except Exception as exc:
         return failure_of(exc, task.job.request.key, task.job.episode.shard), stats
+
+
+def end_if_store_gave_up(result: object) -> None:
+    """Raise the error of ``result`` if it is a crop whose store gave up
+    (``Failure.store_gave_up``).
+
+    Whoever meets an outage first (the parent planning or prefetching, a
+    decode worker reading a blob) spends the store's time budget
+    (``give_up_after``) on it; the pass must end then. Handed over in plan
+    order, the failure waited for the crops before it, which other
+    processes were still retrying on clocks of their own: an outage took
+    up to a budget per process, one after another, before the iteration
+    raised. A storage failure is never skipped, so ending the pass loses
+    no crop: the consumer's position stays on the first it did not get."""
+    if isinstance(result, Failure) and result.store_gave_up:
+        raise result.error()
 
 
 def failure_of(exc: Exception, key: str | None, shard: str | None) -> Failure:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,10 @@ async def _warmup(
     since = time.time()
     sources = {id(d.store): d.store for d, _ in streamer.sources}.values()
     fetched_before = sum(store.stats.bytes_fetched for store in sources)
-    planned = await _plan_all(streamer, concurrency)
+    try:
+        planned = await _plan_all(streamer, concurrency)
+    except Exception as exc:
+        raise first_error(exc) from None
     for failure in planned:
         if isinstance(failure, Failure) and failure.storage:
             raise failure.error()
@@ -182,20 +186,33 @@ def _skip(report: WarmupReport, failure: Failure) -> None:
 
 async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Failure]:
     """Every crop's plan, in ``concurrency`` threads: planning opens shards and
-    reads indexes, one round trip after another for each new shard."""
+    reads indexes, one round trip after another for each new shard. A store
+    that gave up (``StoreUnavailable``) ends it at once: the other threads
+    went on planning, each shard's opening one more request to the dead
+    store, and the warmup raised only once they all had."""
     crops = await anyio.to_thread.run_sync(len, streamer)  # may open shards: blocking
     out: list[CropJob | Failure | None] = [None] * crops
     positions = iter(range(crops))  # shared: each thread takes the next position
+    ended = threading.Event()
 
     def plan_some() -> None:
         for position in positions:
+            if ended.is_set():
+                return
             dataset, request = streamer.request(position)
-            out[position] = plan(dataset, request)
+            result = out[position] = plan(dataset, request)
+            if isinstance(result, Failure) and result.store_gave_up:
+                ended.set()
+                raise result.error()
 
     limiter = anyio.CapacityLimiter(concurrency)
-    async with anyio.create_task_group() as group:
-        for _ in range(min(concurrency, crops)):
-            group.start_soon(partial(anyio.to_thread.run_sync, plan_some, limiter=limiter))
+    run = partial(anyio.to_thread.run_sync, plan_some, limiter=limiter, abandon_on_cancel=True)
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(min(concurrency, crops)):
+                group.start_soon(run)
+    finally:
+        ended.set()  # the threads left behind take no more positions
     return [p for p in out if p is not None]
 
 

@@ -45,10 +45,30 @@ def serve(conn: Connection, shared: mmap.mmap | None = None) -> None:
             return
         if tasks is None:
             return
-        answers = [
-            _attempt(conn, number, unshipped(task, shared)) for number, task in enumerate(tasks)
-        ]
-        send_answers(conn, answers, shared, [task.region for task in tasks])
+        send_answers(conn, _attempt_all(conn, tasks, shared), shared, [t.region for t in tasks])
+
+
+def _attempt_all(
+    conn: Connection, tasks: list[Task], shared: mmap.mmap | None
+) -> list[tuple[Crop | Failure, DecodeStats]]:
+    """The batch's answers. Once a crop's store gave up (``StoreUnavailable``:
+    down for its whole budget) the rest are not tried: each would probe the
+    dead store once more, a request timeout apiece before the batch is
+    answered, and the pass ends on the first anyway. They fail with the
+    same error (a storage failure is raised, never skipped)."""
+    answers: list[tuple[Crop | Failure, DecodeStats]] = []
+    gave_up: Failure | None = None
+    for number, task in enumerate(tasks):
+        if gave_up is not None:
+            job = task.job
+            failure = Failure.of(gave_up.error(), job.request.key, job.episode.shard)
+            answers.append((failure, DecodeStats()))
+            continue
+        answers.append(_attempt(conn, number, unshipped(task, shared)))
+        crop = answers[-1][0]
+        if isinstance(crop, Failure) and crop.store_gave_up:
+            gave_up = crop
+    return answers
 
 
 def _attempt(conn: Connection, number: int, task: Task) -> tuple[Crop | Failure, DecodeStats]:

@@ -18,7 +18,7 @@ from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
 from .remote import MissingBucket, NotFound
-from .retry import RetryPolicy
+from .retry import RetryPolicy, StoreUnavailable
 from .stats import StoreStats
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Source",
     "Store",
     "StoreStats",
+    "StoreUnavailable",
     "open_url",
     "redact",
     "safe_url",

@@ -75,6 +75,7 @@ class StoreHealth:
         self._streak = 0
         #: When the current run of failures began (None: the store answers).
         self.failing_since: float | None = None
+        self._failed_at = 0.0  # when the last failure came
         self.reason = "no answer yet"
         #: Whether the store has answered anything (a success, a 404) in this process.
         self.answered = False
@@ -86,6 +87,15 @@ class StoreHealth:
         self._changed = asyncio.Event()
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._hedge_tokens = HEDGE_BURST
+
+    def failing_run(self, within: float) -> float | None:
+        """When the store's current run of failures began, if the last of
+        them came less than ``within`` seconds ago; None when it answers, or
+        when nobody has asked it since (a failure an hour ago, with nothing
+        sent since, says nothing of the store now)."""
+        if self.failing_since is None or time.monotonic() - self._failed_at >= within:
+            return None
+        return self.failing_since
 
     @property
     def in_outage(self) -> bool:
@@ -187,7 +197,7 @@ class StoreHealth:
             self._notify()
 
     def _failed(self, failure: TransientError, probe: bool) -> None:
-        now = time.monotonic()
+        now = self._failed_at = time.monotonic()
         self.reason = redact(str(failure))
         if self.failing_since is None:
             self.failing_since = now

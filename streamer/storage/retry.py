@@ -32,7 +32,13 @@ from .stats import StoreStats
 if TYPE_CHECKING:
     from .health import Slot, StoreHealth
 
-__all__ = ["RetryPolicy", "TransientError", "call_with_retries", "parse_retry_after"]
+__all__ = [
+    "RetryPolicy",
+    "StoreUnavailable",
+    "TransientError",
+    "call_with_retries",
+    "parse_retry_after",
+]
 
 log = logging.getLogger("streamer.storage")
 
@@ -61,6 +67,15 @@ class TransientError(Exception):
         self.unresolved = unresolved
 
 
+class StoreUnavailable(StorageError):
+    """A request gave up: its store failed for the whole time budget
+    (``give_up_after``) or the attempt count. The store is down, not the
+    object missing: whoever meets it first ends the work that needs the
+    store (a pass, a warmup) instead of waiting another budget elsewhere."""
+
+    failure_reason = "gave up retrying"  # as ``StoreStats.failure_reasons`` counts it
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """How hard a store tries before giving up on a request.
@@ -68,8 +83,9 @@ class RetryPolicy:
     A request is retried until it succeeds or, whichever comes first:
 
     * ``give_up_after`` seconds have passed since its first failure, or
-      since the store last answered anything (an outage: every request of
-      the store gives up together);
+      since the store's current run of failures began (nothing answered
+      since: every request of the store gives up together, one that joins
+      late included, whether or not the failures made an outage yet);
     * ``attempts`` requests were sent for it, the first included (``None``,
       the default: no count limit, the time budget alone decides). Waiting
       for a failing store to recover sends nothing and spends no attempt.
@@ -142,7 +158,7 @@ async def call_with_retries(
     first_failure: float | None = None
     failure: TransientError | None = None
     while True:
-        probe = await health.admit(_own_deadline(first_failure, policy))
+        probe = await health.admit(_own_deadline(first_failure, health, policy))
         if probe is None:  # the store stayed down for the whole budget
             break
         tries += 1
@@ -166,18 +182,18 @@ async def call_with_retries(
         else:
             return result
         first_failure = first_failure or began
-        if _spent(tries, first_failure, policy):
+        if _spent(tries, first_failure, health, policy):
             break
         delay = policy.delay(tries - 1, failure.retry_after)
         stats.retries += 1
         log.debug("retrying %s in %.2f s: %s", what, delay, failure)
-        await health.pause(delay, _own_deadline(first_failure, policy))
-    stats.failed("gave up retrying")
+        await health.pause(delay, _own_deadline(first_failure, health, policy))
+    stats.failed(StoreUnavailable.failure_reason)
     cause = failure if failure is not None else health.reason
     began = min(t for t in (first_failure, health.failing_since, time.monotonic()) if t is not None)
     gave_up = f"gave up after {tries} attempts" if tries else "gave up waiting for the store"
     failing = f"failing for {time.monotonic() - began:.1f} s"
-    raise StorageError(redact(f"{what}: {cause} ({gave_up}; {failing})"))
+    raise StoreUnavailable(redact(f"{what}: {cause} ({gave_up}; {failing})"))
 
 
 def _at_once(error: StorageError) -> str:
@@ -187,14 +203,26 @@ def _at_once(error: StorageError) -> str:
     return str(getattr(error, "failure_reason", "not retryable"))
 
 
-def _own_deadline(first_failure: float | None, policy: RetryPolicy) -> float | None:
-    return None if first_failure is None else first_failure + policy.give_up_after
+def _own_deadline(
+    first_failure: float | None, health: StoreHealth, policy: RetryPolicy
+) -> float | None:
+    """When a request that first failed at ``first_failure`` gives up: the
+    budget counts from then, or from when its store began failing (no answer
+    since), whichever is earlier. A request that joined a failing store late
+    (the next shard's footer, the next crop's listing) used to get a budget
+    of its own, and an outage cost a budget per request in a row."""
+    if first_failure is None:
+        return None
+    since = health.failing_run(policy.give_up_after)
+    began = first_failure if since is None else min(first_failure, since)
+    return began + policy.give_up_after
 
 
-def _spent(tries: int, first_failure: float, policy: RetryPolicy) -> bool:
+def _spent(tries: int, first_failure: float, health: StoreHealth, policy: RetryPolicy) -> bool:
     if policy.attempts is not None and tries >= policy.attempts:
         return True
-    return time.monotonic() >= first_failure + policy.give_up_after
+    deadline = _own_deadline(first_failure, health, policy)
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def parse_retry_after(value: str | None) -> float | None:
