@@ -53,11 +53,7 @@ FALLBACK_CROPS = 50
 #: raises), ``length: <+/-n> samples`` (a crop too long or short: misplaced),
 #: ``samples: max error <e>`` (right length, wrong samples: misaligned, or too
 #: little pre-roll). Strict: delete a line when its test passes (XPASS).
-EXPECTED_FAILURES: dict[str, dict[str, str]] = {
-    "asterisk-moh-opsound-gsm/macroform-cold_day.gsm": {
-        "indexed": "samples: max error 0.00146 (GSM converges up to 2.5 s after a cold start)"
-    },
-}
+EXPECTED_FAILURES: dict[str, dict[str, str]] = {}
 
 
 def _params(test: str) -> list[object]:
