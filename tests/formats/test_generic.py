@@ -53,6 +53,7 @@ FILES = {
     "aac-mka.mka": ("matroska", "aac", "fltp", 22050, 1, {"aac_pns": "0"}, False),
     "vorbis-mka.mka": ("matroska", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
     "caf.caf": ("caf", "pcm_s16le", "s16", 16000, 1, {}, True),
+    "alac-caf.caf": ("caf", "alac", "s16p", 44100, 2, {}, True),
     "mp2-ts.ts": ("mpegts", "mp2", "s16", 48000, 2, {}, False),
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
@@ -208,6 +209,20 @@ def test_tta_seek_points_are_its_frames() -> None:
     index = generic_index(data)
     assert index.sample_pos.tolist() == [0, 46080, 92160, 138240]
     assert index.preroll == index.padding == 0
+
+
+@pytest.mark.parametrize("name", ["alac-caf.caf", "caf.caf"])
+def test_caf_seeks_by_its_packet_table(name: str) -> None:
+    """CAF's demuxer cuts ALAC packets by its packet table (``pakt``, counted
+    from the data's start): after a byte seek it cut them at the wrong
+    sizes, the index failed ("decoding after a seek fails") and every crop
+    went through the fallback. Repositioned by timestamp, its points are
+    the table's packets; PCM (no table) keeps its packets as points."""
+    data = make(*FILES[name][:6], seconds=4.0)
+    index = generic_index(data)
+    assert index.ok and index.container == "ffmpeg:caf", index.reason
+    assert len(index.byte_pos) >= 3 and index.byte_pos[0] > 0
+    _assert_crops_exact(data, index, True)
 
 
 #: Monkey's Audio's encoder: jmac, Java (Debian libjmac-java).
