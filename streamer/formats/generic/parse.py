@@ -366,13 +366,21 @@ class _Counted:
             self.rate, self.channels = shape
             self.total += frame.samples
 
+    def keys(self) -> np.ndarray:
+        """Which packets a decoder can start at: the keyframe flags, or every
+        packet when the first is not flagged (a stream's first packet starts
+        a decode: its muxer does not use the flag; GStreamer's matroskamux
+        leaves it unset on AAC blocks). The index check still checks."""
+        flags = np.frombuffer(self.keyframes, dtype=bool)
+        return flags if len(flags) and flags[0] else np.ones(len(flags), dtype=bool)
+
     def packet_points(self) -> tuple[np.ndarray, np.ndarray]:
         """Keyframe packets, the first at each byte position (several
         packets share an Ogg page or an ASF packet: a seek reaches the first)."""
         positions = np.frombuffer(self.positions, dtype=np.int64)
         first = np.ones(len(positions), dtype=bool)
         first[1:] = positions[1:] > positions[:-1]
-        keep = first & np.frombuffer(self.keyframes, dtype=bool)
+        keep = first & self.keys()
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
 
     def table_points(self, table: _Table) -> _Candidates:
@@ -383,15 +391,11 @@ class _Counted:
         at its position or after the end of the packet before (MPC8's entries
         are packet headers, and some carry an earlier timestamp than their
         packet's), or, for packets without a position (APE), stamped as it."""
-        samples, positions = [], []
+        samples, positions, keys = [], [], self.keys()
         ends = np.frombuffer(self.positions, np.int64) + np.frombuffer(self.sizes, np.int64)
         for k, stamp in enumerate(self.stamps):
             entry = table.entry(stamp)
-            if (
-                not self.keyframes[k]
-                or entry < 0
-                or stamp * table.samples_per_stamp != self.samples[k]
-            ):
+            if not keys[k] or entry < 0 or stamp * table.samples_per_stamp != self.samples[k]:
                 continue
             at, pos = int(table.positions[entry]), self.positions[k]
             after = k == 0 or ends[k - 1] <= at
@@ -420,7 +424,7 @@ class _Counted:
         else:
             clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= marks)
             keep = (distance > 0) & (distance <= _CLUSTER_HEAD) & clear
-        keep &= np.frombuffer(self.keyframes, dtype=bool)[after]
+        keep &= self.keys()[after]
         if not keep.any() or after[keep][0] != 0:
             raise NoIndex(f"{name}: the first packet does not start a cluster or page")
         samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
