@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import av
 import numpy as np
@@ -17,8 +18,11 @@ from _index_support import (
     index_of,
 )
 
+from streamer import open_dataset, synth
 from streamer.formats import extract
 from streamer.formats.ffmpeg import full_decode_length
+from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 
 @pytest.mark.parametrize(
@@ -113,3 +117,41 @@ def test_moov_range_is_enough_for_ffmpeg() -> None:
     with av.open(io.BytesIO(bytes(rebuilt))) as container:
         assert container.streams.audio[0].codec_context.name == "alac"
     assert np.all(index.byte_pos >= index.data_start)
+
+
+def _mp3_in_mp4(sample_rate: int, channels: int, seconds: float = 6.0) -> bytes:
+    """LAME's mp3 in FFmpeg's MP4 muxer (as GStreamer's mp4mux and old
+    Nero/iTunes builds write it: ``mp4a``, object type 0x6B)."""
+    samples = synth.signal(seconds, sample_rate, channels)
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp4") as muxer:
+        stream = muxer.add_stream("libmp3lame", rate=sample_rate)
+        stream.layout = {1: "mono", 2: "stereo"}[channels]
+        frame = av.AudioFrame.from_ndarray(
+            samples.astype(np.float32), format="fltp", layout=stream.layout.name
+        )
+        frame.sample_rate = sample_rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            muxer.mux(packet)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("sample_rate", "channels"), [(44100, 2), (22050, 1)])
+def test_mp3_in_mp4_is_indexed_and_exact(tmp_path: Path, sample_rate: int, channels: int) -> None:
+    """mp3 inside MP4 had no index ("no decoder for mp3 in mp4"; FFmpeg's
+    mov demuxer refuses a byte seek, so no generic one either) and every
+    crop decoded from the start. Its frames are fixed (1152 or 576 samples)."""
+    data = _mp3_in_mp4(sample_rate, channels)
+    index = index_of(data)
+    assert (index.codec, index.container) == ("mp3", "mp4")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.m4a").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.episode("a").index.ok, dataset.episode("a").index.reason
+    full, rate = full_decode(data)
+    rng = np.random.default_rng(5)
+    for first in [0, full.shape[1] - 2000, *rng.integers(0, full.shape[1] - 2000, 20).tolist()]:
+        got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
+        assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
+    assert dataset.decode_stats.fallback == 0

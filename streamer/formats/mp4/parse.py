@@ -80,7 +80,7 @@ _CODECS = {
 }
 #: Codecs whose every packet decodes to one frame of a fixed length, and the
 #: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
-_FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb"})
+_FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb", "mp3"})
 _LONGEST_FRAME = 8192
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
