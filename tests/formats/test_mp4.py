@@ -119,31 +119,23 @@ def test_moov_range_is_enough_for_ffmpeg() -> None:
     assert np.all(index.byte_pos >= index.data_start)
 
 
-def _mp3_in_mp4(sample_rate: int, channels: int, seconds: float = 6.0) -> bytes:
-    """LAME's mp3 in FFmpeg's MP4 muxer (as GStreamer's mp4mux and old
-    Nero/iTunes builds write it: ``mp4a``, object type 0x6B)."""
-    samples = synth.signal(seconds, sample_rate, channels)
-    out = io.BytesIO()
-    with av.open(out, "w", format="mp4") as muxer:
-        stream = muxer.add_stream("libmp3lame", rate=sample_rate)
-        stream.layout = {1: "mono", 2: "stereo"}[channels]
-        frame = av.AudioFrame.from_ndarray(
-            samples.astype(np.float32), format="fltp", layout=stream.layout.name
-        )
-        frame.sample_rate = sample_rate
-        for packet in [*stream.encode(frame), *stream.encode(None)]:
-            muxer.mux(packet)
-    return out.getvalue()
-
-
-@pytest.mark.parametrize(("sample_rate", "channels"), [(44100, 2), (22050, 1)])
-def test_mp3_in_mp4_is_indexed_and_exact(tmp_path: Path, sample_rate: int, channels: int) -> None:
-    """mp3 inside MP4 had no index ("no decoder for mp3 in mp4"; FFmpeg's
-    mov demuxer refuses a byte seek, so no generic one either) and every
-    crop decoded from the start. Its frames are fixed (1152 or 576 samples)."""
-    data = _mp3_in_mp4(sample_rate, channels)
+@pytest.mark.parametrize(
+    ("codec", "sample_rate", "channels"), [("mp3", 44100, 2), ("mp3", 22050, 1), ("opus", 48000, 2)]
+)
+def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
+    tmp_path: Path, codec: str, sample_rate: int, channels: int
+) -> None:
+    """mp3 or Opus inside MP4 (GStreamer's mp4mux, old Nero/iTunes builds,
+    FFmpeg) had no index ("no decoder for mp3 in mp4"; FFmpeg's mov demuxer
+    refuses a byte seek, so no generic one either) and every crop decoded
+    from the start. Their frames are fixed (1152 or 576 samples; Opus:
+    FFmpeg's 960), and FFmpeg 8 outputs the last one whole."""
+    data = synth.encode(
+        synth.signal(6.0, sample_rate, channels), sample_rate, codec, container="mp4"
+    )
     index = index_of(data)
-    assert (index.codec, index.container) == ("mp3", "mp4")
+    assert (index.codec, index.container) == (codec, "mp4")
+    assert full_decode_length(index) == decoded_length(data)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.m4a").write_bytes(data)
     pack(tmp_path / "src", tmp_path / "ds", progress=False)

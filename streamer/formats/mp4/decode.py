@@ -51,13 +51,14 @@ _Key = tuple[object, ...]
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
 #: needs the packet before (the index's ``preroll``: its longest packet);
 #: AMR converges in a time no pre-roll bounds (``generic.decode.FROM_THE_START``):
-#: from the first packet.
+#: from the first packet; mp3 and Opus as through the generic index.
 PREROLL_SECONDS = {
     "aac": 0.1,
     "alac": 0.0,
     "amr_nb": math.inf,
     "amr_wb": math.inf,
     "mp3": 0.1,
+    "opus": 0.5,
     "vorbis": 0.0,
 }
 #: Samples decoded before a crop at the least: an AAC packet's output is
@@ -75,6 +76,7 @@ PROBE_BYTES = {
     "amr_nb": 4096,
     "amr_wb": 4096,
     "mp3": 4096,
+    "opus": 4096,
     "vorbis": 16384,
 }
 #: How far before the planned seek point FFmpeg's own seek may land (it
