@@ -92,7 +92,7 @@ def crop_points(
     and (with an index) ones crossing its seek points, the first few and
     random others."""
     seconds = length / rate
-    width = min(0.25, seconds / 2)
+    width = max(1 / rate, min(0.25, seconds / 2))  # under half a sample: an empty crop
     points = [(0.0, width), (seconds - width, seconds), (0.0, seconds)]
     for _ in range(count):
         start = rng.uniform(0, max(0.0, seconds - width))

@@ -4,7 +4,7 @@ Adding a format is one subpackage (a ``Format`` subclass with its parser and
 decoder) and one line in ``FORMATS``. ``extract`` picks the format by the
 bytes, never by a file name, and always returns a ``SeekIndex``: a file no
 format can index, whose codec its container's format does not decode (FLAC
-or Opus inside MP4, A-law WAV), or whose index fails ``index.checks`` (a
+inside MP4, A-law WAV), or whose index fails ``index.checks`` (a
 sample rate of 0, a length the bytes cannot hold, no seek points) comes back
 as "no index" with the reason, so one bad episode never stops a build and
 the episode stays readable through the fallback.

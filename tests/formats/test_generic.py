@@ -53,6 +53,7 @@ FILES = {
     "aac-mka.mka": ("matroska", "aac", "fltp", 22050, 1, {"aac_pns": "0"}, False),
     "vorbis-mka.mka": ("matroska", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
     "caf.caf": ("caf", "pcm_s16le", "s16", 16000, 1, {}, True),
+    "alac-caf.caf": ("caf", "alac", "s16p", 44100, 2, {}, True),
     "mp2-ts.ts": ("mpegts", "mp2", "s16", 48000, 2, {}, False),
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
     "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
@@ -208,6 +209,53 @@ def test_tta_seek_points_are_its_frames() -> None:
     index = generic_index(data)
     assert index.sample_pos.tolist() == [0, 46080, 92160, 138240]
     assert index.preroll == index.padding == 0
+
+
+def _without_keyframe_flags(data: bytes) -> bytes:
+    """``data`` (FFmpeg's Matroska, track 1, SimpleBlocks) with every
+    block's keyframe flag cleared, as GStreamer's matroskamux writes audio."""
+    out = bytearray(data)
+    # SimpleBlock ID, then its size, track, timecode, flags; from the first cluster
+    at = out.find(b"\xa3", out.find(b"\x1f\x43\xb6\x75"))
+    while at >= 0:
+        size_length = 8 - out[at + 1].bit_length() + 1
+        size = int.from_bytes(out[at + 1 : at + 1 + size_length], "big")
+        size &= (1 << (7 * size_length)) - 1
+        head = at + 1 + size_length
+        if out[head] == 0x81 and size > 4:  # track 1: a block, not payload bytes
+            out[head + 3] &= 0x7F
+            at = out.find(b"\xa3", head + size)
+        else:
+            at = out.find(b"\xa3", at + 1)
+    return bytes(out)
+
+
+def test_matroska_blocks_without_keyframe_flags_keep_their_points() -> None:
+    """GStreamer's matroskamux leaves the keyframe flag of AAC blocks unset:
+    no packet was a keyframe, so no cluster was a point ("the first packet
+    does not start a cluster") and every crop went through the fallback. A
+    stream whose first packet is not flagged does not use the flag."""
+    data = _without_keyframe_flags(make(*FILES["aac-mka.mka"][:6], seconds=4.0))
+    with av.open(io.BytesIO(data)) as container:
+        flags = [p.is_keyframe for p in container.demux(audio=0) if p.size]
+    assert not any(flags[:-1])  # FFmpeg's muxer writes the last as a BlockGroup
+    index = generic_index(data)
+    assert index.ok and len(index.byte_pos) >= 3, index.reason
+    _assert_crops_exact(data, index, False)
+
+
+@pytest.mark.parametrize("name", ["alac-caf.caf", "caf.caf"])
+def test_caf_seeks_by_its_packet_table(name: str) -> None:
+    """CAF's demuxer cuts ALAC packets by its packet table (``pakt``, counted
+    from the data's start): after a byte seek it cut them at the wrong
+    sizes, the index failed ("decoding after a seek fails") and every crop
+    went through the fallback. Repositioned by timestamp, its points are
+    the table's packets; PCM (no table) keeps its packets as points."""
+    data = make(*FILES[name][:6], seconds=4.0)
+    index = generic_index(data)
+    assert index.ok and index.container == "ffmpeg:caf", index.reason
+    assert len(index.byte_pos) >= 3 and index.byte_pos[0] > 0
+    _assert_crops_exact(data, index, True)
 
 
 #: Monkey's Audio's encoder: jmac, Java (Debian libjmac-java).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+from pathlib import Path
 
 import av
 import numpy as np
@@ -17,8 +18,11 @@ from _index_support import (
     index_of,
 )
 
+from streamer import open_dataset, synth
 from streamer.formats import extract
 from streamer.formats.ffmpeg import full_decode_length
+from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 
 @pytest.mark.parametrize(
@@ -113,3 +117,33 @@ def test_moov_range_is_enough_for_ffmpeg() -> None:
     with av.open(io.BytesIO(bytes(rebuilt))) as container:
         assert container.streams.audio[0].codec_context.name == "alac"
     assert np.all(index.byte_pos >= index.data_start)
+
+
+@pytest.mark.parametrize(
+    ("codec", "sample_rate", "channels"), [("mp3", 44100, 2), ("mp3", 22050, 1), ("opus", 48000, 2)]
+)
+def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
+    tmp_path: Path, codec: str, sample_rate: int, channels: int
+) -> None:
+    """mp3 or Opus inside MP4 (GStreamer's mp4mux, old Nero/iTunes builds,
+    FFmpeg) had no index ("no decoder for mp3 in mp4"; FFmpeg's mov demuxer
+    refuses a byte seek, so no generic one either) and every crop decoded
+    from the start. Their frames are fixed (1152 or 576 samples; Opus:
+    FFmpeg's 960), and FFmpeg 8 outputs the last one whole."""
+    data = synth.encode(
+        synth.signal(6.0, sample_rate, channels), sample_rate, codec, container="mp4"
+    )
+    index = index_of(data)
+    assert (index.codec, index.container) == (codec, "mp4")
+    assert full_decode_length(index) == decoded_length(data)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.m4a").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.episode("a").index.ok, dataset.episode("a").index.reason
+    full, rate = full_decode(data)
+    rng = np.random.default_rng(5)
+    for first in [0, full.shape[1] - 2000, *rng.integers(0, full.shape[1] - 2000, 20).tolist()]:
+        got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
+        assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
+    assert dataset.decode_stats.fallback == 0

@@ -75,13 +75,24 @@ PREROLL_SECONDS: dict[str, float] = {
 #: Codecs not named above: generous, and no pre-roll at all for PCM.
 DEFAULT_PREROLL_SECONDS = 0.5
 #: Codecs whose decoder draws noise from a generator seeded once, at the
-#: stream's start (AC-3's dither for zero-bit mantissas), or converges after
-#: a cold start in a time no pre-roll bounds (the LPC speech codecs' predictors:
-#: AMR up to 4.6 s over 1e-4 on a steady tone, 1.4 s on speech; RealAudio
-#: 14.4 up to 3 s): no decoder started anywhere else reproduces the full
-#: decode, so their crops decode from the first packet (exact; the cost
-#: grows with the crop's position).
-FROM_THE_START = frozenset({"ac3", "eac3", "amr_nb", "amr_wb", "ra_144"})
+#: stream's start (AC-3's dither for zero-bit mantissas, Nellymoser's noise
+#: fill), or converges after a cold start in a time no pre-roll bounds (the
+#: LPC speech codecs' predictors: AMR up to 4.6 s over 1e-4 on a steady
+#: tone, 1.4 s on speech; RealAudio 14.4 up to 3 s; GSM 06.10 2.5 s on
+#: music; G.723.1 1 s), or never (the backward-adaptive ADPCMs: Yamaha's
+#: predictor never resyncs; QuickTime IMA4 keeps the decoder's
+#: full-precision predictor over a block header whose truncated one
+#: matches; G.722's and G.726's adapt back, after 0.45 s and more): no
+#: decoder started anywhere else reproduces the full decode, so their crops
+#: decode from the first packet (exact; the cost grows with the crop's
+#: position). Their kin without an encoder here to measure (G.729, QCELP,
+#: EVRC, SIPR, RealAudio 28.8, iLBC, TrueSpeech, DSS) predict the same way.
+FROM_THE_START = frozenset(
+    {"ac3", "eac3", "nellymoser"}
+    | {"amr_nb", "amr_wb", "ra_144", "gsm", "gsm_ms", "g723_1"}
+    | {"g729", "qcelp", "evrc", "sipr", "ra_288", "ilbc", "truespeech", "dss_sp"}
+    | {"adpcm_yamaha", "adpcm_ima_qt", "adpcm_g722", "adpcm_g726", "adpcm_g726le"}
+)
 #: FFmpeg reads forward instead of seeking over a gap up to its buffer
 #: (``BUFFER_SIZE``) plus its short-seek threshold (32 KiB), counted from
 #: the start of what it buffered last; with a margin of one more buffer.

@@ -14,7 +14,7 @@ records what that needs:
   reads while it opens the file with the demuxer named and probing cut
   short (``OPEN_OPTIONS``), exactly as the crop's decoder opens it; a
   recording file object notes them. Seek points are packets.
-- by a *timestamp seek* (``TABLE_SEEK``: APE, TTA, Musepack SV8, whose
+- by a *timestamp seek* (``TABLE_SEEK``: APE, TTA, Musepack SV8, CAF, whose
   demuxers read by the seek table they load at open): seek points are the
   table's entries, at their byte positions.
 - by *splicing* (``SPLICED``: Matroska/WebM, whose demuxer keeps its place
@@ -81,7 +81,13 @@ SPLICED = {"matroska": b"\x1f\x43\xb6\x75", "ogg": b"OggS"}
 #: table): a byte seek leaves the table's frame counter behind, so the next
 #: packets are cut at the wrong sizes. They are repositioned by timestamp,
 #: which their own seek turns into the frame's byte position from the table.
-TABLE_SEEK = frozenset({"ape", "mpc8", "tta"})
+TABLE_SEEK = frozenset({"ape", "caf", "mpc8", "tta"})
+#: Those of them whose table counts bytes from the start of the data (the
+#: first packet), not of the file: CAF's packet table (``pakt``: ALAC, and
+#: every codec with packets of varying size). A CAF of constant-size
+#: packets (PCM) has no table: its seek computes the byte from the packet
+#: size, and its points are its packets.
+DATA_RELATIVE = frozenset({"caf"})
 #: Those of them whose packets have no byte position: packets are placed
 #: by timestamp (after a seek, MPC8's timestamps can be off, its positions not).
 STAMPED = frozenset({"ape"})
@@ -230,6 +236,8 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         counted = _count(c)
         source.recording = False
         codec = c.streams.audio[0].codec_context.codec.canonical_name
+    if table is not None and name in DATA_RELATIVE:
+        table = table.from_data(counted.positions[0] if counted.positions else 0)
     if table is not None:
         points = counted.table_points(table)
         if not len(points[0]) or points[0][0] != 0:  # no table, or not from the start
@@ -260,6 +268,14 @@ class _Table:
     def entry(self, stamp: int) -> int:
         """The entry a backward seek to ``stamp`` picks (-1: none)."""
         return int(np.searchsorted(self.stamps, stamp, side="right")) - 1
+
+    def from_data(self, start: int) -> _Table | None:
+        """The table of a ``DATA_RELATIVE`` demuxer whose data (the first
+        packet) starts at byte ``start``, in file positions; None for an
+        empty one (its packets are its points)."""
+        if not len(self.positions):
+            return None
+        return dataclasses.replace(self, positions=self.positions - self.positions[0] + start)
 
 
 def _table(container: Any) -> _Table:
@@ -350,13 +366,21 @@ class _Counted:
             self.rate, self.channels = shape
             self.total += frame.samples
 
+    def keys(self) -> np.ndarray:
+        """Which packets a decoder can start at: the keyframe flags, or every
+        packet when the first is not flagged (a stream's first packet starts
+        a decode: its muxer does not use the flag; GStreamer's matroskamux
+        leaves it unset on AAC blocks). The index check still checks."""
+        flags = np.frombuffer(self.keyframes, dtype=bool)
+        return flags if len(flags) and flags[0] else np.ones(len(flags), dtype=bool)
+
     def packet_points(self) -> tuple[np.ndarray, np.ndarray]:
         """Keyframe packets, the first at each byte position (several
         packets share an Ogg page or an ASF packet: a seek reaches the first)."""
         positions = np.frombuffer(self.positions, dtype=np.int64)
         first = np.ones(len(positions), dtype=bool)
         first[1:] = positions[1:] > positions[:-1]
-        keep = first & np.frombuffer(self.keyframes, dtype=bool)
+        keep = first & self.keys()
         return np.frombuffer(self.samples, dtype=np.int64)[keep], positions[keep]
 
     def table_points(self, table: _Table) -> _Candidates:
@@ -367,15 +391,11 @@ class _Counted:
         at its position or after the end of the packet before (MPC8's entries
         are packet headers, and some carry an earlier timestamp than their
         packet's), or, for packets without a position (APE), stamped as it."""
-        samples, positions = [], []
+        samples, positions, keys = [], [], self.keys()
         ends = np.frombuffer(self.positions, np.int64) + np.frombuffer(self.sizes, np.int64)
         for k, stamp in enumerate(self.stamps):
             entry = table.entry(stamp)
-            if (
-                not self.keyframes[k]
-                or entry < 0
-                or stamp * table.samples_per_stamp != self.samples[k]
-            ):
+            if not keys[k] or entry < 0 or stamp * table.samples_per_stamp != self.samples[k]:
                 continue
             at, pos = int(table.positions[entry]), self.positions[k]
             after = k == 0 or ends[k - 1] <= at
@@ -404,7 +424,7 @@ class _Counted:
         else:
             clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= marks)
             keep = (distance > 0) & (distance <= _CLUSTER_HEAD) & clear
-        keep &= np.frombuffer(self.keyframes, dtype=bool)[after]
+        keep &= self.keys()[after]
         if not keep.any() or after[keep][0] != 0:
             raise NoIndex(f"{name}: the first packet does not start a cluster or page")
         samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]

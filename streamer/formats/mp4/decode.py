@@ -52,12 +52,14 @@ _Key = tuple[object, ...]
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
 #: needs the packet before (the index's ``preroll``: its longest packet);
 #: AMR converges in a time no pre-roll bounds (``generic.decode.FROM_THE_START``):
-#: from the first packet.
+#: from the first packet; mp3 and Opus as through the generic index.
 PREROLL_SECONDS = {
     "aac": 0.1,
     "alac": 0.0,
     "amr_nb": math.inf,
     "amr_wb": math.inf,
+    "mp3": 0.1,
+    "opus": 0.5,
     "vorbis": 0.0,
 }
 #: Samples decoded before a crop at the least: an AAC packet's output is
@@ -69,7 +71,15 @@ MIN_PREROLL_SAMPLES = {"aac": 1024}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB;
 #: a Vorbis packet of a long block, 16 KiB.
-PROBE_BYTES = {"aac": 4096, "alac": 32768, "amr_nb": 4096, "amr_wb": 4096, "vorbis": 16384}
+PROBE_BYTES = {
+    "aac": 4096,
+    "alac": 32768,
+    "amr_nb": 4096,
+    "amr_wb": 4096,
+    "mp3": 4096,
+    "opus": 4096,
+    "vorbis": 16384,
+}
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).
 SEEK_SLACK = 16384
