@@ -44,10 +44,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import contextlib
+import itertools
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -65,6 +72,8 @@ __all__ = ["CLOSED", "Item", "Run"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: What a consumer of a pass that ``stop`` ended gets (``Streamer.close()``
 #: from another thread while a loop runs).
 CLOSED = "the Streamer was closed in the middle of a pass"
@@ -72,6 +81,11 @@ CLOSED = "the Streamer was closed in the middle of a pass"
 
 #: The most crops in one batch (one message to a decode worker and one back).
 MAX_BATCH = 4
+
+#: How long a stopped pass waits for its in-process decoding thread to
+#: finish its crop (one crop: a remote one may wait on its store) before
+#: it logs what still runs and returns.
+DECODING_STOP_TIMEOUT = 3.0
 
 
 def batch_size(prefetch: int, workers: int) -> int:
@@ -83,14 +97,107 @@ def batch_size(prefetch: int, workers: int) -> int:
     return max(1, min(MAX_BATCH, prefetch // (2 * max(workers, 1))))
 
 
-def _attempt_all(tasks: list[Task]) -> list[tuple[Crop | Failure, DecodeStats]]:
+class _DecodingThread:
+    """The thread of a pass that decodes in-process (no worker pool): one
+    crop at a time, started at the pass's first batch, gone when the pass is.
+
+    A stopped pass waits for it (``close``), bounded: a pass left with
+    ``break`` (or closed) used to leave its crop decoding in an abandoned
+    worker thread a moment after the loop was left, and a fork then (a
+    DataLoader's workers starting) copied FFmpeg's state mid-call. Between
+    the crops of a batch it looks at ``stopping``: a stopped pass waits for
+    the crop under way, not the batch."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self) -> None:
+        self.name = f"streamer-decode-{next(self._numbers)}"
+        self.stopping = threading.Event()
+        self.doing = ""  # what the thread decodes now, for the warning
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._exited: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    async def run(self, function: Callable[[], T]) -> T:
+        """``function()`` in the thread; cancelling the caller abandons it
+        (the thread finishes it, or its crop under way, and discards it)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                outcome: tuple[T | None, BaseException | None] = (function(), None)
+            except BaseException as exc:
+                outcome = (None, exc)
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(_settle, answer, outcome)
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+            self._thread.start()
+        self._jobs.put(job)
+        return await answer
+
+    def finish(self) -> None:
+        """No more jobs: the thread ends after the one under way."""
+        if self._thread is not None:
+            self._jobs.put(None)
+
+    async def close(self, timeout: float) -> None:
+        """Wait (up to ``timeout`` seconds) until the thread has ended; a
+        WARNING names what it still decodes if it has not."""
+        if self._thread is None:
+            return
+        self.stopping.set()
+        self.finish()
+        exited = asyncio.wrap_future(self._exited)
+        if not (await asyncio.wait([exited], timeout=timeout))[0]:
+            log.warning(
+                "the pass stopped, but its decoding thread %s still runs after %g s: %s",
+                self.name,
+                timeout,
+                self.doing or "between crops",
+            )
+            return
+        self._thread.join()  # it has returned from its last job: a moment at most
+
+    def _serve(self) -> None:
+        try:
+            while (job := self._jobs.get()) is not None:
+                job()
+        finally:
+            self._exited.set_result(None)
+
+
+def _settle(answer: asyncio.Future[T], outcome: tuple[T | None, BaseException | None]) -> None:
+    if answer.cancelled():
+        return
+    result, error = outcome
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(result)  # type: ignore[arg-type]
+
+
+def _attempt_all(
+    tasks: list[Task], thread: _DecodingThread
+) -> list[tuple[Crop | Failure, DecodeStats]]:
     """In-process decoding of a batch: one hop to a thread for all of it; a
-    store that gave up ends it (``end_if_store_gave_up``)."""
+    store that gave up ends it (``end_if_store_gave_up``), so does a pass
+    that stopped (the batch is discarded)."""
     done = []
     for task in tasks:
+        if thread.stopping.is_set():
+            break
+        thread.doing = _crop_name(task.job)
         done.append(attempt(task))
+        thread.doing = ""
         end_if_store_gave_up(done[-1][0])
     return done
+
+
+def _crop_name(job: CropJob) -> str:
+    return f"the crop of {job.request.key!r} in shard {job.episode.shard!r}"
 
 
 @dataclass
@@ -132,6 +239,7 @@ class Run:
         # the GIL, so decoding threads only contend for it (measured: 1.3-1.7x
         # the CPU of a plain read_crop loop with a prefetch of 8).
         self._in_process = Turns(1)
+        self._decoding = _DecodingThread()
         self._first, self._last = first, last
         self._pool = pool
         self._batch = batch_size(prefetch, pool.size if pool is not None else 1)
@@ -200,6 +308,10 @@ class Run:
             self._task.cancel()
             await asyncio.wait([self._task])
         self._out.close()
+        # A crop being decoded in-process ends before the pass does: nothing
+        # of the pass runs once the loop is left (a fork next copies no thread
+        # mid-FFmpeg call).
+        await self._decoding.close(DECODING_STOP_TIMEOUT)
 
     # -- stages ---------------------------------------------------------------
 
@@ -226,6 +338,7 @@ class Run:
                 name = type(self._error).__name__
                 log.error("the crop pipeline failed: %s: %s", name, self._error)
         finally:
+            self._decoding.finish()
             self._out_in.close()
 
     async def _work(self, slots: list[_Slot]) -> None:
@@ -278,20 +391,26 @@ class Run:
         every crop would have the two threads take turns at the GIL
         (measured: 0.3-0.4 ms of CPU per crop on the loop's side)."""
 
+        thread = self._decoding
+
         def plan_and_decode() -> list[tuple[Crop | Failure, DecodeStats, int]]:
             done = []
             for position in positions:
+                if thread.stopping.is_set():
+                    break  # the pass stopped: the batch is discarded
                 job = self._planned(position)
                 if isinstance(job, Failure):
                     done.append((job, DecodeStats(), 0))
                     continue
                 # The task reads its bytes itself: a failed read is the crop's failure.
+                thread.doing = _crop_name(job)
                 result, decoded = attempt(Task(job))
+                thread.doing = ""
                 done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
             return done
 
         async with self._in_process.turn(positions[0]):
-            answers = await anyio.to_thread.run_sync(plan_and_decode, abandon_on_cancel=True)
+            answers = await thread.run(plan_and_decode)
         for _, decoded, mapped in answers:
             self._stats.decode.add(decoded)
             self._stats.bytes_read += mapped
@@ -323,9 +442,9 @@ class Run:
     async def _decode(
         self, tasks: list[Task], *, rank: int
     ) -> list[tuple[Crop | Failure, DecodeStats]]:
-        if self._pool is None:  # abandoned when stopped: it may wait on a store
+        if self._pool is None:  # waited for when stopped (``_DecodingThread``)
             async with self._in_process.turn(rank):
-                return await anyio.to_thread.run_sync(_attempt_all, tasks, abandon_on_cancel=True)
+                return await self._decoding.run(partial(_attempt_all, tasks, self._decoding))
         return await self._pool.run_batch(tasks, rank=rank)
 
     async def _emit(self) -> None:

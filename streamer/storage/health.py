@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from ..errors import StorageError
 from ._urls import redact
-from .retry import RetryPolicy, TransientError
+from .retry import PastDeadline, RetryPolicy, TransientError
 from .stats import StoreStats
 
 __all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "Slot", "StoreHealth"]
@@ -140,7 +140,14 @@ class StoreHealth:
         await asyncio.sleep(delay)
 
     async def send(
-        self, request: Callable[[], Awaitable[T]], *, slot: Slot, hedge: bool, probe: bool
+        self,
+        request: Callable[[], Awaitable[T]],
+        *,
+        slot: Slot,
+        hedge: bool,
+        probe: bool,
+        deadline: float | None = None,
+        known: bool = False,
     ) -> T:
         """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store.
 
@@ -148,14 +155,24 @@ class StoreHealth:
         the timeout and the hedge delay run from when it is granted, so a long
         queue of requests reads as nothing worse than a queue (not as a stalled
         store), and a queued request holds no timers or tasks.
+
+        ``deadline``: when the request gives up should this attempt fail. No
+        hedge is sent at or past it, and a hedge runs at most one read timeout
+        beyond it. If ``known`` (the request or its store failed already), the
+        same holds for the attempt itself: ``PastDeadline`` if its place comes
+        at or after the deadline (nothing was sent).
         """
         began = time.monotonic()
+        bound = None if deadline is None or not known else deadline
         try:
             if hedge and self._policy.hedge_after is not None:
-                result = await self._hedged(request, slot)
+                result = await self._hedged(request, slot, deadline, bound)
             else:
                 async with slot():
-                    result = await self._timed(request)
+                    result = await self._timed(request, bound=bound)
+        except PastDeadline:
+            self._release(probe)
+            raise
         except TransientError as exc:
             self._failed(exc, probe)
             raise
@@ -231,18 +248,30 @@ class StoreHealth:
 
     # -- timeouts and hedging ---------------------------------------------------
 
-    async def _timed(self, request: Callable[[], Awaitable[T]], *, timed_get: bool = False) -> T:
-        """``request()`` bounded by the policy's whole-attempt timeout; the
-        latency of a successful GET (``timed_get``) feeds the hedge delay."""
-        self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
-        timeout = self._policy.timeout
+    async def _timed(
+        self,
+        request: Callable[[], Awaitable[T]],
+        *,
+        timed_get: bool = False,
+        bound: float | None = None,
+    ) -> T:
+        """``request()`` bounded by the policy's whole-attempt timeout and, if
+        ``bound`` (its request's deadline) is given, sent only before it and
+        given at most one read timeout past it; the latency of a successful
+        GET (``timed_get``) feeds the hedge delay."""
         sent = time.monotonic()
+        timeout = self._policy.timeout
+        if bound is not None:
+            if sent >= bound:
+                raise PastDeadline
+            timeout = min(timeout, bound - sent + self._policy.read_timeout)
+        self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
         try:
             async with asyncio.timeout(timeout):
                 result = await request()
         except TimeoutError:
             # A store answering this late is overloaded: the adaptive limit backs off.
-            message = f"no complete response within {timeout:g} s"
+            message = f"no complete response within {timeout:.3g} s"
             raise TransientError(message, congestion=True) from None
         if timed_get:
             self._latencies.append(time.monotonic() - sent)
@@ -258,23 +287,38 @@ class StoreHealth:
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
         return max(floor, self._policy.hedge_factor * p95)
 
-    async def _hedged(self, request: Callable[[], Awaitable[T]], slot: Slot) -> T:
+    async def _hedged(
+        self,
+        request: Callable[[], Awaitable[T]],
+        slot: Slot,
+        deadline: float | None,
+        bound: float | None,
+    ) -> T:
         """``request()``, sent again if it stalls; the first answer wins. Each
         request waits for a place of its own (``slot``), and holds it only
-        while it runs; the hedge delay runs from when the first one is sent."""
+        while it runs; the hedge delay runs from when the first one is sent.
+        The copy is sent only if the delay ends before ``deadline``, and
+        bounded by it (``_timed``); the first copy by ``bound``."""
 
         async def attempt(sent: asyncio.Future[None] | None) -> T:
             async with slot():
                 if sent is not None:
                     sent.set_result(None)
-                return await self._timed(request, timed_get=True)
+                return await self._timed(
+                    request, timed_get=True, bound=bound if sent is not None else deadline
+                )
 
         sent = asyncio.get_running_loop().create_future()
         first = asyncio.ensure_future(attempt(sent))
         tasks = {first}
         try:
             await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
-            done, _ = await asyncio.wait(tasks, timeout=self.hedge_delay())
+            delay = self.hedge_delay()
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                # Its copy would go at or past the deadline: if the first one
+                # fails, the request gives up anyway; the copy would only run on.
+                return await first
+            done, _ = await asyncio.wait(tasks, timeout=delay)
             if done:  # the usual case: answered within the hedge delay
                 return first.result()
             if self._streak == 0 and self._hedge_tokens >= 1:
@@ -300,7 +344,8 @@ class StoreHealth:
                     if task is not first:
                         self._stats.hedge_wins += 1
                     return task.result()
-                failure = failure or error
+                if failure is None or isinstance(failure, PastDeadline):
+                    failure = error  # a copy never sent says less than one that failed
         assert failure is not None
         raise failure
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .health import Slot, StoreHealth
 
 __all__ = [
+    "PastDeadline",
     "RetryPolicy",
     "StoreUnavailable",
     "TransientError",
@@ -65,6 +66,11 @@ class TransientError(Exception):
         self.retry_after = retry_after
         self.congestion = congestion
         self.unresolved = unresolved
+
+
+class PastDeadline(Exception):
+    """An attempt was not sent: its place in the store's limits came after
+    its request's deadline (``give_up_after``). Says nothing of the store."""
 
 
 class StoreUnavailable(StorageError):
@@ -106,6 +112,14 @@ class RetryPolicy:
     (p95 of the store's recent GET latencies) is sent once more; the first
     answer wins, the other request is cancelled. ``hedge_after=None`` turns
     hedging off.
+
+    No attempt starts past its request's deadline (``give_up_after`` from
+    its first failure or the store's, as above): a hedge is sent only if its
+    delay ends before the deadline the request would have if its first copy
+    failed, and a retry whose place in the store's limits comes later is not
+    sent. An attempt in flight at the deadline (a retry, a hedge) gets at
+    most one ``read_timeout`` more: a request gives up at most
+    ``give_up_after + read_timeout`` after its first failed attempt was sent.
     """
 
     attempts: int | None = None
@@ -163,8 +177,22 @@ async def call_with_retries(
             break
         tries += 1
         began = time.monotonic()
+        # When this request gives up should what is in flight fail: from its
+        # first failure, or from now (when this attempt, were it to fail,
+        # would count from), or from when the store began failing. Known
+        # (something failed): no attempt starts past it, and one in flight is
+        # cut a read timeout after it. Not yet: it bounds the hedge alone.
+        known = _own_deadline(first_failure, health, policy) is not None or (
+            health.failing_run(policy.give_up_after) is not None
+        )
+        deadline = _own_deadline(first_failure or began, health, policy)
         try:
-            result = await health.send(request, slot=slot, hedge=hedge, probe=probe)
+            result = await health.send(
+                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, known=known
+            )
+        except PastDeadline:  # its place came too late: the budget is spent, nothing sent
+            tries -= 1
+            break
         except TransientError as exc:
             failure = exc
             if exc.unresolved and not health.answered:

@@ -335,3 +335,85 @@ def test_a_lock_another_thread_held_at_the_fork_does_not_hang_the_child(
     finally:
         done.set()
         holder.join()
+
+
+class _SlowCrops:
+    """``run.attempt`` made to take ``seconds`` a crop (a long decode), noting
+    each crop's thread, its start and its end."""
+
+    def __init__(self, seconds: float) -> None:
+        import streamer.pipeline.run as run_module
+
+        self._attempt = run_module.attempt
+        self.seconds = seconds
+        self.threads: set[threading.Thread] = set()
+        self.started = self.finished = 0
+        self.second = threading.Event()
+
+    def __call__(self, task: Any) -> Any:
+        self.threads.add(threading.current_thread())
+        self.started += 1
+        if self.started == 2:
+            self.second.set()
+        try:
+            time.sleep(self.seconds)
+            return self._attempt(task)
+        finally:
+            self.finished += 1
+
+
+@pytest.mark.parametrize("how", ["break", "close", "torch"])
+def test_a_pass_broken_off_without_workers_leaves_no_decoding_thread(
+    packed: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Leaving a ``workers=0`` pass (``break``, ``close()``, a ``CropDataset``
+    loop without DataLoader workers) while its thread decodes a crop waits
+    for that crop: a fork right after the loop (DataLoader workers starting)
+    took a copy of a thread mid-FFmpeg call, which then ran on alone for a
+    moment after the loop was left; the thread is gone once the loop is."""
+    import streamer.pipeline.run as run_module
+
+    slow = _SlowCrops(0.4)
+    monkeypatch.setattr(run_module, "attempt", slow)
+    if how == "torch":
+        torch_adapter = pytest.importorskip("streamer.torch")
+        loop = iter(torch_adapter.CropDataset(str(packed), SAMPLER, seed=1, workers=0))
+    else:
+        stream = Streamer(streamer.open_dataset(packed), SAMPLER, seed=1, workers=0, prefetch=2)
+        loop = iter(stream)
+    next(loop)
+    assert slow.second.wait(10)  # the next crop is being decoded
+    if how == "close":
+        stream.close()
+        with pytest.raises(RuntimeError):
+            next(loop)
+    else:
+        del loop  # what `break` does to the loop's iterator
+    assert slow.finished == slow.started, "the loop was left while its crop was decoded"
+    alive = [t.name for t in threading.enumerate() if t in slow.threads]
+    assert not alive, f"still running after the loop was left: {alive}"
+
+
+def test_a_decoding_thread_that_does_not_finish_is_named_and_left(
+    packed: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wait for the crop under way is bounded: past it, one WARNING names
+    the thread and the crop, and the loop is left all the same."""
+    import streamer.pipeline.run as run_module
+
+    slow = _SlowCrops(1.0)
+    monkeypatch.setattr(run_module, "attempt", slow)
+    monkeypatch.setattr(run_module, "DECODING_STOP_TIMEOUT", 0.2)
+    stream = Streamer(streamer.open_dataset(packed), SAMPLER, seed=1, workers=0, prefetch=2)
+    loop = iter(stream)
+    next(loop)
+    assert slow.second.wait(10)
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="streamer.pipeline.run"):
+        del loop
+    assert time.monotonic() - began < 0.9
+    warned = [r.getMessage() for r in caplog.records if "decoding thread" in r.getMessage()]
+    assert len(warned) == 1 and "streamer-decode-" in warned[0] and "the crop of" in warned[0]
+    for thread in slow.threads:
+        thread.join(5)  # leave nothing running behind the test
+        assert not thread.is_alive()

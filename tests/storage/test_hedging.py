@@ -113,3 +113,23 @@ def test_read_latency_under_stalls_with_and_without_hedging(served) -> None:  # 
     for name, (p50, p99, hedges) in figures.items():
         print(f"\n{name}: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, hedges {hedges}")
     assert figures["hedged"][1] < 5  # a stall costs the hedge delay, not the stall
+
+
+def test_no_hedge_is_sent_past_the_outage_budget(served_http) -> None:  # type: ignore[no-untyped-def]
+    """A GET whose hedge delay ends after its budget (``give_up_after``) is
+    not sent again: were its first copy to fail, it gives up anyway. The
+    copy used to be sent and run out its own read timeout, so a hang ended
+    the request the hedge delay later than the budget plus one read timeout
+    (3.2 s here, for a bound of 2.3 s; 2.0 s now)."""
+    open_reader, server = served_http
+    budget, read_timeout = 0.3, 2.0
+    reader = open_reader(
+        hedge_after=1.2, read_timeout=read_timeout, give_up_after=budget, **OPTIONS
+    )
+    server.faults.hangs, server.faults.stall_seconds = 10**6, 30
+    with pytest.raises(StorageError, match="gave up"):
+        reader.read_sync(0, 100)
+    took = time.monotonic() - server.ranged()[0].at
+    assert took < budget + read_timeout + 0.2, f"raised {took:.2f} s after the first request"
+    assert reader.store.stats.hedges == 0
+    assert len(server.ranged()) == 1
