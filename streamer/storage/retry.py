@@ -113,8 +113,9 @@ class RetryPolicy:
     answer wins, the other request is cancelled. ``hedge_after=None`` turns
     hedging off.
 
-    No attempt starts past its request's deadline (``give_up_after`` from
-    its first failure or the store's, as above): a hedge is sent only if its
+    No retry or hedge starts past its request's deadline (``give_up_after``
+    from its first failure or the store's, as above); a request's first
+    attempt is always sent, so a store that came back is noticed. A hedge is sent only if its
     delay ends before the deadline the request would have if its first copy
     failed, and a retry whose place in the store's limits comes later is not
     sent. An attempt in flight at the deadline (a retry, a hedge) gets at
@@ -179,16 +180,17 @@ async def call_with_retries(
         began = time.monotonic()
         # When this request gives up should what is in flight fail: from its
         # first failure, or from now (when this attempt, were it to fail,
-        # would count from), or from when the store began failing. Known
-        # (something failed): no attempt starts past it, and one in flight is
-        # cut a read timeout after it. Not yet: it bounds the hedge alone.
-        known = _own_deadline(first_failure, health, policy) is not None or (
-            health.failing_run(policy.give_up_after) is not None
-        )
+        # would count from), or from when the store began failing. A retry
+        # starts only before it and is cut a read timeout after it. A
+        # request's first attempt is always sent, however long its store has
+        # failed: it is how a store that came back is noticed (refused, the
+        # next pass after an outage gave up without asking the store); the
+        # deadline bounds its hedge alone.
+        retry = first_failure is not None
         deadline = _own_deadline(first_failure or began, health, policy)
         try:
             result = await health.send(
-                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, known=known
+                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, known=retry
             )
         except PastDeadline:  # its place came too late: the budget is spent, nothing sent
             tries -= 1
