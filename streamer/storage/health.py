@@ -147,7 +147,7 @@ class StoreHealth:
         hedge: bool,
         probe: bool,
         deadline: float | None = None,
-        known: bool = False,
+        retry: bool = False,
     ) -> T:
         """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store.
 
@@ -158,12 +158,13 @@ class StoreHealth:
 
         ``deadline``: when the request gives up should this attempt fail. No
         hedge is sent at or past it, and a hedge runs at most one read timeout
-        beyond it. If ``known`` (the request or its store failed already), the
-        same holds for the attempt itself: ``PastDeadline`` if its place comes
-        at or after the deadline (nothing was sent).
+        beyond it. If ``retry`` (the request failed already), the same holds
+        for the attempt itself: ``PastDeadline`` if its place comes at or
+        after the deadline (nothing was sent). A request's first attempt is
+        always sent: it is how a store that came back is noticed.
         """
         began = time.monotonic()
-        bound = None if deadline is None or not known else deadline
+        bound = None if deadline is None or not retry else deadline
         try:
             if hedge and self._policy.hedge_after is not None:
                 result = await self._hedged(request, slot, deadline, bound)

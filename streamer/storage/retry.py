@@ -115,10 +115,10 @@ class RetryPolicy:
 
     No retry or hedge starts past its request's deadline (``give_up_after``
     from its first failure or the store's, as above); a request's first
-    attempt is always sent, so a store that came back is noticed. A hedge is sent only if its
-    delay ends before the deadline the request would have if its first copy
-    failed, and a retry whose place in the store's limits comes later is not
-    sent. An attempt in flight at the deadline (a retry, a hedge) gets at
+    attempt is always sent, so a store that came back is noticed. A hedge
+    is sent only if its delay ends before the deadline the request would
+    have if its first copy failed, and a retry whose place in the store's
+    limits comes later is not sent. An attempt in flight at the deadline (a retry, a hedge) gets at
     most one ``read_timeout`` more: a request gives up at most
     ``give_up_after + read_timeout`` after its first failed attempt was sent.
     """
@@ -190,7 +190,7 @@ async def call_with_retries(
         deadline = _own_deadline(first_failure or began, health, policy)
         try:
             result = await health.send(
-                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, known=retry
+                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, retry=retry
             )
         except PastDeadline:  # its place came too late: the budget is spent, nothing sent
             tries -= 1
