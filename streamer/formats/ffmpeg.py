@@ -74,19 +74,24 @@ def _own_layout(context: Any) -> None:
         context.layout = f"{count}c"
 
 
-#: Whether FFmpeg's MP4 demuxer ends an AAC (or AMR) track where its sample
-#: table or edit list says, cutting into the last frame (FFmpeg 9,
-#: libavformat 63, in PyAV 19), rather than after the last frame's every
-#: sample (FFmpeg 8 and before). The index's ``num_samples`` counts the whole
-#: last frame and its ``padding`` what FFmpeg 9 cuts off, so the stored index
-#: is the same under both; ``full_decode_length`` applies the installed one.
+#: Whether FFmpeg's MP4 demuxer cuts into a track's last frame (FFmpeg 9,
+#: libavformat 63, in PyAV 19) rather than leaving the decoder's every
+#: sample of it (FFmpeg 8 and before). How much it cuts depends on the codec
+#: (measured under both, docs/decoding.md): AAC and mp3, whose frame length
+#: it knows, to where the sample table or edit list ends the track; ALAC,
+#: Opus, AMR and Vorbis only by what the last packet's stts duration runs
+#: past the edit list's end. The index's ``num_samples`` counts FFmpeg 8's
+#: decode and its ``padding`` what FFmpeg 9 cuts off, per codec
+#: (``mp4.parse``), so the stored index is the same under both;
+#: ``full_decode_length`` applies the installed one.
 TRIMS_MP4_END = av.library_versions["libavformat"] >= (63,)
 
 
 def full_decode_length(index: SeekIndex) -> int:
     """Native units the installed FFmpeg's full decode has, so the length of
     the episode crops are served from: the index's ``num_samples``, less its
-    ``padding`` for MP4 under an FFmpeg that cuts the last frame (-1: unknown)."""
+    ``padding`` (what FFmpeg 9 cuts, for the track's codec) for MP4 under an
+    FFmpeg that cuts into the last frame (-1: unknown)."""
     return decode_length(index.container, index.num_samples, index.padding)
 
 

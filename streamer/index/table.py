@@ -96,9 +96,11 @@ class SeekIndex:
     #: list media time); already folded into ``first_sample``.
     encoder_delay: int = 0
     #: Padding at the end as the file states it (LAME tag); already folded
-    #: into ``num_samples``. MP4 AAC/AMR: the rest of the last frame after
-    #: where the file ends the track; in ``num_samples``, which FFmpeg 8 and
-    #: before decode, and not in FFmpeg 9's decode
+    #: into ``num_samples``. MP4: the samples of the last frame that FFmpeg 9
+    #: cuts (AAC, mp3: the rest of the frame after where the file ends the
+    #: track; ALAC, Opus, AMR, Vorbis: what the last packet's stts duration
+    #: runs past the edit list's end); in ``num_samples``, which FFmpeg 8
+    #: and before decode, and not in FFmpeg 9's decode
     #: (``formats.ffmpeg.full_decode_length``).
     padding: int = 0
     #: "" when ``num_samples`` (through ``formats.ffmpeg.full_decode_length``)

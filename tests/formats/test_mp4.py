@@ -20,7 +20,7 @@ from _index_support import (
 
 from streamer import open_dataset, synth
 from streamer.formats import extract
-from streamer.formats.ffmpeg import TRIMS_MP4_END, full_decode_length
+from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 
@@ -124,19 +124,7 @@ def test_moov_range_is_enough_for_ffmpeg() -> None:
     [
         ("mp3", 44100, 2),
         ("mp3", 22050, 1),
-        pytest.param(
-            "opus",
-            48000,
-            2,
-            marks=pytest.mark.xfail(
-                TRIMS_MP4_END,
-                reason="FFmpeg 9 does not cut Opus in MP4 by its padding, as "
-                "full_decode_length assumes for every MP4 track: the check "
-                "demotes the index (claims 288000 samples, FFmpeg decodes "
-                "288648) and the fallback serves the crops, exact",
-                strict=True,
-            ),
-        ),
+        ("opus", 48000, 2),
     ],
 )
 def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
@@ -146,7 +134,10 @@ def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
     FFmpeg) had no index ("no decoder for mp3 in mp4"; FFmpeg's mov demuxer
     refuses a byte seek, so no generic one either) and every crop decoded
     from the start. Their frames are fixed (1152 or 576 samples; Opus:
-    FFmpeg's 960), and FFmpeg 8 outputs the last one whole."""
+    FFmpeg's 960), and FFmpeg 8 outputs the last one whole. FFmpeg 9 cuts
+    mp3's to where the track ends, Opus's only by what its packet's
+    duration runs past the edit: here nothing (the index claimed 648
+    samples fewer, and its check demoted it under FFmpeg 9)."""
     data = synth.encode(
         synth.signal(6.0, sample_rate, channels), sample_rate, codec, container="mp4"
     )
@@ -164,3 +155,88 @@ def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
         got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
         assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
     assert dataset.decode_stats.fallback == 0
+
+
+def _edit_shortened(data: bytes, by: int) -> bytes:
+    """The track's one edit ending ``by`` units (of the movie timescale) earlier."""
+    out = bytearray(data)
+    at = data.find(b"elst") - 4
+    assert at > 0 and data[at + 8] == 0  # version 0: 32-bit duration
+    duration = struct.unpack_from(">I", data, at + 16)[0]
+    struct.pack_into(">I", out, at + 16, duration - by)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("by", [0, 1, 7, 30])
+@pytest.mark.parametrize(
+    ("codec", "sample_rate", "channels"),
+    [("aac", 44100, 2), ("alac", 44100, 2), ("mp3", 44100, 1), ("opus", 48000, 2)],
+)
+def test_the_end_is_where_the_installed_ffmpeg_ends_the_track(
+    codec: str, sample_rate: int, channels: int, by: int
+) -> None:
+    """FFmpeg 9 (PyAV 19) cuts the last frame of an MP4 track, by a rule of
+    its own per codec: AAC and mp3, whose frame its demuxer knows, to where
+    the sample table or the edit list ends the track; every other codec
+    (ALAC, Opus, AMR, Vorbis) only by what the last packet's stts duration
+    runs past the edit's end. FFmpeg 8 (PyAV 18) cuts nothing. The index
+    stores the samples FFmpeg 9 cuts (``padding``) for every codec: ALAC
+    and Opus with an edit ending inside their last packet decoded 1-30
+    samples shorter under FFmpeg 9 than their index said, and Opus whose
+    last packet's duration stops short of its frame 648 longer."""
+    data = synth.encode(
+        synth.signal(2.0, sample_rate, channels), sample_rate, codec, container="mp4"
+    )
+    data = _edit_shortened(data, by)
+    index = index_of(data)
+    assert index.length_policy == ""
+    assert full_decode_length(index) == decoded_length(data)
+
+
+#: Made under PyAV 18 (``python -m tests.formats.test_mp4``): PyAV 19 has no
+#: AMR encoder and its muxer writes no Vorbis in MP4.
+MADE_UNDER_PYAV_18 = Path(__file__).parent / "data" / "mp4-end"
+
+
+@pytest.mark.parametrize("name", ["amrnb.3gp", "vorbis.mp4"])
+def test_amr_and_vorbis_end_where_the_installed_ffmpeg_ends_them(tmp_path: Path, name: str) -> None:
+    """AMR-NB and Vorbis tracks whose edit list ends a few samples before
+    their last packet's stts duration does (as FFmpeg's muxer writes them):
+    FFmpeg 9 cut 3 and 30 samples, where the index said 110 (AMR: the rest
+    of the frame) and 0 (Vorbis), and its check demoted it. The index
+    passes its check, and crops up to the very end are exact."""
+    data = (MADE_UNDER_PYAV_18 / name).read_bytes()
+    index = index_of(data)
+    assert full_decode_length(index) == decoded_length(data)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / name).write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    key = name.rsplit(".", 1)[0]
+    assert dataset.episode(key).index.verdict == "verified", dataset.episode(key).index.reason
+    full, rate = full_decode(data)
+    n = full.shape[1]
+    for first, last in [(0, 400), (n - 400, n), (n - 1, n), (n // 3, n // 3 + 900)]:
+        got = dataset.read_crop(key, first / rate, last / rate)
+        assert got.shape == (full.shape[0], last - first)
+        assert np.abs(got - full[:, first:last]).max() <= 1e-4, first
+    assert dataset.decode_stats.fallback == 0
+
+
+def _make_fixtures() -> None:
+    """A last packet shorter than its frame (8003 and 22051 samples): FFmpeg's
+    muxer then ends the edit a few samples before the sample table."""
+    from tests.formats.test_generic import make
+
+    MADE_UNDER_PYAV_18.mkdir(parents=True, exist_ok=True)
+    amr = make("3gp", "libopencore_amrnb", "s16", 8000, 1, {}, seconds=8003 / 8000)
+    vorbis = make("mp4", "vorbis", "fltp", 44100, 2, {"strict": "-2"}, seconds=22051 / 44100)
+    (MADE_UNDER_PYAV_18 / "amrnb.3gp").write_bytes(amr)
+    (MADE_UNDER_PYAV_18 / "vorbis.mp4").write_bytes(vorbis)
+
+
+if __name__ == "__main__":
+    if not LENGTH_POLICY.endswith(" 62"):
+        raise SystemExit(f"make the fixtures under PyAV 18 (FFmpeg 8), not {LENGTH_POLICY}")
+    _make_fixtures()
+    print(f"wrote {MADE_UNDER_PYAV_18}")

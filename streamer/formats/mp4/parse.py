@@ -83,6 +83,14 @@ _CODECS = {
 #: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
 _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb", "mp3", "opus"})
 _LONGEST_FRAME = 8192
+#: Codecs whose frame length FFmpeg 9's MP4 demuxer knows (the stream's
+#: ``frame_size``, 0 for the others), by experiment under PyAV 19: it cuts
+#: their last frame from its whole output to where the track ends. For every
+#: other codec (ALAC, Opus, AMR, Vorbis; FLAC, AC-3 and PCM are not
+#: indexed) it reckons the last packet by its stts duration and cuts only
+#: what that runs past the edit list's end: nothing without an edit list,
+#: or with one that ends with the sample table (docs/decoding.md).
+_FRAME_KNOWN = frozenset({"aac", "mp3"})
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
@@ -786,25 +794,30 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         if first_sample > timescale:
             raise NoIndex("mp4 iTunSMPB priming with an edit more than a second in")
         first_sample = max(first_sample, silent + priming)
-    end = int(times[shown])
-    padding = 0
+    last = int(times[shown - 1])
+    end = reach = int(times[shown])  # the last packet's end: its output, and by stts
     if entry.codec == "vorbis":
         _check_vorbis_edit(edit, times)
-        end = int(times[shown - 1]) + _last_output(entry, reader, offsets, sizes, shown - 1)
+        end = last + _last_output(entry, reader, offsets, sizes, shown - 1)
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
-        # duration stts gives it. FFmpeg 9 then ends the track where the
-        # sample table or the edit list says: ``padding`` samples earlier
-        # (``formats.ffmpeg.full_decode_length``); not in a fragmented file.
+        # duration stts gives it.
         frame = int(times[1] - times[0])
         if (np.diff(times[:shown]) != frame).any():
             # Nor for the packets before: their positions in FFmpeg's decode
             # are whole frames, not what stts says (a capture clock's
             # jitter, a gap left for dropped audio, samples of no time).
             raise NoIndex("mp4 sample durations that are not the codec's frame (stts)")
-        end = int(times[shown - 1]) + frame
-        if not moofs and frame <= _LONGEST_FRAME:  # a longer one is a lie: num_samples says so
-            padding = end - max(min(end, stated_end), int(times[shown - 1]), first_sample)
+        end = last + frame
+        if entry.codec in _FRAME_KNOWN or frame > _LONGEST_FRAME:
+            reach = end  # (a longer frame is a lie: num_samples says so, nothing is cut)
+    # FFmpeg 9 cuts the last frame's output where the sample table or the
+    # edit list ends the track, by what the packet reaches past it (FFmpeg
+    # 8: nothing; ``formats.ffmpeg.full_decode_length``); not in a
+    # fragmented file, and never into the samples before the packet.
+    padding = max(0, min(reach - stated_end, end - max(last, first_sample)))
+    if moofs or end - last > _LONGEST_FRAME:
+        padding = 0
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
     return SeekIndex(
