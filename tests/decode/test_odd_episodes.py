@@ -26,8 +26,13 @@ from streamer.write.pack import pack
 
 TOLERANCE = 1e-4  # lossy codecs at zero lag (docs/decoding.md)
 LOSSLESS = ("wav", "flac")
-#: Integer sample formats: full scale and dtype.
-SCALES = {"s16": (32767, np.int16), "s32": (2**31 - 1, np.int32)}
+#: Sample formats but float32: full scale, dtype and zero.
+SCALES = {
+    "s16": (32767, np.int16, 0),
+    "s32": (2**31 - 1, np.int32, 0),
+    "u8": (127, np.uint8, 128),
+    "dbl": (1, np.float64, 0),
+}
 
 
 def _encode(
@@ -53,7 +58,8 @@ def _encode(
             block = noise[:, start : start + 1000].astype(np.float32)
             kind = stream.codec_context.format.name[:3]
             if kind in SCALES:
-                block = (block * SCALES[kind][0]).astype(SCALES[kind][1])
+                scale, dtype, zero = SCALES[kind]
+                block = (block * scale + zero).astype(dtype)
             if not planar:
                 block = block.T.reshape(1, -1)
             frame = av.AudioFrame.from_ndarray(

@@ -35,11 +35,14 @@ SEEDS = {
     "aac": ("aac", 44100, 2),
     "alac": ("alac", 44100, 1),
     "wav": ("wav", 16000, 1),
+    # PCM in QuickTime MOV, in chunks of odd sizes with bytes between them.
+    "pcm-mov": ("pcm_s16be", 8000, 1),
 }
 #: Where each container keeps the counts, sizes and offsets its parser reads.
 MARKERS = (
     b"stsz", b"stz2", b"stts", b"stsc", b"stco", b"co64", b"elst", b"mdhd", b"mvhd",
     b"stsd", b"mp4a", b"esds", b"alac", b"moov", b"trak", b"mdat", b"ftyp",
+    b"twos", b"wave", b"enda",
     b"OggS", b"\x01vorbis", b"\x05vorbis", b"OpusHead",
     b"fLaC", b"\xff\xf8", b"\xff\xf9",
     b"RIFF", b"fmt ", b"data",
@@ -52,6 +55,10 @@ MEMORY_LIMIT = 24 << 20
 @functools.cache
 def seed(name: str) -> bytes:
     codec, rate, channels = SEEDS[name]
+    if name == "pcm-mov":
+        from tests.formats.test_mp4_pcm import pcm, rechunked
+
+        return rechunked(pcm(codec, channels, frames=4800, rate=rate), [1000, 7, 2500], 40)
     return encoded(codec, rate, channels, seconds=0.6)
 
 

@@ -40,6 +40,7 @@ from ...timing import record
 from ..ffmpeg import open_input
 from ..job import CropPlan, DecodeContext, Fetched, StaleIndex, decode_span, to_gapless
 from ..sparse import SparseFile
+from . import pcm
 from .parse import READ_THROUGH, audio_only, mismatch
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
@@ -61,6 +62,8 @@ PREROLL_SECONDS = {
     "mp3": 0.1,
     "opus": 0.5,
     "vorbis": 0.0,
+    # PCM (MOV's twos, sowt, in24, ...): every frame stands alone.
+    **dict.fromkeys(pcm.BYTES, 0.0),
 }
 #: Samples decoded before a crop at the least: an AAC packet's output is
 #: overlapped with the packet before it, so decoding must start a whole
@@ -102,12 +105,19 @@ def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     (``_tail``)."""
     data = plan.data[0]
     start = index.data_start
-    probe_end = min(start + PROBE_BYTES[index.codec], index.data_end)
+    probe_end = min(start + _probe_bytes(index), index.data_end)
     tail = _tail(index) if sum(plan.data) >= index.data_end else ()
     if data - probe_end <= READ_THROUGH:
         return plan.with_header((((start, data - start),) if data > start else ()) + tail)
     lead = max(probe_end, data - READ_THROUGH)
     return plan.with_header(((start, probe_end - start), (lead, data - lead), *tail))
+
+
+def _probe_bytes(index: SeekIndex) -> int:
+    """``PROBE_BYTES``; PCM: a whole packet (``pcm.PACKET_FRAMES`` frames)."""
+    if index.codec in pcm.BYTES:
+        return pcm.PACKET_FRAMES * pcm.BYTES[index.codec] * index.channels
+    return PROBE_BYTES[index.codec]
 
 
 def _tail(index: SeekIndex) -> tuple[tuple[int, int], ...]:

@@ -1,5 +1,5 @@
-"""MP4 / M4A / M4B / 3GP (AAC, ALAC, AMR, Vorbis, and any other audio track): box
-walk and sample tables.
+"""MP4 / M4A / M4B / 3GP / MOV (AAC, ALAC, AMR, mp3, Opus, Vorbis, PCM, and
+any other audio track): box walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
 track's media timescale (``mdhd``; ``timescale`` in the index), starting at 0
@@ -15,7 +15,8 @@ edits``) and the end (the last packet that starts before the edit ends, a
 whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
 track moves ``first_sample`` to its priming; so does a first packet that
 decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
-nothing else is trimmed. AAC and AMR packets each decode to a whole frame,
+nothing else is trimmed. PCM (``pcm``): the packets FFmpeg's demuxer cuts
+from the chunks stand for the samples. AAC and AMR packets each decode to a whole frame,
 so stts must give every packet but the last that frame, or there is no
 index (FFmpeg's decode does not follow other durations). In a fragmented
 file FFmpeg applies the edit's media time but cuts at its end only the
@@ -51,6 +52,7 @@ import numpy as np
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
 from ..reader import NoIndex, Reader, interval, thin
+from . import pcm
 from .fragments import Defaults, fragment_samples
 
 __all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "mismatch", "parse"]
@@ -329,6 +331,8 @@ def _sample_entry(stsd: bytes) -> _Entry:
         channels = _alac_channels(entry) or channels
     if fourcc in _CODECS:
         return _Entry(_CODECS[fourcc], channels, sample_rate)
+    if pcm.is_pcm(fourcc):
+        return _Entry(*pcm.codec(fourcc, entry))
     raise NoIndex(f"unsupported codec in mp4: {fourcc.decode('latin-1')!r}")
 
 
@@ -499,8 +503,9 @@ def _rate_agrees(rate: int, timescale: int) -> bool:
     """Whether a sample entry's rate can be the media timescale's: positions
     count in the timescale and crops in the rate, so they must be one. The
     entry's 16-bit field holds a rate modulo 65536, or a fraction of it (96
-    kHz written as 48000), and HE-AAC's may be the core's or the output's."""
-    if not rate or rate == timescale & 0xFFFF:
+    kHz written as 48000; a version 2 QuickTime entry's is a double), and
+    HE-AAC's may be the core's or the output's."""
+    if not rate or rate in (timescale, timescale & 0xFFFF):
         return True
     low, high = sorted((rate, timescale))
     return high % low == 0 and high // low in (2, 4)
@@ -582,7 +587,7 @@ def mismatch(moov: bytes, index: SeekIndex, length: int) -> str | None:
         if movie.trex:  # fragmented: the fragments' samples are not in moov
             span = (index.data_start, index.data_end)
         else:
-            offsets, sizes = _whole(*sample_offsets(track, length), length)
+            offsets, sizes = _whole(*_offsets_and_sizes(track, entry, length), length)
             span = (int(offsets.min()), int((offsets + sizes).max())) if len(sizes) else (0, 0)
     except (NoIndex, struct.error, ValueError, IndexError) as exc:
         return f"its moov does not parse: {exc}"
@@ -634,12 +639,44 @@ def _track_tags(moov: _Moov, track: _Track) -> list[tuple[int, re.Match[bytes]]]
     return tags
 
 
+def _offsets_and_sizes(
+    track: dict[bytes, bytes], entry: _Entry, length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(byte offset, size) of every packet FFmpeg's demuxer reads from
+    ``moov``'s tables: its samples, or a PCM track's cut chunks (``pcm``)."""
+    if entry.codec in pcm.BYTES:
+        return _pcm_packets(track, entry, length)[:2]
+    return sample_offsets(track, length)
+
+
+def _pcm_packets(
+    track: dict[bytes, bytes], entry: _Entry, length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``pcm.packets`` of a PCM track: offsets, sizes, decode times."""
+    stsz = track.get(b"stsz", b"")
+    constant = struct.unpack_from(">I", stsz, 4)[0] if len(stsz) >= 12 else 0
+    return pcm.packets(
+        _table(track.get(b"stts", b""), ">u4,>u4", "stts"),
+        _table(track.get(b"stsc", b""), ">u4,>u4,>u4", "stsc"),
+        _chunk_offsets(track),
+        constant or None,
+        pcm.BYTES[entry.codec] * entry.channels,
+        length,
+    )
+
+
 def _samples(
-    audio: _Track, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
+    audio: _Track, entry: _Entry, movie: _Moov, moofs: list[tuple[int, bytes]], length: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Every sample's offset and size, decode times (one more: the end), and
-    how many of the samples ``moov``'s tables list (the fragments' follow)."""
+    how many of the samples ``moov``'s tables list (the fragments' follow).
+    PCM: the packets FFmpeg cuts from its chunks."""
     track = audio.leaves
+    if entry.codec in pcm.BYTES:
+        if moofs:
+            raise NoIndex("fragmented mp4 with PCM")
+        offsets, sizes, times = _pcm_packets(track, entry, length)
+        return offsets, sizes, times, len(sizes)
     if not moofs:
         offsets, sizes = sample_offsets(track, length)
         return offsets, sizes, decode_times(track, len(sizes)), len(sizes)
@@ -754,9 +791,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     if not timescale:
         raise NoIndex("mp4 audio track with a zero timescale")
     entry = _sample_entry(track[b"stsd"])
-    if not _rate_agrees(entry.sample_rate, timescale):
+    is_pcm = entry.codec in pcm.BYTES
+    if not _rate_agrees(entry.sample_rate, timescale) or (
+        is_pcm and entry.sample_rate not in (0, timescale)
+    ):
         raise NoIndex("mp4 media timescale is not the sample rate")
-    offsets, sizes, times, in_moov = _samples(audio, movie, moofs, length)
+    offsets, sizes, times, in_moov = _samples(audio, entry, movie, moofs, length)
     offsets, sizes = _whole(offsets, sizes, length)  # a truncated file: the samples all there
     times = times[: len(sizes) + 1]
     if not len(sizes):
@@ -769,6 +809,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         # FFmpeg drops the packets that start after the edit ends; up to
         # FFmpeg 8 it does not cut into the last one it keeps (``padding``).
         edit_end = edit.media_time + round(edit.duration * timescale / movie.timescale)
+        if is_pcm and (edit.media_time or edit_end < int(times[-1])):
+            raise NoIndex("mp4 PCM with an edit that trims it")
         if moofs:
             _check_fragmented_edit(edit, edit_end, times[:in_moov])
         else:
