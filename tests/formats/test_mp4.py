@@ -240,3 +240,42 @@ if __name__ == "__main__":
         raise SystemExit(f"make the fixtures under PyAV 18 (FFmpeg 8), not {LENGTH_POLICY}")
     _make_fixtures()
     print(f"wrote {MADE_UNDER_PYAV_18}")
+
+
+@pytest.mark.parametrize("media_time", [None, 0, 100])
+def test_opus_without_an_edit_starts_after_its_pre_skip(
+    tmp_path: Path, media_time: int | None
+) -> None:
+    """Without an edit list (``use_editlist=0``), or with one whose media
+    time is 0, FFmpeg's Opus decoder drops the pre-skip (``dOps``) itself:
+    the index started at 0 and claimed 312 samples more than FFmpeg decodes
+    (its check demoted it). An edit that starts later replaces the pre-skip."""
+    data = synth.encode(synth.signal(1.5, 48000, 2), 48000, "opus", container="mp4")
+    assert data.count(b"edts") == 1 and data.find(b"dOps") > 0
+    if media_time is None:  # the edit list's box made a free one
+        data = data.replace(b"edts", b"free")
+    else:
+        data = _edit_moved_to(data, media_time)
+    index = index_of(data)
+    assert index.first_sample == (media_time or 312)
+    assert full_decode_length(index) == decoded_length(data)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.m4a").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.episode("a").index.verdict == "verified", dataset.episode("a").index.reason
+    full, rate = full_decode(data)
+    n = full.shape[1]
+    for first, last in [(0, 3000), (n - 3000, n), (30000, 40000)]:
+        got = dataset.read_crop("a", first / rate, last / rate)
+        assert got.shape == (2, last - first)
+        assert np.abs(got - full[:, first:last]).max() <= 1e-4, first
+    assert dataset.decode_stats.fallback == 0
+
+
+def _edit_moved_to(data: bytes, media_time: int) -> bytes:
+    """The track's one edit starting at ``media_time`` (its duration kept)."""
+    out = bytearray(data)
+    at = data.find(b"elst") - 4
+    struct.pack_into(">i", out, at + 20, media_time)
+    return bytes(out)

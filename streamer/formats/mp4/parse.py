@@ -309,6 +309,9 @@ class _Entry(NamedTuple):
     channels: int
     sample_rate: int
     config: bytes = b""  # the decoder's extradata (AAC: AudioSpecificConfig)
+    #: Samples the decoder drops at the start unless an edit says otherwise
+    #: (Opus: the pre-skip of ``dOps``).
+    delay: int = 0
 
 
 def _sample_entry(stsd: bytes) -> _Entry:
@@ -329,11 +332,20 @@ def _sample_entry(stsd: bytes) -> _Entry:
         return _Entry(codec, stated or channels, sample_rate, config)
     if fourcc == b"alac":
         channels = _alac_channels(entry) or channels
+    if fourcc == b"Opus":
+        return _Entry("opus", channels, sample_rate, delay=_pre_skip(entry))
     if fourcc in _CODECS:
         return _Entry(_CODECS[fourcc], channels, sample_rate)
     if pcm.is_pcm(fourcc):
         return _Entry(*pcm.codec(fourcc, entry))
     raise NoIndex(f"unsupported codec in mp4: {fourcc.decode('latin-1')!r}")
+
+
+def _pre_skip(entry: bytes) -> int:
+    """The pre-skip of an ``Opus`` entry's ``dOps`` box (version, channels,
+    then the pre-skip, 16 bits big-endian; 0 without one)."""
+    at = entry.find(b"dOps", 36)
+    return struct.unpack_from(">H", entry, at + 6)[0] if at > 0 and len(entry) >= at + 8 else 0
 
 
 def _aac_channels(config: bytes) -> int:
@@ -824,7 +836,9 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         raise NoIndex("mp4 media timescale is not the sample rate")
     # FAAC's first packet only names the encoder: it decodes to nothing.
     silent = int(times[1]) if first is not None and not first[0] else 0
-    first_sample = max(first_sample, silent)
+    # Without an edit that starts later, FFmpeg's Opus decoder drops the
+    # pre-skip itself (an edit's skip replaces it).
+    first_sample = max(first_sample or entry.delay, silent)
     priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
     # FFmpeg 9 also cuts such a tag's end padding, by rules not modelled
     # here: the length holds under the FFmpeg that checks it only.
