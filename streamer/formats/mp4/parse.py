@@ -79,6 +79,7 @@ _CODECS = {
     b"ec-3": "eac3",
     b"samr": "amr_nb",
     b"sawb": "amr_wb",
+    b".mp3": "mp3",  # QuickTime's (FFmpeg's MOV muxer writes it)
 }
 #: Codecs whose every packet decodes to one frame of a fixed length (Opus's
 #: may vary: a track whose ``stts`` varies has no index), and the
