@@ -328,3 +328,12 @@ def test_pcm_beside_video_in_many_chunks(tmp_path: Path) -> None:
     stco = data.find(b"stco", audio)
     assert struct.unpack_from(">I", data, stco + 8)[0] > 10  # chunks
     assert_exact_through_the_index(tmp_path, data)
+
+
+def test_an_empty_edit_before_pcm_only_moves_timestamps(tmp_path: Path) -> None:
+    """0.7 s of nothing (an empty edit) before the samples: FFmpeg's decode
+    is the same, its timestamps start later."""
+    from tests.formats.test_mp4_wild import _empty_edit
+
+    data = _empty_edit(rechunked(pcm("pcm_s16le", 2, frames=3 * 44100), [30000, 30000], 99))
+    assert_exact_through_the_index(tmp_path, data)
