@@ -89,10 +89,11 @@ _LONGEST_FRAME = 8192
 #: Codecs whose frame length FFmpeg 9's MP4 demuxer knows (the stream's
 #: ``frame_size``, 0 for the others), by experiment under PyAV 19: it cuts
 #: their last frame from its whole output to where the track ends. For every
-#: other codec (ALAC, Opus, AMR, Vorbis; FLAC, AC-3 and PCM are not
-#: indexed) it reckons the last packet by its stts duration and cuts only
-#: what that runs past the edit list's end: nothing without an edit list,
-#: or with one that ends with the sample table (docs/decoding.md).
+#: other codec (ALAC, Opus, AMR, Vorbis; FLAC and AC-3, not indexed) it
+#: reckons the last packet by its stts duration and cuts only what that
+#: runs past the edit list's end: nothing without an edit list, or with one
+#: that ends with the sample table (docs/decoding.md). PCM it never cuts (an
+#: edit that would trim PCM gives no index).
 _FRAME_KNOWN = frozenset({"aac", "mp3"})
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
