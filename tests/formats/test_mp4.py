@@ -127,6 +127,9 @@ def test_moov_range_is_enough_for_ffmpeg() -> None:
         ("opus", 48000, 2, "mp4"),
         # QuickTime's ".mp3" sample entry: "unsupported codec in mp4: '.mp3'".
         ("mp3", 44100, 2, "mov"),
+        # "no decoder for flac in mp4": its frames stand alone, no pre-roll.
+        ("flac", 44100, 2, "mp4"),
+        ("flac", 22050, 1, "mp4"),
     ],
 )
 def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
@@ -172,7 +175,13 @@ def _edit_shortened(data: bytes, by: int) -> bytes:
 @pytest.mark.parametrize("by", [0, 1, 7, 30])
 @pytest.mark.parametrize(
     ("codec", "sample_rate", "channels"),
-    [("aac", 44100, 2), ("alac", 44100, 2), ("mp3", 44100, 1), ("opus", 48000, 2)],
+    [
+        ("aac", 44100, 2),
+        ("alac", 44100, 2),
+        ("mp3", 44100, 1),
+        ("opus", 48000, 2),
+        ("flac", 44100, 1),
+    ],
 )
 def test_the_end_is_where_the_installed_ffmpeg_ends_the_track(
     codec: str, sample_rate: int, channels: int, by: int

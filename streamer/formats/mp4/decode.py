@@ -1,4 +1,5 @@
-"""MP4/M4A/3GP (AAC, ALAC, AMR, Vorbis): FFmpeg's demuxer over the planned ranges only.
+"""MP4/M4A/3GP/MOV (AAC, ALAC, AMR, FLAC, mp3, Opus, Vorbis, PCM): FFmpeg's demuxer
+over the planned ranges only.
 
 The demuxer reads ``moov`` (the header ranges; its copy shows the audio
 track only) and seeks natively on its own sample table, to the packet where
@@ -62,6 +63,7 @@ PREROLL_SECONDS = {
     "mp3": 0.1,
     "opus": 0.5,
     "vorbis": 0.0,
+    "flac": 0.0,  # its frames stand alone
     # PCM (MOV's twos, sowt, in24, ...): every frame stands alone.
     **dict.fromkeys(pcm.BYTES, 0.0),
 }
@@ -73,7 +75,8 @@ PREROLL_SECONDS = {
 MIN_PREROLL_SAMPLES = {"aac": 1024}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB;
-#: a Vorbis packet of a long block, 16 KiB.
+#: a Vorbis packet of a long block, 16 KiB; a FLAC frame, up to 110 KiB
+#: (4608 samples of 8 channels of 24 bits).
 PROBE_BYTES = {
     "aac": 4096,
     "alac": 32768,
@@ -82,6 +85,7 @@ PROBE_BYTES = {
     "mp3": 4096,
     "opus": 4096,
     "vorbis": 16384,
+    "flac": 131072,
 }
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).

@@ -89,7 +89,7 @@ _LONGEST_FRAME = 8192
 #: Codecs whose frame length FFmpeg 9's MP4 demuxer knows (the stream's
 #: ``frame_size``, 0 for the others), by experiment under PyAV 19: it cuts
 #: their last frame from its whole output to where the track ends. For every
-#: other codec (ALAC, Opus, AMR, Vorbis; FLAC and AC-3, not indexed) it
+#: other codec (ALAC, FLAC, Opus, AMR, Vorbis; AC-3, not indexed) it
 #: reckons the last packet by its stts duration and cuts only what that
 #: runs past the edit list's end: nothing without an edit list, or with one
 #: that ends with the sample table (docs/decoding.md). PCM it never cuts (an
