@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import tempfile
 import time
@@ -33,9 +34,31 @@ from streamer.formats.job import DecodeStats, Episode, Fetched
 from streamer.index.content import mismatch, span_crcs
 from streamer.index.table import INDEX_DIR, SPAN_COLUMN, SPAN_SIZE_COLUMN
 
+#: ``CropRequest`` options of every crop (``--sample-rate``, ``--mono``).
+OPTIONS: dict[str, object] = {}
+
 
 def _jobs(episode: Episode, key: str, crops: list[tuple[float, float]]) -> list[CropJob]:
-    return [prepare(episode, CropRequest(key, start, end)) for start, end in crops]
+    return [prepare(episode, CropRequest(key, start, end, **OPTIONS)) for start, end in crops]  # type: ignore[arg-type]
+
+
+def build_cost(dataset: Dataset, key: str) -> dict[str, float]:
+    """CPU seconds per hour of audio to compute an episode's span CRCs (what
+    ``pack`` and ``streamer index`` add), from the page cache; best of 3."""
+    episode = dataset.episode(key)
+    index = episode.index
+    assert index is not None
+    times = []
+    for _ in range(3):
+        began = time.process_time()
+        span_crcs(index, index.span_size, episode.blob.read_ranges)
+        times.append(time.process_time() - began)
+    hours = index.num_samples / index.sample_rate / 3600
+    return {
+        "codec": key,
+        "s_per_hour": min(times) / hours,
+        "mb_per_hour": (index.data_end - index.data_start) / hours / 1e6,
+    }
 
 
 def _unchecked(job: CropJob) -> CropJob:
@@ -127,6 +150,7 @@ def over_s3(dataset: Dataset, args: argparse.Namespace) -> dict[str, float]:
     from streamer.storage.s3 import S3Store
     from testkit.servers import upload_tree
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -140,7 +164,7 @@ def over_s3(dataset: Dataset, args: argparse.Namespace) -> dict[str, float]:
                 "s3",
                 {"endpoint_url": endpoint, "key": "key", "secret": "secret", "region_name": "x"},
             )
-            remote = Dataset("s3://bench/ds", store=store)
+            remote = Dataset("bench/ds", store=store)
             jobs = _jobs(remote.episode("wav"), "wav", crops)
             jobs = [_unchecked(job) if strip else job for job in jobs]
             store.stats.reset()
@@ -162,6 +186,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--s3", action="store_true")
+    parser.add_argument("--sample-rate", type=int, default=None, help="resample every crop")
+    parser.add_argument("--mono", action="store_true", help="downmix every crop")
     parser.add_argument(
         "--pcm-sizes",
         type=lambda text: [int(n) for n in text.split(",")],
@@ -169,13 +195,14 @@ def main() -> None:
         help="span sizes (bytes) to compare on the WAV episode",
     )
     args = parser.parse_args()
+    OPTIONS.update(sample_rate=args.sample_rate, mono=args.mono)
     with tempfile.TemporaryDirectory() as folder:
         dataset = build_dataset(folder, args.minutes)
         rows = [row for key in dataset if (row := measure(dataset, key, args))]
         rows += pcm_sizes(dataset, args)
         print(
             f"{args.duration:g} s crops, {args.minutes:g}-minute episodes, CPU ms per crop "
-            f"(best of {args.repeats})"
+            f"(best of {args.repeats}), {OPTIONS}"
         )
         print("codec       span_size  without   with  ratio  CRC alone  bytes without -> with")
         for r in rows:
@@ -184,13 +211,21 @@ def main() -> None:
                 f"{r['ms_with']:6.3f} {r['ratio']:6.3f} {r['crc_ms']:6.3f} ms "
                 f"({r['crc_share']:.1%})  {r['bytes_without']:,.0f} -> {r['bytes_with']:,.0f}"
             )
+        costs = [
+            build_cost(dataset, str(row["codec"])) for row in rows if "/" not in str(row["codec"])
+        ]
+        for cost in costs:
+            print(
+                f"build: {cost['codec']:5} {cost['s_per_hour']:.3f} CPU s per hour of audio "
+                f"({cost['mb_per_hour']:.0f} MB of audio data per hour)"
+            )
         growth = index_growth(dataset)
         print(
             f"index: span columns {growth['span_bytes']:,} B on {growth['index_bytes']:,} B of "
             f"index (+{growth['span_bytes'] / growth['index_bytes']:.1%}), "
             f"{growth['span_bytes'] / growth['audio_bytes']:.4%} of the audio"
         )
-        result: dict[str, object] = {"crops": rows, "index": growth}
+        result: dict[str, object] = {"crops": rows, "index": growth, "build": costs}
         if args.s3:
             s3 = over_s3(dataset, args)
             print(
