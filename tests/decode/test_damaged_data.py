@@ -27,7 +27,7 @@ from streamer.cli import main
 from streamer.dataset import Dataset
 from streamer.decode.crop import CropRequest, prepare
 from streamer.errors import CropError
-from streamer.index.content import DAMAGED, span_ranges
+from streamer.index.content import DAMAGED, STALE, span_ranges
 from streamer.index.table import INDEX_DIR, SPAN_COLUMN, SPAN_SIZE_COLUMN
 from streamer.synth import encode, signal
 from streamer.write.index import build_index
@@ -219,3 +219,32 @@ def test_a_shard_written_before_the_column_still_serves(clean: Dataset, tmp_path
     for key in KEYS:
         index, built = again.seek_index(key), clean.seek_index(key)
         np.testing.assert_array_equal(index.span_crc, built.span_crc)
+
+
+def test_a_rewritten_moov_still_means_a_stale_index_not_damage(
+    clean: Dataset, tmp_path: Path
+) -> None:
+    """An M4A blob rewritten in place (a tag in ``moov`` changed, and the
+    audio in one span): the seek-point checks pass, the span does not, and
+    ``moov`` (sent only when a decoder asks) differs too: the index is
+    stale, and the crop goes through the fallback counted as such, not as
+    damaged data."""
+    root = tmp_path / "retagged"
+    shutil.copytree(Path(clean.root), root)
+    index, blob = clean.seek_index("aac"), clean.blob("aac")
+    path = root / Path(blob.reader.path).relative_to(Path(clean.root).resolve())
+    data = bytearray(path.read_bytes())
+    cell = data[blob.offset : blob.offset + blob.length]
+    (moov,) = [(o, n) for o, n in index.header if cell[o + 4 : o + 8] == b"moov"]
+    tag = cell.find(b"Lavf", moov[0], sum(moov))
+    assert tag > 0
+    data[blob.offset + tag] = ord("X")
+    span = span_ranges(index, index.span_size)[5]
+    data[blob.offset + span[0] + span[1] // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    dataset = open_dataset(root)
+    start = next(s for s in STARTS if _touches(dataset, "aac", s, span))
+    crop = dataset.read_crop("aac", start, start + 2.0)
+    assert crop.shape[1] == round(2.0 * index.sample_rate)
+    assert dataset.decode_stats.fallback_reasons == {STALE: 1}
+    assert dataset.decode_stats.bad_packets == 0
