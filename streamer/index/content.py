@@ -35,6 +35,7 @@ the checks above: a mismatch there is damaged data (``DAMAGED``), a
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -61,6 +62,7 @@ __all__ = [
     "expected_spans",
     "matches",
     "mismatch",
+    "span_bounds",
     "span_checks",
     "span_crcs",
     "span_ranges",
@@ -183,16 +185,22 @@ def span_size(index: SeekIndex) -> int:
     return max(1, int(points // max(seconds, 1.0)))
 
 
-def span_ranges(index: SeekIndex, size: int) -> list[tuple[int, int]]:
-    """The byte ranges of the spans of ``size`` (``span_size``), in order:
-    they tile the data from the first seek point (PCM: from ``data_start``)
-    to ``data_end``."""
+def span_bounds(index: SeekIndex, size: int) -> np.ndarray:
+    """Where the spans of ``size`` (``span_size``) start, in order, and
+    ``data_end`` after the last: they tile the data from the first seek
+    point (PCM: from ``data_start``) to ``data_end``. An array: a long PCM
+    episode has millions."""
     if index.block_align:
         starts = np.arange(index.data_start, index.data_end, size, dtype=np.int64)
     else:
         starts = np.asarray(index.byte_pos, dtype=np.int64)[::size]
-    ends = np.append(starts[1:], index.data_end)
-    return list(zip(starts.tolist(), (ends - starts).tolist(), strict=True))
+    return np.append(starts, np.int64(index.data_end))
+
+
+def span_ranges(index: SeekIndex, size: int) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` of each span (``span_bounds``)."""
+    bounds = span_bounds(index, size)
+    return list(zip(bounds[:-1].tolist(), np.diff(bounds).tolist(), strict=True))
 
 
 def expected_spans(index: SeekIndex) -> int:
@@ -208,21 +216,21 @@ def expected_spans(index: SeekIndex) -> int:
 def span_crcs(
     index: SeekIndex, size: int, read: Callable[[Ranges], list[memoryview]]
 ) -> np.ndarray:
-    """The CRC-32s of ``span_ranges(index, size)``, read with ``read`` in
-    contiguous runs of spans of about ``_READ_CHUNK`` bytes (one read each:
-    an episode of hours is never held whole)."""
-    spans = span_ranges(index, size)
-    crcs = np.zeros(len(spans), dtype=np.uint32)
+    """The CRC-32s of the spans of ``size`` (``span_bounds``), read with
+    ``read`` in contiguous runs of spans of about ``_READ_CHUNK`` bytes (one
+    read each: an episode of hours is never held whole)."""
+    bounds = span_bounds(index, size)
+    crcs = np.zeros(len(bounds) - 1, dtype=np.uint32)
     first = 0
-    while first < len(spans):
-        start, last = spans[first][0], first
-        while last + 1 < len(spans) and sum(spans[last + 1]) - start <= _READ_CHUNK:
-            last += 1
-        (view,) = read([(start, sum(spans[last]) - start)])
-        for i in range(first, last + 1):
-            offset, length = spans[i]
-            crcs[i] = zlib.crc32(view[offset - start : offset - start + length])
-        first = last + 1
+    while first < len(crcs):
+        start = int(bounds[first])
+        last = int(np.searchsorted(bounds, start + _READ_CHUNK, side="right")) - 1
+        last = max(last, first + 1)  # spans first..last-1, at least one
+        (view,) = read([(start, int(bounds[last]) - start)])
+        edges = (bounds[first : last + 1] - start).tolist()
+        for i, (begin, end) in enumerate(itertools.pairwise(edges), start=first):
+            crcs[i] = zlib.crc32(view[begin:end])
+        first = last
     return crcs
 
 
@@ -267,9 +275,12 @@ def damaged_spans(
     row records (``[(offset, length)]``; none when it records none)."""
     if not len(index.span_crc):
         return []
+    bounds = span_bounds(index, index.span_size)
     found = span_crcs(index, index.span_size, read)
-    spans = span_ranges(index, index.span_size)
-    return [span for span, ok in zip(spans, found == index.span_crc, strict=True) if not ok]
+    return [
+        (int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+        for i in np.flatnonzero(found != index.span_crc)
+    ]
 
 
 def matches(index: SeekIndex, read: Callable[[Ranges], list[memoryview]], *, sample: bool) -> bool:

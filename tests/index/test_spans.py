@@ -14,6 +14,7 @@ from _index_support import encoded, index_of
 from streamer.formats import extract
 from streamer.index.checks import check_against_blob
 from streamer.index.content import (
+    content_crcs,
     damaged_spans,
     expected_spans,
     mismatch,
@@ -30,8 +31,14 @@ def _read(data: bytes):  # type: ignore[no-untyped-def]
 
 
 def _with_spans(data: bytes, index: SeekIndex) -> SeekIndex:
+    """``index`` with the CRCs a stored row records: content, and spans."""
     size = span_size(index)
-    return dataclasses.replace(index, span_size=size, span_crc=span_crcs(index, size, _read(data)))
+    return dataclasses.replace(
+        index,
+        content_crc=content_crcs(index, _read(data)),
+        span_size=size,
+        span_crc=span_crcs(index, size, _read(data)),
+    )
 
 
 @pytest.mark.parametrize(("codec", "density"), [("mp3", 1.0), ("mp3", float("inf")), ("wav", 1.0)])
@@ -85,6 +92,16 @@ def test_damaged_spans_names_each_damaged_range() -> None:
         damaged[offset + length - 1] ^= 0x80
     assert damaged_spans(index, _read(bytes(damaged))) == [spans[1], spans[4]]
     assert zlib.crc32(data[spans[1][0] : sum(spans[1])]) == int(index.span_crc[1])
+
+
+def test_a_row_without_content_crcs_is_not_span_checked() -> None:
+    """Without the seek-point checks a changed span could as well be a stale
+    index as damaged data: such a row (a hand-made shard) is not checked."""
+    data = encoded("mp3", 44100, 1, seconds=3.0)
+    index = dataclasses.replace(
+        _with_spans(data, index_of(data, density=1.0)), content_crc=np.zeros(0, np.uint32)
+    )
+    assert span_checks(index, (int(index.byte_pos[0]), 1000)).checks == ()
 
 
 def test_flac_and_ogg_record_none_and_a_row_with_the_wrong_count_is_not_used() -> None:
