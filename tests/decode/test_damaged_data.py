@@ -13,6 +13,7 @@ the crops that decoded the damage came out wrong without a word: the
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,12 @@ def test_a_rewritten_moov_still_means_a_stale_index_not_damage(
     assert crop.shape[1] == round(2.0 * index.sample_rate)
     assert dataset.decode_stats.fallback_reasons == {STALE: 1}
     assert dataset.decode_stats.bad_packets == 0
+
+
+def test_inspect_counts_the_rows_with_span_crcs(
+    clean: Dataset, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", str(clean.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["span_crcs"] == len(KEYS)
+    assert main(["inspect", str(clean.root)]) == 0
+    assert f"span CRCs {len(KEYS)} rows" in capsys.readouterr().out
