@@ -113,7 +113,7 @@ def gone(pid: int) -> bool:
 def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-arg]
     """Rewrite the ``seek_index/`` shard at ``path`` with ``rows`` (key ->
     ``SeekIndex``, in its order), keeping the blob lengths it records; no
-    content CRCs (hand-made rows are not checked against the bytes)."""
+    content or span CRCs (hand-made rows are not checked against the bytes)."""
     import pyarrow as pa
 
     from streamer.index.table import BLOB_BYTES_COLUMN, CONTENT_TYPE, to_struct_array
@@ -123,7 +123,9 @@ def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-ar
     lengths = Shard(str(path)).column(BLOB_BYTES_COLUMN).combine_chunks()
     indexes = to_struct_array(list(rows.values()))
     crcs = pa.nulls(len(rows), CONTENT_TYPE)
-    batch = pa.record_batch([pa.array(list(rows)), indexes, lengths, crcs], schema=SCHEMA)
+    sizes = pa.nulls(len(rows), pa.int64())
+    columns = [pa.array(list(rows)), indexes, lengths, crcs, sizes, crcs]
+    batch = pa.record_batch(columns, schema=SCHEMA)
     temp = path.with_suffix(".tmp")
     with pa.ipc.new_file(str(temp), SCHEMA) as writer:
         writer.write_batch(batch)

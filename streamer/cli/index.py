@@ -78,12 +78,13 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     print_index_report(report, "checked" if args.verify else "indexed")
-    return 1 if report.failed else 0
+    return 1 if report.failed or report.damaged else 0
 
 
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
-    the shards that could not be indexed (then ``streamer index`` exits 1)."""
+    the shards that could not be indexed and, from ``--verify``, the episodes
+    whose audio data is damaged (either: ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
@@ -101,3 +102,7 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         print(f"  no index ({count}): {reason}")
     for name, reason in sorted(report.failed.items()):
         print(f"  failed shard {name}: {reason}")
+    for name, episodes in sorted(report.damaged.items()):
+        for key, spans in episodes.items():
+            ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
+            print(f"  damaged audio data in shard {name}, key {key!r}: bytes {ranges}")

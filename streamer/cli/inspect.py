@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 def inspect(dataset: Dataset) -> dict[str, Any]:
     """What ``streamer inspect`` says, as a JSON-able dict: ``hours`` and
     ``codecs`` are ``None`` without an audio_info/ column directory,
-    ``indexes`` and ``no_index`` are ``None`` without seek_index/."""
+    ``indexes``, ``no_index`` and ``span_crcs`` (rows whose audio data is
+    checked by span CRCs, ``index.content``) are ``None`` without seek_index/."""
     report: dict[str, Any] = {
         "dataset": str(dataset.url),
         "shards": len(dataset.shard_names),
@@ -53,6 +54,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         "index_problems": {},
         "indexes": None,
         "no_index": None,
+        "span_crcs": None,
         "hours": None,
         "codecs": None,
     }
@@ -62,7 +64,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
             report["columns"][column_dir] = columns
     if INDEX_DIR in dataset.column_dirs:
         report["index_problems"] = dict(dataset.index_problems())
-        report["indexes"], report["no_index"] = _indexes(dataset)
+        report["indexes"], report["no_index"], report["span_crcs"] = _indexes(dataset)
     if INFO_DIR in dataset.column_dirs:
         info = dataset.info_table()
         seconds = sum(d for d in info.column("duration").to_pylist() if d == d)
@@ -88,6 +90,7 @@ def print_report(report: dict[str, Any]) -> None:
             print(f"no index  {INDEX_DIR}/{name} (its episodes fall back): {reason}")
         counts = ", ".join(f"{label} {count}" for label, count in report["indexes"].items())
         print(f"indexes   {counts or 'none'}")
+        print(f"span CRCs {report['span_crcs']} rows (their audio data is checked; not FLAC, Ogg)")
         for reason, count in report["no_index"].items():
             print(f"no index  {count}: {reason}")
     if report["hours"] is None:
@@ -108,12 +111,13 @@ def _columns(dataset: Dataset, column_dir: str) -> dict[str, str]:
     return {}
 
 
-def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int]]:
+def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
     """Stored indexes counted: verified, unverified, generic (FFmpeg's packet
     index), and "no index" per reason (as stored; the open-time checks may
     demote more, counted by a crop's ``decode_stats.fallback_reasons``)."""
     labels: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    spans = 0
     unusable = dataset.index_problems()
     for name in dataset.shard_names:
         if name in unusable:
@@ -126,7 +130,8 @@ def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int]]:
             index = reader.read(row)
             labels[index_label(index)] += 1
             labels["generic"] += is_generic(index)
+            spans += bool(len(index.span_crc))
             if not index.ok:
                 reasons[countable(index.reason)] += 1
     counts = {label: labels[label] for label in sorted(labels) if labels[label]}
-    return counts, dict(reasons.most_common())
+    return counts, dict(reasons.most_common()), spans

@@ -544,7 +544,7 @@ class Dataset:
             error = ShardError(f"cannot open: {error}", shard=f"{INDEX_DIR}/{name}")
         self._index_problems[name] = (reason, error)
         log.warning(
-            "%s: %s, its episodes are decoded without it (slower, not sample-exact): %s",
+            "%s: %s, its episodes are decoded without it (exact, but slower): %s",
             self.url,
             reason,
             error,

@@ -42,7 +42,16 @@ from ..formats.job import (
     StaleIndex,
 )
 from ..formats.registry import format_for
-from ..index.content import SMALL_HEADER, STALE, Check, crop_checks, stale
+from ..index.content import (
+    DAMAGED,
+    SMALL_HEADER,
+    STALE,
+    Check,
+    crop_checks,
+    mismatch,
+    span_checks,
+    stale,
+)
 from ..index.table import SeekIndex
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, DecodeEnds, PastTheEnd, decode_range
@@ -154,17 +163,33 @@ class CropJob:
     #: CRCs of planned bytes, as the index's blob had them
     #: (``index.content.crop_checks``): other bytes, and the crop falls back.
     checks: tuple[Check, ...] = ()
+    #: CRCs of the whole spans of audio data the crop reads
+    #: (``index.content.span_checks``): other bytes there are damaged data.
+    span_checks: tuple[Check, ...] = ()
+    #: The data range as read: the plan's, out to the ends of the spans it
+    #: touches (PCM blocks, grouped seek-point intervals), so that every
+    #: byte decoded is checked; empty: the plan's.
+    data_read: tuple[int, int] | tuple[()] = ()
 
     @property
     def nbytes(self) -> int:
         """Bytes the crop reads: its plan, or the whole blob without an index."""
-        return self.plan.nbytes if self.plan is not None else self.episode.blob.length
+        if self.plan is None:
+            return self.episode.blob.length
+        return sum(length for _, length in self.read_ranges)
+
+    @property
+    def read_ranges(self) -> Ranges:
+        """The ranges the crop reads: its plan's, the data range as read (``data_read``)."""
+        assert self.plan is not None
+        if not self.data_read:
+            return self.plan.ranges
+        return (*self.plan.header, self.data_read)
 
     @property
     def upfront(self) -> Ranges:
-        """The planned ranges fetched before decoding: all but the deferred ones."""
-        assert self.plan is not None
-        return tuple(r for r in self.plan.ranges if r not in self.deferred)
+        """The ranges fetched before decoding: all but the deferred ones."""
+        return tuple(r for r in self.read_ranges if r not in self.deferred)
 
 
 def prepare(episode: Episode, request: CropRequest) -> CropJob:
@@ -188,8 +213,9 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
         if plan.point < 0 and len(index.content_crc) and _small(index.header):
             plan = plan.with_header(tuple(index.header))  # PCM: its header says it all
         checks = crop_checks(index, plan.header, plan.point)
+        spans = span_checks(index, plan.data)
     light = dataclasses.replace(
-        index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS, content_crc=_NO_CRCS
+        index, sample_pos=_NO_POINTS, byte_pos=_NO_POINTS, content_crc=_NO_CRCS, span_crc=_NO_CRCS
     )
     return CropJob(
         request,
@@ -198,6 +224,8 @@ def prepare(episode: Episode, request: CropRequest) -> CropJob:
         deferred=form.deferrable(index, plan),
         resample_skip=skip,
         checks=checks,
+        span_checks=spans.checks,
+        data_read=spans.read if spans.read != plan.data else (),
     )
 
 
@@ -219,7 +247,7 @@ async def afetch(job: CropJob, *, with_deferred: bool = False) -> Fetched:
     worker that asks for them later (``read_deferred``) is answered without
     another round trip."""
     assert job.plan is not None
-    ranges = job.plan.ranges if with_deferred else job.upfront
+    ranges = job.read_ranges if with_deferred else job.upfront
     with record("fetch"):
         pieces = _at(ranges, await job.episode.blob.aread_ranges(ranges))
     return Fetched(tuple(p for p in pieces if (p[0], len(p[1])) not in job.deferred))
@@ -255,7 +283,10 @@ def decode_job(
     (``StaleIndex``), or planned bytes whose CRCs are not the ones the index
     recorded (``job.checks``; deferred ranges when they are delivered:
     ``index.content.STALE``), hands the crop to ``decode_fallback``, counted
-    with that reason: never a crop from the index."""
+    with that reason: never a crop from the index. Bytes whose seek-point
+    checks pass but whose spans (``job.span_checks``) do not are damaged:
+    a ``CropError`` naming the byte range, counted as a bad packet (the
+    fallback would decode the same bytes)."""
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
@@ -264,6 +295,13 @@ def decode_job(
     if stale(job.checks, fetched.pieces):
         return _stale(job, stats, STALE)
     deliver = held_back or (lambda: read_deferred(job))
+    damaged = mismatch(job.span_checks, fetched.pieces)
+    if damaged is not None:
+        # a deferred header range (MP4's moov) may still say "stale index"
+        if job.deferred and stale(job.checks, deliver()):
+            return _stale(job, stats, STALE)
+        raise _damaged(job, stats, damaged)
+    fetched = _as_planned(job, fetched)
 
     def delivered() -> Pieces:
         pieces = deliver()
@@ -308,6 +346,28 @@ def _decode(
         raise job.episode.error(f"cannot decode {index.codec}: {exc}", job.plan.data[0]) from exc
     _count_index_path(context.stats, index)
     return decoded
+
+
+def _damaged(job: CropJob, stats: DecodeStats, damaged: Check) -> CropError:
+    """The error of a crop that read a span whose bytes are not the ones
+    its CRC was recorded from, counted as a bad packet and a crop through
+    the index."""
+    assert job.episode.index is not None
+    offset, length, _ = damaged
+    why = f"{DAMAGED}: bytes [{offset}, {offset + length}) do not have their recorded CRC-32"
+    DecodeContext(job.episode, stats, lambda: ()).bad_packet(why, offset)
+    _count_index_path(stats, job.episode.index)
+    return job.episode.error(why, offset)
+
+
+def _as_planned(job: CropJob, fetched: Fetched) -> Fetched:
+    """``fetched`` with the data range as planned (``job.data_read`` may hold more)."""
+    assert job.plan is not None
+    if not job.data_read:
+        return fetched
+    start, length = job.plan.data
+    at, view = fetched.pieces[-1]
+    return Fetched((*fetched.pieces[:-1], (start, view[start - at : start - at + length])))
 
 
 def _count_index_path(stats: DecodeStats, index: SeekIndex) -> None:

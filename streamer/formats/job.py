@@ -174,7 +174,9 @@ class DecodeStats:
     no usable index; ``unplanned_reads`` counts a decoder asking for bytes
     outside its plan (always a bug signal); ``bad_packets`` are packets,
     frames or pages that failed a check (FLAC frame and Ogg page CRCs) or
-    that the decoder rejected, each decoded as silence or dropped;
+    that the decoder rejected, each decoded as silence or dropped, and
+    spans of audio data that failed their CRC (``index.content``; the
+    crop is then a ``CropError``);
     ``planned_bytes`` is what the crops' decoders were given. ``paths``
     counts the crops by the path that served them: ``"index"`` (a native
     index), ``"generic index"`` (an FFmpeg packet index, container

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .content import expected_count
+from .content import expected_count, expected_spans
 from .table import NO_INDEX, SeekIndex
 
 __all__ = [
@@ -109,6 +109,9 @@ def check_against_blob(
     crcs = len(index.content_crc)
     if reason is None and index.ok and crcs and crcs != expected_count(index):
         reason = "implausible index: content CRCs do not match its seek points"
+    spans = len(index.span_crc)
+    if reason is None and index.ok and spans and spans != expected_spans(index):
+        reason = "implausible index: span CRCs do not match its audio data"
     if reason is not None or not index.ok or not info:
         return reason
     if info.get("num_bytes") not in (None, blob_length):

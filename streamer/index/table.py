@@ -2,7 +2,8 @@
 
 On disk an index is one row of a struct column ``seek_index`` (beside
 ``__key__``, ``num_bytes``, the length of the blob it was built from, and
-``content_crc``, CRC-32s of bytes of that blob: ``content``), in
+``content_crc``, CRC-32s of bytes of that blob, and ``span_size`` /
+``span_crc``, CRC-32s of its whole audio data span by span: ``content``), in
 a shard with the same name and rows as the audio shard. The
 seek points are two ``list<int64>`` children, so reading an episode's points
 is offsets arithmetic on the list values buffer: two numpy views, no Python
@@ -30,6 +31,8 @@ __all__ = [
     "INDEX_TYPE",
     "NO_INDEX",
     "OK",
+    "SPAN_COLUMN",
+    "SPAN_SIZE_COLUMN",
     "UNVERIFIED",
     "VERIFIED",
     "IndexReader",
@@ -50,6 +53,13 @@ BLOB_BYTES_COLUMN = "num_bytes"
 #: length has other bytes there. Null, or absent in older shards: not checked.
 CONTENT_COLUMN = "content_crc"
 CONTENT_TYPE = pa.list_(pa.uint32())
+#: CRC-32s of the whole audio data, one per span (``content.span_ranges``):
+#: bytes damaged between seek points. Same type as ``CONTENT_COLUMN``; null,
+#: or absent in older shards: not checked.
+SPAN_COLUMN = "span_crc"
+#: What a span is, per row (int64): seek-point intervals per span CRC, for
+#: PCM bytes per span from ``data_start`` (``content.span_size``).
+SPAN_SIZE_COLUMN = "span_size"
 OK = "ok"
 NO_INDEX = "no index"
 #: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
@@ -130,6 +140,10 @@ class SeekIndex:
     #: The row's ``CONTENT_COLUMN`` (uint32; empty: not recorded, not
     #: checked). Not part of ``INDEX_TYPE``: a column of its own.
     content_crc: np.ndarray = field(default_factory=lambda: _NO_CRCS)
+    #: The row's ``SPAN_SIZE_COLUMN`` and ``SPAN_COLUMN`` (0 and empty: not
+    #: recorded, not checked).
+    span_size: int = 0
+    span_crc: np.ndarray = field(default_factory=lambda: _NO_CRCS)
 
     @property
     def ok(self) -> bool:
@@ -261,9 +275,10 @@ class IndexReader:
         self.shard = shard
         self._chunks = shard.column(INDEX_COLUMN).chunks
         self._views: dict[int, _BatchViews] = {}
-        self._blob_bytes = _blob_bytes(shard)
-        self._crc_chunks = _content_chunks(shard)
-        self._crc_views: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        self._blob_bytes = _int_column(shard, BLOB_BYTES_COLUMN)
+        self._content = _CrcColumn(shard, CONTENT_COLUMN)
+        self._spans = _CrcColumn(shard, SPAN_COLUMN)
+        self._span_sizes = _int_column(shard, SPAN_SIZE_COLUMN)
 
     def built_for(self, row: int) -> int | None:
         """The byte length of the blob row ``row`` was built from (None: the
@@ -297,43 +312,55 @@ class IndexReader:
             header=header,
             sample_pos=arrays["sample_pos"],
             byte_pos=arrays["byte_pos"],
-            content_crc=self._content_crc(batch, j),
+            content_crc=self._content.row(batch, j),
+            **self._span_fields(row, batch, j),
         )
 
-    def _content_crc(self, batch: int, j: int) -> np.ndarray:
-        """Row ``j`` of record batch ``batch`` of ``CONTENT_COLUMN`` (a view;
-        empty when the shard has no such column or the row is null)."""
-        if self._crc_chunks is None:
+    def _span_fields(self, row: int, batch: int, j: int) -> dict[str, Any]:
+        """``span_size`` and ``span_crc`` of a row, when it records both."""
+        size = -1 if self._span_sizes is None else int(self._span_sizes[row])
+        crcs = self._spans.row(batch, j)
+        if size <= 0 or not len(crcs):
+            return {}
+        return {"span_size": size, "span_crc": crcs}
+
+
+class _CrcColumn:
+    """A ``list<uint32>`` column of CRCs (``CONTENT_COLUMN``, ``SPAN_COLUMN``)
+    of an index shard, read a record batch at a time as numpy views."""
+
+    def __init__(self, shard: Shard, name: str) -> None:
+        self._chunks: list[pa.ListArray] | None = None
+        self._views: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        if name in shard.schema.names:
+            column = shard.column(name)
+            if column.type != CONTENT_TYPE:
+                raise ShardError(f"{name!r} is not a {CONTENT_TYPE} column", shard=shard.path)
+            self._chunks = list(column.chunks)
+
+    def row(self, batch: int, j: int) -> np.ndarray:
+        """Row ``j`` of record batch ``batch`` (a view; empty when the shard
+        has no such column or the row is null)."""
+        if self._chunks is None:
             return _NO_CRCS
-        views = self._crc_views.get(batch)
+        views = self._views.get(batch)
         if views is None:
-            chunk = self._crc_chunks[batch]
+            chunk = self._chunks[batch]
             valid = chunk.is_valid().to_numpy(zero_copy_only=False) if chunk.null_count else None
-            views = self._crc_views[batch] = (*_list_views(chunk, np.dtype("<u4")), valid)
+            views = self._views[batch] = (*_list_views(chunk, np.dtype("<u4")), valid)
         offsets, flat, valid = views
         if valid is not None and not valid[j]:
             return _NO_CRCS
         return flat[offsets[j] : offsets[j + 1]]
 
 
-def _blob_bytes(shard: Shard) -> np.ndarray | None:
-    """The ``num_bytes`` column of an index shard as one int64 array (-1 for
-    a null), or None when it has none; ``ShardError`` when it is not a
-    column of lengths."""
-    if BLOB_BYTES_COLUMN not in shard.schema.names:
+def _int_column(shard: Shard, name: str) -> np.ndarray | None:
+    """An int64 column of an index shard (``num_bytes``, ``span_size``) as
+    one array (-1 for a null), or None when it has none; ``ShardError``
+    when it is not an int64 column."""
+    if name not in shard.schema.names:
         return None
-    column = shard.column(BLOB_BYTES_COLUMN)
+    column = shard.column(name)
     if column.type != pa.int64():
-        raise ShardError(f"{BLOB_BYTES_COLUMN!r} is not an int64 column", shard=shard.path)
+        raise ShardError(f"{name!r} is not an int64 column", shard=shard.path)
     return np.asarray(column.fill_null(-1).to_numpy())
-
-
-def _content_chunks(shard: Shard) -> list[pa.ListArray] | None:
-    """The ``content_crc`` column's record batches, or None when the shard
-    has no such column; ``ShardError`` when it is not a list of CRCs."""
-    if CONTENT_COLUMN not in shard.schema.names:
-        return None
-    column = shard.column(CONTENT_COLUMN)
-    if column.type != CONTENT_TYPE:
-        raise ShardError(f"{CONTENT_COLUMN!r} is not a {CONTENT_TYPE} column", shard=shard.path)
-    return list(column.chunks)

@@ -60,8 +60,8 @@ async def warm(job: CropJob, chunk: int = 16 << 20) -> int:
     returns the bytes. Without an index that is the whole blob."""
     blob = job.episode.blob
     if job.plan is not None:
-        await blob.aread_ranges(job.plan.ranges)
-        return job.plan.nbytes
+        await blob.aread_ranges(job.read_ranges)
+        return job.nbytes
     for start in range(0, blob.length, chunk):
         await blob.aread_ranges([(start, min(chunk, blob.length - start))])
     return blob.length

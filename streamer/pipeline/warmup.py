@@ -143,7 +143,7 @@ def _objects(jobs: list[CropJob]) -> _Objects:
         store = blob.reader.store
         _, by_path = objects.setdefault(id(store), (store, {}))
         _, ranges = by_path.setdefault(blob.reader.path, (blob.reader, []))
-        planned = job.plan.ranges if job.plan is not None else ((0, blob.length),)
+        planned = job.read_ranges if job.plan is not None else ((0, blob.length),)
         ranges.extend((blob.offset + at, n) for at, n in planned)
     return objects
 

@@ -3,8 +3,9 @@
 One index shard per audio shard, same name, same rows in the same order,
 columns ``__key__``, ``seek_index`` (``table.INDEX_TYPE``), ``num_bytes``
 (the length of the blob each row was built from: ``table.BLOB_BYTES_COLUMN``)
-and ``content_crc`` (CRCs of bytes of that blob every crop reads:
-``index.content``). Episodes are
+``content_crc`` (CRCs of bytes of that blob every crop reads:
+``index.content``) and ``span_size`` / ``span_crc`` (CRCs of its whole audio
+data, span by span: ``content.span_crcs``). Episodes are
 read through the dataset's store (memory map, S3, ...); each index shard is
 written to a local file and stored whole when complete
 (``Store.staged_sync``: renamed into place locally, one PUT on S3), so an
@@ -47,7 +48,7 @@ from ..dataset import INFO_DIR, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
-from ..index.content import STALE, content_crcs, matches
+from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
 from ..index.table import (
     BLOB_BYTES_COLUMN,
     CONTENT_COLUMN,
@@ -56,6 +57,8 @@ from ..index.table import (
     INDEX_DIR,
     INDEX_TYPE,
     OK,
+    SPAN_COLUMN,
+    SPAN_SIZE_COLUMN,
     VERIFIED,
     IndexReader,
     SeekIndex,
@@ -87,6 +90,8 @@ SCHEMA = pa.schema(
         pa.field(INDEX_COLUMN, INDEX_TYPE, nullable=False),
         pa.field(BLOB_BYTES_COLUMN, pa.int64()),
         pa.field(CONTENT_COLUMN, CONTENT_TYPE),
+        pa.field(SPAN_SIZE_COLUMN, pa.int64()),
+        pa.field(SPAN_COLUMN, CONTENT_TYPE),
     ]
 )
 
@@ -103,6 +108,9 @@ class ShardResult:
     labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
     #: ``audio_info`` durations replaced by the index's: (key, header's, index's).
     durations: list[tuple[str, float, float]] = field(default_factory=list)
+    #: Episodes whose audio data no longer has its span CRCs
+    #: (``verify_index_shards``): key -> the damaged ``(offset, length)`` spans.
+    damaged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def count(self, indexes: list[SeekIndex]) -> None:
         self.labels.update(index_label(i) for i in indexes)
@@ -127,10 +135,11 @@ def is_generic(index: SeekIndex) -> bool:
 @dataclass
 class IndexReport:
     """What a ``build_index`` run did, with counts per "no index" reason, and
-    the shards that could not be indexed at all (``failed``: name -> reason).
-    ``episodes``, ``ok`` and the counts are of the shards indexed by this run;
-    shards already indexed are left as they are, their episodes counted apart
-    (``skipped_episodes``)."""
+    the shards that could not be indexed at all (``failed``: name -> reason)
+    and, from a re-check, the episodes whose audio data is damaged
+    (``damaged``: shard -> key -> byte ranges). ``episodes``, ``ok`` and the
+    counts are of the shards indexed by this run; shards already indexed are
+    left as they are, their episodes counted apart (``skipped_episodes``)."""
 
     root: str
     indexed: list[str] = field(default_factory=list)
@@ -142,8 +151,11 @@ class IndexReport:
     reasons: Counter[str] = field(default_factory=Counter)
     labels: Counter[str] = field(default_factory=Counter)
     durations: list[tuple[str, float, float]] = field(default_factory=list)
+    damaged: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
 
     def add(self, result: ShardResult) -> None:
+        if result.damaged:
+            self.damaged[result.name] = result.damaged
         if result.failed:
             self.failed[result.name] = result.failed
             return
@@ -256,7 +268,11 @@ def verify_index_shards(
     index --verify``): each row the dataset would serve (its open-time
     checks, ``index.checks``, applied) is verified again and stored with its
     verdict, demoted to "no index" when it fails; every index shard is
-    rewritten whole. A shard without a usable index shard is ``failed``.
+    rewritten whole. A row whose audio data no longer has its span CRCs is
+    kept as it is (its crops that read the damage go on failing; demoted,
+    the fallback would decode the damaged bytes without a word) and
+    reported in ``damaged``; a row without span CRCs gets them, from the
+    bytes as they are. A shard without a usable index shard is ``failed``.
     The dataset manifest is rewritten after them."""
     report = _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
     write_manifest(*open_url(url, **(storage_options or {})))
@@ -401,6 +417,10 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
         if not matches(episode.index, episode.blob.read_ranges, sample=False):
             # its CRCs are written anew from these bytes: they must be its own
             return SeekIndex.unavailable(STALE, episode.index.container)
+        damaged = damaged_spans(episode.index, episode.blob.read_ranges)
+        if damaged:
+            result.damaged[episode.key] = damaged
+            return episode.index
         return verify_index(episode)
 
     _write(dataset, _index_path(dataset, name), audio, result, recheck)
@@ -428,25 +448,38 @@ def _write(
             column = to_struct_array(indexes)
             found += index_durations(column)
             lengths = pa.array(_blob_lengths(dataset, audio, rows), pa.int64())
-            crcs = pa.array(
-                [
-                    _content_crcs(dataset, audio, row, i)
-                    for row, i in zip(rows, indexes, strict=True)
-                ],
-                CONTENT_TYPE,
-            )
-            writer.write_batch(pa.record_batch([keys, column, lengths, crcs], schema=SCHEMA))
+            crcs = [_crcs(dataset, audio, row, i) for row, i in zip(rows, indexes, strict=True)]
+            columns = [
+                keys,
+                column,
+                lengths,
+                pa.array([c[0] for c in crcs], CONTENT_TYPE),
+                pa.array([c[1] for c in crcs], pa.int64()),
+                pa.array([c[2] for c in crcs], CONTENT_TYPE),
+            ]
+            writer.write_batch(pa.record_batch(columns, schema=SCHEMA))
     return found
 
 
-def _content_crcs(dataset: Dataset, audio: Shard, row: int, index: SeekIndex) -> list[int] | None:
-    """``content.content_crcs`` of an index from its row's blob as it is
-    now (just indexed: its bytes are in the page or block cache); None for
-    "no index"."""
+def _crcs(
+    dataset: Dataset, audio: Shard, row: int, index: SeekIndex
+) -> tuple[list[int] | None, int | None, list[int] | None]:
+    """``content.content_crcs``, ``content.span_size`` and
+    ``content.span_crcs`` of an index from its row's blob as it is now (just
+    indexed: its bytes are in the page or block cache), None for what it
+    does not record. An index re-checked (``verify_index_shards``) keeps
+    the span CRCs it has: they are of the bytes it was built from, and
+    damage found since must go on failing the crops that read it."""
     if not index.ok:
-        return None
+        return None, None, None
     blob = audio.blob(dataset.audio_column, row)
-    return content_crcs(index, blob.read_ranges).tolist()
+    content = content_crcs(index, blob.read_ranges).tolist()
+    if len(index.span_crc):
+        return content, index.span_size, index.span_crc.tolist()
+    size = span_size(index)
+    if not size:
+        return content, None, None
+    return content, size, span_crcs(index, size, blob.read_ranges).tolist()
 
 
 def _blob_lengths(dataset: Dataset, audio: Shard, rows: Iterable[int]) -> list[int | None]:

@@ -61,9 +61,12 @@ def _truncate(path: Path) -> None:
 
 
 def _overwrite_footer(path: Path) -> None:
+    """The footer flatbuffer overwritten with other bytes, whatever its
+    length (the int32 before the trailing magic); its length and magic kept."""
     data = path.read_bytes()
-    # The footer flatbuffer and its length, not the trailing magic.
-    path.write_bytes(data[:-300] + bytes(range(256))[:290] + data[-10:])
+    size = int.from_bytes(data[-10:-6], "little")
+    junk = (bytes(range(256)) * (size // 256 + 1))[:size]
+    path.write_bytes(data[: -10 - size] + junk + data[-10:])
 
 
 def _unreadable(path: Path) -> None:

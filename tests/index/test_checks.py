@@ -220,7 +220,15 @@ def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
     with pa.ipc.new_file(str(path), SCHEMA) as writer:
         writer.write_batch(
             pa.record_batch(
-                [pa.array(["ep"]), bad, pa.array([1]), pa.nulls(1, CONTENT_TYPE)], schema=SCHEMA
+                [
+                    pa.array(["ep"]),
+                    bad,
+                    pa.array([1]),
+                    pa.nulls(1, CONTENT_TYPE),
+                    pa.nulls(1, pa.int64()),
+                    pa.nulls(1, CONTENT_TYPE),
+                ],
+                schema=SCHEMA,
             )
         )
     with pytest.raises(ShardError, match="header offsets and lengths differ") as caught:
@@ -241,6 +249,8 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
                     pa.array(["a", "b", "c"]),
                     to_struct_array(indexes),
                     pa.array([1, 2, 3]),
+                    pa.nulls(3, CONTENT_TYPE),
+                    pa.nulls(3, pa.int64()),
                     pa.nulls(3, CONTENT_TYPE),
                 ],
                 schema=SCHEMA,

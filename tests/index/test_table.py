@@ -32,13 +32,17 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
     with pa.ipc.new_file(path, SCHEMA) as writer:
         lengths = pa.array([100, 200, 300])
         crcs = pa.array([[7, 2**32 - 1], None, []], CONTENT_TYPE)
-        writer.write_batch(
-            pa.record_batch([keys, to_struct_array(indexes), lengths, crcs], schema=SCHEMA)
-        )
+        sizes = pa.array([3, None, 1], pa.int64())
+        spans = pa.array([[5, 2**32 - 2], [1], None], CONTENT_TYPE)
+        columns = [keys, to_struct_array(indexes), lengths, crcs, sizes, spans]
+        writer.write_batch(pa.record_batch(columns, schema=SCHEMA))
     shard = Shard(path)
     reader = IndexReader(shard)
     assert [reader.built_for(row) for row in range(3)] == [100, 200, 300]
     assert [reader.read(row).content_crc.tolist() for row in range(3)] == [[7, 2**32 - 1], [], []]
+    # span CRCs only where a row records both its span size and its CRCs
+    assert [reader.read(row).span_crc.tolist() for row in range(3)] == [[5, 2**32 - 2], [], []]
+    assert [reader.read(row).span_size for row in range(3)] == [3, 0, 0]
     for row, expected in enumerate(indexes):
         got = reader.read(row)
         assert_same_index(got, expected)
