@@ -198,9 +198,13 @@ def _edit_set_to(data: bytes, duration: int, media_time: int) -> bytes:
 
 
 def _smpb_value(priming: int) -> bytes:
-    return (
-        f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
-    ).encode()
+    return _smpb_fields(f"{priming:08X}", "000001C4", f"{int(SECONDS * 44100):016X}")
+
+
+def _smpb_fields(priming: str, padding: str, length: str) -> bytes:
+    """An iTunSMPB value of these hex fields (priming, end padding, original
+    length), as iTunes lays it out."""
+    return f" 00000000 {priming} {padding} {length}".encode() + b" 00000000" * 8
 
 
 def _smpb(value: bytes) -> bytes:
@@ -293,6 +297,21 @@ def _irregular_durations(data: bytes, duration: int) -> bytes:
 
 
 NO_EDIT = {"use_editlist": "0"}
+
+
+def _tag_fields(
+    padding: str,
+    length: str = "0",
+    make: Callable[[], bytes] | None = None,
+    priming: str = "00000840",
+) -> Callable[[], bytes]:
+    """How to make an AAC m4a (``make``'s, else one without an edit list)
+    with a movie-level iTunSMPB tag of these hex fields."""
+    return lambda: _with_smpb(
+        make() if make else _mux(options=NO_EDIT), value=_smpb_fields(priming, padding, length)
+    )
+
+
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
 #: Fragments with an edit list: every sample in them (an empty ``moov``) ...
@@ -311,6 +330,8 @@ FILES: dict[str, Callable[[], bytes]] = {
     # FFmpeg takes a priming in (0, 16384) only, scanned as hex numbers.
     "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
     "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
+    # A field that is not hex: FFmpeg ignores the whole tag (its priming too).
+    "smpb-garbage-length.m4a": _tag_fields("000001C4", "zz"),
     "encoder-name-first.m4a": lambda: _encoder_name_first(_mux(options=NO_EDIT)),
     # A tag box claiming more bytes than its parent holds: tags are skipped, not the file.
     "broken-tags.m4a": lambda: _splice(

@@ -620,8 +620,10 @@ def _whole(offsets: np.ndarray, sizes: np.ndarray, length: int) -> tuple[np.ndar
     return offsets[:count], sizes[:count]
 
 
-#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
-_SMPB = re.compile(rb"\s*[-+]?(?:0[xX])?[0-9A-Fa-f]+" + rb"\s*([-+]?(?:0[xX])?[0-9A-Fa-f]+)" * 3)
+#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``): each
+#: field as long as it goes (scanf does not give digits back to the next).
+_HEX = rb"[-+]?(?:0[xX])?[0-9A-Fa-f]+(?![0-9A-Fa-f])"
+_SMPB = re.compile(rb"\s*" + _HEX + (rb"\s*(" + _HEX + rb")") * 3)
 
 
 def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
