@@ -12,10 +12,11 @@ It also holds what differs between the FFmpeg builds PyAV bundles where it
 matters to the full decode (docs/decoding.md, "the reference"): an index
 stores the file's facts, the same under every FFmpeg, and
 ``full_decode_length`` applies the installed one's policy to them. Where
-the index cannot say the length under every FFmpeg (an ``iTunSMPB`` tag's
-end padding: FFmpeg 9 cuts it by rules of its own), it records the FFmpeg it
-was built and checked under (``LENGTH_POLICY``), and ``policy_problem`` keeps
-it from serving crops under another one: they fall back, exact.
+the index cannot say the length under every FFmpeg (a generic index; an
+``iTunSMPB`` tag inside an MP4 track, which FFmpeg 9 reads in another time
+base), it records the FFmpeg it was built and checked under
+(``LENGTH_POLICY``), and ``policy_problem`` keeps it from serving crops
+under another one: they fall back, exact.
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ def _own_layout(context: Any) -> None:
 #: (measured under both, docs/decoding.md): AAC and mp3, whose frame length
 #: it knows, to where the sample table or edit list ends the track; ALAC,
 #: Opus, AMR and Vorbis only by what the last packet's stts duration runs
-#: past the edit list's end. The index's ``num_samples`` counts FFmpeg 8's
-#: decode and its ``padding`` what FFmpeg 9 cuts off, per codec
-#: (``mp4.parse``), so the stored index is the same under both;
-#: ``full_decode_length`` applies the installed one.
+#: past the edit list's end; and an AAC track's ``iTunSMPB`` end padding,
+#: from there. The index's ``num_samples`` counts FFmpeg 8's decode and its
+#: ``padding`` what FFmpeg 9 cuts off, per codec (``mp4.parse``), so the
+#: stored index is the same under both; ``full_decode_length`` applies the
+#: installed one.
 TRIMS_MP4_END = av.library_versions["libavformat"] >= (63,)
 
 
@@ -105,8 +107,9 @@ def decode_length(container: str, num_samples: int, padding: int) -> int:
 #: The installed FFmpeg, as an index that holds under it only records it
 #: (``SeekIndex.length_policy``): its libavformat major version, where the
 #: demuxers' trimming and timestamp rules live. Generic indexes (FFmpeg's
-#: demuxer placed their points) and MP4 tracks with an ``iTunSMPB`` tag
-#: carry it.
+#: demuxer placed their points) and MP4 AAC tracks with an ``iTunSMPB`` tag
+#: whose end FFmpeg 9 cuts by rules not measured (a tag inside the track,
+#: several tags, fragments, empty edits, a truncated table) carry it.
 LENGTH_POLICY = f"libavformat {av.library_versions['libavformat'][0]}"
 
 

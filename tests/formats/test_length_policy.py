@@ -1,15 +1,18 @@
 """An index whose length holds under one FFmpeg only is served under that one only.
 
 An ``iTunSMPB`` tag's end padding is cut by FFmpeg 9 (PyAV 19) and not by
-FFmpeg 8 (PyAV 18), by rules the index does not model, so an MP4 AAC index
-of a track the tag belongs to records the FFmpeg that built and checked it
+FFmpeg 8 (PyAV 18). The MP4 index models the cut for a tag after the track
+(docs/decoding.md), so such an index holds under both; for a tag inside the
+track (which FFmpeg 9 reads in another time base) it does not, and the
+index records the FFmpeg that built and checked it
 (``SeekIndex.length_policy``); under another one its crops fall back, and
 equal that FFmpeg's full decode: none runs past its end.
 
-``data/smpb-av18/`` is such a dataset built under PyAV 18 (FFmpeg 8):
-under ``tox -e av19`` it is the index of another FFmpeg, read as a user
-who upgrades PyAV would read it. Remake it (after a change of the index's
-on-disk form) under PyAV 18 with ``python -m tests.formats.test_length_policy``.
+``data/smpb-av18/`` is a dataset built under PyAV 18 (FFmpeg 8) before the
+cut was modelled, its index recording ``libavformat 62``: under ``tox -e
+av19`` it is the index of another FFmpeg, read as a user who upgrades PyAV
+would read it. Remake it (after a change of the index's on-disk form)
+under PyAV 18 with ``python -m tests.formats.test_length_policy``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,14 @@ from streamer.shard.ipc import Shard
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from tests.formats.test_generic import FILES, make
-from tests.formats.test_mp4_wild import NO_EDIT, TOLERANCE, _mux, _smpb_value, _with_smpb
+from tests.formats.test_mp4_wild import (
+    NO_EDIT,
+    PRIMING,
+    TOLERANCE,
+    _mux,
+    _smpb_value,
+    _with_smpb,
+)
 
 FIXTURE = Path(__file__).parent / "data" / "smpb-av18"
 KEY = "smpb"
@@ -50,12 +60,17 @@ def _tagged() -> bytes:
 @pytest.mark.parametrize(
     ("make", "policy"),
     [
-        (_tagged, LENGTH_POLICY),
+        # FFmpeg 9's cut of the padding is in the index: it holds under both.
+        (_tagged, ""),
+        (lambda: _with_smpb(_mux(), value=_smpb_value(PRIMING)), ""),
+        # A priming out of range is ignored, its padding is still cut by FFmpeg 9.
+        (lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)), ""),
+        # Inside the track FFmpeg 9 reads the tag in the 90 kHz time base.
         (lambda: _with_smpb(_mux(options=NO_EDIT), inside_track=True), LENGTH_POLICY),
         # With an edit list FFmpeg 8 resets a tag inside the track; 9 still cuts.
         (lambda: _with_smpb(_mux(), inside_track=True), LENGTH_POLICY),
-        # A priming out of range is ignored, its padding is still cut by FFmpeg 9.
-        (lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)), LENGTH_POLICY),
+        # Two tags: which one FFmpeg 9 cuts by is not measured.
+        (lambda: _with_smpb(_tagged()), LENGTH_POLICY),
         (lambda: _mux(options=NO_EDIT), ""),
         # The tag goes to the chapter track read after the audio: nothing to cut.
         (lambda: _with_smpb(_mux(chapters=True)), ""),
@@ -170,6 +185,11 @@ def make_fixture(out: Path) -> None:
     (src / f"{KEY}.m4a").write_bytes(_tagged())
     pack(src, out, progress=False)
     shutil.rmtree(src)
+    # As an index of it was stored before FFmpeg 9's cut was modelled: it
+    # records the FFmpeg that checked it.
+    path, rows = _stored(out)
+    rows[KEY] = dataclasses.replace(rows[KEY], length_policy=LENGTH_POLICY)
+    _rewrite(path, rows)
 
 
 if __name__ == "__main__":

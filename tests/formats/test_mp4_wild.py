@@ -198,9 +198,13 @@ def _edit_set_to(data: bytes, duration: int, media_time: int) -> bytes:
 
 
 def _smpb_value(priming: int) -> bytes:
-    return (
-        f" 00000000 {priming:08X} 000001C4 {int(SECONDS * 44100):016X}" + " 00000000" * 8
-    ).encode()
+    return _smpb_fields(f"{priming:08X}", "000001C4", f"{int(SECONDS * 44100):016X}")
+
+
+def _smpb_fields(priming: str, padding: str, length: str) -> bytes:
+    """An iTunSMPB value of these hex fields (priming, end padding, original
+    length), as iTunes lays it out."""
+    return f" 00000000 {priming} {padding} {length}".encode() + b" 00000000" * 8
 
 
 def _smpb(value: bytes) -> bytes:
@@ -293,6 +297,21 @@ def _irregular_durations(data: bytes, duration: int) -> bytes:
 
 
 NO_EDIT = {"use_editlist": "0"}
+
+
+def _tag_fields(
+    padding: str,
+    length: str = "0",
+    make: Callable[[], bytes] | None = None,
+    priming: str = "00000840",
+) -> Callable[[], bytes]:
+    """How to make an AAC m4a (``make``'s, else one without an edit list)
+    with a movie-level iTunSMPB tag of these hex fields."""
+    return lambda: _with_smpb(
+        make() if make else _mux(options=NO_EDIT), value=_smpb_fields(priming, padding, length)
+    )
+
+
 #: Fragments of half a second (FFmpeg writes an mfra index at the end).
 FRAGMENTS = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "500000"}
 #: Fragments with an edit list: every sample in them (an empty ``moov``) ...
@@ -311,6 +330,28 @@ FILES: dict[str, Callable[[], bytes]] = {
     # FFmpeg takes a priming in (0, 16384) only, scanned as hex numbers.
     "smpb-out-of-range.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=_smpb_value(16384)),
     "smpb-garbage.m4a": lambda: _with_smpb(_mux(options=NO_EDIT), value=b"not hex at all"),
+    # FFmpeg 9 cuts the padding (0 < padding < the track's duration) from
+    # where the table or edit ends the track, when the stated length is
+    # below that duration (as a 32-bit int: 0, or negative), whatever the
+    # priming; FFmpeg 8 cuts none of it.
+    "smpb-no-padding.m4a": _tag_fields("00000000"),
+    "smpb-long-padding.m4a": _tag_fields("00000BB8"),
+    "smpb-padding-past-the-end.m4a": _tag_fields("000186A0"),
+    "smpb-negative-padding.m4a": _tag_fields("FFFFFFFF"),
+    # Past 64 bits strtoul gives its largest value: -1 as an int.
+    "smpb-huge-padding.m4a": _tag_fields("1" + "0" * 20),
+    "smpb-prefixed-padding.m4a": _tag_fields("0x1C4"),
+    "smpb-length-too-long.m4a": _tag_fields("000001C4", "7FFFFFFF"),
+    "smpb-length-negative.m4a": _tag_fields("000001C4", "1FFFFFFFF"),
+    # A field that is not hex: FFmpeg ignores the whole tag (its priming too).
+    "smpb-garbage-length.m4a": _tag_fields("000001C4", "zz"),
+    # With an edit list the stated length must be below the edit's duration
+    # (44100 * 2 here: the length iTunes states is not), and the cut runs
+    # from the edit's end.
+    "smpb-and-edit-short-length.m4a": _tag_fields("000001C4", "00015887", _mux),
+    "smpb-and-early-edit.m4a": _tag_fields(
+        "000001C4", "0", lambda: _edit_set_to(_mux(), 88170, 1024), priming="0"
+    ),
     "encoder-name-first.m4a": lambda: _encoder_name_first(_mux(options=NO_EDIT)),
     # A tag box claiming more bytes than its parent holds: tags are skipped, not the file.
     "broken-tags.m4a": lambda: _splice(
@@ -350,11 +391,10 @@ LOSSLESS = {"alac-no-edit-list.m4a"}
 #: Files FFmpeg 9 (PyAV 19) serves differently, with why: its check demotes
 #: the index (or the parser refuses the file), and the fallback serves them.
 NO_INDEX_UNDER_FFMPEG_9 = {
-    # FFmpeg 9 also cuts the tag's end padding, which the index does not model.
-    "smpb-no-edit-list.m4a": "failed its check",
+    # FFmpeg 9 reads a tag inside the track in the 90 kHz time base a new
+    # stream has until the track ends, and the index does not model it.
     "smpb-in-track.m4a": "failed its check",
     "smpb-in-track-with-edit.m4a": "failed its check",
-    "smpb-out-of-range.m4a": "failed its check",
     # PyAV 19's muxer writes this edit to end before the fragments.
     "fragmented-edit-moov-samples.mp4": "fragmented mp4 with an edit that ends before",
 }
@@ -369,6 +409,8 @@ FIRST_SAMPLE = {
     "smpb-out-of-range.m4a": 0,
     "encoder-name-first.m4a": 1024,
     "smpb-garbage.m4a": 0,
+    "smpb-long-padding.m4a": PRIMING,
+    "smpb-and-early-edit.m4a": 1024,
     "empty-edit.m4a": 1024,
     "late-edit.m4a": PRIMING,
     "fragmented-edit.mp4": 1024,
@@ -488,6 +530,16 @@ def _vorbis_mux(**kwargs: Any) -> bytes:
         (
             lambda: _irregular_durations(_mux("amrnb", 8000, 1, form="3gp"), 320),
             "mp4 sample durations that are not the codec's frame",
+        ),
+        (
+            # FFmpeg 9 would cut to before the decode's start (89224 - 89223
+            # < 2112), and then outputs 960 samples: no rule to follow.
+            _tag_fields("00015C87"),
+            "mp4 iTunSMPB padding that leaves no samples",
+        ),
+        (
+            _tag_fields("00015448"),
+            "mp4 iTunSMPB padding that leaves no samples",
         ),
     ],
 )

@@ -13,7 +13,8 @@ the edit with media gives ``first_sample`` (its media time, also
 ``encoder_delay``: FFmpeg's timestamps are ``dts - media_time + empty
 edits``) and the end (the last packet that starts before the edit ends, a
 whole frame for AAC and AMR); an ``iTunSMPB`` tag that FFmpeg gives the AAC
-track moves ``first_sample`` to its priming; so does a first packet that
+track moves ``first_sample`` to its priming (and FFmpeg 9 cuts its end
+padding: ``_smpb_end``, in ``padding``); so does a first packet that
 decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
 nothing else is trimmed. PCM (``pcm``): the packets FFmpeg's demuxer cuts
 from the chunks stand for the samples. AAC and AMR packets each decode to a whole frame,
@@ -620,8 +621,10 @@ def _whole(offsets: np.ndarray, sizes: np.ndarray, length: int) -> tuple[np.ndar
     return offsets[:count], sizes[:count]
 
 
-#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``).
-_SMPB = re.compile(rb"\s*[-+]?(?:0[xX])?[0-9A-Fa-f]+" + rb"\s*([-+]?(?:0[xX])?[0-9A-Fa-f]+)" * 3)
+#: ``iTunSMPB``'s value as FFmpeg scans it (``"%*X %X %X %X"``): each
+#: field as long as it goes (scanf does not give digits back to the next).
+_HEX = rb"[-+]?(?:0[xX])?[0-9A-Fa-f]+(?![0-9A-Fa-f])"
+_SMPB = re.compile(rb"\s*" + _HEX + (rb"\s*(" + _HEX + rb")") * 3)
 
 
 def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
@@ -635,10 +638,48 @@ def _priming(moov: _Moov, track: _Track, has_edit: bool) -> int:
     for offset, fields in _track_tags(moov, track):
         if has_edit and offset < track.end:
             continue
-        number = min(int(fields.group(1), 16) % (1 << 64), (1 << 64) - 1) & 0xFFFFFFFF
+        number = _scanned(fields.group(1))
         if _PRIMING_RANGE[0] < number < _PRIMING_RANGE[1]:
             priming = number
     return priming
+
+
+def _scanned(field: bytes) -> int:
+    """A hex field of ``iTunSMPB`` as FFmpeg's ``sscanf("%X")`` stores it in
+    an ``int``: strtoul's value (a minus sign negates it; past 64 bits it is
+    the largest), its low 32 bits, signed."""
+    number = int(field, 16)
+    value = (1 << 64) - 1 if abs(number) >= 1 << 64 else number % (1 << 64)
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _smpb_end(
+    moov: _Moov, track: _Track, duration: int, stated_end: int
+) -> tuple[int | None, bool]:
+    """Where FFmpeg 9 ends an AAC track by its ``iTunSMPB`` tag's end
+    padding (None: it does not cut by the tag), and whether that is known.
+
+    Measured under PyAV 19 (docs/decoding.md): with the tag after the track
+    (the movie's ``udta``), FFmpeg 9 cuts the padding (the third field)
+    from where the sample table or the edit list ends the track
+    (``stated_end``) when ``0 < padding < duration`` and the stated length
+    (the fourth) ``< duration``, both read as ints (``_scanned``), whatever
+    the priming; the
+    track's ``duration`` is the table's or the edit's. FFmpeg 8 cuts none of
+    it. Not known: a tag inside the track (FFmpeg 9 reads it before the
+    track's time base is set, in the 90 kHz one every new stream has), or
+    several tags."""
+    tags = _track_tags(moov, track)
+    if not tags:
+        return None, True
+    if len(tags) > 1 or tags[0][0] < track.end:
+        return None, False
+    fields = tags[0][1]
+    padding, length = _scanned(fields.group(2)), _scanned(fields.group(3))
+    if not (0 < padding < duration and length < duration):
+        return None, True
+    return stated_end - padding, True
 
 
 def _track_tags(moov: _Moov, track: _Track) -> list[tuple[int, re.Match[bytes]]]:
@@ -811,6 +852,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     ):
         raise NoIndex("mp4 media timescale is not the sample rate")
     offsets, sizes, times, in_moov = _samples(audio, entry, movie, moofs, length)
+    listed = len(sizes)
     offsets, sizes = _whole(offsets, sizes, length)  # a truncated file: the samples all there
     times = times[: len(sizes) + 1]
     if not len(sizes):
@@ -818,6 +860,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     first_sample, shown = 0, len(sizes)
     edit = _edit(track, movie.timescale, timescale)
     stated_end = int(times[-1])  # where the sample table (and the edit list) ends the track
+    duration = stated_end  # FFmpeg's stream duration: the table's, or the edit's
     if edit is not None:
         first_sample = edit.media_time
         # FFmpeg drops the packets that start after the edit ends; up to
@@ -830,6 +873,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         else:
             shown = max(1, int(np.searchsorted(times[:-1], min(edit_end, int(times[-1])))))
             stated_end = min(stated_end, edit_end)
+        duration = edit_end - edit.media_time
     _check_composition_offsets(track)
     first = _first_output(entry, mdat_head, int(offsets[0]), int(sizes[0]))
     if first is not None and first[1] and first[1] != timescale:
@@ -842,9 +886,6 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     # pre-skip itself (an edit's skip replaces it).
     first_sample = max(first_sample or entry.delay, silent)
     priming = _priming(movie, audio, edit is not None) if entry.codec == "aac" else 0
-    # FFmpeg 9 also cuts such a tag's end padding, by rules not modelled
-    # here: the length holds under the FFmpeg that checks it only.
-    tagged = entry.codec == "aac" and bool(_track_tags(movie, audio))
     if priming:
         # FFmpeg skips the priming from the samples the first packet it keeps
         # decodes to, which is the first unless the edit starts more than a
@@ -876,6 +917,19 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     padding = max(0, min(reach - stated_end, end - max(last, first_sample)))
     if moofs or end - last > _LONGEST_FRAME:
         padding = 0
+    # FFmpeg 9 also cuts an iTunSMPB tag's end padding (FFmpeg 8 none of
+    # it). Not measured with fragments, empty edits or a truncated table:
+    # such an index holds under the FFmpeg that checked it only.
+    cut, known = None, True
+    if entry.codec == "aac":
+        cut, known = _smpb_end(movie, audio, duration, stated_end)
+        if moofs or (edit is not None and edit.empty) or len(sizes) < listed:
+            cut, known = None, not _track_tags(movie, audio)
+    if cut is not None:
+        if cut <= first_sample:
+            # FFmpeg 9 then decodes nothing, or a frame or so: no rule to follow.
+            raise NoIndex("mp4 iTunSMPB padding that leaves no samples (FFmpeg 9)")
+        padding = end - cut
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
     return SeekIndex(
@@ -890,7 +944,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         num_samples=num_samples,
         encoder_delay=edit.media_time if edit else 0,
         padding=padding,
-        length_policy=LENGTH_POLICY if tagged else "",
+        length_policy="" if known else LENGTH_POLICY,
         header=_header(header, moov_at),
         data_start=int(offsets.min()),
         data_end=int((offsets + sizes).max()),
