@@ -14,9 +14,13 @@ and sliced (``testkit.sweep``). Seek points per file are capped (``--cap``:
 all of them up to the cap, else that many spread evenly).
 
 Run: ``python -m benchmarks.corpus_sweep [FOLDER] [--small] [--cap 40]
-[--fallback-cap 8] [--random 50] [--rates 16000,22050] [--resampled 1] [--only TEXT]
-[--json PATH]``. Prints each file that is not exact with its failures by
-class, then per codec: files, crops per path, max error; and the time taken.
+[--fallback-cap 8] [--random 50] [--rates 16000,22050] [--resampled 1] [--density D]
+[--no-verify] [--only TEXT] [--json PATH]``: ``--density`` indexes the files
+again at D seek points a second (``inf``: every frame or page; seek points
+closer than a pre-roll), ``--no-verify`` without the indexes' own check
+(what an index builder gets wrong, before the check demotes it). Prints
+each file that is not exact with its failures by class, then per codec:
+files, crops per path, max error; and the time taken.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from streamer import open_dataset
+from streamer.formats.registry import DEFAULT_DENSITY
+from streamer.write.index import build_index
 from testkit.corpus import full_decode
 from testkit.sweep import Sweep, sweep_file
 
@@ -51,6 +58,16 @@ def run(files: dict[str, Path], args: argparse.Namespace) -> tuple[list[Sweep], 
     rates = tuple(int(r) for r in args.rates.split(",") if r)
     with tempfile.TemporaryDirectory(prefix="corpus-sweep-") as tmp:
         packed = pack_both(files, Path(tmp))
+        if packed.indexed is not None and (args.density or args.no_verify):
+            density = args.density or DEFAULT_DENSITY
+            build_index(
+                Path(tmp) / "indexed",
+                density=density,
+                verify=not args.no_verify,
+                force=True,
+                progress=False,
+            )
+            packed.indexed = open_dataset(Path(tmp) / "indexed")
         references, skipped = {}, []
         for name, path in files.items():
             reference = full_decode(path.read_bytes())
@@ -114,6 +131,12 @@ def main() -> int:
     parser.add_argument("--random", type=int, default=50, help="random crops per file and path")
     parser.add_argument("--rates", default="16000,22050", help="resampled targets ('' for none)")
     parser.add_argument("--resampled", type=int, default=1, help="files per codec/container")
+    parser.add_argument(
+        "--density", type=float, help="index again at this many seek points a second (inf: all)"
+    )
+    parser.add_argument(
+        "--no-verify", action="store_true", help="index again without the indexes' own check"
+    )
     parser.add_argument("--only", default="", help="only the files whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
