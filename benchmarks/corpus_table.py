@@ -113,17 +113,22 @@ def measure(name: str, path: Path, packed: Packed, crops: int, fallback: int) ->
     return row
 
 
+def pack_both(files: dict[str, Path], tmp: Path) -> Packed:
+    """``files`` staged under ``tmp`` and packed with and without an index."""
+    src = stage(files, tmp / "src")
+    report = pack(src, tmp / "indexed", progress=False)
+    pack(src, tmp / "plain", index=False, progress=False)
+    kept = bool(report.shards)
+    return Packed(
+        open_dataset(tmp / "indexed") if kept else None,
+        open_dataset(tmp / "plain") if kept else None,
+        {os.path.splitext(source)[0]: reason for source, reason in report.skipped},
+    )
+
+
 def run(files: dict[str, Path], crops: int, fallback: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="corpus-table-") as tmp:
-        src = stage(files, Path(tmp) / "src")
-        report = pack(src, Path(tmp) / "indexed", progress=False)
-        pack(src, Path(tmp) / "plain", index=False, progress=False)
-        kept = bool(report.shards)
-        packed = Packed(
-            open_dataset(Path(tmp) / "indexed") if kept else None,
-            open_dataset(Path(tmp) / "plain") if kept else None,
-            {os.path.splitext(source)[0]: reason for source, reason in report.skipped},
-        )
+        packed = pack_both(files, Path(tmp))
         return [measure(n, p, packed, crops, fallback) for n, p in files.items()]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -39,11 +40,18 @@ from testkit.corpus import (
 )
 from testkit.corpus_manifest import CorpusFile, corpus_dir, load_manifest
 from testkit.reference import decode_first_stream
+from testkit.sweep import sweep_file
 
 FILES = load_manifest()
 #: Random interior crops per file (through the index; the fallback gets FALLBACK_CROPS).
 INTERIOR_CROPS = 8
 FALLBACK_CROPS = 50
+#: The dense sweep (``testkit.sweep``): seek points per file, random crops, and
+#: the rates every fourth file (by name) is also resampled to, mono and not.
+#: The full sweep is ``python -m benchmarks.corpus_sweep`` (docs/corpus.md).
+SWEEP_POINTS = 8
+SWEEP_RANDOM = 10
+SWEEP_RATES = (16000, 22050)
 
 #: What still fails (measured on this branch by ``python -m benchmarks.corpus_table``):
 #: corpus file -> {test: failure class}, for the tests ``index``
@@ -133,6 +141,26 @@ def test_fallback_crops_equal_the_full_decode(datasets: Callable, file: CorpusFi
     """Without any index (``pack(..., index=False)``): exact length and
     position (and samples) for every codec."""
     _check(datasets(file.small, False), file, FALLBACK_CROPS, seed=2)
+
+
+@pytest.mark.parametrize("file", _params("sweep"))
+def test_a_dense_sweep_equals_the_full_decode(datasets: Callable, file: CorpusFile) -> None:
+    """Crops on, next to and a pre-roll away from every seek point (up to
+    ``SWEEP_POINTS``), ending at the end, one sample long, nearly the whole
+    file, through the index and through the fallback alone; every fourth
+    file resampled and downmixed too (``testkit.sweep``)."""
+    reference = _reference(file)
+    rates = SWEEP_RATES if zlib.crc32(file.name.encode()) % 4 == 0 else ()
+    sweep = sweep_file(
+        file.name,
+        reference,
+        datasets(file.small, True),
+        datasets(file.small, False),
+        cap=SWEEP_POINTS,
+        random_crops=SWEEP_RANDOM,
+        rates=rates,
+    )
+    assert sweep.exact, f"{len(sweep.failures)} failures: {sweep.failures[:6]}"
 
 
 @pytest.mark.parametrize("file", _params("index"))
