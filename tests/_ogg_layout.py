@@ -65,6 +65,22 @@ def split(data: bytes, header_packets: int) -> Stream:
     return Stream(serial, headers, [p for p, _ in audio], granules)
 
 
+def joined(files: list[bytes], header_packets: int = 2) -> Stream:
+    """The audio packets of several single-stream files of one codec as one
+    stream, under the first file's headers, granules running on: a stream
+    whose packets change mode midway (Opus CELT, then SILK), as an encoder
+    whose bit rate drops makes."""
+    streams = [split(data, header_packets) for data in files]
+    durations = ogg_parse.packet_durations(streams[0].headers)
+    audio, granules, granule = [], [], 0
+    for stream in streams:
+        for packet in stream.audio:
+            granule += durations.next(packet)
+            audio.append(packet)
+            granules.append(granule)
+    return Stream(streams[0].serial, streams[0].headers, audio, granules)
+
+
 def page(
     flags: int, granule: int, serial: int, sequence: int, segments: bytes, body: bytes
 ) -> bytes:

@@ -110,6 +110,14 @@ class CropPlan:
             self, point=point, start_native=int(index.sample_pos[point]), data=(start, end - start)
         )
 
+    def ending_at(self, index: SeekIndex, point: int) -> CropPlan:
+        """The same plan, its data running to seek point ``point`` instead
+        (to the end of the audio when there is none)."""
+        end = int(index.byte_pos[point]) if point < len(index.byte_pos) else index.data_end
+        native = int(index.sample_pos[point]) if point < len(index.sample_pos) else -1
+        start = self.data[0]
+        return dataclasses.replace(self, data=(start, end - start), end_native=native)
+
     def with_header(self, extra: Ranges) -> CropPlan:
         """The same plan with more ranges read up front (a format's own needs)."""
         return dataclasses.replace(self, header=(*self.header, *extra)) if extra else self

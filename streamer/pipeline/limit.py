@@ -26,6 +26,7 @@ import numpy as np
 
 from ..formats.ffmpeg import open_input
 from ..formats.frames import SampleBuffer
+from ..formats.packets import padded_packet
 
 __all__ = ["PureDecode", "limit_seconds"]
 
@@ -65,7 +66,7 @@ class PureDecode:
             self.channels, int(self.ends[last - 1] - self.starts[first]) if last > first else 0
         )
         for raw in self.packets[first:last]:
-            for frame in context.decode(av.Packet(raw)):
+            for frame in context.decode(padded_packet(raw)):
                 out.add_frame(frame)
         return out.samples()
 

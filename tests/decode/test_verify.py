@@ -15,6 +15,7 @@ import struct
 import numpy as np
 import pytest
 from _index_support import cli_encode, decoded_until_rejected, encoded
+from _ogg_layout import joined, paginate
 
 from streamer.decode import verify
 from streamer.decode.crop import CropRequest, read_crop
@@ -544,3 +545,57 @@ def test_a_chained_opus_link_of_narrowband_silk_is_caught(link: float) -> None:
         ep = dataclasses.replace(ep, index=checked)
         starts = [(int(p) - checked.first_sample) / checked.timescale for p in checked.sample_pos]
         assert_exact(ep, full, [s for s in starts if 0 <= s < full.shape[1] / rate - 0.3])
+
+
+def _around_seek_points(ep: Episode, full: np.ndarray) -> None:
+    """Crops that start at, end at and end just before each seek point, and
+    the last 0.3 s, equal the full decode."""
+    assert ep.index is not None
+    index, rate = ep.index, ep.index.sample_rate
+    end = full.shape[1] / rate
+    for point in index.sample_pos:
+        at = (int(point) - index.first_sample) / index.timescale
+        for start, stop in ((at, at + 0.3), (at - 0.3, at), (at - 0.3, at - 0.0003)):
+            if start >= 0 and stop <= end:
+                crop = read_crop(ep, CropRequest(ep.key, start, stop)).audio
+                want = full[:, round(start * rate) : round(stop * rate)]
+                assert crop.shape == want.shape, (start, stop)
+                assert float(np.max(np.abs(crop - want))) <= verify.TOLERANCE, (start, stop)
+    crop = read_crop(ep, CropRequest(ep.key, end - 0.3, end)).audio
+    np.testing.assert_allclose(crop, full[:, -crop.shape[1] :], atol=verify.TOLERANCE)
+
+
+def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point() -> None:
+    """One stream (no chain) of CELT packets, then narrowband SILK (opusenc
+    at 6 kbit/s from 8 kHz), then CELT, 24 s: started on SILK packets,
+    FFmpeg's decoder holds 24 samples back in its resampler until the mode
+    changes. The index placed the output by what came out, so crops of the
+    SILK part that start near a seek point were 24 samples late (up to
+    0.26 off, 36 crops of 114 around its seek points), and its check passed
+    (no probe fell there; the interior probes compare with the same index).
+    Placed by the packets' durations, every crop is exact; one that ends
+    on a seek point reads on to the next (it needs the held-back samples)."""
+    celt = ["opusenc", "--quiet", "--bitrate", "96", "-", "{out}"]
+    silk = ["opusenc", "--quiet", "--bitrate", "6", "-", "{out}"]
+    parts = [cli_encode(celt, 48000, 1, 8.0), cli_encode(silk, 8000, 1, 8.0)]
+    data = paginate(joined([*parts, cli_encode(celt, 48000, 1, 8.0)]), body=600)
+    full, _ = full_decode(data)
+    ep = episode(data)
+    checked = verify.verify_index(ep)
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    _around_seek_points(dataclasses.replace(ep, index=checked), full)
+
+
+def test_narrowband_silk_from_the_start_keeps_its_native_index() -> None:
+    """Narrowband SILK throughout (stereo, 8 kbit/s from 8 kHz): the held-back
+    samples come out at the end when the decoder is drained, as in FFmpeg's
+    full decode, where the end-of-stream granule trims what came before
+    them. The native index failed its check at the tail (0.05 off) and
+    FFmpeg's packet index served the file."""
+    silk = ["opusenc", "--quiet", "--bitrate", "8", "-", "{out}"]
+    data = cli_encode(silk, 8000, 2, 12.0)
+    full, _ = full_decode(data)
+    ep = episode(data)
+    checked = verify.verify_index(ep)
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    _around_seek_points(dataclasses.replace(ep, index=checked), full)

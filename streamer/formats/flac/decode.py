@@ -29,7 +29,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
-from ..packets import decode_into
+from ..packets import decode_into, padded_packet
 from ..reader import NoIndex
 from .parse import STREAMINFO_SIZE, StreamInfo, frame_header, streaminfo
 
@@ -92,7 +92,7 @@ def decode(
         out.add_silence(start - lo)
     view = memoryview(data)
     ends = {a.offset: b.offset for a, b in pairwise(found)}
-    packets = [av.Packet(view[frame.offset : ends.get(frame.offset)]) for frame, _ in wanted]
+    packets = [padded_packet(view[frame.offset : ends.get(frame.offset)]) for frame, _ in wanted]
     offsets = [plan.data[0] + frame.offset for frame, _ in wanted]
     decode_into(decoder, packets, context, out, lengths=lengths, offsets=offsets, exact=True)
     return out.samples(), to_gapless(index, min(start, lo))

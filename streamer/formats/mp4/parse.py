@@ -52,6 +52,7 @@ import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
+from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
 from . import pcm
 from .fragments import Defaults, fragment_samples
@@ -800,7 +801,7 @@ def _first_output(
     decoder.extradata = entry.config
     try:
         decoder.open()
-        frames = decoder.decode(av.Packet(head[1][start : start + size]))
+        frames = decoder.decode(padded_packet(head[1][start : start + size]))
     except (av.FFmpegError, ValueError):
         return None  # a broken first packet: the decode reports it
     return sum(f.samples for f in frames), frames[0].sample_rate if frames else 0
@@ -983,7 +984,7 @@ def _last_output(
     for k in range(max(0, last - 1), last + 1):
         stream.seek(int(offsets[k]))
         try:
-            frames = decoder.decode(av.Packet(stream.read(int(sizes[k]))))
+            frames = decoder.decode(padded_packet(stream.read(int(sizes[k]))))
         except (av.FFmpegError, ValueError) as exc:
             raise NoIndex("vorbis in mp4 whose last packets do not decode") from exc
     return sum(f.samples for f in frames)

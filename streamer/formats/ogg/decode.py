@@ -7,9 +7,13 @@ Header packets among them are skipped, and a multiplexed file's other
 streams' pages. Decoders drop what they cannot output yet (Vorbis primes
 with the first packet), so the output is placed by a page's granule instead
 of by counting: after the packets that end on a page with granule ``G`` have
-been decoded, the output so far ends at native position ``G``. The last page
-is never the anchor, because its granule may cut the stream short of what
-was decoded.
+been decoded, the output so far ends at native position ``G``. Opus's
+decoder holds samples back instead: started on narrowband SILK packets, its
+resampler keeps 24 samples (at 48 kHz) until the stream switches mode or
+ends, so its output is placed by the packets' durations (TOC), which its
+first sample starts before ``G``, and it is drained at the end of the audio
+as FFmpeg drains it (a chain excepted: below). The last page is never the
+anchor, because its granule may cut the stream short of what was decoded.
 
 A chain's links are decoded as FFmpeg decodes them, by one decoder that
 carries on: each link's output is cut at its last granule and the next
@@ -33,19 +37,26 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ..flac.parse import STREAMINFO_SIZE
-from ..frames import concat
+from ..frames import SampleBuffer, concat
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
-from ..packets import decode_packets
+from ..packets import decode_packets, padded_packet
 from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
 from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, VORBIS_PREROLL_SECONDS, packet_durations
 
-__all__ = ["PREROLL_SECONDS", "decode"]
+__all__ = ["HELD_BACK", "PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
 #: overlap; Opus's decoder converges slowly after a cold start (measured
 #: here: max error 2e-8 against the full decode after 0.5 s).
 PREROLL_SECONDS = {"vorbis": VORBIS_PREROLL_SECONDS, "opus": 0.5, "flac": 0.0}
+
+#: Native samples (48 kHz) Opus's decoder may hold back at the end of the
+#: planned pages: its SILK resampler keeps 24 at 8 kHz (narrowband) until
+#: the stream switches mode or ends. A crop ending closer than this to the
+#: seek point where its data ends reads on to the next one (``Ogg.refine_plan``);
+#: one 20 ms frame, with room for another FFmpeg's resampler.
+HELD_BACK = 960
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:
@@ -149,10 +160,18 @@ def decode(
     # decode stops once the crop's end is out.
     alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
     span, until = (decode_span(index, plan), (base, counted, last)) if alone else (0, None)
-    for run in runs:
+    to_the_end = plan.end_native < 0
+    # A chain's links are cut where FFmpeg cuts them, by what was output
+    # (the held-back samples of a narrowband SILK link are flushed into the
+    # next link's pre-skip): it is placed by output, and its check (against
+    # the full decode) demotes a chain that this misplaces.
+    opus_alone = index.codec == "opus" and len(index.header) == 1
+    for number, run in enumerate(runs):
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        _decode_run(decoder, run, index.channels, context, span, until)
+        lengths = _opus_lengths(run, headers) if opus_alone else None
+        drain = lengths is not None and to_the_end and number == len(runs) - 1
+        _decode_run(decoder, run, index.channels, context, span, until, lengths, drain)
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
     start, samples = _place(
@@ -237,7 +256,7 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
         ended = bool(page.flags & EOS)
         if done := [packet for packet in done if not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
-            runs[-1].packets += [(av.Packet(p), c) for p, c in zip(done, closes, strict=True)]
+            runs[-1].packets += [(padded_packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]
 
 
@@ -269,6 +288,17 @@ def _start_at(run: _Run, granule: int, headers: list[bytes]) -> None:
             return
 
 
+def _opus_lengths(run: _Run, headers: list[bytes]) -> list[int] | None:
+    """The durations of a run's Opus packets (from their TOC, as FFmpeg
+    counts them), or None when one cannot be told: the run is then placed by
+    what its decoder outputs."""
+    counter = packet_durations(headers[:1])
+    try:
+        return [counter.next(bytes(packet)[:2]) for packet, _ in run.packets]
+    except NoIndex:
+        return None
+
+
 def _is_header(codec: str, packet: bytes) -> bool:
     """Whether a packet is a header, not audio: headers may share the first
     audio page, and a chain's later links bring theirs. Vorbis headers start
@@ -289,18 +319,26 @@ def _decode_run(
     context: DecodeContext,
     span: int,
     until: tuple[int | None, int | None, int] | None,
+    lengths: list[int] | None = None,
+    drain: bool = False,
 ) -> None:
     """Decode a run's packets (``span``: the samples expected); its start
     comes from the first page that closes a packet with a granule, other
-    than an end-of-stream page.
+    than an end-of-stream page, less what the packets up to it decode to:
+    their ``lengths`` when given (Opus), else the samples output so far.
 
     ``until``: for a run decoded alone, ``(base, counted, last)`` as
     ``_place`` takes them and the native position the crop ends at: the
     decode stops once the run's output reaches it (later packets only add
-    samples after it)."""
+    samples after it). ``drain``: the run ends the audio; what the decoder
+    holds back is output after its last packet, as in FFmpeg's full decode."""
     out = context.buffer(channels, span)
     packets = [packet for packet, _ in run.packets]
+    decoded = 0  # native samples the packets decoded so far stand for
+    last = not packets  # whether the last packet is in
     for number, _ in decode_packets(decoder, packets, context, out):
+        decoded = decoded + lengths[number] if lengths is not None else out.length
+        last = number == len(packets) - 1
         page = run.packets[number][1]
         if (
             run.raw_start is None
@@ -308,10 +346,26 @@ def _decode_run(
             and not page.flags & EOS
             and page.granule >= 0
         ):
-            run.raw_start = page.granule - out.length
+            run.raw_start = page.granule - decoded
         if until is not None and _reached(run, *until, out.length):
             break
+    if drain and last:
+        _drain(decoder, run, out)
     run.pieces.append(out.samples())
+
+
+def _drain(decoder: av.CodecContext, run: _Run, out: SampleBuffer) -> None:
+    """Add what the decoder held back at the end of the audio, where
+    FFmpeg's full decode has it: the end-of-stream page's granule trims the
+    output of the packets (from its end), and the held-back samples follow,
+    ending at that granule."""
+    held = decoder.decode(None)
+    count = sum(frame.samples for frame in held)
+    page = run.packets[-1][1]
+    if count and run.raw_start is not None and page is not None and page.flags & EOS:
+        out.truncate(page.granule - run.raw_start - count)
+    for frame in held:
+        out.add_frame(frame)
 
 
 def _reached(run: _Run, base: int | None, counted: int | None, last: int, produced: int) -> bool:
