@@ -15,14 +15,14 @@ import struct
 import numpy as np
 import pytest
 from _index_support import cli_encode, decoded_until_rejected, encoded
-from _ogg_layout import joined, paginate
+from _ogg_layout import Stream, joined, paginate, split
 
 from streamer.decode import verify
 from streamer.decode.crop import CropRequest, read_crop
 from streamer.errors import CropError
 from streamer.formats import registry
 from streamer.formats.ffmpeg import open_input
-from streamer.formats.job import Episode
+from streamer.formats.job import DecodeStats, Episode
 from streamer.formats.mp3 import decode as mp3_decode
 from streamer.formats.mp4 import decode as mp4_decode
 from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
@@ -599,3 +599,27 @@ def test_narrowband_silk_from_the_start_keeps_its_native_index() -> None:
     checked = verify.verify_index(ep)
     assert checked.ok and checked.verdict == VERIFIED, checked.reason
     _around_seek_points(dataclasses.replace(ep, index=checked), full)
+
+
+def test_an_empty_ogg_opus_packet_is_counted_and_skipped() -> None:
+    """A zero-byte packet in the middle of an Ogg Opus stream (FFmpeg's
+    demuxer refuses it and its full decode stops there). Handed to the bare
+    decoder it meant "drain": nothing came out after it, and crops near it
+    failed with "index out of range" from the packet-duration count. It is
+    now skipped and counted, and the crops are the clean stream's."""
+    clean = cli_encode(["opusenc", "--quiet", "--bitrate", "8", "-", "{out}"], 8000, 1, 24.0)
+    stream = split(clean, 2)
+    k = len(stream.audio) // 2
+    audio = [*stream.audio[:k], b"", *stream.audio[k:]]
+    granules = [*stream.granules[:k], stream.granules[k - 1], *stream.granules[k:]]
+    data = paginate(Stream(stream.serial, stream.headers, audio, granules), body=600)
+    full, rate = full_decode(clean)
+    ep = episode(data)
+    at = (granules[k] - int.from_bytes(stream.headers[0][10:12], "little")) / 48000  # pre-skip
+    for start in (at - 0.4, at - 0.1, at):
+        stats = DecodeStats()
+        crop = read_crop(ep, CropRequest("k", start, start + 0.5), stats).audio
+        want = full[:, round(start * rate) : round(start * rate) + crop.shape[1]]
+        assert crop.shape[1] == round(0.5 * rate)
+        assert float(np.max(np.abs(crop - want))) <= verify.TOLERANCE, start
+        assert stats.bad_packets == 1

@@ -254,7 +254,9 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
         if page.granule >= 0:
             granule = page.granule
         ended = bool(page.flags & EOS)
-        if done := [packet for packet in done if not _is_header(codec, packet)]:
+        if b"" in done:  # FFmpeg's demuxer refuses it; to a decoder it means "drain"
+            context.bad_packet("an empty packet", plan.data[0] + page.offset)
+        if done := [packet for packet in done if packet and not _is_header(codec, packet)]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(padded_packet(p), c) for p, c in zip(done, closes, strict=True)]
     return [run for run in runs if run.packets or run.after_damage]

@@ -561,6 +561,8 @@ def _vorbis_modes(setup: bytes) -> list[int]:
 
 def _opus_samples(packet: bytes) -> int:
     """Samples at 48 kHz in one Opus packet, from its TOC byte (RFC 6716 3.1)."""
+    if not packet:
+        raise NoIndex("empty opus packet")  # FFmpeg's demuxer refuses it
     toc = packet[0]
     config = toc >> 3
     if config < 12:
