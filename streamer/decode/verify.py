@@ -83,8 +83,8 @@ PROBE_SECONDS = 0.2
 MIN_LEAD_SECONDS = 0.1
 #: Interior probes per episode (short episodes: against the full decode, which
 #: the check has anyway: after every seek point at the default density, one a
-#: second; four let an Ogg Opus chain's narrowband SILK link through, its
-#: crops 24 samples late after its seek points, for 11 keys of 26).
+#: second; four let an Ogg Opus chain's narrowband SILK link through, when
+#: its crops were placed 24 samples late, for 11 keys of 26).
 INTERIOR_PROBES = 2
 SHORT_PROBES = 24
 #: Pre-rolls tried, as multiples of the format's, when a probe after a seek point differs.
@@ -182,10 +182,11 @@ def _first_passing(episode: Episode, tries: list[int]) -> SeekIndex:
 
 def _opus_chain(index: SeekIndex) -> bool:
     """Whether the index is of a chained Ogg Opus stream (a header range per
-    link), which is checked against its full decode however long: a link of
-    narrowband SILK between CELT ones places its crops late after its seek
-    points (docs/seek-index.md), which the interior probes of a long episode,
-    whose reference goes through the same index, do not see."""
+    link), which is checked against its full decode however long: where the
+    links meet, the decoder carries state from one to the next (a narrowband
+    SILK link placed its crops 24 samples late once, docs/seek-index.md), and
+    the interior probes of a long episode, whose reference goes through the
+    same index, do not see an error that moves every crop alike."""
     return index.container == "ogg" and index.codec == "opus" and len(index.header) > 1
 
 

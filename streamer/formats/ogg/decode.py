@@ -12,7 +12,7 @@ decoder holds samples back instead: started on narrowband SILK packets, its
 resampler keeps 24 samples (at 48 kHz) until the stream switches mode or
 ends, so its output is placed by the packets' durations (TOC), which its
 first sample starts before ``G``, and it is drained at the end of the audio
-as FFmpeg drains it (a chain excepted: below). The last page is never the
+as FFmpeg drains it. The last page is never the
 anchor, because its granule may cut the stream short of what was decoded.
 
 A chain's links are decoded as FFmpeg decodes them, by one decoder that
@@ -119,6 +119,9 @@ class _Run:
     #: (FFmpeg trims the link's output there).
     link_end: int | None = None
     pieces: list[np.ndarray] = field(default_factory=list)
+    #: Samples the decoder still held back after the run's last packet
+    #: (Opus narrowband SILK): FFmpeg cuts a link's end from what came out.
+    held: int = 0
     #: Granule position of the first decoded sample (None: no page tells).
     raw_start: int | None = None
 
@@ -161,15 +164,13 @@ def decode(
     alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
     span, until = (decode_span(index, plan), (base, counted, last)) if alone else (0, None)
     to_the_end = plan.end_native < 0
-    # A chain's links are cut where FFmpeg cuts them, by what was output
-    # (the held-back samples of a narrowband SILK link are flushed into the
-    # next link's pre-skip): it is placed by output, and its check (against
-    # the full decode) demotes a chain that this misplaces.
-    opus_alone = index.codec == "opus" and len(index.header) == 1
     for number, run in enumerate(runs):
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        lengths = _opus_lengths(run, headers) if opus_alone else None
+        # A run that opens a link follows the run before, by what came out:
+        # its decoder flushes what the last link held back into its output.
+        opus = index.codec == "opus" and not run.opens_link
+        lengths = _opus_lengths(run, headers) if opus else None
         drain = lengths is not None and to_the_end and number == len(runs) - 1
         _decode_run(decoder, run, index.channels, context, span, until, lengths, drain)
     # Damaged bytes at the very end hid the samples up to the crop's end.
@@ -351,6 +352,8 @@ def _decode_run(
             run.raw_start = page.granule - decoded
         if until is not None and _reached(run, *until, out.length):
             break
+    if last and lengths is not None:
+        run.held = decoded - out.length
     if drain and last:
         _drain(decoder, run, out)
     run.pieces.append(out.samples())
@@ -435,7 +438,7 @@ def _link_output(run: _Run, at: int, base: int | None) -> list[np.ndarray]:
     pieces = run.pieces
     if run.link_end is not None and base is not None:
         pieces = _keep_front(
-            pieces, base + run.link_end - (at - (run.skip if run.opens_link else 0))
+            pieces, base + run.link_end - (at - (run.skip if run.opens_link else 0)) - run.held
         )
     return _drop_front(pieces, run.skip) if run.opens_link else pieces
 
