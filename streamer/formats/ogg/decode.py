@@ -167,10 +167,7 @@ def decode(
     for number, run in enumerate(runs):
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        # A run that opens a link follows the run before, by what came out:
-        # its decoder flushes what the last link held back into its output.
-        opus = index.codec == "opus" and not run.opens_link
-        lengths = _opus_lengths(run, headers) if opus else None
+        lengths = _opus_lengths(run, headers) if index.codec == "opus" else None
         drain = lengths is not None and to_the_end and number == len(runs) - 1
         _decode_run(decoder, run, index.channels, context, span, until, lengths, drain)
     # Damaged bytes at the very end hid the samples up to the crop's end.
@@ -328,7 +325,10 @@ def _decode_run(
     """Decode a run's packets (``span``: the samples expected); its start
     comes from the first page that closes a packet with a granule, other
     than an end-of-stream page, less what the packets up to it decode to:
-    their ``lengths`` when given (Opus), else the samples output so far.
+    their ``lengths`` when given (Opus), else the samples output so far. A
+    run that opens a link is placed after the run before it, by what came
+    out (its first packets flush what the last link held back), and keeps
+    the latter.
 
     ``until``: for a run decoded alone, ``(base, counted, last)`` as
     ``_place`` takes them and the native position the crop ends at: the
@@ -337,38 +337,40 @@ def _decode_run(
     holds back is output after its last packet, as in FFmpeg's full decode."""
     out = context.buffer(channels, span)
     packets = [packet for packet, _ in run.packets]
-    decoded = 0  # native samples the packets decoded so far stand for
+    decoded = 0  # native samples the packets decoded so far stand for (with ``lengths``)
+    first = None  # the granule position the run's first packet starts at (with ``lengths``)
     last = not packets  # whether the last packet is in
     for number, _ in decode_packets(decoder, packets, context, out):
-        decoded = decoded + lengths[number] if lengths is not None else out.length
+        decoded += lengths[number] if lengths is not None else 0
         last = number == len(packets) - 1
         page = run.packets[number][1]
-        if (
-            run.raw_start is None
-            and page is not None
-            and not page.flags & EOS
-            and page.granule >= 0
-        ):
-            run.raw_start = page.granule - decoded
+        if page is not None and not page.flags & EOS and page.granule >= 0:
+            if first is None and lengths is not None:
+                first = page.granule - decoded
+            if run.raw_start is None:
+                by_lengths = first is not None and not run.opens_link
+                run.raw_start = first if by_lengths else page.granule - out.length
         if until is not None and _reached(run, *until, out.length):
             break
-    if last and lengths is not None:
+    if last and lengths is not None and not run.opens_link:
         run.held = decoded - out.length
     if drain and last:
-        _drain(decoder, run, out)
+        _drain(decoder, run, out, first, decoded)
     run.pieces.append(out.samples())
 
 
-def _drain(decoder: av.CodecContext, run: _Run, out: SampleBuffer) -> None:
+def _drain(
+    decoder: av.CodecContext, run: _Run, out: SampleBuffer, first: int | None, decoded: int
+) -> None:
     """Add what the decoder held back at the end of the audio, where
     FFmpeg's full decode has it: the end-of-stream page's granule trims the
-    output of the packets (from its end), and the held-back samples follow,
-    ending at that granule."""
+    packets' output by what they decode to past it (``first``: the granule
+    their first starts at, ``decoded``: what they stand for), and the
+    held-back samples follow."""
     held = decoder.decode(None)
-    count = sum(frame.samples for frame in held)
     page = run.packets[-1][1]
-    if count and run.raw_start is not None and page is not None and page.flags & EOS:
-        out.truncate(page.granule - run.raw_start - count)
+    if held and first is not None and page is not None and page.flags & EOS:
+        out.truncate(out.length - (decoded - (page.granule - first)))
     for frame in held:
         out.add_frame(frame)
 
