@@ -29,6 +29,7 @@ from ..index.table import SeekIndex
 
 __all__ = [
     "LENGTH_POLICY",
+    "OPUS_HELD_BACK",
     "TRIMS_MP4_END",
     "decode_length",
     "full_decode_length",
@@ -74,6 +75,16 @@ def _own_layout(context: Any) -> None:
     if count and shared.name.startswith((f"{count} channels (", "ambisonic")):
         context.layout = f"{count}c"
 
+
+#: Samples (48 kHz) FFmpeg's Opus decoder may hold back: started on
+#: narrowband SILK packets (a cold start: the stream's first, after a seek,
+#: after CELT), its resampler keeps 24 until the stream turns to another mode
+#: or bandwidth, or the decoder is drained. Its first frame is that much
+#: shorter than its packet, so output is placed by packet durations, not
+#: counted, and a crop ending closer than this to where its planned data
+#: ends reads on to the next seek point (``CropPlan.reaching_past``); one
+#: 20 ms frame, with room for another FFmpeg's resampler (docs/decoding.md).
+OPUS_HELD_BACK = 960
 
 #: Whether FFmpeg's MP4 demuxer cuts into a track's last frame (FFmpeg 9,
 #: libavformat 63, in PyAV 19) rather than leaving the decoder's every

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from ..errors import CropError
 from ..index.table import SeekIndex
 from ..shard.blob import BlobHandle
@@ -110,9 +112,14 @@ class CropPlan:
             self, point=point, start_native=int(index.sample_pos[point]), data=(start, end - start)
         )
 
-    def ending_at(self, index: SeekIndex, point: int) -> CropPlan:
-        """The same plan, its data running to seek point ``point`` instead
-        (to the end of the audio when there is none)."""
+    def reaching_past(self, index: SeekIndex, margin: int) -> CropPlan:
+        """The same plan, its data running on to the next seek point (or
+        the end) when the crop ends within ``margin`` native units of where
+        the data ends: a decoder that holds samples back until it has more
+        packets (``ffmpeg.OPUS_HELD_BACK``) needs them."""
+        if self.end_native < 0 or self.end_native - to_native(index, self.last) >= margin:
+            return self
+        point = int(np.searchsorted(index.sample_pos, self.end_native, side="right"))
         end = int(index.byte_pos[point]) if point < len(index.byte_pos) else index.data_end
         native = int(index.sample_pos[point]) if point < len(index.sample_pos) else -1
         start = self.data[0]

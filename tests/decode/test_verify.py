@@ -12,6 +12,7 @@ import dataclasses
 import io
 import struct
 
+import av
 import numpy as np
 import pytest
 from _index_support import cli_encode, decoded_until_rejected, encoded
@@ -573,7 +574,22 @@ def _around_seek_points(ep: Episode, full: np.ndarray) -> None:
     np.testing.assert_allclose(crop, full[:, -crop.shape[1] :], atol=verify.TOLERANCE)
 
 
-def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point() -> None:
+def _in_mp4(ogg: bytes) -> bytes:
+    """An Ogg Opus stream's packets copied into MP4 (FFmpeg's muxer)."""
+    out = io.BytesIO()
+    with open_input(io.BytesIO(ogg)) as source, av.open(out, "w", format="mp4") as sink:
+        stream = sink.add_stream_from_template(source.streams.audio[0])
+        for packet in source.demux(source.streams.audio[0]):
+            if packet.dts is not None:
+                packet.stream = stream
+                sink.mux(packet)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("container", ["ogg", "mp4"])
+def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point(
+    container: str,
+) -> None:
     """One stream (no chain) of CELT packets, then narrowband SILK (opusenc
     at 6 kbit/s from 8 kHz), then CELT, 24 s: started on SILK packets,
     FFmpeg's decoder holds 24 samples back in its resampler until the mode
@@ -582,11 +598,15 @@ def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point(
     0.26 off, 36 crops of 114 around its seek points), and its check passed
     (no probe fell there; the interior probes compare with the same index).
     Placed by the packets' durations, every crop is exact; one that ends
-    on a seek point reads on to the next (it needs the held-back samples)."""
+    on a seek point reads on to the next (it needs the held-back samples).
+    In MP4 the demuxed decode took the first frame's shortfall for a lost
+    packet and filled it with silence (42 crops of 118 up to 0.24 off, its
+    index verified); a frame now advances by its packet's duration."""
     celt = ["opusenc", "--quiet", "--bitrate", "96", "-", "{out}"]
     silk = ["opusenc", "--quiet", "--bitrate", "6", "-", "{out}"]
     parts = [cli_encode(celt, 48000, 1, 8.0), cli_encode(silk, 8000, 1, 8.0)]
     data = paginate(joined([*parts, cli_encode(celt, 48000, 1, 8.0)]), body=600)
+    data = _in_mp4(data) if container == "mp4" else data
     full, _ = full_decode(data)
     ep = episode(data)
     checked = verify.verify_index(ep)
@@ -594,14 +614,17 @@ def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point(
     _around_seek_points(dataclasses.replace(ep, index=checked), full)
 
 
-def test_narrowband_silk_from_the_start_keeps_its_native_index() -> None:
+@pytest.mark.parametrize("container", ["ogg", "mp4"])
+def test_narrowband_silk_from_the_start_keeps_its_native_index(container: str) -> None:
     """Narrowband SILK throughout (stereo, 8 kbit/s from 8 kHz): the held-back
     samples come out at the end when the decoder is drained, as in FFmpeg's
     full decode, where the end-of-stream granule trims what came before
     them. The native index failed its check at the tail (0.05 off) and
-    FFmpeg's packet index served the file."""
+    FFmpeg's packet index served the file (in MP4 it failed at the head and
+    was decoded from the start)."""
     silk = ["opusenc", "--quiet", "--bitrate", "8", "-", "{out}"]
     data = cli_encode(silk, 8000, 2, 12.0)
+    data = _in_mp4(data) if container == "mp4" else data
     full, _ = full_decode(data)
     ep = episode(data)
     checked = verify.verify_index(ep)

@@ -38,7 +38,8 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...timing import record
-from ..ffmpeg import open_input
+from ..ffmpeg import OPUS_HELD_BACK, TRIMS_MP4_END, open_input
+from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, StaleIndex, decode_span, to_gapless
 from ..sparse import SparseFile
 from . import pcm
@@ -106,7 +107,10 @@ def refine_plan(index: SeekIndex, plan: CropPlan) -> CropPlan:
     holds an open demuxer for the episode can reuse it: they cover the slack
     of its seek and any gap it reads through (``_reuse_lead``). A crop that
     reaches the last packet also holds what follows it when that is short
-    (``_tail``)."""
+    (``_tail``). An Opus crop that ends just before a seek point reads on to
+    the next (``OPUS_HELD_BACK``)."""
+    if index.codec == "opus":
+        plan = plan.reaching_past(index, OPUS_HELD_BACK)
     data = plan.data[0]
     start = index.data_start
     probe_end = min(start + _probe_bytes(index), index.data_end)
@@ -254,6 +258,17 @@ def _reuse_lead(position: int, index: SeekIndex, plan: CropPlan) -> int:
     return lead
 
 
+def _drain(decoder: av.CodecContext, index: SeekIndex, out: SampleBuffer) -> None:
+    """After the track's last packet, what the decoder held back (Opus,
+    ``OPUS_HELD_BACK``), where FFmpeg's full decode has it: after the last
+    frame, less what FFmpeg 9 cuts from that frame (``TRIMS_MP4_END``)."""
+    held = decoder.decode(None)
+    if held and TRIMS_MP4_END and index.padding:
+        out.truncate(out.length - round(index.padding * index.sample_rate / index.timescale))
+    for frame in held:
+        out.add_frame(frame)
+
+
 def _fresh_decoder(template: Any) -> av.CodecContext:
     """A new decoder for the stream ``template`` decodes (the demuxer's own).
 
@@ -285,7 +300,6 @@ def _demux_decode(
     decoder = _fresh_decoder(stream.codec_context)
     out = context.buffer(index.channels, decode_span(index, plan))
     first = None
-    end_native = index.first_sample + plan.last * index.timescale // index.sample_rate
     for packet in container.demux(stream):
         if packet.pts is None:
             continue
@@ -301,8 +315,16 @@ def _demux_decode(
                 missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
                 out.add_silence(max(missing, 0))
             out.add_frame(frame)
-            expected = frame.pts + round(frame.samples * index.timescale / index.sample_rate)
-        if packet.pts + (packet.duration or 0) + origin >= end_native:
-            break  # the next packet would start past the plan
+            # What its packet stands for: an Opus decoder started on
+            # narrowband SILK holds samples back (``OPUS_HELD_BACK``), and
+            # the frame is that much shorter, not followed by a gap.
+            expected = frame.pts + (
+                frame.duration or round(frame.samples * index.timescale / index.sample_rate)
+            )
+        if first is not None and to_gapless(index, first + origin) + out.length >= plan.last:
+            break  # the crop is out: later packets add samples after it
+    else:
+        if plan.end_native < 0:
+            _drain(decoder, index, out)
     start = to_gapless(index, (first or 0) + origin)
     return out.samples(), start

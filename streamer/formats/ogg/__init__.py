@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from ...index.table import SeekIndex
 from ..base import PackagedFormat
-from ..job import CropPlan, to_native
+from ..ffmpeg import OPUS_HELD_BACK
+from ..job import CropPlan
 from . import decode, parse
 
 __all__ = ["FORMAT", "Ogg"]
@@ -30,11 +29,12 @@ class Ogg(PackagedFormat):
         past a link's first seek point, the pages since the seek point before
         (the last granule position there places the link on the timeline).
 
-        An Opus crop that ends within ``decode.HELD_BACK`` of the seek point
+        An Opus crop that ends within ``OPUS_HELD_BACK`` of the seek point
         where its data ends reads on to the next: the decoder may hold that
         many samples back until it has more packets.
         """
-        plan = _past_held_back(index, plan)
+        if index.codec == "opus":
+            plan = plan.reaching_past(index, OPUS_HELD_BACK)
         links = [offset for offset, _ in index.header]
         point = plan.point
         following = int(index.byte_pos[point + 1]) if point + 1 < len(index.byte_pos) else None
@@ -50,17 +50,6 @@ class Ogg(PackagedFormat):
             previous = int(index.byte_pos[plan.point - 1])
             header += ((previous, plan.data[0] - previous),)
         return dataclasses.replace(plan, header=header)
-
-
-def _past_held_back(index: SeekIndex, plan: CropPlan) -> CropPlan:
-    """An Opus plan whose data ends too close after the crop (see ``refine_plan``)
-    runs on to the next seek point."""
-    if index.codec != "opus" or plan.end_native < 0:
-        return plan
-    if plan.end_native - to_native(index, plan.last) >= decode.HELD_BACK:
-        return plan
-    after = int(np.searchsorted(index.sample_pos, plan.end_native, side="right"))
-    return plan.ending_at(index, after)
 
 
 def _link(links: list[int], offset: int) -> int:

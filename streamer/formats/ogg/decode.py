@@ -44,19 +44,12 @@ from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
 from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, VORBIS_PREROLL_SECONDS, packet_durations
 
-__all__ = ["HELD_BACK", "PREROLL_SECONDS", "decode"]
+__all__ = ["PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
 #: overlap; Opus's decoder converges slowly after a cold start (measured
 #: here: max error 2e-8 against the full decode after 0.5 s).
 PREROLL_SECONDS = {"vorbis": VORBIS_PREROLL_SECONDS, "opus": 0.5, "flac": 0.0}
-
-#: Native samples (48 kHz) Opus's decoder may hold back at the end of the
-#: planned pages: its SILK resampler keeps 24 at 8 kHz (narrowband) until
-#: the stream switches mode or ends. A crop ending closer than this to the
-#: seek point where its data ends reads on to the next one (``Ogg.refine_plan``);
-#: one 20 ms frame, with room for another FFmpeg's resampler.
-HELD_BACK = 960
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:
