@@ -178,6 +178,29 @@ def test_index_verify_reports_the_damage_and_exits_1(
             dataset.read_crop("mp3", start, start + 2.0)
 
 
+def test_index_verify_over_s3_reports_the_damage_and_exits_1(
+    damaged: tuple[Path, dict],
+    moto_endpoint: str,
+    s3_uploaded: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same check where the job reads the blobs from S3 (moto): every
+    damaged span is named, and the run exits 1."""
+    root, where = damaged
+    upload_tree(moto_endpoint, root, BUCKET, "verify-damaged", "test-key-id", SECRET)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key-id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    url = f"s3://{s3_uploaded}/verify-damaged"
+    argv = ["index", url, "--endpoint-url", moto_endpoint, "--verify", "--workers", "1"]
+    assert main([*argv, "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    for key, (offset, length) in where.items():
+        assert f"key {key!r}: bytes [{offset}, {offset + length})" in captured.out, captured.out
+    assert SECRET not in captured.out + captured.err
+
+
 def test_dense_seek_points_share_a_span_crc_and_their_crops_stay_exact(
     clean: Dataset, tmp_path: Path
 ) -> None:
