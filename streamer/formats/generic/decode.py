@@ -31,6 +31,7 @@ from ...index.table import SeekIndex
 from ...timing import record
 from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, Pieces, decode_span, to_gapless
+from ..opus import PREROLL_SECONDS as OPUS_PREROLL
 from ..sparse import SparseFile
 from .parse import (
     BUFFER_SIZE,
@@ -63,7 +64,7 @@ PREROLL_SECONDS: dict[str, float] = {
     "mp2": 0.1,
     "mp3": 0.1,
     "vorbis": 0.2,
-    "opus": 0.5,
+    "opus": OPUS_PREROLL,  # more with SILK packets: the index's preroll (parse)
     "wmav1": 0.2,
     "wmav2": 0.2,
     "speex": 0.2,

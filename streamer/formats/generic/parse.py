@@ -48,6 +48,8 @@ import numpy as np
 from ...index.table import SeekIndex
 from ...storage.files import RangeFile
 from ..ffmpeg import LENGTH_POLICY, open_input
+from ..opus import NO_PACKET, mode_preroll
+from ..opus import PREROLL_SECONDS as OPUS_PREROLL
 from ..reader import NoIndex, Points, Reader, interval
 
 __all__ = [
@@ -253,7 +255,11 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     else:
         points = counted.packet_points()
         header = _merged(opening)
-    return counted.index(name, codec, header, points, source.length, density)
+    index = counted.index(name, codec, header, points, source.length, density)
+    # What an Opus stream's SILK packets need beyond the codec's own pre-roll,
+    # which ``Generic.build_index`` adds to whatever ``preroll`` is stored.
+    extra = mode_preroll(counted.lowest) - round(OPUS_PREROLL * 48000)
+    return dataclasses.replace(index, preroll=max(extra, 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +302,8 @@ def _count(container: Any) -> _Counted:
             counted.frames(decoder.decode(None))
             continue
         counted.packet(packet)
+        if decoder.name == "opus" and packet.size:
+            counted.lowest = min(counted.lowest, memoryview(packet)[0] >> 3)
         try:
             frames = decoder.decode(packet)
         except (av.FFmpegError, ValueError) as exc:
@@ -346,6 +354,8 @@ class _Counted:
         self.unplaced = False
         self.rate = 0
         self.channels = 0
+        #: Opus: the lowest TOC configuration of its packets (``opus.mode_preroll``).
+        self.lowest = NO_PACKET
 
     def packet(self, packet: Any) -> None:
         if packet.pos is None or packet.pos < 0:
@@ -491,7 +501,7 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
     extra = to_end - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
         raise NoIndex(f"{name} gives fewer samples at the end after a seek")
-    return dataclasses.replace(index, preroll=loss, padding=extra)
+    return dataclasses.replace(index, preroll=index.preroll + loss, padding=extra)
 
 
 def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:

@@ -39,6 +39,7 @@ from ...index.table import SeekIndex
 from ..flac.parse import STREAMINFO_SIZE
 from ..frames import SampleBuffer, concat
 from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
+from ..opus import PREROLL_SECONDS as OPUS_PREROLL
 from ..packets import decode_packets, padded_packet
 from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
@@ -47,9 +48,9 @@ from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, VORBIS_PREROLL_SECONDS, packe
 __all__ = ["PREROLL_SECONDS", "decode"]
 
 #: Seconds decoded before a crop and thrown away. Vorbis needs one block's
-#: overlap; Opus's decoder converges slowly after a cold start (measured
-#: here: max error 2e-8 against the full decode after 0.5 s).
-PREROLL_SECONDS = {"vorbis": VORBIS_PREROLL_SECONDS, "opus": 0.5, "flac": 0.0}
+#: overlap; Opus's decoder converges slowly after a cold start (more for a
+#: stream with SILK packets: the index's ``preroll``, ``opus.mode_preroll``).
+PREROLL_SECONDS = {"vorbis": VORBIS_PREROLL_SECONDS, "opus": OPUS_PREROLL, "flac": 0.0}
 
 
 def packets_by_page(data: memoryview | bytes) -> Iterator[tuple[Page | Damage, list[bytes]]]:

@@ -37,6 +37,7 @@ from typing import BinaryIO, NamedTuple
 
 from ...index.table import OK, SeekIndex
 from ..flac import parse as flac
+from ..opus import NO_PACKET, mode_preroll
 from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
@@ -135,7 +136,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         data_end=last.data_end,
         sample_pos=sample_pos,
         byte_pos=byte_pos,
-        preroll=_longest_packet(head),
+        preroll=max(_longest_packet(head), mode_preroll(min(link.lowest for link in links))),
     )
 
 
@@ -153,6 +154,19 @@ def _longest_packet(link: _Link) -> int:
         return 0
     longest = link.durations.blocksizes[1] // 2
     return longest if longest > round(VORBIS_PREROLL_SECONDS * link.codec.sample_rate) else 0
+
+
+def _lowest_config(page: Page, skip: int) -> int:
+    """The lowest TOC configuration (``toc >> 3``) of the Opus packets that
+    start on ``page``, after its first ``skip`` packet pieces (headers)."""
+    lowest, at, starts, pieces = NO_PACKET, 0, not page.flags & CONTINUED, 0
+    for value in page.lacing:
+        if starts and pieces >= skip and at < len(page.body):
+            lowest = min(lowest, page.body[at] >> 3)
+        at += value
+        pieces += value < 255
+        starts = value < 255
+    return lowest
 
 
 #: How the first packet of an audio stream starts: FFmpeg's first audio
@@ -292,6 +306,8 @@ class _Link:
         self.trim = 0  # how far before its last granule FFmpeg's output of the link ends
         self.single = False  # whether the link is one audio page
         self.data_end = 0
+        #: The lowest TOC configuration of its Opus packets (``opus.mode_preroll``).
+        self.lowest = NO_PACKET
         self._bos = bos.offset if begins is None else begins
         self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
@@ -354,6 +370,8 @@ class _Link:
                 f"ogg pages lost before byte {page.offset}: FFmpeg's decode closes the gap"
             )
         self._sequence = page.sequence
+        if self.codec.name == "opus":
+            self.lowest = min(self.lowest, _lowest_config(page, skip))
         self._last = (page, self._last_head, self._head, self.granule, self.known)
         if self.start is None or page.flags & EOS:
             lengths = self._count(page, skip)
