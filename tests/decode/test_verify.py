@@ -653,18 +653,19 @@ def test_an_empty_ogg_opus_packet_is_counted_and_skipped() -> None:
     [(8000, 6, opus.NARROWBAND_PREROLL_SECONDS), (16000, 12, opus.SILK_PREROLL_SECONDS)],
     ids=["narrowband SILK", "wideband SILK"],
 )
-@pytest.mark.parametrize("container", ["ogg", "matroska"])
+@pytest.mark.parametrize("container", ["ogg", "matroska", "mp4"])
 def test_opus_with_silk_packets_gets_a_longer_preroll(
     rate: int, kbps: int, seconds: float, container: str
 ) -> None:
     """SILK, started cold inside voiced speech, needed up to 1.5 s before
     it matched the full decode (narrowband) or 0.75 s (wideband, hybrid);
     CELT keeps the codec's 0.5 s. The index stores what its packets' modes
-    need (``opus.mode_preroll``), native and generic (Matroska) alike."""
+    need (``opus.mode_preroll``): Ogg from every packet's TOC byte, MP4 from
+    up to 4096 of them, the generic index (Matroska) from the demuxed ones."""
     data = cli_encode(["opusenc", "--quiet", "--bitrate", str(kbps), "-", "{out}"], rate, 1, 6.0)
     celt = cli_encode(["opusenc", "--quiet", "--bitrate", "96", "-", "{out}"], 48000, 1, 6.0)
-    if container == "matroska":
-        data, celt = _remuxed(data, "matroska"), _remuxed(celt, "matroska")
+    if container != "ogg":
+        data, celt = _remuxed(data, container), _remuxed(celt, container)
     index, plain = registry.extract(episode(data).blob), registry.extract(episode(celt).blob)
     assert index.ok and plain.ok
     need = round(seconds * 48000)

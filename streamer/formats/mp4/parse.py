@@ -52,6 +52,7 @@ import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
+from ..opus import NO_PACKET, mode_preroll
 from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
 from . import pcm
@@ -951,10 +952,36 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         data_end=int((offsets + sizes).max()),
         sample_pos=times[keep],
         byte_pos=offsets[keep],
-        # Vorbis: the first packet after a seek decodes to nothing, the
-        # second needs it (block overlap); one packet before the crop suffices.
-        preroll=int(np.diff(times).max()) if entry.codec == "vorbis" else 0,
+        preroll=_preroll(entry.codec, reader, offsets, times),
     )
+
+
+def _preroll(codec: str, reader: Reader, offsets: np.ndarray, times: np.ndarray) -> int:
+    """What a decode needs before a crop beyond the format's own pre-roll.
+    Vorbis: one packet (the first after a seek decodes to nothing, the
+    second needs it: block overlap). Opus: what its packets' modes need
+    (``opus.mode_preroll``), from the first byte of up to
+    ``OPUS_MODE_PACKETS`` packets spread evenly over the track."""
+    if codec == "vorbis":
+        return int(np.diff(times).max())
+    if codec != "opus":
+        return 0
+    stream = reader.raw_stream()
+    if stream is None:  # packets out of reach: as if narrowband SILK, the longest
+        return mode_preroll(0)
+    picks = np.linspace(0, len(offsets) - 1, min(len(offsets), OPUS_MODE_PACKETS)).astype(int)
+    lowest, here = NO_PACKET, stream.tell()
+    for offset in np.unique(offsets[picks]).tolist():
+        stream.seek(offset)
+        head = stream.read(1)
+        lowest = min(lowest, head[0] >> 3) if head else lowest
+    stream.seek(here)
+    return mode_preroll(lowest)
+
+
+#: Opus packets whose first byte (TOC) the index reads for their modes: every
+#: packet of a track up to 82 s (20 ms packets), else one in so many.
+OPUS_MODE_PACKETS = 4096
 
 
 def _check_vorbis_edit(edit: _Edit | None, times: np.ndarray) -> None:
