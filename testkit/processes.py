@@ -59,9 +59,14 @@ class ServerProcess:
         return self._process.pid
 
     def kill(self) -> None:
-        """SIGKILL the server (a crash: no goodbye to its clients), and reap it."""
+        """SIGKILL the server and every process it started (a crash: no
+        goodbye to its clients), and reap it. The whole process group: an
+        nginx master killed alone leaves its workers holding the port for a
+        moment, so a restart's readiness probe could be answered by a dying
+        worker while the new master failed to bind (a flaky restart test)."""
         if self._process.poll() is None:
-            self._process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
 
     def pause(self) -> None:
@@ -109,8 +114,7 @@ class ServerProcess:
             try:
                 self._process.wait(2)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                self.kill()
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the server has used so far."""
