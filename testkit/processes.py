@@ -60,10 +60,8 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL the server and every process it started (a crash: no
-        goodbye to its clients), and reap it. The whole process group: an
-        nginx master killed alone leaves its workers holding the port for a
-        moment, so a restart's readiness probe could be answered by a dying
-        worker while the new master failed to bind (a flaky restart test)."""
+        goodbye to its clients), and reap it: the whole process group, so
+        no helper a server forked outlives it holding its port."""
         if self._process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
