@@ -335,8 +335,11 @@ def test_a_listing_in_pages_is_read_to_the_end_a_request_a_page(  # type: ignore
     assert {p.name for p in storage_root.iterdir()} <= set(entries)
     monkeypatch.setattr(s3, "LIST_PAGE_KEYS", 1)
     s3_any.reset()
-    s3_any.faults.only_ranged, s3_any.faults.latency = False, 0.3
-    store = make_store("s3", s3_any.url, timeout=1.0, attempts=1)
+    # 0.6 s a page against a 2 s timeout (0.3 s against 1 s once ran out on
+    # a loaded CI machine with rclone); the four pages together outlast it.
+    s3_any.faults.only_ranged, s3_any.faults.latency = False, 0.6
+    store = make_store("s3", s3_any.url, timeout=2.0, attempts=1)
+    assert len(entries) * 0.6 > 2.0
     assert sorted(e.name for e in store.list_sync(s3_uploaded)) == entries
     assert len(_listing_requests(s3_any)) == len(entries)
 
