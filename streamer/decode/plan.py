@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats.job import CropPlan, to_native
+from ..formats.job import CropPlan, ending_at, to_native
 from ..index.table import SeekIndex
 
 __all__ = ["plan_crop"]
@@ -30,7 +30,7 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
     point = max(int(np.searchsorted(points, want_from, side="right")) - 1, 0)
     after = int(np.searchsorted(points, want_to, side="left"))
     start = int(index.byte_pos[point])
-    end = int(index.byte_pos[after]) if after < len(points) else index.data_end
+    end, end_native = ending_at(index, after)
     return CropPlan(
         first=first,
         last=last,
@@ -39,5 +39,5 @@ def plan_crop(index: SeekIndex, first: int, last: int, preroll: int) -> CropPlan
         decode_from=max(want_from, int(points[point])),
         header=tuple(index.header),
         data=(start, end - start),
-        end_native=int(points[after]) if after < len(points) else -1,
+        end_native=end_native,
     )

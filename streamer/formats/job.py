@@ -31,6 +31,7 @@ __all__ = [
     "Ranges",
     "StaleIndex",
     "decode_span",
+    "ending_at",
     "to_gapless",
     "to_native",
 ]
@@ -120,8 +121,7 @@ class CropPlan:
         if self.end_native < 0 or self.end_native - to_native(index, self.last) >= margin:
             return self
         point = int(np.searchsorted(index.sample_pos, self.end_native, side="right"))
-        end = int(index.byte_pos[point]) if point < len(index.byte_pos) else index.data_end
-        native = int(index.sample_pos[point]) if point < len(index.sample_pos) else -1
+        end, native = ending_at(index, point)
         start = self.data[0]
         return dataclasses.replace(self, data=(start, end - start), end_native=native)
 
@@ -278,6 +278,15 @@ class DecodeContext:
         log.debug(
             "bad packet: %s (shard=%r, key=%r, offset=%r)", why, episode.shard, episode.key, offset
         )
+
+
+def ending_at(index: SeekIndex, point: int) -> tuple[int, int]:
+    """Where a plan's data ends when it runs to seek point ``point``: (its
+    byte offset, its native position); past the last point, the end of the
+    data and -1 (``CropPlan.end_native``)."""
+    if point < len(index.sample_pos):
+        return int(index.byte_pos[point]), int(index.sample_pos[point])
+    return index.data_end, -1
 
 
 def to_native(index: SeekIndex, sample: int) -> int:

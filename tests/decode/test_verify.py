@@ -547,17 +547,25 @@ def test_a_chained_opus_link_of_narrowband_silk_is_exact(link: float) -> None:
     data += cli_encode(celt, 48000, 1, link) + cli_encode(silk, 8000, 1, link)
     full, _ = full_decode(data)
     for key in ("a", "h", "q", "z"):  # h, q, z: four random probes missed the link
-        ep = episode(data, key=key)
-        checked = verify.verify_index(ep)
-        assert checked.ok and checked.verdict == VERIFIED, checked.reason
-        _around_seek_points(dataclasses.replace(ep, index=checked), full)
-    ep = dataclasses.replace(ep, index=checked)
+        ep = _assert_verified_and_exact(data, full, key)
     end = full.shape[1] / 48000
     for start in (0.0, link - 0.1, 2 * link + 0.3, 3 * link - 0.5):  # to the end, across links
         crop = read_crop(ep, CropRequest("z", start, end)).audio
         want = full[:, round(start * 48000) :]
         assert crop.shape == want.shape
         assert float(np.max(np.abs(crop - want))) <= verify.TOLERANCE, start
+
+
+def _assert_verified_and_exact(data: bytes, full: np.ndarray, key: str = "k") -> Episode:
+    """The episode of ``data`` (key ``key``) with its checked index, which
+    must be verified and serve crops around every seek point as ``full``
+    (its full decode) has them."""
+    ep = episode(data, key=key)
+    checked = verify.verify_index(ep)
+    assert checked.ok and checked.verdict == VERIFIED, checked.reason
+    ep = dataclasses.replace(ep, index=checked)
+    _around_seek_points(ep, full)
+    return ep
 
 
 def _around_seek_points(ep: Episode, full: np.ndarray) -> None:
@@ -599,11 +607,7 @@ def test_opus_that_turns_to_narrowband_silk_midway_is_exact_at_every_seek_point(
     parts = [cli_encode(celt, 48000, 1, 8.0), cli_encode(silk, 8000, 1, 8.0)]
     data = paginate(joined([*parts, cli_encode(celt, 48000, 1, 8.0)]), body=600)
     data = _remuxed(data, "mp4") if container == "mp4" else data
-    full, _ = full_decode(data)
-    ep = episode(data)
-    checked = verify.verify_index(ep)
-    assert checked.ok and checked.verdict == VERIFIED, checked.reason
-    _around_seek_points(dataclasses.replace(ep, index=checked), full)
+    _assert_verified_and_exact(data, full_decode(data)[0])
 
 
 @pytest.mark.parametrize("container", ["ogg", "mp4"])
@@ -617,11 +621,7 @@ def test_narrowband_silk_from_the_start_keeps_its_native_index(container: str) -
     silk = ["opusenc", "--quiet", "--bitrate", "8", "-", "{out}"]
     data = cli_encode(silk, 8000, 2, 12.0)
     data = _remuxed(data, "mp4") if container == "mp4" else data
-    full, _ = full_decode(data)
-    ep = episode(data)
-    checked = verify.verify_index(ep)
-    assert checked.ok and checked.verdict == VERIFIED, checked.reason
-    _around_seek_points(dataclasses.replace(ep, index=checked), full)
+    _assert_verified_and_exact(data, full_decode(data)[0])
 
 
 def test_an_empty_ogg_opus_packet_is_counted_and_skipped() -> None:

@@ -12,8 +12,8 @@ decoder holds samples back instead: started on narrowband SILK packets, its
 resampler keeps 24 samples (at 48 kHz) until the stream switches mode or
 ends, so its output is placed by the packets' durations (TOC), which its
 first sample starts before ``G``, and it is drained at the end of the audio
-as FFmpeg drains it. The last page is never the
-anchor, because its granule may cut the stream short of what was decoded.
+as FFmpeg drains it. The last page is never the anchor, because its granule
+may cut the stream short of what was decoded.
 
 A chain's links are decoded as FFmpeg decodes them, by one decoder that
 carries on: each link's output is cut at its last granule and the next
