@@ -21,9 +21,7 @@ import argparse
 import importlib
 import logging
 import os
-import signal
 import sys
-import threading
 import traceback
 import typing
 from collections.abc import Sequence
@@ -127,9 +125,14 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    kept = _sigterm_as_ctrl_c()
+    from ..write.interrupts import interrupts_as_ctrl_c
+
     try:
-        return args.handler(args)
+        # SIGTERM (a job runner's stop, ``timeout``, ``kill``) unwinds every
+        # command as Ctrl-C does: temporary files and folders are removed,
+        # worker processes stopped, exit code 130.
+        with interrupts_as_ctrl_c():
+            return args.handler(args)
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -141,23 +144,6 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stderr.write(redact(traceback.format_exc()))
         print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return code
-    finally:
-        if kept is not None:
-            signal.signal(signal.SIGTERM, kept)
-
-
-def _sigterm_as_ctrl_c() -> typing.Any:
-    """SIGTERM (a job runner's stop, ``timeout``, ``kill``) unwinds every
-    command as Ctrl-C does: temporary files and folders are removed, worker
-    processes stopped, exit code 130. Returns the handler it replaced
-    (``None`` off the main thread, where signals cannot be handled)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    from ..write.interrupts import sigterm_as_ctrl_c
-
-    kept = signal.getsignal(signal.SIGTERM)
-    sigterm_as_ctrl_c()
-    return kept
 
 
 def _describe(exc: Exception) -> str:

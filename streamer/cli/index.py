@@ -9,7 +9,6 @@ import os
 
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
-from ..write.interrupts import sigterm_as_ctrl_c
 from ._options import (
     add_progress_argument,
     add_url_arguments,
@@ -60,7 +59,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    sigterm_as_ctrl_c()  # temporary index shards are removed
     common = {
         "storage_options": storage_options(args),
         "shards": args.shards,

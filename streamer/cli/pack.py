@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..write.interrupts import sigterm_as_ctrl_c
 from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
 from ._options import (
     add_endpoint_argument,
@@ -79,7 +78,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    sigterm_as_ctrl_c()  # the temporary shard files are removed
     report = pack(
         args.src,
         args.out,

@@ -16,7 +16,7 @@ import pytest
 from helpers import write_audio
 
 from streamer.dataset import Dataset
-from streamer.write.interrupts import interrupts_held
+from streamer.write.interrupts import interrupts_as_ctrl_c, interrupts_held
 from streamer.write.probe import MemoryFile, probe
 
 SHARDS = 8
@@ -33,6 +33,40 @@ def test_an_interrupt_during_a_probe_is_delivered_after_it(tmp_path: Path) -> No
         probed.append(probe(MemoryFile(data, "a.flac")))  # not cut short
     assert probed[0].sample_rate == 16000
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _Finalized:
+    """An object whose finalizer is interrupted by SIGTERM: the
+    ``KeyboardInterrupt`` raised there is one Python drops ("Exception
+    ignored in ..."), as it does in the garbage collector's weakref callbacks."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGTERM)
+
+
+def test_an_interrupt_python_drops_is_raised_at_the_next_file() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    went_on = []
+    with interrupts_as_ctrl_c():
+        _Finalized()
+        went_on.append(True)  # Python's own handling: the run goes on
+        with pytest.raises(KeyboardInterrupt), interrupts_held():
+            pytest.fail("the next file was started")
+        with interrupts_held():  # raised once, not again
+            went_on.append(True)
+    assert went_on == [True, True]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_dropped_interrupt_does_not_outlive_the_command() -> None:
+    with interrupts_as_ctrl_c():
+        _Finalized()
+    with interrupts_held():  # a later command in the same process is not interrupted
+        pass
+    unraisable = sys.unraisablehook
+    with interrupts_as_ctrl_c():
+        assert sys.unraisablehook is not unraisable
+    assert sys.unraisablehook is unraisable
 
 
 @pytest.fixture(scope="module")
