@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -135,9 +136,34 @@ def binary(name: str) -> str:
 
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports free on 127.0.0.1 right now (held open
-    together while picking, so they differ)."""
+    together while picking, so they differ), below the kernel's ephemeral
+    range: a port from that range, left free while a test has its server
+    down, can be taken as the source port of any outgoing connection, and
+    the restarted server then cannot bind it."""
+    low = _ephemeral_low()
+    span = range(max(1024, low - _BELOW_EPHEMERAL), low) if low > 2048 else range(1024, 65536)
+    candidates = random.Random().sample(span, min(len(span), 4 * count + 64))
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+        ports: list[int] = []
+        for port in candidates:
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise RuntimeError(f"no {count} free ports in {span}")
+
+
+#: How many ports below the ephemeral range servers are placed in.
+_BELOW_EPHEMERAL = 8000
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out as a source port (Linux; its default elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
