@@ -14,7 +14,8 @@ from ..dataset import Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
 from ..decode.verify import countable
 from ..errors import DataError
-from ..index.table import INDEX_DIR, IndexReader
+from ..index.checks import stale_build
+from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..write.index import index_label, is_generic
 from ._options import add_url_arguments, storage_options
 
@@ -113,8 +114,10 @@ def _columns(dataset: Dataset, column_dir: str) -> dict[str, str]:
 
 def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
     """Stored indexes counted: verified, unverified, generic (FFmpeg's packet
-    index), and "no index" per reason (as stored; the open-time checks may
-    demote more, counted by a crop's ``decode_stats.fallback_reasons``)."""
+    index), and "no index" per reason (as stored, and the rows an older
+    builder stored that are not served, ``checks.stale_build``; the
+    open-time checks may demote more, counted by a crop's
+    ``decode_stats.fallback_reasons``)."""
     labels: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     spans = 0
@@ -128,6 +131,9 @@ def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
             continue
         for row in range(reader.shard.num_rows):
             index = reader.read(row)
+            stale = stale_build(index, reader.revision)
+            if stale is not None:  # served as "no index" until rebuilt
+                index = SeekIndex.unavailable(stale, index.container)
             labels[index_label(index)] += 1
             labels["generic"] += is_generic(index)
             spans += bool(len(index.span_crc))

@@ -51,7 +51,7 @@ from ..decode.resample import DEFAULT_QUALITY
 from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
 from ..formats.ffmpeg import policy_problem
 from ..formats.job import DecodeStats, Episode
-from ..index.checks import check_against_blob
+from ..index.checks import OLDER_BUILDER, check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
 from ..shard.footer import TAIL_BYTES
@@ -154,6 +154,7 @@ class Dataset:
         self._index_problems: dict[str, tuple[str, DataError]] = {}
         self._verdicts: dict[tuple[str, int], str | None] = {}
         self._warned_compressed = False
+        self._warned_stale: set[str] = set()
         self._decode_stats: DecodeStats | None = None
 
     def __repr__(self) -> str:
@@ -495,10 +496,25 @@ class Dataset:
         if verdict is ...:
             info = self.info(key) if INFO_DIR in self.column_dirs else None
             verdict = check_against_blob(
-                index, blob_length, info, reader.built_for(row)
+                index, blob_length, info, reader.built_for(row), reader.revision
             ) or policy_problem(index)
             self._verdicts[(name, row)] = verdict
+            if verdict is not None and verdict.startswith(OLDER_BUILDER):
+                self._warn_stale(name)
         return index if verdict is None else SeekIndex.unavailable(verdict, index.container)
+
+    def _warn_stale(self, name: str) -> None:
+        """Say once per shard that an older builder's rows are not served."""
+        if name not in self._warned_stale:
+            self._warned_stale.add(name)
+            log.warning(
+                "%s: %s/%s holds indexes an older streamer built that this one does not "
+                "serve: their crops decode without them, slower, until `streamer index` "
+                "rebuilds it",
+                self.url,
+                INDEX_DIR,
+                name,
+            )
 
     def index_problems(self) -> dict[str, str]:
         """Every served shard whose ``seek_index/`` shard cannot be used, and

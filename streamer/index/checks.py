@@ -10,14 +10,17 @@ comparisons and one pass over the seek points):
 - ``check_index(index, blob_length)``: the index alone against the length of
   its blob. ``formats.extract`` runs it on every index it builds, so an
   implausible one is stored as "no index" with the reason.
-- ``check_against_blob(index, blob_length, info, built_for)``: the same,
+- ``check_against_blob(index, blob_length, info, built_for, revision)``: the same,
   plus the length of the blob the index was built from when its shard
   records it (``table.BLOB_BYTES_COLUMN``: an index of a blob since
   rewritten, whose every field may still look right, has its frames at the
   old offsets) and the episode's ``audio_info`` row when there is one
   (codec, container, sample rate, channels, duration), for an index read
   back from ``seek_index/``. (A blob rewritten to the same length is seen
-  by its bytes, when a crop reads them: ``content``.)
+  by its bytes, when a crop reads them: ``content``.) And the revision of
+  the builder that wrote its shard: a row an older builder stored for a
+  codec it has since learned to index right (``table.EXACT_FROM``) is not
+  served (``stale_build``).
 
 Both return the reason an index cannot be trusted (short and stable enough to
 be counted), or None. A "no index" record is always fine: it is trusted to
@@ -33,18 +36,22 @@ from typing import Any
 import numpy as np
 
 from .content import expected_count, expected_spans
-from .table import NO_INDEX, SeekIndex
+from .table import EXACT_FROM, INDEX_REVISION, NO_INDEX, SeekIndex
 
 __all__ = [
     "ANOTHER_BLOB",
     "DEFAULT_UNITS_PER_BYTE",
     "MAX_CHANNELS",
     "MAX_SAMPLE_RATE",
+    "OLDER_BUILDER",
     "UNITS_PER_BYTE",
     "check_against_blob",
     "check_index",
+    "stale_build",
 ]
 
+#: How ``stale_build``'s reason begins.
+OLDER_BUILDER = "index built by an older streamer"
 MAX_CHANNELS = 255
 #: FLAC's STREAMINFO field tops out just below this; nothing real is faster.
 MAX_SAMPLE_RATE = 1 << 20
@@ -94,17 +101,22 @@ def check_against_blob(
     blob_length: int,
     info: Mapping[str, Any] | None = None,
     built_for: int | None = None,
+    revision: int = INDEX_REVISION,
 ) -> str | None:
     """Why an index read back for an episode cannot be used with its blob
     (``blob_length`` bytes) and its ``audio_info`` row ``info`` (optional),
     or None when it can. ``built_for``: the length of the blob the index was
-    built from, when its shard says (None: unknown).
+    built from, when its shard says (None: unknown); ``revision``: the
+    builder's, as its shard says (``stale_build``).
 
     ``info`` is compared only when it describes this blob: an ``audio_info``
     row whose ``num_bytes`` is not the blob's length says nothing about it.
     """
     if built_for is not None and built_for != blob_length:
         return ANOTHER_BLOB
+    stale = stale_build(index, revision)
+    if stale is not None:
+        return stale
     reason = check_index(index, blob_length)
     crcs = len(index.content_crc)
     if reason is None and index.ok and crcs and crcs != expected_count(index):
@@ -118,6 +130,18 @@ def check_against_blob(
         return None
     reason = _disagreement(index, info)
     return None if reason is None else f"index disagrees with audio_info: {reason}"
+
+
+def stale_build(index: SeekIndex, revision: int) -> str | None:
+    """Why a row stored by builder ``revision`` is not served (None: it is):
+    a builder since fixed for its codec (``table.EXACT_FROM``) would store
+    another index, and this one places or pre-rolls some crops wrongly."""
+    wanted = EXACT_FROM.get(index.codec, 0)
+    if not index.ok or revision >= wanted:
+        return None
+    return (
+        f"{OLDER_BUILDER} (revision {revision}, {index.codec} needs {wanted}): run `streamer index`"
+    )
 
 
 def _check_stream(index: SeekIndex) -> str | None:

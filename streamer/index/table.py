@@ -26,11 +26,14 @@ __all__ = [
     "BLOB_BYTES_COLUMN",
     "CONTENT_COLUMN",
     "CONTENT_TYPE",
+    "EXACT_FROM",
     "INDEX_COLUMN",
     "INDEX_DIR",
+    "INDEX_REVISION",
     "INDEX_TYPE",
     "NO_INDEX",
     "OK",
+    "REVISION_KEY",
     "SPAN_COLUMN",
     "SPAN_SIZE_COLUMN",
     "UNVERIFIED",
@@ -42,6 +45,20 @@ __all__ = [
 
 INDEX_DIR = "seek_index"
 INDEX_COLUMN = "seek_index"
+#: An index shard's schema metadata key: the revision of the builder that
+#: wrote it (absent in shards written before revisions: 0).
+REVISION_KEY = b"streamer.index_revision"
+#: The builder revision this version writes: raised by a fix that changes
+#: what the builder stores for a codec, so that what an older one stored
+#: for it (``EXACT_FROM``) is rebuilt, not served.
+INDEX_REVISION = 1
+#: Codec -> the first builder revision whose rows it serves crops from;
+#: rows an older builder stored for it place or pre-roll crops wrongly:
+#: they are not served (their crops fall back, ``checks.stale_build``)
+#: and ``streamer index`` rebuilds their shards.
+#: 1: Opus's pre-roll for the modes of its packets (SILK: 1-2 s; before,
+#: 0.5 s left some crops of speech up to 1.86 off; docs/decoding.md).
+EXACT_FROM: dict[str, int] = {"opus": 1}
 #: The byte length of the blob each row was built from. Byte positions are
 #: only right for that blob: an audio shard re-packed from retagged files
 #: (an ID3v2 tag or a WAV LIST chunk grown, every frame moved) keeps its keys,
@@ -273,6 +290,7 @@ class IndexReader:
                 shard=shard.path,
             )
         self.shard = shard
+        self.revision = _revision(shard)
         self._chunks = shard.column(INDEX_COLUMN).chunks
         self._views: dict[int, _BatchViews] = {}
         self._blob_bytes = _int_column(shard, BLOB_BYTES_COLUMN)
@@ -364,3 +382,12 @@ def _int_column(shard: Shard, name: str) -> np.ndarray | None:
     if column.type != pa.int64():
         raise ShardError(f"{name!r} is not an int64 column", shard=shard.path)
     return np.asarray(column.fill_null(-1).to_numpy())
+
+
+def _revision(shard: Shard) -> int:
+    """The builder revision an index shard records (``REVISION_KEY``; 0: none)."""
+    value = (shard.schema.metadata or {}).get(REVISION_KEY, b"0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ShardError(f"{REVISION_KEY.decode()} is {value[:20]!r}", shard=shard.path) from None

@@ -48,6 +48,7 @@ from ..dataset import INFO_DIR, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
 from ..errors import DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
+from ..index.checks import OLDER_BUILDER, stale_build
 from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
 from ..index.table import (
     BLOB_BYTES_COLUMN,
@@ -55,8 +56,10 @@ from ..index.table import (
     CONTENT_TYPE,
     INDEX_COLUMN,
     INDEX_DIR,
+    INDEX_REVISION,
     INDEX_TYPE,
     OK,
+    REVISION_KEY,
     SPAN_COLUMN,
     SPAN_SIZE_COLUMN,
     VERIFIED,
@@ -92,7 +95,8 @@ SCHEMA = pa.schema(
         pa.field(CONTENT_COLUMN, CONTENT_TYPE),
         pa.field(SPAN_SIZE_COLUMN, pa.int64()),
         pa.field(SPAN_COLUMN, CONTENT_TYPE),
-    ]
+    ],
+    metadata={REVISION_KEY: str(INDEX_REVISION).encode()},
 )
 
 
@@ -412,6 +416,8 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     def recheck(row: int) -> SeekIndex:
         episode = dataset.episode(audio.keys[row].as_py())
         assert episode.index is not None
+        if episode.index.reason.startswith(OLDER_BUILDER):  # built anew, as `streamer index` would
+            return choose_index(episode.blob, key=episode.key, shard=episode.shard)
         if not episode.index.ok:
             return episode.index
         if not matches(episode.index, episode.blob.read_ranges, sample=False):
@@ -558,6 +564,8 @@ def _built_for_these_blobs(dataset: Dataset, audio: Shard, index: Shard) -> bool
 def _unchanged(dataset: Dataset, audio: Shard, reader: IndexReader, row: int) -> bool:
     try:
         index = reader.read(row)
+        if stale_build(index, reader.revision) is not None:
+            return False
         if not index.ok or not len(index.content_crc):
             return True
         blob = audio.blob(dataset.audio_column, row)

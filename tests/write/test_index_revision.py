@@ -1,0 +1,138 @@
+"""Index shards record the revision of the builder that wrote them: a row an
+older builder stored for a codec it has since learned to index right (Opus:
+the pre-roll its packets' modes need) is not served, and is said to be so;
+``streamer index`` and ``streamer index --verify`` build it again."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _index_support import encoded
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.index.checks import OLDER_BUILDER, stale_build
+from streamer.index.table import (
+    EXACT_FROM,
+    INDEX_DIR,
+    INDEX_REVISION,
+    OK,
+    REVISION_KEY,
+    VERIFIED,
+    IndexReader,
+    SeekIndex,
+)
+from streamer.shard.ipc import Shard
+from streamer.write.pack import pack
+
+FILES = {"a-mp3": ("mp3", 44100, 1), "d-opus": ("opus", 48000, 2)}
+CROP = (0.5, 1.25)
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for key, (codec, rate, channels) in FILES.items():
+        (src / f"{key}.bin").write_bytes(encoded(codec, rate, channels, seconds=2.0))
+    root = tmp_path / "ds"
+    pack(src, root, progress=False)
+    return root
+
+
+def _index_shard(root: Path) -> Path:
+    (path,) = (root / INDEX_DIR).iterdir()
+    return path
+
+
+def _written_by(root: Path, revision: bytes | None) -> None:
+    """The index shard as a builder of ``revision`` wrote it (None: one from
+    before revisions were recorded)."""
+    path = _index_shard(root)
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != REVISION_KEY}
+    if revision is not None:
+        metadata[REVISION_KEY] = revision
+    table = table.replace_schema_metadata(metadata)
+    temp = path.with_name(".rewritten")  # not in place: open datasets map the file
+    with pa.ipc.new_file(str(temp), table.schema) as writer:
+        writer.write_table(table)
+    os.replace(temp, path)
+
+
+def _revision(root: Path) -> int:
+    return IndexReader(Shard(str(_index_shard(root)))).revision
+
+
+def test_the_builder_writes_its_revision(indexed: Path) -> None:
+    assert _revision(indexed) == INDEX_REVISION >= max(EXACT_FROM.values())
+    assert open_dataset(indexed).episode("d-opus").index.verdict == VERIFIED
+
+
+def test_an_older_builders_opus_rows_are_not_served_until_index_runs(
+    indexed: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture
+) -> None:
+    exact = open_dataset(indexed).read_crop("d-opus", *CROP)
+    _written_by(indexed, None)
+    assert _revision(indexed) == 0
+    ds = open_dataset(indexed)
+    with caplog.at_level(logging.WARNING, logger="streamer"):
+        old = ds.episode("d-opus").index
+        assert not old.ok and old.reason.startswith(OLDER_BUILDER)
+        assert ds.episode("a-mp3").index.ok  # its codec's index has not changed since
+        crops = [ds.read_crop("d-opus", *CROP) for _ in range(2)]
+    warned = [r.getMessage() for r in caplog.records if "holds indexes an older" in r.getMessage()]
+    assert len(warned) == 1 and "`streamer index`" in warned[0], warned
+    for crop in crops:  # served by the fallback, exact, and counted with the reason
+        np.testing.assert_allclose(crop, exact, atol=1e-4)
+    assert ds.decode_stats.fallback == 2
+    assert list(ds.decode_stats.fallback_reasons) == [old.reason]
+
+    capsys.readouterr()
+    assert main(["inspect", str(indexed)]) == 0
+    out = capsys.readouterr().out
+    assert "no index  1: index built by an older streamer" in out, out
+
+    assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
+    assert _revision(indexed) == INDEX_REVISION
+    ds = open_dataset(indexed)
+    assert ds.episode("d-opus").index.verdict == VERIFIED
+    np.testing.assert_allclose(ds.read_crop("d-opus", *CROP), exact, atol=1e-4)
+    assert ds.decode_stats.fallback == 0
+
+    assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
+    assert "already indexed" in capsys.readouterr().out  # rebuilt once, then left alone
+
+
+def test_index_verify_builds_an_older_builders_rows_again(indexed: Path) -> None:
+    _written_by(indexed, b"0")
+    assert main(["index", str(indexed), "--verify", "--no-progress", "--workers", "1"]) == 0
+    assert _revision(indexed) == INDEX_REVISION
+    ds = open_dataset(indexed)
+    assert all(ds.episode(key).index.verdict == VERIFIED for key in FILES)
+
+
+def test_a_revision_that_is_not_a_number_makes_the_index_shard_unusable(indexed: Path) -> None:
+    _written_by(indexed, b"\xff9")
+    ds = open_dataset(indexed)
+    (problem,) = ds.index_problems().values()
+    assert "streamer.index_revision" in problem
+    assert not ds.episode("a-mp3").index.ok  # served, by the fallback
+    assert ds.read_crop("a-mp3", *CROP).shape[1] == round(0.75 * 44100)
+
+
+@pytest.mark.parametrize(
+    ("codec", "revision", "stale"),
+    [("opus", 0, True), ("opus", INDEX_REVISION, False), ("mp3", 0, False), ("flac", 0, False)],
+)
+def test_stale_build_is_by_codec_and_revision(codec: str, revision: int, stale: bool) -> None:
+    index = SeekIndex(
+        OK, codec=codec, container="ogg", sample_rate=48000, channels=1, timescale=48000
+    )
+    assert (stale_build(index, revision) is not None) == stale
+    assert stale_build(SeekIndex.unavailable("none"), 0) is None  # "no index" is never stale
