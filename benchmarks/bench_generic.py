@@ -4,6 +4,10 @@ and a folder of real-world files checked crop by crop.
 - cost: the same mp3 through its native index and the generic one, and AAC
   in ADTS (generic) against AAC in M4A (native), one-second crops at random;
   bytes and milliseconds per crop, generic/native ratios from the same run.
+  Matroska (WebM Opus, MKA Vorbis, FFmpeg's 5 s clusters): the index as
+  built, whose points include SimpleBlocks between clusters, against the
+  same index with cluster starts only (a crop then decodes whole clusters),
+  from the same run.
 - ``--corpus DIR``: every file under DIR FFmpeg decodes gets the generic
   index alone; about 15 crops each (first and last samples included) are
   compared with the full decode (lossless codecs bit for bit, lossy within
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import io
 import json
+import math
 import os
 import random
 import time
@@ -81,6 +87,33 @@ def cost(seconds: float, crops: int) -> dict[str, dict[str, float]]:
         generic = next(k for k in out if k.startswith(codec) and "generic" in k)
         ratio = out[generic]["ms"] / out[native]["ms"]
         print(f"{codec}: generic/native time {ratio:.2f}x")
+    out.update(matroska_points(seconds, crops))
+    return out
+
+
+def matroska_points(seconds: float, crops: int) -> dict[str, dict[str, float]]:
+    """Per-crop cost with block points against cluster starts only."""
+    out = {}
+    for codec, container in (("opus", "webm"), ("vorbis", "matroska")):
+        rate = 48000 if codec == "opus" else 44100
+        signal = synth.signal(seconds, rate, 2, seed=3)
+        data = synth.encode(signal, rate, codec, container=container)
+        index = _generic(data)
+        # Every candidate point (density inf), of which the cluster starts.
+        every = GENERIC.build_index(Reader(io.BytesIO(data)), density=math.inf)
+        clusters = np.asarray([data[p : p + 4] == b"\x1f\x43\xb6\x75" for p in every.byte_pos])
+        sparse = dataclasses.replace(
+            index, sample_pos=every.sample_pos[clusters], byte_pos=every.byte_pos[clusters]
+        )
+        label = f"{codec} {container}"
+        blocks = out[f"{label} blocks"] = per_crop(data, index, seconds, crops)
+        only = out[f"{label} clusters"] = per_crop(data, sparse, seconds, crops)
+        print(
+            f"{label}: {len(index.byte_pos)} points, {int(clusters.sum())} clusters: "
+            f"{blocks['ms']:.2f} ms and {blocks['kb']:.1f} kB per crop, "
+            f"cluster starts only {only['ms']:.2f} ms and {only['kb']:.1f} kB: "
+            f"{only['ms'] / blocks['ms']:.2f}x time, {only['kb'] / blocks['kb']:.2f}x bytes"
+        )
     return out
 
 

@@ -11,6 +11,7 @@ through the generic index directly (their second-choice index).
 from __future__ import annotations
 
 import io
+import math
 import random
 import shutil
 import struct
@@ -60,12 +61,9 @@ FILES = {
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
     "tta.tta": ("tta", "tta", "s16", 44100, 2, {}, True),
 }
-#: Half-second Matroska clusters (FFmpeg's muxer makes 5 s ones), so that
-#: short files have seek points to splice at.
-MUXER_OPTIONS = {
-    "matroska": {"cluster_time_limit": "500"},
-    "webm": {"cluster_time_limit": "500"},
-}
+#: Half-second Matroska clusters, so that short files have cluster starts
+#: to splice at; WebM keeps FFmpeg's 5 s ones, so its crops splice at blocks.
+MUXER_OPTIONS = {"matroska": {"cluster_time_limit": "500"}}
 #: Through the generic index directly (a native format takes them first).
 DIRECT = {
     "lame.mp3": ("mp3", "libmp3lame", "fltp", 44100, 2, {}, False),
@@ -192,14 +190,41 @@ def test_native_containers_through_the_generic_index(name: str) -> None:
     assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("name", ["opus-webm.webm", "vorbis.ogg"])
+@pytest.mark.parametrize("name", ["opus-webm.webm", "flac-mka.mka", "vorbis.ogg"])
 def test_spliced_containers_have_points_at_element_starts(name: str) -> None:
-    data = make(*{**FILES, **DIRECT}[name][:6], seconds=6.0)
+    """Ogg: page starts. Matroska: cluster starts, and SimpleBlocks between
+    them (FFmpeg's muxer cuts a cluster every 5 s): one a second."""
+    data = make(*{**FILES, **DIRECT}[name][:6], seconds=12.0)
     index = generic_index(data)
-    assert len(index.byte_pos) >= 3
-    pattern = b"\x1f\x43\xb6\x75" if "webm" in name else b"OggS"
-    assert all(data[p : p + 4] == pattern for p in index.byte_pos.tolist())
+    heads = [data[p : p + 4] for p in index.byte_pos.tolist()]
+    assert 11 <= len(heads) <= 13
+    if name.endswith(".ogg"):
+        assert all(head == b"OggS" for head in heads)
+    else:
+        clusters = sum(head == b"\x1f\x43\xb6\x75" for head in heads)
+        blocks = sum(head[0] == 0xA3 for head in heads)
+        assert clusters + blocks == len(heads), heads
+        assert heads[0] == b"\x1f\x43\xb6\x75"
+        assert blocks >= 8 if name.endswith(".webm") else clusters >= 2
     assert index.header == ((0, int(index.byte_pos[0])),)
+
+
+@pytest.mark.parametrize("name", ["opus-webm.webm", "vorbis-mka.mka"])
+def test_matroska_blocks_a_packet_apart_are_spliced_exactly(name: str) -> None:
+    """At ``density=inf`` every SimpleBlock is a point: the seek-loss probes
+    span a second, not two packets (a cold decoder gives nothing for its
+    first), and every crop starts one packet from its block, spliced."""
+    spec = FILES[name]
+    data = make(*spec[:6], seconds=6.0)
+    index = generic_index(data, density=math.inf)
+    full, rate = full_decode(data)
+    assert index.num_samples == full.shape[1]
+    assert len(index.byte_pos) > 6 * rate / 2048  # a point per packet, near enough
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, name):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        assert_equal(name, crop.audio, full[:, round(start * rate) : round(end * rate)], spec[6])
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 
 def test_tta_seek_points_are_its_frames() -> None:

@@ -23,7 +23,10 @@ records what that needs:
   before the first seek point followed directly by the planned ones, as if
   they were the file. Seek points are cluster or page starts, found in the
   bytes the pass reads (the element's ID or capture pattern), confirmed by
-  the packets around them.
+  the packets around them; in Matroska also SimpleBlocks of one packet,
+  spliced after the head of a cluster of unknown size (``OPEN_CLUSTER``),
+  since muxers cut clusters every 5 s or more and a crop would decode from
+  the cluster before it to the one after.
 
 Packets without byte positions and no table (Musepack SV7) and demuxers with no
 seek that stays inside a plan (``FIRST_POINT_ONLY``: DSF, DSDIFF) get one
@@ -39,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from array import array
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -56,6 +60,7 @@ __all__ = [
     "BUFFER_SIZE",
     "CONTAINER_PREFIX",
     "FIRST_POINT_ONLY",
+    "OPEN_CLUSTER",
     "OPEN_OPTIONS",
     "OVERREAD",
     "SPLICED",
@@ -103,6 +108,13 @@ OVERREAD = {"ape": 4}
 FIRST_POINT_ONLY = frozenset({"dsf", "iff"})
 #: Most bytes from a cluster's start to its first block (ID, size, timestamp).
 _CLUSTER_HEAD = 64
+#: What a Matroska splice that starts at a block puts before it: a cluster
+#: (its ID) of unknown size (the next cluster ends it) at timestamp 0.
+#: Timestamps do not place a generic crop's samples (``decode``), so the
+#: cluster's real one is not needed.
+OPEN_CLUSTER = SPLICED["matroska"] + b"\x01\xff\xff\xff\xff\xff\xff\xff" + b"\xe7\x81\x00"
+#: A Matroska SimpleBlock's element ID.
+_SIMPLE_BLOCK = 0xA3
 #: Where an Ogg page's header type is, and its "continued packet" flag.
 _OGG_FLAGS, _CONTINUED = 5, 0x01
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
@@ -192,7 +204,10 @@ def open_demuxer(source: Any, name: str) -> Any:
 
 
 def open_spliced(header: bytes, data: bytes, name: str) -> Any:
-    """A demuxer over ``header`` followed directly by ``data``."""
+    """A demuxer over ``header`` followed directly by ``data`` (Matroska
+    data that starts at a block: by ``OPEN_CLUSTER`` and ``data``)."""
+    if name == "matroska" and not data.startswith(SPLICED[name]):
+        header += OPEN_CLUSTER
     return open_demuxer(io.BytesIO(header + data), name)
 
 
@@ -251,6 +266,9 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
     elif name in SPLICED:
         source.fill_flags()
         points = counted.element_points(source.found, name)
+        if name == "matroska":
+            blocks = counted.block_points(source.read_range, interval(counted.rate, density))
+            points = _merged_points(points, blocks)
         header = ((0, int(points[1][0])),)
     else:
         points = counted.packet_points()
@@ -323,6 +341,43 @@ def _first_point(opening: list[tuple[int, int]], demuxing: list[tuple[int, int]]
     what the pass read: the header ranges, then bytes at or past this point."""
     start = min((offset for offset, _ in demuxing), default=opening[-1][0])
     return np.zeros(1, dtype=np.int64), np.asarray([start], dtype=np.int64)
+
+
+def _merged_points(a: _Candidates, b: _Candidates) -> _Candidates:
+    """Two sets of candidate points as one, by sample, then byte."""
+    samples, positions = np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]])
+    order = np.lexsort((positions, samples))
+    return samples[order], positions[order]
+
+
+def _block_start(read: Callable[[int, int], bytes], pos: int, size: int) -> int | None:
+    """Where the SimpleBlock whose only packet FFmpeg reports at ``pos``
+    (its content: track number, timestamp, flags, then the frame) with
+    ``size`` bytes of frame begins, or None when the bytes before ``pos``
+    are not the head of such a block (a laced block, whose content holds
+    several frames; a block in a BlockGroup; a track whose frames the
+    demuxer rebuilds from stripped headers)."""
+    if pos < 2:
+        return None
+    at = max(pos - 9, 0)
+    near = read(at, pos + 1 - at)
+    track = _varint_length(near[-1])
+    for length in range(1, 9):
+        start = pos - 1 - length
+        if start < at or near[start - at] != _SIMPLE_BLOCK:
+            continue
+        head = near[start - at + 1 : start - at + 1 + length]
+        if _varint_length(head[0]) != length:
+            continue
+        value = int.from_bytes(head) & ((1 << (7 * length)) - 1)
+        if value == track + 3 + size:
+            return start
+    return None
+
+
+def _varint_length(first: int) -> int:
+    """Bytes of an EBML variable-size integer, from its first byte (9: invalid)."""
+    return 9 - first.bit_length() if first else 9
 
 
 def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -440,6 +495,28 @@ class _Counted:
         samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
         return samples, marks[keep]
 
+    def block_points(self, read: Callable[[int, int], bytes], step: int) -> _Candidates:
+        """Matroska SimpleBlocks of one keyframe packet (``_block_start``),
+        the first in each ``step``-wide bin of samples, as ``Points`` keeps
+        them: a splice can start at one (``OPEN_CLUSTER``). ``read(offset,
+        length)``: the file's bytes."""
+        positions = np.frombuffer(self.positions, dtype=np.int64)
+        sizes = np.frombuffer(self.sizes, dtype=np.int64)
+        samples = np.frombuffer(self.samples, dtype=np.int64)
+        usable = self.keys().copy()
+        usable[1:] &= positions[1:] > positions[:-1]  # laced packets share one position
+        found_samples, found_positions = [], []
+        k, count = 0, len(positions)
+        while k < count:
+            start = _block_start(read, int(positions[k]), int(sizes[k])) if usable[k] else None
+            if start is None:
+                k += 1
+                continue
+            found_samples.append(int(samples[k]))
+            found_positions.append(start)
+            k = int(np.searchsorted(samples, (samples[k] // step + 1) * step))  # the next bin
+        return np.asarray(found_samples, dtype=np.int64), np.asarray(found_positions, np.int64)
+
     def index(
         self,
         name: str,
@@ -494,14 +571,26 @@ def _with_seek_loss(index: SeekIndex, source: _Recording, name: str) -> SeekInde
         # Too short to measure: its crops decode from the first packet.
         return dataclasses.replace(index, sample_pos=samples[:1], byte_pos=pos[:1])
     probes = {min(int(points * f), points - 2) for f in _PROBES} - {0}
-    loss = max(_lost(source, name, index, k, min(k + 2, points - 1)) for k in probes)
-    k = points - 2
-    lost = _lost(source, name, index, k, k + 1)
+    loss = max(_lost(source, name, index, k, _probe_end(index, k)) for k in probes)
+    # The last point a second before the last one (points a packet apart, at
+    # ``--density inf``, are closer than a cold decoder's first output), and
+    # not the first, from which a decode is not repositioned.
+    k = int(np.searchsorted(samples, samples[-1] - index.sample_rate, side="right")) - 1
+    k = min(max(k, 1), points - 2)
+    lost = _lost(source, name, index, k, points - 1)
     to_end = _decoded(source, name, index, k, None)
     extra = to_end - (index.num_samples - int(samples[k])) + lost
     if extra < 0:
         raise NoIndex(f"{name} gives fewer samples at the end after a seek")
     return dataclasses.replace(index, preroll=index.preroll + loss, padding=extra)
+
+
+def _probe_end(index: SeekIndex, k: int) -> int:
+    """Where a probe decode from point ``k`` stops: the next point but one,
+    or the first a second on when that is nearer (a packet apart)."""
+    samples = index.sample_pos
+    later = int(np.searchsorted(samples, samples[k] + index.sample_rate))
+    return min(max(k + 2, later), len(samples) - 1)
 
 
 def _lost(source: _Recording, name: str, index: SeekIndex, k: int, end: int) -> int:
