@@ -13,7 +13,7 @@ needed up to 1.5 s, wideband SILK and hybrid up to 0.75 s.
 
 from __future__ import annotations
 
-__all__ = ["NO_PACKET", "PREROLL_SECONDS", "mode_preroll"]
+__all__ = ["NO_PACKET", "PREROLL_SECONDS", "mode_preroll", "toc_config"]
 
 #: Pre-roll for CELT (the codec's own, in every container): max error 2e-8
 #: against the full decode after 0.5 s.
@@ -24,6 +24,12 @@ SILK_PREROLL_SECONDS = 1.0
 NARROWBAND_PREROLL_SECONDS = 2.0
 #: The lowest configuration of a stream without packets (as if all CELT).
 NO_PACKET = 32
+
+
+def toc_config(toc: int) -> int:
+    """A packet's configuration (its mode, bandwidth and frame size: RFC
+    6716 3.1), from its TOC byte, the packet's first."""
+    return toc >> 3
 
 
 def mode_preroll(lowest_config: int) -> int:

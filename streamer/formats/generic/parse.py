@@ -52,7 +52,7 @@ import numpy as np
 from ...index.table import SeekIndex
 from ...storage.files import RangeFile
 from ..ffmpeg import LENGTH_POLICY, open_input
-from ..opus import NO_PACKET, mode_preroll
+from ..opus import NO_PACKET, mode_preroll, toc_config
 from ..opus import PREROLL_SECONDS as OPUS_PREROLL
 from ..reader import NoIndex, Points, Reader, interval
 
@@ -321,7 +321,7 @@ def _count(container: Any) -> _Counted:
             continue
         counted.packet(packet)
         if decoder.name == "opus" and packet.size:
-            counted.lowest = min(counted.lowest, memoryview(packet)[0] >> 3)
+            counted.lowest = min(counted.lowest, toc_config(memoryview(packet)[0]))
         try:
             frames = decoder.decode(packet)
         except (av.FFmpegError, ValueError) as exc:

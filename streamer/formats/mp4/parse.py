@@ -52,7 +52,7 @@ import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
-from ..opus import NO_PACKET, mode_preroll
+from ..opus import NO_PACKET, mode_preroll, toc_config
 from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
 from . import pcm
@@ -974,7 +974,7 @@ def _preroll(codec: str, reader: Reader, offsets: np.ndarray, times: np.ndarray)
     for offset in np.unique(offsets[picks]).tolist():
         stream.seek(offset)
         head = stream.read(1)
-        lowest = min(lowest, head[0] >> 3) if head else lowest
+        lowest = min(lowest, toc_config(head[0])) if head else lowest
     stream.seek(here)
     return mode_preroll(lowest)
 

@@ -37,7 +37,7 @@ from typing import BinaryIO, NamedTuple
 
 from ...index.table import OK, SeekIndex
 from ..flac import parse as flac
-from ..opus import NO_PACKET, mode_preroll
+from ..opus import NO_PACKET, mode_preroll, toc_config
 from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
@@ -157,12 +157,12 @@ def _longest_packet(link: _Link) -> int:
 
 
 def _lowest_config(page: Page, skip: int) -> int:
-    """The lowest TOC configuration (``toc >> 3``) of the Opus packets that
+    """The lowest TOC configuration (``opus.toc_config``) of the Opus packets that
     start on ``page``, after its first ``skip`` packet pieces (headers)."""
     lowest, at, starts, pieces = NO_PACKET, 0, not page.flags & CONTINUED, 0
     for value in page.lacing:
         if starts and pieces >= skip and at < len(page.body):
-            lowest = min(lowest, page.body[at] >> 3)
+            lowest = min(lowest, toc_config(page.body[at]))
         at += value
         pieces += value < 255
         starts = value < 255
@@ -582,13 +582,13 @@ def _opus_samples(packet: bytes) -> int:
     if not packet:
         raise NoIndex("empty opus packet")  # FFmpeg's demuxer refuses it
     toc = packet[0]
-    config = toc >> 3
-    if config < 12:
-        frame = (480, 960, 1920, 2880)[config & 3]
-    elif config < 16:
-        frame = (480, 960)[config & 1]
+    mode = toc_config(toc)
+    if mode < 12:
+        frame = (480, 960, 1920, 2880)[mode & 3]
+    elif mode < 16:
+        frame = (480, 960)[mode & 1]
     else:
-        frame = (120, 240, 480, 960)[config & 3]
+        frame = (120, 240, 480, 960)[mode & 3]
     code = toc & 3
     if code == 0:
         frames = 1
