@@ -18,7 +18,9 @@ bucket (S3) or one server (HTTP) goes through one ``StoreHealth``:
   the requests already in flight when it began plus one per backoff step,
   however many callers wait.
 * ``give_up_after`` seconds after the store last answered, every request
-  still waiting (or failing) gives up together with ``StorageError``.
+  still waiting (or failing) gives up together with ``StorageError``. A
+  request made after that probes at once, backoff or not (or goes by a
+  probe sent after it asked): a store that came back is noticed at once.
 * The latencies of recent successful GETs give the hedge delay: a GET
   still unanswered after ``max(hedge_after, hedge_factor * p95)`` is sent a
   second time, once, if the hedge budget allows (``HEDGE_BURST`` at once,
@@ -83,6 +85,10 @@ class StoreHealth:
         self._closed_at = 0.0
         self._closed_until = 0.0
         self._probing = False
+        #: When the probe in flight (or the last one) was let go, and when
+        #: the last probe that failed was.
+        self._probe_sent = 0.0
+        self._failed_probe_sent = 0.0
         self._announced = False
         self._changed = asyncio.Event()
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
@@ -108,30 +114,33 @@ class StoreHealth:
         """Wait until a request may be sent: ``True`` if it goes as the outage's
         probe, ``False`` if the store is healthy, ``None`` if it must give up:
         its own ``deadline`` passed, or the store has failed for the whole
-        budget and the probe in flight failed too (once the budget is spent, a
-        request either probes once or goes by the answer of the probe in
-        flight, so a store that comes back is noticed by every request)."""
+        budget (with the answer of the probe in flight, if one is).
+
+        A request made after the budget was spent (a new pass after the last
+        one gave up) either probes at once, whatever the backoff (it failed
+        without sending anything, against a store just back: a flaky test of
+        a server restarted right after), or goes by the answer of a probe sent
+        after it asked (one sent before may have met a server still
+        starting). So a store that comes back is noticed by every request."""
+        asked = time.monotonic()
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return None
             if not self.in_outage:
                 return False
-            if now >= self._closed_until and not self._probing:
-                self._probing = True
-                return True
             assert self.failing_since is not None
             store_deadline = self.failing_since + self._policy.give_up_after
-            if now >= store_deadline:
-                if not self._probing:
-                    return None
-                # Past the budget while another request probes: its answer (bounded
-                # by its timeouts) decides for this one too. Failing at once failed
-                # a new pass's requests against a store that had just come back.
-                await self._wait_change(deadline)
-                return None if self.in_outage else False
-            wake = self._closed_until if now < self._closed_until else None
-            await self._wait_change(_earliest(wake, deadline, store_deadline))
+            spent, late = now >= store_deadline, asked >= store_deadline
+            if not self._probing and (now >= self._closed_until or late):
+                self._probing, self._probe_sent = True, now
+                return True
+            if spent and (not self._probing or self._failed_probe_sent >= asked):
+                # It waited out the budget with no probe to wait for, or a
+                # probe sent since it asked failed.
+                return None
+            wake = self._closed_until if now < self._closed_until and not late else None
+            await self._wait_change(_earliest(wake, deadline, None if spent else store_deadline))
 
     async def pause(self, delay: float, deadline: float | None) -> None:
         """Sleep a request's backoff ``delay``, no later than its ``deadline``."""
@@ -222,6 +231,7 @@ class StoreHealth:
         self._streak += 1
         if probe:
             self._probing = False
+            self._failed_probe_sent = self._probe_sent
         if not self.in_outage:
             return
         if probe:

@@ -120,6 +120,29 @@ def test_after_the_budget_a_read_probes_once_and_sees_the_store_back(served_http
     assert bytes(reader.read_sync(2 * BLOCK, 10)) == data[2 * BLOCK : 2 * BLOCK + 10]
 
 
+def test_a_new_pass_right_after_the_budget_is_sent_at_once(served_http, data) -> None:  # type: ignore[no-untyped-def]
+    """Reads made after the budget was spent (the next pass of a training
+    loop that caught the error) do not wait for the backoff: the first is
+    sent at once as a probe, and against a store that came back they all
+    succeed. They failed without sending anything until the backoff's
+    window closed (the CI flake of a server restarted right after)."""
+    open_reader, server = served_http
+    slow = {**FAST, "backoff": 3.0, "max_backoff": 3.0}
+    reader = open_reader(give_up_after=0.5, **slow)
+    server.go_down(3600)
+    assert all(isinstance(r, StorageError) for r in read_blocks(reader, range(READERS)))
+    with pytest.raises(StorageError, match="gave up after 1 attempts"):  # still down: one probe
+        reader.read_sync(READERS * BLOCK, 10)
+    server.faults.down_until = 0.0
+    sent, began = len(server.requests), time.monotonic()
+    results = read_blocks(reader, range(READERS + 1, 2 * READERS + 1))
+    assert [bytes(r) for r in results] == [
+        data[b * BLOCK : b * BLOCK + 100] for b in range(READERS + 1, 2 * READERS + 1)
+    ]
+    assert time.monotonic() - began < 1.0  # not the 3 s backoff
+    assert len(server.requests) == sent + READERS
+
+
 def test_lone_failures_do_not_make_an_outage(served_http, data, caplog) -> None:  # type: ignore[no-untyped-def]
     """Fewer failures in a row than an outage takes are retried by their own
     requests; nothing waits and nothing is logged at WARNING."""
