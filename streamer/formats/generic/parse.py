@@ -23,8 +23,9 @@ records what that needs:
   before the first seek point followed directly by the planned ones, as if
   they were the file. Seek points are cluster or page starts, found in the
   bytes the pass reads (the element's ID or capture pattern), confirmed by
-  the packets around them; in Matroska also SimpleBlocks of one packet,
-  spliced after the head of a cluster of unknown size (``OPEN_CLUSTER``),
+  the packets around them; in Matroska also blocks of one packet (a
+  SimpleBlock, or a BlockGroup that opens with its Block), spliced after
+  the head of a cluster of unknown size (``OPEN_CLUSTER``),
   since muxers cut clusters every 5 s or more and a crop would decode from
   the cluster before it to the one after.
 
@@ -42,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -113,8 +114,10 @@ _CLUSTER_HEAD = 64
 #: Timestamps do not place a generic crop's samples (``decode``), so the
 #: cluster's real one is not needed.
 OPEN_CLUSTER = SPLICED["matroska"] + b"\x01\xff\xff\xff\xff\xff\xff\xff" + b"\xe7\x81\x00"
-#: A Matroska SimpleBlock's element ID.
-_SIMPLE_BLOCK = 0xA3
+#: Matroska element IDs: a SimpleBlock, a BlockGroup and the Block in it.
+_SIMPLE_BLOCK, _BLOCK_GROUP, _BLOCK = 0xA3, 0xA0, 0xA1
+#: The longest element head of those: a one-byte ID and an 8-byte size.
+_HEAD_MAX = 9
 #: Where an Ogg page's header type is, and its "continued packet" flag.
 _OGG_FLAGS, _CONTINUED = 5, 0x01
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
@@ -351,28 +354,44 @@ def _merged_points(a: _Candidates, b: _Candidates) -> _Candidates:
 
 
 def _block_start(read: Callable[[int, int], bytes], pos: int, size: int) -> int | None:
-    """Where the SimpleBlock whose only packet FFmpeg reports at ``pos``
-    (its content: track number, timestamp, flags, then the frame) with
-    ``size`` bytes of frame begins, or None when the bytes before ``pos``
-    are not the head of such a block (a laced block, whose content holds
-    several frames; a block in a BlockGroup; a track whose frames the
-    demuxer rebuilds from stripped headers)."""
+    """Where the block whose only packet FFmpeg reports at ``pos`` (the
+    block's content: track number, timestamp, flags, then the frame) with
+    ``size`` bytes of frame begins: a SimpleBlock's ID, or the ID of the
+    BlockGroup that a Block opens (FFmpeg 9's muxer writes Vorbis so).
+    None when the bytes before ``pos`` are not the head of such a block (a
+    laced block, whose content holds several frames; a Block that is not
+    its group's first child; a track whose frames the demuxer rebuilds from
+    stripped headers)."""
     if pos < 2:
         return None
-    at = max(pos - 9, 0)
+    at = max(pos - 2 * _HEAD_MAX, 0)
     near = read(at, pos + 1 - at)
-    track = _varint_length(near[-1])
-    for length in range(1, 9):
-        start = pos - 1 - length
-        if start < at or near[start - at] != _SIMPLE_BLOCK:
+    content = _varint_length(near[-1]) + 3 + size
+    for start, length, value in _heads(near, at, pos):
+        if value != content:
             continue
-        head = near[start - at + 1 : start - at + 1 + length]
-        if _varint_length(head[0]) != length:
-            continue
-        value = int.from_bytes(head) & ((1 << (7 * length)) - 1)
-        if value == track + 3 + size:
+        if near[start - at] == _SIMPLE_BLOCK:
             return start
+        if near[start - at] == _BLOCK:
+            block = 1 + length + content
+            groups = _heads(near, at, start)
+            found = (g for g, _, v in groups if near[g - at] == _BLOCK_GROUP and v >= block)
+            group = next(found, None)
+            if group is not None:
+                return group
     return None
+
+
+def _heads(near: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """Element heads (a one-byte ID and a size) that end at ``end`` in
+    ``near`` (the bytes from ``at``): their start, size length and size."""
+    for length in range(1, 9):
+        start = end - 1 - length
+        if start < at:
+            return
+        head = near[start - at + 1 : end - at]
+        if _varint_length(head[0]) == length:
+            yield start, length, int.from_bytes(head) & ((1 << (7 * length)) - 1)
 
 
 def _varint_length(first: int) -> int:
@@ -496,7 +515,7 @@ class _Counted:
         return samples, marks[keep]
 
     def block_points(self, read: Callable[[int, int], bytes], step: int) -> _Candidates:
-        """Matroska SimpleBlocks of one keyframe packet (``_block_start``),
+        """Matroska blocks of one keyframe packet (``_block_start``),
         the first in each ``step``-wide bin of samples, as ``Points`` keeps
         them: a splice can start at one (``OPEN_CLUSTER``). ``read(offset,
         length)``: the file's bytes."""
