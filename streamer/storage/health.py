@@ -19,8 +19,9 @@ bucket (S3) or one server (HTTP) goes through one ``StoreHealth``:
   however many callers wait.
 * ``give_up_after`` seconds after the store last answered, every request
   still waiting (or failing) gives up together with ``StorageError``. A
-  request made after that probes at once, backoff or not (or goes by a
-  probe sent after it asked): a store that came back is noticed at once.
+  request made after that probes within the policy's first backoff step,
+  not the grown one (or goes by a probe sent after it asked): a store that
+  came back is noticed at once.
 * The latencies of recent successful GETs give the hedge delay: a GET
   still unanswered after ``max(hedge_after, hedge_factor * p95)`` is sent a
   second time, once, if the hedge budget allows (``HEDGE_BURST`` at once,
@@ -89,6 +90,8 @@ class StoreHealth:
         #: the last probe that failed was.
         self._probe_sent = 0.0
         self._failed_probe_sent = 0.0
+        #: Until when the last failure's ``Retry-After`` asked for time.
+        self._told_until = 0.0
         self._announced = False
         self._changed = asyncio.Event()
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
@@ -117,11 +120,15 @@ class StoreHealth:
         budget (with the answer of the probe in flight, if one is).
 
         A request made after the budget was spent (a new pass after the last
-        one gave up) either probes at once, whatever the backoff (it failed
-        without sending anything, against a store just back: a flaky test of
-        a server restarted right after), or goes by the answer of a probe sent
-        after it asked (one sent before may have met a server still
-        starting). So a store that comes back is noticed by every request."""
+        one gave up) is not held by the outage's backoff, which has grown
+        while the store was down: it probes within the policy's first step
+        (``backoff``) of the last failure (it failed without sending anything
+        until the backoff's window closed, against a store just back: a pass
+        lost to a server restarted right after), or goes by the answer of a
+        probe sent after it asked (one sent before may have met a server
+        still starting). A server's ``Retry-After`` still holds: until then
+        it gives up at once. So a store that comes back is noticed by every
+        request, and a loop that retries at once probes at its first step."""
         asked = time.monotonic()
         while True:
             now = time.monotonic()
@@ -132,14 +139,19 @@ class StoreHealth:
             assert self.failing_since is not None
             store_deadline = self.failing_since + self._policy.give_up_after
             spent, late = now >= store_deadline, asked >= store_deadline
-            if not self._probing and (now >= self._closed_until or late):
+            opens = self._closed_until
+            if late:
+                opens = min(opens, max(self._failed_at + self._policy.backoff, self._told_until))
+                if not self._probing and now < self._told_until:
+                    return None  # the server asked for the time
+            if not self._probing and now >= opens:
                 self._probing, self._probe_sent = True, now
                 return True
-            if spent and (not self._probing or self._failed_probe_sent >= asked):
+            if spent and ((not self._probing and not late) or self._failed_probe_sent >= asked):
                 # It waited out the budget with no probe to wait for, or a
                 # probe sent since it asked failed.
                 return None
-            wake = self._closed_until if now < self._closed_until and not late else None
+            wake = opens if now < opens else None
             await self._wait_change(_earliest(wake, deadline, None if spent else store_deadline))
 
     async def pause(self, delay: float, deadline: float | None) -> None:
@@ -226,6 +238,8 @@ class StoreHealth:
     def _failed(self, failure: TransientError, probe: bool) -> None:
         now = self._failed_at = time.monotonic()
         self.reason = redact(str(failure))
+        if failure.retry_after is not None:
+            self._told_until = now + min(failure.retry_after, self._policy.max_retry_after)
         if self.failing_since is None:
             self.failing_since = now
         self._streak += 1

@@ -122,13 +122,13 @@ def test_after_the_budget_a_read_probes_once_and_sees_the_store_back(served_http
 
 def test_a_new_pass_right_after_the_budget_is_sent_at_once(served_http, data) -> None:  # type: ignore[no-untyped-def]
     """Reads made after the budget was spent (the next pass of a training
-    loop that caught the error) do not wait for the backoff: the first is
-    sent at once as a probe, and against a store that came back they all
-    succeed. They failed without sending anything until the backoff's
-    window closed (the CI flake of a server restarted right after)."""
+    loop that caught the error) do not wait for the backoff the outage grew:
+    the first is sent within the first step as a probe, and against a store
+    that came back they all succeed. They failed without sending anything
+    until the backoff's window closed (the CI flake of a server restarted
+    right after)."""
     open_reader, server = served_http
-    slow = {**FAST, "backoff": 3.0, "max_backoff": 3.0}
-    reader = open_reader(give_up_after=0.5, **slow)
+    reader = open_reader(give_up_after=1.0, **{**FAST, "max_backoff": 3.0})  # steps up to 3 s
     server.go_down(3600)
     assert all(isinstance(r, StorageError) for r in read_blocks(reader, range(READERS)))
     with pytest.raises(StorageError, match="gave up after 1 attempts"):  # still down: one probe
@@ -139,8 +139,28 @@ def test_a_new_pass_right_after_the_budget_is_sent_at_once(served_http, data) ->
     assert [bytes(r) for r in results] == [
         data[b * BLOCK : b * BLOCK + 100] for b in range(READERS + 1, 2 * READERS + 1)
     ]
-    assert time.monotonic() - began < 1.0  # not the 3 s backoff
+    assert time.monotonic() - began < 0.5  # the first step (0.05 s), not the grown backoff
     assert len(server.requests) == sent + READERS
+
+
+def test_after_the_budget_a_servers_retry_after_still_holds(served_http, data) -> None:  # type: ignore[no-untyped-def]
+    """A server that answered 503 with ``Retry-After`` is not probed by a new
+    pass before that time: its reads fail at once, sending nothing; after
+    it, the first probes and the store is seen back."""
+    open_reader, server = served_http
+    reader = open_reader(give_up_after=0.5, **FAST)
+    server.faults.retry_after = "2"
+    server.go_down(3600)
+    assert all(isinstance(r, StorageError) for r in read_blocks(reader, range(READERS)))
+    sent = len(server.requests)
+    with pytest.raises(StorageError, match="gave up waiting"):
+        reader.read_sync(READERS * BLOCK, 10)
+    assert len(server.requests) == sent
+    server.faults.down_until = 0.0
+    time.sleep(2.0)
+    assert (
+        bytes(reader.read_sync(READERS * BLOCK, 10)) == data[READERS * BLOCK : READERS * BLOCK + 10]
+    )
 
 
 def test_lone_failures_do_not_make_an_outage(served_http, data, caplog) -> None:  # type: ignore[no-untyped-def]
