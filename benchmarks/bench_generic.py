@@ -4,7 +4,8 @@ and a folder of real-world files checked crop by crop.
 - cost: the same mp3 through its native index and the generic one, and AAC
   in ADTS (generic) against AAC in M4A (native), one-second crops at random;
   bytes and milliseconds per crop, generic/native ratios from the same run.
-  Matroska (WebM Opus, MKA Vorbis, FFmpeg's 5 s clusters): the index as
+  Matroska (WebM Opus, MKA Vorbis, FFmpeg's 5 s clusters, and WebM Opus
+  laced 8 frames to a block as mkvmerge laces): the index as
   built, whose points include SimpleBlocks between clusters, against the
   same index with cluster starts only (a crop then decodes whole clusters),
   from the same run.
@@ -43,6 +44,7 @@ from streamer.formats.registry import GENERIC
 from streamer.index import SeekIndex
 from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
+from testkit.matroska import laced
 from testkit.reference import full_decode
 
 LOSSLESS = ("flac", "alac", "wavpack", "pcm_", "ape", "tak", "tta", "wmalossless")
@@ -94,10 +96,16 @@ def cost(seconds: float, crops: int) -> dict[str, dict[str, float]]:
 def matroska_points(seconds: float, crops: int) -> dict[str, dict[str, float]]:
     """Per-crop cost with block points against cluster starts only."""
     out = {}
-    for codec, container in (("opus", "webm"), ("vorbis", "matroska")):
+    for codec, container, lacing in (
+        ("opus", "webm", None),
+        ("vorbis", "matroska", None),
+        ("opus", "webm", "xiph"),  # as mkvmerge writes it
+    ):
         rate = 48000 if codec == "opus" else 44100
         signal = synth.signal(seconds, rate, 2, seed=3)
         data = synth.encode(signal, rate, codec, container=container)
+        if lacing is not None:
+            data = laced(data, per=8, kind=lacing)
         index = _generic(data)
         # Every candidate point (density inf), of which the cluster starts.
         every = GENERIC.build_index(Reader(io.BytesIO(data)), density=math.inf)
@@ -105,7 +113,7 @@ def matroska_points(seconds: float, crops: int) -> dict[str, dict[str, float]]:
         sparse = dataclasses.replace(
             index, sample_pos=every.sample_pos[clusters], byte_pos=every.byte_pos[clusters]
         )
-        label = f"{codec} {container}"
+        label = f"{codec} {container}" + (f" ({lacing}-laced)" if lacing else "")
         blocks = out[f"{label} blocks"] = per_crop(data, index, seconds, crops)
         only = out[f"{label} clusters"] = per_crop(data, sparse, seconds, crops)
         print(

@@ -36,6 +36,7 @@ from streamer.shard import BlobHandle
 from streamer.storage import MemoryReader
 from streamer.synth import signal
 from streamer.write.pack import pack
+from testkit.matroska import LACINGS, laced
 from testkit.reference import full_decode
 
 SECONDS = 3.0
@@ -225,6 +226,29 @@ def test_matroska_blocks_a_packet_apart_are_spliced_exactly(name: str) -> None:
     for start, end in spans(full.shape[1] / rate, name):
         crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
         assert_equal(name, crop.audio, full[:, round(start * rate) : round(end * rate)], spec[6])
+    assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", sorted(LACINGS))
+def test_laced_matroska_blocks_are_points(kind: str) -> None:
+    """mkvmerge laces audio frames into blocks; FFmpeg reports each frame
+    at its block's position. A laced block is a point when its lace count
+    and sizes add up to those frames (fixed lacing: only frames of one
+    size are laced, few here), and crops spliced at one are exact."""
+    spec = FILES["opus-webm.webm"]
+    data = laced(make(*spec[:6], seconds=6.0), per=4, kind=kind)
+    index = generic_index(data)
+    full, rate = full_decode(data)
+    assert index.num_samples == full.shape[1]
+    blocks = [p for p in index.byte_pos.tolist() if data[p] == 0xA3]
+    # The flags: after the ID, the size, a one-byte track number and the timestamp.
+    flags = [data[p + 1 + (9 - data[p + 1].bit_length()) + 3] for p in blocks]
+    laced_points = sum(bool(f & 0x06 == LACINGS[kind]) for f in flags)
+    assert laced_points >= (4 if kind != "fixed" else 0), (len(index.byte_pos), flags)
+    stats = DecodeStats()
+    for start, end in spans(full.shape[1] / rate, kind):
+        crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
+        assert_equal(kind, crop.audio, full[:, round(start * rate) : round(end * rate)], spec[6])
     assert (stats.fallback, stats.unplanned_reads, stats.bad_packets) == (0, 0, 0)
 
 

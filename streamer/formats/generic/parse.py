@@ -118,6 +118,8 @@ OPEN_CLUSTER = SPLICED["matroska"] + b"\x01\xff\xff\xff\xff\xff\xff\xff" + b"\xe
 _SIMPLE_BLOCK, _BLOCK_GROUP, _BLOCK = 0xA3, 0xA0, 0xA1
 #: The longest element head of those: a one-byte ID and an 8-byte size.
 _HEAD_MAX = 9
+#: A block's lacing bits (in its flags byte), and those of fixed-size lacing.
+_LACING, _FIXED_LACING = 0x06, 0x04
 #: Where an Ogg page's header type is, and its "continued packet" flag.
 _OGG_FLAGS, _CONTINUED = 5, 0x01
 #: FFmpeg's buffer for the first open, which only learns the demuxer's name.
@@ -353,33 +355,51 @@ def _merged_points(a: _Candidates, b: _Candidates) -> _Candidates:
     return samples[order], positions[order]
 
 
-def _block_start(read: Callable[[int, int], bytes], pos: int, size: int) -> int | None:
-    """Where the block whose only packet FFmpeg reports at ``pos`` (the
-    block's content: track number, timestamp, flags, then the frame) with
-    ``size`` bytes of frame begins: a SimpleBlock's ID, or the ID of the
-    BlockGroup that a Block opens (FFmpeg 9's muxer writes Vorbis so).
-    None when the bytes before ``pos`` are not the head of such a block (a
-    laced block, whose content holds several frames; a Block that is not
-    its group's first child; a track whose frames the demuxer rebuilds from
-    stripped headers)."""
+def _block_start(read: Callable[[int, int], bytes], pos: int, sizes: list[int]) -> int | None:
+    """Where the block whose packets FFmpeg reports at ``pos`` (the block's
+    content: track number, timestamp, flags, then the frames), ``sizes``
+    bytes each, begins: a SimpleBlock's ID, or the ID of the BlockGroup
+    that a Block opens (FFmpeg 9's muxer writes Vorbis so). None when the
+    bytes around ``pos`` are not the head of such a block (a Block that is
+    not its group's first child; a track whose frames the demuxer rebuilds
+    from stripped headers: a size that does not add up)."""
     if pos < 2:
         return None
     at = max(pos - 2 * _HEAD_MAX, 0)
-    near = read(at, pos + 1 - at)
-    content = _varint_length(near[-1]) + 3 + size
+    near = read(at, pos + _HEAD_MAX + 4 - at)
+    if len(near) <= pos - at:
+        return None
+    track = _varint_length(near[pos - at])
+    lacing = near[pos - at + track + 2 : pos - at + track + 4]
     for start, length, value in _heads(near, at, pos):
-        if value != content:
+        if not _holds(value, track, lacing, sizes):
             continue
         if near[start - at] == _SIMPLE_BLOCK:
             return start
         if near[start - at] == _BLOCK:
-            block = 1 + length + content
+            block = 1 + length + value
             groups = _heads(near, at, start)
             found = (g for g, _, v in groups if near[g - at] == _BLOCK_GROUP and v >= block)
             group = next(found, None)
             if group is not None:
                 return group
     return None
+
+
+def _holds(content: int, track: int, lacing: bytes, sizes: list[int]) -> bool:
+    """Whether a block's ``content`` bytes are its head (``track`` bytes of
+    track number, a timestamp, flags) and exactly the frames ``sizes``: one
+    frame unlaced; several behind a lace count that says so and lace sizes
+    (none in fixed lacing, at most 8 bytes a frame in Xiph's and EBML's)."""
+    frames = sum(sizes)
+    if len(sizes) == 1:
+        return content == track + 3 + frames
+    if len(lacing) < 2 or not lacing[0] & _LACING or lacing[1] != len(sizes) - 1:
+        return False
+    head = content - (track + 4 + frames)
+    if lacing[0] & _LACING == _FIXED_LACING:
+        return head == 0
+    return 0 <= head <= 8 * (len(sizes) - 1)
 
 
 def _heads(near: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -515,7 +535,7 @@ class _Counted:
         return samples, marks[keep]
 
     def block_points(self, read: Callable[[int, int], bytes], step: int) -> _Candidates:
-        """Matroska blocks of one keyframe packet (``_block_start``),
+        """Matroska blocks (``_block_start``) that start with a keyframe packet,
         the first in each ``step``-wide bin of samples, as ``Points`` keeps
         them: a splice can start at one (``OPEN_CLUSTER``). ``read(offset,
         length)``: the file's bytes."""
@@ -523,11 +543,13 @@ class _Counted:
         sizes = np.frombuffer(self.sizes, dtype=np.int64)
         samples = np.frombuffer(self.samples, dtype=np.int64)
         usable = self.keys().copy()
-        usable[1:] &= positions[1:] > positions[:-1]  # laced packets share one position
+        usable[1:] &= positions[1:] > positions[:-1]  # a laced block's packets share one position
+        ends = np.searchsorted(positions, positions, side="right")  # past a block's last packet
         found_samples, found_positions = [], []
         k, count = 0, len(positions)
         while k < count:
-            start = _block_start(read, int(positions[k]), int(sizes[k])) if usable[k] else None
+            laced = sizes[k : ends[k]].tolist()
+            start = _block_start(read, int(positions[k]), laced) if usable[k] else None
             if start is None:
                 k += 1
                 continue
