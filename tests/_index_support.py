@@ -14,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import wave
+from pathlib import Path
 
 import av
 import numpy as np
@@ -26,6 +27,7 @@ from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
 from streamer.index import SeekIndex
+from streamer.write.pack import pack
 
 EVERY = float("inf")
 
@@ -34,6 +36,18 @@ def encoded(
     codec: str, sample_rate: int = 44100, channels: int = 1, seconds: float = 2.0, **kw
 ) -> bytes:
     return synth.encode(synth.signal(seconds, sample_rate, channels), sample_rate, codec, **kw)
+
+
+def packed_dataset(folder: Path, files: dict[str, tuple[str, int, int]], *, index: bool) -> Path:
+    """``folder``/ds: ``files`` (key -> codec, sample rate, channels; 2 s
+    each) packed, with their seek indexes if ``index``."""
+    src = folder / "src"
+    src.mkdir()
+    for key, (codec, rate, channels) in files.items():
+        (src / f"{key}.bin").write_bytes(encoded(codec, rate, channels, seconds=2.0))
+    root = folder / "ds"
+    pack(src, root, progress=False, index=index)
+    return root
 
 
 def index_of(data: bytes, density: float = EVERY) -> SeekIndex:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from _index_support import encoded
+from _index_support import packed_dataset
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -28,7 +28,6 @@ from streamer.index.table import (
     SeekIndex,
 )
 from streamer.shard.ipc import Shard
-from streamer.write.pack import pack
 
 FILES = {"a-mp3": ("mp3", 44100, 1), "d-opus": ("opus", 48000, 2)}
 CROP = (0.5, 1.25)
@@ -36,13 +35,7 @@ CROP = (0.5, 1.25)
 
 @pytest.fixture
 def indexed(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    for key, (codec, rate, channels) in FILES.items():
-        (src / f"{key}.bin").write_bytes(encoded(codec, rate, channels, seconds=2.0))
-    root = tmp_path / "ds"
-    pack(src, root, progress=False)
-    return root
+    return packed_dataset(tmp_path, FILES, index=True)
 
 
 def _index_shard(root: Path) -> Path:

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from _index_support import encoded
+from _index_support import packed_dataset
 from helpers import rewrite_index_shard
 
 from streamer import open_dataset
@@ -22,7 +22,6 @@ from streamer.index.table import (
     SeekIndex,
 )
 from streamer.shard.ipc import Shard
-from streamer.write.pack import pack
 
 FILES = {
     "a-mp3": ("mp3", 44100, 1),
@@ -37,12 +36,7 @@ BAD = "b-mp3"
 @pytest.fixture
 def unverified(tmp_path: Path) -> Path:
     """A dataset of ``FILES`` indexed with ``--no-verify``."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for key, (codec, rate, channels) in FILES.items():
-        (src / f"{key}.bin").write_bytes(encoded(codec, rate, channels, seconds=2.0))
-    root = tmp_path / "ds"
-    pack(src, root, progress=False, index=False)
+    root = packed_dataset(tmp_path, FILES, index=False)
     assert main(["index", str(root), "--no-verify", "--no-progress", "--workers", "1"]) == 0
     return root
 
