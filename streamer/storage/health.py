@@ -16,8 +16,11 @@ bucket (S3) or one server (HTTP) goes through one ``StoreHealth``:
   A success opens the gate (logged once more, with how long it lasted) and
   the waiting requests go. Requests sent during an outage are thus about
   the requests already in flight when it began plus one per backoff step,
-  however many callers wait.
-* ``give_up_after`` seconds after the store last answered, every request
+  however many callers wait: a request queued behind the store's limits
+  whose place comes once the gate is shut is not sent (``GateShut``), it
+  waits at the gate again.
+* ``give_up_after`` seconds after the first failed attempt of the run was
+  sent (the instant its requests count their budgets from), every request
   still waiting (or failing) gives up together with ``StorageError``. A
   request made after that probes within the policy's first backoff step,
   not the grown one (or goes by a probe sent after it asked): a store that
@@ -44,7 +47,7 @@ from typing import TypeVar
 
 from ..errors import StorageError
 from ._urls import redact
-from .retry import PastDeadline, RetryPolicy, TransientError
+from .retry import GateShut, NotSent, PastDeadline, RetryPolicy, TransientError
 from .stats import StoreStats
 
 __all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "Slot", "StoreHealth"]
@@ -76,9 +79,12 @@ class StoreHealth:
         self._policy = policy
         self._stats = stats
         self._streak = 0
-        #: When the current run of failures began (None: the store answers).
+        #: When the current run of failures began (None: the store answers):
+        #: when its first failed attempt was sent, as each request counts its
+        #: own budget, but not before the store last answered.
         self.failing_since: float | None = None
         self._failed_at = 0.0  # when the last failure came
+        self._answered_at = 0.0  # when the last answer came
         self.reason = "no answer yet"
         #: Whether the store has answered anything (a success, a 404) in this process.
         self.answered = False
@@ -167,6 +173,7 @@ class StoreHealth:
         slot: Slot,
         hedge: bool,
         probe: bool,
+        began: float,
         deadline: float | None = None,
         retry: bool = False,
     ) -> T:
@@ -181,22 +188,27 @@ class StoreHealth:
         hedge is sent at or past it, and a hedge runs at most one read timeout
         beyond it. If ``retry`` (the request failed already), the same holds
         for the attempt itself: ``PastDeadline`` if its place comes at or
-        after the deadline (nothing was sent). A request's first attempt is
+        after the deadline (nothing was sent). Unless it is the ``probe``,
+        an attempt whose place comes while the gate is shut raises
+        ``GateShut`` (nothing was sent): it waits at the gate again. A request's first attempt is
         always sent: it is how a store that came back is noticed.
+
+        ``began``: when the request began this attempt (``time.monotonic()``),
+        the instant its budget counts from should it fail; a run of failures
+        counts the store's budget from the same instant.
         """
-        began = time.monotonic()
         bound = None if deadline is None or not retry else deadline
         try:
             if hedge and self._policy.hedge_after is not None:
-                result = await self._hedged(request, slot, deadline, bound)
+                result = await self._hedged(request, slot, deadline, bound, probe)
             else:
                 async with slot():
-                    result = await self._timed(request, bound=bound)
-        except PastDeadline:
+                    result = await self._timed(request, bound=bound, gated=not probe)
+        except NotSent:
             self._release(probe)
             raise
         except TransientError as exc:
-            self._failed(exc, probe)
+            self._failed(exc, probe, began)
             raise
         except StorageError:  # the store answered (404, denied, ...): it is up
             self._succeeded(probe, began)
@@ -222,6 +234,7 @@ class StoreHealth:
         self.answered = True
         if self.in_outage and sent < self._closed_at:
             return  # sent before the outage began: says nothing about the store now
+        self._answered_at = time.monotonic()
         if self._announced:
             assert self.failing_since is not None
             log.warning(
@@ -235,13 +248,19 @@ class StoreHealth:
             self.failing_since = None
             self._notify()
 
-    def _failed(self, failure: TransientError, probe: bool) -> None:
+    def _failed(self, failure: TransientError, probe: bool, sent: float) -> None:
         now = self._failed_at = time.monotonic()
         self.reason = redact(str(failure))
         if failure.retry_after is not None:
             self._told_until = now + min(failure.retry_after, self._policy.max_retry_after)
-        if self.failing_since is None:
-            self.failing_since = now
+        # The run begins when its earliest failed attempt was sent (answers
+        # arrive out of order), the instant its requests count their budgets
+        # from: were it when the first failure came back, the requests
+        # already in flight would give up before the store's budget, and a
+        # request made in between would wait for that and give up unsent.
+        began = max(sent, self._answered_at)
+        if self.failing_since is None or began < self.failing_since:
+            self.failing_since = began
         self._streak += 1
         if probe:
             self._probing = False
@@ -279,17 +298,25 @@ class StoreHealth:
         *,
         timed_get: bool = False,
         bound: float | None = None,
+        gated: bool = True,
+        hedge: bool = False,
     ) -> T:
         """``request()`` bounded by the policy's whole-attempt timeout and, if
         ``bound`` (its request's deadline) is given, sent only before it and
-        given at most one read timeout past it; the latency of a successful
-        GET (``timed_get``) feeds the hedge delay."""
+        given at most one read timeout past it; not sent while the gate is
+        shut, if ``gated`` (every attempt but the probe). The latency of a
+        successful GET (``timed_get``) feeds the hedge delay; a ``hedge``
+        is counted once it is sent."""
+        if gated and self.in_outage:
+            raise GateShut
         sent = time.monotonic()
         timeout = self._policy.timeout
         if bound is not None:
             if sent >= bound:
                 raise PastDeadline
             timeout = min(timeout, bound - sent + self._policy.read_timeout)
+        if hedge:
+            self._stats.hedges += 1
         self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
         try:
             async with asyncio.timeout(timeout):
@@ -318,19 +345,26 @@ class StoreHealth:
         slot: Slot,
         deadline: float | None,
         bound: float | None,
+        probe: bool,
     ) -> T:
         """``request()``, sent again if it stalls; the first answer wins. Each
         request waits for a place of its own (``slot``), and holds it only
         while it runs; the hedge delay runs from when the first one is sent.
         The copy is sent only if the delay ends before ``deadline``, and
-        bounded by it (``_timed``); the first copy by ``bound``."""
+        bounded by it (``_timed``); the first copy by ``bound``. Only the
+        first copy of a ``probe`` goes through a shut gate."""
 
         async def attempt(sent: asyncio.Future[None] | None) -> T:
             async with slot():
-                if sent is not None:
+                first = sent is not None
+                if first:
                     sent.set_result(None)
                 return await self._timed(
-                    request, timed_get=True, bound=bound if sent is not None else deadline
+                    request,
+                    timed_get=True,
+                    bound=bound if first else deadline,
+                    gated=not (first and probe),
+                    hedge=not first,
                 )
 
         sent = asyncio.get_running_loop().create_future()
@@ -348,7 +382,6 @@ class StoreHealth:
                 return first.result()
             if self._streak == 0 and self._hedge_tokens >= 1:
                 self._hedge_tokens -= 1
-                self._stats.hedges += 1
                 tasks.add(asyncio.ensure_future(attempt(None)))
             return await self._first_answer(tasks, first)
         finally:
@@ -369,7 +402,7 @@ class StoreHealth:
                     if task is not first:
                         self._stats.hedge_wins += 1
                     return task.result()
-                if failure is None or isinstance(failure, PastDeadline):
+                if failure is None or isinstance(failure, NotSent):
                     failure = error  # a copy never sent says less than one that failed
         assert failure is not None
         raise failure

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .health import Slot, StoreHealth
 
 __all__ = [
+    "GateShut",
+    "NotSent",
     "PastDeadline",
     "RetryPolicy",
     "StoreUnavailable",
@@ -68,9 +70,21 @@ class TransientError(Exception):
         self.unresolved = unresolved
 
 
-class PastDeadline(Exception):
-    """An attempt was not sent: its place in the store's limits came after
-    its request's deadline (``give_up_after``). Says nothing of the store."""
+class NotSent(Exception):
+    """An attempt was not sent: when its place in the store's limits came,
+    it could no longer go. Says nothing of the store."""
+
+
+class PastDeadline(NotSent):
+    """Its place came after its request's deadline (``give_up_after``)."""
+
+
+class GateShut(NotSent):
+    """Its place came after the store went into an outage: it waits at the
+    gate again, with the other requests, instead of being sent. (Requests
+    queued behind the store's limits when an outage began were each sent,
+    one after another, as the limit fell to 1: against a black-holed store
+    a pass gave up a connect timeout per queued request after its budget.)"""
 
 
 class StoreUnavailable(StorageError):
@@ -190,11 +204,20 @@ async def call_with_retries(
         deadline = _own_deadline(first_failure or began, health, policy)
         try:
             result = await health.send(
-                request, slot=slot, hedge=hedge, probe=probe, deadline=deadline, retry=retry
+                request,
+                slot=slot,
+                hedge=hedge,
+                probe=probe,
+                began=began,
+                deadline=deadline,
+                retry=retry,
             )
         except PastDeadline:  # its place came too late: the budget is spent, nothing sent
             tries -= 1
             break
+        except GateShut:  # the store went down while it waited for its place
+            tries -= 1
+            continue
         except TransientError as exc:
             failure = exc
             if exc.unresolved and not health.answered:

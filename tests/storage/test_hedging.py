@@ -75,9 +75,11 @@ def test_a_hedge_that_loses_is_cancelled(served_http, data) -> None:  # type: ig
 
 def test_hedges_are_bounded_when_every_request_stalls(served_http) -> None:  # type: ignore[no-untyped-def]
     """A store that hangs on everything gets at most the hedge budget more
-    requests, not one more per read."""
+    requests, not one more per read. (The limits let every read go at once:
+    a hedge still queued when the store's gate shuts is not sent.)"""
     open_reader, server = served_http
-    reader = open_reader(hedge_after=0.05, read_timeout=0.5, attempts=1, **OPTIONS)
+    limits = {"adaptive": False, "max_concurrency": 128}
+    reader = open_reader(hedge_after=0.05, read_timeout=0.5, attempts=1, **limits, **OPTIONS)
     server.faults.hangs, server.faults.stall_seconds = 10**6, 30
     reads = 40
     results = timed_reads(reader, range(reads), reads)

@@ -29,6 +29,7 @@ from streamer import RandomCrops, Streamer, open_dataset
 from streamer.errors import StorageError
 from streamer.storage.health import OUTAGE_STREAK
 from streamer.storage.loop import run_sync
+from streamer.storage.throttle import INITIAL
 
 BLOCK = 16 * 1024
 #: Backoff scaled down with the outages: probes every 0.05-0.4 s instead of 0.1-10 s.
@@ -145,6 +146,27 @@ def test_a_new_pass_right_after_the_budget_is_sent_at_once(served_http, data) ->
     assert len(server.requests) == sent + READERS
 
 
+def test_reads_in_flight_when_the_outage_begins_give_up_with_the_store(served_http) -> None:  # type: ignore[no-untyped-def]
+    """The store's budget and its requests' budgets count from the same
+    instant, when the first failed attempt was sent, however late its
+    answer comes: the reads (as many as the store's limits send at once)
+    give up when the store does, and a read made
+    right after is sent. (The store counted from the first answer, 0.6 s
+    after its requests: a read made in between waited for that and gave up
+    without sending anything.)"""
+    open_reader, server = served_http
+    # Backoff steps of 1-2 s: after the first failures the gate stays shut
+    # past the instant the store gave up when it counted from their answers.
+    reader = open_reader(give_up_after=1.0, **{**FAST, "backoff": 2.0, "max_backoff": 2.0})
+    server.faults.latency = 0.6  # every answer (503) comes 0.6 s after its request
+    server.go_down(3600)
+    assert all(isinstance(r, StorageError) for r in read_blocks(reader, range(INITIAL)))
+    sent = len(server.requests)
+    with pytest.raises(StorageError, match="gave up after 1 attempts"):
+        reader.read_sync(INITIAL * BLOCK, 10)
+    assert len(server.requests) == sent + 1
+
+
 def test_after_the_budget_a_servers_retry_after_still_holds(served_http, data) -> None:  # type: ignore[no-untyped-def]
     """A server that answered 503 with ``Retry-After`` is not probed by a new
     pass before that time: its reads fail at once, sending nothing; after
@@ -228,6 +250,29 @@ def test_a_connection_that_never_opens_is_cut_by_the_connect_timeout(
         reader.read_sync(0, 10)
     assert time.monotonic() - began < 20  # two connect timeouts, not two 60 s attempts
     assert "timeout" in str(caught.value).lower()
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_reads_queued_behind_the_limits_give_up_with_the_budget(
+    kind, unanswered_port, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    """32 reads against a black-holed store, more than its limits send at
+    once: those still queued when the gate shuts wait at it instead of being
+    sent one by one as the limit falls to 1. The pass gives up with the
+    budget, having sent the first round and the probes. (It took 14 s for a
+    1 s budget: a connect timeout for each queued read.)"""
+    endpoint = f"http://127.0.0.1:{unanswered_port}"
+    options = {"connect_timeout": 0.5, "give_up_after": 1.0, **FAST}
+    if kind == "s3":
+        reader = make_store("s3", endpoint, **options).reader("data/random.bin", size=10**7)
+    else:
+        reader = make_store("http", **options).reader(f"{endpoint}/random.bin", size=10**7)
+    began = time.monotonic()
+    results = read_blocks(reader, range(32))
+    took = time.monotonic() - began
+    assert all(isinstance(r, StorageError) for r in results)
+    assert took < 1.0 + 2 * 0.5 + 0.5  # the budget, a probe in flight at its end, slack
+    assert reader.store.stats.requests <= INITIAL + probes_bound(took, 0.05, 0.4)
 
 
 # -- cancellation ------------------------------------------------------------------
