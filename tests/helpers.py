@@ -113,7 +113,8 @@ def gone(pid: int) -> bool:
 def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-arg]
     """Rewrite the ``seek_index/`` shard at ``path`` with ``rows`` (key ->
     ``SeekIndex``, in its order), keeping the blob lengths it records; no
-    content or span CRCs (hand-made rows are not checked against the bytes)."""
+    content, span or row CRCs (hand-made rows are not checked against the
+    bytes, nor against a checksum of their own)."""
     import pyarrow as pa
 
     from streamer.index.table import BLOB_BYTES_COLUMN, CONTENT_TYPE, to_struct_array
@@ -124,7 +125,15 @@ def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-ar
     indexes = to_struct_array(list(rows.values()))
     crcs = pa.nulls(len(rows), CONTENT_TYPE)
     sizes = pa.nulls(len(rows), pa.int64())
-    columns = [pa.array(list(rows)), indexes, lengths, crcs, sizes, crcs]
+    columns = [
+        pa.array(list(rows)),
+        indexes,
+        lengths,
+        crcs,
+        sizes,
+        crcs,
+        pa.nulls(len(rows), pa.uint32()),
+    ]
     batch = pa.record_batch(columns, schema=SCHEMA)
     temp = path.with_suffix(".tmp")
     with pa.ipc.new_file(str(temp), SCHEMA) as writer:

@@ -139,11 +139,28 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except Exception as exc:
-        code = 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
+        interrupted = _raised_while_interrupted(exc)
+        code = 130 if interrupted else 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
         if args.verbose:  # redacted like the error line: chained messages quote URLs too
             sys.stderr.write(redact(traceback.format_exc()))
-        print(f"streamer {args.command}: error: {_describe(exc)}", file=sys.stderr)
+        outcome = "interrupted" if interrupted else f"error: {_describe(exc)}"
+        print(f"streamer {args.command}: {outcome}", file=sys.stderr)
         return code
+
+
+def _raised_while_interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while an interrupt unwound the command (a
+    ``KeyboardInterrupt`` in its context chain): a file closed twice as the
+    interrupt cut a writer's ``close`` ("Bad file descriptor") is the
+    interrupt's doing, and the command was interrupted, not failed."""
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
 
 
 def _describe(exc: Exception) -> str:

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from ..decode.resample import DEFAULT_QUALITY, QUALITIES, check_sample_rate
 from ..errors import StreamerError
 from ..pipeline.bench import check_limit
 from ..pipeline.pool import check_workers
+from ..storage import redact
 from ..write.index import parse_part
 
 
@@ -41,6 +43,7 @@ def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
     ``--give-up-after`` for the command's remote URLs."""
     parser.add_argument(
         "--endpoint-url",
+        type=endpoint_url,
         help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
     )
     parser.add_argument(
@@ -50,6 +53,30 @@ def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
         help=f"fail once a remote store has not answered for this long "
         f"(default: {ONE_SHOT_GIVE_UP:g})",
     )
+
+
+def printable(text: str) -> str:
+    """``text`` as one line: control characters (a newline or a tab in a file
+    name) spelled as escapes, so a name cannot break a report's lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def endpoint_url(text: str) -> str:
+    """An argparse type: an http:// or https:// URL naming a host (a malformed
+    one failed as the store opened, exit 1, as if the store were at fault)."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            f"must be an http:// or https:// URL naming a host, not {redact(text)!r}"
+        )
+    return text
 
 
 def positive_int(text: str) -> int:

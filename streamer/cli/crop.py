@@ -15,6 +15,7 @@ import numpy as np
 
 from ..dataset import Dataset, open_dataset
 from ..errors import StreamerError
+from ..index.checks import MAX_DURATION
 from ..write.sources import name_text
 from ._options import (
     UsageError,
@@ -50,11 +51,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-o must end in .npy or .wav, not {args.output!r}")
     if args.end <= args.start:
         raise UsageError(f"END must be after START ({args.start:g} .. {args.end:g})")
+    if args.end > MAX_DURATION:
+        raise UsageError(f"END {args.end:g} is past any audio (at most {MAX_DURATION:g} s)")
     options = storage_options(args)
     writable_file(args.output)  # before decoding
     dataset = open_dataset(args.url, **options)
-    if args.output.endswith(".wav"):
-        _check_wav_size(dataset, args)
+    _check_size(dataset, args)
     crop = dataset.crop(
         args.key,
         args.start,
@@ -81,11 +83,13 @@ def run(args: argparse.Namespace) -> int:
 WAV_MAX_BYTES = 0xFFFFFFFF - 36
 
 
-def _check_wav_size(dataset: Dataset, args: argparse.Namespace) -> None:
+def _check_size(dataset: Dataset, args: argparse.Namespace) -> None:
     """Refuse (``UsageError``), before decoding, a crop too long for a WAV
-    file: ``--pad`` to an END hours away (or a long crop at a high
-    ``--sample-rate``) decoded it all, then failed to allocate or to write
-    it. Unknown from ``audio_info`` (no such key, no row): left to the crop."""
+    file or for this machine's memory (the crop is held whole, as float32):
+    ``--pad`` to an END hours away (or a long crop at a high
+    ``--sample-rate``) decoded it all, then failed to allocate (329 GiB) or
+    to write it. END past any audio is refused by the crop itself. Unknown
+    from ``audio_info`` (no such key, no row): left to the crop."""
     try:
         info = dataset.info(args.key)
         rate = args.sample_rate or int(info["sample_rate"])
@@ -94,13 +98,29 @@ def _check_wav_size(dataset: Dataset, args: argparse.Namespace) -> None:
     except (KeyError, TypeError, ValueError, StreamerError):
         return
     end = args.end if args.pad or not math.isfinite(duration) else min(args.end, duration)
+    if not (math.isfinite(end * rate) and rate > 0 and channels > 0):
+        return
     samples = max(0, round(end * rate) - round(args.start * rate))
-    if samples * channels * 2 > WAV_MAX_BYTES:
+    shape = f"{channels} channel(s) x {samples} samples at {rate} Hz"
+    if args.output.endswith(".wav") and samples * channels * 2 > WAV_MAX_BYTES:
         raise UsageError(
             f"a WAV file holds at most 4 GiB of 16-bit samples; this crop is "
-            f"{samples * channels * 2 / 2**30:.1f} GiB ({channels} channel(s) x {samples} "
-            f"samples at {rate} Hz): write a shorter crop"
+            f"{samples * channels * 2 / 2**30:.1f} GiB ({shape}): write a shorter crop"
         )
+    memory = _physical_memory()
+    if memory is not None and samples * channels * 4 > memory:
+        raise UsageError(
+            f"this crop needs {samples * channels * 4 / 2**30:.1f} GiB of memory ({shape}), "
+            f"more than this machine's {memory / 2**30:.1f} GiB: write a shorter crop"
+        )
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def write_whole(path: str, write: Callable[[BinaryIO], object]) -> None:

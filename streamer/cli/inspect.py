@@ -10,10 +10,10 @@ import json
 from collections import Counter
 from typing import Any
 
-from ..dataset import Dataset, open_dataset
+from ..dataset import ROW_UNREADABLE, Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
 from ..decode.verify import countable
-from ..errors import DataError
+from ..errors import DataError, ShardError
 from ..index.checks import stale_build
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..write.index import index_label, is_generic
@@ -130,7 +130,10 @@ def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
         except DataError:
             continue
         for row in range(reader.shard.num_rows):
-            index = reader.read(row)
+            try:
+                index = reader.read(row)
+            except ShardError as exc:  # a row that fails its row_crc: not served
+                index = SeekIndex.unavailable(f"{ROW_UNREADABLE}: {exc.reason}")
             stale = stale_build(index, reader.revision)
             if stale is not None:  # served as "no index" until rebuilt
                 index = SeekIndex.unavailable(stale, index.container)

@@ -14,6 +14,7 @@ from ._options import (
     byte_size,
     partition,
     positive_int,
+    printable,
     show_progress,
     storage_options,
 )
@@ -93,11 +94,11 @@ def run(args: argparse.Namespace) -> int:
         columns_dir=args.columns_dir,
     )
     for source, reason in report.skipped:
-        print(f"skipped {source}: {reason}", file=sys.stderr)
+        print(printable(f"skipped {source}: {reason}"), file=sys.stderr)
     for key, header, found in report.durations:
         print(
-            f"warning: {key}: the header says {header:.1f} s, the seek index {found:.1f} s; "
-            "audio_info keeps the index's",
+            f"warning: {printable(key)}: the header says {header:.1f} s, "
+            f"the seek index {found:.1f} s; audio_info keeps the index's",
             file=sys.stderr,
         )
     for path in report.unmatched:

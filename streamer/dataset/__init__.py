@@ -6,6 +6,20 @@ index; ``read_crop`` decodes one crop through ``streamer.decode``. The
 manifest (``manifest.py``) lets a network dataset open without listing it.
 """
 
-from .dataset import AUDIO_COLUMN, INFO_DIR, Dataset, open_dataset, write_manifest
+from .dataset import (
+    AUDIO_COLUMN,
+    INFO_DIR,
+    ROW_UNREADABLE,
+    Dataset,
+    open_dataset,
+    write_manifest,
+)
 
-__all__ = ["AUDIO_COLUMN", "INFO_DIR", "Dataset", "open_dataset", "write_manifest"]
+__all__ = [
+    "AUDIO_COLUMN",
+    "INFO_DIR",
+    "ROW_UNREADABLE",
+    "Dataset",
+    "open_dataset",
+    "write_manifest",
+]

@@ -48,7 +48,14 @@ import pyarrow as pa
 
 from ..decode.crop import Crop, CropRequest, read_crop
 from ..decode.resample import DEFAULT_QUALITY
-from ..errors import CompressedShardWarning, DataError, LayoutError, ShardError, StorageError
+from ..errors import (
+    CompressedShardWarning,
+    CropError,
+    DataError,
+    LayoutError,
+    ShardError,
+    StorageError,
+)
 from ..formats.ffmpeg import policy_problem
 from ..formats.job import DecodeStats, Episode
 from ..index.checks import OLDER_BUILDER, check_against_blob
@@ -69,6 +76,7 @@ __all__ = [
     "INDEX_UNREADABLE",
     "INFO_DIR",
     "KEYS_DIFFER",
+    "ROW_UNREADABLE",
     "Dataset",
     "open_dataset",
     "write_manifest",
@@ -81,6 +89,9 @@ INFO_DIR = "audio_info"
 #: Fallback reasons of the episodes of a ``seek_index/`` shard that cannot be used.
 INDEX_UNREADABLE = "seek_index shard unreadable"
 KEYS_DIFFER = "seek_index shard keys differ from audio"
+#: How the reason of an index row that cannot be read begins (a corrupt row,
+#: one that fails its ``row_crc``): ``streamer index`` builds it again.
+ROW_UNREADABLE = "unreadable index row"
 #: Shards opened at once when checking a remote dataset's shards.
 _OPEN_THREADS = 16
 
@@ -153,6 +164,8 @@ class Dataset:
         #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
         self._index_problems: dict[str, tuple[str, DataError]] = {}
         self._verdicts: dict[tuple[str, int], str | None] = {}
+        #: ``audio_info``'s ``num_bytes`` per row (None: not recorded).
+        self._recorded_sizes: dict[tuple[str, int], int | None] = {}
         self._warned_compressed = False
         self._warned_stale: set[str] = set()
         self._decode_stats: DecodeStats | None = None
@@ -470,6 +483,7 @@ class Dataset:
         the index row."""
         blob = self.blob(key)
         name, row = self.locate(key)
+        self._check_blob_size(name, row, key, blob.length)
         reader = self._index_reader(name)
         index: SeekIndex | None = None
         if isinstance(reader, IndexReader):
@@ -477,6 +491,29 @@ class Dataset:
         elif isinstance(reader, ShardError):
             index = SeekIndex.unavailable(self._index_problems[name][0])
         return Episode(key=key, shard=blob.shard, blob=blob, index=index)
+
+    def _check_blob_size(self, name: str, row: int, key: str, length: int) -> None:
+        """``CropError`` when ``audio_info`` records another byte length for
+        the blob than it has (once per row; nothing without ``audio_info``
+        or its ``num_bytes``): the audio shard's row boundaries are damaged
+        (one blob lost its first bytes, its neighbour gained them), or
+        ``audio_info`` is another pack's. Its crops were decoded from the
+        wrong bytes, each one counted as an index "built for another blob"
+        only."""
+        recorded = self._recorded_sizes.get((name, row), ...)
+        if recorded is ...:
+            try:
+                info = self.info(key) if INFO_DIR in self.column_dirs else {}
+            except DataError:  # no usable audio_info/ shard: nothing recorded
+                info = {}
+            recorded = self._recorded_sizes[(name, row)] = info.get("num_bytes")
+        if recorded is not None and recorded != length:
+            raise CropError(
+                f"the blob has {length} bytes, {INFO_DIR} records {recorded}: "
+                f"a damaged audio shard, or {INFO_DIR} of another pack",
+                shard=self.shard(name).path,
+                key=key,
+            )
 
     def _trusted_index(
         self, reader: IndexReader, name: str, row: int, key: str, blob_length: int
@@ -491,7 +528,7 @@ class Dataset:
             with record("index_read"):
                 index = reader.read(row)
         except ShardError as exc:
-            return SeekIndex.unavailable(f"unreadable index row: {exc.reason}")
+            return SeekIndex.unavailable(f"{ROW_UNREADABLE}: {exc.reason}")
         verdict = self._verdicts.get((name, row), ...)
         if verdict is ...:
             info = self.info(key) if INFO_DIR in self.column_dirs else None

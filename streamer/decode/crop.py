@@ -42,6 +42,7 @@ from ..formats.job import (
     StaleIndex,
 )
 from ..formats.registry import format_for
+from ..index.checks import MAX_DURATION
 from ..index.content import (
     DAMAGED,
     SMALL_HEADER,
@@ -140,6 +141,11 @@ class CropRequest:
         if not (0 <= self.start < self.end and math.isfinite(self.end)):
             raise ValueError(
                 f"crop range [{self.start}, {self.end}) needs 0 <= start < end, both finite"
+            )
+        if self.end > MAX_DURATION:  # 1e308 s: no audio is that long, and samples overflow
+            raise ValueError(
+                f"crop range [{self.start}, {self.end:g}) ends past any audio "
+                f"(at most {MAX_DURATION:g} s)"
             )
         check_sample_rate(self.sample_rate)
         check_quality(self.resample_quality)

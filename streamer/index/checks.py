@@ -29,7 +29,6 @@ say nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +41,7 @@ __all__ = [
     "ANOTHER_BLOB",
     "DEFAULT_UNITS_PER_BYTE",
     "MAX_CHANNELS",
+    "MAX_DURATION",
     "MAX_SAMPLE_RATE",
     "OLDER_BUILDER",
     "UNITS_PER_BYTE",
@@ -53,6 +53,9 @@ __all__ = [
 #: How ``stale_build``'s reason begins.
 OLDER_BUILDER = "index built by an older streamer"
 MAX_CHANNELS = 255
+#: The longest duration (s) an ``audio_info`` row is believed about (115
+#: days): a longer one is a corrupt cell (``inf``, 1e12), not audio.
+MAX_DURATION = 1e7
 #: FLAC's STREAMINFO field tops out just below this; nothing real is faster.
 MAX_SAMPLE_RATE = 1 << 20
 #: The most native-timeline units one byte of compressed audio data can stand
@@ -228,17 +231,27 @@ def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
         return "container"
     # HE-AAC: FFmpeg reports the SBR output (twice the rate) and parametric
     # stereo's two channels where the track states the core's.
+    # A value no audio has (a rate of 0 or below, 10^12 seconds) is a corrupt
+    # cell of audio_info, which says nothing of the index: not compared.
     sbr = index.codec == "aac"
     rate, channels = info.get("sample_rate"), info.get("channels")
-    if rate and rate != index.sample_rate and not (sbr and rate == 2 * index.sample_rate):
+    if (
+        _plausible(rate, MAX_SAMPLE_RATE)
+        and rate != index.sample_rate
+        and not (sbr and rate == 2 * index.sample_rate)
+    ):
         return "sample rate"
     if (
-        channels
+        _plausible(channels, MAX_CHANNELS)
         and channels != index.channels
         and not (sbr and (index.channels, channels) == (1, 2))
     ):
         return "channels"
     return _duration_disagreement(index, info.get("duration"))
+
+
+def _plausible(value: Any, most: float) -> bool:
+    return isinstance(value, int | float) and 0 < value <= most
 
 
 #: Codecs FFmpeg names by how far it probed: an MPEG-TS (or PS) stream of
@@ -254,7 +267,7 @@ def _codec_family(codec: str) -> str:
 
 
 def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | None:
-    if duration is None or not math.isfinite(duration) or duration <= 0 or index.num_samples < 0:
+    if not _plausible(duration, MAX_DURATION) or index.num_samples < 0:
         return None
     if index.container == "ogg" and len(index.header) > 1:
         return None  # a chain: FFmpeg's duration is its first link's

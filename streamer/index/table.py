@@ -1,10 +1,11 @@
 """The ``SeekIndex`` of one episode and its Arrow form in ``seek_index/`` shards.
 
 On disk an index is one row of a struct column ``seek_index`` (beside
-``__key__``, ``num_bytes``, the length of the blob it was built from, and
-``content_crc``, CRC-32s of bytes of that blob, and ``span_size`` /
-``span_crc``, CRC-32s of its whole audio data span by span: ``content``), in
-a shard with the same name and rows as the audio shard. The
+``__key__``, ``num_bytes``, the length of the blob it was built from,
+``content_crc``, CRC-32s of bytes of that blob, ``span_size`` /
+``span_crc``, CRC-32s of its whole audio data span by span: ``content``,
+and ``row_crc``, a CRC-32 of the row itself: ``row_checksum``), in a shard
+with the same name and rows as the audio shard. The
 seek points are two ``list<int64>`` children, so reading an episode's points
 is offsets arithmetic on the list values buffer: two numpy views, no Python
 object per point. ``IndexReader`` keeps those views per record batch, which is
@@ -13,6 +14,8 @@ what makes a lookup a few microseconds regardless of the index's length.
 
 from __future__ import annotations
 
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +37,14 @@ __all__ = [
     "NO_INDEX",
     "OK",
     "REVISION_KEY",
+    "ROW_CRC_COLUMN",
     "SPAN_COLUMN",
     "SPAN_SIZE_COLUMN",
     "UNVERIFIED",
     "VERIFIED",
     "IndexReader",
     "SeekIndex",
+    "row_checksum",
     "to_struct_array",
 ]
 
@@ -77,6 +82,13 @@ SPAN_COLUMN = "span_crc"
 #: What a span is, per row (int64): seek-point intervals per span CRC, for
 #: PCM bytes per span from ``data_start`` (``content.span_size``).
 SPAN_SIZE_COLUMN = "span_size"
+#: A CRC-32 of each row as a whole (``row_checksum``: its key, every field
+#: of its ``seek_index`` and the columns above): a row whose numbers changed
+#: after the build (a flipped bit, a hand edit, cells moved between rows)
+#: places crops wrongly while every other check may still pass (a
+#: ``timescale`` one off, a seek point a byte late). Null, or absent in
+#: older shards: not checked.
+ROW_CRC_COLUMN = "row_crc"
 OK = "ok"
 NO_INDEX = "no index"
 #: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
@@ -218,6 +230,36 @@ def _list_values(index: SeekIndex) -> dict[str, np.ndarray]:
     }
 
 
+def row_checksum(key: str, index: SeekIndex, built_for: int | None) -> int:
+    """The CRC-32 ``ROW_CRC_COLUMN`` holds for the row of ``key``: over the
+    key, every ``INDEX_TYPE`` field, the CRC columns (``content_crc``,
+    ``span_size``, ``span_crc``) and ``built_for`` (``BLOB_BYTES_COLUMN``;
+    None: null), each with its length, in a fixed order and byte order. The
+    key is in it so that a row moved under another key fails too."""
+    crc = _crc_of_bytes(key.encode(), 0)
+    for name, kind in _SCALARS.items():
+        value = getattr(index, name)
+        if pa.types.is_string(kind):
+            crc = _crc_of_bytes(value.encode(), crc)
+        else:
+            crc = zlib.crc32(struct.pack("<q", value), crc)
+    for values in _list_values(index).values():
+        crc = _crc_of_array(values, "<i8", crc)
+    crc = _crc_of_array(index.content_crc, "<u4", crc)
+    crc = zlib.crc32(struct.pack("<q", index.span_size), crc)
+    crc = _crc_of_array(index.span_crc, "<u4", crc)
+    return zlib.crc32(struct.pack("<q", -1 if built_for is None else built_for), crc)
+
+
+def _crc_of_bytes(data: bytes, crc: int) -> int:
+    return zlib.crc32(data, zlib.crc32(struct.pack("<q", len(data)), crc))
+
+
+def _crc_of_array(values: np.ndarray, dtype: str, crc: int) -> int:
+    data = np.ascontiguousarray(values, dtype=dtype)
+    return zlib.crc32(data, zlib.crc32(struct.pack("<q", len(data)), crc))
+
+
 def to_struct_array(indexes: list[SeekIndex]) -> pa.StructArray:
     """Many indexes as one ``INDEX_TYPE`` array; list children are built from
     concatenated numpy arrays, never point by point."""
@@ -276,7 +318,9 @@ class IndexReader:
     """Reads ``SeekIndex`` rows out of one open ``seek_index/`` shard.
 
     The returned arrays are read-only views onto the shard's memory map. A
-    row is read as it is stored: whether it can be trusted for its blob is
+    row is read as it is stored, once its ``row_crc`` is found right (the
+    first read of each row computes it; a row that fails raises
+    ``ShardError`` each time): whether it can be trusted for its blob is
     ``checks.check_against_blob``'s to say.
     """
 
@@ -297,6 +341,9 @@ class IndexReader:
         self._content = _CrcColumn(shard, CONTENT_COLUMN)
         self._spans = _CrcColumn(shard, SPAN_COLUMN)
         self._span_sizes = _int_column(shard, SPAN_SIZE_COLUMN)
+        self._row_crcs = _int_column(shard, ROW_CRC_COLUMN, pa.uint32())
+        #: Rows whose ``row_crc`` was computed: None when right, else the error.
+        self._checked: dict[int, ShardError | None] = {}
 
     def built_for(self, row: int) -> int | None:
         """The byte length of the blob row ``row`` was built from (None: the
@@ -307,6 +354,28 @@ class IndexReader:
         return int(self._blob_bytes[row])
 
     def read(self, row: int) -> SeekIndex:
+        index = self._read(row)
+        if self._row_crcs is not None and self._row_crcs[row] >= 0:
+            if row not in self._checked:
+                self._checked[row] = self._checksum_error(row, index)
+            error = self._checked[row]
+            if error is not None:
+                raise ShardError(error.reason, shard=error.shard, key=error.key)
+        return index
+
+    def _checksum_error(self, row: int, index: SeekIndex) -> ShardError | None:
+        assert self._row_crcs is not None
+        key = self.shard.keys[row].as_py()
+        if row_checksum(key, index, self.built_for(row)) == self._row_crcs[row]:
+            return None
+        return ShardError(
+            f"{INDEX_COLUMN!r} row does not match its {ROW_CRC_COLUMN!r} "
+            "(changed since it was built, or moved from another row)",
+            shard=self.shard.path,
+            key=key,
+        )
+
+    def _read(self, row: int) -> SeekIndex:
         batch, j = self.shard.locate(row)
         views = self._views.get(batch)
         if views is None:
@@ -372,16 +441,17 @@ class _CrcColumn:
         return flat[offsets[j] : offsets[j + 1]]
 
 
-def _int_column(shard: Shard, name: str) -> np.ndarray | None:
-    """An int64 column of an index shard (``num_bytes``, ``span_size``) as
-    one array (-1 for a null), or None when it has none; ``ShardError``
-    when it is not an int64 column."""
+def _int_column(shard: Shard, name: str, kind: pa.DataType | None = None) -> np.ndarray | None:
+    """An integer column of an index shard (``num_bytes``, ``span_size``:
+    int64; ``row_crc``: ``kind`` uint32) as one int64 array (-1 for a null),
+    or None when it has none; ``ShardError`` when it has another type."""
     if name not in shard.schema.names:
         return None
+    kind = kind or pa.int64()
     column = shard.column(name)
-    if column.type != pa.int64():
-        raise ShardError(f"{name!r} is not an int64 column", shard=shard.path)
-    return np.asarray(column.fill_null(-1).to_numpy())
+    if column.type != kind:
+        raise ShardError(f"{name!r} is not an {kind} column", shard=shard.path)
+    return np.asarray(column.cast(pa.int64()).fill_null(-1).to_numpy())
 
 
 def _revision(shard: Shard) -> int:

@@ -13,6 +13,7 @@ from ..dataset.dataset import INFO_DIR, Dataset
 from ..decode.resample import holds_samples
 from ..errors import DataError
 from ..formats.ffmpeg import full_decode_length
+from ..index.checks import MAX_DURATION, MAX_SAMPLE_RATE
 
 __all__ = ["Episodes"]
 
@@ -65,12 +66,13 @@ class Episodes:
         ``warn``: name the episodes of unknown duration."""
         keys: list[str] = []
         shards, rows, durations, rates = [], [], [], []
+        unusable: list[str] = []
         for number, name in enumerate(dataset.shard_names):
             shard_keys = dataset.shard(name).keys.to_pylist()
             keys += shard_keys
             shards.append(np.full(len(shard_keys), number, dtype=np.int32))
             rows.append(np.arange(len(shard_keys), dtype=np.int64))
-            duration, rate = _timing(dataset, name, shard_keys)
+            duration, rate = _timing(dataset, name, shard_keys, unusable)
             durations.append(duration)
             rates.append(rate)
         episodes = cls(
@@ -84,6 +86,7 @@ class Episodes:
             warn=warn,
         )
         if warn:
+            _warn_unusable(dataset, unusable)
             episodes._warn_unknown()
         return episodes
 
@@ -114,24 +117,50 @@ class Episodes:
             )
 
 
-def _timing(dataset: Dataset, name: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each episode's duration in seconds and sample rate (NaN: unknown)."""
+def _timing(
+    dataset: Dataset, name: str, keys: list[str], unusable: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each episode's duration in seconds and sample rate (NaN: unknown):
+    ``audio_info``'s, else (no such column, a null cell, or a value no
+    episode has, noted in ``unusable``) its seek index's."""
+    durations, rates = np.full(len(keys), np.nan), np.full(len(keys), np.nan)
     if INFO_DIR in dataset.column_dirs:
         info = dataset.shard(name, INFO_DIR)
-        if "duration" in info.schema.names:
-            names = info.schema.names
-            rate = info.column("sample_rate").to_numpy() if "sample_rate" in names else np.nan
-            return (
-                np.asarray(info.column("duration").to_numpy(), dtype=np.float64),
-                np.broadcast_to(np.asarray(rate, dtype=np.float64), (len(keys),)),
-            )
-    durations, rates = np.full(len(keys), np.nan), np.full(len(keys), np.nan)
-    for j, key in enumerate(keys):
+        names = info.schema.names
+        if "duration" in names:
+            durations = np.array(info.column("duration").to_numpy(), dtype=np.float64)
+        if "sample_rate" in names:
+            rates = np.array(info.column("sample_rate").to_numpy(), dtype=np.float64)
+    # A duration past MAX_DURATION is a corrupt cell (``inf``, 1e12: a
+    # sampler cutting it into crops ran out of memory).
+    bad_duration = ~((durations > 0) & (durations <= MAX_DURATION))  # NaN too
+    bad_rate = ~np.isnan(rates) & ~((rates >= 1) & (rates <= MAX_SAMPLE_RATE))  # NaN: unknown
+    for j in np.flatnonzero((bad_duration & ~np.isnan(durations)) | bad_rate):
+        field = "sample_rate" if bad_rate[j] else "duration"
+        value = rates[j] if bad_rate[j] else durations[j]
+        unusable.append(f"{keys[j]!r}: {field}={value:g}")
+    for j in np.flatnonzero(bad_duration | bad_rate):
         try:
-            index = dataset.episode(key).index  # checked: an implausible one says "no index"
+            index = dataset.episode(keys[j]).index  # checked: an implausible one says "no index"
         except DataError:  # no usable seek_index/ row: duration unknown
-            continue
+            index = None
         if index is not None and index.ok and index.num_samples >= 0:
             durations[j] = full_decode_length(index) / index.timescale
             rates[j] = index.sample_rate
+        else:
+            durations[j] = rates[j] = np.nan
     return durations, rates
+
+
+def _warn_unusable(dataset: Dataset, unusable: list[str]) -> None:
+    """Name the episodes whose ``audio_info`` holds a duration or rate no
+    episode has: read from their seek indexes (or unknown: not drawn)."""
+    if unusable:
+        log.warning(
+            "%s: %d episodes have an audio_info duration or sample rate no audio has (%s%s): "
+            "taken from their seek indexes",
+            dataset.url,
+            len(unusable),
+            ", ".join(unusable[:3]),
+            ", ..." if len(unusable) > 3 else "",
+        )

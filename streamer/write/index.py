@@ -4,8 +4,9 @@ One index shard per audio shard, same name, same rows in the same order,
 columns ``__key__``, ``seek_index`` (``table.INDEX_TYPE``), ``num_bytes``
 (the length of the blob each row was built from: ``table.BLOB_BYTES_COLUMN``)
 ``content_crc`` (CRCs of bytes of that blob every crop reads:
-``index.content``) and ``span_size`` / ``span_crc`` (CRCs of its whole audio
-data, span by span: ``content.span_crcs``). Episodes are
+``index.content``), ``span_size`` / ``span_crc`` (CRCs of its whole audio
+data, span by span: ``content.span_crcs``) and ``row_crc`` (a CRC of the
+row itself: ``table.row_checksum``). Episodes are
 read through the dataset's store (memory map, S3, ...); each index shard is
 written to a local file and stored whole when complete
 (``Store.staged_sync``: renamed into place locally, one PUT on S3), so an
@@ -33,6 +34,7 @@ stops the run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import Counter
@@ -41,12 +43,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from ..dataset import INFO_DIR, Dataset, write_manifest
+from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
-from ..errors import DataError, StreamerError
+from ..errors import CropError, DataError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
 from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
@@ -60,11 +63,13 @@ from ..index.table import (
     INDEX_TYPE,
     OK,
     REVISION_KEY,
+    ROW_CRC_COLUMN,
     SPAN_COLUMN,
     SPAN_SIZE_COLUMN,
     VERIFIED,
     IndexReader,
     SeekIndex,
+    row_checksum,
     to_struct_array,
 )
 from ..shard.ipc import KEY_COLUMN, Shard
@@ -95,6 +100,7 @@ SCHEMA = pa.schema(
         pa.field(CONTENT_COLUMN, CONTENT_TYPE),
         pa.field(SPAN_SIZE_COLUMN, pa.int64()),
         pa.field(SPAN_COLUMN, CONTENT_TYPE),
+        pa.field(ROW_CRC_COLUMN, pa.uint32()),
     ],
     metadata={REVISION_KEY: str(INDEX_REVISION).encode()},
 )
@@ -414,9 +420,15 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     result = ShardResult(name=name, episodes=audio.num_rows)
 
     def recheck(row: int) -> SeekIndex:
-        episode = dataset.episode(audio.keys[row].as_py())
+        key = audio.keys[row].as_py()
+        try:
+            episode = dataset.episode(key)
+        except CropError as exc:  # the blob is not the one audio_info describes: damaged
+            result.damaged[key] = [(0, audio.blob(dataset.audio_column, row).length)]
+            return SeekIndex.unavailable(exc.reason)
         assert episode.index is not None
-        if episode.index.reason.startswith(OLDER_BUILDER):  # built anew, as `streamer index` would
+        if episode.index.reason.startswith((OLDER_BUILDER, ROW_UNREADABLE)):
+            # built anew, as `streamer index` would: nothing of the row can be trusted
             return choose_index(episode.blob, key=episode.key, shard=episode.shard)
         if not episode.index.ok:
             return episode.index
@@ -453,15 +465,22 @@ def _write(
             keys = audio.keys.slice(start, len(rows))
             column = to_struct_array(indexes)
             found += index_durations(column)
-            lengths = pa.array(_blob_lengths(dataset, audio, rows), pa.int64())
+            lengths = _blob_lengths(dataset, audio, rows)
             crcs = [_crcs(dataset, audio, row, i) for row, i in zip(rows, indexes, strict=True)]
+            checksums = [
+                row_checksum(key, _with_crcs(index, *c), length)
+                for key, index, c, length in zip(
+                    keys.to_pylist(), indexes, crcs, lengths, strict=True
+                )
+            ]
             columns = [
                 keys,
                 column,
-                lengths,
+                pa.array(lengths, pa.int64()),
                 pa.array([c[0] for c in crcs], CONTENT_TYPE),
                 pa.array([c[1] for c in crcs], pa.int64()),
                 pa.array([c[2] for c in crcs], CONTENT_TYPE),
+                pa.array(checksums, pa.uint32()),
             ]
             writer.write_batch(pa.record_batch(columns, schema=SCHEMA))
     return found
@@ -486,6 +505,20 @@ def _crcs(
     if not size:
         return content, None, None
     return content, size, span_crcs(index, size, blob.read_ranges).tolist()
+
+
+def _with_crcs(
+    index: SeekIndex, content: list[int] | None, size: int | None, spans: list[int] | None
+) -> SeekIndex:
+    """``index`` with its CRC columns, as ``IndexReader`` reads the row back."""
+    if not size or not spans:
+        size, spans = 0, []
+    return dataclasses.replace(
+        index,
+        content_crc=np.asarray(content or [], dtype=np.uint32),
+        span_size=size,
+        span_crc=np.asarray(spans, dtype=np.uint32),
+    )
 
 
 def _blob_lengths(dataset: Dataset, audio: Shard, rows: Iterable[int]) -> list[int | None]:

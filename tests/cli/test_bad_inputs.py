@@ -69,6 +69,22 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "a WAV file holds at most 4 GiB of 16-bit samples; this crop is ",
         2,
     ),
+    ([*CROP, "0", "1e308", "-o", "TMP/c.npy"], "END 1e+308 is past any audio (at most 1e+07 s)", 2),
+    (
+        [*CROP, "3", "9000000", "--pad", "-o", "TMP/c.npy"],
+        "this crop needs ",  # ... GiB of memory, more than this machine's
+        2,
+    ),
+    (
+        ["inspect", "s3://bucket/prefix", "--endpoint-url", "not a url"],
+        "argument --endpoint-url: must be an http:// or https:// URL naming a host, not 'not a",
+        2,
+    ),
+    (
+        ["inspect", "s3://bucket/prefix", "--endpoint-url", "http://user:sekrit@:99"],
+        "argument --endpoint-url: must be an http:// or https:// URL naming a host, not 'http://",
+        2,
+    ),
     (
         [*CROP, "0", "1", "--endpoint-url", "http://x", "-o", "TMP/c.npy"],
         "--endpoint-url applies to remote URLs (s3://, b2://, http://...), not 'DS'",

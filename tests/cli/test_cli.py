@@ -25,6 +25,22 @@ def test_pack_then_inspect(audio_dir: Path, tmp_path: Path, capsys: pytest.Captu
     assert "indexes   verified 7" in report  # pack checks every index it stores
 
 
+def test_a_skipped_file_is_one_line_whatever_its_name(
+    audio_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A file name holding a newline (or a tab) is spelled with escapes: it
+    broke the report of skipped files across lines."""
+    src = tmp_path / "src"
+    src.mkdir()
+    first = sorted(p for p in audio_dir.rglob("*") if p.is_file())[0]
+    (src / first.name).write_bytes(first.read_bytes())
+    (src / "bad\nname\t.txt").write_bytes(b"not audio at all")
+    assert main(["pack", str(src), str(tmp_path / "ds"), "--no-progress"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    [line] = [line for line in err if line.startswith("skipped ")]
+    assert "bad\\nname\\t.txt" in line and "not audio" in line
+
+
 def test_index_verify_and_no_verify_exclude_each_other(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -59,3 +59,30 @@ def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-de
     assert process.returncode == 130, err
     assert err.strip().splitlines() == ["streamer bench: interrupted"], err
     assert len(workers) == 2 and all(gone(pid) for pid in workers)
+
+
+def test_an_error_raised_while_an_interrupt_unwinds_is_the_interrupt(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Cleanup that fails because the interrupt cut it short (a file closed
+    twice: "Bad file descriptor", once in a CI run of an interrupted
+    ``pack``) is reported as the interrupt: exit 130, one line."""
+    import errno
+
+    from streamer import cli
+    from streamer.cli import inspect as inspect_command
+
+    def interrupted_then_broken(args):  # type: ignore[no-untyped-def]
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(inspect_command, "run", interrupted_then_broken)
+    assert cli.main(["inspect", "anywhere"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["streamer inspect: interrupted"]
+
+    def failed(args):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(inspect_command, "run", failed)
+    assert cli.main(["inspect", "anywhere"]) == 1
+    assert "error: Bad file descriptor" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from streamer.dataset import Dataset, write_manifest
 from streamer.index import INDEX_DIR
 from streamer.index.checks import ANOTHER_BLOB
 from streamer.index.content import STALE
-from streamer.index.table import CONTENT_COLUMN
+from streamer.index.table import CONTENT_COLUMN, ROW_CRC_COLUMN
 from streamer.storage.local import LocalStore
 from streamer.synth import encode, signal
 from streamer.write.index import build_index
@@ -150,11 +150,13 @@ def _remuxed(m4a: bytes, moov_first: bool) -> bytes:
 
 
 def _old_index_shard(folder: Path, *columns: str) -> None:
-    """``folder``'s seek_index/ shards as written before ``columns`` existed."""
+    """``folder``'s seek_index/ shards as written before ``columns`` existed
+    (and ``row_crc``, which came after them all)."""
     import pyarrow as pa
 
     for shard in (folder / INDEX_DIR).iterdir():
-        table = pa.ipc.open_file(str(shard)).read_all().drop_columns(list(columns))
+        table = pa.ipc.open_file(str(shard)).read_all()
+        table = table.drop_columns([*columns, ROW_CRC_COLUMN])
         with pa.ipc.new_file(str(shard), table.schema) as writer:
             writer.write_table(table)
 

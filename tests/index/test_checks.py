@@ -227,6 +227,7 @@ def test_a_corrupt_row_read_back_names_its_key(tmp_path: Path) -> None:
                     pa.nulls(1, CONTENT_TYPE),
                     pa.nulls(1, pa.int64()),
                     pa.nulls(1, CONTENT_TYPE),
+                    pa.nulls(1, pa.uint32()),
                 ],
                 schema=SCHEMA,
             )
@@ -252,6 +253,7 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
                     pa.nulls(3, CONTENT_TYPE),
                     pa.nulls(3, pa.int64()),
                     pa.nulls(3, CONTENT_TYPE),
+                    pa.nulls(3, pa.uint32()),
                 ],
                 schema=SCHEMA,
             )

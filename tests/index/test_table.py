@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from _index_support import assert_same_index, encoded
@@ -12,9 +14,10 @@ from _index_support import assert_same_index, encoded
 import streamer
 from streamer.cli import main
 from streamer.decode.verify import choose_index
+from streamer.errors import ShardError
 from streamer.formats import extract
 from streamer.index import INDEX_DIR, IndexReader, SeekIndex
-from streamer.index.table import CONTENT_TYPE, to_struct_array
+from streamer.index.table import CONTENT_TYPE, row_checksum, to_struct_array
 from streamer.shard import Shard
 from streamer.write.index import SCHEMA, build_index, select_shards
 from streamer.write.pack import pack
@@ -34,7 +37,33 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
         crcs = pa.array([[7, 2**32 - 1], None, []], CONTENT_TYPE)
         sizes = pa.array([3, None, 1], pa.int64())
         spans = pa.array([[5, 2**32 - 2], [1], None], CONTENT_TYPE)
-        columns = [keys, to_struct_array(indexes), lengths, crcs, sizes, spans]
+        # row CRCs as the builder computes them
+        read_back = [
+            dataclasses.replace(
+                index,
+                content_crc=np.asarray(crc or [], np.uint32),
+                span_size=size if size and span else 0,
+                span_crc=np.asarray(span if size and span else [], np.uint32),
+            )
+            for index, crc, size, span in zip(
+                indexes, crcs.to_pylist(), sizes.to_pylist(), spans.to_pylist(), strict=True
+            )
+        ]
+        checksums = [
+            row_checksum(key, index, length)
+            for key, index, length in zip(
+                keys.to_pylist(), read_back, lengths.to_pylist(), strict=True
+            )
+        ]
+        columns = [
+            keys,
+            to_struct_array(indexes),
+            lengths,
+            crcs,
+            sizes,
+            spans,
+            pa.array(checksums, pa.uint32()),
+        ]
         writer.write_batch(pa.record_batch(columns, schema=SCHEMA))
     shard = Shard(path)
     reader = IndexReader(shard)
@@ -50,6 +79,19 @@ def test_round_trip_and_zero_copy(tmp_path) -> None:
     assert not points.flags.writeable and not points.flags.owndata
     start = points.__array_interface__["data"][0] - shard.reader.base_address
     assert 0 <= start < os.path.getsize(path)  # a view onto the memory map
+
+    # The last row's CRC one bit off: that row fails (each time), the others read.
+    wrong = str(tmp_path / "seek_index" / "t.wsds")
+    checksums[2] ^= 1
+    with pa.ipc.new_file(wrong, SCHEMA) as writer:
+        columns[-1] = pa.array(checksums, pa.uint32())
+        writer.write_batch(pa.record_batch(columns, schema=SCHEMA))
+    reader = IndexReader(Shard(wrong))
+    for _ in range(2):
+        with pytest.raises(ShardError, match="does not match its 'row_crc'") as caught:
+            reader.read(2)
+        assert caught.value.key == "c"
+    assert_same_index(reader.read(0), indexes[0])
 
 
 def test_pack_builds_the_index(index_sources, tmp_path) -> None:

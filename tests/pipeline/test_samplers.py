@@ -316,3 +316,48 @@ def test_a_segment_past_the_end_fails_once_split_or_not(with_segments: Path) -> 
     assert sorted((c.start, c.end) for c in got) == sorted(
         [(0.5, 1.0), (1.0, 1.25)] * (len(got) // 2)
     )
+
+
+BAD_INFO = {"duration": [float("inf"), 1e12, -4.0, 0.0], "sample_rate": [0, -44100]}
+
+
+def test_audio_info_values_no_audio_has_are_read_from_the_index(  # type: ignore[no-untyped-def]
+    packed: Path, tmp_path: Path, caplog
+) -> None:
+    """A duration of ``inf`` (which ended the epoch with a ValueError naming
+    nothing), 1e12 (a sequential sampler asked for 7 TiB), -4 or 0 (the
+    episode drew no crop, and nothing said so), a sample rate of 0 or
+    below (no crop either): each is taken from the seek index, and said."""
+    import shutil
+
+    clean = Episodes.of(streamer.open_dataset(packed))
+    root = tmp_path / "ds"
+    shutil.copytree(packed, root)
+    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    changed = []
+    for path in sorted((root / "audio_info").iterdir()):
+        table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
+        for field, values in BAD_INFO.items():
+            for value in values:
+                row = len(changed) % table.num_rows
+                if len(changed) >= len(clean) or row >= table.num_rows:
+                    break
+                columns[field][row] = value
+                changed.append((columns["__key__"][row], field, value))
+        rewritten = pa.table(columns, schema=table.schema)
+        with pa.ipc.new_file(str(path), rewritten.schema) as writer:
+            writer.write_table(rewritten)
+    assert changed
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        episodes = Episodes.of(streamer.open_dataset(root))
+    np.testing.assert_allclose(episodes.duration, clean.duration)
+    np.testing.assert_array_equal(episodes.sample_rate, clean.sample_rate)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert f"{len(changed)} episodes have an audio_info duration or sample rate" in said
+    assert repr(changed[0][0]) in said
+    rng = np.random.default_rng(0)
+    for sampler in (RandomCrops(0.5), SequentialCrops(0.5)):
+        crops = sampler.crops(episodes, rng)
+        assert set(crops.episode.tolist()) == set(range(len(episodes)))

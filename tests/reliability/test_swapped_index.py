@@ -9,22 +9,27 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import streamer
 from streamer import RandomCrops, Streamer
+from streamer.dataset import ROW_UNREADABLE
 from streamer.index import INDEX_DIR
+from streamer.index.table import ROW_CRC_COLUMN
 
 LOSSLESS = ("flac", "alac", "wav")
 
 
-def _rotate_index_rows(root: Path) -> set[str]:
-    """Give every row of each ``seek_index/`` shard the index of the next row;
-    returns the keys that got another episode's index (a shard of one row
-    keeps its own)."""
+def _rotate_index_rows(root: Path, row_crcs: bool) -> set[str]:
+    """Give every row of each ``seek_index/`` shard the index of the next row
+    (without ``row_crcs``: in a shard from before them); returns the keys
+    that got another episode's index (a shard of one row keeps its own)."""
     moved: set[str] = set()
     for path in sorted((root / INDEX_DIR).iterdir()):
         with pa.OSFile(str(path)) as source:  # read into memory: the file is rewritten below
             table = pa.ipc.open_file(source).read_all()
+        if not row_crcs:
+            table = table.drop_columns([ROW_CRC_COLUMN])
         column = table.column("seek_index").combine_chunks()
         rotated = pa.concat_arrays([column.slice(1), column.slice(0, 1)])
         table = table.set_column(table.schema.get_field_index("seek_index"), "seek_index", rotated)
@@ -35,23 +40,28 @@ def _rotate_index_rows(root: Path) -> set[str]:
     return moved
 
 
-def _rotated_crops(packed: Path, tmp_path: Path) -> tuple[list, set[str], Streamer]:  # type: ignore[type-arg]
+def _rotated_crops(packed: Path, tmp_path: Path, row_crcs: bool) -> tuple[list, set[str], Streamer]:  # type: ignore[type-arg]
     root = tmp_path / "rotated"
     shutil.copytree(packed, root)
-    moved = _rotate_index_rows(root)
+    moved = _rotate_index_rows(root, row_crcs)
     assert len(moved) >= 4
     s = Streamer(root, RandomCrops(0.5, per_episode=3), seed=3, workers=0)
     return list(s), moved, s
 
 
-def test_rotated_index_rows_serve_no_wrong_crop(packed: Path, tmp_path: Path) -> None:
-    crops, moved, s = _rotated_crops(packed, tmp_path)
+@pytest.mark.parametrize("row_crcs", [True, False], ids=["row_crc", "before row_crc"])
+def test_rotated_index_rows_serve_no_wrong_crop(
+    packed: Path, tmp_path: Path, row_crcs: bool
+) -> None:
+    """Each moved row is caught: by its ``row_crc`` (over its key), and in a
+    shard from before it by the row's fields against its blob and audio_info."""
+    crops, moved, s = _rotated_crops(packed, tmp_path, row_crcs)
     clean = streamer.open_dataset(packed)
     assert len(crops) + sum(s.stats.skipped.values()) == len(s)  # nothing lost
     decode = s.stats.decode
     assert decode.fallback == sum(crop.key in moved for crop in crops)
     assert decode.crops == len(crops)
-    prefixes = ("implausible index", "index disagrees with audio_info")
+    prefixes = (ROW_UNREADABLE,) if row_crcs else ("implausible index", "index disagrees")
     assert all(reason.startswith(prefixes) for reason in decode.fallback_reasons)
     assert decode.paths == {
         "index": decode.crops - decode.fallback,

@@ -51,7 +51,8 @@ def seed(name: str) -> bytes:
         lengths = pa.array([1000] * 4, pa.int64())
         crcs = pa.array([[1, 2, 3], [2**32 - 1], None, []], CONTENT_TYPE)
         sizes = pa.array([1, None, 1, 0], pa.int64())
-        columns = [keys, batch, lengths, crcs, sizes, crcs]
+        checksums = pa.array([1, None, 2**32 - 1, 0], pa.uint32())
+        columns = [keys, batch, lengths, crcs, sizes, crcs, checksums]
         table = pa.Table.from_arrays(columns, schema=INDEX_SCHEMA)
         return ipc_file(table, 2)
     blobs = [bytes([n]) * (50 + 30 * n) for n in range(5)]
