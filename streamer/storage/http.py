@@ -42,7 +42,7 @@ from ..errors import StorageError
 from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
 from .base import Entry
-from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteStore
+from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteReader, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 
@@ -157,6 +157,12 @@ class HTTPStore(RangeGetStore):
         url = f"{scheme}://{rest.replace('#', '%23')}"
         check_url(url)
         return url
+
+    def reader(self, path: str, size: int | None = None) -> RemoteReader:
+        """A reader of the URL ``path``, checked (``check_url``: its password
+        and query values are registered with ``redact`` before any request)."""
+        check_url(path)
+        return super().reader(path, size)
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)
@@ -410,6 +416,22 @@ def check_url(url: str) -> None:
     if target.password:  # redacted bare and as the header aiohttp makes of it
         pair = f"{target.user or ''}:{target.password}".encode(errors="replace")
         register_secret(target.password, base64.b64encode(pair))
+    register_secret(*_query_values(url))
+
+
+def _query_values(url: str) -> list[str]:
+    """The values of ``url``'s query as sent and decoded: a signed CDN URL
+    carries its credential under a name of its own (Akamai's ``hdnts``,
+    ``auth_key``, CloudFront's ``Policy``), which no list of credential
+    fields knows, and a server may repeat it in its reason phrase. Every
+    value is a possible credential; masking one that is not (a long
+    ``versionId``) costs a message a detail, never a secret."""
+    query = urllib.parse.urlsplit(url).query
+    values = [query]
+    for field in query.split("&"):
+        value = field.partition("=")[2]
+        values += [value, urllib.parse.unquote_plus(value)]
+    return values
 
 
 def _network_error(url: str, exc: BaseException) -> Exception:

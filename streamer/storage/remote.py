@@ -113,8 +113,8 @@ class _ProcessState:
     connecting: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     health: dict[str, StoreHealth] = dataclasses.field(default_factory=dict)
     throttles: dict[str, Throttle] = dataclasses.field(default_factory=dict)
-    #: (path, stamp, tag kind) -> the version tag the first answer about it carried.
-    tags: dict[tuple[str, str, str], str] = dataclasses.field(default_factory=dict)
+    #: path -> (stamp, tag kind) -> the version tag the first answer about it carried.
+    tags: dict[str, dict[tuple[str, str], str]] = dataclasses.field(default_factory=dict)
 
 
 class RemoteStore(Store):
@@ -456,9 +456,9 @@ class RemoteStore(Store):
         a tag of ``tag``'s kind (``ETag``, ``Last-Modified``: an answer without
         an ETag is compared by its date, with the dates of the others): in this
         process, else the disk tier's (the first run's), else ``tag``."""
-        tags = self._state.get().tags
+        tags = self._state.get().tags.setdefault(path, {})
         kind = tag.partition(" ")[0]
-        if (path, stamp, kind) not in tags:
+        if (stamp, kind) not in tags:
             cache = self._state.get().cache
             disk, first = cache.disk, tag
             if disk is not None:
@@ -466,8 +466,22 @@ class RemoteStore(Store):
                 loop = asyncio.get_running_loop()
                 found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
                 first = found.decode()
-            tags.setdefault((path, stamp, kind), first)
-        return tags[(path, stamp, kind)]
+            tags.setdefault((stamp, kind), first)
+        return tags[(stamp, kind)]
+
+    def known_versions(self, path: str) -> dict[tuple[str, str], str]:
+        """The version tags this process has seen for ``path`` (``_first_tag``),
+        ``{(stamp, tag kind): tag}``: what a reader carries to another process."""
+        state = self._state.peek()
+        return dict(state.tags.get(path, {})) if state is not None else {}
+
+    def learn_versions(self, path: str, versions: dict[tuple[str, str], str]) -> None:
+        """Take ``versions`` (``known_versions`` of another process) as the
+        first answers about ``path``, unless this process has its own (on
+        the store loop)."""
+        tags = self._state.get().tags.setdefault(path, {})
+        for key, tag in versions.items():
+            tags.setdefault(key, tag)
 
     async def _remembered(
         self,
@@ -614,9 +628,19 @@ class RemoteReader(RangeReader):
         self.path = path
         self.url = store.display(path)
         self._known_size = size
+        #: Version tags from the process that pickled it, not yet given to the store.
+        self._carried: dict[tuple[str, str], str] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _unpickled_reader, (self._recipe, self.path, self.url, self._known_size)
+        """Pickled with its size and the version tags this process has seen:
+        a decode worker checks its answers against them. (It took its own
+        first answer for the version: an object replaced between the
+        parent's reads of its footer and the worker's of its bytes was read
+        without a word, offsets of one version over bytes of the other.)"""
+        versions = {**self._carried}
+        if self._store is not None:
+            versions.update(self._store.known_versions(self.path))
+        return _unpickled_reader, (self._recipe, self.path, self.url, self._known_size, versions)
 
     @property
     def store(self) -> RemoteStore:
@@ -658,12 +682,19 @@ class RemoteReader(RangeReader):
         start, _, body = run_sync(self._tail_on_loop(length))
         return start, memoryview(body).toreadonly()
 
+    def _give_versions(self) -> None:
+        if self._carried:
+            self.store.learn_versions(self.path, self._carried)
+            self._carried = {}
+
     async def _size_on_loop(self) -> int:
+        self._give_versions()
         if self._known_size is None:
             self._known_size = await self.store._size(self.path)
         return self._known_size
 
     async def _tail_on_loop(self, length: int) -> tuple[int, int, bytes]:
+        self._give_versions()
         start, size, body = await self.store._tail(self.path, length)
         self._known_size = size
         return start, size, body
@@ -777,10 +808,15 @@ def _close_all() -> None:
 
 
 def _unpickled_reader(
-    recipe: tuple[str, dict[str, Any]], path: str, url: str, size: int | None
+    recipe: tuple[str, dict[str, Any]],
+    path: str,
+    url: str,
+    size: int | None,
+    versions: dict[tuple[str, str], str] | None = None,
 ) -> RemoteReader:
     """A ``RemoteReader`` from its pickle: the store stays unbuilt until used."""
     reader = RemoteReader.__new__(RemoteReader)
     reader._store, reader._recipe = None, recipe
     reader.path, reader.url, reader._known_size = path, url, size
+    reader._carried = dict(versions or {})
     return reader
