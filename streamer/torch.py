@@ -126,6 +126,11 @@ class CropDataset(IterableDataset):
         self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
         self._agreed: set[tuple[int, Intervals]] = set()
+        #: Whether ``set_epoch`` was called: a finished pass's state does not undo it.
+        self._chosen = False
+        #: A finished state was loaded: the next pass is a StatefulDataLoader's
+        #: restoring iteration, which it drops for a new one (not a repeat).
+        self._restoring = False
         self._publish()
         self._agree(self.epoch, self._done)
 
@@ -135,6 +140,7 @@ class CropDataset(IterableDataset):
         """Start ``epoch`` from its beginning on the next iteration."""
         self._agree(int(epoch), ())
         self.epoch, self._done, self._consumed = int(epoch), (), 0
+        self._chosen = True
         self._publish()
 
     def __len__(self) -> int:
@@ -159,7 +165,7 @@ class CropDataset(IterableDataset):
         length = len(s)
         end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
         self._running = s.state_dict()
-        return self._crops(s, end)
+        return self._crops(s, _finished(end))
 
     def _note_pass(self) -> None:
         """Warn (once) when a pass starts where one already started: without
@@ -170,6 +176,9 @@ class CropDataset(IterableDataset):
         own state (``StatefulDataLoader``) is not a new pass."""
         info = get_worker_info()
         if (info is not None and info.id) or self._worker_state is not None:
+            return
+        if self._restoring:  # a StatefulDataLoader's iteration of a finished state: no pass
+            self._restoring = False
             return
         repeated = int(self._passes[0]) == self._seen
         self._passes[0] = self._seen
@@ -198,8 +207,8 @@ class CropDataset(IterableDataset):
         s.on_skip = note
         try:
             for crop in s:
-                yield from self._stand_ins(failed)
-                self._running = s.state_dict()
+                yield from self._stand_ins(failed, end)
+                self._running = _finished(s.state_dict(), end)
                 if self.transform is not None:
                     crop.audio = self.transform(crop)
                 yield crop
@@ -208,13 +217,16 @@ class CropDataset(IterableDataset):
             # cycle for a full collection, in this process and in every
             # DataLoader worker forked from it meanwhile.
             s.on_skip = None
-        yield from self._stand_ins(failed)
+        yield from self._stand_ins(failed, end)
         self._running = end
 
-    def _stand_ins(self, failed: list[tuple[Skipped, dict[str, Any]]]) -> Iterator[Skipped]:
+    def _stand_ins(
+        self, failed: list[tuple[Skipped, dict[str, Any]]], end: dict[str, Any]
+    ) -> Iterator[Skipped]:
         """The ``Skipped`` noted since the last crop, each with its state."""
         while failed:
-            stand_in, self._running = failed.pop(0)
+            stand_in, state = failed.pop(0)
+            self._running = _finished(state, end)
             yield stand_in
 
     # -- checkpoints --------------------------------------------------------------
@@ -277,6 +289,9 @@ class CropDataset(IterableDataset):
         self._running = None
         if int(state.get("num_workers", 1)) > 1:
             self._load_worker_state(state)
+            return
+        if state.get("finished"):
+            self._load_finished(int(state["epoch"]))
             return
         epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
         self._agree(epoch, done)  # first: a rank that raises alone leaves the others waiting
@@ -342,7 +357,24 @@ class CropDataset(IterableDataset):
             done=self._done if done is None else merge_intervals(done),
         )
 
+    def _load_finished(self, epoch: int) -> None:
+        """A state taken after its pass ended (``StatefulDataLoader`` restores
+        one lazily, at the next ``iter``, after the loop's ``set_epoch``):
+        nothing of it is left to resume. The epoch ``set_epoch`` chose stays,
+        from its beginning; without one, the next epoch begins. (It resumed
+        the finished pass: an empty epoch, or the finished one again, while
+        ``set_epoch(1)`` had been called.)"""
+        if not self._chosen:
+            self.epoch, self._done, self._consumed = epoch + 1, (), 0
+        self._agree(self.epoch, self._done)
+        self._publish()
+        self._restoring = True
+
     def _load_worker_state(self, state: dict[str, Any]) -> None:
+        """A DataLoader worker's own state, for its next pass only: the
+        passes after it follow the main process (``set_epoch``). (It set the
+        worker's epoch for good: a persistent worker restarted the restored
+        epoch on every pass after, whatever ``set_epoch`` said.)"""
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else (0, 1)
         if here != (int(state["worker"]), int(state["num_workers"])):
@@ -351,7 +383,7 @@ class CropDataset(IterableDataset):
                 f"loaded in worker {here[0]} of {here[1]}: resume a rank with "
                 "state_dict(batch), or restore the StatefulDataLoader that took it"
             )
-        self.epoch = int(state["epoch"])
+        self._follow_shared()
         self._worker_state = dict(state)
 
     # -- inside -------------------------------------------------------------------
@@ -365,8 +397,9 @@ class CropDataset(IterableDataset):
             options.setdefault("workers", 0)
         partition = self._partition()
         options |= {"rank": partition.rank, "world_size": partition.world_size}
+        epoch = self.epoch if self._worker_state is None else int(self._worker_state["epoch"])
         s = Streamer(
-            self.data, self.sampler, epoch=self.epoch, loader_batch_size=self.batch_size, **options
+            self.data, self.sampler, epoch=epoch, loader_batch_size=self.batch_size, **options
         )
         state = self._worker_state or {
             **s.state_dict(),
@@ -460,7 +493,7 @@ class CropDataset(IterableDataset):
         if get_worker_info() is not None:
             return
         self._generation += 1
-        document = {"generation": self._generation, "epoch": self.epoch}
+        document = {"generation": self._generation, "epoch": self.epoch, "chosen": self._chosen}
         document |= {"done": self._done, "consumed": self._consumed}
         raw = json.dumps(document).encode()
         if len(raw) + 4 > _SHARED_BYTES:
@@ -478,7 +511,7 @@ class CropDataset(IterableDataset):
         document = json.loads(bytes(self._shared[4 : 4 + size].numpy()))
         if document["generation"] != self._seen:
             self._seen = document["generation"]
-            self.epoch = int(document["epoch"])
+            self.epoch, self._chosen = int(document["epoch"]), bool(document["chosen"])
             self._done = merge_intervals(document["done"])
             self._consumed = int(document["consumed"])
             self._worker_state = None
@@ -495,6 +528,15 @@ class CropDataset(IterableDataset):
             partition = self._partition()
             state["_ranks"] = (partition.rank, partition.world_size)
         return state
+
+
+def _finished(state: dict[str, Any], end: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``state`` marked ``finished`` when it is at the pass's ``end`` (the
+    state after its last crop, which is what a ``StatefulDataLoader`` worker
+    last reports, or ``end`` itself): a resume of it has nothing left."""
+    if end is None or state["position"] >= end["position"]:
+        state["finished"] = True
+    return state
 
 
 def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -147,6 +147,62 @@ def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int)
     assert got == whole
 
 
+@pytest.mark.parametrize(
+    ("num_workers", "persistent"), [(0, False), (1, False), (1, True), (2, False), (2, True)]
+)
+def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch(
+    packed: Path, num_workers: int, persistent: bool, recwarn: pytest.WarningsRecorder
+) -> None:
+    """A ``StatefulDataLoader`` checkpoint taken once epoch 0 ended, restored
+    in a new loader, then the documented loop (``set_epoch(e)`` before each
+    epoch): epochs 1 and 2 are served. The loader restores the dataset's
+    state lazily, at ``iter``, after ``set_epoch``: the finished state
+    overrode it, and epoch 1 came out empty (no workers, one persistent
+    worker) or as epoch 0 again (two persistent workers), without a word."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(data: Any) -> Any:
+        return stateful.StatefulDataLoader(
+            data,
+            batch_size=BATCH,
+            num_workers=num_workers,
+            persistent_workers=persistent,
+            collate_fn=collate,
+        )
+
+    reference = dataset(packed)
+    epochs = []
+    for epoch in range(3):
+        reference.set_epoch(epoch)
+        epochs.append([ids(b) for b in loader(reference, 0)])
+    assert epochs[0] != epochs[1] != epochs[2]
+    first = make(dataset(packed))
+    assert [ids(b) for b in first] == epochs[0]
+    state = first.state_dict()
+    data = dataset(packed)  # later, in a new process
+    resumed = make(data)
+    resumed.load_state_dict(state)
+    for epoch in (1, 2):
+        data.set_epoch(epoch)
+        assert [ids(b) for b in resumed] == epochs[epoch], epoch
+    assert not [w for w in recwarn if "iterated again" in str(w.message)]
+
+
+def test_a_finished_state_without_set_epoch_goes_on_with_the_next_epoch(packed: Path) -> None:
+    """Restored with no ``set_epoch`` since, a finished pass's state starts
+    the next epoch (as a Streamer goes on), not an empty one."""
+    data = dataset(packed)
+    data.set_epoch(4)
+    finished = [ids(b) for b in loader(data, 0)]
+    state = data.state_dict()
+    reference = dataset(packed)
+    reference.set_epoch(5)
+    fresh = dataset(packed)
+    fresh.load_state_dict(state)
+    assert fresh.epoch == 5
+    assert [ids(b) for b in loader(fresh, 0)] == [ids(b) for b in loader(reference, 0)] != finished
+
+
 def test_a_worker_state_is_refused_outside_its_worker(packed: Path) -> None:
     data = dataset(packed)
     worker_state = {**data.streamer().state_dict(), "worker": 1, "num_workers": 2}
