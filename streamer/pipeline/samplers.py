@@ -136,7 +136,9 @@ class RandomCrops(Sampler):
 class SequentialCrops(Sampler):
     """Windows of ``duration`` seconds every ``hop`` seconds (default: ``duration``,
     back to back) from the start of each episode; the last window of an
-    episode is cut at its end (use ``pad=True`` on the Streamer for equal lengths).
+    episode is cut at its end, and is that long whatever the Streamer's
+    ``pad`` (which pads crops planned past an episode's end; for batches of
+    equal length, ``streamer.torch.collate`` pads and gives each crop's length).
     A window that would hold no sample as the decode cuts it (one starting
     under half a sample before the end, or under half a sample long at the
     Streamer's ``sample_rate``) is not planned."""
