@@ -66,6 +66,7 @@ from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 from ..storage import open_url
 from ..storage.base import Store
 from ..storage.local import LocalStore
+from ..storage.loop import CallGroup
 from ..storage.remote import NotFound
 from ..storage.retry import StoreUnavailable
 from ..timing import record
@@ -213,8 +214,13 @@ class Dataset:
         while True:
             manifest = self.manifest
             threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
+            calls = CallGroup()
             with ThreadPoolExecutor(max(threads, 1)) as pool:
-                problems = list(pool.map(self._shard_problem, self.listed_shards))
+                try:
+                    problems = list(pool.map(calls.bind(self._shard_problem), self.listed_shards))
+                except BaseException:  # an interrupt: the other threads' requests stop too
+                    calls.cancel()
+                    raise
             if self.manifest is manifest:
                 break
             # The manifest turned out stale while checking: check the listing's shards.
@@ -669,7 +675,9 @@ class Dataset:
         pad: bool = False,
         resample_quality: str = DEFAULT_QUALITY,
     ) -> np.ndarray:
-        """``read_crop`` in a worker thread, for event loops."""
+        """``read_crop`` in a worker thread, for event loops. Cancelling the
+        caller cancels the thread's store requests too (they went on retrying
+        for the whole outage budget after the caller had gone)."""
         call = functools.partial(
             self.read_crop,
             key,
@@ -680,7 +688,12 @@ class Dataset:
             pad=pad,
             resample_quality=resample_quality,
         )
-        return await anyio.to_thread.run_sync(call)
+        calls = CallGroup()
+        try:
+            return await anyio.to_thread.run_sync(calls.bind(call), abandon_on_cancel=True)
+        except BaseException:
+            calls.cancel()
+            raise
 
     def info_table(self) -> pa.Table:
         """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""

@@ -61,6 +61,7 @@ import anyio.to_thread
 
 from ..decode.crop import Crop, CropJob
 from ..formats.job import DecodeStats
+from ..storage.loop import CallGroup
 from ..storage.retry import StoreUnavailable
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
@@ -251,6 +252,10 @@ class Run:
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._received = first  # the position after the last item received
+        #: The planners' store calls, cancelled when the pass ends: a planner
+        #: abandoned by a pass that failed or was closed kept retrying its
+        #: request (a shard's footer) for the whole outage budget.
+        self._calls = CallGroup()
 
     def start(self) -> None:
         if self._pool is not None:
@@ -338,6 +343,7 @@ class Run:
                 name = type(self._error).__name__
                 log.error("the crop pipeline failed: %s: %s", name, self._error)
         finally:
+            self._calls.cancel()
             self._decoding.finish()
             self._out_in.close()
 
@@ -428,7 +434,8 @@ class Run:
         if self._plan_in_loop:
             job = self._planned(position)
         else:
-            job = await anyio.to_thread.run_sync(self._planned, position, abandon_on_cancel=True)
+            planned = self._calls.bind(self._planned)
+            job = await anyio.to_thread.run_sync(planned, position, abandon_on_cancel=True)
         if isinstance(job, Failure):
             return job
         try:

@@ -86,3 +86,44 @@ def test_an_error_raised_while_an_interrupt_unwinds_is_the_interrupt(monkeypatch
     monkeypatch.setattr(inspect_command, "run", failed)
     assert cli.main(["inspect", "anywhere"]) == 1
     assert "error: Bad file descriptor" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_a_remote_datasets_shards_open(packed: Path) -> None:  # type: ignore[no-untyped-def]
+    """The shard footers never answer and the budget is 40 s: Ctrl-C stops
+    the command at once (it waited the budget out: the threads opening the
+    other shards kept retrying, and their pool's exit waited for them)."""
+    import asyncio
+
+    from testkit.servers import LoopbackServer, file_handler
+
+    files = file_handler(packed.parent)
+
+    async def hanging(request):  # type: ignore[no-untyped-def]
+        if "/audio/shard-" in request.path:
+            await asyncio.sleep(600)
+        return await files(request)
+
+    server = LoopbackServer(hanging).start()
+    try:
+        url = f"{server.url}/{packed.name}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamer.cli", "inspect", url, "--give-up-after", "40"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not any("/audio/shard-" in r.path for r in list(server.requests)):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        try:
+            _, err = process.communicate(timeout=60)
+        finally:
+            process.kill()
+        assert process.returncode == 130, err
+        assert time.monotonic() - sent < 10, "it waited for the stuck requests"
+        assert err.strip().splitlines() == ["streamer inspect: interrupted"], err
+    finally:
+        server.stop()
