@@ -26,6 +26,17 @@ def _workers_of(pid: int) -> list[int]:
     return found
 
 
+def _interrupted(process: subprocess.Popen[str]) -> str:
+    """Ctrl-C ``process``; its stderr, once it exited with 130."""
+    process.send_signal(signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    return err
+
+
 def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-def]
     http.faults.latency = 0.2
     # Far more crops than it decodes before the interrupt (200 took ~1 s
@@ -51,12 +62,7 @@ def test_ctrl_c_mid_bench_over_http(http) -> None:  # type: ignore[no-untyped-de
         time.sleep(0.1)
     time.sleep(1.0)  # the pass is running
     assert process.poll() is None, "the bench ended before it could be interrupted"
-    process.send_signal(signal.SIGINT)
-    try:
-        _, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == 130, err
+    err = _interrupted(process)
     assert err.strip().splitlines() == ["streamer bench: interrupted"], err
     assert len(workers) == 2 and all(gone(pid) for pid in workers)
 
@@ -117,12 +123,7 @@ def test_ctrl_c_while_a_remote_datasets_shards_open(packed: Path) -> None:  # ty
             time.sleep(0.05)
         time.sleep(0.5)
         sent = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        try:
-            _, err = process.communicate(timeout=60)
-        finally:
-            process.kill()
-        assert process.returncode == 130, err
+        err = _interrupted(process)
         assert time.monotonic() - sent < 10, "it waited for the stuck requests"
         assert err.strip().splitlines() == ["streamer inspect: interrupted"], err
     finally:
