@@ -505,11 +505,14 @@ class Dataset:
         (one blob lost its first bytes, its neighbour gained them), or
         ``audio_info`` is another pack's. Its crops were decoded from the
         wrong bytes, each one counted as an index "built for another blob"
-        only."""
+        only. Only for the layout ``pack`` writes (``audio/audio`` beside
+        ``audio_info/``): an audio column of another directory may hold other
+        bytes (a transcoded copy) than the ones ``audio_info`` describes."""
         recorded = self._recorded_sizes.get((name, row), ...)
         if recorded is ...:
+            packed = self.audio_dir == self.audio_column == AUDIO_COLUMN
             try:
-                info = self.info(key) if INFO_DIR in self.column_dirs else {}
+                info = self.info(key) if packed and INFO_DIR in self.column_dirs else {}
             except DataError:  # no usable audio_info/ shard: nothing recorded
                 info = {}
             recorded = self._recorded_sizes[(name, row)] = info.get("num_bytes")
