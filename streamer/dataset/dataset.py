@@ -165,8 +165,8 @@ class Dataset:
         #: ``seek_index/`` shards that cannot be used: (fallback reason, the error).
         self._index_problems: dict[str, tuple[str, DataError]] = {}
         self._verdicts: dict[tuple[str, int], str | None] = {}
-        #: ``audio_info``'s ``num_bytes`` per row (None: not recorded).
-        self._recorded_sizes: dict[tuple[str, int], int | None] = {}
+        #: ``audio_info``'s ``num_bytes`` per shard (``_info_sizes``).
+        self._recorded_sizes: dict[str, list[Any] | None] = {}
         self._warned_compressed = False
         self._warned_stale: set[str] = set()
         self._decode_stats: DecodeStats | None = None
@@ -214,13 +214,9 @@ class Dataset:
         while True:
             manifest = self.manifest
             threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
-            calls = CallGroup()
-            with ThreadPoolExecutor(max(threads, 1)) as pool:
-                try:
-                    problems = list(pool.map(calls.bind(self._shard_problem), self.listed_shards))
-                except BaseException:  # an interrupt: the other threads' requests stop too
-                    calls.cancel()
-                    raise
+            # An interrupt stops the other threads' requests too: the pool waits for them.
+            with ThreadPoolExecutor(max(threads, 1)) as pool, CallGroup() as calls:
+                problems = list(pool.map(calls.bind(self._shard_problem), self.listed_shards))
             if self.manifest is manifest:
                 break
             # The manifest turned out stale while checking: check the listing's shards.
@@ -500,22 +496,18 @@ class Dataset:
 
     def _check_blob_size(self, name: str, row: int, key: str, length: int) -> None:
         """``CropError`` when ``audio_info`` records another byte length for
-        the blob than it has (once per row; nothing without ``audio_info``
-        or its ``num_bytes``): the audio shard's row boundaries are damaged
-        (one blob lost its first bytes, its neighbour gained them), or
+        the blob than it has (nothing without ``audio_info`` or its
+        ``num_bytes``): the audio shard's row boundaries are damaged (one
+        blob lost its first bytes, its neighbour gained them), or
         ``audio_info`` is another pack's. Its crops were decoded from the
         wrong bytes, each one counted as an index "built for another blob"
         only. Only for the layout ``pack`` writes (``audio/audio`` beside
         ``audio_info/``): an audio column of another directory may hold other
         bytes (a transcoded copy) than the ones ``audio_info`` describes."""
-        recorded = self._recorded_sizes.get((name, row), ...)
-        if recorded is ...:
-            packed = self.audio_dir == self.audio_column == AUDIO_COLUMN
-            try:
-                info = self.info(key) if packed and INFO_DIR in self.column_dirs else {}
-            except DataError:  # no usable audio_info/ shard: nothing recorded
-                info = {}
-            recorded = self._recorded_sizes[(name, row)] = info.get("num_bytes")
+        if name not in self._recorded_sizes:
+            self._recorded_sizes[name] = self._info_sizes(name)
+        sizes = self._recorded_sizes[name]
+        recorded = None if sizes is None else sizes[row]
         if recorded is not None and recorded != length:
             raise CropError(
                 f"the blob has {length} bytes, {INFO_DIR} records {recorded}: "
@@ -523,6 +515,19 @@ class Dataset:
                 shard=self.shard(name).path,
                 key=key,
             )
+
+    def _info_sizes(self, name: str) -> list[Any] | None:
+        """``audio_info``'s ``num_bytes`` column of shard ``name``, read once
+        (a row's ``info`` reads every field); None when there is none."""
+        if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
+            return None
+        try:
+            shard = self.shard(name, INFO_DIR) if INFO_DIR in self.column_dirs else None
+        except DataError:  # no usable audio_info/ shard: nothing recorded
+            return None
+        if shard is None or "num_bytes" not in shard.schema.names:
+            return None
+        return shard.column("num_bytes").to_pylist()
 
     def _trusted_index(
         self, reader: IndexReader, name: str, row: int, key: str, blob_length: int
@@ -691,12 +696,8 @@ class Dataset:
             pad=pad,
             resample_quality=resample_quality,
         )
-        calls = CallGroup()
-        try:
+        with CallGroup() as calls:
             return await anyio.to_thread.run_sync(calls.bind(call), abandon_on_cancel=True)
-        except BaseException:
-            calls.cancel()
-            raise
 
     def info_table(self) -> pa.Table:
         """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""

@@ -104,16 +104,14 @@ class Episodes:
         that fail (nothing counts them later), they are never planned."""
         unknown = np.flatnonzero(~np.isfinite(self.duration))
         if len(unknown):
-            shown = ", ".join(repr(self.keys[i]) for i in unknown[:3])
             log.warning(
                 "%s: %d of %d episodes have no known duration (no audio_info/ duration "
-                "and no usable seek index): samplers draw no crop from them (%s%s); "
+                "and no usable seek index): samplers draw no crop from them (%s); "
                 "`streamer index` or `streamer pack` records it",
                 self.dataset.url,
                 len(unknown),
                 len(self),
-                shown,
-                ", ..." if len(unknown) > 3 else "",
+                _first_few([repr(self.keys[i]) for i in unknown[:4]]),
             )
 
 
@@ -157,10 +155,14 @@ def _warn_unusable(dataset: Dataset, unusable: list[str]) -> None:
     episode has: read from their seek indexes (or unknown: not drawn)."""
     if unusable:
         log.warning(
-            "%s: %d episodes have an audio_info duration or sample rate no audio has (%s%s): "
+            "%s: %d episodes have an audio_info duration or sample rate no audio has (%s): "
             "taken from their seek indexes",
             dataset.url,
             len(unusable),
-            ", ".join(unusable[:3]),
-            ", ..." if len(unusable) > 3 else "",
+            _first_few(unusable),
         )
+
+
+def _first_few(names: list[str]) -> str:
+    """The first three of ``names``, and ``...`` when there are more."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

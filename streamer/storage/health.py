@@ -190,8 +190,9 @@ class StoreHealth:
         for the attempt itself: ``PastDeadline`` if its place comes at or
         after the deadline (nothing was sent). Unless it is the ``probe``,
         an attempt whose place comes while the gate is shut raises
-        ``GateShut`` (nothing was sent): it waits at the gate again. A request's first attempt is
-        always sent: it is how a store that came back is noticed.
+        ``GateShut`` (nothing was sent): it waits at the gate again. A
+        request's first attempt is always sent: it is how a store that came
+        back is noticed.
 
         ``began``: when the request began this attempt (``time.monotonic()``),
         the instant its budget counts from should it fail; a run of failures

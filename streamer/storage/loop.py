@@ -143,12 +143,20 @@ class CallGroup:
 
     ``bind(function)`` makes ``function``'s calls, on whatever thread runs
     it, members; ``cancel()`` cancels those in flight and every later one
-    (each raises ``CancelledError`` in its thread)."""
+    (each raises ``CancelledError`` in its thread). As a context manager it
+    cancels them when its block raises (an interrupt, a cancelled caller)."""
 
     def __init__(self) -> None:
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._lock = threading.Lock()
         self._cancelled = False
+
+    def __enter__(self) -> CallGroup:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self.cancel()
 
     def bind(self, function: Callable[..., T]) -> Callable[..., T]:
         def bound(*args: Any, **kwargs: Any) -> T:
