@@ -13,6 +13,8 @@ builds it again.
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,7 @@ def packs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def indexed(packs: tuple[Path, Path], tmp_path: Path) -> Path:
     """A copy of the indexed pack to change."""
     copy = tmp_path / "ds"
-    os.system(f"cp -r {packs[0]} {copy}")
+    shutil.copytree(packs[0], copy)
     return copy
 
 
@@ -68,22 +70,29 @@ def _index_path(root: Path) -> Path:
     return path
 
 
-def _edited(root: Path, edit: Any) -> None:
-    """Rewrite the index shard with ``edit(rows)`` applied to its
-    ``seek_index`` cells (key -> a dict, in row order); every other column,
-    ``row_crc`` included, as it was."""
+def _rewritten(root: Path, change: Callable[[pa.Table], pa.Table]) -> None:
+    """Rewrite the index shard as ``change(table)``."""
     path = _index_path(root)
-    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
-    cells = table.column(INDEX_COLUMN).to_pylist()
-    rows = dict(zip(table.column(KEY_COLUMN).to_pylist(), cells, strict=True))
-    edit(rows)
-    rows = list(rows.values())
-    column = pa.array(rows, table.schema.field(INDEX_COLUMN).type)
-    table = table.set_column(table.schema.get_field_index(INDEX_COLUMN), INDEX_COLUMN, column)
+    table = change(pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all())
     temp = path.with_name(".rewritten")  # not in place: open datasets map the file
     with pa.ipc.new_file(str(temp), table.schema) as writer:
         writer.write_table(table)
     os.replace(temp, path)
+
+
+def _edited(root: Path, edit: Any) -> None:
+    """Rewrite the index shard with ``edit(rows)`` applied to its
+    ``seek_index`` cells (key -> a dict, in row order); every other column,
+    ``row_crc`` included, as it was."""
+
+    def change(table: pa.Table) -> pa.Table:
+        cells = table.column(INDEX_COLUMN).to_pylist()
+        rows = dict(zip(table.column(KEY_COLUMN).to_pylist(), cells, strict=True))
+        edit(rows)
+        column = pa.array(list(rows.values()), table.schema.field(INDEX_COLUMN).type)
+        return table.set_column(table.schema.get_field_index(INDEX_COLUMN), INDEX_COLUMN, column)
+
+    _rewritten(root, change)
 
 
 def _assert_served(root: Path, plain: Path, fallen: set[str]) -> None:
@@ -135,17 +144,15 @@ def test_rows_swapped_between_two_same_length_wavs_fall_back(
     """Every column but the key swapped between two WAVs of one codec, rate,
     length and header: only the key in the row's CRC tells the rows apart
     (their span CRCs failed every crop as damaged audio)."""
-    path = _index_path(indexed)
-    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
-    keys = table.column(KEY_COLUMN).to_pylist()
-    a, b = keys.index("wav-a"), keys.index("wav-b")
-    order = list(range(len(keys)))
-    order[a], order[b] = b, a
-    swapped = table.take(order).set_column(0, KEY_COLUMN, table.column(KEY_COLUMN))
-    temp = path.with_name(".rewritten")
-    with pa.ipc.new_file(str(temp), table.schema) as writer:
-        writer.write_table(swapped)
-    os.replace(temp, path)
+
+    def swap(table: pa.Table) -> pa.Table:
+        keys = table.column(KEY_COLUMN).to_pylist()
+        a, b = keys.index("wav-a"), keys.index("wav-b")
+        order = list(range(len(keys)))
+        order[a], order[b] = b, a
+        return table.take(order).set_column(0, KEY_COLUMN, table.column(KEY_COLUMN))
+
+    _rewritten(indexed, swap)
     _assert_served(indexed, packs[1], {"wav-a", "wav-b"})
 
 
@@ -165,11 +172,5 @@ def test_a_shard_without_row_crcs_is_read_as_before(
 ) -> None:
     """Index shards written before ``row_crc`` (or with null cells) are not
     checked by it: their rows are served."""
-    path = _index_path(indexed)
-    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
-    table = table.drop_columns([ROW_CRC_COLUMN])
-    temp = path.with_name(".rewritten")
-    with pa.ipc.new_file(str(temp), table.schema) as writer:
-        writer.write_table(table)
-    os.replace(temp, path)
+    _rewritten(indexed, lambda table: table.drop_columns([ROW_CRC_COLUMN]))
     _assert_served(indexed, packs[1], set())
