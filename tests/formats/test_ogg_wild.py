@@ -80,6 +80,10 @@ def _files() -> dict[str, bytes]:
             f"{codec}/chain-cut": paginate(a, ended=False)
             + paginate(b, ended=False, body=500)
             + paginate(c),
+            # A recording stopped (no end-of-stream page), a download cut short
+            # (the last page too): nothing trimmed, the length still known.
+            f"{codec}/no-end": paginate(a, ended=False),
+            f"{codec}/cut-short": _cut_short(paginate(a, body=1000)),
         }
     flac = split(cli_encode(FLAC, 22050, 2, 2.5), 4)
     out |= {
@@ -88,6 +92,8 @@ def _files() -> dict[str, bytes]:
         "flac/small-pages": paginate(flac, body=700),
         "flac/one-page": paginate(flac, body=65000),
         "flac/live-start": paginate(flac, offset=22050 * 3600),
+        "flac/no-end": paginate(flac, ended=False),
+        "flac/cut-short": _cut_short(paginate(flac, body=1000)),
     }
     for codec, stream in (
         ("vorbis", _stream("vorbis", 44100, 1, 1.5, 7)),
@@ -106,6 +112,11 @@ def _files() -> dict[str, bytes]:
     opus.headers[0] = opus.headers[0][:10] + (65535).to_bytes(2, "little") + opus.headers[0][12:]
     out["opus/large-pre-skip"] = paginate(opus)  # 1.4 s, as in files from the wild
     return out
+
+
+def _cut_short(data: bytes) -> bytes:
+    """The file's first two thirds, its last page cut in the middle."""
+    return data[: len(data) * 2 // 3]
 
 
 @pytest.fixture(scope="module")
@@ -145,11 +156,13 @@ LAYOUTS = (
     "chain",
     "chain-of-odd-pages",
     "chain-cut",
+    "no-end",
+    "cut-short",
 )
 KEYS = [f"{codec}/{name}" for codec in ("vorbis", "opus") for name in LAYOUTS]
 KEYS += ["opus/large-pre-skip", "vorbis/multiplexed", "opus/multiplexed"]
 KEYS += [f"flac/{name}" for name in ("plain", "audio-on-header-page", "small-pages", "one-page")]
-KEYS += ["flac/live-start"]
+KEYS += ["flac/live-start", "flac/no-end", "flac/cut-short"]
 KEYS += [f"{c}/last-granule{s:+d}" for c in ("vorbis", "opus", "flac") for s in (-100, -3000, 2000)]
 #: One file per mechanism in the default run; the rest with ``-m slow``.
 DEFAULT = {
@@ -163,6 +176,9 @@ DEFAULT = {
     "vorbis/chain-of-odd-pages",
     "opus/chain-of-odd-pages",
     "opus/chain-cut",
+    "opus/no-end",
+    "vorbis/cut-short",
+    "flac/no-end",
     "opus/large-pre-skip",
     "opus/multiplexed",
     "flac/audio-on-header-page",

@@ -15,8 +15,9 @@ Gapless: FFmpeg decodes every packet whatever the granules say. Opus output
 starts ``pre_skip`` after the first packet's position (``encoder_delay`` =
 pre-skip); Vorbis output after the first packet (which only primes); FLAC
 at it. With an end-of-stream page, ``num_samples`` ends where FFmpeg's
-trimming of the last packet ends it (``_Link._trim_end``); without one it
-is -1.
+trimming of the last packet ends it (``_Link._trim_end``); without one
+(a file cut short, a recording stopped), where its last page's packets
+decode to, as FFmpeg trims nothing then; -1 when no granule places them.
 
 Lost pages (a break in the page numbering: a page that fails its CRC)
 mean no index: FFmpeg drops them and its decode closes the gap they leave,
@@ -129,7 +130,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         channels=codec.channels,
         timescale=codec.timescale,
         first_sample=head.first_sample,
-        num_samples=last.end - head.first_sample if last.ended else -1,
+        num_samples=last.end - head.first_sample if last.bounded else -1,
         encoder_delay=codec.pre_skip,
         header=tuple(link.header for link in links),
         data_start=head.data_start,
@@ -303,6 +304,7 @@ class _Link:
         self.granule = 0  # last granule position seen
         self.known = False  # whether ``granule`` is the position of this page's start
         self.ended = False
+        self.bounded = False  # whether the link's end is known (``read``)
         self.trim = 0  # how far before its last granule FFmpeg's output of the link ends
         self.single = False  # whether the link is one audio page
         self.data_end = 0
@@ -348,8 +350,8 @@ class _Link:
                 self.data_end = page.end  # the audio range runs to the file's last page
                 continue
             if page.flags & BOS and self.start is not None and not self.others:
-                if not self.ended:
-                    self._end_unmarked()
+                if not self.ended and not self._end_unmarked():
+                    raise NoIndex("a chained ogg link without its end after lost pages")
                 return page
             if page.serial != self.serial or page.flags & BOS:
                 raise NoIndex("multiplexed ogg streams")
@@ -358,6 +360,7 @@ class _Link:
             self.add(page)
         if self.start is None:
             raise NoIndex("no ogg audio pages")
+        self.bounded = self.ended or self._end_unmarked()
         return None
 
     def add(self, page: Page, skip: int = 0) -> None:
@@ -431,15 +434,19 @@ class _Link:
         opened = sum(lacing[: last + 1])
         self._head = page.body[opened : opened + _HEAD]
 
-    def _end_unmarked(self) -> None:
-        """A link that ends without an end-of-stream page (a recorder cut
-        it): FFmpeg trims nothing, so its output ends where the packets of
-        its last page decode to, whatever that page's granule says."""
+    def _end_unmarked(self) -> bool:
+        """End a link that has no end-of-stream page (a recorder cut it, or
+        the file is cut short): FFmpeg trims nothing, so its output ends
+        where the packets of its last page decode to, whatever that page's
+        granule says. False when that is unknown (no granule before the
+        last page)."""
         assert self._last is not None  # the link has audio pages
-        page, self._last_head, self._head, granule, known = self._last
+        page, last_head, head, granule, known = self._last
         if not known:
-            raise NoIndex("a chained ogg link without its end after lost pages")
+            return False
+        self._last_head, self._head = last_head, head
         self.trim = self.granule - (granule + sum(self._count(page, 0)))
+        return True
 
     def _trim_end(self, decoded: int, granule: int, last: int) -> None:
         """Where FFmpeg's output of the link ends, given the end of what its
