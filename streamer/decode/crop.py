@@ -477,6 +477,15 @@ def _past_the_end(index: SeekIndex, request: CropRequest) -> bool:
     )
 
 
+def _zeros_after(audio: np.ndarray, length: int) -> np.ndarray:
+    """A resampler window the episode's end cut short, run out to ``length``
+    with zeros: the whole pass's last outputs are those of zeros after the
+    end (libsoxr flushes with them), and the window alone rounds its own
+    length, one output short of the whole pass's where that length is an
+    exact half (25 280 samples at 48 -> 11.025 kHz: 5 806.5)."""
+    return np.pad(audio, ((0, 0), (0, length - audio.shape[1])))
+
+
 def _finish(
     job: CropJob,
     stats: DecodeStats,
@@ -499,9 +508,10 @@ def _finish(
     if out_rate != rate:
         first, last, _ = crop_span(request.start, request.end, rate, out_rate)
         keep = expected
-        if audio.shape[1] < last - first:  # the episode ends in the window: the whole pass's end
+        if audio.shape[1] < last - first:  # the episode ends in the window
             ends = resampled_length(first + audio.shape[1], rate, out_rate)
             keep = min(expected, ends - round(request.start * out_rate))
+            audio = _zeros_after(audio, last - first)
         with record("resample"):
             audio = resample(audio, rate, out_rate, quality=request.resample_quality)
             audio = audio[:, skip : skip + max(keep, 0)]

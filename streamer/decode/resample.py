@@ -18,7 +18,9 @@ rounding (1e-6) when
   those extra outputs are cut off.
 
 ``window`` computes that input range; ``resample`` runs the resampler over
-it in one call.
+it in one call. (For a few odd ratios libsoxr steps by a rounded fraction,
+so its whole pass drifts off the exact grid and the crop, which restarts
+the phase at its window, does not: docs/decoding.md.)
 """
 
 from __future__ import annotations

@@ -23,12 +23,15 @@ from testkit.reference import full_decode
 
 #: key -> (codec, rate, channels, samples): lossless, so the bound is the
 #: resampler's. 48 960 samples at 48 kHz are 11 245.5 at 11.025 kHz, which
-#: libsoxr rounds down (its length is computed in floating point).
+#: libsoxr rounds down (its length is computed in floating point); 72 000
+#: are 16 537.5, which it rounds up, while the last 25 280 alone (a crop's
+#: window from 1 s on) are 5 806.5, which it rounds down.
 FILES = {
     "flac-22k": ("flac", 22050, 1, 22050),
     "wav-44k": ("wav", 44100, 2, 44100),
     "wav-8k": ("wav", 8000, 1, 8000),
     "wav-48k": ("wav", 48000, 1, 48960),
+    "wav-48k-up": ("wav", 48000, 2, 72000),
 }
 WITHIN = 1e-6
 
@@ -175,6 +178,34 @@ def test_crops_past_the_end_stop_where_the_whole_pass_does(
                 assert padded.shape[1] == round(end * target) - round(start * target), what
                 np.testing.assert_array_equal(padded[:, : got.shape[1]], got)
                 assert not padded[:, got.shape[1] :].any(), what
+
+
+@pytest.mark.parametrize("target", [11025, 44100, 22050])
+def test_crops_to_the_end_end_with_the_whole_pass(
+    datasets: tuple[Dataset, Dataset], target: int
+) -> None:
+    """A crop whose window the end cuts short ends with the whole pass's
+    last samples, which see zeros after the end. Resampled alone, the
+    window rounded its own length one short of the whole pass's where that
+    length is an exact half: ``[1.0, 1.5)`` of 72 000 samples at 48 ->
+    11.025 kHz came back a sample short (counted past the end), with
+    ``pad`` a zero in place of 0.2, and a crop starting on the last sample
+    "decoded to nothing"."""
+    for key in FILES:
+        reference = _reference(datasets[0], key, target, mono=False)
+        total = reference.shape[1]
+        end = total / target
+        firsts = {*np.linspace(0, total - 1, 40).round().astype(int).tolist(), total - 1}
+        if key == "wav-48k-up":
+            firsts.add(target)  # from 1 s on
+        for first in sorted(firsts):
+            for dataset in datasets:
+                what = f"{key} {target} [{first / target}, {end})"
+                before = dataset.decode_stats.past_end
+                for pad in (False, True):
+                    got = dataset.read_crop(key, first / target, end, sample_rate=target, pad=pad)
+                    _within(got, reference[:, first:], what)
+                assert dataset.decode_stats.past_end == before, what
 
 
 def test_worker_processes_and_the_fallback_give_the_same_resampled_crops(
