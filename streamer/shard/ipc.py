@@ -132,9 +132,14 @@ class Shard:
 
     @cached_property
     def keys(self) -> pa.Array:
-        """The ``__key__`` column as one string array."""
+        """The ``__key__`` column as one ``string`` array, whichever string
+        type the shard stores (``large_string``, as polars writes, is cast:
+        the columns of one dataset may differ, and their keys must compare
+        equal row for row)."""
         keys = self.column(KEY_COLUMN)
-        if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+        if pa.types.is_large_string(keys.type) or pa.types.is_string_view(keys.type):
+            keys = keys.cast(pa.string())
+        elif not pa.types.is_string(keys.type):
             raise ShardError(f"{KEY_COLUMN!r} is {keys.type}, not a string column", shard=self.path)
         return keys.combine_chunks()
 
