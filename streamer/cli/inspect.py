@@ -49,7 +49,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         "shards": len(dataset.shard_names),
         "skipped_shards": dict(dataset.bad_shards),
         "rows": len(dataset),
-        "manifest": dataset.manifest_state(),
+        "manifest": None,  # last: checked against the shards the rest opens too
         "columns": {},
         "audio_dir": dataset.audio_dir,
         "index_problems": {},
@@ -72,6 +72,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         report["hours"] = seconds / 3600
         mix = Counter(info.column("codec").to_pylist())
         report["codecs"] = dict(mix.most_common())
+    report["manifest"] = dataset.manifest_state()
     return report
 
 

@@ -313,11 +313,18 @@ class Dataset:
             return self._open_listed(name, column_dir)
 
     def _listed(self, column_dir: str, name: str) -> bool | None:
-        """Whether a listing of the column directory has shard ``name`` (one
-        request per directory and dataset), or None when the store cannot
-        list it (there is none, an HTTP server without directory indexes):
-        then nothing contradicts the manifest. A store that gave up (an
-        outage past its budget) raises: taken for "no such shard", a
+        """Whether a listing of the column directory has shard ``name``
+        (whatever its file's suffix), or None when the store cannot list it
+        (``_listing``)."""
+        files = self._listing(column_dir)
+        return None if files is None else name in {_shard_name(file) for file in files}
+
+    def _listing(self, column_dir: str) -> set[str] | None:
+        """The shard files a listing of the column directory has (one request
+        per directory and dataset), or None when the store cannot list it
+        (there is none, an HTTP server without directory indexes): then
+        nothing contradicts the manifest. A store that gave up (an outage
+        past its budget) raises: taken for "no such shard", a
         ``seek_index/`` the manifest does not name sent the crops to be
         decoded without an index, by workers that waited a budget of their
         own on the same outage."""
@@ -330,14 +337,13 @@ class Dataset:
                 self._listings[column_dir] = None
             else:
                 self._listings[column_dir] = {
-                    _shard_name(f.name)
+                    f.name
                     for f in files
                     if not f.is_dir
                     and not f.name.startswith(".")
                     and f.name.endswith(SHARD_SUFFIXES)
                 }
-        names = self._listings[column_dir]
-        return None if names is None else name in names
+        return self._listings[column_dir]
 
     def _drop_manifest(self, reason: str) -> None:
         """Stop using the manifest (it contradicts the store): warn once, list the
@@ -374,7 +380,8 @@ class Dataset:
         """The dataset manifest checked against a fresh listing of the store
         (for ``streamer inspect``): ``"ok"``, ``"absent"``, why it is not
         usable, or ``"stale: "`` and what differs (shards added, removed or
-        resized behind its back, which opening alone cannot see)."""
+        resized behind its back, which opening alone cannot see; and of the
+        shards opened so far, rows, footer or columns other than it says)."""
         manifest, problem = read_manifest(self.store, self.root)
         if manifest is None:
             return problem or "absent"
@@ -391,6 +398,13 @@ class Dataset:
                 entry = manifest.files.get(ours[name])
                 if path != ours[name] or (size is not None and entry and entry.size != size):
                     differences.append(f"{column_dir}/{name} differs from the manifest")
+        for (column_dir, _), shard in sorted(self._shards.items()):
+            entry = manifest.files.get(shard.path)
+            problem = None
+            if entry is not None:
+                problem = entry.mismatch(shard.layout, manifest.fields.get(column_dir))
+            if problem is not None:
+                differences.append(f"{column_dir}/{shard.path.rsplit('/', 1)[-1]} has {problem}")
         return "stale: " + "; ".join(differences) if differences else "ok"
 
     # -- keys ---------------------------------------------------------------
@@ -700,13 +714,22 @@ class Dataset:
             return await anyio.to_thread.run_sync(calls.bind(call), abandon_on_cancel=True)
 
     def info_table(self) -> pa.Table:
-        """Every episode's ``audio_info`` row, plus the ``shard`` it lives in."""
-        tables = []
+        """Every episode's ``audio_info`` row, plus the ``shard`` it lives in.
+
+        Shards may differ in their columns (one written with an extra
+        column: null in the others' rows) and in compatible types (int32 and
+        int64); a column whose types cannot be one raises ``ShardError``
+        naming the first shard that disagrees."""
+        tables, paths = [], []
         for name in self.shard_names:
             shard = self.shard(name, INFO_DIR)
             table = pa.table({field: shard.column(field) for field in shard.schema.names})
             tables.append(table.append_column("shard", pa.array([name] * table.num_rows)))
-        return pa.concat_tables(tables)
+            paths.append(shard.path)
+        try:
+            return pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            raise _schema_disagreement(tables, paths) from None
 
     def _find_audio_dir(self) -> str:
         if AUDIO_COLUMN in self.column_dirs:
@@ -737,12 +760,10 @@ class Dataset:
             # Only a shard the store says is not there (404) may mean a stale
             # manifest; a store that fails (an outage, a hang) is asked nothing
             # more: a listing would wait for it once more past its budget.
+            # A file renamed to another shard suffix is not in the store either.
             missing = isinstance(exc, NotFound) or not self.store.is_remote
-            if (
-                entry is not None
-                and missing
-                and self._listed(column_dir, _shard_name(path)) is False
-            ):
+            listing = self._listing(column_dir) if entry is not None and missing else None
+            if entry is not None and listing is not None and entry.file not in listing:
                 raise _StaleManifest(f"{column_dir}/{entry.file} is not in the store") from exc
             if self.store.is_remote:
                 raise
@@ -838,6 +859,21 @@ def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], di
         if shards:
             found[child.name] = shards
     return found, sizes
+
+
+def _schema_disagreement(tables: list[pa.Table], paths: list[str]) -> ShardError:
+    """The error for ``audio_info`` shards whose columns cannot be one: the
+    first shard whose schema does not unify with the ones before it."""
+    schema = tables[0].schema
+    for table, path in zip(tables[1:], paths[1:], strict=True):
+        try:
+            schema = pa.unify_schemas([schema, table.schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            reason = str(exc).splitlines()[0]
+            return ShardError(
+                f"its columns do not agree with the shards before it ({reason})", shard=path
+            )
+    return ShardError("the audio_info shards' columns do not agree", shard=INFO_DIR)
 
 
 def _check_keys_aligned(shard: Shard, audio: Shard) -> None:

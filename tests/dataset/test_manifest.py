@@ -142,6 +142,18 @@ def test_same_size_rewrite_with_other_rows_is_detected(copy: Path) -> None:
     )
 
 
+def test_inspect_says_stale_for_rows_the_manifest_miscounts(copy: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A manifest whose names and sizes agree with the listing but whose
+    rows do not: ``inspect`` said "manifest ok" (the run that opened the
+    shards warned it stale)."""
+    document = manifest_of(copy)
+    document["columns"]["audio"]["shards"]["shard-000002"]["rows"] = 3
+    (copy / MANIFEST_NAME).write_text(json.dumps(document))
+    assert main(["inspect", "--json", str(copy)]) == 0
+    state = json.loads(capsys.readouterr().out)["manifest"]
+    assert state == "stale: audio/shard-000002.wsds has 2 rows, the manifest says 3"
+
+
 def test_missing_shard_is_detected_and_served_as_the_listing_says(copy: Path, caplog) -> None:  # type: ignore[no-untyped-def]
     (copy / INDEX_DIR / "shard-000000.wsds").unlink()
     (copy / "audio" / "shard-000002.wsds").unlink()
@@ -392,6 +404,28 @@ def test_remote_unindexed_dataset_lists_a_missing_directory_once(
     (listing,) = listings(server)  # the one look
     assert INDEX_DIR in listing.path
     assert dataset.manifest is not None  # nothing contradicted it
+
+
+def test_remote_shards_renamed_to_another_suffix_behind_the_manifest(  # type: ignore[no-untyped-def]
+    remote_folder, clean, tmp_path
+) -> None:
+    """Every shard renamed ``.wsds`` -> ``.arrow`` (both shard names) with
+    the manifest left as it was: each 404 is the manifest's staleness, not
+    a missing shard, although a shard of that name is listed (the dataset
+    failed to open over HTTP: "not found (HTTP 404)")."""
+    publish, _ = remote_folder
+    folder = tmp_path / "renamed"
+    shutil.copytree(clean, folder)
+    for path in folder.glob("*/*.wsds"):
+        path.rename(path.with_suffix(".arrow"))
+    dataset = publish(folder)
+    crop = dataset.read_crop("e2", 0.5, 1.0)
+    assert crop.shape[1] > 0 and dataset.decode_stats.paths == {"index": 1}
+    problem = dataset.manifest_problem or ""
+    assert problem.startswith("stale: audio/shard-") and problem.endswith(
+        ".wsds is not in the store"
+    )
+    assert list(dataset) == EPISODES
 
 
 def test_remote_shard_missing_behind_the_manifest(remote_folder, clean, tmp_path) -> None:  # type: ignore[no-untyped-def]
