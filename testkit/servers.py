@@ -94,6 +94,7 @@ class Faults:
     ignore_range: bool = False
     chunked: bool = False  # bodies sent without Content-Length (chunked encoding)
     only_ranged: bool = True  # faults hit only requests with a Range header
+    only_under: str = ""  # ... and only those whose path holds this (empty: every path)
     #: Range answers carry at most this many bytes, their Content-Range says
     #: which (a server or CDN that caps range sizes, as HTTP allows); 0: no cap.
     max_range: int = 0
@@ -223,6 +224,7 @@ class LoopbackServer:
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         faults = self.faults
         targeted = not faults.only_ranged or "Range" in request.headers
+        targeted = targeted and faults.only_under in request.path
         if faults.latency:
             await asyncio.sleep(faults.latency)
         if targeted and faults.hangs:

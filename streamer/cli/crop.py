@@ -14,7 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..dataset import Dataset, open_dataset
-from ..errors import StreamerError
+from ..errors import DataError
 from ..index.checks import MAX_DURATION
 from ..write.sources import name_text
 from ._options import (
@@ -89,13 +89,14 @@ def _check_size(dataset: Dataset, args: argparse.Namespace) -> None:
     ``--pad`` to an END hours away (or a long crop at a high
     ``--sample-rate``) decoded it all, then failed to allocate (329 GiB) or
     to write it. END past any audio is refused by the crop itself. Unknown
-    from ``audio_info`` (no such key, no row): left to the crop."""
+    from ``audio_info`` (no such key, no row, a damaged shard): left to the
+    crop. A store that fails is not: the crop would wait it out again."""
     try:
         info = dataset.info(args.key)
         rate = args.sample_rate or int(info["sample_rate"])
         channels = 1 if args.mono else int(info["channels"])
         duration = float(info["duration"])
-    except (KeyError, TypeError, ValueError, StreamerError):
+    except (KeyError, TypeError, ValueError, DataError):
         return
     end = args.end if args.pad or not math.isfinite(duration) else min(args.end, duration)
     if not (math.isfinite(end * rate) and rate > 0 and channels > 0):

@@ -113,6 +113,9 @@ _OTHER_OPTIONS = {
 }
 #: Objects stored from a file larger than this go up in parts (S3 takes at
 #: most 5 GB in one PutObject; parts also bound the memory a write holds).
+#: What a bucket name may hold: S3's rules, with the capitals and
+#: underscores of buckets made before them (and of other S3 servers).
+_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 MULTIPART_THRESHOLD = 64 << 20
 #: Bytes per part (S3: at least 5 MiB but the last, at most 10,000 parts).
 MULTIPART_PART_SIZE = 32 << 20
@@ -220,13 +223,17 @@ class S3Store(RangeGetStore):
 
     def path_of(self, scheme: str, rest: str) -> str:
         bucket = rest.strip("/").partition("/")[0]
-        if "@" in bucket:
-            # ``s3://key:secret@bucket``: refused before the bucket name (and
-            # with it the secret) can reach botocore's validation message.
+        if "@" in bucket or ":" in bucket:
+            # ``s3://key:secret@bucket``, the secret perhaps holding a '/'
+            # (a bucket of "key:secret-up-to-it"): refused before the bucket
+            # name, and with it the secret, can reach botocore's validation
+            # message. No bucket name holds either character.
             raise StorageError(
                 f"{scheme}:// URLs carry no credentials (user info before '@' in the bucket): "
                 "give the key and its secret as store options, or use the AWS credential chain"
             )
+        if not _BUCKET.fullmatch(bucket):
+            raise StorageError(f"{scheme}://{bucket}: not a bucket name (letters, digits, '.-_')")
         return rest.strip("/")
 
     def _host(self, path: str) -> str:

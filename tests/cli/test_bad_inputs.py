@@ -447,6 +447,30 @@ def test_a_dead_store_fails_a_one_shot_command_within_give_up_after(
     assert all(line.startswith("WARNING streamer.storage: waiting") for line in lines[:-1])
 
 
+def test_crop_waits_out_a_stalled_store_once(  # type: ignore[no-untyped-def]
+    http, packed: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The listing and the manifest answer, every range read stalls: ``crop``
+    gives up once. Its check of the crop's size read ``audio_info``, gave
+    up, took that for "unknown", and the crop then sent its first attempt
+    and waited the whole budget out again (22 s for a budget of 5)."""
+    from streamer import open_dataset
+    from streamer.cli import crop, main
+
+    quick = crop.storage_options
+    monkeypatch.setattr(crop, "storage_options", lambda args: {**quick(args), "read_timeout": 0.5})
+    key = next(iter(open_dataset(packed)))
+    http.faults.hangs, http.faults.stall_seconds, http.faults.only_under = 1000, 30.0, "/audio"
+    argv = ["crop", f"{http.url}/packed", key, "0", "1", "-o", str(tmp_path / "c.npy")]
+    began = time.monotonic()
+    assert main([*argv, "--give-up-after", "1"]) == 1
+    took = time.monotonic() - began
+    ranged = [r.at - began for r in http.requests if r.range]
+    # One budget: no attempt is sent past it (the second wait sent one at 1.2 s).
+    assert ranged and ranged[-1] - ranged[0] <= 1.0, (took, ranged)
+    assert took < 1 + 0.5 + 1.5  # give_up_after + read_timeout, and slack
+
+
 def test_one_shot_commands_wait_less_than_training_by_default() -> None:
     from streamer.cli._options import ONE_SHOT_GIVE_UP, storage_options
     from streamer.storage import RetryPolicy

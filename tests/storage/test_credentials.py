@@ -326,16 +326,25 @@ def test_the_cli_keeps_credentials_off_stderr(http, s3, s3_uploaded) -> None:  #
 
 
 @pytest.mark.parametrize("scheme", ["s3", "b2"])
-def test_an_s3_url_with_user_info_is_refused_without_showing_it(scheme, s3) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("secret", [SECRET_KEY, SECRET_KEY[:10] + "/" + SECRET_KEY[10:]])
+def test_an_s3_url_with_user_info_is_refused_without_showing_it(scheme, secret, s3) -> None:  # type: ignore[no-untyped-def]
     """``s3://key:secret@bucket/...`` put the secret in the bucket name, which
-    botocore's parameter check quoted back in its message."""
-    url = f"{scheme}://{KEY_ID}:{SECRET_KEY}@bucket/packed"
+    botocore's parameter check quoted back in its message; a secret with a
+    '/' (half of AWS's) made the bucket "key:secret-up-to-it"."""
+    url = f"{scheme}://{KEY_ID}:{secret}@bucket/packed"
     with pytest.raises(StorageError, match="carry no credentials") as caught:
         open_dataset(url, endpoint_url=s3.url)
-    assert SECRET not in said_by([caught.value])
+    assert SECRET not in said_by([caught.value]) and KEY_ID not in said_by([caught.value])
     done = run_cli("inspect", url, "--endpoint-url", s3.url)
     assert done.returncode == 1 and "carry no credentials" in done.stderr
-    assert SECRET not in done.stderr + done.stdout
+    assert SECRET not in done.stderr + done.stdout and KEY_ID not in done.stderr + done.stdout
+    assert secret[:10] not in done.stderr + done.stdout
+
+
+def test_a_bucket_name_no_bucket_has_is_a_storage_error(s3) -> None:  # type: ignore[no-untyped-def]
+    """botocore's own parameter check raised outside ``StreamerError``."""
+    with pytest.raises(StorageError, match=r"s3://no\*such: not a bucket name"):
+        open_dataset("s3://no*such/packed", endpoint_url=s3.url)
 
 
 def test_no_credentials_is_one_line_naming_the_url(s3, s3_uploaded, tmp_path) -> None:  # type: ignore[no-untyped-def]
