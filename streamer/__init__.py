@@ -2,33 +2,37 @@
 
 from __future__ import annotations
 
-from .dataset import Dataset, open_dataset
-from .decode.crop import Crop, CropRequest
-from .errors import (
-    CompressedShardWarning,
-    CropError,
-    DataError,
-    LayoutError,
-    PackError,
-    ShardError,
-    StorageError,
-    StreamerError,
-    WorkerDied,
-    WorkerError,
-)
-from .pipeline import (
-    ListCrops,
-    Mix,
-    RandomCrops,
-    Sampler,
-    SegmentCrops,
-    SequentialCrops,
-    Streamer,
-    StreamerStats,
-)
-from .shard import BlobHandle
-from .storage import CacheConfig, RetryPolicy
-from .write.pack import pack
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .dataset import Dataset, open_dataset
+    from .decode.crop import Crop, CropRequest
+    from .errors import (
+        CompressedShardWarning,
+        CropError,
+        DataError,
+        LayoutError,
+        PackError,
+        ShardError,
+        StorageError,
+        StreamerError,
+        WorkerDied,
+        WorkerError,
+    )
+    from .pipeline import (
+        ListCrops,
+        Mix,
+        RandomCrops,
+        Sampler,
+        SegmentCrops,
+        SequentialCrops,
+        Streamer,
+        StreamerStats,
+    )
+    from .shard import BlobHandle
+    from .storage import CacheConfig, RetryPolicy
+    from .write.pack import pack
 
 __all__ = [
     "BlobHandle",
@@ -60,3 +64,54 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+#: Where each public name lives: imported on first use (PEP 562), so that
+#: ``import streamer.errors`` (or the ``streamer`` command's first line) does
+#: not import PyAV, pyarrow and the S3 client, half a second before anything
+#: can run (a Ctrl-C then printed the interpreter's traceback).
+_HOMES = {
+    "Dataset": ".dataset",
+    "open_dataset": ".dataset",
+    "Crop": ".decode.crop",
+    "CropRequest": ".decode.crop",
+    "ListCrops": ".pipeline",
+    "Mix": ".pipeline",
+    "RandomCrops": ".pipeline",
+    "Sampler": ".pipeline",
+    "SegmentCrops": ".pipeline",
+    "SequentialCrops": ".pipeline",
+    "Streamer": ".pipeline",
+    "StreamerStats": ".pipeline",
+    "BlobHandle": ".shard",
+    "CacheConfig": ".storage",
+    "RetryPolicy": ".storage",
+    "pack": ".write.pack",
+    **dict.fromkeys(
+        [
+            "CompressedShardWarning",
+            "CropError",
+            "DataError",
+            "LayoutError",
+            "PackError",
+            "ShardError",
+            "StorageError",
+            "StreamerError",
+            "WorkerDied",
+            "WorkerError",
+        ],
+        ".errors",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -90,3 +90,22 @@ def test_streamer_exports_the_public_api() -> None:
     assert not missing, f"not in streamer.__all__: {missing}"
     for name in PUBLIC:
         assert hasattr(streamer, name), name
+
+
+def test_the_public_names_are_loaded_on_first_use() -> None:
+    """``import streamer`` loads none of its heavy modules (the command's
+    first line, ``import streamer.errors``); each public name says where it
+    lives, and that is where it comes from."""
+    import subprocess
+    import sys
+
+    assert sorted(streamer._HOMES) == sorted(streamer.__all__)
+    for name, home in streamer._HOMES.items():
+        assert getattr(streamer, name) is getattr(importlib.import_module(home, "streamer"), name)
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, streamer; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not {"av", "pyarrow", "numpy", "aiohttp", "botocore"} & set(loaded)

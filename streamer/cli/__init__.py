@@ -12,7 +12,10 @@ printed only with ``-v`` (redacted like every message). A reader that
 stops early (``streamer inspect URL | head -1``) ends the command quietly
 with exit code 141, as a command killed by SIGPIPE; ``streamer help
 [COMMAND]`` is ``streamer [COMMAND] --help``. SIGTERM stops every command
-as Ctrl-C does (temporary files removed, exit code 130).
+as Ctrl-C does (temporary files removed, exit code 130), and so does a
+Ctrl-C while the command loads: this module imports nothing heavy, so that
+the commands' modules (PyAV, pyarrow, the S3 client: half a second) load
+inside ``main``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ import typing
 from collections.abc import Sequence
 
 from ..errors import StreamerError, UnsupportedURLError
-from ..storage import redact
-from ._options import UsageError
 
 __all__ = ["main"]
 
@@ -102,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
+    except KeyboardInterrupt:  # before the command ran: its modules loading, parsing
+        words = sys.argv[1:] if argv is None else argv
+        command = next((f" {word}" for word in words if not word.startswith("-")), "")
+        print(f"streamer{command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _reader_gone() -> int:
@@ -139,6 +145,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except Exception as exc:
+        from ..storage import redact
+        from ._options import UsageError
+
         interrupted = _raised_while_interrupted(exc)
         code = 130 if interrupted else 2 if isinstance(exc, UsageError | UnsupportedURLError) else 1
         if args.verbose:  # redacted like the error line: chained messages quote URLs too
@@ -167,6 +176,9 @@ def _describe(exc: Exception) -> str:
     """One line naming what went wrong: streamer's own messages as they are,
     an OS error with its file, anything else with its class (a library's
     error, or a bug: ``-v`` shows the traceback)."""
+    from ..storage import redact
+    from ._options import UsageError
+
     if isinstance(exc, StreamerError | UsageError):
         text = str(exc)
     elif isinstance(exc, KeyError):  # an unknown episode key: the message says which

@@ -128,3 +128,44 @@ def test_ctrl_c_while_a_remote_datasets_shards_open(packed: Path) -> None:  # ty
         assert err.strip().splitlines() == ["streamer inspect: interrupted"], err
     finally:
         server.stop()
+
+
+def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
+    """Ctrl-C in the command's first half second, while PyAV, pyarrow and
+    the S3 client are imported: one line and exit code 130, as later (it
+    was the interpreter's KeyboardInterrupt traceback, and death by signal).
+    The interrupt is raised in the import of pyarrow, then sent as a signal
+    while the command loads (the interpreter's own start, some 30 ms, is
+    before any of streamer's code can run)."""
+    raising = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def load(name, *args, **kwargs):\n"
+        "    if name == 'pyarrow':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = load\n"
+        "from streamer.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", raising, "-v", "inspect", str(packed)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 130 and done.stderr == "streamer inspect: interrupted\n"
+    for delay in (0.2, 0.3, 0.4):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamer", "inspect", str(packed)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        err = process.communicate(timeout=60)[1]
+        if process.returncode == 0:
+            continue  # it had finished
+        assert process.returncode == 130 and "Traceback" not in err, (delay, err)
+        assert err.strip().splitlines() == ["streamer inspect: interrupted"], (delay, err)
