@@ -131,10 +131,20 @@ def sbatch(commands: Path, *argv: str, **env: str) -> subprocess.CompletedProces
 
 
 def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path) -> None:
-    done = sbatch(parsed_commands, "index", "s3://b/ds", SLURM_ARRAY_TASK_ID="0")
-    assert done.returncode != 0 and "PARTS" in done.stderr
-    done = sbatch(parsed_commands, "verify", "s3://b/ds", SLURM_ARRAY_TASK_ID="0", PARTS="2")
-    assert done.returncode == 2 and "unknown job 'verify'" in done.stderr
+    """Exit code 2, one line, as ``streamer``'s usage errors (bash's
+    ``${VAR:?}`` exited 1: a failure a retry policy retries)."""
+    task = {"SLURM_ARRAY_TASK_ID": "0", "PARTS": "2"}
+    refused = {
+        "PARTS": sbatch(parsed_commands, "index", "s3://b/ds", SLURM_ARRAY_TASK_ID="0"),
+        "(not 'x')": sbatch(parsed_commands, "index", "s3://b/ds", **{**task, "PARTS": "x"}),
+        "job array": sbatch(parsed_commands, "index", "s3://b/ds", PARTS="2"),
+        "unknown job 'verify'": sbatch(parsed_commands, "verify", "s3://b/ds", **task),
+        "unknown job ''": sbatch(parsed_commands, **task),
+        "index URL | pack SRC OUT": sbatch(parsed_commands, "pack", "s3://b/raw", **task),
+    }
+    for said, done in refused.items():
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and said in lines[0], (said, done.stderr)
 
 
 @pytest.mark.parametrize(
