@@ -165,13 +165,14 @@ class LocalStore(Store):
 
 
 def _entry(entry: os.DirEntry[str]) -> Entry:
-    """The entry, of unknown size when it cannot be stat'ed (a dangling
-    symlink): its reader's error says why, the listing goes on."""
-    is_dir = entry.is_dir()
+    """The entry, a file of unknown size when it cannot be stat'ed (a
+    dangling symlink, a loop of symlinks: ``is_dir`` raises ``ELOOP``): its
+    reader's error says why, the listing goes on."""
     try:
+        is_dir = entry.is_dir()
         size = None if is_dir else entry.stat().st_size
     except OSError:
-        size = None
+        is_dir, size = False, None
     return Entry(entry.name, is_dir, size)
 
 

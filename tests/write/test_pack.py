@@ -224,6 +224,23 @@ def test_files_that_cannot_be_read_are_skipped_with_the_reason(
         pack(src, tmp_path / "strict", strict=True, progress=False)
 
 
+def test_a_loop_of_file_symlinks_is_skipped_like_a_dangling_one(tmp_path: Path) -> None:
+    """``a.flac -> b.flac -> a.flac`` failed the whole listing (`cannot list
+    the source: ... Too many levels of symbolic links`, naming no file)."""
+    src = tmp_path / "src"
+    write_audio(src, "x", "flac", 16000, 1, 0.5)
+    (src / "a.flac").symlink_to("b.flac")
+    (src / "b.flac").symlink_to("a.flac")
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [
+        ("a.flac", "cannot read it (Too many levels of symbolic links)"),
+        ("b.flac", "cannot read it (Too many levels of symbolic links)"),
+    ]
+    with pytest.raises(PackError, match=r"^a\.flac: cannot read it \(Too many levels"):
+        pack(src, tmp_path / "strict", strict=True, progress=False)
+
+
 def test_a_symlink_loop_is_one_line_naming_it(tmp_path: Path) -> None:
     """``d/up -> ..`` was walked until the OS refused the path (40 links
     deep), and the error was that path, ``d/up/d/up/...``, naming no link."""
