@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import stat
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import PackError, StorageError
 from ..storage import Store, open_url, safe_url
@@ -47,8 +48,8 @@ def name_text(name: str) -> str:
 
 class UnreadableSource(Exception):
     """A local source file that cannot be read (gone since the listing, a
-    dangling symlink, no permission, an I/O error): skipped like a file that
-    is not audio; ``str()`` is the reason."""
+    dangling symlink, no permission, an I/O error, not a regular file):
+    skipped like a file that is not audio; ``str()`` is the reason."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def read_into(file: SourceFile, target: memoryview) -> None:
     one cannot be read (a remote store's failure is its ``StorageError``)."""
     if not file.store.is_remote:
         try:
-            with open(file.path, "rb") as handle:
+            with _open_regular(file.path) as handle:
                 got = handle.readinto(target)
                 more = handle.read(1)
         except OSError as exc:
@@ -116,6 +117,35 @@ def read_into(file: SourceFile, target: memoryview) -> None:
     if size != file.size:
         raise PackError(f"{file.source}: {file.url} changed size while packing")
     reader.read_into_sync(target)
+
+
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading, or ``UnreadableSource`` when it is not a
+    regular file: opening a named pipe waits for a writer (for ever, in a
+    pack), a socket does not open, a device may act on being opened. Its
+    kind is checked before the open, and again on what was opened, which
+    ``O_NONBLOCK`` keeps from waiting should a pipe have taken the name since."""
+    _check_regular(os.stat(path).st_mode)
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        _check_regular(os.fstat(handle).st_mode)
+    except UnreadableSource:
+        os.close(handle)
+        raise
+    return os.fdopen(handle, "rb")
+
+
+def _check_regular(mode: int) -> None:
+    """``UnreadableSource`` naming what a file of ``mode`` is, unless a regular file."""
+    if stat.S_ISREG(mode):
+        return
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "a device")
+    raise UnreadableSource(f"not a regular file ({kind})")
 
 
 def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Store, str]:

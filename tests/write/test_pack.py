@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -222,6 +223,30 @@ def test_files_that_cannot_be_read_are_skipped_with_the_reason(
     assert list(open_dataset(tmp_path / "out").keys()) == ["a"]
     with pytest.raises(PackError, match=r"^dangling\.wav: cannot read it"):
         pack(src, tmp_path / "strict", strict=True, progress=False)
+
+
+@pytest.mark.timeout(30)  # without the fix the pipe's open waits for a writer for ever
+def test_files_that_are_not_regular_files_are_skipped_never_opened_to_wait(
+    tmp_path: Path,
+) -> None:
+    """A named pipe in SRC hung the pack in its open(), whatever its name;
+    a socket was `cannot read it (No such device or address)`."""
+    src = tmp_path / "src"
+    write_audio(src, "x", "flac", 16000, 1, 0.5)
+    os.mkfifo(src / "pipe.flac")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(src / "sock.wav"))
+    (src / "null.wav").symlink_to(os.devnull)
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.files == 1
+    assert report.skipped == [
+        ("null.wav", "not a regular file (a device)"),
+        ("pipe.flac", "not a regular file (a named pipe)"),
+        ("sock.wav", "not a regular file (a socket)"),
+    ]
+    with pytest.raises(PackError, match=r"^null\.wav: not a regular file \(a device\)$"):
+        pack(src, tmp_path / "strict", strict=True, progress=False)
+    assert not (tmp_path / "strict").exists()
 
 
 def test_a_loop_of_file_symlinks_is_skipped_like_a_dangling_one(tmp_path: Path) -> None:
