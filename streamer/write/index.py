@@ -90,6 +90,10 @@ __all__ = [
     "verify_index_shards",
 ]
 
+#: The most parts a job may be cut into (``i/n``: ``n``): more than any job
+#: runs, few enough for 64-bit counters, and shard names of a pack's
+#: partitions (``shard-03of12-000000``) that stay short file names.
+MAX_PARTS = 10**18
 #: Episodes per record batch of an index shard: bounds the writer's memory.
 ROWS_PER_BATCH = 256
 SCHEMA = pa.schema(
@@ -182,13 +186,15 @@ class IndexReport:
 
 
 def parse_part(spec: str, option: str = "--shards") -> tuple[int, int]:
-    """``(i, n)`` of an ``i/n`` partition spec (0 <= i < n), as ``--shards``
-    and ``streamer pack --files`` take it; ``StreamerError`` naming ``option``
-    otherwise."""
+    """``(i, n)`` of an ``i/n`` partition spec (0 <= i < n <= ``MAX_PARTS``),
+    as ``--shards`` and ``streamer pack --files`` take it; ``StreamerError``
+    naming ``option`` otherwise."""
     part, _, count = spec.partition("/")
     digits = part.isascii() and part.isdigit() and count.isascii() and count.isdigit()
     if not digits or not 0 <= int(part) < int(count):  # isdigit alone takes "²", "٢"
         raise StreamerError(f"{option} {spec!r}: expected i/n with 0 <= i < n")
+    if int(count) > MAX_PARTS:
+        raise StreamerError(f"{option} {spec!r}: n may be at most 10**18")
     return int(part), int(count)
 
 

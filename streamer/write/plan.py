@@ -104,7 +104,7 @@ def make_plan(
         width = len(str(count))
         every: list[PlannedShard] = []
         mine: list[PlannedShard] = []
-        for p in range(count):
+        for p in range(min(count, len(unique))):  # the partitions past the files have none
             prefix = f"shard-{p:0{width}d}of{count}-"
             cut = _cut(unique[p::count], alternates, shard_size, batch_size, prefix)
             every.extend(cut)

@@ -110,6 +110,20 @@ def test_a_rerun_without_index_then_with_indexes_the_stored_shards(
     assert verify_dataset(out).ok
 
 
+@pytest.mark.timeout(30)
+def test_an_absurd_partition_count_is_a_usage_error(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``--files 0/99999999999999999999`` planned every partition, one by one, for ever."""
+    with pytest.raises(SystemExit) as exited:
+        main(["pack", str(source), str(tmp_path / "o"), "--files", "0/99999999999999999999"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "streamer pack: error: argument --files: '0/99999999999999999999': n may be at most 10**18"
+    )
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("option", ["--shards", "--files"])
 def test_a_bad_partition_is_a_usage_error(
     option: str, source: Path, tmp_path: Path, capsys: pytest.CaptureFixture

@@ -88,3 +88,25 @@ def test_bad_partition_specs_are_refused_as_index_refuses_them(spec: str, mode: 
     option = "--shards" if mode == "shards" else "--files"
     with pytest.raises(StreamerError, match=f"{option} '{spec}': expected i/n with 0 <= i < n"):
         make_plan(_listing(3), shard_size=1, batch_size=1, **{mode: spec})
+
+
+@pytest.mark.timeout(10)  # the plan of --files 0/N looped over all N partitions
+@pytest.mark.parametrize("count", [5, 10**18])
+def test_more_partitions_than_files_leave_the_others_empty_however_many(count: int) -> None:
+    listing = _listing(3)
+    width = len(str(count))
+    for i in (0, 2):
+        part = make_plan(listing, shard_size=1, batch_size=1, by_files=f"{i}/{count}")
+        assert [s.name for s in part.mine] == [f"shard-{i:0{width}d}of{count}-000000"]
+        assert [f for s in part.mine for f in s.files] == [listing[i]]
+        assert len(part.every) == 3
+    for spec in (f"3/{count}", f"{count - 1}/{count}"):
+        assert make_plan(listing, shard_size=1, batch_size=1, by_files=spec).mine == []
+        assert make_plan(listing, shard_size=1, batch_size=1, shards=spec).mine == []
+
+
+@pytest.mark.parametrize("mode", ["shards", "by_files"])
+def test_a_partition_count_past_any_job_is_refused(mode: str) -> None:
+    spec = f"0/{10**18 + 1}"
+    with pytest.raises(StreamerError, match=f"'{spec}': n may be at most 10\\*\\*18$"):
+        make_plan(_listing(3), shard_size=1, batch_size=1, **{mode: spec})
