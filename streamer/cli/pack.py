@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, pack
+from ..errors import PackError
+from ..write.pack import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_SIZE, check_out_is_not_src, pack
 from ._options import (
+    UsageError,
     add_endpoint_argument,
     add_progress_argument,
     byte_size,
@@ -79,6 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        check_out_is_not_src(args.src, args.out)
+    except PackError as exc:
+        raise UsageError(str(exc)) from None
     report = pack(
         args.src,
         args.out,

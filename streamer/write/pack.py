@@ -54,9 +54,24 @@ from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan, taken
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
-from .sources import SourceFile, UnreadableSource, list_sources, open_store, read_into, shown
+from .sources import (
+    SourceFile,
+    UnreadableSource,
+    is_remote_url,
+    list_sources,
+    open_store,
+    read_into,
+    shown,
+)
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_SHARD_SIZE", "PLAN_KEY", "PackReport", "pack"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_SHARD_SIZE",
+    "PLAN_KEY",
+    "PackReport",
+    "check_out_is_not_src",
+    "pack",
+]
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +204,7 @@ def pack(
         raise PackError("columns= needs a whole run (no shards= or files=) into a local OUT")
     sidecar = read_sidecar(columns) if columns is not None else None
     store.check_writable(root)
-    if local and "://" not in src and os.path.realpath(src) == os.path.realpath(root):
-        raise PackError(f"OUT {out!r} is SRC: pick another OUT (a new folder, in SRC or not)")
+    check_out_is_not_src(src, out)
     hidden: list[str] = []
     listing = list_sources(src, storage_options, leave_out=root if local else None, hidden=hidden)
     if not listing:
@@ -251,6 +265,16 @@ def pack(
         write_manifest(store, root)  # last: every shard of the plan is in place
         report.manifest_written = True
     return report
+
+
+def check_out_is_not_src(src: str, out: str) -> None:
+    """``PackError`` when ``out`` is the local folder ``src`` itself (paths or
+    ``file://`` URLs): a re-run would take its shards for sources. An ``out``
+    inside ``src`` is left out of the walk instead. The command line checks
+    this before anything else, as a usage error."""
+    paths = [open_store(url, None)[1] for url in (src, out) if not is_remote_url(url)]
+    if len(paths) == 2 and os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
+        raise PackError(f"OUT {out!r} is SRC: pick another OUT (a new folder, in SRC or not)")
 
 
 def _listing(store: Store, root: str) -> dict[str, dict[str, str]]:

@@ -28,7 +28,15 @@ from ..errors import PackError, StorageError
 from ..storage import Store, open_url, safe_url
 from ..storage.loop import run_sync
 
-__all__ = ["SourceFile", "UnreadableSource", "list_sources", "name_text", "read_into", "shown"]
+__all__ = [
+    "SourceFile",
+    "UnreadableSource",
+    "is_remote_url",
+    "list_sources",
+    "name_text",
+    "read_into",
+    "shown",
+]
 
 
 def name_text(name: str) -> str:
@@ -150,9 +158,13 @@ def _check_regular(mode: int) -> None:
 
 def open_store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Store, str]:
     """``open_url`` with the storage options for a remote URL, none for a local path."""
+    return open_url(url, **(dict(storage_options or {}) if is_remote_url(url) else {}))
+
+
+def is_remote_url(url: str) -> bool:
+    """Whether ``url`` names a store's object, not a local path or ``file://`` URL."""
     scheme, sep, _ = url.partition("://")
-    remote = bool(sep) and scheme.lower() != "file"
-    return open_url(url, **(dict(storage_options or {}) if remote else {}))
+    return bool(sep) and scheme.lower() != "file"
 
 
 def _walk(

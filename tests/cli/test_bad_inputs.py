@@ -130,6 +130,8 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         "'DS' already holds a dataset (audio/shard-000000.wsds); pick a new OUT",
         1,
     ),
+    (["pack", "JUNK", "JUNK"], "OUT 'JUNK' is SRC: pick another OUT (a new folder,", 2),
+    (["pack", "JUNK", "file://JUNK/"], "OUT 'file://JUNK/' is SRC: pick another OUT", 2),
     (
         ["index", "DS", "--density", "0"],
         "argument --density: must be above 0 (or inf: every frame), not 0",
