@@ -221,6 +221,13 @@ class S3Store(RangeGetStore):
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path}"
 
+    def join(self, path: str, *names: str) -> str:
+        """``path/name/...`` as it stands: a key is an opaque string, so the
+        folder of ``dd//y.flac`` is ``dd/`` (listed as the name ``""`` under
+        ``dd``) and ``y.flac`` is in it, not in ``dd``. (``path_of`` strips
+        the ``/`` a URL may end in.)"""
+        return "/".join([path, *names])
+
     def path_of(self, scheme: str, rest: str) -> str:
         bucket = rest.strip("/").partition("/")[0]
         if "@" in bucket or ":" in bucket:

@@ -221,6 +221,31 @@ def test_bad_remote_sources_are_one_line_naming_them(
     assert re.search(message, err[0]), err[0]
 
 
+def test_s3_keys_are_used_verbatim_double_slashes_too(
+    source: Path, moto_endpoint: str, aws: None, tmp_path: Path
+) -> None:
+    """``raw/dd//y.flac`` (a legal key) was listed, then read as
+    ``raw/dd/y.flac``: a 404 that failed the whole pack."""
+    client = s3_client(moto_endpoint, "test-key-id", SECRET)
+    prefix = f"verbatim-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=prefix)
+    files = {"ok": "d0/ep00.flac", "dd//y": "d1/ep01.mp3", "dd/y": "d0/ep02.wav"}
+    for key, name in files.items():
+        body = (source / name).read_bytes()
+        client.put_object(Bucket=prefix, Key=f"raw/{key}{Path(name).suffix}", Body=body)
+    report = pack(
+        f"s3://{prefix}/raw",
+        tmp_path / "ds",
+        storage_options={"endpoint_url": moto_endpoint},
+        progress=False,
+    )
+    assert report.files == 3 and report.skipped == []
+    dataset = open_dataset(tmp_path / "ds")
+    assert sorted(dataset.keys()) == sorted(files)
+    for key, name in files.items():
+        assert bytes(dataset.blob(key).view()) == (source / name).read_bytes()
+
+
 def test_bad_outputs_and_list_files_are_one_line(
     source: Path, s3_servers: Any, aws: None, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
