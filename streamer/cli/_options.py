@@ -19,6 +19,7 @@ from ..pipeline.bench import check_limit
 from ..pipeline.pool import check_workers
 from ..storage import redact
 from ..write.index import parse_part
+from ..write.sources import is_remote_url
 
 
 class UsageError(Exception):
@@ -211,7 +212,7 @@ def storage_options(
             options[name] = getattr(args, name)
     if urls is None:
         urls = [args.url] if isinstance(args.url, str) else args.url
-    remote = any(_is_remote(url) for url in urls)
+    remote = any(is_remote_url(url) for url in urls)
     if options and not remote:
         flags = ", ".join("--" + name.replace("_", "-") for name in sorted(options))
         where = urls[0] if len(urls) == 1 else urls
@@ -225,12 +226,7 @@ def storage_options(
 
 def options_for(url: str, options: dict[str, object]) -> dict[str, object]:
     """``options`` for a remote URL; none for a local path (local files take none)."""
-    return options if _is_remote(url) else {}
-
-
-def _is_remote(url: str) -> bool:
-    scheme, sep, _ = url.partition("://")
-    return bool(sep) and scheme.lower() != "file"
+    return options if is_remote_url(url) else {}
 
 
 def add_crop_arguments(parser: argparse.ArgumentParser, *, crops: int) -> None:
