@@ -338,3 +338,15 @@ def test_pack_parts_of_any_count_pack_every_file_once(audio_dir, tmp_path, count
     keys = list(streamer.open_dataset(out))
     assert sorted(keys) == sorted(str(p.relative_to(audio_dir).with_suffix("")) for p in files)
     assert len(keys) == len(set(keys))
+
+
+def test_parts_left_out_of_a_huge_n_are_counted_not_listed() -> None:
+    """``0/10**12`` alone (a typo for 0/12): the summary is at once, one line
+    for the parts not run (it looped over every ``i``)."""
+    summary = jobs.merge("index", ["0/1000000000000"], [_report("0/1000000000000", episodes=1)])
+    assert summary.failed == {
+        "?/1000000000000": "999999999999 parts not run (left out of the job's parts)"
+    }
+    assert summary.parts == 10**12
+    few = jobs.merge("index", ["0/3"], [_report("0/3", episodes=1)])
+    assert sorted(few.failed) == ["1/3", "2/3"]
