@@ -208,6 +208,7 @@ class Streamer:
         self._stats = StreamerStats()
         self._baseline = {id(s): s.stats.snapshot() for s in self._stores}
         self._entered = False
+        self._pool_ready: asyncio.Future[None] | None = None  # its start (``_start_pool``)
         self._iteration: object | None = None  # the sync iteration under way
         # The ``async for`` that asked for the last crop (None: a bare ``anext(s)``)
         self._async_loop: weakref.ref[_AsyncLoop] | None = None
@@ -792,19 +793,35 @@ class Streamer:
         )
 
     async def _start_pool(self) -> None:
-        if self.workers and self._resources.pool is None:
+        """Start the workers (once) and wait until they are ready. A caller
+        that stops waiting (a timeout, a cancelled task) leaves the start
+        going, and the next request waits for the same workers: cancelling
+        the start closed them, so a consumer whose watchdog was shorter
+        than their start (a second or more under load) never got a crop,
+        each wait starting two new processes."""
+        if not self.workers:
+            return
+        if self._resources.pool is None:
             pool = WorkerPool(
                 self.workers,
                 max_restarts=self.max_worker_restarts,
                 on_restart=_weakly(self._restarted),
             )
             self._resources.pool = pool
-            try:
-                await pool.start()
-            except BaseException:
+            self._pool_ready = asyncio.ensure_future(self._started(pool))
+            self._pool_ready.add_done_callback(_retrieved)
+        assert self._pool_ready is not None
+        await asyncio.shield(self._pool_ready)
+
+    async def _started(self, pool: WorkerPool) -> None:
+        """``pool`` started, or closed (and forgotten) when it cannot be."""
+        try:
+            await pool.start()
+        except BaseException:
+            if self._resources.pool is pool:
                 self._resources.pool = None
-                await pool.aclose()
-                raise
+            await pool.aclose()
+            raise
 
     def _restarted(self) -> None:
         self._stats.worker_restarts += 1
@@ -818,6 +835,10 @@ class Streamer:
     async def _shutdown(self) -> None:
         await self._stop_run()
         pool, self._resources.pool = self._resources.pool, None
+        starting, self._pool_ready = self._pool_ready, None
+        if starting is not None and not starting.done():
+            starting.cancel()  # its workers are closed with it
+            await asyncio.wait([starting])
         if pool is not None:
             await pool.aclose()
 
@@ -987,6 +1008,13 @@ async def _on_store_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     trio thread inherits its context, which would make anyio pick trio."""
     sniffio.current_async_library_cvar.set("asyncio")
     return await coroutine
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Take a finished start's outcome (its waiters may all have gone):
+    an error nobody retrieves is logged by asyncio with its traceback."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _awaiting(coroutine: Coroutine[Any, Any, T]) -> T:

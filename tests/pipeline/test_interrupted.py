@@ -115,3 +115,29 @@ def test_ctrl_c_as_a_crop_arrives_loses_no_crop(packed: Path, everything: list) 
         signal.signal(signal.SIGINT, previous)
     assert len(got) == 3 and s.state_dict()["position"] == 3
     assert signature(got + resumed(packed, s.state_dict())) == everything
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+async def test_a_watchdog_shorter_than_the_workers_start_gets_every_crop(
+    packed: Path, everything: list
+) -> None:
+    """A consumer that gives up waiting after a while and asks again (a
+    data-stall watchdog), outside ``async with``: each wait that timed out
+    while the decode workers started closed them, and the next started two
+    new ones, so a watchdog shorter than their start never got a crop. The
+    start now goes on: one pool, every crop."""
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=2)
+    got: list[Crop] = []
+    timeouts = 0
+    loop = aiter(s)
+    while len(got) < len(everything):
+        with anyio.move_on_after(0.02) as scope:
+            got.append(await anext(loop))
+        timeouts += scope.cancelled_caught
+        assert timeouts < 20_000, "no crop came"
+        if timeouts == 1:
+            pool = s._resources.pool
+        assert s._resources.pool is pool, "the workers were started again"
+    assert timeouts and signature(got) == everything and s.stats.worker_restarts == 0
+    await s.aclose()
