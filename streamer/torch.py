@@ -287,7 +287,9 @@ class CropDataset(IterableDataset):
         if int(state["seed"]) != self._seed():
             raise ValueError(f"state is for seed {state['seed']}, this dataset has {self._seed()}")
         self._running = None
-        if int(state.get("num_workers", 1)) > 1:
+        if "worker" in state and (
+            int(state["num_workers"]) > 1 or get_worker_info() is not None
+        ):  # a DataLoader worker's (one worker's too: loaded inside it)
             self._load_worker_state(state)
             return
         if state.get("finished"):

@@ -147,18 +147,27 @@ def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int)
     assert got == whole
 
 
+@pytest.mark.parametrize("on_the_last_batch", [False, True])
 @pytest.mark.parametrize(
     ("num_workers", "persistent"), [(0, False), (1, False), (1, True), (2, False), (2, True)]
 )
 def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch(
-    packed: Path, num_workers: int, persistent: bool, recwarn: pytest.WarningsRecorder
+    packed: Path,
+    num_workers: int,
+    persistent: bool,
+    on_the_last_batch: bool,
+    recwarn: pytest.WarningsRecorder,
 ) -> None:
-    """A ``StatefulDataLoader`` checkpoint taken once epoch 0 ended, restored
-    in a new loader, then the documented loop (``set_epoch(e)`` before each
-    epoch): epochs 1 and 2 are served. The loader restores the dataset's
-    state lazily, at ``iter``, after ``set_epoch``: the finished state
-    overrode it, and epoch 1 came out empty (no workers, one persistent
-    worker) or as epoch 0 again (two persistent workers), without a word."""
+    """A ``StatefulDataLoader`` checkpoint taken once epoch 0 ended (or in
+    the loop, on its last batch: a "checkpoint every N steps" that lands
+    there), restored in a new loader, then the documented loop
+    (``set_epoch(e)`` before each epoch): epochs 1 and 2 are served. The
+    loader restores the dataset's state lazily, at ``iter``, after
+    ``set_epoch``: the finished state overrode it, and epoch 1 came out
+    empty (no workers, one persistent worker) or as epoch 0 again (two
+    persistent workers), without a word; taken on the last batch with one
+    worker, epoch 0 came again whole (the worker's own state was read as
+    a rank's)."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
     def make(data: Any) -> Any:
@@ -177,14 +186,23 @@ def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch
         epochs.append([ids(b) for b in loader(reference, 0)])
     assert epochs[0] != epochs[1] != epochs[2]
     first = make(dataset(packed))
-    assert [ids(b) for b in first] == epochs[0]
-    state = first.state_dict()
+    served = []
+    for batch in first:
+        served.append(ids(batch))
+        if on_the_last_batch and len(served) == len(epochs[0]):
+            state = first.state_dict()
+    assert served == epochs[0]
+    if not on_the_last_batch:
+        state = first.state_dict()
     data = dataset(packed)  # later, in a new process
     resumed = make(data)
     resumed.load_state_dict(state)
-    for epoch in (1, 2):
+    # Taken in the loop, the checkpoint is of epoch 0, all of it consumed:
+    # the loop resumes at epoch 0, which has nothing left.
+    for epoch in (0, 1, 2) if on_the_last_batch else (1, 2):
         data.set_epoch(epoch)
-        assert [ids(b) for b in resumed] == epochs[epoch], epoch
+        want = [] if on_the_last_batch and epoch == 0 else epochs[epoch]
+        assert [ids(b) for b in resumed] == want, epoch
     assert not [w for w in recwarn if "iterated again" in str(w.message)]
 
 
