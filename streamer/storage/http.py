@@ -329,7 +329,7 @@ async def ranged_get(
                 span = (0, 0, 0)
             if response.status in (200, 206) and span is not None:
                 body = await _range_body(shown, response, span)
-                return span, Answer(body, span[2], _version(response))
+                return span, Answer(body, span[2], _versions(response))
             if response.status == 206:
                 kind = response.headers.get("Content-Type", "")
                 sent = f" but a {kind.partition(';')[0]} body" if "multipart" in kind else ""
@@ -629,18 +629,20 @@ def _unsatisfied_size(content_range: str) -> int | None:
     return int(total) if total.isascii() and total.isdigit() else None
 
 
-def _version(response: aiohttp.ClientResponse) -> str | None:
-    """What names the version of the object an answer comes from: its
-    ``ETag``, else its ``Last-Modified``, else nothing; named by kind, so
-    that an answer without an ``ETag`` (some servers and CDNs drop it from
-    some answers) is compared with the other answers' ``Last-Modified``,
-    not their ``ETag``. A weak ETag (``W/``) names the same version as its
-    strong form (servers weaken it on some answers)."""
-    etag = response.headers.get("ETag")
-    if etag:
-        return f"ETag {etag.removeprefix('W/')}"
-    modified = response.headers.get("Last-Modified")
-    return f"Last-Modified {modified}" if modified else None
+def _versions(response: aiohttp.ClientResponse) -> tuple[str, ...]:
+    """What names the version of the object an answer comes from, named by
+    kind, strongest first: its ``ETag`` and its ``Last-Modified``, each if
+    it carries one (``RemoteStore._version_change`` compares each with the
+    first of its kind: some servers and CDNs drop the ``ETag`` from some
+    answers, which are then compared by their date). A weak ETag (``W/``)
+    names the same version as its strong form (servers weaken it on some
+    answers)."""
+    etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
+    return tuple(
+        f"{kind} {value}"
+        for kind, value in (("ETag", etag and etag.removeprefix("W/")), ("Last-Modified", modified))
+        if value
+    )
 
 
 def _reason(response: aiohttp.ClientResponse) -> str:

@@ -69,12 +69,13 @@ _live_stores: weakref.WeakSet[RemoteStore] = weakref.WeakSet()
 
 class Answer(NamedTuple):
     """A ranged GET's bytes, and what the answer said of the object they are
-    from: its size (``Content-Range``) and its version (``"ETag <etag>"``,
-    else ``"Last-Modified <date>"``); ``None`` when it did not say."""
+    from: its size (``Content-Range``; ``None`` when it did not say) and its
+    version tags, strongest first (``"ETag <etag>"``, ``"Last-Modified
+    <date>"``: each one the answer carried)."""
 
     body: bytes
     size: int | None = None
-    tag: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 class RangeNotSatisfiable(StorageError):
@@ -430,18 +431,17 @@ class RemoteStore(Store):
 
     async def _check_version(self, path: str, stamp: str, answer: Answer, size: int) -> None:
         """Raise unless ``answer`` comes from the version of ``path`` read so far:
-        the object has ``size`` bytes, and the first answer under this stamp
-        carried the same tag (kept in the disk tier, so a later run checks
-        its requests against the bytes cached by earlier ones). An object
-        replaced on the server behind the store's back would otherwise mix
-        its new bytes with offsets (footers, indexes) and blocks of the old."""
-        tag = answer.tag
-        known = await self._first_tag(path, stamp, tag) if tag is not None else None
+        the object has ``size`` bytes, and its tags agree with the first
+        answers under this stamp (``_version_change``; kept in the disk tier,
+        so a later run checks its requests against the bytes cached by
+        earlier ones). An object replaced on the server behind the store's
+        back would otherwise mix its new bytes with offsets (footers,
+        indexes) and blocks of the old."""
         if answer.size not in (None, size):
-            change = f"{size} bytes, now {answer.size}"
-        elif known not in (None, tag):
-            change = f"version {known}, now {tag}"
+            change: str | None = f"{size} bytes, now {answer.size}"
         else:
+            change = await self._version_change(path, stamp, answer.tags)
+        if change is None:
             return
         where = self.cache_config.cache_dir
         clear = f" and clear its cache directory {where}" if where else ""
@@ -451,23 +451,49 @@ class RemoteStore(Store):
             "bytes of the two versions"
         )
 
-    async def _first_tag(self, path: str, stamp: str, tag: str) -> str:
+    async def _version_change(self, path: str, stamp: str, tags: tuple[str, ...]) -> str | None:
+        """How an answer's ``tags`` (strongest first) say the object changed, or
+        None. Each is compared with the first tag of its kind under ``stamp``
+        (``_first_tag``), and the strongest kind an earlier answer carried too
+        decides: an ``ETag`` that agrees names the same bytes, whatever the
+        date (replicas' copies differ in mtime). Every kind is recorded from
+        the first answer that carries it, the ``Last-Modified`` of an answer
+        with an ``ETag`` too: a server that drops the ``ETag`` from later
+        answers (some CDNs do) has them compared by that date, not take their
+        date for the first. An answer that carries no kind an earlier one
+        did has nothing to compare: its size alone is checked."""
+        agreed = False
+        for tag in tags:
+            first, known = await self._first_tag(path, stamp, tag)
+            if first != tag and not agreed:
+                return f"version {first}, now {tag}"
+            agreed = agreed or known
+        return None
+
+    async def _first_tag(self, path: str, stamp: str, tag: str) -> tuple[str, bool]:
         """The tag of the first answer about ``path`` under ``stamp`` that carried
-        a tag of ``tag``'s kind (``ETag``, ``Last-Modified``: an answer without
-        an ETag is compared by its date, with the dates of the others): in this
-        process, else the disk tier's (the first run's), else ``tag``."""
+        a tag of ``tag``'s kind (``ETag``, ``Last-Modified``): in this
+        process, else the disk tier's (the first run's), else ``tag``, now
+        recorded as the first; and whether an earlier answer carried one."""
         tags = self._state.get().tags.setdefault(path, {})
         kind = tag.partition(" ")[0]
-        if (stamp, kind) not in tags:
-            cache = self._state.get().cache
-            disk, first = cache.disk, tag
-            if disk is not None:
-                key = cache.tag_key(path, stamp, kind)
-                loop = asyncio.get_running_loop()
-                found = await loop.run_in_executor(None, disk.get_or_add, key, tag.encode())
-                first = found.decode()
-            tags.setdefault((stamp, kind), first)
-        return tags[(stamp, kind)]
+        if (stamp, kind) in tags:
+            return tags[(stamp, kind)], True
+        first, known = tag, False
+        disk = self._state.get().cache.disk
+        if disk is not None:
+            key = self._state.get().cache.tag_key(path, stamp, kind)
+
+            def lookup() -> tuple[bytes, bool]:
+                found = disk.get(key)
+                if found is not None:
+                    return found, True
+                added = disk.get_or_add(key, tag.encode())  # another's, if it came first
+                return added, added != tag.encode()
+
+            found, known = await asyncio.get_running_loop().run_in_executor(None, lookup)
+            first = found.decode()
+        return tags.setdefault((stamp, kind), first), known
 
     def known_versions(self, path: str) -> dict[tuple[str, str], str]:
         """The version tags this process has seen for ``path`` (``_first_tag``),
