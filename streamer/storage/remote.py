@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, cast
 from ..errors import StorageError
 from ..timing import record
 from ._bounds import check_range
-from ._urls import install_log_redaction
+from ._urls import install_log_redaction, redact
 from .base import COPY_CHUNK, Entry, RangeReader, Source, Store
 from .cache import BlockCache, CacheConfig
 from .health import StoreHealth
@@ -549,11 +549,24 @@ class RemoteStore(Store):
         return cast(list[Entry], await self._call(lambda c: self._list(c, path), what, path))
 
     async def _listing(self, path: str) -> list[Entry]:
+        """The children of ``path``, remembered (``_remembered``), and so is a
+        directory the store says is not there (``NotFound``: an HTTP 404, a
+        file system's ``FileNotFoundError``), as an S3 prefix without keys
+        is an empty listing: a warmed run of a dataset without
+        ``seek_index/`` asks the store nothing. Failures a retry may mend
+        are never kept."""
+
         async def ask() -> bytes:
-            entries = await self._list_all(path)
+            try:
+                entries = await self._list_all(path)
+            except NotFound as exc:
+                bucket = isinstance(exc, MissingBucket)
+                return json.dumps({"not found": redact(str(exc)), "bucket": bucket}).encode()
             return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
 
         rows = json.loads(await self._remembered(ask, "list", path, stamped=False))
+        if isinstance(rows, dict):
+            raise (MissingBucket if rows["bucket"] else NotFound)(rows["not found"])
         return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:

@@ -10,7 +10,11 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
+from streamer.errors import StorageError
 from streamer.storage.disk import DiskCache
+from streamer.storage.remote import NotFound
 
 BLOCK = 64 * 1024
 
@@ -213,3 +217,27 @@ def test_a_process_counts_a_full_directory_once_however_many_threads_write(
     cache.put("one more", b"m" * 1000)  # counted from the estimate, no scan
     assert CountingScans.scans == 1
     assert cache._estimate is not None and cache._estimate >= cache.usage()
+
+
+def test_a_directory_the_server_says_is_not_there_is_remembered(  # type: ignore[no-untyped-def]
+    http, make_store, tmp_path: Path
+) -> None:
+    """A 404 to a listing (``seek_index/`` of an HTTP dataset packed without
+    an index) is remembered by the disk tier, as an S3 prefix without keys
+    is an empty listing: a later store asks nothing, also while the server
+    is down (a warmed run of such a dataset sent this one request, and
+    failed with the store). A failure a retry may mend (503) is not kept."""
+    options = {"cache_dir": str(tmp_path / "cache"), "attempts": 1}
+    missing = f"{http.url}/packed/seek_index_nowhere/"
+    http.faults.only_ranged, http.faults.errors = False, 1
+    with pytest.raises(StorageError, match="HTTP 503") as failed:
+        make_store("http", **options).list_sync(missing)
+    assert not isinstance(failed.value, NotFound)
+    with pytest.raises(NotFound, match=r"seek_index_nowhere/: not found \(HTTP 404"):
+        make_store("http", **options).list_sync(missing)
+    http.reset()
+    http.faults.only_ranged, http.faults.errors = False, 10**6
+    again = make_store("http", **options)
+    with pytest.raises(NotFound, match=r"seek_index_nowhere/: not found \(HTTP 404"):
+        again.list_sync(missing)
+    assert http.requests == [] and again.stats.disk_hits == 1
