@@ -9,9 +9,10 @@ over the same plan and cache directory sends no request to the store.
 As in the Streamer, a crop whose data is bad is skipped and counted, but a
 store that fails (``StorageError``, after its retries) ends the warmup with
 that error: an outage must not pass for a warm cache. Neither may a disk
-tier that did not keep what the warmup fetched (disk full, or a size limit
-smaller than the run): that is a ``StorageError`` too, once every crop is
-fetched.
+tier that did not keep what the warmup fetched or read (disk full, a size
+limit smaller than the run, another process's smaller limit evicting its
+blocks or the metadata of the dataset's opening): that is a
+``StorageError`` too, once every crop is fetched.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -29,6 +30,7 @@ import anyio.to_thread
 
 from ..decode.crop import CropJob
 from ..errors import StorageError
+from ..storage.base import Store
 from ..storage.loop import run_sync
 from ..storage.remote import RemoteReader, RemoteStore
 from .stages import is_mapped, plan, warm
@@ -122,7 +124,7 @@ async def _warmup(
         problem = store.disk_tier_problem(since)
         if problem is not None:
             raise StorageError(f"warmup incomplete: {problem}")
-    report.cached = await _check_kept(objects)
+    report.cached = await _check_kept(sources, objects)
     report.fetched = sum(store.stats.bytes_fetched for store in sources) - fetched_before
     report.seconds = asyncio.get_running_loop().time() - began
     return report
@@ -148,25 +150,31 @@ def _objects(jobs: list[CropJob]) -> _Objects:
     return objects
 
 
-async def _check_kept(objects: _Objects) -> int:
+async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
     """The bytes of the blocks the disk tier holds for the crops; fail unless
-    it holds every block the warmup fetched: entries another process evicted
-    (its smaller size limit) or removed (the directory cleared mid-run) are
-    lost to the next run too, and this process's own ``disk_tier_problem``
-    knows nothing of them."""
+    it holds every block the warmup fetched and every other entry its
+    stores read or wrote (stamps, listings, shard tails and footers, made
+    when the dataset was opened: the oldest, so the first a size limit
+    evicts): entries another process evicted (its smaller size limit) or
+    removed (the directory cleared mid-run) are lost to the next run too,
+    which would ask the store for them, and this process's own
+    ``disk_tier_problem`` knows nothing of them."""
     cached = 0
-    for store, by_path in objects.values():
+    for store in sources:
         tier = store.disk_tier()
         if tier is None:
             continue
         missing = blocks = 0
+        _, by_path = objects.get(id(store), (store, {}))
         for path, (reader, ranges) in by_path.items():
             lacking, of, held = await store.missing_on_disk(path, await reader.size(), ranges)
             missing, blocks, cached = missing + lacking, blocks + of, cached + held
-        if missing:
+        lost, entries = await store.missing_metadata_on_disk()
+        if missing or lost:
             raise StorageError(
                 f"warmup incomplete: disk cache {tier[0]}: {missing} of {blocks} blocks "
-                "fetched are not in it at the end (removed, or evicted by another process "
+                f"fetched and {lost} of {entries} other entries (stamps, listings, shard "
+                "footers) are not in it at the end (removed, or evicted by another process "
                 "with a smaller cache_dir_bytes): run the warmup again, with nothing else "
                 "clearing or shrinking the directory"
             )

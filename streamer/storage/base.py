@@ -221,6 +221,14 @@ class Store(abc.ABC):
         store loop). Nothing here: no disk tier."""
         return 0, 0, 0
 
+    async def missing_metadata_on_disk(self) -> tuple[int, int]:
+        """(missing, entries): of the disk-tier entries other than blocks that
+        this store read or wrote in this process (objects' stamps, listings,
+        shard tails and footers, sizes), how many are not in the directory
+        for the next run to find, of how many (call on the store loop).
+        Nothing here: no disk tier."""
+        return 0, 0
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory cached blocks (a disk tier stays), so the
         next reads start cold. Nothing here: a store without a cache of its own."""

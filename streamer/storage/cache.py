@@ -123,6 +123,9 @@ class BlockCache:
         self._bytes = 0
         self._inflight: dict[_Key, _Run] = {}
         self._stamps: dict[str, str] = {}
+        #: Keys of the disk entries other than blocks this cache read or wrote
+        #: (stamps, remembered answers: ``note``), which a later run reads too.
+        self._entries: set[str] = set()
         self._fetching: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Future[None]] = set()
         self._disk = (
@@ -228,6 +231,7 @@ class BlockCache:
             return found
 
         found = (await asyncio.get_running_loop().run_in_executor(None, lookup)).decode()
+        self.note(key)
         # A write while the disk tier was asked set the newer stamp: it stands.
         return self._stamps.setdefault(path, found)
 
@@ -252,9 +256,9 @@ class BlockCache:
             self._bytes -= len(self._blocks.pop(key))
         disk = self._disk
         if disk is not None:
-            await asyncio.get_running_loop().run_in_executor(
-                None, disk.put, self._stamp_key(path), stamp.encode()
-            )
+            key = self._stamp_key(path)
+            await asyncio.get_running_loop().run_in_executor(None, disk.put, key, stamp.encode())
+            self.note(key)
 
     def clear(self) -> None:
         """Forget the memory tier (benchmarks start each configuration cold)."""
@@ -288,6 +292,25 @@ class BlockCache:
         found = await asyncio.get_running_loop().run_in_executor(None, held)
         nbytes = sum(self._block_length(size, b) for b in found)
         return len(blocks) - len(found), len(blocks), nbytes
+
+    def note(self, key: str) -> None:
+        """``key`` names a disk entry other than a block that this cache read or
+        wrote: one a later run over the same objects reads too
+        (``missing_entries``)."""
+        self._entries.add(key)
+
+    async def missing_entries(self) -> tuple[int, int]:
+        """(missing, entries): how many of the entries ``note``d are no longer
+        in the disk tier (another process's smaller size limit evicts the
+        oldest first, and these were made when the objects were opened), of
+        how many."""
+        disk, keys = self._disk, list(self._entries)
+        if disk is None:
+            return 0, 0
+        held = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: sum(map(disk.has, keys))
+        )
+        return len(keys) - held, len(keys)
 
     # -- planning -------------------------------------------------------------
 

@@ -294,6 +294,10 @@ class RemoteStore(Store):
             return 0, 0, 0
         return await state.cache.missing_on_disk(path, size, ranges)
 
+    async def missing_metadata_on_disk(self) -> tuple[int, int]:
+        state = self._state.peek()
+        return (0, 0) if state is None else await state.cache.missing_entries()
+
     def clear_memory_cache(self) -> None:
         """Drop this process's in-memory blocks (the disk tier stays)."""
         run_sync(self._clear_on_loop())
@@ -535,9 +539,11 @@ class RemoteStore(Store):
         found = await loop.run_in_executor(None, disk.get, key)
         if found is not None:
             self.stats.disk_hits += 1
+            cache.note(key)
             return found
         answer = await ask()
         await loop.run_in_executor(None, disk.put, key, answer)
+        cache.note(key)
         return answer
 
     async def _list_all(self, path: str) -> list[Entry]:

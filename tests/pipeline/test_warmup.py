@@ -157,6 +157,24 @@ def test_entries_lost_to_someone_else_fail_the_warmup(http, tmp_path: Path) -> N
     assert served.store.stats.misses == 0
 
 
+def test_metadata_lost_to_someone_else_fails_the_warmup(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Another process sharing the directory with a smaller size limit evicts
+    the oldest entries first: the stamps, listings and shard footers written
+    when the dataset was opened, before the warmup fetched a block. The
+    warmup checked its blocks alone and said "warmed 20 crops", and the
+    next run asked the store for the rest; it checks those entries too."""
+    cache = tmp_path / "cache"
+    dataset = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache))
+    opened = list(cache.rglob("*.blk"))
+    for entry in opened:  # as an eviction of the oldest entries would
+        entry.unlink()
+    lost = r"0 of \d+ blocks fetched and [1-9]\d* of \d+ other entries \(stamps, listings"
+    with pytest.raises(StorageError, match=lost):
+        warmup(bench_streamer(dataset, CONFIG, workers=0))
+    again = streamer.open_dataset(f"{http.url}/packed", cache_dir=str(cache), max_concurrency=9)
+    assert opened and warmup(bench_streamer(again, CONFIG, workers=0)).crops == 20
+
+
 def test_the_warmup_says_what_it_fetched_and_what_the_directory_holds(http, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Crops overlap and share blocks: the crops' bytes (``bytes``) are
     neither what was downloaded nor what the directory keeps. The report and
