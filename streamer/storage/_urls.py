@@ -34,10 +34,12 @@ from typing import Any
 __all__ = ["MASK", "cache_name", "install_log_redaction", "redact", "register_secret", "safe_url"]
 
 MASK = "***"
-#: Loggers whose records are redacted: the AWS and HTTP clients, fsspec, and our own.
+#: Loggers whose records are redacted: the AWS and HTTP clients, fsspec, our own,
+#: and asyncio's (an error it finds left unretrieved, with its repr and traceback).
 REDACTED_LOGGERS = (
     "aiobotocore",
     "aiohttp",
+    "asyncio",
     "boto3",
     "botocore",
     "fsspec",

@@ -43,6 +43,7 @@ from ..errors import StorageError
 from ..timing import record
 from ._urls import redact
 from .disk import DiskCache
+from .loop import retrieve_outcome
 from .stats import StoreStats
 
 __all__ = ["TAG_KINDS", "BlockCache", "CacheConfig"]
@@ -404,7 +405,7 @@ class BlockCache:
                 continue
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
-                future.add_done_callback(_retrieve)
+                future.add_done_callback(retrieve_outcome)  # no reader may be left
             else:
                 future.set_result(outcome[block])
 
@@ -499,9 +500,3 @@ class BlockCache:
         future = asyncio.get_running_loop().run_in_executor(None, store)
         self._background.add(future)
         future.add_done_callback(self._background.discard)
-
-
-def _retrieve(future: asyncio.Future[bytes]) -> None:
-    """Mark a failed shared fetch's error as seen when no reader is left to see it."""
-    if not future.cancelled():
-        future.exception()

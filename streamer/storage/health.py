@@ -47,6 +47,7 @@ from typing import TypeVar
 
 from ..errors import StorageError
 from ._urls import redact
+from .loop import retrieve_outcome
 from .retry import GateShut, NotSent, PastDeadline, RetryPolicy, TransientError
 from .stats import StoreStats
 
@@ -368,8 +369,16 @@ class StoreHealth:
                     hedge=not first,
                 )
 
+        def start(sent: asyncio.Future[None] | None) -> asyncio.Future[T]:
+            # A copy's failure may be left to nobody: the other copy won, or
+            # the caller was cancelled as it failed (the ``finally`` below
+            # waits for the copies still running, not for those done).
+            task = asyncio.ensure_future(attempt(sent))
+            task.add_done_callback(retrieve_outcome)
+            return task
+
         sent = asyncio.get_running_loop().create_future()
-        first = asyncio.ensure_future(attempt(sent))
+        first = start(sent)
         tasks = {first}
         try:
             await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
@@ -383,7 +392,7 @@ class StoreHealth:
                 return first.result()
             if self._streak == 0 and self._hedge_tokens >= 1:
                 self._hedge_tokens -= 1
-                tasks.add(asyncio.ensure_future(attempt(None)))
+                tasks.add(start(None))
             return await self._first_answer(tasks, first)
         finally:
             running = [task for task in tasks if not task.done()]

@@ -32,7 +32,14 @@ import anyio
 import anyio.lowlevel
 import sniffio
 
-__all__ = ["CallGroup", "ProcessLocal", "background_loop", "run_async", "run_sync"]
+__all__ = [
+    "CallGroup",
+    "ProcessLocal",
+    "background_loop",
+    "retrieve_outcome",
+    "run_async",
+    "run_sync",
+]
 
 T = TypeVar("T")
 
@@ -44,6 +51,16 @@ _loop: asyncio.AbstractEventLoop | None = None
 _loop_pid = 0
 #: What a forked child inherited from its parent's store loop: kept alive, never closed.
 _inherited: list[object] = []
+
+
+def retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's error as seen (a done callback): for one whose
+    outcome nobody may be left to take (a shared fetch whose readers left, a
+    hedged GET's copy that lost or whose caller was cancelled). asyncio logs
+    an error never retrieved at ERROR with its traceback, "Task exception
+    was never retrieved", whatever the program does with the failure."""
+    if not future.cancelled():
+        future.exception()
 
 
 def background_loop() -> asyncio.AbstractEventLoop:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import os
 import subprocess
@@ -420,3 +422,24 @@ def test_redact_masks_environment_style_credential_names(line: str) -> None:
     from streamer.storage import redact
 
     assert "wJalrXUtnFEMIK7MDENG" not in redact(line)
+
+
+def test_asyncio_error_records_are_redacted(make_store, caplog) -> None:  # type: ignore[no-untyped-def]
+    """asyncio logs what it finds wrong itself ("Task exception was never
+    retrieved", a callback's error) at ERROR with the exception's repr and
+    traceback: a store error's URL kept its password and token there."""
+    make_store("http")  # a network store redacts the loggers' records
+    url = f"http://user:{SECRET}@127.0.0.1:1/x?token={SECRET}"
+
+    async def fail() -> None:
+        raise StorageError(f"GET {url}: refused")
+
+    async def main() -> None:
+        asyncio.ensure_future(fail())  # noqa: RUF006 (its error is left unretrieved)
+        await asyncio.sleep(0.01)
+        gc.collect()
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    asyncio.run(main())
+    assert "never retrieved" in caplog.text and "http://127.0.0.1:1/x?…" in caplog.text
+    assert SECRET not in caplog.text
