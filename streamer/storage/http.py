@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import aiohttp
 import yarl
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsupportedURLError
 from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
 from .base import Entry
@@ -155,14 +155,28 @@ class HTTPStore(RangeGetStore):
         another object or directory (``take ``), without a word. A URL
         aiohttp cannot request is a ``StorageError`` here (``check_url``)."""
         url = f"{scheme}://{rest.replace('#', '%23')}"
-        check_url(url)
+        self._check(url)
         return url
 
     def reader(self, path: str, size: int | None = None) -> RemoteReader:
-        """A reader of the URL ``path``, checked (``check_url``: its password
+        """A reader of the URL ``path``, checked (``_check``: its password
         and query values are registered with ``redact`` before any request)."""
-        check_url(path)
+        self._check(path)
         return super().reader(path, size)
+
+    def _check(self, url: str) -> None:
+        """``check_url``, and an ``UnsupportedURLError`` for user info in a URL
+        of a store whose ``headers`` hold an ``Authorization``: two
+        credentials, which aiohttp refuses to send together (a bare
+        ``ValueError`` from every request)."""
+        check_url(url)
+        if "@" in urllib.parse.urlsplit(url).netloc and "authorization" in {
+            name.lower() for name in self._headers
+        }:
+            raise UnsupportedURLError(
+                f"{safe_url(url)}: the URL's user info and the Authorization header are two "
+                "credentials, which cannot be sent together: give one of them"
+            )
 
     def join(self, path: str, *names: str) -> str:
         parts = urllib.parse.urlsplit(path)

@@ -58,6 +58,7 @@ import os
 import re
 import ssl
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,7 +68,7 @@ from aiobotocore.session import get_session
 from botocore import UNSIGNED
 from botocore.config import Config
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
 from .base import Entry, Source
 from .http import (
@@ -186,6 +187,8 @@ class S3Store(RangeGetStore):
         self._config_kwargs = {**self._default_config(), **backend.pop("config_kwargs", {})}
         self._client_kwargs = {**backend.pop("client_kwargs", {}), **backend}
         endpoint = self._client_kwargs.get("endpoint_url")
+        if endpoint:
+            _check_endpoint(scheme, endpoint)
         self._at = f" at {safe_url(endpoint)}" if endpoint else ""
         self.url = f"{scheme}://{self._at}"
 
@@ -492,6 +495,25 @@ class S3Store(RangeGetStore):
 
     def _errors(self, path: str) -> _S3Errors:
         return _S3Errors(self.display(path))
+
+
+def _check_endpoint(scheme: str, endpoint: str) -> None:
+    """``UnsupportedURLError`` for an endpoint carrying user info
+    (``http://user:password@host``), before any request: every request is
+    signed with the store's key (an ``Authorization`` header, or a presigned
+    query), which aiohttp refuses to send beside a URL's credentials, so no
+    request could ever go, and each failed as an outage, retried for the
+    whole time budget. The password is registered with ``redact`` first."""
+    parts = urllib.parse.urlsplit(endpoint)
+    if "@" not in parts.netloc:
+        return
+    register_secret(*filter(None, [parts.password, parts.username]))
+    raise UnsupportedURLError(
+        f"{scheme}:// endpoint {safe_url(endpoint)}: an endpoint URL carries no credentials "
+        "(user info before '@'): give the endpoint without them, and the key and its "
+        "secret as the store options key and secret or through the AWS credential chain "
+        "(AWS_ACCESS_KEY_ID, ...)"
+    )
 
 
 class B2Store(S3Store):

@@ -16,7 +16,7 @@ from helpers import S3_KINDS, SECRET, everything_said
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import LayoutError, StorageError, StreamerError
+from streamer.errors import LayoutError, StorageError, StreamerError, UnsupportedURLError
 from streamer.storage._urls import redact, register_secret
 
 
@@ -443,3 +443,22 @@ def test_asyncio_error_records_are_redacted(make_store, caplog) -> None:  # type
     asyncio.run(main())
     assert "never retrieved" in caplog.text and "http://127.0.0.1:1/x?…" in caplog.text
     assert SECRET not in caplog.text
+
+
+def test_an_endpoint_with_user_info_fails_at_once_without_showing_it(s3) -> None:  # type: ignore[no-untyped-def]
+    """``--endpoint-url http://user:password@host``: every request is signed
+    with the store's key, which aiohttp refuses to send beside a URL's
+    credentials, so none could ever go; each failed as an outage, retried
+    for the whole budget (30 s on the command line, 300 s in a training
+    run). Refused before any request, in one line (exit 2), as is a URL's
+    user info beside an ``Authorization`` header of an HTTP store."""
+    endpoint = s3.url.replace("://", f"://eve:{SECRET}@")
+    with pytest.raises(UnsupportedURLError, match="an endpoint URL carries no credentials") as e:
+        keys = {"key": "test-key-id", "secret": SECRET, "give_up_after": 2}
+        open_dataset("s3://data/packed", endpoint_url=endpoint, **keys)
+    assert SECRET not in said_by([e.value]) and s3.requests == []
+    done = run_cli("inspect", "s3://data/packed", "--endpoint-url", endpoint)  # -vv
+    assert done.returncode == 2 and SECRET not in done.stderr
+    assert "inspect: error: s3:// endpoint http://127.0.0.1:" in done.stderr.splitlines()[-1]
+    with pytest.raises(UnsupportedURLError, match="user info and the Authorization header"):
+        open_dataset(f"http://u:{SECRET}@127.0.0.1:1/x", headers={"Authorization": "Bearer t"})
