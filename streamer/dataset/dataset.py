@@ -216,7 +216,7 @@ class Dataset:
             threads = min(_OPEN_THREADS, len(self.listed_shards)) if self.store.is_remote else 1
             # An interrupt stops the other threads' requests too: the pool waits for them.
             with ThreadPoolExecutor(max(threads, 1)) as pool, CallGroup() as calls:
-                problems = list(pool.map(calls.bind(self._shard_problem), self.listed_shards))
+                problems = list(pool.map(calls.bind(self.shard_problem), self.listed_shards))
             if self.manifest is manifest:
                 break
             # The manifest turned out stale while checking: check the listing's shards.
@@ -244,8 +244,11 @@ class Dataset:
             return []
         return sorted(set(self.column_dirs[INFO_DIR]) - set(self.listed_shards))
 
-    def _shard_problem(self, name: str) -> str | None:
-        """Why shard ``name`` cannot be served, or None when it can."""
+    def shard_problem(self, name: str) -> str | None:
+        """Why listed shard ``name`` cannot be served (what ``bad_shards``
+        would say of it), or None when it can: checks this shard alone and
+        warns nothing, for a job over one shard (``streamer index``) that
+        reports it itself. A remote store that fails raises."""
         try:
             self.shard(name).keys  # noqa: B018 (reads and checks them)
             if INFO_DIR in self.column_dirs and self.audio_dir != INFO_DIR:

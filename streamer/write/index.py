@@ -26,10 +26,11 @@ their shards with the verdicts.
 
 One bad episode never stops a run: a cell that cannot be read or parsed
 becomes a "no index" row with its reason (``formats.extract`` never raises
-for the bytes themselves). An audio shard that cannot be opened at all is
-listed in the report's ``failed`` with the reason, and the other shards are
-still indexed. Only a storage failure (``StorageError``: the store is down)
-stops the run.
+for the bytes themselves). A shard the dataset leaves out (its audio shard
+cannot be opened at all, its ``audio_info/`` twin is missing, unreadable or
+has other keys: ``Dataset.shard_problem``) is listed in the report's
+``failed`` with the reason, and the other shards are still indexed. Only a
+storage failure (``StorageError``: the store is down) stops the run.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
-from ..errors import CropError, DataError, StreamerError
+from ..errors import CropError, DataError, ShardError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
 from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
@@ -117,7 +118,7 @@ class ShardResult:
     name: str
     episodes: int = 0
     skipped: bool = False  # already indexed, left alone
-    failed: str = ""  # why the audio shard could not be read (nothing written)
+    failed: str = ""  # why the shard could not be indexed (nothing written)
     reasons: Counter[str] = field(default_factory=Counter)  # "no index" reason -> count
     labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
     #: ``audio_info`` durations replaced by the index's: (key, header's, index's).
@@ -368,56 +369,75 @@ def index_shard(
     verify: bool = True,
 ) -> ShardResult:
     """Build (or, unless ``force``, keep) the index shard of one audio shard
-    of the dataset at ``root`` in ``store``; an audio shard that cannot be
-    read comes back ``failed`` with the reason."""
+    of the dataset at ``root`` in ``store``. A shard the dataset does not
+    serve (its audio shard or its ``audio_info/`` twin cannot be read, or
+    their keys differ: ``Dataset.shard_problem``) comes back ``failed`` with
+    the reason, nothing written: an index of it would count as done while
+    the dataset leaves its episodes out."""
     dataset = Dataset(root, store=store, manifest=False)
-    try:
-        audio = dataset.shard(name)
-    except DataError as exc:
-        return ShardResult(name=name, failed=str(exc))
+    problem = dataset.shard_problem(name)
+    if problem is not None:
+        return ShardResult(name=name, failed=problem)
+    audio = dataset.shard(name)
     final = _index_path(dataset, name)
     result = ShardResult(name=name, episodes=audio.num_rows)
     if not force and _complete(dataset, name, final):
         result.skipped = True
         return result
+    try:
+        info = _info_durations(dataset, name, audio)
+    except ShardError as exc:
+        return ShardResult(name=name, failed=str(exc))
     found = _write(
         dataset, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
     )
-    result.durations = _durations_into_info(dataset, name, audio, found)
+    if info is not None:
+        result.durations = _durations_into_info(dataset.store, *info, found)
     return result
 
 
-def _durations_into_info(
-    dataset: Dataset, name: str, audio: Shard, found: list[float | None]
-) -> list[tuple[str, float, float]]:
-    """``durations.corrected`` for the ``audio_info`` shard of ``name`` (one
-    ``pack`` or ``pack --no-index`` wrote: its header's durations), rewritten
-    whole (``staged_sync``) where the index's differ; the rows where they
-    disagree. Nothing for a dataset without ``audio_info`` durations for
-    exactly the audio's rows."""
+def _info_durations(dataset: Dataset, name: str, audio: Shard) -> tuple[str, pa.Table] | None:
+    """The path and whole table of the ``audio_info`` shard of ``name`` when
+    it holds durations for exactly the audio's rows (one ``pack`` or ``pack
+    --no-index`` wrote: its header's), else None. Read before the index is
+    built: ``ShardError`` when its record batches cannot be read (its footer
+    and keys opened), and nothing is written."""
     path = dataset.column_dirs.get(INFO_DIR, {}).get(name)
     if path is None:
-        return []
+        return None
     reader = dataset.store.reader(path)
-    info = pa.ipc.open_file(pa.py_buffer(reader.read_sync(0, reader.size_sync()))).read_all()
+    try:
+        info = pa.ipc.open_file(pa.py_buffer(reader.read_sync(0, reader.size_sync()))).read_all()
+    except pa.ArrowException as exc:
+        raise ShardError(f"cannot read: {exc}", shard=dataset.store.display(path)) from exc
     keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
     if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
-        return []
+        return None
+    return path, info
+
+
+def _durations_into_info(
+    store: Store, path: str, info: pa.Table, found: list[float | None]
+) -> list[tuple[str, float, float]]:
+    """``durations.corrected`` for the ``audio_info`` shard at ``path``
+    (``_info_durations``), rewritten whole (``staged_sync``) where the
+    index's durations (``found``) differ; the rows where they disagree."""
     durations, changed = corrected(info, found)
     if durations != info.column(DURATION).to_pylist():
-        with dataset.store.staged_sync(path) as temp:
+        with store.staged_sync(path) as temp:
             write_durations(temp, info, durations)
     return changed
 
 
 def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     """Check every stored index of one shard again and rewrite its index
-    shard with the verdicts (``verify_index_shards``)."""
+    shard with the verdicts (``verify_index_shards``); a shard the dataset
+    does not serve comes back ``failed``, as from ``index_shard``."""
     dataset = Dataset(root, store=store, manifest=False)
-    try:
-        audio = dataset.shard(name)
-    except DataError as exc:
-        return ShardResult(name=name, failed=str(exc))
+    problem = dataset.shard_problem(name)
+    if problem is not None:
+        return ShardResult(name=name, failed=problem)
+    audio = dataset.shard(name)
     problem = dataset.index_problems().get(name)
     if problem is None and name not in dataset.column_dirs.get(INDEX_DIR, {}):
         problem = "not indexed (run `streamer index`)"

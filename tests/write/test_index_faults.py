@@ -9,6 +9,7 @@ import json
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from streamer.formats.ogg import pages
 from streamer.index import INDEX_DIR, IndexReader
 from streamer.shard import Shard
 from streamer.write.index import build_index
+from streamer.write.pack import pack
 
 #: Peak resident memory of a whole `streamer pack` / `streamer index` run on
 #: a few small files: the interpreter, numpy, pyarrow and PyAV are about
@@ -132,6 +134,52 @@ def test_an_unreadable_shard_is_reported_and_the_rest_indexed(tmp_path: Path, ca
     out = capsys.readouterr().out
     assert "1 failed" in out and "failed shard b: " in out
     assert sorted(p.name for p in (root / INDEX_DIR).iterdir()) == ["a.wsds"]
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def other_keys(path: Path) -> None:
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    keys = pa.array([f"other-{key}" for key in table.column("__key__").to_pylist()])
+    with pa.ipc.new_file(str(path), table.schema) as writer:
+        writer.write_table(table.set_column(0, "__key__", keys))
+
+
+@pytest.fixture
+def two_shards(tmp_path: Path) -> Path:
+    """A dataset of one mp3 episode per shard, shard-000000 and shard-000001."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for key in ("a", "b"):
+        (src / f"{key}.mp3").write_bytes(encoded("mp3", 44100, 1, seconds=1.0))
+    root = tmp_path / "ds"
+    pack(src, root, shard_size=1, batch_size=1, progress=False, index=False)
+    return root
+
+
+@pytest.mark.parametrize("damage", [truncate, Path.unlink, other_keys])
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_shard_whose_audio_info_is_bad_is_reported_and_the_rest_indexed(
+    two_shards: Path, damage: Callable[[Path], object], verify: bool, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The dataset leaves such a shard out: it is a failed shard, not an
+    error that stops the run (nor an index counted ok)."""
+    if verify:
+        assert main(["index", str(two_shards), "--no-progress", "--workers", "1"]) == 0
+        capsys.readouterr()
+    damage(two_shards / "audio_info" / "shard-000001.wsds")
+    flags = ["--verify"] if verify else ["--force"]
+    assert main(["index", str(two_shards), *flags, "--no-progress", "--workers", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert "2 shards" not in out and "1 shards (0 already indexed, 1 failed)" in out, out
+    assert "1 episodes: 1 ok" in out and "failed shard shard-000001: " in out
+    assert "error" not in err
+    indexed = sorted(p.name for p in (two_shards / INDEX_DIR).iterdir())
+    assert indexed == (
+        ["shard-000000.wsds", "shard-000001.wsds"] if verify else ["shard-000000.wsds"]
+    )
 
 
 @pytest.mark.timeout(300)
