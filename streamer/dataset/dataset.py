@@ -475,7 +475,9 @@ class Dataset:
 
     def info(self, key: str) -> dict[str, Any]:
         """The episode's ``audio_info`` row (codec, sample_rate, duration, ...)."""
-        name, row = self.locate(key)
+        return self._info_at(*self.locate(key))
+
+    def _info_at(self, name: str, row: int) -> dict[str, Any]:
         shard = self.shard(name, INFO_DIR)
         return {
             field: shard.column(field).slice(row, 1).to_pylist()[0]
@@ -500,13 +502,19 @@ class Dataset:
         when ``seek_index/`` has no shard for it; "no index" with the reason
         when its shard cannot be used, so the crop falls back); reads only
         the index row."""
-        blob = self.blob(key)
-        name, row = self.locate(key)
+        return self.episode_at(*self.locate(key))
+
+    def episode_at(self, name: str, row: int) -> Episode:
+        """``episode`` of row ``row`` of shard ``name``, found without the key
+        lookup, which opens and checks every shard first: a job over one
+        shard (``streamer index --verify``) reads that shard alone."""
+        blob = self.shard(name).blob(self.audio_column, row)
+        key = self.shard(name).keys[row].as_py()
         self._check_blob_size(name, row, key, blob.length)
         reader = self._index_reader(name)
         index: SeekIndex | None = None
         if isinstance(reader, IndexReader):
-            index = self._trusted_index(reader, name, row, key, blob.length)
+            index = self._trusted_index(reader, name, row, blob.length)
         elif isinstance(reader, ShardError):
             index = SeekIndex.unavailable(self._index_problems[name][0])
         return Episode(key=key, shard=blob.shard, blob=blob, index=index)
@@ -547,7 +555,7 @@ class Dataset:
         return shard.column("num_bytes").to_pylist()
 
     def _trusted_index(
-        self, reader: IndexReader, name: str, row: int, key: str, blob_length: int
+        self, reader: IndexReader, name: str, row: int, blob_length: int
     ) -> SeekIndex:
         """The index row, or "no index" with the reason when it cannot be
         trusted for this blob (``index.checks``: a corrupt row, another
@@ -562,7 +570,7 @@ class Dataset:
             return SeekIndex.unavailable(f"{ROW_UNREADABLE}: {exc.reason}")
         verdict = self._verdicts.get((name, row), ...)
         if verdict is ...:
-            info = self.info(key) if INFO_DIR in self.column_dirs else None
+            info = self._info_at(name, row) if INFO_DIR in self.column_dirs else None
             verdict = check_against_blob(
                 index, blob_length, info, reader.built_for(row), reader.revision
             ) or policy_problem(index)
@@ -590,6 +598,13 @@ class Dataset:
         for name in self.shard_names:
             self._index_reader(name)
         return {name: str(error) for name, (_, error) in self._index_problems.items()}
+
+    def index_problem(self, name: str) -> str | None:
+        """Why shard ``name``'s ``seek_index/`` shard cannot be used (what
+        ``index_problems`` would say of it), or None: it can, or there is
+        none. Opens that index shard alone."""
+        reader = self._index_reader(name)
+        return str(reader) if isinstance(reader, ShardError) else None
 
     def _index_reader(self, name: str) -> IndexReader | DataError:
         """The reader of shard ``name``'s ``seek_index/`` shard, or why there

@@ -438,7 +438,7 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     if problem is not None:
         return ShardResult(name=name, failed=problem)
     audio = dataset.shard(name)
-    problem = dataset.index_problems().get(name)
+    problem = dataset.index_problem(name)
     if problem is None and name not in dataset.column_dirs.get(INDEX_DIR, {}):
         problem = "not indexed (run `streamer index`)"
     if problem is not None:
@@ -448,9 +448,11 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     def recheck(row: int) -> SeekIndex:
         key = audio.keys[row].as_py()
         try:
-            episode = dataset.episode(key)
+            episode = dataset.episode_at(name, row)
         except CropError as exc:  # the blob is not the one audio_info describes: damaged
             result.damaged[key] = [(0, audio.blob(dataset.audio_column, row).length)]
+            return SeekIndex.unavailable(exc.reason)
+        except DataError as exc:  # a cell that cannot be read: "no index", as `index` stores it
             return SeekIndex.unavailable(exc.reason)
         assert episode.index is not None
         if episode.index.reason.startswith((OLDER_BUILDER, ROW_UNREADABLE)):
