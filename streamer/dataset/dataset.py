@@ -166,7 +166,7 @@ class Dataset:
         self._index_problems: dict[str, tuple[str, DataError]] = {}
         self._verdicts: dict[tuple[str, int], str | None] = {}
         #: ``audio_info``'s ``num_bytes`` per shard (``_info_sizes``).
-        self._recorded_sizes: dict[str, list[Any] | None] = {}
+        self._recorded_sizes: dict[str, list[int | None] | None] = {}
         self._warned_compressed = False
         self._warned_stale: set[str] = set()
         self._decode_stats: DecodeStats | None = None
@@ -541,9 +541,12 @@ class Dataset:
                 key=key,
             )
 
-    def _info_sizes(self, name: str) -> list[Any] | None:
+    def _info_sizes(self, name: str) -> list[int | None] | None:
         """``audio_info``'s ``num_bytes`` column of shard ``name``, read once
-        (a row's ``info`` reads every field); None when there is none."""
+        (a row's ``info`` reads every field); None when there is none, or
+        when it is not an integer column (another tool's strings, floats):
+        such a column is no size record, and compared with a blob's length
+        it called intact audio damaged (warned about once per shard)."""
         if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
             return None
         try:
@@ -551,6 +554,15 @@ class Dataset:
         except DataError:  # no usable audio_info/ shard: nothing recorded
             return None
         if shard is None or "num_bytes" not in shard.schema.names:
+            return None
+        kind = shard.schema.field("num_bytes").type
+        if not pa.types.is_integer(kind):
+            log.warning(
+                "%s: its 'num_bytes' column is %s, not integers: blob sizes are not checked "
+                "against it",
+                shard.path,
+                kind,
+            )
             return None
         return shard.column("num_bytes").to_pylist()
 

@@ -113,7 +113,9 @@ def check_against_blob(
     builder's, as its shard says (``stale_build``).
 
     ``info`` is compared only when it describes this blob: an ``audio_info``
-    row whose ``num_bytes`` is not the blob's length says nothing about it.
+    row whose ``num_bytes`` is not the blob's length says nothing about it
+    (one that is not an integer, a string another tool wrote, records no
+    length: as one without it).
     """
     if built_for is not None and built_for != blob_length:
         return ANOTHER_BLOB
@@ -129,7 +131,8 @@ def check_against_blob(
         reason = "implausible index: span CRCs do not match its audio data"
     if reason is not None or not index.ok or not info:
         return reason
-    if info.get("num_bytes") not in (None, blob_length):
+    recorded = info.get("num_bytes")
+    if isinstance(recorded, int) and recorded != blob_length:
         return None
     reason = _disagreement(index, info)
     return None if reason is None else f"index disagrees with audio_info: {reason}"

@@ -24,10 +24,8 @@ FILES = {"a": ("mp3", 1), "b": ("wav", 2), "c": ("flac", 3)}
 MOVED = 128
 
 
-@pytest.fixture
-def damaged(tmp_path: Path) -> Path:
-    """Three episodes packed, then the boundary between ``a`` and ``b``
-    moved ``MOVED`` bytes: ``a`` loses its last bytes to ``b``."""
+def packed(tmp_path: Path) -> Path:
+    """``FILES`` packed with their indexes into one shard of ``tmp_path``/ds."""
     src = tmp_path / "src"
     src.mkdir()
     for key, (codec, seed) in FILES.items():
@@ -35,6 +33,22 @@ def damaged(tmp_path: Path) -> Path:
         (src / f"{key}.bin").write_bytes(synth.encode(samples, 22050, codec))
     root = tmp_path / "ds"
     pack(src, root, progress=False)
+    return root
+
+
+def rewrite(path: Path, table: pa.Table) -> None:
+    temp = path.with_name(".rewritten")
+    with pa.ipc.new_file(str(temp), table.schema) as writer:
+        writer.write_table(table)
+    os.replace(temp, path)
+    (path.parent.parent / "streamer-manifest.json").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """Three episodes packed, then the boundary between ``a`` and ``b``
+    moved ``MOVED`` bytes: ``a`` loses its last bytes to ``b``."""
+    root = packed(tmp_path)
     (path,) = (root / "audio").iterdir()
     table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
     blobs = table.column("audio").to_pylist()
@@ -43,12 +57,7 @@ def damaged(tmp_path: Path) -> Path:
     assert b == a + 1
     blobs[a], blobs[b] = blobs[a][:-MOVED], blobs[a][-MOVED:] + blobs[b]
     column = pa.array(blobs, table.schema.field("audio").type)
-    table = table.set_column(table.schema.get_field_index("audio"), "audio", column)
-    temp = path.with_name(".rewritten")
-    with pa.ipc.new_file(str(temp), table.schema) as writer:
-        writer.write_table(table)
-    os.replace(temp, path)
-    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    rewrite(path, table.set_column(table.schema.get_field_index("audio"), "audio", column))
     return root
 
 
@@ -76,3 +85,29 @@ def test_index_verify_lists_them_as_damaged(damaged: Path, capsys: pytest.Captur
     out = capsys.readouterr().out
     for key in ("a", "b"):
         assert f"damaged audio data in shard shard-000000, key {key!r}: bytes" in out
+
+
+def test_num_bytes_that_are_not_integers_are_no_size_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``audio_info`` of another tool, its ``num_bytes`` strings: the blobs
+    are intact, and neither their crops nor ``--verify`` call them damaged
+    ("the blob has 65036 bytes, audio_info records 65036"); a warning names
+    the shard, once per dataset opened."""
+    from streamer.cli import main
+
+    root = packed(tmp_path)
+    (path,) = (root / "audio_info").iterdir()
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    at = table.schema.get_field_index("num_bytes")
+    strings = pa.array([str(n) for n in table.column(at).to_pylist()])
+    rewrite(path, table.set_column(at, "num_bytes", strings))
+    dataset = open_dataset(root)
+    assert dataset.read_crop("a", 0.5, 1.0).shape == (1, 11025)
+    assert dataset.read_crop("b", 0.5, 1.0).shape == (1, 11025)
+    assert main(["index", str(root), "--verify", "--no-progress", "--workers", "1"]) == 0
+    assert "3 episodes: 3 ok" in capsys.readouterr().out
+    warned = [
+        r.getMessage() for r in caplog.records if "'num_bytes' column is string" in r.getMessage()
+    ]
+    assert len(warned) == 2 and all(str(path) in message for message in warned)

@@ -90,6 +90,9 @@ def test_audio_info_of_another_blob_is_not_believed(lengths: Path) -> None:
     assert check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": 1}) is None
     reason = check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": blob.length})
     assert reason == "index disagrees with audio_info: codec"
+    # A length that is no integer (another tool's string) records nothing: as without one.
+    reason = check_against_blob(index, blob.length, {"codec": "mp3", "num_bytes": "1"})
+    assert reason == "index disagrees with audio_info: codec"
 
 
 def test_an_index_built_from_a_blob_of_another_length_is_not_used(lengths: Path) -> None:
