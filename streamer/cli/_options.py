@@ -18,7 +18,7 @@ from ..errors import StreamerError
 from ..pipeline.bench import check_limit
 from ..pipeline.pool import check_workers
 from ..storage import redact
-from ..write.index import parse_part
+from ..write.index import parse_part, parse_shards
 from ..write.sources import is_remote_url
 
 
@@ -168,13 +168,14 @@ def limited(name: str, kind: Callable[[str], float]) -> Callable[[str], float]:
 
 def partition(option: str, *, or_names: bool = False) -> Callable[[str], str]:
     """An argparse type: an ``i/n`` spec (``or_names``: or a comma list of
-    shard names, which only the dataset can check)."""
+    shard names, which only the dataset can check, but not an empty one)."""
 
     def check(text: str) -> str:
-        if or_names and ("/" not in text or "," in text):
-            return text
         try:
-            parse_part(text, option)
+            if or_names:
+                parse_shards(text, option)
+            else:
+                parse_part(text, option)
         except StreamerError as exc:
             raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option} ")) from None
         return text

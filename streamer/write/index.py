@@ -87,6 +87,7 @@ __all__ = [
     "index_shard",
     "is_generic",
     "parse_part",
+    "parse_shards",
     "select_shards",
     "verify_index_shards",
 ]
@@ -199,15 +200,29 @@ def parse_part(spec: str, option: str = "--shards") -> tuple[int, int]:
     return int(part), int(count)
 
 
-def select_shards(names: Sequence[str], spec: str | None) -> list[str]:
-    """The shards a ``--shards`` value picks: ``i/n`` (every n-th from the
-    i-th, 0-based, for fanning out over n machines) or a comma list of names."""
-    if not spec:
-        return list(names)
+def parse_shards(spec: str, option: str = "--shards") -> tuple[int, int] | list[str]:
+    """What a ``--shards`` value says: an ``i/n`` partition (``parse_part``)
+    or the names of a comma list. ``StreamerError`` when it names no shard
+    (``""``, ``","``): the one was taken for every shard, the other for none,
+    and a script's empty variable went unseen."""
     if "/" in spec and "," not in spec:
-        part, count = parse_part(spec)
-        return list(names[part::count])
+        return parse_part(spec, option)
     wanted = [name.strip() for name in spec.split(",") if name.strip()]
+    if not wanted:
+        raise StreamerError(f"{option} {spec!r}: expected i/n or a comma list of shard names")
+    return wanted
+
+
+def select_shards(names: Sequence[str], spec: str | None) -> list[str]:
+    """The shards a ``--shards`` value picks (every one for None): ``i/n``
+    (every n-th from the i-th, 0-based, for fanning out over n machines) or
+    a comma list of names (``parse_shards``)."""
+    if spec is None:
+        return list(names)
+    wanted = parse_shards(spec)
+    if isinstance(wanted, tuple):
+        part, count = wanted
+        return list(names[part::count])
     unknown = sorted(set(wanted) - set(names))
     if unknown:
         raise StreamerError(f"--shards: no such shards: {', '.join(unknown)}")

@@ -165,6 +165,16 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
     ),
     (["index", "DS", "--shards", "a,b"], "--shards: no such shards: a, b", 1),
     (
+        ["index", "DS", "--shards", ","],
+        "argument --shards: ',': expected i/n or a comma list of shard names",
+        2,
+    ),
+    (
+        ["index", "DS", "--shards", ""],
+        "argument --shards: '': expected i/n or a comma list of shard names",
+        2,
+    ),
+    (
         ["index", "/nonexistent"],
         NO_DIR,
         1,

@@ -168,6 +168,9 @@ def test_select_shards() -> None:
         select_shards(names, "2/2")
     with pytest.raises(streamer.StreamerError):
         select_shards(names, "a,zz")
+    for empty in ("", ",", " , "):  # names no shard: not every one, nor none
+        with pytest.raises(streamer.StreamerError, match="a comma list of shard names"):
+            select_shards(names, empty)
 
 
 def test_build_index_report(index_sources, tmp_path) -> None:
