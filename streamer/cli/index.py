@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     check.add_argument(
         "--verify",
         action="store_true",
-        help="build nothing: re-check the stored indexes, demote those that fail, "
+        help="re-check the stored indexes instead of building: demote those that fail, "
+        "rebuild only rows that cannot be read or that an older streamer stored, "
         "rewrite the index shards with the verdicts",
     )
     add_progress_argument(parser)

@@ -299,8 +299,10 @@ def verify_index_shards(
     """Re-check the stored indexes of the dataset at ``url`` (``streamer
     index --verify``): each row the dataset would serve (its open-time
     checks, ``index.checks``, applied) is verified again and stored with its
-    verdict, demoted to "no index" when it fails; every index shard is
-    rewritten whole. A row whose audio data no longer has its span CRCs is
+    verdict, demoted to "no index" when it fails; a row that cannot be read
+    or that an older builder stored is built again, as ``build_index``
+    would (nothing of it can be trusted); every index shard is rewritten
+    whole. A row whose audio data no longer has its span CRCs is
     kept as it is (its crops that read the damage go on failing; demoted,
     the fallback would decode the damaged bytes without a word) and
     reported in ``damaged``; a row without span CRCs gets them, from the
