@@ -386,75 +386,75 @@ def index_shard(
     verify: bool = True,
 ) -> ShardResult:
     """Build (or, unless ``force``, keep) the index shard of one audio shard
-    of the dataset at ``root`` in ``store``. A shard the dataset does not
-    serve (its audio shard or its ``audio_info/`` twin cannot be read, or
-    their keys differ: ``Dataset.shard_problem``) comes back ``failed`` with
-    the reason, nothing written: an index of it would count as done while
-    the dataset leaves its episodes out."""
+    of the dataset at ``root`` in ``store``; a shard that cannot be indexed
+    (``_served``) comes back ``failed`` with the reason, nothing written."""
     dataset = Dataset(root, store=store, manifest=False)
-    problem = dataset.shard_problem(name)
-    if problem is not None:
-        return ShardResult(name=name, failed=problem)
-    audio = dataset.shard(name)
+    served = _served(dataset, name)
+    if isinstance(served, str):
+        return ShardResult(name=name, failed=served)
+    audio, info = served
     final = _index_path(dataset, name)
     result = ShardResult(name=name, episodes=audio.num_rows)
     if not force and _complete(dataset, name, final):
         result.skipped = True
         return result
-    try:
-        info = _info_durations(dataset, name, audio)
-    except ShardError as exc:
-        return ShardResult(name=name, failed=str(exc))
     found = _write(
         dataset, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
     )
     if info is not None:
-        result.durations = _durations_into_info(dataset.store, *info, found)
+        result.durations = _durations_into_info(dataset, name, audio, info, found)
     return result
 
 
-def _info_durations(dataset: Dataset, name: str, audio: Shard) -> tuple[str, pa.Table] | None:
-    """The path and whole table of the ``audio_info`` shard of ``name`` when
-    it holds durations for exactly the audio's rows (one ``pack`` or ``pack
-    --no-index`` wrote: its header's), else None. Read before the index is
-    built: ``ShardError`` when its record batches cannot be read (its footer
-    and keys opened), and nothing is written."""
+def _served(dataset: Dataset, name: str) -> tuple[Shard, pa.Table | None] | str:
+    """Shard ``name``'s audio shard and its whole ``audio_info`` table (None
+    without one), or why it cannot be indexed: the dataset does not serve
+    it (its audio shard or ``audio_info/`` twin cannot be opened, or their
+    keys differ: ``Dataset.shard_problem``), or a record batch of its
+    ``audio_info`` cannot be read (what opening checks, the footer and the
+    keys, can). An index of such a shard would count as done while its
+    episodes are left out or fail."""
+    problem = dataset.shard_problem(name)
+    if problem is not None:
+        return problem
     path = dataset.column_dirs.get(INFO_DIR, {}).get(name)
     if path is None:
-        return None
+        return dataset.shard(name), None
     reader = dataset.store.reader(path)
     try:
         info = pa.ipc.open_file(pa.py_buffer(reader.read_sync(0, reader.size_sync()))).read_all()
-    except pa.ArrowException as exc:
-        raise ShardError(f"cannot read: {exc}", shard=dataset.store.display(path)) from exc
-    keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
-    if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
-        return None
-    return path, info
+    except (pa.ArrowException, OSError) as exc:  # zstd that does not decompress, say
+        return str(ShardError(f"cannot read: {exc}", shard=dataset.store.display(path)))
+    return dataset.shard(name), info
 
 
 def _durations_into_info(
-    store: Store, path: str, info: pa.Table, found: list[float | None]
+    dataset: Dataset, name: str, audio: Shard, info: pa.Table, found: list[float | None]
 ) -> list[tuple[str, float, float]]:
-    """``durations.corrected`` for the ``audio_info`` shard at ``path``
-    (``_info_durations``), rewritten whole (``staged_sync``) where the
-    index's durations (``found``) differ; the rows where they disagree."""
+    """``durations.corrected`` for the ``audio_info`` shard of ``name``
+    (``info``: one ``pack`` or ``pack --no-index`` wrote, its header's
+    durations), rewritten whole (``staged_sync``) where the index's
+    (``found``) differ; the rows where they disagree. Nothing for an
+    ``audio_info`` without durations for exactly the audio's rows."""
+    keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
+    if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
+        return []
     durations, changed = corrected(info, found)
     if durations != info.column(DURATION).to_pylist():
-        with store.staged_sync(path) as temp:
+        with dataset.store.staged_sync(dataset.column_dirs[INFO_DIR][name]) as temp:
             write_durations(temp, info, durations)
     return changed
 
 
 def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     """Check every stored index of one shard again and rewrite its index
-    shard with the verdicts (``verify_index_shards``); a shard the dataset
-    does not serve comes back ``failed``, as from ``index_shard``."""
+    shard with the verdicts (``verify_index_shards``); a shard that cannot
+    be indexed (``_served``) comes back ``failed``, as from ``index_shard``."""
     dataset = Dataset(root, store=store, manifest=False)
-    problem = dataset.shard_problem(name)
-    if problem is not None:
-        return ShardResult(name=name, failed=problem)
-    audio = dataset.shard(name)
+    served = _served(dataset, name)
+    if isinstance(served, str):
+        return ShardResult(name=name, failed=served)
+    audio = served[0]
     problem = dataset.index_problem(name)
     if problem is None and name not in dataset.column_dirs.get(INDEX_DIR, {}):
         problem = "not indexed (run `streamer index`)"

@@ -150,6 +150,19 @@ def other_keys(path: Path) -> None:
         writer.write_table(table.set_column(0, "__key__", keys))
 
 
+def corrupt_batch(path: Path) -> None:
+    """Rewritten zstd-compressed (as wsds writes), its last column's data
+    not zstd: the footer and the keys still read."""
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(str(path), table.schema, options=options) as writer:
+        writer.write_table(table)
+    data = bytearray(path.read_bytes())
+    at = data.rfind(b"\x28\xb5\x2f\xfd")  # the last zstd frame's magic number
+    data[at : at + 4] = bytes(4)
+    path.write_bytes(data)
+
+
 @pytest.fixture
 def three_shards(tmp_path: Path) -> Path:
     """A dataset of one mp3 episode per shard, shard-000000 to shard-000002."""
@@ -162,7 +175,7 @@ def three_shards(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("damage", [truncate, Path.unlink, other_keys])
+@pytest.mark.parametrize("damage", [truncate, Path.unlink, other_keys, corrupt_batch])
 @pytest.mark.parametrize("verify", [False, True])
 def test_a_shard_whose_audio_info_is_bad_is_reported_and_the_rest_indexed(
     three_shards: Path,
