@@ -126,6 +126,11 @@ class DiskCache:
             with contextlib.suppress(OSError):
                 os.utime(self.path(other), ns=(when, when))
 
+    def remove(self, key: str) -> None:
+        """Drop ``key``'s entry, if any: an answer no longer true (a folder's
+        listing, once this process wrote into the folder)."""
+        _remove(self.path(key))
+
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store a block atomically; failures (disk full, ...) only cost a later miss."""
         self._write(key, data, replace=True)

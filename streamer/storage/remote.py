@@ -527,7 +527,8 @@ class RemoteStore(Store):
         ``fields`` say which answer about ``path`` it is. An answer about an
         object is kept under its stamp, so a write through this store
         retires it with the blocks (``cache.py``); listings (not
-        ``stamped``) are kept as they are (delete the directory after
+        ``stamped``) are kept as they are until a write through this store
+        into their folder (``_forget_listings``; delete the directory after
         changing a dataset some other way)."""
         cache = self._state.get().cache
         disk = cache.disk
@@ -646,8 +647,27 @@ class RemoteStore(Store):
         what = f"PUT {self.display(path)} ({len(body)} bytes)"
         await self._call(lambda c: self._put(c, path, body), what, path)
         self.stats.bytes_stored += len(body)
-        # Blocks of an object this store replaced must not be served again.
+        # Blocks of an object this store replaced must not be served again,
+        # nor listings of the folders it is in (a new object, or folder).
         await self._state.get().cache.forget(path)
+        await self._forget_listings(path)
+
+    async def _forget_listings(self, path: str) -> None:
+        """Drop the disk tier's listings of each folder above ``path``: a
+        listing is remembered as it was (``_listing``), and after a write the
+        folder holds another object, its parent perhaps another folder (a
+        job's last check listed a ``seek_index/`` it had just written as
+        missing, and wrote no manifest)."""
+        cache = self._state.get().cache
+        disk = cache.disk
+        if disk is None:
+            return
+        keys = []
+        while "/" in path.rstrip("/"):
+            path = path.rstrip("/").rsplit("/", 1)[0]
+            keys += [cache.disk_key("list", path, ""), cache.disk_key("list", path + "/", "")]
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: [disk.remove(key) for key in keys])
 
     async def _read(self, path: str, size: int, ranges: Sequence[tuple[int, int]]) -> list:
         return await self._state.get().cache.read(path, size, ranges)

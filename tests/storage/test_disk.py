@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,20 @@ def test_a_directory_the_server_says_is_not_there_is_remembered(  # type: ignore
     with pytest.raises(NotFound, match=r"seek_index_nowhere/: not found \(HTTP 404"):
         again.list_sync(missing)
     assert http.requests == [] and again.stats.disk_hits == 1
+
+
+def test_a_write_drops_the_listings_it_makes_untrue(
+    s3_proxy, s3_uploaded, make_store, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Listings are remembered as they were; one of a folder this store then
+    writes into (or of its parent, for a new folder) is dropped: a job's
+    final listing of ``seek_index/`` it had just written said it missing."""
+    store = make_store("s3", s3_proxy.url, cache_dir=str(tmp_path / "cache"))
+    root = f"{s3_uploaded}/written-{uuid.uuid4().hex}"
+    store.put_sync(f"{root}/audio/a.wsds", b"a")
+    assert [e.name for e in store.list_sync(root)] == ["audio"]
+    assert store.list_sync(f"{root}/seek_index") == []  # remembered: no keys there
+    store.put_sync(f"{root}/seek_index/a.wsds", b"i")
+    later = make_store("s3", s3_proxy.url, cache_dir=str(tmp_path / "cache"))
+    assert [e.name for e in later.list_sync(f"{root}/seek_index")] == ["a.wsds"]
+    assert [e.name for e in later.list_sync(root)] == ["audio", "seek_index"]
