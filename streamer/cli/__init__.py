@@ -103,11 +103,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
-    except KeyboardInterrupt:  # before the command ran: its modules loading, parsing
-        words = sys.argv[1:] if argv is None else argv
-        command = next((f" {word}" for word in words if not word.startswith("-")), "")
-        print(f"streamer{command}: interrupted", file=sys.stderr)
-        return 130
+    except Exception as exc:  # before the command ran: its modules loading, parsing
+        if not _raised_while_interrupted(exc):
+            raise
+        return _interrupted_early(argv)  # a library's error made of a Ctrl-C (in an import)
+    except KeyboardInterrupt:
+        return _interrupted_early(argv)
+
+
+def _interrupted_early(argv: Sequence[str] | None) -> int:
+    """Say that the command was interrupted before it ran (its modules
+    loading: half a second), as later: one line, exit code 130. (Python
+    may then end the process by SIGINT instead, which a shell reports as
+    130 too: it does so when a library let the interrupt pass through.)"""
+    words = sys.argv[1:] if argv is None else argv
+    command = next((f" {word}" for word in words if not word.startswith("-")), "")
+    print(f"streamer{command}: interrupted", file=sys.stderr)
+    return 130
 
 
 def _reader_gone() -> int:

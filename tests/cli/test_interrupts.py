@@ -155,7 +155,7 @@ def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 130 and done.stderr == "streamer inspect: interrupted\n"
-    for delay in (0.2, 0.3, 0.4):
+    for delay in (0.3, 0.4, 0.5):
         process = subprocess.Popen(
             [sys.executable, "-m", "streamer", "inspect", str(packed)],
             stdout=subprocess.DEVNULL,
@@ -167,5 +167,7 @@ def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
         err = process.communicate(timeout=60)[1]
         if process.returncode == 0:
             continue  # it had finished
-        assert process.returncode == 130 and "Traceback" not in err, (delay, err)
+        # 130, or death by SIGINT (Python's own way out when a library it ran
+        # let the interrupt through), which a shell reports as 130 too.
+        assert process.returncode in (130, -signal.SIGINT), (delay, process.returncode, err)
         assert err.strip().splitlines() == ["streamer inspect: interrupted"], (delay, err)
