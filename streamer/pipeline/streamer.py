@@ -291,39 +291,61 @@ class Streamer:
         return self._episodes
 
     def request(self, position: int, epoch: int | None = None) -> tuple[Dataset, CropRequest]:
-        """The dataset and crop request at ``position`` of this consumer's plan."""
-        plan = self.plan(epoch)
-        source, row = int(plan.source[position]), int(plan.episode[position])
-        key = self.episodes()[source].keys[row]
-        request = CropRequest(
+        """The dataset and crop request at ``position`` of this consumer's plan
+        (a ``ValueError`` when the planned times make no request: ``CropRequest``)."""
+        source, key, start, end = self._planned(position, epoch)
+        return self.sources[source][0], self._request(key, start, end)
+
+    def _request(self, key: str, start: float, end: float) -> CropRequest:
+        return CropRequest(
             key,
-            float(plan.start[position]),
-            float(plan.end[position]),
+            start,
+            end,
             sample_rate=self.sample_rate,
             mono=self.mono,
             pad=self.pad,
             resample_quality=self.resample_quality,
         )
-        return self.sources[source][0], request
+
+    def _planned(self, position: int, epoch: int | None = None) -> tuple[int, str, float, float]:
+        """The source, key, start and end planned at ``position``: what a
+        skipped crop's log line names even when they make no request."""
+        plan = self.plan(epoch)
+        source, row = int(plan.source[position]), int(plan.episode[position])
+        key = self.episodes()[source].keys[row]
+        return source, key, float(plan.start[position]), float(plan.end[position])
 
     def source_of(self, position: int) -> str:
         """The source (``crop.source``) of the crop at ``position`` of this
         consumer's plan: a ``Mix`` item's name, else the dataset's URL."""
         return self.source_names[int(self.plan().source[position])]
 
+    def job(self, position: int) -> CropJob | Failure:
+        """The crop at ``position`` planned (``stages.plan``), or why it cannot
+        be. Times that make no request (a segment or manifest row ending at
+        1e12 s) are that crop's failure, with its key and shard, as bad data
+        is: raised from the middle of a pass, they ended it under
+        ``on_error="skip"`` after being counted as skipped."""
+        source, key, start, end = self._planned(position)
+        dataset = self.sources[source][0]
+        try:
+            request = self._request(key, start, end)
+        except ValueError as exc:
+            return failure_of(exc, key, dataset.locate(key)[0])
+        return plan(dataset, request)
+
     def _plan_at(self, position: int) -> CropJob | Failure:
         """Plan the crop at ``position`` and read what it carries (in a planner
         thread when a source is remote: a remote column is a request; on the
         store loop when all are local, ``Run``'s ``plan_in_loop``). A crop whose labels cannot be
         read fails like one whose audio cannot."""
-        dataset, request = self.request(position)
-        job = plan(dataset, request)
+        job = self.job(position)
         if isinstance(job, Failure):
             return job
         try:
             self._carried[position] = self._carry(position)
         except Exception as exc:
-            return failure_of(exc, request.key, dataset.locate(request.key)[0])
+            return failure_of(exc, job.request.key, job.episode.shard)
         return job
 
     def _carry(self, position: int) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -780,12 +802,12 @@ class Streamer:
         self._stats.count_skip(failure.reason, source)
         if self.on_skip is not None:
             self.on_skip(position, failure.reason)
-        _, request = self.request(position)
+        _, key, start, end = self._planned(position)  # a request: its error raised again
         log.warning(
             "skipping crop [%g, %g) s of key %r (%sshard %s): %s: %s",
-            request.start,
-            request.end,
-            request.key,
+            start,
+            end,
+            key,
             f"of source {source!r}, " if len(self.sources) > 1 else "",
             failure.shard or "unknown",
             failure.reason,

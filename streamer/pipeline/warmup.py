@@ -33,7 +33,7 @@ from ..errors import StorageError
 from ..storage.base import Store
 from ..storage.loop import run_sync
 from ..storage.remote import RemoteReader, RemoteStore
-from .stages import is_mapped, plan, warm
+from .stages import is_mapped, warm
 from .streamer import Streamer
 from .tasks import Failure, first_error
 
@@ -207,8 +207,7 @@ async def _plan_all(streamer: Streamer, concurrency: int) -> list[CropJob | Fail
         for position in positions:
             if ended.is_set():
                 return
-            dataset, request = streamer.request(position)
-            result = out[position] = plan(dataset, request)
+            result = out[position] = streamer.job(position)
             if isinstance(result, Failure) and result.store_gave_up:
                 ended.set()
                 raise result.error()

@@ -22,13 +22,14 @@ import pytest
 from helpers import gone, rewrite_index_shard, signature
 
 import streamer
-from streamer import RandomCrops, Streamer, WorkerDied
+from streamer import ListCrops, RandomCrops, Streamer, WorkerDied
 from streamer.dataset import Dataset
 from streamer.formats.job import Episode
 from streamer.pipeline.pool import WorkerPool
 from streamer.pipeline.run import Run
 from streamer.pipeline.stages import plan
 from streamer.pipeline.stats import StreamerStats
+from streamer.pipeline.warmup import warmup
 from streamer.storage.loop import run_sync
 
 SAMPLER = RandomCrops(0.5, per_episode=3)  # 21 crops over the 7 episodes of ``packed``
@@ -169,6 +170,26 @@ def test_a_planner_failure_raises_as_itself_under_on_error_raise(
     assert signature(taken) == everything[:first_bad]
     # The crop that raised was handed over (as the error); nothing after it.
     assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, first_bad + 1)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_crop_whose_times_make_no_request_is_skipped_once(
+    packed: Path, workers: int, caplog: pytest.LogCaptureFixture, no_worker_left: None
+) -> None:
+    """A planned crop ending past any audio (a manifest row or segment at
+    1e12 s) makes no ``CropRequest``: under ``on_error="skip"`` it is counted
+    once and the pass goes on (it was counted, then its log line built the
+    request again and ended the pass with that ``ValueError``)."""
+    key = sorted(streamer.open_dataset(packed).keys())[0]
+    crops = ListCrops([(key, 0.0, 0.5), (key, 1.0, 1e12), (key, 0.5, 1.0)])
+    s = Streamer(packed, crops, workers=workers, shuffle_window=0)
+    with caplog.at_level(logging.WARNING, logger="streamer"):
+        got = [(c.start, c.end) for c in s]
+    assert sorted(got) == [(0.0, 0.5), (0.5, 1.0)]
+    assert s.stats.skipped == {"ValueError": 1} and s.state_dict()["epoch"] == 1
+    [line] = [r.getMessage() for r in caplog.records if "skipping crop" in r.getMessage()]
+    assert f"[1, 1e+12) s of key {key!r}" in line and "shard-0000" in line, line
+    assert warmup(Streamer(packed, crops)).skipped == {"ValueError": 1}
 
 
 def emptied_index(packed: Path, root: Path, key: str) -> Path:
