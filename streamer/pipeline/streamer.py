@@ -32,7 +32,6 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from numbers import Integral
 from typing import Any, Generic, Literal, TypeVar
 
 import anyio
@@ -46,6 +45,7 @@ from ..decode.resample import DEFAULT_QUALITY, check_quality, check_sample_rate
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
+from .arguments import whole_number
 from .episodes import Episodes
 from .keywords import check_keywords, checked_keywords, keyword_names
 from .metadata import EpisodeFields
@@ -154,17 +154,20 @@ class Streamer:
         columns: Sequence[str] = (),
         supervisions: str | None = None,
     ) -> None:
-        _check_counts(
+        prefetch, max_crops, crops_per_epoch, max_worker_restarts = _counts(
             prefetch=prefetch,
-            queue_size=queue_size,
-            shuffle_window=shuffle_window,
             max_crops=max_crops,
             crops_per_epoch=crops_per_epoch,
+            max_worker_restarts=max_worker_restarts,
+        )
+        queue_size = whole_number("queue_size", queue_size, 0)
+        shuffle_window = whole_number("shuffle_window", shuffle_window, 0)
+        loader_batch_size = whole_number("loader_batch_size", loader_batch_size, 1)
+        rank, world_size, worker, num_workers = _counts(
+            rank=rank, world_size=world_size, worker=worker, num_workers=num_workers
         )
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
-        if max_worker_restarts is not None and max_worker_restarts < 0:
-            raise ValueError(f"max_worker_restarts must be >= 0, not {max_worker_restarts}")
         check_storage_options(data, storage_options)
         if isinstance(data, Mix):
             self.sources, self.source_names = data.sources, data.names
@@ -185,7 +188,7 @@ class Streamer:
         self._stores = _remote_stores(self.sources)
         self.prefetch = prefetch or default_prefetch(self.workers, remote=bool(self._stores))
         self.queue_size = queue_size
-        self.seed, self.epoch = seed, epoch
+        self.seed, self.epoch = whole_number("seed", seed), whole_number("epoch", epoch, 0)
         self.partition: Partition = resolve_partition(rank, world_size, worker, num_workers)
         self.split = Split(even=even, drop_last=drop_last, batch_size=loader_batch_size)
         self.shuffle_window, self.interleave = shuffle_window, interleave
@@ -407,7 +410,7 @@ class Streamer:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
         self._require_idle()
-        self._start_pass(epoch, 0, (), 0)
+        self._start_pass(whole_number("epoch", epoch, 0), 0, (), 0)
 
     def _start_pass(self, epoch: int, position: int, done: Intervals, consumed: int) -> None:
         self.epoch, self._position = epoch, position
@@ -470,12 +473,13 @@ class Streamer:
         theirs = {name: state.get(name, defaults.get(name)) for name in mine}
         if theirs != mine:
             raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
-        epoch = int(state["epoch"])
+        epoch = whole_number("the state's epoch", state["epoch"], 0)
         check_mix(state, self.mix)
         total = self.total(epoch)
         check_order(state, total, self.digest(epoch))
         done = merge_intervals(state.get("done", ()))
-        position, start = int(state["position"]), int(state.get("start", 0))
+        position = whole_number("the state's position", state["position"])
+        start = whole_number("the state's start", state.get("start", 0))
         self._check_within(total, done, start, position)
         self._start_pass(epoch, position, done, start)
 
@@ -1054,15 +1058,14 @@ def _blocking(coroutine: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def _check_counts(**counts: int | None) -> None:
-    """Each of ``counts`` a whole number >= 0, or None: ``max_crops=-1`` kept
-    all crops but the last without a word (a slice), a negative ``prefetch``
-    or ``queue_size`` failed at the first crop in anyio's words."""
-    for name, value in counts.items():
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, Integral) or value < 0
-        ):
-            raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+def _counts(**counts: int | None) -> list[int | None]:
+    """Each of ``counts`` (given or None: the default) as a whole number >= 0:
+    ``max_crops=-1`` kept all crops but the last without a word (a slice), a
+    negative ``prefetch`` failed at the first crop in anyio's words, a rank
+    of 0.5 as slice indices."""
+    return [
+        None if value is None else whole_number(name, value, 0) for name, value in counts.items()
+    ]
 
 
 #: What every ``Streamer.state_dict()`` holds; the other fields have defaults.

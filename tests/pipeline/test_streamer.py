@@ -267,6 +267,50 @@ def test_counts_are_whole_numbers_not_below_zero(packed: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "value", "bound"),
+    [
+        ("queue_size", None, " >= 0"),
+        ("shuffle_window", None, " >= 0"),
+        ("loader_batch_size", 0, " >= 1"),
+        ("max_worker_restarts", 1.5, " >= 0"),
+        ("rank", 0.5, " >= 0"),
+        ("world_size", 2.0, " >= 0"),
+        ("num_workers", "2", " >= 0"),
+        ("seed", 1.5, ""),
+        ("seed", "7", ""),
+        ("epoch", None, " >= 0"),
+        ("epoch", -1, " >= 0"),
+    ],
+)
+def test_arguments_are_refused_when_the_streamer_is_made(
+    packed: Path, name: str, value: object, bound: str
+) -> None:
+    """Each was taken and failed at the first crop in another library's
+    words (``queue_size=None``: anyio's "max_buffer_size must be either an
+    integer or math.inf"; ``rank=0.5``: "slice indices must be integers";
+    ``seed="7"``: "unsupported operand type(s) for &")."""
+    options = {name: value, **({"world_size": 2} if name == "rank" else {})}
+    with pytest.raises(ValueError, match=f"^{name} must be a whole number{bound}, not "):
+        Streamer(packed, RandomCrops(0.5), workers=0, **options)
+
+
+def test_numpy_integers_are_seeds_and_epochs(packed: Path) -> None:
+    """A numpy ``int32`` or ``int16`` seed or epoch (``np.arange``'s) planned
+    nothing: every pass ended with an ``OverflowError`` on 4294967295. Each
+    is the Python integer of the same value, state included."""
+    plain = Streamer(packed, RandomCrops(0.5), workers=0, seed=7, epoch=1)
+    for kind in (np.int16, np.int32, np.uint8):
+        s = Streamer(packed, RandomCrops(0.5), workers=0, seed=kind(7), epoch=kind(1))
+        assert s.plan().start.tolist() == plain.plan().start.tolist()
+        s.set_epoch(kind(2))
+        assert type(s.state_dict()["seed"]) is int and type(s.state_dict()["epoch"]) is int
+        s.load_state_dict({**plain.state_dict(), "epoch": kind(1), "position": kind(3)})
+        assert [c.start for c in s] == plain.plan().start[3:].tolist()
+    with pytest.raises(ValueError, match=r"^epoch must be a whole number >= 0, not 1\.5$"):
+        plain.set_epoch(1.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
     ("change", "says"),
     [
         ({"position": -3}, r"at crop -3 of this consumer's 21"),
