@@ -23,6 +23,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from ..errors import LayoutError
+from .arguments import finite_number, whole_number
 from .episodes import Episodes
 from .metadata import find_column
 
@@ -100,15 +101,18 @@ class RandomCrops(Sampler):
     ) -> None:
         if per_episode is not None and per_hour is not None:
             raise ValueError("RandomCrops takes per_episode or per_hour, not both")
-        per_episode = 1 if per_episode is None and per_hour is None else per_episode
-        if duration <= 0 or (per_episode is not None and per_episode < 1):
-            raise ValueError("RandomCrops needs duration > 0 and per_episode >= 1")
-        if per_hour is not None and not per_hour > 0:
-            raise ValueError(f"RandomCrops needs per_hour > 0, not {per_hour}")
-        self.duration = float(duration)
-        self.per_episode = None if per_episode is None else int(per_episode)
-        self.per_hour = None if per_hour is None else float(per_hour)
-        self.min_duration = self.duration if min_duration is None else float(min_duration)
+        self.duration = finite_number("RandomCrops: duration", duration, positive=True)
+        self.per_episode, self.per_hour = None, None
+        if per_hour is None:
+            given = 1 if per_episode is None else per_episode
+            self.per_episode = whole_number("RandomCrops: per_episode", given, 1)
+        else:
+            self.per_hour = finite_number("RandomCrops: per_hour", per_hour, positive=True)
+        self.min_duration = (
+            self.duration
+            if min_duration is None
+            else finite_number("RandomCrops: min_duration", min_duration)
+        )
 
     def __repr__(self) -> str:
         count = (
@@ -122,10 +126,10 @@ class RandomCrops(Sampler):
         full = np.flatnonzero(known >= self.duration)
         short = np.flatnonzero((known >= self.min_duration) & (known > 0) & (known < self.duration))
         if self.per_hour is None:
-            counts = np.full(len(full), self.per_episode, dtype=np.int64)
+            drawn = np.full(len(full), float(self.per_episode))
         else:
-            expected = lengths[full] * self.per_hour / 3600.0
-            counts = np.floor(expected + rng.random(len(full))).astype(np.int64)
+            drawn = np.floor(lengths[full] * self.per_hour / 3600.0 + rng.random(len(full)))
+        counts = _counted(drawn, self, episodes)
         starts = rng.random(int(counts.sum())) * np.repeat(lengths[full] - self.duration, counts)
         episode = np.concatenate([np.repeat(full, counts), short])
         start = np.concatenate([starts, np.zeros(len(short))])
@@ -144,17 +148,21 @@ class SequentialCrops(Sampler):
     Streamer's ``sample_rate``) is not planned."""
 
     def __init__(self, duration: float, hop: float | None = None) -> None:
-        self.duration = float(duration)
-        self.hop = self.duration if hop is None else float(hop)
-        if self.duration <= 0 or self.hop <= 0:
-            raise ValueError("SequentialCrops needs duration > 0 and hop > 0")
+        self.duration = finite_number("SequentialCrops: duration", duration, positive=True)
+        self.hop = (
+            self.duration
+            if hop is None
+            else finite_number("SequentialCrops: hop", hop, positive=True)
+        )
 
     def __repr__(self) -> str:
         return f"SequentialCrops({self.duration:g}, hop={self.hop:g})"
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         lengths = np.maximum(np.nan_to_num(episodes.duration, nan=0.0), 0.0)
-        episode, start, end = _windows(np.zeros(len(lengths)), lengths, self.hop, self.duration)
+        episode, start, end = _windows(
+            np.zeros(len(lengths)), lengths, self.hop, self.duration, (self, episodes)
+        )
         crops = Crops.of(episode, start, end)
         return crops.take(np.flatnonzero(episodes.holds_samples(episode, start, end)))
 
@@ -245,8 +253,14 @@ class SegmentCrops(Sampler):
     (counted in ``stats.skipped``, or raised with ``on_error="raise"``)."""
 
     def __init__(self, column: str, max_duration: float | None = None) -> None:
+        if not isinstance(column, str) or not column:
+            raise ValueError(f"SegmentCrops: column must be a column's name, not {column!r}")
         self.column = column
-        self.max_duration = max_duration
+        self.max_duration = (
+            None
+            if max_duration is None
+            else finite_number("SegmentCrops: max_duration", max_duration, positive=True)
+        )
         self._warned: set[str] = set()  # datasets whose unusable segments were named
 
     def __repr__(self) -> str:
@@ -310,7 +324,7 @@ class SegmentCrops(Sampler):
         it holds none of the segment's audio, and could only fail. A
         segment's first piece is planned as the segment itself would be."""
         step = float(self.max_duration)  # type: ignore[arg-type]
-        segment, start, end = _windows(crops.start, crops.end, step, step)
+        segment, start, end = _windows(crops.start, crops.end, step, step, (self, episodes))
         whole = crops.take(segment)
         keep = (start == whole.start) | episodes.holds_samples(whole.episode, start, end)
         pieces = Crops(whole.episode, start, end, whole.fields)
@@ -318,10 +332,15 @@ class SegmentCrops(Sampler):
 
 
 def _windows(
-    first: np.ndarray, last: np.ndarray, hop: float, duration: float
+    first: np.ndarray,
+    last: np.ndarray,
+    hop: float,
+    duration: float,
+    drawing: tuple[Sampler, Episodes],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windows of ``duration`` every ``hop`` from ``first`` to ``last`` (each
-    row), the last cut at ``last``: each window's row, start and end.
+    row), the last cut at ``last``: each window's row, start and end, for
+    ``drawing`` (the sampler and its episodes: ``_counted``).
 
     Counted without float artefacts: a span that is a whole number of hops
     (12.3 s by 0.3 s, 12.3 / 0.3 = 41.000000000000014) gets no extra window
@@ -331,7 +350,7 @@ def _windows(
     ``k * hop + duration``, which rounds to another sample one time in
     twelve at 11025 Hz: a sample served twice or never between back-to-back
     crops)."""
-    counts = np.ceil(np.maximum(last - first, 0.0) / hop).astype(np.int64)
+    counts = _counted(np.ceil(np.maximum(last - first, 0.0) / hop), *drawing)
     row = np.repeat(np.arange(len(counts)), counts)
     step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     start = first[row] + step * hop
@@ -343,6 +362,29 @@ def _windows(
     edge = last[row] - _SAME * np.abs(last[row])
     inside = start < edge
     return row[inside], start[inside], np.where(end < edge, end, last[row])[inside]
+
+
+#: The most crops a sampler plans from one dataset in one draw. A plan
+#: takes about 160 bytes a crop in every process that plans the epoch
+#: (each rank and DataLoader worker): 10^8 crops are 16 GB each, past what
+#: any run can hold. A hop of 1e-7 s asked for 24 GB, ``per_episode=10**9``
+#: for 82 GiB, and ended in a ``MemoryError`` or the OOM killer.
+MAX_CROPS = 10**8
+
+
+def _counted(counts: np.ndarray, sampler: Sampler, episodes: Episodes) -> np.ndarray:
+    """Crops per episode (floats, from the sampler's arithmetic) as integers,
+    or a ``ValueError`` naming the sampler and dataset when they add up to
+    more than ``MAX_CROPS``: refused before anything that size is allocated."""
+    total = float(counts.sum())
+    if not total <= MAX_CROPS:
+        raise ValueError(
+            f"{sampler!r} over {episodes.dataset.url}: {total:.3g} crops in one draw, more "
+            f"than MAX_CROPS ({MAX_CROPS:.0e}, ~160 bytes each in every process planning "
+            "it); plan fewer crops per episode "
+            "(a longer duration or hop, a smaller per_episode or per_hour)"
+        )
+    return counts.astype(np.int64)
 
 
 #: Relative difference under which two times in seconds are one: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -361,3 +362,55 @@ def test_audio_info_values_no_audio_has_are_read_from_the_index(  # type: ignore
     for sampler in (RandomCrops(0.5), SequentialCrops(0.5)):
         crops = sampler.crops(episodes, rng)
         assert set(crops.episode.tolist()) == set(range(len(episodes)))
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda: RandomCrops(NAN), "RandomCrops: duration must be a finite number > 0, not nan"),
+        (lambda: RandomCrops(INF), "RandomCrops: duration must be a finite number > 0, not inf"),
+        (lambda: RandomCrops(1.0, per_hour=INF), "per_hour must be a finite number > 0, not inf"),
+        (lambda: RandomCrops(1.0, per_episode=1.5), "per_episode must be a whole number >= 1"),
+        (lambda: RandomCrops(1.0, min_duration=NAN), "min_duration must be a finite number"),
+        (lambda: SequentialCrops(NAN), "SequentialCrops: duration must be a finite number > 0"),
+        (lambda: SequentialCrops(1.0, hop=NAN), "SequentialCrops: hop must be a finite number"),
+        (lambda: SequentialCrops(1.0, hop=INF), "SequentialCrops: hop must be a finite number"),
+        (lambda: SegmentCrops("vad", max_duration=0), "max_duration must be a finite number > 0"),
+        (lambda: SegmentCrops(None), "SegmentCrops: column must be a column's name, not None"),  # type: ignore[arg-type]
+    ],
+)
+def test_sampler_arguments_are_refused_when_made(make, said: str) -> None:  # type: ignore[no-untyped-def]
+    """NaN passed ``duration <= 0`` and planned an empty epoch without a word,
+    infinite ones failed at the first crop in numpy's words ("repeats may
+    not contain negative values"), ``per_episode=1.5`` became 1."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        make()
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        SequentialCrops(1.0, hop=1e-7),
+        RandomCrops(0.1, per_episode=10**9),
+        RandomCrops(0.1, per_hour=1e300),
+        SegmentCrops("vad", max_duration=1e-9),
+    ],
+)
+def test_a_plan_too_large_to_hold_is_refused_before_it_is_made(
+    with_segments: Path, sampler: object
+) -> None:
+    """A hop of 1e-7 s allocated 24 GB, ``per_episode=10**9`` died on a
+    ``MemoryError`` of 82 GiB: past ``MAX_CROPS`` a draw is a ValueError
+    naming the sampler and the dataset, before anything that size exists."""
+    from streamer.pipeline.samplers import MAX_CROPS
+
+    dataset = streamer.open_dataset(with_segments)
+    s = Streamer(dataset, sampler, workers=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as raised:
+        s.plan()
+    said = str(raised.value)
+    assert said.startswith(f"{sampler!r} over {dataset.url}: ") and "\n" not in said
+    assert f"more than MAX_CROPS ({MAX_CROPS:.0e}" in said

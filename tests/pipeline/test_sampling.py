@@ -34,7 +34,7 @@ def test_per_hour_is_proportional_to_duration(packed: Path) -> None:
     assert counts[2] / 200 == pytest.approx(2.5, abs=0.15)  # rounded at random, fairly
     with pytest.raises(ValueError, match="not both"):
         RandomCrops(2.0, per_episode=2, per_hour=90)
-    with pytest.raises(ValueError, match="per_hour > 0"):
+    with pytest.raises(ValueError, match="per_hour must be a finite number > 0"):
         RandomCrops(2.0, per_hour=0)
 
 
