@@ -45,10 +45,8 @@ class Mix:
         if not items:
             raise ValueError("Mix needs at least one (dataset, weight) pair")
         if not any(weight for _, weight, _ in items):
-            raise ValueError(
-                "Mix weights are all zero: no item would give a crop "
-                f"({', '.join(f'{_label(i)}: {i[1]:g}' for i in items)})"
-            )
+            listed = ", ".join(f"{_label(data, name)}: {weight:g}" for data, weight, name in items)
+            raise ValueError(f"Mix weights are all zero: no item would give a crop ({listed})")
         self.sources = [(open_source(data, storage_options), weight) for data, weight, _ in items]
         self.names = [
             dataset.url if name is None else name
@@ -88,17 +86,18 @@ def _checked_item(number: int, item: Any) -> tuple[Any, float, str | None]:
     real = isinstance(weight, numbers.Real) and not isinstance(weight, bool)
     if not real or not math.isfinite(weight) or weight < 0:
         raise ValueError(
-            f"Mix: the weight of item {number} ({_label(item)}) must be a finite number >= 0, "
-            f"not {weight!r}"
+            f"Mix: the weight of item {number} ({_label(data, name)}) must be a finite "
+            f"number >= 0, not {weight!r}"
         )
     return data, float(weight), name
 
 
-def _label(item: tuple[Any, ...]) -> str:
-    """An item as an error names it: its name, else its dataset's URL."""
-    if len(item) > 2:
-        return str(item[2])
-    return item[0].url if isinstance(item[0], Dataset) else str(item[0])
+def _label(data: Any, name: str | None) -> str:
+    """An item as an error names it: its name, else its dataset's URL (or the
+    URL it was given as)."""
+    if name is not None:
+        return name
+    return data.url if isinstance(data, Dataset) else str(data)
 
 
 def open_source(
