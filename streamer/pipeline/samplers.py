@@ -12,16 +12,15 @@ from __future__ import annotations
 import abc
 import io
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pa_csv
-import pyarrow.json as pa_json
 
+from ..dataset.tables import read_rows
 from ..errors import LayoutError
 from .arguments import finite_number, whole_number
 from .episodes import Episodes
@@ -182,16 +181,10 @@ class ListCrops(Sampler):
         self.fields: list[dict[str, Any]] = []
         bounds = []
         for row, item in enumerate(crops):
-            if isinstance(item, Mapping):
-                extra = {k: v for k, v in item.items() if k not in ("key", "start", "end")}
-                key, start, end = item["key"], item["start"], item["end"]
-            else:
-                (key, start, end), extra = item, {}
-            if not 0 <= float(start) < float(end):
-                raise ValueError(f"ListCrops row {row} ({key!r}): need 0 <= start < end")
-            self.keys.append(str(key))
+            key, start, end, extra = _listed(row, item)
+            self.keys.append(key)
             self.fields.append(extra)
-            bounds.append((float(start), float(end)))
+            bounds.append((start, end))
         self.bounds = np.array(bounds, dtype=np.float64).reshape(-1, 2)
 
     def __repr__(self) -> str:
@@ -202,15 +195,27 @@ class ListCrops(Sampler):
         """Crops from a manifest: CSV or JSON lines (``.gz`` too) with ``key``,
         ``start`` and ``end`` columns, or Lhotse-style cuts (``recording_id``
         or ``recording.id``, ``start``, ``duration``; the cut's ``id`` and
-        its ``custom`` fields are carried)."""
+        its ``custom`` fields are carried). Keys are read as written (a CSV's
+        ``001`` is not the key ``1``); a missing column or a cell that is
+        not a number is a ``ValueError`` naming the file, column and row."""
         path = os.fspath(path)
-        plain = path.lower().removesuffix(".gz")
-        with pa.input_stream(path, compression="detect") as stream:
-            table = pa_csv.read_csv(stream) if plain.endswith(".csv") else pa_json.read_json(stream)
+        table = read_rows(path, text=["key", "recording_id"])
+        names = set(table.column_names)
+        cuts = "key" not in names and "duration" in names
+        needed = ["start", "duration"] if cuts else ["key", "start", "end"]
+        if cuts and not names & {"recording_id", "recording"}:
+            needed.insert(0, "recording_id")
+        missing = [name for name in needed if name not in names]
+        if missing:
+            raise ValueError(
+                f"ListCrops.read: {path} has no {missing[0]!r} column: a manifest has key, "
+                "start and end (Lhotse cuts: recording_id or recording.id, start and duration)"
+            )
         rows = table.to_pylist()
-        if rows and "key" not in rows[0] and "duration" in rows[0]:
-            return cls(_cut(row) for row in rows)
-        return cls(rows)
+        try:
+            return cls(_cut(row, cut) for row, cut in enumerate(rows)) if cuts else cls(rows)
+        except ValueError as exc:
+            raise ValueError(f"ListCrops.read: {path}: {exc}") from None
 
     def crops(self, episodes: Episodes, rng: np.random.Generator) -> Crops:
         row_of = {key: row for row, key in enumerate(episodes.keys)}
@@ -225,12 +230,49 @@ class ListCrops(Sampler):
         return Crops.of(episode, self.bounds[:, 0], self.bounds[:, 1], fields)
 
 
-def _cut(cut: dict[str, Any]) -> dict[str, Any]:
-    """A Lhotse-style cut as a ``ListCrops`` item."""
+def _cut(row: int, cut: dict[str, Any]) -> dict[str, Any]:
+    """A Lhotse-style cut (row ``row`` of a manifest) as a ``ListCrops`` item."""
     recording = cut.get("recording_id") or (cut.get("recording") or {}).get("id")
-    start = float(cut["start"])
+    start = _number(row, recording, "start", cut["start"])
+    end = start + _number(row, recording, "duration", cut["duration"])
     fields = {"id": cut.get("id"), **(cut.get("custom") or {})}
-    return {"key": recording, "start": start, "end": start + float(cut["duration"]), **fields}
+    return {"key": recording, "start": start, "end": end, **fields}
+
+
+def _listed(row: int, item: object) -> tuple[str, float, float, dict[str, Any]]:
+    """``ListCrops`` item ``row`` as its key, start, end and other fields, or
+    a ``ValueError`` naming the row and what is wrong with it (a missing
+    ``key`` was a bare ``KeyError``, an empty time a ``TypeError``)."""
+    if isinstance(item, Mapping):
+        missing = [name for name in ("key", "start", "end") if name not in item]
+        if missing:
+            raise ValueError(f"ListCrops row {row} has no {missing[0]!r}: {dict(item)!r}")
+        key, start, end = item["key"], item["start"], item["end"]
+        extra = {k: v for k, v in item.items() if k not in ("key", "start", "end")}
+    elif isinstance(item, tuple | list) and len(item) == 3:
+        (key, start, end), extra = item, {}
+    else:
+        raise ValueError(
+            f"ListCrops row {row} is {item!r}: give (key, start, end) or a dict with them"
+        )
+    if key is None:
+        raise ValueError(f"ListCrops row {row}: 'key' is None")
+    start, end = _number(row, key, "start", start), _number(row, key, "end", end)
+    if not (0 <= start < end and math.isfinite(end)):
+        raise ValueError(f"ListCrops row {row} ({key!r}): need 0 <= start < end, both finite")
+    return str(key), start, end, extra
+
+
+def _number(row: int, key: object, name: str, value: object) -> float:
+    """A manifest's time ``value`` in seconds, or a ``ValueError`` naming its
+    row, key and column (an empty cell is None, which ``float`` refuses in
+    a ``TypeError`` naming nothing)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"ListCrops row {row} ({key!r}): {name!r} is {value!r}, not a number"
+        ) from None
 
 
 class SegmentCrops(Sampler):

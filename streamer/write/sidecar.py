@@ -16,10 +16,9 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv
-import pyarrow.json
 
 from ..dataset.dataset import INFO_DIR
+from ..dataset.tables import read_rows
 from ..errors import PackError
 from ..shard.ipc import KEY_COLUMN
 
@@ -35,11 +34,7 @@ def read_sidecar(path: str | os.PathLike[str]) -> pa.Table:
     files without an extension (``001``) became numbers (``1``) and matched no file."""
     path = os.fspath(path)
     try:
-        if path.lower().endswith(".csv"):
-            as_text = pa.csv.ConvertOptions(column_types={PATH_COLUMN: pa.string()})
-            table = pa.csv.read_csv(path, convert_options=as_text)
-        else:
-            table = pa.json.read_json(path)
+        table = read_rows(path, text=[PATH_COLUMN])
     except (OSError, pa.ArrowInvalid) as exc:
         raise PackError(f"cannot read the sidecar {path!r}: {exc}") from None
     if PATH_COLUMN not in table.column_names:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import plan_rows
+from helpers import plan_rows, write_audio
 
 import streamer
 from streamer import ListCrops, RandomCrops, SequentialCrops, Streamer
 from streamer.errors import LayoutError
 from streamer.pipeline.episodes import Episodes
+from streamer.write.pack import pack
 
 
 def test_per_hour_is_proportional_to_duration(packed: Path) -> None:
@@ -85,6 +86,46 @@ def test_list_crops_refuses_what_it_cannot_do(packed: Path) -> None:
         list(Streamer(dataset, ListCrops([(next(dataset.keys()), 0, 1), ("nope", 0, 1)])))
     with pytest.raises(ValueError, match=r"row 0 \('a'\): need 0 <= start < end"):
         ListCrops([("a", 2.0, 1.0)])
+
+
+def test_a_csv_manifest_keys_are_read_as_written(tmp_path: Path) -> None:
+    """pyarrow inferred a CSV's key column as numbers: ``001`` became ``1``,
+    and the crop was served from episode ``1`` without a word."""
+    for key, seed in (("001", 1), ("1", 2)):
+        write_audio(tmp_path / "src", key, "wav", 8000, 1, 2.0, seed=seed)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = streamer.open_dataset(tmp_path / "ds")
+    (tmp_path / "crops.csv").write_text("key,start,end\n001,0.5,1.5\n")
+    crops = ListCrops.read(tmp_path / "crops.csv")
+    assert crops.keys == ["001"]
+    [crop] = Streamer(dataset, crops, workers=0, on_error="raise")
+    assert crop.key == "001"
+    np.testing.assert_array_equal(crop.audio, dataset.read_crop("001", 0.5, 1.5))
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("name,start,end\na,0,1\n", "has no 'key' column: a manifest has key, start and end"),
+        ("key,start\na,0\n", "has no 'end' column"),
+        ("key,start,end\na,0,1\nb,,1\n", ": ListCrops row 1 ('b'): 'start' is None, not a number"),
+        ("key,start,end\na,0,x\n", ": ListCrops row 0 ('a'): 'end' is 'x', not a number"),
+        ("key,start,end\na,0,inf\n", ": ListCrops row 0 ('a'): need 0 <= start < end, both finite"),
+        ("id,start,duration\nc,0,1\n", "has no 'recording_id' column"),
+        ("recording_id,start,duration\nr,0,\n", "row 0 ('r'): 'duration' is None, not a number"),
+    ],
+)
+def test_a_manifest_that_is_no_list_of_crops_is_named(tmp_path: Path, text: str, said: str) -> None:
+    """A CSV without ``key`` was a bare ``KeyError: 'key'``, an empty time
+    cell a ``TypeError`` naming no row: each is one line naming the file,
+    the column and the row."""
+    path = tmp_path / "crops.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as raised:
+        ListCrops.read(path)
+    message = str(raised.value)
+    assert message.startswith(f"ListCrops.read: {path}") and said in message, message
+    assert "\n" not in message
 
 
 def test_manifests_csv_jsonl_and_cuts(packed: Path, tmp_path: Path) -> None:
