@@ -282,7 +282,8 @@ class SegmentCrops(Sampler):
     lists of pairs, ``.npy`` bytes of an ``(n, 2)`` array, or lists of
     segments with ``start`` and ``end`` (Arrow structs), whose other fields
     (a transcript's ``text``, a ``speaker``) each crop carries in
-    ``crop.fields``. Segments longer than ``max_duration`` are cut into
+    ``crop.fields``; any other cell is a ``LayoutError`` naming the column,
+    row, shard and key. Segments longer than ``max_duration`` are cut into
     consecutive pieces of at most that, each with its segment's fields; a
     piece after the first that holds no sample as a crop is cut (under half
     a sample long, or starting at the episode's last sample) is not planned.
@@ -355,8 +356,15 @@ class SegmentCrops(Sampler):
         column_dir, field = find_column(dataset, self.column)
         out = []
         for name in dataset.shard_names:
-            for cell in dataset.shard(name, column_dir).column(field).to_pylist():
-                out.append(_segments(cell))
+            for row, cell in enumerate(dataset.shard(name, column_dir).column(field).to_pylist()):
+                try:
+                    out.append(_segments(cell))
+                except ValueError as exc:
+                    raise LayoutError(
+                        f"{self!r} over {dataset.url}: {column_dir}/{field} row {row}: {exc}",
+                        shard=name,
+                        key=episodes.keys[len(out)],
+                    ) from None
         return out
 
     def _split(self, crops: Crops, episodes: Episodes) -> Crops:
@@ -436,14 +444,47 @@ _SAME = 1e-12
 
 
 def _segments(cell: object) -> tuple[np.ndarray, list[dict] | None]:
-    """A cell of segments as an ``(n, 2)`` float array (lists of pairs, ``.npy``
-    bytes, or dicts with ``start`` and ``end``) and each segment's other fields."""
+    """A cell of segments as an ``(n, 2)`` float array and each segment's other
+    fields (None: pairs, which have none), or a ``ValueError`` saying what
+    the cell holds instead. A cell is a list of ``[start, end]`` pairs,
+    ``.npy`` bytes of an ``(n, 2)`` array, or a list of dicts with ``start``
+    and ``end``: anything reshaped into pairs, ``[start, end, label]``
+    triples were read as other pairs (crops no segment has), and an odd
+    cell ended the plan in numpy's words."""
     if cell is None:
         return np.zeros((0, 2)), None
     if isinstance(cell, bytes):
-        cell = np.load(io.BytesIO(cell), allow_pickle=False)
-    if isinstance(cell, list) and cell and isinstance(cell[0], dict):
-        pairs = np.array([[s["start"], s["end"]] for s in cell], dtype=np.float64)
+        return _npy_pairs(cell), None
+    if not isinstance(cell, list):
+        raise ValueError(f"{cell!r:.80} is not a list of segments")
+    if cell and all(isinstance(segment, dict) for segment in cell):
+        for number, segment in enumerate(cell):
+            if "start" not in segment or "end" not in segment:
+                raise ValueError(f"segment {number} has no start and end: {segment!r:.80}")
+        pairs = [[segment["start"], segment["end"]] for segment in cell]
         fields = [{k: v for k, v in s.items() if k not in ("start", "end")} for s in cell]
-        return pairs.reshape(-1, 2), fields
-    return np.asarray(cell, dtype=np.float64).reshape(-1, 2), None
+        return _times(pairs, cell), fields
+    for number, pair in enumerate(cell):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"segment {number} is {pair!r:.80}, not a [start, end] pair")
+    return _times(cell, cell), None
+
+
+def _npy_pairs(data: bytes) -> np.ndarray:
+    """``.npy`` bytes of an ``(n, 2)`` array of numbers, as float pairs."""
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"its bytes are not a .npy array: {exc}") from None
+    if array.ndim != 2 or array.shape[1] != 2 or array.dtype.kind not in "iuf":
+        raise ValueError(f"its .npy array is {array.dtype} {array.shape}, not (n, 2) numbers")
+    return array.astype(np.float64)
+
+
+def _times(pairs: list, cell: list) -> np.ndarray:
+    """``pairs`` as an ``(n, 2)`` float array (a null time is NaN: a segment
+    without usable times, said by ``SegmentCrops``)."""
+    try:
+        return np.array(pairs, dtype=np.float64).reshape(-1, 2)
+    except (TypeError, ValueError):
+        raise ValueError(f"its times are not numbers: {cell!r:.80}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from helpers import write_audio
 
 import streamer
 from streamer import RandomCrops, SegmentCrops, SequentialCrops, Streamer
-from streamer.errors import CropError
+from streamer.errors import CropError, LayoutError
 from streamer.pipeline.episodes import Episodes
 from streamer.write.pack import pack
 
@@ -414,3 +415,72 @@ def test_a_plan_too_large_to_hold_is_refused_before_it_is_made(
     said = str(raised.value)
     assert said.startswith(f"{sampler!r} over {dataset.url}: ") and "\n" not in said
     assert f"more than MAX_CROPS ({MAX_CROPS:.0e}" in said
+
+
+def npy(array: object) -> bytes:
+    """``array`` as ``.npy`` bytes (a cell of segments as ``np.save`` writes it)."""
+    out = io.BytesIO()
+    np.save(out, np.asarray(array))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("cell", "said"),
+    [
+        (
+            [[0.5, 1.5, 7.0], [4.0, 5.0, 9.0]],
+            "segment 0 is [0.5, 1.5, 7.0], not a [start, end] pair",
+        ),
+        ([0.5, 1.5], "segment 0 is 0.5, not a [start, end] pair"),
+        (npy([[0.5, 1.5, 7.0]]), "its .npy array is float64 (1, 3), not (n, 2) numbers"),
+        (npy([0.5, 1.5]), "its .npy array is float64 (2,), not (n, 2) numbers"),
+        (b"not npy", "its bytes are not a .npy array"),
+        ([{"start": 0.5, "stop": 1.5}], "segment 0 has no start and end"),
+        ("0.5-1.5", "'0.5-1.5' is not a list of segments"),
+    ],
+)
+def test_a_cell_that_is_no_list_of_segments_is_named(
+    with_segments: Path, cell: object, said: str
+) -> None:
+    """Every cell was reshaped into pairs: ``[start, end, label]`` triples
+    became other pairs (``[7, 4]``, ``[5, 9]``: a crop no segment has, served
+    or skipped), and an odd cell ended the plan with numpy's ``cannot
+    reshape`` naming nothing. A cell that is not what the docs list is a
+    ``LayoutError`` naming the column, the row, the shard and the key."""
+    dataset = streamer.open_dataset(with_segments)
+    for shard in (with_segments / "vad").iterdir():
+        keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
+        table = pa.table({"__key__": keys, "vad": [cell] * len(keys)})
+        with pa.ipc.new_file(str(shard), table.schema) as writer:
+            writer.write_table(table)
+    first = dataset.shard_names[0]
+    key = Episodes.of(dataset).keys[0]
+    with pytest.raises(LayoutError) as raised:
+        Streamer(streamer.open_dataset(with_segments), SegmentCrops("vad"), workers=0).plan()
+    message = str(raised.value)
+    assert f"SegmentCrops('vad', max_duration=None) over {dataset.url}: vad/vad row 0: " in message
+    assert said in message and f"(shard={first!r}, key={key!r})" in message, message
+
+
+def test_segments_as_npy_bytes_and_structs_are_read(with_segments: Path) -> None:
+    """What the docs list: ``.npy`` bytes of an ``(n, 2)`` array (integers
+    too), and structs with ``start`` and ``end`` whose other fields each
+    crop carries."""
+    for cell, fields in (
+        (npy([[0.5, 1.25], [1, 2]]), None),
+        (
+            [{"start": 0.5, "end": 1.25, "text": "a"}, {"start": 1, "end": 2, "text": "b"}],
+            [{"text": "a"}, {"text": "b"}],
+        ),
+    ):
+        for shard in (with_segments / "vad").iterdir():
+            keys = pa.ipc.open_file(str(shard)).read_all()["__key__"]
+            table = pa.table({"__key__": keys, "vad": [cell] * len(keys)})
+            with pa.ipc.new_file(str(shard), table.schema) as writer:
+                writer.write_table(table)
+        dataset = streamer.open_dataset(with_segments)
+        crops = SegmentCrops("vad").crops(Episodes.of(dataset), np.random.default_rng(0))
+        assert crops.start[crops.episode == 0].tolist() == [0.5, 1.0]
+        assert crops.end[crops.episode == 0].tolist() == [1.25, 2.0]
+        got = None if crops.fields is None else crops.fields[crops.episode == 0].tolist()
+        assert got == fields
