@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
 
 from ..dataset.dataset import INFO_DIR, Dataset
 from ..decode.resample import holds_samples
 from ..errors import DataError
 from ..formats.ffmpeg import full_decode_length
 from ..index.checks import MAX_DURATION, MAX_SAMPLE_RATE
+from ..shard import Shard
 
 __all__ = ["Episodes"]
 
@@ -120,15 +122,11 @@ def _timing(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each episode's duration in seconds and sample rate (NaN: unknown):
     ``audio_info``'s, else (no such column, a null cell, or a value no
-    episode has, noted in ``unusable``) its seek index's."""
-    durations, rates = np.full(len(keys), np.nan), np.full(len(keys), np.nan)
-    if INFO_DIR in dataset.column_dirs:
-        info = dataset.shard(name, INFO_DIR)
-        names = info.schema.names
-        if "duration" in names:
-            durations = np.array(info.column("duration").to_numpy(), dtype=np.float64)
-        if "sample_rate" in names:
-            rates = np.array(info.column("sample_rate").to_numpy(), dtype=np.float64)
+    episode has or text that is no number, noted in ``unusable``) its seek
+    index's."""
+    info = dataset.shard(name, INFO_DIR) if INFO_DIR in dataset.column_dirs else None
+    durations, _ = _numbers(info, "duration", keys, unusable)
+    rates, text_rate = _numbers(info, "sample_rate", keys, unusable)
     # A duration past MAX_DURATION is a corrupt cell (``inf``, 1e12: a
     # sampler cutting it into crops ran out of memory).
     bad_duration = ~((durations > 0) & (durations <= MAX_DURATION))  # NaN too
@@ -137,7 +135,7 @@ def _timing(
         field = "sample_rate" if bad_rate[j] else "duration"
         value = rates[j] if bad_rate[j] else durations[j]
         unusable.append(f"{keys[j]!r}: {field}={value:g}")
-    for j in np.flatnonzero(bad_duration | bad_rate):
+    for j in np.flatnonzero(bad_duration | bad_rate | text_rate):
         try:
             index = dataset.episode(keys[j]).index  # checked: an implausible one says "no index"
         except DataError:  # no usable seek_index/ row: duration unknown
@@ -148,6 +146,29 @@ def _timing(
         else:
             durations[j] = rates[j] = np.nan
     return durations, rates
+
+
+def _numbers(
+    info: Shard | None, field: str, keys: list[str], unusable: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``audio_info``'s ``field`` as float64 (NaN: no such column, or a null
+    cell), and where a cell is no number (text such as another tool's
+    ``"n/a"``): NaN too, noted in ``unusable`` to be read from the seek
+    index. Converted whole, one such cell ended the sampling of the whole
+    dataset with a bare ``could not convert string to float``."""
+    values, text = np.full(len(keys), np.nan), np.zeros(len(keys), dtype=bool)
+    if info is None or field not in info.schema.names:
+        return values, text
+    column = info.column(field)
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        return np.array(column.to_numpy(), dtype=np.float64), text
+    for j, cell in enumerate(column.to_pylist()):
+        try:
+            values[j] = np.nan if cell is None else float(cell)
+        except (TypeError, ValueError):
+            text[j] = True
+            unusable.append(f"{keys[j]!r}: {field}={cell!r}")
+    return values, text
 
 
 def _warn_unusable(dataset: Dataset, unusable: list[str]) -> None:

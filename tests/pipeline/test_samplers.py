@@ -484,3 +484,41 @@ def test_segments_as_npy_bytes_and_structs_are_read(with_segments: Path) -> None
         assert crops.end[crops.episode == 0].tolist() == [1.25, 2.0]
         got = None if crops.fields is None else crops.fields[crops.episode == 0].tolist()
         assert got == fields
+
+
+def test_audio_info_text_that_is_no_number_is_read_from_the_index(  # type: ignore[no-untyped-def]
+    packed: Path, tmp_path: Path, caplog
+) -> None:
+    """Another tool's text columns: a ``duration`` of ``'n/a'`` ended the
+    sampling of the whole dataset with a bare ``could not convert string to
+    float``. Text that is a number is that number; text that is none (a
+    sample rate of ``'?'`` too) is read from the seek index, and said."""
+    import shutil
+
+    clean = Episodes.of(streamer.open_dataset(packed))
+    root = tmp_path / "ds"
+    shutil.copytree(packed, root)
+    (root / "streamer-manifest.json").unlink(missing_ok=True)
+    changed = []
+    for path in sorted((root / "audio_info").iterdir()):
+        table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
+        for field in ("duration", "sample_rate"):
+            columns[field] = [None if v is None else repr(v) for v in columns[field]]
+        keys = columns["__key__"]
+        if not changed:
+            columns["duration"][0] = "n/a"
+            changed.append(f"{keys[0]!r}: duration='n/a'")
+            columns["sample_rate"][-1] = "?"
+            changed.append(f"{keys[-1]!r}: sample_rate='?'")
+        rewritten = pa.table(columns)
+        with pa.ipc.new_file(str(path), rewritten.schema) as writer:
+            writer.write_table(rewritten)
+    with caplog.at_level("WARNING", logger="streamer.pipeline.episodes"):
+        episodes = Episodes.of(streamer.open_dataset(root))
+    np.testing.assert_allclose(episodes.duration, clean.duration)
+    np.testing.assert_array_equal(episodes.sample_rate, clean.sample_rate)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert "2 episodes have an audio_info duration or sample rate no audio has" in said
+    assert all(note in said for note in changed), said
