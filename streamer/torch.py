@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .decode.crop import Crop
+from .pipeline.arguments import whole_number
 from .pipeline.mix import Mix
 from .pipeline.samplers import Sampler
 from .pipeline.sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
@@ -105,13 +106,13 @@ class CropDataset(IterableDataset):
                     f"CropDataset takes no {name}=: each copy learns its worker from the "
                     "DataLoader (set the DataLoader's num_workers; decode processes are workers=)"
                 )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.data = data
         self.sampler = sampler
-        self.batch_size = int(batch_size)
+        self.batch_size = whole_number("batch_size", batch_size, least=1)
         self.transform = transform
-        self.epoch = int(options.pop("epoch", 0))
+        self.epoch = whole_number("epoch", options.pop("epoch", 0), least=0)
+        if "seed" in options:  # a numpy integer overflowed; 1.5 was seed 1
+            options["seed"] = whole_number("seed", options["seed"])
         self.options = options
         self._done: tuple[tuple[int, int], ...] = ()
         self._consumed = 0
@@ -138,8 +139,9 @@ class CropDataset(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning on the next iteration."""
-        self._agree(int(epoch), ())
-        self.epoch, self._done, self._consumed = int(epoch), (), 0
+        epoch = whole_number("epoch", epoch, least=0)  # 1.5 was epoch 1
+        self._agree(epoch, ())
+        self.epoch, self._done, self._consumed = epoch, (), 0
         self._chosen = True
         self._publish()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -69,6 +70,14 @@ def test_crop_dataset_checks_its_options_when_made(packed: Path) -> None:
         CropDataset(streamer.open_dataset(packed), sampler, storage_options={"attempts": 2})
     dataset = CropDataset(str(packed), sampler, epoch=2, workers=0, storage_options={})
     assert dataset.epoch == 2 and len(dataset.streamer()) == 7
+    for bad in ({"epoch": 1.5}, {"epoch": -1}, {"seed": "7"}, {"batch_size": 0}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a whole number"):
+            CropDataset(str(packed), sampler, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="epoch must be a whole number"):
+        dataset.set_epoch(1.5)  # type: ignore[arg-type]
+    numpy = CropDataset(str(packed), sampler, seed=np.int32(7), epoch=np.int64(1), workers=0)
+    numpy.set_epoch(np.int32(2))
+    assert numpy.epoch == 2 and type(numpy.epoch) is int and len(numpy.streamer()) == 7
 
 
 @pytest.mark.parametrize("option", ["worker", "num_workers"])
