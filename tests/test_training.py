@@ -504,7 +504,7 @@ def test_a_state_for_other_data_is_refused(packed: Path) -> None:
         dataset(packed).load_state_dict({**state, "consumed": 1000})
     with pytest.raises(ValueError, match="outside the epoch's 63 crops"):
         dataset(packed).load_state_dict({**state, "done": [[-3, 2]]})
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be a whole number >= 1"):
         CropDataset(str(packed), SAMPLER, batch_size=0)
     with pytest.raises(ValueError, match="another epoch"):
         merge_states(other, [state])
