@@ -155,7 +155,7 @@ def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 130 and done.stderr == "streamer inspect: interrupted\n"
-    for delay in (0.3, 0.4, 0.5):
+    for delay in (0.25, 0.35, 0.45):
         process = subprocess.Popen(
             [sys.executable, "-m", "streamer", "inspect", str(packed)],
             stdout=subprocess.DEVNULL,
@@ -165,9 +165,9 @@ def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         err = process.communicate(timeout=60)[1]
-        if process.returncode == 0:
-            continue  # it had finished
-        # 130, or death by SIGINT (Python's own way out when a library it ran
-        # let the interrupt through), which a shell reports as 130 too.
-        assert process.returncode in (130, -signal.SIGINT), (delay, process.returncode, err)
-        assert err.strip().splitlines() == ["streamer inspect: interrupted"], (delay, err)
+        # Finished (0), interrupted (130, or death by SIGINT: Python's own way
+        # out when a library let the interrupt through, or when it came as the
+        # process exited; a shell reports 130 for both): never a traceback.
+        assert process.returncode in (0, 130, -signal.SIGINT), (delay, process.returncode, err)
+        assert err.strip().splitlines() in ([], ["streamer inspect: interrupted"]), (delay, err)
+        assert process.returncode != 130 or err, (delay, err)
