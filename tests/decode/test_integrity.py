@@ -177,8 +177,14 @@ def test_a_damaged_mono_crop_is_the_downmix_of_the_damaged_crop(dataset: Dataset
     np.testing.assert_array_equal(mono, downmix(wide))
 
 
-def test_damage_in_the_last_ogg_page_is_silence_to_the_end(dataset: Dataset) -> None:
-    job, fetched = _planned(dataset, "vorbis", 3.0, 5.0)
+@pytest.mark.parametrize("key", ["vorbis", "opus"])
+@pytest.mark.parametrize("crop", [(3.0, 5.0), (10.5, SECONDS)])
+def test_damage_in_the_last_ogg_page_is_silence_to_the_end(
+    dataset: Dataset, key: str, crop: tuple[float, float]
+) -> None:
+    """Also when the page is the episode's last: an Opus crop to the end
+    drains its decoder, which once read the packets of a run that had none."""
+    job, fetched = _planned(dataset, key, *crop)
     offset, end, _ = _ogg_pages(fetched)[-1]
     clean, _ = _decode(job, fetched)
     got, stats = _decode(job, _flipped(fetched, (offset + end) // 2))

@@ -162,7 +162,9 @@ def decode(
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
         lengths = _opus_lengths(run, headers) if index.codec == "opus" else None
-        drain = lengths is not None and to_the_end and number == len(runs) - 1
+        # A run of no packets (damage that ends the audio) follows a cold
+        # start: its decoder holds nothing back.
+        drain = lengths is not None and to_the_end and number == len(runs) - 1 and bool(run.packets)
         _decode_run(decoder, run, index.channels, context, span, until, lengths, drain)
     # Damaged bytes at the very end hid the samples up to the crop's end.
     lost_end = bool(runs) and runs[-1].after_damage and not runs[-1].packets
