@@ -275,8 +275,8 @@ def _timed_at_twice_the_rate(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _irregular_durations(data: bytes, duration: int) -> bytes:
-    """stts giving samples 40 to 44 ``duration`` (a capture clock's jitter or
+def _irregular_durations(data: bytes, duration: int, at: int = 40) -> bytes:
+    """stts giving samples ``at`` to ``at + 4`` ``duration`` (a capture clock's jitter or
     a gap left for dropped audio; 0: samples that take no time) and every
     other one its frame: FFmpeg's decoder outputs a whole frame for each
     packet whatever stts says."""
@@ -289,7 +289,7 @@ def _irregular_durations(data: bytes, duration: int) -> bytes:
     last = struct.unpack_from(">I", data, stts + 8 + struct.unpack_from(">I", data, stts)[0] - 12)[
         0
     ]
-    runs = [(40, frame), (5, duration), (total - 46, frame), (1, last)]
+    runs = [(at, frame), (5, duration), (total - at - 6, frame), (1, last)]
     body = struct.pack(">II", 0, len(runs)) + b"".join(struct.pack(">II", *run) for run in runs)
     return _splice(
         data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"], _box(b"stts", body), True
@@ -529,6 +529,18 @@ def _vorbis_mux(**kwargs: Any) -> bytes:
         ),
         (
             lambda: _irregular_durations(_mux("amrnb", 8000, 1, form="3gp"), 320),
+            "mp4 sample durations that are not the codec's frame",
+        ),
+        (
+            # ALAC and FLAC packets decode to the frame their sample entry
+            # states: an index by stts served crops a packet late, verified.
+            lambda: _irregular_durations(_mux("alac", 44100, 1, options=NO_EDIT), 8192, at=5),
+            "mp4 sample durations that are not the codec's frame",
+        ),
+        (
+            lambda: _irregular_durations(
+                encode(signal(SECONDS, 44100, 1, seed=7), 44100, "flac", container="mp4"), 0, at=5
+            ),
             "mp4 sample durations that are not the codec's frame",
         ),
         (

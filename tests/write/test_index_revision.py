@@ -121,7 +121,14 @@ def test_a_revision_that_is_not_a_number_makes_the_index_shard_unusable(indexed:
 
 @pytest.mark.parametrize(
     ("codec", "revision", "stale"),
-    [("opus", 0, True), ("opus", INDEX_REVISION, False), ("mp3", 0, False), ("flac", 0, False)],
+    [
+        ("opus", 0, True),
+        ("opus", INDEX_REVISION, False),
+        ("mp3", 0, False),
+        ("flac", 1, True),
+        ("alac", 1, True),
+        ("flac", INDEX_REVISION, False),
+    ],
 )
 def test_stale_build_is_by_codec_and_revision(codec: str, revision: int, stale: bool) -> None:
     index = SeekIndex(

@@ -88,6 +88,12 @@ _CODECS = {
 #: may vary: a track whose ``stts`` varies has no index), and the
 #: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
 _FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb", "mp3", "opus"})
+#: Codecs whose every packet but the last decodes to the frame length their
+#: sample entry states (``_Entry.frame``: ALAC's cookie, FLAC's STREAMINFO);
+#: the last may be shorter, and decodes to what its own header says.
+_STATED_FRAMES = frozenset({"alac", "flac"})
+#: Why a track whose ``stts`` does not time its packets as they decode has no index.
+_STTS_DIFFERS = "mp4 sample durations that are not the codec's frame (stts)"
 _LONGEST_FRAME = 8192
 #: Codecs whose frame length FFmpeg 9's MP4 demuxer knows (the stream's
 #: ``frame_size``, 0 for the others), by experiment under PyAV 19: it cuts
@@ -317,6 +323,9 @@ class _Entry(NamedTuple):
     #: Samples the decoder drops at the start unless an edit says otherwise
     #: (Opus: the pre-skip of ``dOps``).
     delay: int = 0
+    #: Samples each packet but the last decodes to, as the entry states
+    #: them (``_STATED_FRAMES``; 0: not stated).
+    frame: int = 0
 
 
 def _sample_entry(stsd: bytes) -> _Entry:
@@ -337,6 +346,9 @@ def _sample_entry(stsd: bytes) -> _Entry:
         return _Entry(codec, stated or channels, sample_rate, config)
     if fourcc == b"alac":
         channels = _alac_channels(entry) or channels
+        return _Entry("alac", channels, sample_rate, frame=_alac_frame(entry))
+    if fourcc == b"fLaC":
+        return _Entry("flac", channels, sample_rate, frame=_flac_frame(entry))
     if fourcc == b"Opus":
         return _Entry("opus", channels, sample_rate, delay=_pre_skip(entry))
     if fourcc in _CODECS:
@@ -389,6 +401,30 @@ def _alac_channels(entry: bytes) -> int:
     which FFmpeg's decoder follows: the entry's own count may say 2 for mono."""
     at = entry.find(b"alac", 36)  # the cookie box inside the entry
     return entry[at + 17] if at > 0 and len(entry) > at + 17 else 0
+
+
+def _alac_frame(entry: bytes) -> int:
+    """The frame length of an ``alac`` entry's magic cookie (0 if none): the
+    samples FFmpeg's decoder outputs for every packet that states no length
+    of its own, as encoders write all but the last."""
+    at = entry.find(b"alac", 36)
+    return int.from_bytes(entry[at + 8 : at + 12], "big") if at > 0 and len(entry) >= at + 12 else 0
+
+
+def _flac_frame(entry: bytes) -> int:
+    """The block size of a ``fLaC`` entry's STREAMINFO (in ``dfLa``, after
+    its full-box header and the block's 4-byte header; 0 if none): every
+    frame but the last has it when the minimum and maximum agree. A stream
+    of variable block sizes has no index: its packets' durations are in
+    frame headers the index does not read (FFmpeg's and libFLAC's encoders
+    never write one)."""
+    at = entry.find(b"dfLa", 36)
+    if at < 0 or len(entry) < at + 16:
+        return 0
+    least, most = struct.unpack_from(">HH", entry, at + 12)
+    if least != most:
+        raise NoIndex("flac in mp4 with variable block sizes")
+    return least
 
 
 def _esds(entry: bytes) -> tuple[int, bytes]:
@@ -908,10 +944,15 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
             # Nor for the packets before: their positions in FFmpeg's decode
             # are whole frames, not what stts says (a capture clock's
             # jitter, a gap left for dropped audio, samples of no time).
-            raise NoIndex("mp4 sample durations that are not the codec's frame (stts)")
+            raise NoIndex(_STTS_DIFFERS)
         end = last + frame
         if entry.codec in _FRAME_KNOWN or frame > _LONGEST_FRAME:
             reach = end  # (a longer frame is a lie: num_samples says so, nothing is cut)
+    if entry.codec in _STATED_FRAMES and (np.diff(times[:shown]) != entry.frame).any():
+        # FFmpeg's decode places them one after another as they decode,
+        # whatever stts says: an index by stts misplaced every crop after
+        # a packet timed otherwise (a gap, a clock's jitter).
+        raise NoIndex(_STTS_DIFFERS)
     # FFmpeg 9 cuts the last frame's output where the sample table or the
     # edit list ends the track, by what the packet reaches past it (FFmpeg
     # 8: nothing; ``formats.ffmpeg.full_decode_length``); not in a
