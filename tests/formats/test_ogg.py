@@ -136,6 +136,33 @@ def test_a_corrupt_page_leaves_the_native_index_to_ffmpegs() -> None:
     assert found[0].num_samples == decoded_length(bytes(data))
 
 
+def _with_granule(data: bytes, offset: int, delta: int) -> bytes:
+    """``data`` with ``delta`` added to the granule of the page at ``offset``
+    (its CRC redone, its numbering intact)."""
+    out = bytearray(data)
+    (granule,) = struct.unpack_from("<q", out, offset + 6)
+    struct.pack_into("<q", out, offset + 6, granule + delta)
+    end = next(page.end for page in _pages(data) if page.offset == offset)
+    struct.pack_into("<I", out, offset + 22, 0)
+    struct.pack_into("<I", out, offset + 22, ogg.ogg_crc(bytes(out[offset:end])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("codec", "rate", "delta"), [("opus", 48000, -960), ("vorbis", 44100, 1), ("flac", 44100, 1)]
+)
+def test_a_granule_its_packets_do_not_reach_is_no_index(codec: str, rate: int, delta: int) -> None:
+    """FFmpeg decodes every packet whatever the granules say: an index that
+    took a rewritten granule (CRC redone) served the crops after it that
+    far off, verified (Opus 960 samples, Ogg FLAC 1)."""
+    data = encoded(codec, rate, 2, seconds=6.0, container="ogg")
+    assert index_of(data).ok
+    pages = _pages(data)
+    index = extract(io.BytesIO(_with_granule(data, pages[len(pages) // 2].offset, delta)))
+    assert not index.ok
+    assert "an ogg granule position that is not where its packets end" in index.reason
+
+
 def test_garbage_between_pages_resyncs() -> None:
     plain = encoded("opus", 48000, 2, seconds=3.0)
     clean = index_of(plain)

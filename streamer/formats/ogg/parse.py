@@ -21,7 +21,10 @@ decode to, as FFmpeg trims nothing then; -1 when no granule places them.
 
 Lost pages (a break in the page numbering: a page that fails its CRC)
 mean no index: FFmpeg drops them and its decode closes the gap they leave,
-which no granule describes.
+which no granule describes. So does a granule position that is not the
+one before plus the durations of the packets completed since (but on the
+last page, which may end the stream short): FFmpeg decodes the packets,
+and crops placed by that granule were off by the difference.
 
 Chains (links one after another) are one timeline, as FFmpeg decodes them
 (``_Link``); in a multiplexed file the first audio stream is indexed.
@@ -54,8 +57,6 @@ FLAC_STREAMINFO = 17
 #: First bytes of a packet kept for its duration: a FLAC frame header is at
 #: most 16 bytes (Opus and Vorbis need 2).
 _HEAD = 16
-#: Lacing values as packet ends (0) and continuations (1).
-_ENDS = bytes(1 if value == 255 else 0 for value in range(256))
 #: The tail of a Vorbis setup header that holds its modes: at most 64 modes
 #: of 41 bits, their count and the framing bit.
 _SETUP_TAIL = 512
@@ -155,19 +156,6 @@ def _longest_packet(link: _Link) -> int:
         return 0
     longest = link.durations.blocksizes[1] // 2
     return longest if longest > round(VORBIS_PREROLL_SECONDS * link.codec.sample_rate) else 0
-
-
-def _lowest_config(page: Page, skip: int) -> int:
-    """The lowest TOC configuration (``opus.toc_config``) of the Opus packets that
-    start on ``page``, after its first ``skip`` packet pieces (headers)."""
-    lowest, at, starts, pieces = NO_PACKET, 0, not page.flags & CONTINUED, 0
-    for value in page.lacing:
-        if starts and pieces >= skip and at < len(page.body):
-            lowest = min(lowest, toc_config(page.body[at]))
-        at += value
-        pieces += value < 255
-        starts = value < 255
-    return lowest
 
 
 #: How the first packet of an audio stream starts: FFmpeg's first audio
@@ -317,6 +305,10 @@ class _Link:
         self._last: tuple[Page, bytes, bytes, int, bool] | None = None
         self._lengths: list[int] = []  # durations of the audio packets before the first granule
         self._head = b""  # first bytes of the packet being read (all its duration needs)
+        #: Durations of the packets completed since the last granule position.
+        self._since = 0
+        #: Where a page whose granule its packets do not reach starts (None: none).
+        self._misplaced: int | None = None
         self._last_head = b""  # those of the last packet completed (Vorbis: its block size)
         if skip < len(list(last.packets())):  # audio begins on the page ending the headers
             self.add(last, skip)
@@ -372,15 +364,15 @@ class _Link:
             raise NoIndex(
                 f"ogg pages lost before byte {page.offset}: FFmpeg's decode closes the gap"
             )
+        if self._misplaced is not None:  # not the last page: no stream end excuses it
+            raise NoIndex(
+                f"an ogg granule position that is not where its packets end "
+                f"(page at byte {self._misplaced})"
+            )
         self._sequence = page.sequence
-        if self.codec.name == "opus":
-            self.lowest = min(self.lowest, _lowest_config(page, skip))
         self._last = (page, self._last_head, self._head, self.granule, self.known)
-        if self.start is None or page.flags & EOS:
-            lengths = self._count(page, skip)
-        else:
-            lengths = []
-            self._follow(page)
+        lengths = self._count(page, skip)
+        self._check_granule(page, sum(lengths))
         if self.start is None:
             self._place_first(page)
         elif self.known and not page.flags & CONTINUED:
@@ -396,43 +388,44 @@ class _Link:
     def _count(self, page: Page, skip: int) -> list[int]:
         """Follow the packets (their first bytes): the durations of those the
         page completes (kept up to the first granule, to place the first
-        packet), and the last one's first bytes (a Vorbis link's last block
-        overlaps the next link's first)."""
+        packet; every page's granule is checked against them), the last
+        one's first bytes (a Vorbis link's last block overlaps the next
+        link's first) and the lowest Opus mode (``opus.mode_preroll``)."""
         if self.start is None and not self._lengths and not self._head:
             self.data_start = page.offset
         if self.start is not None and self._last_head and self.codec.name == "vorbis":
             self.durations.previous = self.durations.blocksize(self._last_head)
-        lengths = []
+        lengths, opus = [], self.codec.name == "opus"
         for data, complete in list(page.packets())[skip:]:
             self._head = (self._head + data)[:_HEAD]
             if complete and self._head:
                 self._last_head = self._head
                 lengths.append(self.durations.next(self._head))
+                if opus:
+                    self.lowest = min(self.lowest, toc_config(self._head[0]))
             if complete:
                 self._head = b""
         if self.start is None:
             self._lengths += lengths
         return lengths
 
-    def _follow(self, page: Page) -> None:
-        """What ``_count`` keeps of a page but the durations, with bytes
-        operations instead of a loop over the lacing values (3x faster
-        indexing): the first bytes of the last packet the page completes and
-        of the packet it leaves open."""
-        lacing = page.lacing
-        ends = lacing.translate(_ENDS)  # b"\0" where a packet ends
-        last = ends.rfind(b"\0")
-        if last < 0:  # one piece of a packet that goes on
-            self._head = (self._head + page.body)[:_HEAD]
+    def _check_granule(self, page: Page, decoded: int) -> None:
+        """Note a page whose granule position is not the last one plus
+        ``decoded``, what the packets completed since decode to: FFmpeg
+        decodes every packet whatever the granules say, so the positions
+        after it are not where its decode has those samples (a page whose
+        granule was rewritten: crops from the seek point after it were off
+        by the difference, verified). Only once the first packet is placed
+        (any first granule will do) and not on an end-of-stream page, whose
+        granule trims; the last page may also end the stream short without
+        one (``_end_unmarked``), so ``add`` refuses only when a page follows."""
+        self._since += decoded
+        if page.granule < 0:
             return
-        before = ends.rfind(b"\0", 0, last)
-        start = sum(lacing[: before + 1])
-        if before < 0:  # the page's first packet: continued from the pages before?
-            self._last_head = (self._head + page.body)[:_HEAD]
-        else:
-            self._last_head = page.body[start : start + _HEAD]
-        opened = sum(lacing[: last + 1])
-        self._head = page.body[opened : opened + _HEAD]
+        placed = self.start is not None and not page.flags & EOS
+        if placed and page.granule != self.granule + self._since:
+            self._misplaced = page.offset
+        self._since = 0
 
     def _end_unmarked(self) -> bool:
         """End a link that has no end-of-stream page (a recorder cut it, or
