@@ -33,8 +33,9 @@ from .write.pack import pack
 __all__ = ["DEMO_EPISODES", "DemoSummary", "demo_dataset", "run_demo"]
 
 #: (key, codec, sample rate, channels, seconds). Bump DEMO_VERSION on change
-#: (of these, or of the seek index's on-disk form: then versions sharing a
-#: cache do not rebuild it back and forth).
+#: (of these, of the seek index's on-disk form, or of ``INDEX_REVISION``
+#: for a codec here: then versions sharing a cache do not rebuild it back
+#: and forth, and none serves its crops by the fallback).
 DEMO_EPISODES = (
     ("podcasts/mp3-stereo", "mp3", 44100, 2, 180.0),
     ("podcasts/aac-stereo", "aac", 44100, 2, 180.0),
@@ -44,7 +45,7 @@ DEMO_EPISODES = (
     ("studio/alac-stereo", "alac", 48000, 2, 90.0),
     ("studio/wav-mono-16k", "wav", 16000, 1, 180.0),
 )
-DEMO_VERSION = 4
+DEMO_VERSION = 5
 
 
 @dataclass
