@@ -52,6 +52,7 @@ import numpy as np
 
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
+from ..ogg.parse import packet_durations
 from ..opus import NO_PACKET, mode_preroll, toc_config
 from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
@@ -935,6 +936,7 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     end = reach = int(times[shown])  # the last packet's end: its output, and by stts
     if entry.codec == "vorbis":
         _check_vorbis_edit(edit, times)
+        _check_vorbis_times(entry, reader, offsets, times[: shown + 1])
         end = last + _last_output(entry, reader, offsets, sizes, shown - 1)
     if entry.codec in _FIXED_FRAMES:
         # Such a decoder outputs a whole frame for the last packet, whatever
@@ -1033,6 +1035,57 @@ def _check_vorbis_edit(edit: _Edit | None, times: np.ndarray) -> None:
     on top of the first packet, which the decoder never outputs."""
     if edit is not None and (edit.empty or edit.media_time not in times):
         raise NoIndex("vorbis in mp4 with an edit inside a packet")
+
+
+def _check_vorbis_times(
+    entry: _Entry, reader: Reader, offsets: np.ndarray, times: np.ndarray
+) -> None:
+    """Refuse Vorbis packets that ``stts`` times otherwise than they decode
+    (a gap left for dropped audio, a clock's jitter): FFmpeg's decode puts
+    each packet's output after the one before, whatever ``stts`` says, so
+    an index by ``stts`` misplaces every crop after such a packet. A
+    packet's output is set by its block size and the one before (the first
+    byte of each packet: its mode), counted as for Ogg Vorbis."""
+    stream = reader.raw_stream()
+    if stream is None:
+        raise NoIndex("vorbis in mp4 from a stream that cannot seek")
+    counter = packet_durations(_xiph_headers(entry.config))
+    # Where each packet's output ends, by stts and as decoded, but the last's
+    # (stts trims its padding; ``_last_output`` decodes it). FFmpeg's muxer
+    # gives a long block after a short one the duration the Ogg demuxer
+    # does, which the next packet's makes up: the two disagree for one
+    # packet at a time, by less than a long block, never for two in a row.
+    here, decoded = stream.tell(), []
+    for offset in offsets[: len(times) - 2].tolist():
+        stream.seek(offset)
+        decoded.append(counter.next(stream.read(2)))
+    stream.seek(here)
+    drift = np.cumsum(np.diff(times)[:-1]) - np.cumsum(decoded)
+    off = np.flatnonzero(drift)
+    too_far = len(off) and np.abs(drift[off]).max() >= counter.blocksizes[1]
+    if too_far or (np.diff(off) == 1).any():
+        raise NoIndex(_STTS_DIFFERS)
+
+
+def _xiph_headers(config: bytes) -> list[bytes]:
+    """Vorbis's three header packets from its decoder-specific info, laced
+    as Xiph does: the count less one, the lengths of all but the last (each
+    as 255s and a remainder), then the packets."""
+    if not config or config[0] != 2:
+        raise NoIndex("vorbis in mp4 without its three headers")
+    lengths, at = [], 1
+    for _ in range(2):
+        length = 0
+        while at < len(config) and config[at] == 255:
+            length, at = length + 255, at + 1
+        if at >= len(config):
+            raise NoIndex("vorbis in mp4 without its three headers")
+        lengths.append(length + config[at])
+        at += 1
+    first, second = at + lengths[0], at + lengths[0] + lengths[1]
+    if second > len(config):
+        raise NoIndex("vorbis in mp4 without its three headers")
+    return [config[at:first], config[first:second], config[second:]]
 
 
 def _last_output(
