@@ -302,7 +302,9 @@ class _Link:
         self._placed_at = last.end  # end of the page that placed the first packet (or headers)
         self._sequence = -1
         #: The last page taken and what was known before it (to recount it).
-        self._last: tuple[Page, bytes, bytes, int, bool] | None = None
+        #: Before the last page taken, the granule and whether it was known;
+        #: and what that page's packets decode to (``_end_unmarked``).
+        self._last: tuple[int, bool, int] | None = None
         self._lengths: list[int] = []  # durations of the audio packets before the first granule
         self._head = b""  # first bytes of the packet being read (all its duration needs)
         #: Durations of the packets completed since the last granule position.
@@ -370,8 +372,8 @@ class _Link:
                 f"(page at byte {self._misplaced})"
             )
         self._sequence = page.sequence
-        self._last = (page, self._last_head, self._head, self.granule, self.known)
         lengths = self._count(page, skip)
+        self._last = (self.granule, self.known, sum(lengths))
         self._check_granule(page, sum(lengths))
         if self.start is None:
             self._place_first(page)
@@ -434,11 +436,10 @@ class _Link:
         granule says. False when that is unknown (no granule before the
         last page)."""
         assert self._last is not None  # the link has audio pages
-        page, last_head, head, granule, known = self._last
+        granule, known, decoded = self._last
         if not known:
             return False
-        self._last_head, self._head = last_head, head
-        self.trim = self.granule - (granule + sum(self._count(page, 0)))
+        self.trim = self.granule - (granule + decoded)
         return True
 
     def _trim_end(self, decoded: int, granule: int, last: int) -> None:
