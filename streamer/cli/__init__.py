@@ -8,7 +8,9 @@ Every error is one line on stderr, ``streamer COMMAND: error: ...``: exit
 code 2 for a command line that cannot mean anything (argparse's checks, each
 argument's type, ``UsageError``, a URL no store serves:
 ``UnsupportedURLError``), 1 for a failure while working. A traceback is
-printed only with ``-v`` (redacted like every message). A reader that
+printed only with ``-v`` (redacted like every message). A warning is one
+line too, ``streamer COMMAND: warning: ...`` (with ``-v``, Python's form,
+which names the line of code that warned). A reader that
 stops early (``streamer inspect URL | head -1``) ends the command quietly
 with exit code 141, as a command killed by SIGPIPE; ``streamer help
 [COMMAND]`` is ``streamer [COMMAND] --help``. SIGTERM stops every command
@@ -21,13 +23,15 @@ inside ``main``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import sys
 import traceback
 import typing
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 from ..errors import StreamerError, UnsupportedURLError
 
@@ -149,7 +153,7 @@ def _main(argv: Sequence[str] | None) -> int:
         # SIGTERM (a job runner's stop, ``timeout``, ``kill``) unwinds every
         # command as Ctrl-C does: temporary files and folders are removed,
         # worker processes stopped, exit code 130.
-        with interrupts_as_ctrl_c():
+        with interrupts_as_ctrl_c(), _warnings_as_lines(args.command, args.verbose):
             return args.handler(args)
     except KeyboardInterrupt:
         print(f"streamer {args.command}: interrupted", file=sys.stderr)
@@ -167,6 +171,26 @@ def _main(argv: Sequence[str] | None) -> int:
         outcome = "interrupted" if interrupted else f"error: {_describe(exc)}"
         print(f"streamer {args.command}: {outcome}", file=sys.stderr)
         return code
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(command: str, verbose: int) -> Iterator[None]:
+    """Warnings shown as one line each, as errors are, without the
+    library's file and line of code (``-v``: Python's form)."""
+
+    def line(message: Warning | str, *_: object, **__: object) -> str:
+        from ..storage import redact
+
+        text = " ".join(str(message).split())
+        return f"streamer {command}: warning: {redact(text)}\n"
+
+    formatwarning = warnings.formatwarning
+    if not verbose:
+        warnings.formatwarning = line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 def _raised_while_interrupted(exc: BaseException) -> bool:

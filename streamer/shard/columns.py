@@ -15,7 +15,16 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-__all__ = ["ColumnSlot", "build_array", "column_slots", "decode_buffer", "unsupported"]
+from ..errors import ShardError
+
+__all__ = [
+    "ColumnSlot",
+    "build_array",
+    "column_slots",
+    "decode_buffer",
+    "decode_shard_buffer",
+    "unsupported",
+]
 
 _VIEW_TYPES = ("is_string_view", "is_binary_view", "is_list_view", "is_large_list_view")
 #: Most bytes one compressed byte decompresses to, per IPC codec (zstd's RLE
@@ -92,6 +101,16 @@ def decode_buffer(raw: memoryview, compression: str | None) -> pa.Buffer:
     if not 0 <= length <= _MAX_RATIO[compression] * (len(raw) - 8) + _SLACK:
         raise ValueError(f"{len(raw) - 8} compressed bytes cannot hold {length}")
     return pa.decompress(raw[8:], decompressed_size=length, codec=compression, asbytes=False)
+
+
+def decode_shard_buffer(
+    raw: memoryview, compression: str | None, *, shard: str, offset: int
+) -> pa.Buffer:
+    """``decode_buffer``, failing as a ``ShardError`` at ``offset`` of ``shard``."""
+    try:
+        return decode_buffer(raw, compression)
+    except (ValueError, OSError, pa.ArrowException) as exc:
+        raise ShardError(f"corrupt compressed buffer ({exc})", shard=shard, offset=offset) from None
 
 
 def build_array(

@@ -25,10 +25,11 @@ import pyarrow as pa
 
 from ..errors import ShardError, StorageError
 from ..storage.base import RangeReader
-from ..storage.local import LocalFileReader, MemoryReader
+from ..storage.local import LocalFileReader
 from ..timing import record
 from .blob import BlobHandle
-from .columns import build_array, column_slots, decode_buffer, unsupported
+from .columns import build_array, column_slots, decode_shard_buffer, unsupported
+from .decompressed import DecompressedValues
 from .footer import TAIL_BYTES, read_layout
 
 __all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
@@ -73,7 +74,7 @@ class Shard:
         rows = np.fromiter((b.num_rows for b in self.layout.batches), dtype=np.int64)
         #: Row number of the first row of each record batch, plus the total.
         self.batch_starts = np.concatenate([[0], np.cumsum(rows)])
-        self._memory_readers: dict[tuple[int, str], MemoryReader] = {}
+        self._memory_readers: dict[tuple[int, str], DecompressedValues] = {}
         self._columns: dict[str, pa.ChunkedArray] = {}
         if KEY_COLUMN not in self.schema.names:
             raise ShardError(f"shard has no {KEY_COLUMN!r} column", shard=self.path)
@@ -231,17 +232,9 @@ class Shard:
         views = self._pieces.read(self.reader, ranges)
         compression = self.layout.batches[batch].compression
         return [
-            self._decode(view, compression, start)
+            decode_shard_buffer(view, compression, shard=self.path, offset=start)
             for view, (start, _) in zip(views, ranges, strict=True)
         ]
-
-    def _decode(self, raw: memoryview, compression: str | None, offset: int) -> pa.Buffer:
-        try:
-            return decode_buffer(raw, compression)
-        except (ValueError, OSError, pa.ArrowException) as exc:
-            raise ShardError(
-                f"corrupt compressed buffer ({exc})", shard=self.path, offset=offset
-            ) from None
 
     def _type(self, column: str) -> pa.DataType:
         return self.schema.field(column).type
@@ -253,15 +246,18 @@ class Shard:
         if kind not in _BINARY_OFFSET_TYPES:
             raise ShardError(f"{column!r} is {kind}, not binary or large_binary", shard=self.path)
 
-    def _memory_reader(self, batch: int, column: str) -> MemoryReader:
+    def _memory_reader(self, batch: int, column: str) -> DecompressedValues:
         """A reader over a decompressed values buffer (IPC-compressed shards)."""
         cache_key = (batch, column)
         if cache_key not in self._memory_readers:
             offset, length = self._buffer_range(batch, column, 2)
-            (raw,) = self.reader.fetch_many_sync([(offset, length)])
-            values = self._decode(raw, self.layout.batches[batch].compression, offset)
+            compression = self.layout.batches[batch].compression
+            assert compression is not None
             url = f"{self.path}#batch={batch},column={column}"
-            self._memory_readers[cache_key] = MemoryReader(values, url=url)
+            reader = DecompressedValues(
+                self.reader, offset, length, compression, shard=self.path, url=url
+            )
+            self._memory_readers[cache_key] = reader
         return self._memory_readers[cache_key]
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -50,7 +51,7 @@ from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
 from ..decode.verify import choose_index, countable, verify_index
-from ..errors import CropError, DataError, ShardError, StreamerError
+from ..errors import CompressedShardWarning, CropError, DataError, ShardError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
 from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
@@ -361,11 +362,11 @@ def _run(
 ) -> Iterator[ShardResult]:
     if workers <= 1 or len(names) <= 1:
         for name in names:
-            yield work(store, root, name, **options)
+            yield _quietly(work, store, root, name, **options)
         return
     pool = ProcessPoolExecutor(max_workers=min(workers, len(names)))
     try:
-        futures = [pool.submit(work, store, root, name, **options) for name in names]
+        futures = [pool.submit(_quietly, work, store, root, name, **options) for name in names]
         for future in as_completed(futures):
             yield future.result()
     except BaseException:
@@ -374,6 +375,17 @@ def _run(
         pool.shutdown(cancel_futures=True)
         raise
     pool.shutdown()
+
+
+def _quietly(
+    work: Callable[..., ShardResult], store: Store, root: str, name: str, **options: Any
+) -> ShardResult:
+    """``work`` on one shard without the compressed-shard warning, which the
+    job gave once (``_each_shard`` opens every shard to count its rows);
+    each shard's own dataset would give it again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        return work(store, root, name, **options)
 
 
 def index_shard(

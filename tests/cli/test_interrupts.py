@@ -130,13 +130,30 @@ def test_ctrl_c_while_a_remote_datasets_shards_open(packed: Path) -> None:  # ty
         server.stop()
 
 
+def _mapping(pid: int, library: str, timeout: float = 30.0) -> bool:
+    """Wait until process ``pid`` has ``library`` mapped (its import has
+    begun); False if it ended or the wait timed out first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                if library in maps.read():
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.002)
+    return False
+
+
 def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
     """Ctrl-C in the command's first half second, while PyAV, pyarrow and
     the S3 client are imported: one line and exit code 130, as later (it
     was the interpreter's KeyboardInterrupt traceback, and death by signal).
     The interrupt is raised in the import of pyarrow, then sent as a signal
-    while the command loads (the interpreter's own start, some 30 ms, is
-    before any of streamer's code can run)."""
+    once the command has begun loading pyarrow's and FFmpeg's libraries
+    (a signal sent at a fixed delay could land in the interpreter's own
+    start, before any of streamer's code can run: under load that is more
+    than the 0.25 s this test once waited)."""
     raising = (
         "import builtins, sys\n"
         "real = builtins.__import__\n"
@@ -155,19 +172,19 @@ def test_ctrl_c_while_the_command_loads(packed: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 130 and done.stderr == "streamer inspect: interrupted\n"
-    for delay in (0.25, 0.35, 0.45):
+    for library in ("libarrow", "libavformat"):
         process = subprocess.Popen(
             [sys.executable, "-m", "streamer", "inspect", str(packed)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(delay)
+        assert _mapping(process.pid, library), library
         process.send_signal(signal.SIGINT)
         err = process.communicate(timeout=60)[1]
         # Finished (0), interrupted (130, or death by SIGINT: Python's own way
         # out when a library let the interrupt through, or when it came as the
         # process exited; a shell reports 130 for both): never a traceback.
-        assert process.returncode in (0, 130, -signal.SIGINT), (delay, process.returncode, err)
-        assert err.strip().splitlines() in ([], ["streamer inspect: interrupted"]), (delay, err)
-        assert process.returncode != 130 or err, (delay, err)
+        assert process.returncode in (0, 130, -signal.SIGINT), (library, process.returncode, err)
+        assert err.strip().splitlines() in ([], ["streamer inspect: interrupted"]), (library, err)
+        assert process.returncode != 130 or err, (library, err)

@@ -1,0 +1,140 @@
+"""IPC-compressed audio shards (wsds writes zstd by default) through the pipeline and the CLI.
+
+Their cells have no byte range in the file: a record batch's audio is
+decompressed in memory. A decode job still carries its blob handle to a
+worker process, and every crop used to be lost there ("cannot pickle
+memoryview objects", counted, skipped: an epoch of nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _index_support import encoded
+
+from streamer import RandomCrops, Streamer, open_dataset
+from streamer.errors import CompressedShardWarning, ShardError
+from streamer.shard.blob import BlobHandle
+from streamer.write.index import build_index
+from streamer.write.pack import pack
+
+
+def _compress(root: Path) -> None:
+    """Rewrite every audio shard zstd-compressed, as wsds writes them."""
+    for path in sorted((root / "audio").glob("*.wsds")):
+        table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with pa.ipc.new_file(str(path), table.schema, options=options) as writer:
+            for batch in table.to_batches(max_chunksize=2):
+                writer.write_batch(batch)
+
+
+@pytest.fixture(scope="module")
+def compressed(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, Path]:
+    """The same six episodes, zstd-compressed, without and with an index."""
+    src = tmp_path_factory.mktemp("src")
+    for n, codec in enumerate(("flac", "mp3", "opus", "flac", "wav", "aac")):
+        (src / f"{codec}{n}.bin").write_bytes(encoded(codec, 48000, 1 + n % 2, seconds=2.0))
+    made = {}
+    for indexed in (False, True):
+        root = tmp_path_factory.mktemp("ds") / "dataset"
+        pack(src, root, batch_size=2, shard_size=100_000, progress=False, index=False)
+        _compress(root)
+        if indexed:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CompressedShardWarning)
+                build_index(root, progress=False)
+        made[indexed] = root
+    return made
+
+
+def _quiet_blob(root: Path) -> BlobHandle:
+    """The first episode's handle, without the dataset's compression warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        dataset = open_dataset(root)
+        return dataset.blob(next(iter(dataset.keys())))
+
+
+def _crops(root: Path, workers: int) -> tuple[dict[tuple[str, float], np.ndarray], dict]:
+    async def run() -> tuple[dict[tuple[str, float], np.ndarray], dict]:
+        sampler = RandomCrops(0.5, per_episode=4)
+        streamer = Streamer(root, sampler, workers=workers, seed=3, on_error="skip")
+        got = {}
+        async with streamer:
+            async for crop in streamer:
+                got[crop.key, crop.start] = crop.audio
+        return got, streamer.stats.skipped
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        return asyncio.run(run())
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["fallback", "indexed"])
+def test_worker_processes_serve_every_crop_as_in_process(
+    compressed: dict[bool, Path], indexed: bool
+) -> None:
+    root = compressed[indexed]
+    here, failed_here = _crops(root, workers=0)
+    there, failed_there = _crops(root, workers=2)
+    assert (failed_here, failed_there) == ({}, {})
+    assert len(here) == 24 and here.keys() == there.keys()
+    for where, audio in here.items():
+        np.testing.assert_array_equal(there[where], audio)
+
+
+def test_a_compressed_blob_travels_as_its_address(compressed: dict[bool, Path]) -> None:
+    """Pickled, a compressed cell's handle is a few hundred bytes (not its
+    record batch), and reads the same bytes once unpickled."""
+    blob = _quiet_blob(compressed[True])
+    sent = pickle.dumps(blob)
+    assert len(sent) < 1000 < blob.length
+    assert bytes(pickle.loads(sent).view()) == bytes(blob.view())
+
+
+def test_a_corrupt_compressed_batch_read_in_a_worker_names_the_shard(
+    compressed: dict[bool, Path], tmp_path: Path
+) -> None:
+    root = tmp_path / "dataset"
+    shutil.copytree(compressed[False], root)
+    blob = _quiet_blob(root)
+    sent = pickle.dumps(blob)
+    shard = Path(blob.shard)
+    data = bytearray(shard.read_bytes())
+    at = data.find(b"\x28\xb5\x2f\xfd", blob.reader.offset)  # the values buffer's zstd frame
+    data[at : at + 4] = bytes(4)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=r"corrupt compressed buffer.*offset"):
+        pickle.loads(sent).reader.size_sync()
+
+
+def test_the_index_command_warns_once_in_one_line(
+    compressed: dict[bool, Path], tmp_path: Path
+) -> None:
+    """Once per run, not once per shard (each shard's job opened its own
+    dataset and warned again), and as one line, not Python's two with the
+    library's file and line of code."""
+    root = tmp_path / "dataset"
+    shutil.copytree(compressed[False], root)
+    assert len(list((root / "audio").glob("*.wsds"))) >= 3
+    for workers in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "streamer", "index", str(root), "--force", "--workers", workers],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("streamer index: warning: ") and "IPC-compressed" in lines[0]
