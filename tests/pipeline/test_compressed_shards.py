@@ -20,12 +20,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from _index_support import encoded
+from helpers import BUCKET, SECRET
 
 from streamer import RandomCrops, Streamer, open_dataset
+from streamer.dataset.dataset import Dataset
 from streamer.errors import CompressedShardWarning, ShardError
 from streamer.shard.blob import BlobHandle
 from streamer.write.index import build_index
 from streamer.write.pack import pack
+from testkit.servers import upload_tree
 
 
 def _compress(root: Path) -> None:
@@ -65,7 +68,7 @@ def _quiet_blob(root: Path) -> BlobHandle:
         return dataset.blob(next(iter(dataset.keys())))
 
 
-def _crops(root: Path, workers: int) -> tuple[dict[tuple[str, float], np.ndarray], dict]:
+def _crops(root: Path | Dataset, workers: int) -> tuple[dict[tuple[str, float], np.ndarray], dict]:
     async def run() -> tuple[dict[tuple[str, float], np.ndarray], dict]:
         sampler = RandomCrops(0.5, per_episode=4)
         streamer = Streamer(root, sampler, workers=workers, seed=3, on_error="skip")
@@ -89,6 +92,23 @@ def test_worker_processes_serve_every_crop_as_in_process(
     there, failed_there = _crops(root, workers=2)
     assert (failed_here, failed_there) == ({}, {})
     assert len(here) == 24 and here.keys() == there.keys()
+    for where, audio in here.items():
+        np.testing.assert_array_equal(there[where], audio)
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["fallback", "indexed"])
+def test_remote_compressed_shards_serve_every_crop_in_workers(  # type: ignore[no-untyped-def]
+    compressed: dict[bool, Path], indexed: bool, moto_endpoint: str, make_store
+) -> None:
+    """Over S3 the parent decompresses a batch fetched whole and ships the
+    planned bytes; a worker reading without an index fetches and
+    decompresses the batch itself, through its own store."""
+    prefix = f"compressed-{indexed}"
+    upload_tree(moto_endpoint, compressed[indexed], BUCKET, prefix, "test-key-id", SECRET)
+    remote = Dataset(f"{BUCKET}/{prefix}", store=make_store("s3", moto_endpoint))
+    here, _ = _crops(compressed[indexed], workers=0)
+    there, skipped = _crops(remote, workers=2)
+    assert skipped == {} and here.keys() == there.keys()
     for where, audio in here.items():
         np.testing.assert_array_equal(there[where], audio)
 
