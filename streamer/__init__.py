@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         ShardError,
         StorageError,
         StreamerError,
+        TooManyFailures,
         WorkerDied,
         WorkerError,
     )
@@ -57,6 +58,7 @@ __all__ = [
     "Streamer",
     "StreamerError",
     "StreamerStats",
+    "TooManyFailures",
     "WorkerDied",
     "WorkerError",
     "open_dataset",
@@ -96,6 +98,7 @@ _HOMES = {
             "ShardError",
             "StorageError",
             "StreamerError",
+            "TooManyFailures",
             "WorkerDied",
             "WorkerError",
         ],

@@ -21,6 +21,7 @@ __all__ = [
     "ShardError",
     "StorageError",
     "StreamerError",
+    "TooManyFailures",
     "UnsupportedURLError",
     "WorkerDied",
     "WorkerError",
@@ -96,6 +97,14 @@ class ReadOnlyURLError(UnsupportedURLError):
     """A command that writes was given a URL whose store only reads (HTTP,
     an archive): refused before any work, with what to use instead. Like
     any URL no store can serve for the job, the command line's exit code 2."""
+
+
+class TooManyFailures(StreamerError):
+    """So many crops in a row failed (of one source) that the cause is not a
+    few bad files but the data or the setup as a whole (a codec the FFmpeg
+    build lacks, a dataset every episode of which is damaged, a bug):
+    ``on_error="skip"`` would have ended the pass with nothing, or little,
+    and only warnings said why. ``Streamer(max_failures_in_a_row=...)``."""
 
 
 class WorkerDied(StreamerError):

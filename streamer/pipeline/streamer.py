@@ -57,6 +57,7 @@ from .samplers import Sampler
 from .sharding import Intervals, Partition, Split, merge_intervals, resolve_partition
 from .stages import plan
 from .stats import StreamerStats
+from .streaks import FAILURES_IN_A_ROW, FailureStreaks
 from .tasks import Failure, failure_of
 
 __all__ = ["Streamer", "check_mix", "check_order", "check_streamer_options"]
@@ -107,7 +108,9 @@ class Streamer:
     ``on_error="skip"`` logs and counts a crop whose data failed
     (``stats.skipped``, by the error's class name) and goes on; ``"raise"``
     raises its error. A store that fails (``StorageError``, after its own
-    retries) is not bad data: its error is raised either way. The workers
+    retries) is not bad data: its error is raised either way; nor is a run
+    of ``max_failures_in_a_row`` skipped crops of one source with none
+    yielded between them (``TooManyFailures``; None: no limit). The workers
     are restarted when they die, up to ``max_worker_restarts`` deaths per
     pass over an epoch (default ``default_restart_budget(workers)``) plus
     one per 1000 crops decoded; past that the iteration raises
@@ -149,6 +152,7 @@ class Streamer:
         max_crops: int | None = None,
         crops_per_epoch: int | None = None,
         on_error: Literal["skip", "raise"] = "skip",
+        max_failures_in_a_row: int | None = FAILURES_IN_A_ROW,
         max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         columns: Sequence[str] = (),
@@ -197,6 +201,9 @@ class Streamer:
             raise ValueError("give max_crops or crops_per_epoch, not both")
         self.crops_per_epoch = crops_per_epoch
         self.on_error = on_error
+        if max_failures_in_a_row is not None:
+            max_failures_in_a_row = whole_number("max_failures_in_a_row", max_failures_in_a_row, 1)
+        self._streaks = FailureStreaks(max_failures_in_a_row)
         self.max_worker_restarts = (
             default_restart_budget(self.workers)
             if max_worker_restarts is None
@@ -791,6 +798,7 @@ class Streamer:
         crop.position, crop.epoch = int(share_index[item.position]), self.epoch
         crop.fields, crop.supervisions = carried
         crop.source = self.source_of(item.position)
+        self._streaks.yielded(crop.source)
         return crop
 
     def _fail(self, position: int, failure: Failure) -> None:
@@ -817,6 +825,7 @@ class Streamer:
             failure.reason,
             failure.message,
         )
+        self._streaks.failed(source, failure, named=len(self.sources) > 1)
 
     async def _start_pool(self) -> None:
         """Start the workers (once) and wait until they are ready. A caller

@@ -22,7 +22,7 @@ import pytest
 from helpers import gone, rewrite_index_shard, signature
 
 import streamer
-from streamer import ListCrops, RandomCrops, Streamer, WorkerDied
+from streamer import ListCrops, Mix, RandomCrops, Streamer, WorkerDied
 from streamer.dataset import Dataset
 from streamer.formats.job import Episode
 from streamer.pipeline.pool import WorkerPool
@@ -444,3 +444,54 @@ def test_an_error_raised_to_a_script_exits_it_promptly(packed: Path) -> None:
         """)
     assert done.returncode == 1 and "WorkerDied" in done.stderr.splitlines()[-1]
     assert len(pids) == 1 and all(gone(pid) for pid in pids)
+
+
+class BreaksOnAll(Dataset):
+    """A dataset none of whose crops can be planned (``keys``: only these),
+    as when every file is of a codec the FFmpeg build lacks."""
+
+    def __init__(self, root: Path, keys: set[str] | None = None) -> None:
+        super().__init__(str(root))
+        self.bad_keys = keys
+
+    def episode(self, key: str) -> Episode:
+        if self.bad_keys is None or key in self.bad_keys:
+            raise streamer.CropError("no decoder for this codec", key=key)
+        return super().episode(key)
+
+
+MANY = RandomCrops(0.1, per_episode=30)  # 210 crops over the 7 episodes of ``packed``
+
+
+def test_a_pass_whose_crops_all_fail_raises_instead_of_ending_empty(packed: Path) -> None:
+    """``on_error="skip"`` ended such a pass with nothing and warnings."""
+    s = Streamer(BreaksOnAll(packed), MANY, workers=0, max_failures_in_a_row=50)
+    with pytest.raises(
+        streamer.TooManyFailures, match=r"50 crops in a row failed \(CropError x50\)"
+    ):
+        list(s)
+    assert s.stats.skipped == {"CropError": 50} and s.stats.yielded == 0
+    unlimited = Streamer(BreaksOnAll(packed), MANY, workers=0, max_failures_in_a_row=None)
+    assert list(unlimited) == [] and unlimited.stats.skipped == {"CropError": 210}
+
+
+def test_bad_files_among_good_ones_are_skipped_as_before(packed: Path) -> None:
+    """Three of seven episodes failing: runs of failures, each ended by a crop."""
+    keys = sorted(Dataset(str(packed)).keys())
+    s = Streamer(BreaksOnAll(packed, set(keys[:3])), MANY, workers=0, max_failures_in_a_row=30)
+    crops = list(s)
+    assert len(crops) == 120 and s.stats.skipped == {"CropError": 90}
+
+
+def test_a_dead_source_of_a_mix_raises_while_the_other_delivers(packed: Path) -> None:
+    mix = Mix([(str(packed), 1.0, "good"), (BreaksOnAll(packed), 1.0, "dead")])
+    s = Streamer(mix, MANY, workers=0, max_failures_in_a_row=20)
+    with pytest.raises(streamer.TooManyFailures, match="20 crops of source 'dead' in a row"):
+        list(s)
+    assert s.stats.yielded > 0 and s.stats.skipped_by_source == {"dead": {"CropError": 20}}
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, "3"])
+def test_max_failures_in_a_row_is_a_whole_number(packed: Path, limit: object) -> None:
+    with pytest.raises((ValueError, TypeError), match="max_failures_in_a_row"):
+        Streamer(packed, MANY, workers=0, max_failures_in_a_row=limit)  # type: ignore[arg-type]
