@@ -1,8 +1,9 @@
 """The format plug-in interface: what every (container, codec) family implements.
 
 A format is used twice, by the same object: when indexing (``matches``,
-``build_index``) and when decoding (``preroll``, ``refine_plan``,
-``deferrable``, ``decode``). The registry (``registry.py``) keys formats by
+``build_index``; ``tail_splice`` and ``first_damage`` for the index check)
+and when decoding (``preroll``, ``refine_plan``, ``deferrable``,
+``decode``). The registry (``registry.py``) keys formats by
 ``(container, codec)``, so an index is only ever built for a pair that a
 format can also decode; anything else becomes a "no index" row and is
 served by the fallback.
@@ -78,6 +79,16 @@ class Format(abc.ABC):
         exactly its full decode's last samples, starting at least ``before``
         native units before the end, where seeking in the whole file would
         read all of it (default: None, the check seeks in the file)."""
+        return None
+
+    def first_damage(self, stream: BinaryIO) -> tuple[int, int] | None:
+        """For the index check, when it fails: the first bytes of the episode
+        (``stream``, read from its first byte) that fail a checksum of the
+        container's own, as ``(offset, length)``; None when every one holds,
+        or the format has none (the default). Such bytes explain a failed
+        check without the index being wrong: FFmpeg's reference decodes
+        them otherwise than a crop, whose decoder checks the same checksums
+        and counts what fails them (``decode.verify.check``)."""
         return None
 
     def __repr__(self) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from itertools import pairwise
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import av
 import numpy as np
@@ -30,16 +30,21 @@ import numpy as np
 from ...index.table import SeekIndex
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into, padded_packet
-from ..reader import NoIndex
-from .parse import STREAMINFO_SIZE, StreamInfo, frame_header, streaminfo
+from ..reader import NoIndex, Reader
+from .parse import STREAMINFO_SIZE, FrameHeader, StreamInfo, frame_header, metadata, streaminfo
 
-__all__ = ["Frame", "decode", "frames"]
+__all__ = ["Frame", "decode", "first_damaged_frame", "frames"]
 
 #: A frame's first two bytes (fixed or variable block size). A regular
 #: expression finds them twice as fast as ``bytes.find`` (0xff is common).
 _SYNC = re.compile(rb"\xff[\xf8\xf9]")
 #: FFmpeg's decoder checks each frame's CRC-16 and rejects a frame that fails.
 _CHECK_CRC = {"err_detect": "crccheck+explode"}
+#: Bytes of frames ``first_damaged_frame`` checks at a time, and the most it
+#: reads for one frame: a FLAC frame is at most about 2 MiB (65535 samples
+#: of 8 channels of 32 bits, stored verbatim).
+_SCAN_BYTES = 1 << 20
+_MAX_SCAN_BYTES = 1 << 23
 
 
 class Frame(NamedTuple):
@@ -56,18 +61,10 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    decoder = av.CodecContext.create("flac", "r")
-    # The header range starts with ``fLaC`` and the STREAMINFO block's 4-byte header.
-    header = fetched.header
-    body = header[8 : 8 + STREAMINFO_SIZE]
     try:
-        if header[:4] != b"fLaC" or header[4] & 0x7F:
-            raise NoIndex("no STREAMINFO")
-        info = streaminfo(body)
+        decoder, info = _checking_decoder(fetched.header)
     except NoIndex:
         raise context.error("FLAC header range does not start with STREAMINFO") from None
-    decoder.extradata = body
-    decoder.options = _CHECK_CRC
     data = bytes(fetched.data)  # a memory map's view may index as signed bytes
     found = frames(data, info, plan.start_native)
     lo, hi = to_native(index, plan.first), to_native(index, plan.last)
@@ -98,6 +95,83 @@ def decode(
     return out.samples(), to_gapless(index, min(start, lo))
 
 
+def _checking_decoder(header: bytes) -> tuple[av.CodecContext, StreamInfo]:
+    """A decoder that checks each frame's CRC-16, set up from the file's
+    first bytes (``fLaC`` and the STREAMINFO block, with its 4-byte block
+    header), and the STREAMINFO; ``NoIndex`` when they are not those."""
+    body = header[8 : 8 + STREAMINFO_SIZE]
+    if header[:4] != b"fLaC" or len(header) < 5 or header[4] & 0x7F:
+        raise NoIndex("no STREAMINFO")
+    info = streaminfo(body)
+    decoder = av.CodecContext.create("flac", "r")
+    decoder.extradata = body
+    decoder.options = _CHECK_CRC
+    return decoder, info
+
+
+def first_damaged_frame(stream: BinaryIO) -> tuple[int, int] | None:
+    """The first frame of a FLAC file (``stream`` at its first byte) that a
+    crop would count as damaged, as ``(offset, length)``; None when none is
+    (or the metadata cannot be read: nothing to tell frames by). Frames are
+    cut as a crop cuts them (``frames``: a header failing its CRC-8 leaves
+    its bytes to the frame before) and decoded with the CRC-16 check on, a
+    chunk at a time: a frame is damaged when the decoder rejects it or it
+    does not decode to the samples up to the next frame. Decoding is how
+    the CRC-16 is checked in C (``_CHECK_CRC``); it costs about one FFmpeg
+    decode of the file, which only an index check that failed pays."""
+    reader = Reader(stream)
+    buf, i = reader.window(8 + STREAMINFO_SIZE)
+    try:
+        decoder, _ = _checking_decoder(buf[i : i + 8 + STREAMINFO_SIZE])
+        info, offset = metadata(reader)
+    except NoIndex:
+        return None
+    position: int | None = None  # the native position of the frame at ``offset``
+    size = _SCAN_BYTES
+    while True:
+        reader.seek(offset)
+        buf, i = reader.window(size)
+        data = buf[i:]
+        end = reader.ends_at(offset + len(data))
+        if position is None:
+            position = _position(frame_header(data, 0), info)
+        found = frames(data, info, position)
+        if not found or found[0].offset:  # no frame header where the frames start
+            return offset, found[0].offset if found else len(data)
+        # No frame after the last one within any frame's length: what follows is no frames.
+        last = end or (len(found) == 1 and size >= _MAX_SCAN_BYTES)
+        whole = found if last else found[:-1]
+        if not whole:
+            size *= 2  # one frame larger than the chunk: read on to its end
+            continue
+        bounds = [f.offset for f in found[1:]] + [len(data)]
+        spans = [b.position - a.position for a, b in pairwise(found)] + [found[-1].block]
+        for frame, stop, span in zip(whole, bounds, spans, strict=False):
+            if not _decodes_to(decoder, data[frame.offset : stop], span):
+                return offset + frame.offset, stop - frame.offset
+        if last:
+            return None
+        offset, position, size = offset + found[-1].offset, found[-1].position, _SCAN_BYTES
+
+
+def _position(header: FrameHeader | None, info: StreamInfo) -> int:
+    """The native position a frame header states, as ``frames`` counts it
+    (0 for a header that does not hold: the next frame is then taken as
+    frames lost, confirmed by its successor)."""
+    if header is None:
+        return 0
+    return header.number if header.variable else header.number * info.max_block
+
+
+def _decodes_to(decoder: av.CodecContext, frame: bytes, samples: int) -> bool:
+    """Whether ``frame`` passes the decoder's checks and decodes to ``samples``
+    (FFmpeg's decoder drops damaged bytes after a valid frame without a word)."""
+    try:
+        return sum(f.samples for f in decoder.decode(padded_packet(frame))) == samples
+    except (av.FFmpegError, ValueError):
+        return False
+
+
 def frames(data: bytes, info: StreamInfo, start: int) -> list[Frame]:
     """The frames of ``data``, bytes that start with the frame at native
     position ``start``. A header counts when its CRC-8 holds, its channels
@@ -105,16 +179,14 @@ def frames(data: bytes, info: StreamInfo, start: int) -> list[Frame]:
     where the frame before it ends, or later (the headers in between were
     damaged) when the next header confirms it. Bytes up to the next header
     that counts belong to the frame before it."""
-    nominal = info.max_block  # a fixed-block-size stream's frame number counts these
     candidates = []
     for match in _SYNC.finditer(data):
         offset = match.start()
         header = frame_header(data, offset)
         if header is None or header.shape[1] != info.channels:
             continue
-        position = header.number if header.variable else header.number * nominal
         kind = (header.variable, header.shape)
-        candidates.append(Frame(offset, position, header.block, kind))
+        candidates.append(Frame(offset, _position(header, info), header.block, kind))
     starts = {(frame.kind, frame.position) for frame in candidates}
     found: list[Frame] = []
     expected = start

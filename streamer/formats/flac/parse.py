@@ -40,6 +40,7 @@ __all__ = [
     "crc8",
     "frame_header",
     "matches",
+    "metadata",
     "parse",
     "streaminfo",
 ]
@@ -152,8 +153,9 @@ def _utf8(buf: bytes, i: int, longest: int) -> tuple[int, int]:
     return value, i + length
 
 
-def _metadata(reader: Reader) -> tuple[StreamInfo, int]:
-    """STREAMINFO and the offset of the first frame (the end of the metadata)."""
+def metadata(reader: Reader) -> tuple[StreamInfo, int]:
+    """STREAMINFO and the offset of the first frame (the end of the metadata),
+    read from the file's first byte; ``NoIndex`` when they cannot be."""
     reader.read_exact(4, "flac marker")
     info = None
     while True:
@@ -196,7 +198,7 @@ def streaminfo(body: bytes) -> StreamInfo:
 def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     """Index a native FLAC stream; raises ``NoIndex`` when it has no frames."""
     reader = stream if isinstance(stream, Reader) else Reader(stream)
-    info, audio_start = _metadata(reader)
+    info, audio_start = metadata(reader)
     points = Points(interval(info.sample_rate, density))
     end_sample = _scan(reader, audio_start, info, points)
     sample_pos, byte_pos = points.arrays()

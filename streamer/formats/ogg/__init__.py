@@ -4,12 +4,14 @@ indexes pages and granules, ``decode`` decodes the packets of planned pages."""
 from __future__ import annotations
 
 import dataclasses
+from typing import BinaryIO
 
 from ...index.table import SeekIndex
 from ..base import PackagedFormat
 from ..ffmpeg import OPUS_HELD_BACK
 from ..job import CropPlan
-from . import decode, parse
+from ..reader import Reader
+from . import decode, pages, parse
 
 __all__ = ["FORMAT", "Ogg"]
 
@@ -50,6 +52,12 @@ class Ogg(PackagedFormat):
             previous = int(index.byte_pos[plan.point - 1])
             header += ((previous, plan.data[0] - previous),)
         return dataclasses.replace(plan, header=header)
+
+    def first_damage(self, stream: BinaryIO) -> tuple[int, int] | None:
+        """The first page whose CRC fails (``pages.first_damaged_page``): a
+        crop over it counts it, FFmpeg's decode drops it and closes the gap."""
+        damage = pages.first_damaged_page(Reader(stream))
+        return None if damage is None else (damage.offset, damage.end - damage.offset)
 
 
 def _link(links: list[int], offset: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from ..reader import Reader
@@ -24,6 +24,7 @@ __all__ = [
     "Damage",
     "Page",
     "checked_pages",
+    "first_damaged_page",
     "ogg_crc",
     "page_at",
     "scan",
@@ -77,9 +78,12 @@ class Page(NamedTuple):
             yield self.body[start : start + length], False
 
 
-def scan(reader: Reader) -> Iterator[Page]:
+def scan(reader: Reader, on_damage: Callable[[Damage], None] | None = None) -> Iterator[Page]:
     """Every page with a valid CRC, in order; garbage between pages is skipped
-    (the next page says so in ``after_gap``); a truncated last page ends it."""
+    (the next page says so in ``after_gap``); a truncated last page ends it.
+    ``on_damage`` hears of each whole page skipped because its CRC (or its
+    version) fails, as it is skipped: among the bytes skipped, the ones
+    that are certainly damage (``first_damaged_page``)."""
     gap = False
     while True:
         buf, i = reader.window(MAX_PAGE)
@@ -95,6 +99,8 @@ def scan(reader: Reader) -> Iterator[Page]:
                 continue
             if len(buf) - i < MAX_PAGE and _truncated(buf, i):
                 return
+            if on_damage is not None:
+                on_damage(Damage(base + i, base + i + _page_length(buf, i)))
         gap = True
         j = buf.find(b"OggS", i + 1)
         reader.seek(base + (j if j >= 0 else max(i + 1, len(buf) - 3)))
@@ -105,7 +111,27 @@ def _truncated(buf: bytes, i: int) -> bool:
     count = buf[i + 26]
     if i + 27 + count > len(buf):
         return True
-    return i + 27 + count + sum(buf[i + 27 : i + 27 + count]) > len(buf)
+    return i + _page_length(buf, i) > len(buf)
+
+
+def _page_length(buf: bytes, i: int) -> int:
+    """The length the page at ``i`` states (header, lacing values, body),
+    its lacing values in ``buf``."""
+    count = buf[i + 26]
+    return 27 + count + sum(buf[i + 27 : i + 27 + count])
+
+
+def first_damaged_page(reader: Reader) -> Damage | None:
+    """The first whole page of an Ogg file (``reader`` at its first byte)
+    whose CRC fails, or None. Read as the index reads it (``scan``), a page
+    at a time: other bytes that are no page (garbage between pages, a last
+    page cut short by the end of the file) are not damage, the index and
+    FFmpeg pass over them alike."""
+    damage: list[Damage] = []
+    for _ in scan(reader, damage.append):
+        if damage:
+            break
+    return damage[0] if damage else None
 
 
 def page_at(buf: bytes, i: int, base: int = 0, gap: bool = False) -> Page | None:
