@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     check.add_argument(
         "--verify",
         action="store_true",
-        help="re-check the stored indexes instead of building: demote those that fail, "
+        help="re-check the stored indexes instead of building: demote those that fail "
+        "(keep those that fail on damaged audio, listed, exit 1), "
         "rebuild only rows that cannot be read or that an older streamer stored, "
         "rewrite the index shards with the verdicts",
     )
@@ -82,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
-    the shards that could not be indexed and, from ``--verify``, the episodes
-    whose audio data is damaged (either: ``streamer index`` exits 1)."""
+    the shards that could not be indexed and the episodes whose audio data
+    is damaged (either: ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "

@@ -37,6 +37,15 @@ format's pre-roll, so the check decodes about a second of audio per episode
 
 ``choose_index`` runs the check on each of ``formats.registry.candidates``
 in turn and keeps the first index that passes.
+
+A check can also fail because the episode's bytes are damaged, not its
+index: FFmpeg's reference decodes a FLAC frame or an Ogg page that fails its
+CRC otherwise than a crop, whose decoder checks those CRCs and counts what
+fails them (a bad packet). So when a check fails, ``check`` asks the
+format for the first bytes failing a checksum of its own
+(``Format.first_damage``); if there are any, the index is kept as it was
+and the damage comes back with it, for the indexer to report: demoted,
+the fallback would serve FFmpeg's decode of the damage without a count.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import av
 import numpy as np
@@ -65,6 +75,8 @@ __all__ = [
     "FULL_DECODE_SECONDS",
     "PREROLL_FACTORS",
     "TOLERANCE",
+    "Checked",
+    "check",
     "choose_index",
     "countable",
     "verify_index",
@@ -117,6 +129,16 @@ def countable(reason: str) -> str:
     return reason.split(" (", 1)[0]
 
 
+class Checked(NamedTuple):
+    """The index to store for an episode, and ``damage``: when its check
+    failed on bytes that fail a checksum of their own, the first of them
+    (``(offset, length)`` in the blob), and ``index`` is then the index as
+    it was (module docstring)."""
+
+    index: SeekIndex
+    damage: tuple[int, int] | None = None
+
+
 def choose_index(
     blob: BlobHandle,
     *,
@@ -124,19 +146,43 @@ def choose_index(
     shard: str | None = None,
     density: float = DEFAULT_DENSITY,
     verify: bool = True,
-) -> SeekIndex:
+) -> Checked:
     """The index to store for one episode: the first of its candidates that
     passes its check (without ``verify``: the first that could be built,
-    "unverified"), or "no index" with the first failure's reason."""
+    "unverified"), or the first whose check failed on damaged bytes (kept
+    "unverified", with the damage), or "no index" with the first failure's
+    reason."""
     failure: SeekIndex | None = None
     for candidate in candidates(blob, density=density):
         if candidate.ok:
-            checked = verify_index(Episode(key, shard, blob, candidate)) if verify else candidate
-            if checked.ok:
+            if not verify:
+                return Checked(candidate)
+            checked = check(Episode(key, shard, blob, candidate))
+            if checked.index.ok:
                 return checked
-            candidate = checked
+            candidate = checked.index
         failure = failure or candidate
-    return failure or SeekIndex.unavailable("no index candidate")
+    return Checked(failure or SeekIndex.unavailable("no index candidate"))
+
+
+def check(episode: Episode) -> Checked:
+    """``verify_index``, and when the index fails its check, the episode's
+    first bytes that fail a checksum of their own (``Format.first_damage``
+    of the index's format, which decodes its crops): with some, the index
+    is kept as it was (``Checked.damage``); without, the check's verdict
+    stands. The scan reads the whole episode, so only a failed check pays
+    for it."""
+    checked = verify_index(episode)
+    if checked.ok:
+        return Checked(checked)
+    index = episode.index
+    assert index is not None
+    form = format_for(index)
+    if form is None:
+        return Checked(checked)
+    episode.blob.seek(0)
+    damage = form.first_damage(episode.blob)
+    return Checked(checked) if damage is None else Checked(index, damage)
 
 
 def verify_index(episode: Episode) -> SeekIndex:

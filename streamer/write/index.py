@@ -19,7 +19,10 @@ work across machines.
 Every index is checked before it is stored (``decode.verify``: probe crops
 through the index against FFmpeg's decode): the first of the episode's
 candidate indexes that passes is stored "verified", and an episode none
-passes for is stored "no index" with the first failure's reason.
+passes for is stored "no index" with the first failure's reason, unless
+the check failed on a FLAC frame or Ogg page that fails its own CRC: that
+candidate is stored "unverified" and the episode reported ``damaged``
+(its crops count the damage; the fallback would decode it without a word).
 ``verify=False`` stores the first candidate "unverified".
 ``verify_index_shards`` re-checks a dataset's stored indexes and rewrites
 their shards with the verdicts.
@@ -50,7 +53,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
-from ..decode.verify import choose_index, countable, verify_index
+from ..decode.verify import Checked, check, choose_index, countable
 from ..errors import CompressedShardWarning, CropError, DataError, ShardError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
@@ -125,13 +128,21 @@ class ShardResult:
     labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
     #: ``audio_info`` durations replaced by the index's: (key, header's, index's).
     durations: list[tuple[str, float, float]] = field(default_factory=list)
-    #: Episodes whose audio data no longer has its span CRCs
-    #: (``verify_index_shards``): key -> the damaged ``(offset, length)`` spans.
+    #: Episodes whose audio data is damaged: key -> the damaged ``(offset,
+    #: length)`` byte ranges (spans that no longer have their span CRCs,
+    #: found by ``verify_index_shards``; or the first frame or page failing
+    #: its own CRC, found when an index check failed: ``decode.verify.check``).
     damaged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def count(self, indexes: list[SeekIndex]) -> None:
         self.labels.update(index_label(i) for i in indexes)
         self.reasons.update(countable(i.reason) for i in indexes if i.status != OK)
+
+    def kept(self, key: str, checked: Checked) -> SeekIndex:
+        """The index to store from a check's answer, its damage noted."""
+        if checked.damage is not None:
+            self.damaged[key] = [checked.damage]
+        return checked.index
 
 
 def index_label(index: SeekIndex) -> str:
@@ -153,8 +164,8 @@ def is_generic(index: SeekIndex) -> bool:
 class IndexReport:
     """What a ``build_index`` run did, with counts per "no index" reason, and
     the shards that could not be indexed at all (``failed``: name -> reason)
-    and, from a re-check, the episodes whose audio data is damaged
-    (``damaged``: shard -> key -> byte ranges). ``episodes``, ``ok`` and the
+    and the episodes whose audio data is damaged (``damaged``: shard -> key
+    -> byte ranges; ``ShardResult.damaged``). ``episodes``, ``ok`` and the
     counts are of the shards indexed by this run; shards already indexed are
     left as they are, their episodes counted apart (``skipped_episodes``)."""
 
@@ -249,10 +260,13 @@ def build_index(
     checked before any work. Shards already indexed (same keys as their
     audio shard) are skipped unless ``force``. ``workers`` > 1 builds shards
     in that many processes. ``verify=False`` skips each index's check and
-    stores it "unverified". Then, with ``manifest``, the dataset manifest is
-    rewritten from a fresh listing (``dataset.write_manifest``); with
-    ``shards`` (one part of a job), only when that listing finds every audio
-    shard indexed (``_write_manifest_when_complete``).
+    stores it "unverified". An episode whose check failed on damaged audio
+    (a FLAC frame or an Ogg page failing its own CRC) is stored with its
+    index "unverified" and reported in ``damaged``. Then, with
+    ``manifest``, the dataset manifest is rewritten from a fresh listing
+    (``dataset.write_manifest``); with ``shards`` (one part of a job), only
+    when that listing finds every audio shard indexed
+    (``_write_manifest_when_complete``).
     """
     options = {"force": force, "density": density, "verify": verify}
     report = _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
@@ -300,8 +314,10 @@ def verify_index_shards(
     """Re-check the stored indexes of the dataset at ``url`` (``streamer
     index --verify``): each row the dataset would serve (its open-time
     checks, ``index.checks``, applied) is verified again and stored with its
-    verdict, demoted to "no index" when it fails; a row that cannot be read
-    or that an older builder stored is built again, as ``build_index``
+    verdict, demoted to "no index" when it fails (but for a check failed on
+    a FLAC frame or an Ogg page failing its own CRC: kept as it is and
+    reported in ``damaged``, ``decode.verify.check``); a row that cannot be
+    read or that an older builder stored is built again, as ``build_index``
     would (nothing of it can be trusted); every index shard is rewritten
     whole. A row whose audio data no longer has its span CRCs is
     kept as it is (its crops that read the damage go on failing; demoted,
@@ -411,7 +427,11 @@ def index_shard(
         result.skipped = True
         return result
     found = _write(
-        dataset, final, audio, result, lambda row: _index_row(audio, dataset, row, density, verify)
+        dataset,
+        final,
+        audio,
+        result,
+        lambda row: _index_row(audio, dataset, row, density, verify, result),
     )
     if info is not None:
         result.durations = _durations_into_info(dataset, name, audio, info, found)
@@ -486,7 +506,8 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
         assert episode.index is not None
         if episode.index.reason.startswith((OLDER_BUILDER, ROW_UNREADABLE)):
             # built anew, as `streamer index` would: nothing of the row can be trusted
-            return choose_index(episode.blob, key=episode.key, shard=episode.shard)
+            rebuilt = choose_index(episode.blob, key=episode.key, shard=episode.shard)
+            return result.kept(key, rebuilt)
         if not episode.index.ok:
             return episode.index
         if not matches(episode.index, episode.blob.read_ranges, sample=False):
@@ -496,7 +517,7 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
         if damaged:
             result.damaged[episode.key] = damaged
             return episode.index
-        return verify_index(episode)
+        return result.kept(key, check(episode))
 
     _write(dataset, _index_path(dataset, name), audio, result, recheck)
     return result
@@ -606,16 +627,19 @@ def _index_path(dataset: Dataset, name: str) -> str:
     return dataset.store.join(dataset.root, INDEX_DIR, name + suffix)
 
 
-def _index_row(audio: Shard, dataset: Dataset, row: int, density: float, verify: bool) -> SeekIndex:
-    """One episode's index, checked unless not ``verify``; a cell that cannot
-    be read is "no index" with the reason."""
+def _index_row(
+    audio: Shard, dataset: Dataset, row: int, density: float, verify: bool, result: ShardResult
+) -> SeekIndex:
+    """One episode's index, checked unless not ``verify`` (damage its check
+    found noted in ``result``); a cell that cannot be read is "no index"
+    with the reason."""
     try:
         blob = audio.blob(dataset.audio_column, row)
-        return choose_index(
-            blob, key=blob.key or "", shard=blob.shard, density=density, verify=verify
-        )
+        key = blob.key or ""
+        chosen = choose_index(blob, key=key, shard=blob.shard, density=density, verify=verify)
     except DataError as exc:
         return SeekIndex.unavailable(exc.reason)
+    return result.kept(key, chosen)
 
 
 def _complete(dataset: Dataset, name: str, path: str) -> bool:

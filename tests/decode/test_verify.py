@@ -241,13 +241,13 @@ def test_choose_index_keeps_the_first_candidate_that_passes(
         monkeypatch.setattr(verify, "candidates", lambda stream, density: iter(found))
 
     offer(wrong, right)
-    assert verify.choose_index(blob, key="k").verdict == VERIFIED
+    assert verify.choose_index(blob, key="k").index.verdict == VERIFIED
     offer(SeekIndex.unavailable("unknown container"), wrong)
-    chosen = verify.choose_index(blob, key="k")
+    chosen = verify.choose_index(blob, key="k").index
     assert chosen.status == NO_INDEX and chosen.reason == "unknown container"
     offer(wrong)
-    assert verify.choose_index(blob, key="k").reason.startswith("failed its check: ")
-    assert verify.choose_index(blob, key="k", verify=False).verdict == UNVERIFIED
+    assert verify.choose_index(blob, key="k").index.reason.startswith("failed its check: ")
+    assert verify.choose_index(blob, key="k", verify=False).index.verdict == UNVERIFIED
 
 
 def test_reasons_count_without_their_details() -> None:
@@ -400,7 +400,7 @@ def test_a_reference_holding_nan_does_not_pass_a_wrong_index() -> None:
     assert native.index is not None and native.index.codec == "pcm_s32le"
     checked = verify.verify_index(native)
     assert not checked.ok and "differs" in checked.reason
-    chosen = verify.choose_index(native.blob, key="k")  # FFmpeg's own packet index serves it
+    chosen = verify.choose_index(native.blob, key="k").index  # FFmpeg's own packet index serves it
     assert chosen.ok and chosen.container == "ffmpeg:wav", chosen.reason
 
 
@@ -452,7 +452,7 @@ def _assert_served_as_ffmpeg_decodes_it(data: bytes) -> None:
     is as long as FFmpeg's decode and serves crops after the damage exactly."""
     want = decoded_until_rejected(data)
     blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
-    checked = verify.choose_index(blob, key="k")
+    checked = verify.choose_index(blob, key="k").index
     assert checked.ok and checked.verdict == VERIFIED, checked.reason
     assert checked.num_samples == want.shape[1]
     end = want.shape[1] / checked.sample_rate

@@ -347,7 +347,8 @@ def test_header_variants(name: str) -> None:
         native = extract(io.BytesIO(data))
         checked = verify_index(_episode(data, native))
         assert not checked.ok and "FFmpeg decodes 22" in checked.reason
-        served = choose_index(BlobHandle(MemoryReader(data), 0, len(data), key="k"), key="k")
+        blob = BlobHandle(MemoryReader(data), 0, len(data), key="k")
+        served = choose_index(blob, key="k").index
         assert served.ok and served.container == "ffmpeg:mp3", served.reason
         return
     _assert_exact(VARIANTS[name]())

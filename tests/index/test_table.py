@@ -106,7 +106,7 @@ def test_pack_builds_the_index(index_sources, tmp_path) -> None:
     for key in list(dataset.keys()):
         stored = dataset.seek_index(key)
         # What the indexer stores: the first candidate that passes its check.
-        assert_same_index(stored, choose_index(dataset.blob(key)))
+        assert_same_index(stored, choose_index(dataset.blob(key)).index)
     assert dataset.seek_index("chained").reason.startswith(
         "chained ogg streams of different formats; generic: FFmpeg cannot read it"
     )

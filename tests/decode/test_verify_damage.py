@@ -1,0 +1,155 @@
+"""An index check that fails on damaged audio, not on a wrong index.
+
+One bit flipped inside a FLAC frame or an Ogg (Opus, Vorbis) page after
+packing, on disk (storage bit rot): crops over it count a bad packet, the
+frame or page failing its CRC. The index check's reference, FFmpeg's full
+decode, decodes the damage otherwise (FLAC: the flipped samples; Ogg: the
+page dropped and the gap closed), so the check fails. `streamer index
+--verify` then keeps the row, names the damaged frame or page (shard, key,
+byte range) and exits 1; so does a first `streamer index` of a damaged
+FLAC file, storing its index "unverified". (Before, both stored "no index"
+and the fallback served FFmpeg's decode of the damage without a count: the
+Ogg crops after the dropped page came out a page early.) A row that fails
+its check with its audio intact is demoted as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pack_audio, rewrite_index_shard
+
+from streamer import open_dataset
+from streamer.cli import main
+from streamer.dataset import Dataset
+from streamer.index.table import INDEX_DIR, NO_INDEX, UNVERIFIED, VERIFIED, IndexReader, SeekIndex
+from streamer.shard.ipc import Shard
+
+SECONDS = 6.0
+#: key -> (codec, sample rate, channels)
+FILES = {"flac": ("flac", 44100, 2), "opus": ("opus", 48000, 2), "vorbis": ("vorbis", 44100, 2)}
+#: How far into the frame or page at a seek point the bit is flipped: past
+#: an Ogg page's header and lacing values (at most 282 bytes).
+INTO = 300
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    return pack_audio(tmp_path_factory.mktemp("verify-damage"), FILES, SECONDS)
+
+
+def _copy(clean: Dataset, folder: Path) -> Path:
+    root = folder / "dataset"
+    shutil.copytree(Path(clean.root), root)
+    return root
+
+
+def _damage(clean: Dataset, root: Path, key: str) -> tuple[int, float]:
+    """Flip one bit of ``key``'s blob in the copy at ``root``, inside the
+    frame or page at its middle seek point; that point's blob offset and
+    its time."""
+    index = clean.seek_index(key)
+    point = len(index.byte_pos) // 2
+    offset = int(index.byte_pos[point])
+    blob = clean.blob(key)
+    path = root / Path(blob.reader.path).relative_to(Path(clean.root).resolve())
+    data = bytearray(path.read_bytes())
+    data[blob.offset + offset + INTO] ^= 0x10
+    path.write_bytes(bytes(data))
+    start = (int(index.sample_pos[point]) - index.first_sample) / index.timescale
+    return offset, start
+
+
+def _stored(root: Path) -> dict[str, SeekIndex]:
+    (path,) = (root / INDEX_DIR).iterdir()
+    reader = IndexReader(Shard(str(path)))
+    return {key: reader.read(row) for row, key in enumerate(reader.shard.keys.to_pylist())}
+
+
+def _assert_counted(root: Path, where: dict[str, tuple[int, float]]) -> None:
+    """Every crop over a damaged frame or page counts it, served by the index."""
+    dataset = open_dataset(root)
+    for key, (_, start) in where.items():
+        before = dataset.decode_stats.bad_packets
+        dataset.read_crop(key, start, start + 0.5)
+        assert dataset.decode_stats.bad_packets > before, key
+    assert dataset.decode_stats.fallback == 0
+    assert dataset.decode_stats.paths == {"index": len(where)}
+
+
+def _verify(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["index", str(root), "--verify", "--workers", "1", "--no-progress"])
+    return code, capsys.readouterr().out
+
+
+def _named(out: str, clean: Dataset, key: str, offset: int) -> bool:
+    shard = Path(clean.blob(key).shard).stem
+    return f"damaged audio data in shard {shard}, key {key!r}: bytes [{offset}, " in out
+
+
+def test_index_verify_keeps_rows_whose_frames_or_pages_fail_their_crc(
+    clean: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _copy(clean, tmp_path)
+    where = {key: _damage(clean, root, key) for key in FILES}
+    rows = _stored(root)
+    _assert_counted(root, where)
+
+    code, out = _verify(root, capsys)
+    assert code == 1, out
+    for key, (offset, _) in where.items():
+        assert _named(out, clean, key, offset), out
+    assert f"{len(FILES)} ok, 0 without index" in out
+    for key, row in _stored(root).items():
+        assert row.ok and row.verdict == VERIFIED, (key, row.reason)
+        assert np.array_equal(row.sample_pos, rows[key].sample_pos), key
+        assert np.array_equal(row.byte_pos, rows[key].byte_pos), key
+    _assert_counted(root, where)
+
+
+def test_a_first_index_of_a_damaged_flac_file_stores_its_index_and_names_the_frame(
+    clean: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check of the FLAC index fails on the damaged frame: the FLAC index
+    is stored "unverified", the frame named, exit 1. (Before, FFmpeg's
+    packet index, the next candidate, failed its check too: "no index".)"""
+    root = _copy(clean, tmp_path)
+    where = {"flac": _damage(clean, root, "flac")}
+    capsys.readouterr()
+    assert main(["index", str(root), "--force", "--workers", "1", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert _named(out, clean, "flac", where["flac"][0]), out
+    rows = _stored(root)
+    assert rows["flac"].ok and rows["flac"].container == "flac"
+    assert rows["flac"].verdict == UNVERIFIED
+    assert rows["opus"].verdict == rows["vorbis"].verdict == VERIFIED
+    _assert_counted(root, where)
+    # A later re-check finds the same damage and keeps the row.
+    code, out = _verify(root, capsys)
+    assert code == 1 and _named(out, clean, "flac", where["flac"][0]), out
+    assert _stored(root)["flac"].ok
+
+
+def test_a_wrong_row_over_intact_audio_is_still_demoted(
+    clean: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every row one sample off (hand-made rows, which the dataset serves
+    unchecked by CRCs) over intact audio: no frame or page fails its CRC,
+    so each is the index's fault and is demoted, exit 0."""
+    root = _copy(clean, tmp_path)
+    rows = _stored(root)
+    wrong = {k: dataclasses.replace(i, first_sample=i.first_sample + 1) for k, i in rows.items()}
+    (path,) = (root / INDEX_DIR).iterdir()
+    rewrite_index_shard(path, wrong)
+    assert all(open_dataset(root).seek_index(key).ok for key in FILES)
+
+    code, out = _verify(root, capsys)
+    assert code == 0, out
+    assert "damaged" not in out
+    for key, row in _stored(root).items():
+        assert row.status == NO_INDEX and row.reason.startswith("failed its check: "), key
