@@ -79,6 +79,7 @@ __all__ = [
     "check",
     "choose_index",
     "countable",
+    "first_damage",
     "verify_index",
 ]
 
@@ -175,14 +176,20 @@ def check(episode: Episode) -> Checked:
     checked = verify_index(episode)
     if checked.ok:
         return Checked(checked)
-    index = episode.index
-    assert index is not None
-    form = format_for(index)
+    damage = first_damage(episode)
+    return Checked(checked) if damage is None else Checked(episode.index, damage)
+
+
+def first_damage(episode: Episode) -> tuple[int, int] | None:
+    """The episode's first frame or page failing its own checksum, by the
+    format of its index (``Format.first_damage``; None: none found, or a
+    format without checksums). Reads the whole episode."""
+    assert episode.index is not None
+    form = format_for(episode.index)
     if form is None:
-        return Checked(checked)
+        return None
     episode.blob.seek(0)
-    damage = form.first_damage(episode.blob)
-    return Checked(checked) if damage is None else Checked(index, damage)
+    return form.first_damage(episode.blob)
 
 
 def verify_index(episode: Episode) -> SeekIndex:

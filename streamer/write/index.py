@@ -53,7 +53,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
-from ..decode.verify import Checked, check, choose_index, countable
+from ..decode.verify import Checked, check, choose_index, countable, first_damage
 from ..errors import CompressedShardWarning, CropError, DataError, ShardError, StreamerError
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
@@ -511,6 +511,11 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
         if not episode.index.ok:
             return episode.index
         if not matches(episode.index, episode.blob.read_ranges, sample=False):
+            # bytes a checksum of their own fails are damage, not a blob changed
+            # since indexing: counted through the index, silent in the fallback
+            damage = first_damage(episode)
+            if damage is not None:
+                return result.kept(key, Checked(episode.index, damage))
             # its CRCs are written anew from these bytes: they must be its own
             return SeekIndex.unavailable(STALE, episode.index.container)
         damaged = damaged_spans(episode.index, episode.blob.read_ranges)
