@@ -360,7 +360,17 @@ def test_a_stream_pauses_through_an_outage_and_loses_nothing(http, packed: Path,
     sampler = RandomCrops(0.5, per_episode=6)
     local = list(Streamer(open_dataset(packed), sampler, seed=2, workers=0))
     options = {**FAST, "give_up_after": 30, "block_size": 4096, "cache_bytes": 16384}
-    stream = Streamer(f"{http.url}/packed", sampler, seed=2, workers=0, storage_options=options)
+    # A shallow prefetch: the crops after the third are still to fetch when
+    # the store goes down (a deep one, on a loaded machine, had them all).
+    stream = Streamer(
+        f"{http.url}/packed",
+        sampler,
+        seed=2,
+        workers=0,
+        prefetch=2,
+        queue_size=1,
+        storage_options=options,
+    )
     crops = []
     for crop in stream:
         if len(crops) == 3:
