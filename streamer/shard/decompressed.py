@@ -7,12 +7,16 @@ the cells are served from memory. ``DecompressedValues`` is that buffer
 behind the ``RangeReader`` interface, so blob handles, plans and decoders
 treat it like any other reader.
 
+What a process keeps decompressed is bounded (``KEPT_BYTES``, the most
+recently read buffers): a reader holds the buffer's address, not its bytes,
+and decompresses it again once it has been dropped. (The readers of every
+batch a pass touched held their bytes for good: the planning process of a
+zstd dataset grew to the dataset's decompressed size.)
+
 A decode job carries its blob handle, and so its reader, to a worker
-process. This reader travels as its address (the shard's own reader, which
-pickles small, and the compressed range), not as its bytes, and decompresses
-only when read: a worker sent the planned bytes never does, and one that
-reads the blob itself (the path without an index) decompresses the batch
-once per process (``decompressed_values`` keeps the last few).
+process. The reader travels as its address too (the shard's own reader,
+which pickles small, and the compressed range) and decompresses only when
+read: a worker sent the planned bytes never does.
 """
 
 from __future__ import annotations
@@ -25,15 +29,15 @@ from ..storage.base import RangeReader
 from ..storage.local import MemoryReader
 from .columns import decode_shard_buffer
 
-__all__ = ["DecompressedValues", "decompressed_values"]
+__all__ = ["KEPT_BYTES", "DecompressedValues", "kept_bytes"]
 
-#: Decompressed buffers a process keeps (each is a record batch's audio).
-KEPT = 2
+#: Decompressed bytes a process keeps (at least the buffer being read).
+KEPT_BYTES = 256 << 20
 
 
 class DecompressedValues(RangeReader):
     """Bytes ``[offset, offset + length)`` of ``source``, an IPC body buffer
-    compressed with ``compression``, decompressed on first use. ``shard``
+    compressed with ``compression``, decompressed when read. ``shard``
     names the shard in errors; ``url`` is what logs call the buffer."""
 
     def __init__(
@@ -48,24 +52,30 @@ class DecompressedValues(RangeReader):
     ) -> None:
         self.source, self.offset, self.length = source, offset, length
         self.compression, self.shard, self.url = compression, shard, url
-        self._values: MemoryReader | None = None
-        self._lock = threading.Lock()
+        # The source is known by its pickle (a path to map, or a store's
+        # options, the object's path and the versions seen), not by its URL,
+        # which two stores (two endpoints) may share.
+        self._address = (pickle.dumps(source), offset, length)
 
     def __reduce__(self) -> tuple[object, ...]:
-        address = (self.source, self.offset, self.length, self.compression, self.shard, self.url)
-        return decompressed_values, address
+        address = (self.source, self.offset, self.length, self.compression)
+        return _unpickled, (*address, self.shard, self.url)
 
     @property
     def values(self) -> MemoryReader:
-        """The decompressed buffer (decompressed the first time)."""
-        with self._lock:  # decoder threads of one process share a reader
-            if self._values is None:
-                (raw,) = self.source.fetch_many_sync([(self.offset, self.length)])
-                buffer = decode_shard_buffer(
-                    raw, self.compression, shard=self.shard, offset=self.offset
-                )
-                self._values = MemoryReader(buffer, url=self.url)
-            return self._values
+        """The decompressed buffer: kept from an earlier read, or decompressed now."""
+        with _lock:  # decoder threads of one process share the kept buffers
+            values = _kept.pop(self._address, None)
+            if values is None:
+                values = self._decompress()
+            _kept[self._address] = values
+            _drop_beyond(KEPT_BYTES)
+            return values
+
+    def _decompress(self) -> MemoryReader:
+        (raw,) = self.source.fetch_many_sync([(self.offset, self.length)])
+        buffer = decode_shard_buffer(raw, self.compression, shard=self.shard, offset=self.offset)
+        return MemoryReader(buffer, url=self.url)
 
     async def size(self) -> int:
         return self.size_sync()
@@ -80,26 +90,24 @@ class DecompressedValues(RangeReader):
         return self.values.read_sync(offset, length)
 
 
-_kept: collections.OrderedDict[tuple[bytes, int, int], DecompressedValues] = (
-    collections.OrderedDict()
-)
-_kept_lock = threading.Lock()
+_kept: collections.OrderedDict[tuple[bytes, int, int], MemoryReader] = collections.OrderedDict()
+_lock = threading.Lock()
 
 
-def decompressed_values(
+def _drop_beyond(budget: int) -> None:
+    """Drop the least recently read buffers past ``budget`` bytes, keeping
+    the newest whatever its size (a view handed out keeps its bytes alive
+    until its reader lets go of it)."""
+    while len(_kept) > 1 and kept_bytes() > budget:
+        _kept.popitem(last=False)
+
+
+def kept_bytes() -> int:
+    """Decompressed bytes this process keeps now."""
+    return sum(values.size_sync() for values in _kept.values())
+
+
+def _unpickled(
     source: RangeReader, offset: int, length: int, compression: str, shard: str, url: str
 ) -> DecompressedValues:
-    """This process's reader of one compressed buffer: the same one for
-    every job that names it, while it is among the last ``KEPT`` named.
-    The source is known by its pickle (a path to map, or a store's options,
-    the object's path and the versions seen), not by its URL, which two
-    stores (two endpoints) may share."""
-    address = (pickle.dumps(source), offset, length)
-    with _kept_lock:
-        reader = _kept.pop(address, None)
-        if reader is None:
-            reader = DecompressedValues(source, offset, length, compression, shard=shard, url=url)
-        _kept[address] = reader
-        while len(_kept) > KEPT:
-            _kept.popitem(last=False)
-        return reader
+    return DecompressedValues(source, offset, length, compression, shard=shard, url=url)

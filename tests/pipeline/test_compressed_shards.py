@@ -25,6 +25,7 @@ from helpers import BUCKET, SECRET
 from streamer import RandomCrops, Streamer, open_dataset
 from streamer.dataset.dataset import Dataset
 from streamer.errors import CompressedShardWarning, ShardError
+from streamer.shard import decompressed
 from streamer.shard.blob import BlobHandle
 from streamer.write.index import build_index
 from streamer.write.pack import pack
@@ -158,3 +159,23 @@ def test_the_index_command_warns_once_in_one_line(
         lines = done.stderr.splitlines()
         assert len(lines) == 1, lines
         assert lines[0].startswith("streamer index: warning: ") and "IPC-compressed" in lines[0]
+
+
+def test_what_a_process_keeps_decompressed_is_bounded(
+    compressed: dict[bool, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every batch's reader kept its bytes for good: planning a pass over a
+    zstd dataset grew the process to the dataset's decompressed size. Now
+    only the newest buffers are kept, within ``KEPT_BYTES``; a dropped one
+    is decompressed again, to the same bytes."""
+    dataset = open_dataset(compressed[True])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        blobs = {key: dataset.blob(key) for key in list(dataset.keys())}
+    first = {key: bytes(blob.view()) for key, blob in blobs.items()}
+    sizes = {blob.reader.size_sync() for blob in blobs.values()}
+    assert len(sizes) > 1  # more than one batch
+    monkeypatch.setattr(decompressed, "KEPT_BYTES", max(sizes))
+    for key, blob in blobs.items():
+        assert bytes(blob.view()) == first[key]
+        assert decompressed.kept_bytes() <= max(sizes)
