@@ -1,17 +1,27 @@
 """Arrow arrays rebuilt from the buffers a record batch's metadata locates.
 
 A record batch lists its field nodes and buffers depth-first over the
-schema. ``column_slots`` says which of them belong to each top-level column;
-``build_array`` turns a column's (decompressed) buffers back into an array
-with ``pyarrow.Array.from_buffers``, zero-copy when the buffers are views of
-a memory map.
+schema. ``column_slots`` says which of them belong to each top-level column
+of one batch; ``build_array`` turns a column's (decompressed) buffers back
+into an array with ``pyarrow.Array.from_buffers``, zero-copy when the
+buffers are views of a memory map.
+
+What a node's buffers are, per the IPC format: a validity bitmap first
+(none for null, union and run-end-encoded nodes), then its type's own; a
+``string_view`` / ``binary_view`` node has its views buffer followed by as
+many data buffers as the batch's ``variadicBufferCounts`` gives it (one
+entry per such node, depth-first), so the slots of the columns after it
+differ from batch to batch; a dictionary-encoded node holds its indices
+only (the values are in the file's dictionary batches). Every column's
+buffers are counted, so a column that cannot be rebuilt (``unsupported``)
+never moves the others: only asking for it fails.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -26,7 +36,6 @@ __all__ = [
     "unsupported",
 ]
 
-_VIEW_TYPES = ("is_string_view", "is_binary_view", "is_list_view", "is_large_list_view")
 #: Most bytes one compressed byte decompresses to, per IPC codec (zstd's RLE
 #: blocks: 128 KiB from 4 bytes; LZ4 frames: about 255), with a margin.
 _MAX_RATIO = {"zstd": 1 << 16, "lz4": 1 << 9}
@@ -41,24 +50,34 @@ class ColumnSlot:
     nodes: int
     first_buffer: int
     buffers: int
+    #: Variadic buffer counts of the column's view nodes, depth-first.
+    variadic: tuple[int, ...] = ()
 
 
-def column_slots(schema: pa.Schema) -> dict[str, ColumnSlot]:
-    """The slot of every top-level column of ``schema``."""
-    slots, node, buffer = {}, 0, 0
+def column_slots(schema: pa.Schema, variadic_counts: Sequence[int] = ()) -> dict[str, ColumnSlot]:
+    """The slot of every top-level column of ``schema`` in a record batch
+    whose ``variadicBufferCounts`` are ``variadic_counts``; ``ValueError``
+    when those are not one count, at least 0, per view node."""
+    views = sum(_views(field.type) for field in schema)
+    if len(variadic_counts) != views or any(count < 0 for count in variadic_counts):
+        raise ValueError(
+            f"variadic buffer counts {list(variadic_counts)[:8]} "
+            f"for {views} string_view / binary_view columns"
+        )
+    slots, node, buffer, view = {}, 0, 0, 0
     for field in schema:
+        counts = tuple(variadic_counts[view : view + _views(field.type)])
         nodes, buffers = _count(field.type)
-        slots[field.name] = ColumnSlot(node, nodes, buffer, buffers)
-        node, buffer = node + nodes, buffer + buffers
+        buffers += sum(counts)
+        slots[field.name] = ColumnSlot(node, nodes, buffer, buffers, counts)
+        node, buffer, view = node + nodes, buffer + buffers, view + len(counts)
     return slots
 
 
 def unsupported(kind: pa.DataType) -> str | None:
     """Why a type cannot be rebuilt here, or ``None`` when it can."""
     if pa.types.is_dictionary(kind):
-        return "dictionary-encoded"
-    if any(getattr(pa.types, check, lambda _: False)(kind) for check in _VIEW_TYPES):
-        return "a view type"
+        return "dictionary-encoded columns are not read (their values are in dictionary batches)"
     for index in range(kind.num_fields):
         reason = unsupported(kind.field(index).type)
         if reason:
@@ -66,16 +85,34 @@ def unsupported(kind: pa.DataType) -> str | None:
     return None
 
 
+def _is_view(kind: pa.DataType) -> bool:
+    """A type with variadic buffers (``string_view``, ``binary_view``)."""
+    return pa.types.is_string_view(kind) or pa.types.is_binary_view(kind)
+
+
+def _views(kind: pa.DataType) -> int:
+    """Nodes with variadic buffers in a node of this type and its children."""
+    own = 1 if _is_view(kind) else 0
+    return own + sum(_views(kind.field(i).type) for i in range(kind.num_fields))
+
+
 def _own_buffers(kind: pa.DataType) -> int:
-    """Buffers IPC writes for a node of this type (children not included)."""
+    """Buffers IPC writes for a node of this type (children and variadic
+    buffers not included)."""
     if pa.types.is_null(kind) or pa.types.is_run_end_encoded(kind):
         return 0
     if pa.types.is_union(kind):
         return kind.num_buffers - 1  # IPC unions have no validity bitmap
+    if pa.types.is_dictionary(kind):
+        return kind.index_type.num_buffers  # the indices: validity and values
+    if _is_view(kind):
+        return 2  # validity and views
     return kind.num_buffers
 
 
 def _count(kind: pa.DataType) -> tuple[int, int]:
+    if pa.types.is_dictionary(kind):
+        return 1, _own_buffers(kind)  # the value type's children are in the dictionary batch
     nodes, buffers = 1, _own_buffers(kind)
     for index in range(kind.num_fields):
         child_nodes, child_buffers = _count(kind.field(index).type)
@@ -114,16 +151,24 @@ def decode_shard_buffer(
 
 
 def build_array(
-    kind: pa.DataType, nodes: Iterator[tuple[int, int]], buffers: Iterator[pa.Buffer]
+    kind: pa.DataType,
+    nodes: Iterator[tuple[int, int]],
+    buffers: Iterator[pa.Buffer],
+    variadic: Iterator[int] | None = None,
 ) -> pa.Array:
-    """Rebuild one node (and its children) from depth-first node and buffer iterators."""
+    """Rebuild one node (and its children) from depth-first node, buffer and
+    variadic buffer count iterators (``ColumnSlot.variadic``)."""
+    variadic = iter(()) if variadic is None else variadic
     length, null_count = next(nodes)
-    own: list[pa.Buffer | None] = [next(buffers) for _ in range(_own_buffers(kind))]
+    count = _own_buffers(kind) + (next(variadic) if _is_view(kind) else 0)
+    own: list[pa.Buffer | None] = [next(buffers) for _ in range(count)]
     if pa.types.is_null(kind) or pa.types.is_union(kind) or pa.types.is_run_end_encoded(kind):
         own = [None, *own]  # no validity bitmap in IPC; pyarrow wants the slot
     elif own[0] is not None and own[0].size == 0:
         own[0] = None  # an empty validity bitmap: no nulls
-    children = [build_array(kind.field(i).type, nodes, buffers) for i in range(kind.num_fields)]
+    children = [
+        build_array(kind.field(i).type, nodes, buffers, variadic) for i in range(kind.num_fields)
+    ]
     if pa.types.is_null(kind):
         null_count = length
     elif own[0] is None:

@@ -2,32 +2,42 @@
 
 An IPC file is ``ARROW1\\0\\0``, a schema message, dictionary and record
 batch messages (each: flatbuffer metadata, then a body of buffers), a
-flatbuffer footer listing every message's position, the footer's length and
-``ARROW1``. ``read_layout`` reads:
+flatbuffer footer holding the schema again and every message's position,
+the footer's length and ``ARROW1``. ``read_layout`` reads:
 
 1. one suffix range (``TAIL_BYTES``, which remote readers fetch together
    with the object size in one request): the footer, and for small files
    everything else too;
 2. in one batch of ranges (one request when the file has one record batch):
-   the schema message, every record batch's metadata plus the first
+   the leading magic, every record batch's metadata plus the first
    ``PREFETCH_BYTES`` of its body, where the first columns' buffers (often
    ``__key__`` and the binary offsets) usually sit.
 
 Nothing else is read: no column data, in particular none of a binary
-column's values. The bytes read are kept (``Pieces``) so later buffer reads
-inside them cost nothing.
+column's values, and no dictionary batch (a dictionary-encoded column's
+record batch buffers are its indices; its values, which nothing here reads,
+live in the dictionary batches). The bytes read are kept (``Pieces``) so
+later buffer reads inside them cost nothing.
+
+The schema is the footer's, as pyarrow's file reader takes it: the schema
+message at the head of the file is not read at all (polars writes it in a
+form of its own). A record batch message is framed either way the IPC
+format allows: the continuation marker ``0xFFFFFFFF`` and the metadata
+length (Arrow 0.15 on), or the length alone (the legacy framing, which
+``IpcWriteOptions(use_legacy_format=True)`` still writes).
 
 Only the few flatbuffer tables this needs (Footer, Block, Message,
 RecordBatch, FieldNode, Buffer, BodyCompression) are decoded, by the small
 reader below, instead of depending on the ``flatbuffers`` runtime and
-generated code; the schema message is handed to ``pyarrow.ipc.read_schema``,
-which knows every Arrow type.
+generated code; the footer's Schema table is handed to
+``pyarrow.ipc.read_schema`` (wrapped in a Message of our making), which
+knows every Arrow type.
 
 Nothing read from the file is believed before it is bounded by the bytes
 that could hold it: every block lies between the header and the footer,
-every buffer inside its batch's body, counts are not negative, and the
-schema message is at most ``MAX_SCHEMA_BYTES``. A file that breaks any of
-this is a ``ShardError`` naming it (and the offset, where there is one).
+every buffer inside its batch's body, counts are not negative. A file that
+breaks any of this is a ``ShardError`` naming it (and the offset, where
+there is one).
 """
 
 from __future__ import annotations
@@ -42,7 +52,6 @@ from ..errors import ShardError
 from ..storage.base import RangeReader
 
 __all__ = [
-    "MAX_SCHEMA_BYTES",
     "PREFETCH_BYTES",
     "TAIL_BYTES",
     "BatchLayout",
@@ -53,14 +62,17 @@ __all__ = [
 
 TAIL_BYTES = 64 * 1024
 PREFETCH_BYTES = 4 * 1024
-#: Largest schema message read (wide tables with long metadata are ~1 MiB).
-MAX_SCHEMA_BYTES = 64 << 20
 
 MAGIC = b"ARROW1"
 _CONTINUATION = 0xFFFFFFFF
 _BLOCK = struct.Struct("<qi4xq")  # offset, metaDataLength, (padding), bodyLength
 _PAIR = struct.Struct("<qq")  # FieldNode (length, null_count) and Buffer (offset, length)
 _SCHEMA_HEADER, _RECORD_BATCH_HEADER = 1, 3
+#: A Message table wrapping a Schema table that follows it: root offset (16),
+#: vtable (5 x u16: its size, the table's, version at +8, header_type at +10,
+#: header at +4), padding, then the table (its vtable 12 bytes before it, the
+#: header's offset, the version, the header type, padding to 32 bytes).
+_MESSAGE = struct.Struct("<I5H2xiIhB5x")
 _CODECS = {0: "lz4", 1: "zstd"}
 
 
@@ -72,7 +84,9 @@ class BatchLayout:
     nodes: list[tuple[int, int]]  # (length, null_count), depth-first over the schema
     buffers: list[tuple[int, int]]  # (file offset, length), depth-first over the schema
     compression: str | None  # "lz4" / "zstd" when the body's buffers are compressed
-    variadic_counts: list[int]  # extra buffers of view columns (unsupported for now)
+    #: Variadic buffers of each string_view / binary_view node, depth-first
+    #: (``RecordBatch.variadicBufferCounts``): they follow its views buffer.
+    variadic_counts: list[int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,18 +149,13 @@ def read_layout(
         if not len(MAGIC) + 2 <= footer_start < size:
             raise _invalid(f"bad footer length {footer_length}", label)
         (footer,) = pieces.read(reader, [(footer_start, footer_length)])
-        blocks, dictionaries = _parse_footer(footer)
-        if dictionaries:
-            raise _invalid("dictionary-encoded columns are not supported", label)
+        blocks, schema_message = _parse_footer(footer)
         _check_blocks(blocks, footer_start, label)
-        first = min((b[0] for b in blocks), default=footer_start)
-        if first > MAX_SCHEMA_BYTES:
-            raise _invalid(f"schema message of {first} bytes", label)
         heads = [(b[0], b[1] + min(PREFETCH_BYTES, b[2])) for b in blocks]
-        schema_bytes, *_ = pieces.read(reader, [(0, first), *heads])
-        if bytes(schema_bytes[: len(MAGIC)]) != MAGIC:
+        head, *_ = pieces.read(reader, [(0, len(MAGIC)), *heads])
+        if bytes(head) != MAGIC:
             raise _invalid("no ARROW1 header", label)
-        schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes[8:]))
+        schema = pa.ipc.read_schema(pa.py_buffer(schema_message))
         _decode_names(schema)
         batches = [_parse_batch(pieces.get(b[0], b[1]), b) for b in blocks]  # type: ignore[arg-type]
     except _Corrupt as exc:
@@ -186,10 +195,26 @@ def _check_blocks(blocks: list[tuple[int, int, int]], footer_start: int, label: 
             raise _invalid(f"record batch {number} lies outside the file", label, offset)
 
 
-def _parse_footer(footer: memoryview) -> tuple[list[tuple[int, int, int]], int]:
-    """(record batch blocks, number of dictionary blocks) of a Footer table."""
+def _parse_footer(footer: memoryview) -> tuple[list[tuple[int, int, int]], bytes]:
+    """(record batch blocks, schema message) of a Footer table."""
     table = _Table.root(footer)
-    return table.structs(3, _BLOCK), len(table.structs(2, _BLOCK))
+    return table.structs(3, _BLOCK), _schema_message(footer, table)
+
+
+def _schema_message(footer: memoryview, table: _Table) -> bytes:
+    """The footer's Schema table as an encapsulated Schema message (what
+    ``pyarrow.ipc.read_schema`` reads): a Message table of ours, pointing
+    forward to the Schema table inside the footer's bytes, which follow it
+    8-byte aligned, so every offset in them still holds."""
+    schema = table._target(1)
+    if not schema:
+        raise ValueError("the footer has no schema")
+    version = table.scalar(0, "<h")
+    start = _MESSAGE.size  # where the footer's bytes begin, relative to the flatbuffer
+    header = start + schema - 20  # the header field sits at byte 20 of the flatbuffer
+    message = _MESSAGE.pack(16, 10, 12, 8, 10, 4, 12, header, version, _SCHEMA_HEADER)
+    flatbuffer = message + bytes(footer) + bytes(-len(footer) % 8)
+    return struct.pack("<Ii", _CONTINUATION, len(flatbuffer)) + flatbuffer
 
 
 def _parse_batch(message: memoryview, block: tuple[int, int, int]) -> BatchLayout:
@@ -198,7 +223,7 @@ def _parse_batch(message: memoryview, block: tuple[int, int, int]) -> BatchLayou
     if struct.unpack_from("<I", message)[0] == _CONTINUATION:
         (length,) = struct.unpack_from("<i", message, 4)
         flatbuffer = message[8 : 8 + length]
-    else:  # pre-1.0 files: no continuation marker
+    else:  # the legacy framing (before Arrow 0.15): the length alone
         (length,) = struct.unpack_from("<i", message)
         flatbuffer = message[4 : 4 + length]
     root = _Table.root(flatbuffer)

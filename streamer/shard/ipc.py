@@ -28,7 +28,7 @@ from ..storage.base import RangeReader
 from ..storage.local import LocalFileReader
 from ..timing import record
 from .blob import BlobHandle
-from .columns import build_array, column_slots, decode_shard_buffer, unsupported
+from .columns import ColumnSlot, build_array, column_slots, decode_shard_buffer, unsupported
 from .decompressed import DecompressedValues
 from .footer import TAIL_BYTES, read_layout
 
@@ -69,7 +69,7 @@ class Shard:
                 raise  # a store that cannot deliver is not a bad shard
             raise ShardError(f"cannot open as an Arrow IPC file: {exc}", shard=self.path) from exc
         self.schema: pa.Schema = self.layout.schema
-        self._slots = column_slots(self.schema)
+        self._slots = self._batch_slots()  # per batch: view columns' buffers vary
         self._check_batches()
         rows = np.fromiter((b.num_rows for b in self.layout.batches), dtype=np.int64)
         #: Row number of the first row of each record batch, plus the total.
@@ -109,17 +109,14 @@ class Shard:
         kind = self.schema.field(name).type
         reason = unsupported(kind)
         if reason:
-            raise ShardError(
-                f"column {name!r} is {reason}, which is not supported", shard=self.path
-            )
-        slot = self._slots[name]
+            raise ShardError(f"column {name!r} is {kind}: {reason}", shard=self.path)
         chunks = []
         for batch in range(len(self.layout.batches)):
-            layout = self.layout.batches[batch]
+            layout, slot = self.layout.batches[batch], self._slots[batch][name]
             nodes = layout.nodes[slot.first_node : slot.first_node + slot.nodes]
             buffers = self._buffers(batch, range(slot.buffers), name)
             try:
-                array = build_array(kind, iter(nodes), iter(buffers))
+                array = build_array(kind, iter(nodes), iter(buffers), iter(slot.variadic))
                 array.validate(full=True)  # buffers too short for the lengths, bad offsets
             except pa.ArrowException as exc:
                 raise ShardError(
@@ -192,26 +189,36 @@ class Shard:
 
     def _prefetch(self) -> None:
         """Read, in one batch, ``__key__`` and every binary column's validity + offsets."""
-        wanted = [(KEY_COLUMN, i) for i in range(self._slots[KEY_COLUMN].buffers)]
-        wanted += [
-            (f.name, i) for f in self.schema if f.type in _BINARY_OFFSET_TYPES for i in (0, 1)
-        ]
+        binary = [f.name for f in self.schema if f.type in _BINARY_OFFSET_TYPES]
         ranges = [
             self._buffer_range(batch, column, index)
-            for batch in range(len(self.layout.batches))
-            for column, index in wanted
+            for batch, slots in enumerate(self._slots)
+            for column, indices in [
+                (KEY_COLUMN, range(slots[KEY_COLUMN].buffers)),
+                *((name, (0, 1)) for name in binary),
+            ]
+            for index in indices
         ]
         self._pieces.read(self.reader, [r for r in ranges if r[1]])
 
     def _buffer_range(self, batch: int, column: str, index: int) -> tuple[int, int]:
-        return self.layout.batches[batch].buffers[self._slots[column].first_buffer + index]
+        return self.layout.batches[batch].buffers[self._slots[batch][column].first_buffer + index]
+
+    def _batch_slots(self) -> list[dict[str, ColumnSlot]]:
+        """Every batch's column slots (``columns.column_slots``)."""
+        try:
+            return [column_slots(self.schema, b.variadic_counts) for b in self.layout.batches]
+        except ValueError as exc:
+            raise ShardError(
+                f"record batch metadata does not fit the schema: {exc}", shard=self.path
+            ) from None
 
     def _check_batches(self) -> None:
         """Each batch has the schema's nodes and buffers, and every column its rows."""
-        nodes = sum(slot.nodes for slot in self._slots.values())
-        buffers = sum(slot.buffers for slot in self._slots.values())
-        firsts = [slot.first_node for slot in self._slots.values()]
-        for number, batch in enumerate(self.layout.batches):
+        for number, (batch, slots) in enumerate(zip(self.layout.batches, self._slots, strict=True)):
+            nodes = sum(slot.nodes for slot in slots.values())
+            buffers = sum(slot.buffers for slot in slots.values())
+            firsts = [slot.first_node for slot in slots.values()]
             if len(batch.nodes) != nodes or len(batch.buffers) != buffers:
                 raise ShardError(
                     f"record batch {number} has {len(batch.nodes)} nodes and "

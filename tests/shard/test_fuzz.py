@@ -1,9 +1,11 @@
 """The IPC footer and record-batch metadata parser under hypothesis.
 
 Real shards (an uncompressed audio shard, a zstd-compressed one with 32-bit
-offsets, a ``seek_index/`` shard) have their metadata and footer mutated:
-opening the shard, reading its keys and every blob cell, and reading every
-index row raise nothing but ``DataError`` subclasses; the rows a shard
+offsets, a ``seek_index/`` shard, one in the legacy framing with
+``string_view`` keys and dictionary and ``string_view`` columns) have their
+metadata and footer mutated: opening the shard, reading its keys and every
+blob cell, and reading every index row raise nothing but ``DataError``
+subclasses; the rows a shard
 claims are bounded by its bytes (4 bytes of key offsets per row); every
 blob lies inside the file; memory stays bounded. Plus the hostile cases the
 issue names, one by one, with the error they must give.
@@ -34,9 +36,11 @@ MEMORY_LIMIT = 16 << 20
 URL = "memory://fuzz/audio/s.wsds"
 
 
-def ipc_file(table: pa.Table, rows_per_batch: int, compression: str | None = None) -> bytes:
+def ipc_file(
+    table: pa.Table, rows_per_batch: int, compression: str | None = None, legacy: bool = False
+) -> bytes:
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
+    options = pa.ipc.IpcWriteOptions(compression=compression, use_legacy_format=legacy)
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table, max_chunksize=rows_per_batch)
     return sink.getvalue().to_pybytes()
@@ -56,6 +60,12 @@ def seed(name: str) -> bytes:
         table = pa.Table.from_arrays(columns, schema=INDEX_SCHEMA)
         return ipc_file(table, 2)
     blobs = [bytes([n]) * (50 + 30 * n) for n in range(5)]
+    if name == "views":  # string_view keys and a column, a dictionary column, legacy framing
+        keys = pa.array([f"k{n}" + "-long" * n for n in range(5)], pa.string_view())
+        lang = pa.array(["en", "fr", None, "en", "de"]).dictionary_encode()
+        note = pa.array(["a", None, "a note past twelve bytes", "b", "c" * 20], pa.string_view())
+        table = pa.table({"__key__": keys, "lang": lang, "note": note, "audio": blobs})
+        return ipc_file(table, 2, legacy=True)
     kind, compression = {
         "audio": (pa.large_binary(), None),
         "zstd": (pa.binary(), "zstd"),
@@ -108,14 +118,14 @@ def use(shard: Shard, size: int) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("name", ["audio", "zstd", "index"])
+@pytest.mark.parametrize("name", ["audio", "zstd", "index", "views"])
 def test_mutated_shards_fail_as_data_errors(name: str) -> None:
     fuzz(CI, shards(name), check_shard)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("name", ["audio", "zstd", "index"])
+@pytest.mark.parametrize("name", ["audio", "zstd", "index", "views"])
 def test_mutated_shards_fail_as_data_errors_long(name: str) -> None:
     fuzz(LONG, shards(name), check_shard)
 

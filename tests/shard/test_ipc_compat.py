@@ -1,0 +1,207 @@
+"""IPC files pyarrow reads that streamer must read too, as pyarrow reads them.
+
+The schema comes from the footer (polars writes the head of the file in a
+form of its own); both message framings (continuation marker and length,
+and the legacy length alone); columns streamer does not need never make a
+shard unreadable: a dictionary-encoded column (its record batch buffers are
+its indices) and ``string_view`` / ``binary_view`` columns (their variadic
+data buffers, counted per batch in ``variadicBufferCounts``) are skipped
+over exactly, ``__key__`` as ``string_view`` is read, and a needed column
+of a type that cannot be served is a ``ShardError`` naming the column, its
+type and the shard.
+
+``data/polars-*.arrow`` were written by polars 2.1 ``DataFrame.write_ipc``
+(uncompressed; ``compat_level=oldest``: ``large_string`` / ``large_binary``;
+default: ``string_view`` / ``binary_view``), with a categorical ``lang``
+column, from ``__key__`` ``["a", "b", "episode-with-a-key-longer-than-
+twelve-bytes"]``, ``note`` ``["x", "a note longer than twelve bytes",
+None]`` and ``audio`` ``[bytes(range(40)), b"", b"\\xff" * 100]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from streamer import open_dataset
+from streamer.errors import ShardError
+from streamer.shard import Shard
+from streamer.storage.local import MemoryReader
+
+DATA = Path(__file__).parent / "data"
+URL = "memory://compat/audio/s.wsds"
+#: Keys past 12 bytes: a string_view keeps them in variadic data buffers.
+KEYS = [f"episode-{n:03d}-with-a-long-key" for n in range(7)]
+BLOBS = [bytes([n]) * (20 + 13 * n) for n in range(7)]
+
+
+def ipc_file(table: pa.Table, rows_per_batch: int = 3, **options: object) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(**options)) as writer:
+        writer.write_table(table, max_chunksize=rows_per_batch)
+    return sink.getvalue().to_pybytes()
+
+
+def check_reads_as_pyarrow(data: bytes, audio: str = "audio") -> Shard:
+    """Keys and every blob as pyarrow reads them."""
+    expected = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    shard = Shard(MemoryReader(data, url=URL))
+    assert shard.schema == expected.schema
+    assert shard.num_rows == expected.num_rows
+    assert shard.keys.to_pylist() == expected.column("__key__").to_pylist()
+    cells = expected.column(audio).to_pylist()
+    assert [bytes(shard.blob(audio, row).view()) for row in range(shard.num_rows)] == cells
+    return shard
+
+
+def long_strings(n: int) -> list[str | None]:
+    """Short ones (inline in a view), long ones, a null."""
+    return [None if i == 2 else ("x" * (3 + 9 * i)) for i in range(n)]
+
+
+def chunked(values: list, kind: pa.DataType) -> pa.ChunkedArray:  # type: ignore[type-arg]
+    """``values`` in chunks of 3 built apart, as ``ipc_file`` writes batches:
+    a string_view chunk of short strings has no data buffer, the others one
+    each, so the columns after it sit at other buffer numbers batch by batch."""
+    return pa.chunked_array(
+        [
+            pa.array(
+                values[i : i + 3], pa.string() if kind == pa.string_view() else pa.binary()
+            ).cast(kind)
+            for i in range(0, len(values), 3)
+        ]
+    )
+
+
+def test_a_dictionary_column_beside_the_audio() -> None:
+    lang = pa.array(["en", "fr", "en", "de", None, "fr", "en"]).dictionary_encode()
+    table = pa.table({"__key__": KEYS, "lang": lang, "audio": pa.array(BLOBS, pa.binary())})
+    shard = check_reads_as_pyarrow(ipc_file(table))
+    with pytest.raises(
+        ShardError, match=r"'lang' is dictionary<values=string.*dictionary"
+    ) as caught:
+        shard.column("lang")
+    assert caught.value.shard == URL
+
+
+def test_nested_dictionary_and_view_columns_before_the_audio() -> None:
+    # The buffers of the columns before the audio decide where its buffers
+    # are: a list of dictionaries and a struct holding a string_view.
+    labels = pa.array([["a", "b"], [], None, ["c"], ["a"], ["bbbbbbbbbbbbbbbbbbbb"], ["c"]])
+    labels = pa.ListArray.from_arrays(
+        labels.offsets, labels.values.dictionary_encode(), mask=labels.is_null()
+    )
+    notes = pa.StructArray.from_arrays(
+        [pa.array(long_strings(7), pa.string_view()), pa.array(range(7), pa.int16())],
+        names=["text", "n"],
+    )
+    table = pa.table(
+        {
+            "labels": labels,
+            "notes": notes,
+            "__key__": KEYS,
+            "audio": pa.array(BLOBS, pa.large_binary()),
+        }
+    )
+    shard = check_reads_as_pyarrow(ipc_file(table))
+    assert shard.column("notes").to_pylist() == table.column("notes").to_pylist()
+    with pytest.raises(ShardError, match="'labels' is list<item: dictionary"):
+        shard.column("labels")
+
+
+@pytest.mark.parametrize("kind", [pa.string_view(), pa.binary_view()])
+def test_a_view_column_beside_the_audio_is_read(kind: pa.DataType) -> None:
+    values = long_strings(7)
+    if kind == pa.binary_view():
+        values = [None if s is None else s.encode() for s in values]
+    table = pa.table({"__key__": KEYS, "lang": chunked(values, kind), "audio": BLOBS})
+    data = ipc_file(table)
+    shard = check_reads_as_pyarrow(data)
+    counts = [batch.variadic_counts for batch in shard.layout.batches]
+    assert len(set(map(tuple, counts))) > 1  # the slots differ from batch to batch
+    assert shard.column("lang").to_pylist() == table.column("lang").to_pylist()
+
+
+def test_a_string_view_key_is_read() -> None:
+    table = pa.table(
+        {
+            "__key__": chunked([*KEYS[:3], "k3", "k4", "k5", KEYS[6]], pa.string_view()),
+            "audio": BLOBS,
+        }
+    )
+    shard = check_reads_as_pyarrow(ipc_file(table))
+    assert shard.keys.type == pa.string()
+
+
+def test_binary_view_audio_names_column_type_and_shard() -> None:
+    table = pa.table({"__key__": KEYS, "audio": pa.array(BLOBS, pa.binary_view())})
+    shard = Shard(MemoryReader(ipc_file(table), url=URL))
+    assert shard.keys.to_pylist() == KEYS
+    with pytest.raises(ShardError, match="'audio' is binary_view") as caught:
+        shard.blob("audio", 0)
+    assert caught.value.shard == URL
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_the_legacy_message_framing(compression: str | None) -> None:
+    table = pa.table(
+        {
+            "__key__": pa.array(KEYS, pa.string_view()),
+            "lang": pa.array(["en"] * 7).dictionary_encode(),
+            "audio": pa.array(BLOBS, pa.large_binary()),
+        }
+    )
+    data = ipc_file(table, use_legacy_format=True, compression=compression)
+    # No continuation marker before the first message's length.
+    assert data[8:12] != b"\xff\xff\xff\xff"
+    check_reads_as_pyarrow(data)
+
+
+@pytest.mark.parametrize("name", ["polars-oldest", "polars-default"])
+def test_files_written_by_polars(name: str) -> None:
+    data = (DATA / f"{name}.arrow").read_bytes()
+    expected = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    shard = Shard(MemoryReader(data, url=URL))
+    assert shard.schema == expected.schema
+    assert shard.keys.to_pylist() == ["a", "b", "episode-with-a-key-longer-than-twelve-bytes"]
+    assert shard.column("note").to_pylist() == expected.column("note").to_pylist()
+    with pytest.raises(ShardError, match="'lang' is dictionary"):
+        shard.column("lang")
+    if name == "polars-oldest":
+        blobs = [bytes(shard.blob("audio", row).view()) for row in range(3)]
+        assert blobs == expected.column("audio").to_pylist()
+    else:
+        with pytest.raises(ShardError, match="'audio' is binary_view") as caught:
+            shard.blob("audio", 0)
+        assert caught.value.shard == URL
+
+
+def test_a_sibling_column_dir_with_dictionary_and_view_columns(tmp_path: Path) -> None:
+    def write(path: Path, table: pa.Table) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(ipc_file(table))
+
+    write(tmp_path / "audio" / "s.wsds", pa.table({"__key__": KEYS, "audio": BLOBS}))
+    labels = {
+        "__key__": KEYS,
+        "lang": pa.array(["en", "fr"] * 3 + ["en"]).dictionary_encode(),
+        "text": pa.array(long_strings(7), pa.string_view()),
+        "speaker": [f"s{n}" for n in range(7)],
+    }
+    write(tmp_path / "labels" / "s.wsds", pa.table(labels))
+    dataset = open_dataset(tmp_path)
+    assert len(dataset) == 7 and not dataset.bad_shards
+    shard = dataset.shard("s", "labels")
+    assert shard.column("speaker").to_pylist() == labels["speaker"]
+    assert shard.column("text").to_pylist() == long_strings(7)
+
+
+def test_a_dataset_of_binary_view_audio_says_why_it_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "audio").mkdir()
+    table = pa.table({"__key__": KEYS, "audio": pa.array(BLOBS, pa.binary_view())})
+    (tmp_path / "audio" / "s.wsds").write_bytes(ipc_file(table))
+    dataset = open_dataset(tmp_path)
+    assert len(dataset) == 0
+    assert "'audio' is binary_view" in dataset.bad_shards["s"]
