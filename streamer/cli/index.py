@@ -78,13 +78,14 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     print_index_report(report, "checked" if args.verify else "indexed")
-    return 1 if report.failed or report.damaged else 0
+    return 1 if report.failed or report.damaged or report.duplicate_key else 0
 
 
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
     the shards that could not be indexed and the episodes whose audio data
-    is damaged (either: ``streamer index`` exits 1)."""
+    is damaged, and a key the dataset holds twice (any of them: ``streamer
+    index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
@@ -106,3 +107,5 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         for key, spans in episodes.items():
             ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
             print(f"  damaged audio data in shard {name}, key {key!r}: bytes {ranges}")
+    if report.duplicate_key:
+        print(f"  the dataset cannot be streamed: {report.duplicate_key}")

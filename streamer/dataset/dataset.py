@@ -45,6 +45,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..decode.crop import Crop, CropRequest, read_crop
 from ..decode.resample import DEFAULT_QUALITY
@@ -425,12 +426,39 @@ class Dataset:
             first = int(self._rows[index])
             for j, key in enumerate(self.shard(name).keys.to_pylist()):
                 if key in rows:
-                    other = self.shard_names[self.shard_index(rows[key])]
+                    other = self.shard_index(rows[key])
+                    row = rows[key] - int(self._rows[other])
                     raise LayoutError(
-                        f"duplicate key, also in shard {other!r}", shard=name, key=key
+                        f"duplicate key: in shard {self.shard_names[other]!r} row {row} and in "
+                        f"shard {name!r} row {j} of {self.url} (a crop of it could be of either "
+                        "episode: remove or rename one)",
+                        shard=name,
+                        key=key,
                     )
                 rows[key] = first + j
         return rows
+
+    @cached_property
+    def _keys_unique(self) -> bool:
+        """Whether no key is in the dataset twice: one count of distinct keys
+        in Arrow (hashed in C++, no Python string per key: a dataset of
+        millions of keys pays milliseconds)."""
+        arrays = [self.shard(name).keys for name in self.shard_names]
+        total = sum(len(keys) for keys in arrays)
+        if not total:
+            return True
+        distinct = pc.count_distinct(pa.chunked_array(arrays, pa.string()), mode="all")
+        return distinct.as_py() == total
+
+    def check_keys(self) -> None:
+        """``LayoutError`` naming the key and both places (shard and row) when
+        a key is in the dataset twice, in one shard or in two: a crop of it
+        could be of either episode, so the dataset cannot be sampled (every
+        lookup of any key raises the same). Checked once per dataset, cheaply
+        (``_keys_unique``); only a dataset that fails it is searched for the
+        key."""
+        if not self._keys_unique:
+            self._key_rows  # noqa: B018 (raises, naming the first key found twice)
 
     def __len__(self) -> int:
         return int(self._rows[-1])

@@ -12,9 +12,10 @@ import pyarrow as pa
 
 from ..dataset.dataset import INFO_DIR, Dataset
 from ..decode.resample import holds_samples
-from ..errors import DataError
+from ..errors import CropError, ShardError
 from ..formats.ffmpeg import full_decode_length
 from ..index.checks import MAX_DURATION, MAX_SAMPLE_RATE
+from ..index.table import SeekIndex
 from ..shard import Shard
 
 __all__ = ["Episodes"]
@@ -65,16 +66,23 @@ class Episodes:
     def of(cls, dataset: Dataset, target_rate: int | None = None, *, warn: bool = True) -> Episodes:
         """Read from ``audio_info/`` (what ``streamer pack`` writes), else from
         the seek index; ``target_rate``: the rate crops are served at;
-        ``warn``: name the episodes of unknown duration."""
+        ``warn``: name the episodes of unknown duration, by reason.
+
+        ``LayoutError`` naming the key and both places when a key is in the
+        dataset twice (``Dataset.check_keys``): a crop of it could be of
+        either episode, and every lookup of any key fails.
+        """
+        dataset.check_keys()
         keys: list[str] = []
         shards, rows, durations, rates = [], [], [], []
         unusable: list[str] = []
+        unknown: dict[str, list[str]] = {}
         for number, name in enumerate(dataset.shard_names):
             shard_keys = dataset.shard(name).keys.to_pylist()
             keys += shard_keys
             shards.append(np.full(len(shard_keys), number, dtype=np.int32))
             rows.append(np.arange(len(shard_keys), dtype=np.int64))
-            duration, rate = _timing(dataset, name, shard_keys, unusable)
+            duration, rate = _timing(dataset, name, shard_keys, unusable, unknown)
             durations.append(duration)
             rates.append(rate)
         episodes = cls(
@@ -89,7 +97,7 @@ class Episodes:
         )
         if warn:
             _warn_unusable(dataset, unusable)
-            episodes._warn_unknown()
+            episodes._warn_unknown(unknown)
         return episodes
 
     def holds_samples(self, episode: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -101,29 +109,39 @@ class Episodes:
         rate = np.full(len(self), np.nan) if self.sample_rate is None else self.sample_rate
         return holds_samples(start, end, self.duration[episode], rate[episode], self.target_rate)
 
-    def _warn_unknown(self) -> None:
-        """Say which episodes no sampler will draw from: they are not crops
-        that fail (nothing counts them later), they are never planned."""
-        unknown = np.flatnonzero(~np.isfinite(self.duration))
-        if len(unknown):
+    def _warn_unknown(self, unknown: dict[str, list[str]]) -> None:
+        """Say which episodes no sampler will draw from, and why (``unknown``:
+        reason -> keys): they are not crops that fail (nothing counts them
+        later), they are never planned."""
+        count = int(np.count_nonzero(~np.isfinite(self.duration)))
+        if count:
+            reasons = "; ".join(
+                f"{len(keys)} {reason} ({_first_few([repr(key) for key in keys[:4]])})"
+                for reason, keys in sorted(unknown.items(), key=lambda item: -len(item[1]))
+            )
             log.warning(
-                "%s: %d of %d episodes have no known duration (no audio_info/ duration "
-                "and no usable seek index): samplers draw no crop from them (%s); "
-                "`streamer index` or `streamer pack` records it",
+                "%s: %d of %d episodes have no known duration: samplers draw no crop from them: %s",
                 self.dataset.url,
-                len(unknown),
+                count,
                 len(self),
-                _first_few([repr(self.keys[i]) for i in unknown[:4]]),
+                reasons,
             )
 
 
 def _timing(
-    dataset: Dataset, name: str, keys: list[str], unusable: list[str]
+    dataset: Dataset,
+    name: str,
+    keys: list[str],
+    unusable: list[str],
+    unknown: dict[str, list[str]],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each episode's duration in seconds and sample rate (NaN: unknown):
     ``audio_info``'s, else (no such column, a null cell, or a value no
     episode has or text that is no number, noted in ``unusable``) its seek
-    index's."""
+    index's. The keys of those left unknown go to ``unknown`` under the
+    reason: no seek index, its "no index" reason, or the error that reading
+    the episode raised (a null ``audio`` cell, a blob of another length than
+    ``audio_info`` records). A layout error or a store that fails raises."""
     info = dataset.shard(name, INFO_DIR) if INFO_DIR in dataset.column_dirs else None
     durations, _ = _numbers(info, "duration", keys, unusable)
     rates, text_rate = _numbers(info, "sample_rate", keys, unusable)
@@ -137,15 +155,34 @@ def _timing(
         unusable.append(f"{keys[j]!r}: {field}={value:g}")
     for j in np.flatnonzero(bad_duration | bad_rate | text_rate):
         try:
-            index = dataset.episode(keys[j]).index  # checked: an implausible one says "no index"
-        except DataError:  # no usable seek_index/ row: duration unknown
-            index = None
-        if index is not None and index.ok and index.num_samples >= 0:
+            # By row, not key: checked, an implausible index says "no index".
+            index = dataset.episode_at(name, int(j)).index
+        except (ShardError, CropError) as exc:  # this episode cannot be read
+            index, reason = None, f"cannot be read: {exc.reason}"
+        else:
+            reason = _no_duration(index)
+        if reason is None:
             durations[j] = full_decode_length(index) / index.timescale
             rates[j] = index.sample_rate
         else:
             durations[j] = rates[j] = np.nan
+            unknown.setdefault(reason, []).append(keys[j])
     return durations, rates
+
+
+def _no_duration(index: SeekIndex | None) -> str | None:
+    """Why an episode without an ``audio_info`` duration has none from its
+    seek index either (None: it has one)."""
+    if index is None:
+        return (
+            "have no audio_info/ duration and no seek index "
+            "(`streamer index` or `streamer pack` records it)"
+        )
+    if not index.ok:
+        return f"have no audio_info/ duration, and no index: {index.reason}"
+    if index.num_samples < 0:
+        return "have no audio_info/ duration, and their seek index does not know their length"
+    return None
 
 
 def _numbers(

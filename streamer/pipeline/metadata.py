@@ -38,6 +38,12 @@ def find_column(dataset: Dataset, name: str) -> tuple[str, str]:
     """The (column directory, field) of ``name``: ``"field"`` (the first
     directory, by name, that has it) or ``"directory/field"``."""
     column_dir, _, field = name.rpartition("/")
+    if not dataset.shard_names:  # every audio shard skipped: none to read a column of
+        skipped = "; ".join(f"{shard}: {why}" for shard, why in dataset.bad_shards.items())
+        raise LayoutError(
+            f"{dataset.url}: cannot find the column {name!r}: no {dataset.audio_dir}/ shard "
+            f"of the dataset can be read" + (f" (skipped: {skipped})" if skipped else "")
+        )
     dirs = [column_dir] if column_dir else sorted(dataset.column_dirs)
     for candidate in dirs:
         shard = dataset.shard(dataset.shard_names[0], candidate)

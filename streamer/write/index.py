@@ -54,7 +54,14 @@ from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
 from ..decode.verify import Checked, check, choose_index, countable, first_damage
-from ..errors import CompressedShardWarning, CropError, DataError, ShardError, StreamerError
+from ..errors import (
+    CompressedShardWarning,
+    CropError,
+    DataError,
+    LayoutError,
+    ShardError,
+    StreamerError,
+)
 from ..formats.registry import DEFAULT_DENSITY
 from ..index.checks import OLDER_BUILDER, stale_build
 from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
@@ -180,6 +187,10 @@ class IndexReport:
     labels: Counter[str] = field(default_factory=Counter)
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     damaged: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    #: A key in the dataset twice, where (``Dataset.check_keys``): the dataset
+    #: cannot be sampled or read by key until one is removed. Checked when
+    #: the run covers every shard (not by one part of a ``--shards`` job).
+    duplicate_key: str | None = None
 
     def add(self, result: ShardResult) -> None:
         if result.damaged:
@@ -356,6 +367,11 @@ def _each_shard(
             bar.set_postfix(shards=len(report.indexed), skipped=len(report.skipped))
     finally:
         bar.close()
+    if shards is None:
+        try:
+            dataset.check_keys()
+        except LayoutError as exc:
+            report.duplicate_key = str(exc)
     return report
 
 
