@@ -187,9 +187,14 @@ def test_extra_audio_shard_is_refreshed_by_index(copy: Path, clean: Path) -> Non
     """An audio shard added behind the manifest's back cannot be seen without
     listing; ``streamer index`` (which lists) rewrites the manifest."""
     for column_dir in ("audio", "audio_info"):
-        shutil.copy(
-            clean / column_dir / "shard-000000.wsds", copy / column_dir / "shard-000003.wsds"
-        )
+        # A copy of shard-000000 under other keys (the same keys twice would
+        # make the dataset ambiguous: ``streamer index`` then exits 1).
+        with pa.ipc.open_file(clean / column_dir / "shard-000000.wsds") as reader:
+            table = reader.read_all()
+        keys = pa.array([f"{key}-copy" for key in table.column("__key__").to_pylist()])
+        table = table.set_column(table.schema.get_field_index("__key__"), "__key__", keys)
+        with pa.ipc.new_file(copy / column_dir / "shard-000003.wsds", table.schema) as writer:
+            writer.write_table(table)
     before = manifest_of(copy)
     assert Dataset(copy, manifest=True).listed_shards == sorted(
         before["columns"]["audio"]["shards"]
