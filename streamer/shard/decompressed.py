@@ -52,10 +52,7 @@ class DecompressedValues(RangeReader):
     ) -> None:
         self.source, self.offset, self.length = source, offset, length
         self.compression, self.shard, self.url = compression, shard, url
-        # The source is known by its pickle (a path to map, or a store's
-        # options, the object's path and the versions seen), not by its URL,
-        # which two stores (two endpoints) may share.
-        self._address = (pickle.dumps(source), offset, length)
+        self._address = (_identity(source), offset, length)
 
     def __reduce__(self) -> tuple[object, ...]:
         address = (self.source, self.offset, self.length, self.compression)
@@ -65,10 +62,10 @@ class DecompressedValues(RangeReader):
     def values(self) -> MemoryReader:
         """The decompressed buffer: kept from an earlier read, or decompressed now."""
         with _lock:  # decoder threads of one process share the kept buffers
-            values = _kept.pop(self._address, None)
+            _, values = _kept.pop(self._address, (None, None))
             if values is None:
                 values = self._decompress()
-            _kept[self._address] = values
+            _kept[self._address] = (self.source, values)  # the source alive: its id stays its
             _drop_beyond(KEPT_BYTES)
             return values
 
@@ -90,8 +87,21 @@ class DecompressedValues(RangeReader):
         return self.values.read_sync(offset, length)
 
 
-_kept: collections.OrderedDict[tuple[bytes, int, int], MemoryReader] = collections.OrderedDict()
+_kept: collections.OrderedDict[tuple[object, int, int], tuple[RangeReader, MemoryReader]] = (
+    collections.OrderedDict()
+)
 _lock = threading.Lock()
+
+
+def _identity(source: RangeReader) -> object:
+    """What tells ``source`` from other readers in this process: its pickle
+    (a path to map, or a store's options, the object's path and the
+    versions seen; not its URL, which two stores, two endpoints, may share),
+    or, for a reader that does not pickle (bytes in memory), the object."""
+    try:
+        return pickle.dumps(source)
+    except (TypeError, pickle.PicklingError):
+        return id(source)
 
 
 def _drop_beyond(budget: int) -> None:
@@ -104,7 +114,7 @@ def _drop_beyond(budget: int) -> None:
 
 def kept_bytes() -> int:
     """Decompressed bytes this process keeps now."""
-    return sum(values.size_sync() for values in _kept.values())
+    return sum(values.size_sync() for _, values in _kept.values())
 
 
 def _unpickled(
