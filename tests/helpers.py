@@ -6,6 +6,7 @@ import os
 import traceback
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from streamer import Streamer, open_dataset
@@ -139,3 +140,25 @@ def rewrite_index_shard(path: Path, rows: dict) -> None:  # type: ignore[type-ar
     with pa.ipc.new_file(str(temp), SCHEMA) as writer:
         writer.write_batch(batch)
     os.replace(temp, path)
+
+
+def write_wsds_info(root: Path, duration: pa.Array, key_type: pa.DataType | None = None) -> None:
+    """Replace ``root``'s audio_info/ shards with one as wsds writes it: no
+    codec, rate or size columns, its own columns, ``duration`` as given
+    (the header's rounded), zstd, in batches of two rows."""
+    [path] = sorted((root / "audio_info").iterdir())
+    keys = pa.ipc.open_file(path).read_all().column("__key__").to_pylist()
+    n = len(keys)
+    table = pa.table(
+        {
+            "__key__": pa.array(keys, key_type or pa.string()),
+            "title": pa.array([f"Title {k}".encode() for k in keys], pa.binary()),
+            "duration": duration,
+            "language": ["en"] * n,
+            "tags": pa.array([["a", "b"]] * n, pa.list_(pa.string())),
+        }
+    ).replace_schema_metadata({"batch_size": "2"})
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(path, table.schema, options=options) as writer:
+        for batch in table.to_batches(max_chunksize=2):
+            writer.write_batch(batch)

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import Counter
 from typing import Any
+
+import pyarrow as pa
 
 from ..dataset import ROW_UNREADABLE, Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
@@ -16,6 +19,7 @@ from ..decode.verify import countable
 from ..errors import DataError, ShardError
 from ..index.checks import stale_build
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
+from ..write.durations import DURATION, is_numeric
 from ..write.index import index_label, is_generic
 from ._options import add_url_arguments, storage_options
 
@@ -41,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
 
 def inspect(dataset: Dataset) -> dict[str, Any]:
     """What ``streamer inspect`` says, as a JSON-able dict: ``hours`` and
-    ``codecs`` are ``None`` without an audio_info/ column directory,
+    ``codecs`` are ``None`` without an audio_info/ column directory (and
+    without its ``duration`` or ``codec`` column: another writer's, wsds's,
+    has none of the latter); ``unknown_durations`` counts the rows whose
+    duration is null or no number (text such as ``"n/a"``; text that is
+    one, ``"3.5"``, counts), left out of ``hours``; ``info_problem`` says
+    why audio_info/ could not be read as one table (None: it could),
     ``indexes``, ``no_index`` and ``span_crcs`` (rows whose audio data is
     checked by span CRCs, ``index.content``) are ``None`` without seek_index/."""
     report: dict[str, Any] = {
@@ -57,7 +66,9 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         "no_index": None,
         "span_crcs": None,
         "hours": None,
+        "unknown_durations": 0,
         "codecs": None,
+        "info_problem": None,
     }
     for column_dir in dataset.column_dirs:
         columns = _columns(dataset, column_dir)
@@ -67,13 +78,23 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         report["index_problems"] = dict(dataset.index_problems())
         report["indexes"], report["no_index"], report["span_crcs"] = _indexes(dataset)
     if INFO_DIR in dataset.column_dirs:
-        info = dataset.info_table()
-        seconds = sum(d for d in info.column("duration").to_pylist() if d == d)
-        report["hours"] = seconds / 3600
-        mix = Counter(info.column("codec").to_pylist())
-        report["codecs"] = dict(mix.most_common())
+        try:
+            info = dataset.info_table()
+        except DataError as exc:  # shards whose columns cannot be one table
+            report["info_problem"] = str(exc)
+        else:
+            if DURATION in info.schema.names:
+                seconds, report["unknown_durations"] = _seconds(info.column(DURATION))
+                report["hours"] = seconds / 3600
+            if CODEC in info.schema.names:
+                mix = Counter(_label(c) for c in info.column(CODEC).to_pylist())
+                report["codecs"] = dict(mix.most_common())
     report["manifest"] = dataset.manifest_state()
     return report
+
+
+#: The ``audio_info`` column ``pack`` writes FFmpeg's codec name in.
+CODEC = "codec"
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -95,11 +116,54 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"span CRCs {report['span_crcs']} rows (their audio data is checked; not FLAC, Ogg)")
         for reason, count in report["no_index"].items():
             print(f"no index  {count}: {reason}")
-    if report["hours"] is None:
+    if report["info_problem"] is not None:
+        print(f"hours     unknown ({report['info_problem']})")
+        return
+    if INFO_DIR not in report["columns"]:
         print(f"hours     unknown (no {INFO_DIR}/ column directory)")
         return
-    print(f"hours     {report['hours']:.2f}")
-    print("codecs    " + ", ".join(f"{codec} {count}" for codec, count in report["codecs"].items()))
+    if report["hours"] is None:
+        print(f"hours     unknown (no {DURATION} column in {INFO_DIR}/)")
+    else:
+        unknown = report["unknown_durations"]
+        note = f" ({unknown} rows without a duration: null or no number)" if unknown else ""
+        print(f"hours     {report['hours']:.2f}{note}")
+    if report["codecs"] is None:
+        print(f"codecs    unknown (no {CODEC} column in {INFO_DIR}/)")
+    else:
+        print("codecs    " + ", ".join(f"{c} {count}" for c, count in report["codecs"].items()))
+
+
+def _seconds(column: pa.ChunkedArray) -> tuple[float, int]:
+    """The sum of an ``audio_info`` duration column's seconds, and the rows
+    left out: null, NaN, negative or infinite, or text that is no number. A
+    numeric column of any type (float32, int64, decimal) is read as
+    seconds; text is parsed cell by cell (another writer's ``"3.5"``)."""
+    if is_numeric(column.type):
+        cells = column.cast(pa.float64()).to_pylist()
+    else:
+        cells = [_number(cell) for cell in column.to_pylist()]
+    good = [c for c in cells if c is not None and math.isfinite(c) and c >= 0]
+    return math.fsum(good), len(cells) - len(good)
+
+
+def _number(cell: Any) -> float | None:
+    """A cell of a non-numeric duration column as seconds (None: none)."""
+    if isinstance(cell, bytes):
+        cell = cell.decode("utf-8", "replace")
+    if isinstance(cell, bool) or not isinstance(cell, str | int | float):
+        return None
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _label(codec: Any) -> str:
+    """A codec cell as the report counts it (null: "unknown")."""
+    if codec is None:
+        return "unknown"
+    return codec.decode("utf-8", "replace") if isinstance(codec, bytes) else str(codec)
 
 
 def _columns(dataset: Dataset, column_dir: str) -> dict[str, str]:

@@ -12,6 +12,12 @@ verified index counts what the installed FFmpeg decodes
 wherever there is one: when ``pack`` writes a shard, and when ``streamer
 index`` indexes one ``pack --no-index`` wrote. Where the two disagree by
 over 1 % and 0.1 s (more than a header's estimate is off), it says so.
+
+An ``audio_info`` another tool wrote (wsds: title, language, ...) may hold
+its durations as float32, integers or decimals: they are read as seconds,
+and a rewritten column is float64 seconds (an integer column cannot hold
+the index's 3.0186 s), every other column as it was. A column of another
+type (text) is no duration this module rewrites (``is_numeric``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ from ..formats.ffmpeg import decode_length
 from ..index.table import OK
 from ..shard.ipc import KEY_COLUMN
 
-__all__ = ["DURATION", "corrected", "index_durations", "write_durations"]
+__all__ = [
+    "DURATION",
+    "corrected",
+    "header_durations",
+    "index_durations",
+    "is_numeric",
+    "same_durations",
+    "write_durations",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +58,38 @@ def index_durations(index: pa.StructArray) -> list[float | None]:
     ]
 
 
+def is_numeric(column_type: pa.DataType) -> bool:
+    """Whether ``audio_info``'s duration column is one of numbers (seconds):
+    floating point, integer or decimal."""
+    return (
+        pa.types.is_floating(column_type)
+        or pa.types.is_integer(column_type)
+        or pa.types.is_decimal(column_type)
+    )
+
+
+def header_durations(info: pa.Table) -> list[float | None]:
+    """``info``'s durations as Python floats (None: a null cell), whatever
+    numeric type its column has (``is_numeric``; float16, int64, decimal)."""
+    return info.column(DURATION).cast(pa.float64()).to_pylist()
+
+
+def same_durations(a: list[float | None], b: list[float | None]) -> bool:
+    """Whether two lists of durations are the same, NaN equal to NaN."""
+    return len(a) == len(b) and all(
+        x == y or (x is not None and y is not None and math.isnan(x) and math.isnan(y))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
 def corrected(
     info: pa.Table, found: list[float | None]
 ) -> tuple[list[float], list[tuple[str, float, float]]]:
     """``info``'s durations with the index's (``found``, row for row) wherever
     there is one, and the rows where they disagree by more than a header's
-    estimate is off as (key, header's, index's), logged."""
-    durations = info.column(DURATION).to_pylist()
+    estimate is off as (key, header's, index's), logged. The column must be
+    numeric (``is_numeric``)."""
+    durations = header_durations(info)
     keys = info.column(KEY_COLUMN).to_pylist()
     changed = []
     for row, seconds in enumerate(found):
@@ -70,15 +109,18 @@ def corrected(
     return durations, changed
 
 
-def write_durations(path: str, info: pa.Table, durations: list[float]) -> None:
+def write_durations(path: str, info: pa.Table, durations: list[float | None]) -> None:
     """Write ``info`` to the local file ``path`` with new durations, batch for
-    batch (same sizes, same schema and metadata)."""
-    schema = info.schema
-    column = schema.get_field_index(DURATION)
+    batch (same sizes, same schema and metadata, except that the duration
+    column is float64 seconds whatever numeric type it had: a float32 or
+    integer column cannot hold the index's durations)."""
+    column = info.schema.get_field_index(DURATION)
+    field = info.schema.field(column).with_type(pa.float64())
+    schema = info.schema.set(column, field)
     options = pa.ipc.IpcWriteOptions(compression=None)
     start = 0
     with pa.ipc.new_file(path, schema, options=options) as writer:
         for batch in info.to_batches():
             values = pa.array(durations[start : start + batch.num_rows], pa.float64())
-            writer.write_batch(batch.set_column(column, schema.field(column), values))
+            writer.write_batch(batch.set_column(column, field, values))
             start += batch.num_rows

@@ -86,7 +86,15 @@ from ..index.table import (
 )
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
-from .durations import DURATION, corrected, index_durations, write_durations
+from .durations import (
+    DURATION,
+    corrected,
+    header_durations,
+    index_durations,
+    is_numeric,
+    same_durations,
+    write_durations,
+)
 from .interrupts import interrupts_held
 
 log = logging.getLogger(__name__)
@@ -481,16 +489,43 @@ def _durations_into_info(
 ) -> list[tuple[str, float, float]]:
     """``durations.corrected`` for the ``audio_info`` shard of ``name``
     (``info``: one ``pack`` or ``pack --no-index`` wrote, its header's
-    durations), rewritten whole (``staged_sync``) where the index's
-    (``found``) differ; the rows where they disagree. Nothing for an
-    ``audio_info`` without durations for exactly the audio's rows."""
+    durations, or another tool's), rewritten whole (``staged_sync``) where
+    the index's (``found``) differ, its duration column then float64
+    seconds; the rows where they disagree. Nothing for an ``audio_info``
+    without durations for exactly the audio's rows; nothing, with a
+    warning, for one whose durations are no numbers (text): left as it is.
+    A rewrite that fails raises ``ShardError`` naming the shard (its index
+    shard is written by then, and stays)."""
     keys = info.column(KEY_COLUMN).to_pylist() if KEY_COLUMN in info.schema.names else None
     if DURATION not in info.schema.names or keys != audio.keys.to_pylist():
         return []
-    durations, changed = corrected(info, found)
-    if durations != info.column(DURATION).to_pylist():
-        with dataset.store.staged_sync(dataset.column_dirs[INFO_DIR][name]) as temp:
-            write_durations(temp, info, durations)
+    path = dataset.column_dirs[INFO_DIR][name]
+    column_type = info.schema.field(DURATION).type
+    if not is_numeric(column_type):
+        log.warning(
+            "%s: its duration column is %s, not numbers (seconds): left as it is, "
+            "not corrected from the seek index",
+            dataset.store.display(path),
+            column_type,
+        )
+        return []
+    try:
+        durations, changed = corrected(info, found)
+        if not same_durations(durations, header_durations(info)):
+            if column_type != pa.float64():
+                log.info(
+                    "%s: its duration column was %s, rewritten as float64 (seconds)",
+                    dataset.store.display(path),
+                    column_type,
+                )
+            with dataset.store.staged_sync(path) as temp:
+                write_durations(temp, info, durations)
+    except (pa.ArrowException, ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ShardError(
+            f"cannot rewrite its durations from the seek index: {reason}",
+            shard=dataset.store.display(path),
+        ) from exc
     return changed
 
 

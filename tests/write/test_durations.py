@@ -7,10 +7,14 @@ past it."""
 from __future__ import annotations
 
 import io
+import logging
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from helpers import write_audio, write_wsds_info
 
 from streamer import open_dataset
 from streamer.formats.ffmpeg import open_input
@@ -91,3 +95,85 @@ def test_a_crop_past_the_end_is_counted(src: Path, tmp_path: Path) -> None:
     assert dataset.decode_stats.past_end == 1
     dataset.read_crop("opus", 2.0, 2.5)
     assert dataset.decode_stats.past_end == 1
+
+
+# -- an audio_info another tool wrote (wsds: title, language, ... and its own types)
+
+#: key -> (codec, rate, channels): 3 s each, headers within 1 % of the decode.
+WSDS_FILES = {"flac": ("flac", 16000, 1), "aac": ("aac", 22050, 1), "opus": ("opus", 48000, 1)}
+
+
+@pytest.fixture
+def wsds(tmp_path: Path) -> Path:
+    for key, (codec, rate, channels) in WSDS_FILES.items():
+        write_audio(tmp_path / "src", key, codec, rate, channels, 3.0, seed=len(key))
+    pack(tmp_path / "src", tmp_path / "ds", progress=False, index=False)
+    return tmp_path / "ds"
+
+
+@pytest.mark.parametrize(
+    ("duration", "key_type"),
+    [
+        (pa.array([3.0, 3.0, 3.0], pa.float32()), pa.string()),
+        (pa.array([3.0, 3.0, 3.0], pa.float16()), pa.string()),
+        (pa.array([3, 3, None], pa.int64()), pa.string()),
+        (pa.array([3, 3, 3], pa.int32()), pa.large_string()),
+        (pa.array([Decimal("3.0")] * 3, pa.decimal128(5, 1)), pa.large_string()),
+        (pa.array([3.0, 3.0, 3.0], pa.float64()), pa.large_string()),
+    ],
+    ids=["float32", "float16", "int64-null", "int32", "decimal", "float64"],
+)
+def test_indexing_rewrites_durations_of_any_numeric_type(
+    wsds: Path, duration: pa.Array, key_type: pa.DataType, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A float32 or int64 duration column ended ``streamer index`` with
+    "Column data type float does not match field data type double", naming
+    no shard, audio_info keeping the header's durations. It is rewritten as
+    float64 seconds, the index's, every other column as it was."""
+    write_wsds_info(wsds, duration, key_type)
+    report = build_index(str(wsds), progress=False)
+    assert report.failed == {} and report.ok == 3
+    info = pa.ipc.open_file(wsds / "audio_info" / "shard-000000.wsds").read_all()
+    assert info.schema.field("duration").type == pa.float64()
+    assert info.schema.metadata == {b"batch_size": b"2"}
+    assert info.column("title").to_pylist() == [f"Title {k}".encode() for k in sorted(WSDS_FILES)]
+    assert info.column("tags").to_pylist() == [["a", "b"]] * 3
+    assert info.schema.field("__key__").type == key_type
+    assert [len(b) for b in info.to_batches()] == [2, 1]
+    _assert_exact(wsds)
+    dataset = open_dataset(wsds)
+    for key in WSDS_FILES:
+        dataset.read_crop(key, 0.5, 1.0)
+    assert dict(dataset.decode_stats.paths) == {"index": 3}, dataset.decode_stats.fallback_reasons
+
+
+def test_a_rounded_duration_still_crops_through_the_index(wsds: Path) -> None:
+    """An integer or float32 duration (3 for 3.0186 s) is within the
+    tolerance of the index's: a crop is not pushed to the fallback as "index
+    disagrees with audio_info: duration", before or after indexing."""
+    build_index(str(wsds), progress=False)
+    write_wsds_info(wsds, pa.array([3, 3, 3], pa.int64()))
+    dataset = open_dataset(wsds)
+    for key in WSDS_FILES:
+        dataset.read_crop(key, 0.5, 1.0)
+    assert dict(dataset.decode_stats.paths) == {"index": 3}, dataset.decode_stats.fallback_reasons
+
+
+def test_text_durations_are_left_alone_with_a_warning(
+    wsds: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A duration column of text is no duration to rewrite: the index is
+    built, audio_info left as it was, one warning naming its shard."""
+    write_wsds_info(wsds, pa.array(["3.0", "n/a", None]))
+    path = wsds / "audio_info" / "shard-000000.wsds"
+    before = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="streamer.write"):
+        report = build_index(str(wsds), progress=False)
+    assert report.failed == {} and report.ok == 3
+    assert path.read_bytes() == before
+    [warning] = [r.getMessage() for r in caplog.records if "duration column" in r.getMessage()]
+    assert str(path) in warning and "string" in warning and "left as it is" in warning
+    dataset = open_dataset(wsds)
+    for key in WSDS_FILES:
+        dataset.read_crop(key, 0.5, 1.0)
+    assert dict(dataset.decode_stats.paths) == {"index": 3}
