@@ -91,13 +91,16 @@ def corrected(
     numeric (``is_numeric``)."""
     durations = header_durations(info)
     keys = info.column(KEY_COLUMN).to_pylist()
+    # A column of whole seconds (int64: 3 for 3.9 s) is that far off by
+    # its type alone, which is no disagreement to warn of.
+    close = max(0.1, _resolution(info.schema.field(DURATION).type))
     changed = []
     for row, seconds in enumerate(found):
         header = durations[row]
         if seconds is None:
             continue
         durations[row] = seconds
-        if header is not None and math.isclose(header, seconds, rel_tol=0.01, abs_tol=0.1):
+        if header is not None and math.isclose(header, seconds, rel_tol=0.01, abs_tol=close):
             continue
         log.warning(
             "%s: the header says %.1f s, the seek index %.1f s; audio_info keeps the index's",
@@ -107,6 +110,18 @@ def corrected(
         )
         changed.append((keys[row], header, seconds))
     return durations, changed
+
+
+def _resolution(column_type: pa.DataType) -> float:
+    """The seconds between two durations a numeric column can hold, where
+    that is a constant (integers: 1 s; decimals: their last digit); 0 for
+    floating point, whose precision is relative (float16's 0.05 % is well
+    within ``corrected``'s 1 %)."""
+    if pa.types.is_integer(column_type):
+        return 1.0
+    if pa.types.is_decimal(column_type):
+        return 10.0**-column_type.scale
+    return 0.0
 
 
 def write_durations(path: str, info: pa.Table, durations: list[float | None]) -> None:

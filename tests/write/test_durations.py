@@ -21,6 +21,7 @@ from streamer.formats.ffmpeg import open_input
 from streamer.pipeline.episodes import Episodes
 from streamer.pipeline.samplers import SequentialCrops
 from streamer.synth import CODECS, encode, signal
+from streamer.write.durations import corrected
 from streamer.write.index import build_index
 from streamer.write.pack import pack
 
@@ -177,3 +178,15 @@ def test_text_durations_are_left_alone_with_a_warning(
     for key in WSDS_FILES:
         dataset.read_crop(key, 0.5, 1.0)
     assert dict(dataset.decode_stats.paths) == {"index": 3}
+
+
+def test_whole_seconds_are_no_disagreement(caplog: pytest.LogCaptureFixture) -> None:
+    """An integer column holds 3 for 3.9 s: off by its type, not worth a
+    warning per episode (a wsds dataset of them warned of nearly all);
+    one off by more than a second still is."""
+    info = pa.table({"__key__": ["a", "b", "c"], "duration": pa.array([3, 1, 3], pa.int64())})
+    with caplog.at_level(logging.WARNING, logger="streamer.write"):
+        durations, changed = corrected(info, [3.9, 3.0, None])
+    assert durations == [3.9, 3.0, 3.0]
+    assert changed == [("b", 1, 3.0)]
+    assert len(caplog.records) == 1
