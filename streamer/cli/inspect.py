@@ -49,8 +49,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     without its ``duration`` or ``codec`` column: another writer's, wsds's,
     has none of the latter); ``unknown_durations`` counts the rows whose
     duration is null or no number (text such as ``"n/a"``; text that is
-    one, ``"3.5"``, counts), left out of ``hours``; ``info_problem`` says
-    why audio_info/ could not be read as one table (None: it could),
+    one, ``"3.5"``, counts), left out of ``hours``;
     ``indexes``, ``no_index`` and ``span_crcs`` (rows whose audio data is
     checked by span CRCs, ``index.content``) are ``None`` without seek_index/."""
     report: dict[str, Any] = {
@@ -68,7 +67,6 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         "hours": None,
         "unknown_durations": 0,
         "codecs": None,
-        "info_problem": None,
     }
     for column_dir in dataset.column_dirs:
         columns = _columns(dataset, column_dir)
@@ -78,17 +76,15 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         report["index_problems"] = dict(dataset.index_problems())
         report["indexes"], report["no_index"], report["span_crcs"] = _indexes(dataset)
     if INFO_DIR in dataset.column_dirs:
-        try:
-            info = dataset.info_table()
-        except DataError as exc:  # shards whose columns cannot be one table
-            report["info_problem"] = str(exc)
-        else:
-            if DURATION in info.schema.names:
-                seconds, report["unknown_durations"] = _seconds(info.column(DURATION))
-                report["hours"] = seconds / 3600
-            if CODEC in info.schema.names:
-                mix = Counter(_label(c) for c in info.column(CODEC).to_pylist())
-                report["codecs"] = dict(mix.most_common())
+        # Shards whose columns cannot be one table: ShardError naming the
+        # first that disagrees (the command's one-line error).
+        info = dataset.info_table()
+        if DURATION in info.schema.names:
+            seconds, report["unknown_durations"] = _seconds(info.column(DURATION))
+            report["hours"] = seconds / 3600
+        if CODEC in info.schema.names:
+            mix = Counter(_label(c) for c in info.column(CODEC).to_pylist())
+            report["codecs"] = dict(mix.most_common())
     report["manifest"] = dataset.manifest_state()
     return report
 
@@ -116,9 +112,6 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"span CRCs {report['span_crcs']} rows (their audio data is checked; not FLAC, Ogg)")
         for reason, count in report["no_index"].items():
             print(f"no index  {count}: {reason}")
-    if report["info_problem"] is not None:
-        print(f"hours     unknown ({report['info_problem']})")
-        return
     if INFO_DIR not in report["columns"]:
         print(f"hours     unknown (no {INFO_DIR}/ column directory)")
         return
