@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..dataset import ROW_UNREADABLE, Dataset, open_dataset
 from ..dataset.dataset import INFO_DIR
 from ..decode.verify import countable
-from ..errors import DataError, ShardError
+from ..errors import DataError, LayoutError, ShardError
 from ..index.checks import stale_build
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..write.durations import DURATION, is_numeric
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         print_report(report)
-    return 0
+    return 1 if report["duplicate_key"] else 0
 
 
 def inspect(dataset: Dataset) -> dict[str, Any]:
@@ -51,12 +51,15 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     duration is null or no number (text such as ``"n/a"``; text that is
     one, ``"3.5"``, counts), left out of ``hours``;
     ``indexes``, ``no_index`` and ``span_crcs`` (rows whose audio data is
-    checked by span CRCs, ``index.content``) are ``None`` without seek_index/."""
+    checked by span CRCs, ``index.content``) are ``None`` without seek_index/;
+    ``duplicate_key`` names a key the dataset holds twice, which no crop can
+    be sampled from (``Dataset.check_keys``; the command then exits 1)."""
     report: dict[str, Any] = {
         "dataset": str(dataset.url),
         "shards": len(dataset.shard_names),
         "skipped_shards": dict(dataset.bad_shards),
         "rows": len(dataset),
+        "duplicate_key": _duplicate_key(dataset),
         "manifest": None,  # last: checked against the shards the rest opens too
         "columns": {},
         "audio_dir": dataset.audio_dir,
@@ -89,6 +92,14 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     return report
 
 
+def _duplicate_key(dataset: Dataset) -> str | None:
+    try:
+        dataset.check_keys()
+    except LayoutError as exc:
+        return str(exc)
+    return None
+
+
 #: The ``audio_info`` column ``pack`` writes FFmpeg's codec name in.
 CODEC = "codec"
 
@@ -99,6 +110,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"dataset   {report['dataset']}")
     print(f"shards    {report['shards']}{skipped}")
     print(f"rows      {report['rows']}")
+    if report["duplicate_key"]:
+        print(f"keys      {report['duplicate_key']}")
     print(f"manifest  {report['manifest']}")
     for column_dir, columns in report["columns"].items():
         print(f"columns   {column_dir}/  " + ", ".join(f"{n}: {t}" for n, t in columns.items()))

@@ -183,18 +183,24 @@ def test_shard_missing_from_the_manifest_is_found(copy: Path, caplog) -> None:  
     )
 
 
+def _copy_under_other_keys(source: Path, target: Path) -> None:
+    """A copy of a shard whose keys are its own (the same keys twice would
+    make the dataset ambiguous: ``index`` and ``inspect`` then exit 1)."""
+    with pa.ipc.open_file(source) as reader:
+        table = reader.read_all()
+    keys = pa.array([f"{key}-copy" for key in table.column("__key__").to_pylist()])
+    table = table.set_column(table.schema.get_field_index("__key__"), "__key__", keys)
+    with pa.ipc.new_file(target, table.schema) as writer:
+        writer.write_table(table)
+
+
 def test_extra_audio_shard_is_refreshed_by_index(copy: Path, clean: Path) -> None:
     """An audio shard added behind the manifest's back cannot be seen without
     listing; ``streamer index`` (which lists) rewrites the manifest."""
     for column_dir in ("audio", "audio_info"):
-        # A copy of shard-000000 under other keys (the same keys twice would
-        # make the dataset ambiguous: ``streamer index`` then exits 1).
-        with pa.ipc.open_file(clean / column_dir / "shard-000000.wsds") as reader:
-            table = reader.read_all()
-        keys = pa.array([f"{key}-copy" for key in table.column("__key__").to_pylist()])
-        table = table.set_column(table.schema.get_field_index("__key__"), "__key__", keys)
-        with pa.ipc.new_file(copy / column_dir / "shard-000003.wsds", table.schema) as writer:
-            writer.write_table(table)
+        _copy_under_other_keys(
+            clean / column_dir / "shard-000000.wsds", copy / column_dir / "shard-000003.wsds"
+        )
     before = manifest_of(copy)
     assert Dataset(copy, manifest=True).listed_shards == sorted(
         before["columns"]["audio"]["shards"]
@@ -362,7 +368,9 @@ def test_cold_one_crop_of_a_long_mp3_reads_under_5_percent(
 def test_inspect_checks_the_manifest_against_a_listing(copy: Path, clean: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["inspect", str(copy)]) == 0
     assert "manifest  ok\n" in capsys.readouterr().out
-    shutil.copy(clean / "audio" / "shard-000000.wsds", copy / "audio" / "shard-000003.wsds")
+    _copy_under_other_keys(
+        clean / "audio" / "shard-000000.wsds", copy / "audio" / "shard-000003.wsds"
+    )
     (copy / INDEX_DIR / "shard-000001.wsds").unlink()
     assert main(["inspect", str(copy)]) == 0
     out = capsys.readouterr().out
@@ -376,6 +384,12 @@ def test_inspect_checks_the_manifest_against_a_listing(copy: Path, clean: Path, 
     (copy / MANIFEST_NAME).unlink()
     assert main(["inspect", str(copy)]) == 0
     assert "manifest  absent\n" in capsys.readouterr().out
+    for column_dir in ("audio", "audio_info"):  # the same keys twice
+        shutil.copy(
+            clean / column_dir / "shard-000000.wsds", copy / column_dir / "shard-000004.wsds"
+        )
+    assert main(["inspect", str(copy)]) == 1
+    assert "\nkeys      duplicate key: " in capsys.readouterr().out
 
 
 def test_remote_datasets_open_from_the_manifest(remote, packed) -> None:  # type: ignore[no-untyped-def]
