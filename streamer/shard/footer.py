@@ -143,7 +143,7 @@ def read_layout(
     size = tail_start + len(tail)
     try:
         if size < 2 * len(MAGIC) + 8 or bytes(tail[-len(MAGIC) :]) != MAGIC:
-            raise _invalid("no ARROW1 trailer", label)
+            raise _invalid(_no_trailer(tail), label)
         (footer_length,) = struct.unpack_from("<i", tail, len(tail) - len(MAGIC) - 4)
         footer_start = size - len(MAGIC) - 4 - footer_length
         if not len(MAGIC) + 2 <= footer_start < size:
@@ -172,6 +172,21 @@ def _decode_names(fields: Iterable[pa.Field]) -> None:
     for field in fields:
         _ = field.name
         _decode_names(field.type.field(i) for i in range(field.type.num_fields))
+
+
+#: How an IPC stream ends (a message of length 0, after the continuation marker).
+STREAM_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def _no_trailer(tail: memoryview) -> str:
+    """Why a file without the trailer is not read: an IPC stream (Hugging Face
+    datasets' ``.arrow`` files are) has no footer to find a cell's bytes by."""
+    if bytes(tail[-len(STREAM_END) :]) == STREAM_END:
+        return (
+            "no ARROW1 trailer: an Arrow IPC stream, not an IPC file (rewrite it "
+            "with pyarrow.ipc.new_file, or pack the audio with `streamer pack`)"
+        )
+    return "no ARROW1 trailer"
 
 
 def _invalid(reason: str, label: str, offset: int | None = None) -> ShardError:

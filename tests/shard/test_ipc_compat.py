@@ -205,3 +205,18 @@ def test_a_dataset_of_binary_view_audio_says_why_it_is_skipped(tmp_path: Path) -
     dataset = open_dataset(tmp_path)
     assert len(dataset) == 0
     assert "'audio' is binary_view" in dataset.bad_shards["s"]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_an_ipc_stream_is_refused_as_a_stream(legacy: bool) -> None:
+    """Hugging Face datasets' ``.arrow`` files are IPC streams: no footer
+    locates a cell's bytes, and the error says what the file is."""
+    table = pa.table({"__key__": ["a", "b"], "audio": pa.array([b"x", b"yy"], pa.binary())})
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(use_legacy_format=legacy)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    expected = "not an IPC file" if not legacy else "no ARROW1 trailer"
+    with pytest.raises(ShardError, match=expected):
+        Shard(MemoryReader(data, url="mem://stream.arrow"))
