@@ -90,7 +90,8 @@ def page(
     return raw[:22] + struct.pack("<I", ogg.ogg_crc(raw)) + raw[26:]
 
 
-def _lacing(size: int) -> bytes:
+def lacing(size: int) -> bytes:
+    """The lacing values of one packet of ``size`` bytes."""
     return b"\xff" * (size // 255) + bytes([size % 255])
 
 
@@ -137,9 +138,9 @@ def _pages(
     out = []
     segments, data, granule, continued = [], b"", -1, False
     for number, (packet, end) in enumerate(packets):
-        lacing = _lacing(len(packet))
+        laced = lacing(len(packet))
         at = 0
-        for k, value in enumerate(lacing):
+        for k, value in enumerate(laced):
             if len(segments) == 255 or (len(data) + value > body and segments):
                 out.append((ogg.CONTINUED if continued else 0, granule, bytes(segments), data))
                 continued = k > 0

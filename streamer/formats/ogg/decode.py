@@ -25,11 +25,20 @@ packets on it (and the pieces of packets it shares with its neighbours), is
 counted as a bad packet, and splits the decode in two runs: the decoder
 starts afresh after it, and each run is placed by a granule of its own, with
 silence over what was lost, so the samples after a bad page stay in place.
+
+A page whose CRC holds is also held to its granule position, as the index
+held it when it was built (``parse.misplaced``): from the page that places a
+run, each page's granule must be where the durations of the packets since
+end. One that is not was rewritten after indexing (its CRC redone): the
+index is for other bytes (``StaleIndex``), and a crop that needs the
+packets from that page on is decoded by the exact path, counted, never
+placed by granules its packets do not reach (``_placed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import av
@@ -38,12 +47,27 @@ import numpy as np
 from ...index.table import SeekIndex
 from ..flac.parse import STREAMINFO_SIZE
 from ..frames import SampleBuffer, concat
-from ..job import CropPlan, DecodeContext, Fetched, decode_span, to_gapless, to_native
+from ..job import (
+    CropPlan,
+    DecodeContext,
+    Fetched,
+    StaleIndex,
+    decode_span,
+    to_gapless,
+    to_native,
+)
 from ..opus import PREROLL_SECONDS as OPUS_PREROLL
 from ..packets import decode_packets, padded_packet
 from ..reader import NoIndex
 from .pages import BOS, CONTINUED, EOS, Damage, Page, checked_pages
-from .parse import AUDIO_HEADERS, FLAC_STREAMINFO, VORBIS_PREROLL_SECONDS, packet_durations
+from .parse import (
+    AUDIO_HEADERS,
+    FLAC_STREAMINFO,
+    MISPLACED,
+    VORBIS_PREROLL_SECONDS,
+    misplaced,
+    packet_durations,
+)
 
 __all__ = ["PREROLL_SECONDS", "decode"]
 
@@ -102,6 +126,9 @@ class _Run:
 
     #: Each packet and the page it closes, if it is the last one completed there.
     packets: list[tuple[av.Packet, Page | None]] = field(default_factory=list)
+    #: The durations of its packets as the index counts them (``packet_durations``),
+    #: page by page up to the first page with a packet whose duration cannot be told.
+    lengths: list[int] = field(default_factory=list)
     #: Whether damaged bytes came right before it.
     after_damage: bool = False
     #: Whether it opens a chained link met in the data: its output follows
@@ -112,6 +139,10 @@ class _Run:
     #: The link's last granule position, when the run reaches the link's end
     #: (FFmpeg trims the link's output there).
     link_end: int | None = None
+    #: Whether its last page is its link's last: a link cut without its
+    #: end-of-stream page ends where that page's packets decode to, whatever
+    #: its granule says (``_placed`` lets it be, as the index does).
+    ends_link: bool = False
     pieces: list[np.ndarray] = field(default_factory=list)
     #: Samples the decoder still held back after the run's last packet
     #: (Opus narrowband SILK): FFmpeg cuts a link's end from what came out.
@@ -146,13 +177,13 @@ def decode(
         # that many samples (up to 1.4 s) from wherever it starts. Output is
         # placed by granules, so samples before the full decode's are cut.
         decoder.extradata = headers[0][:10] + b"\0\0" + headers[0][12:]
-    runs = _runs(fetched.data, plan, context, index.codec)
+    runs = _runs(index, plan, fetched.data, headers, context)
     base, counted = _anchors(index, plan, link_at, before, headers, runs, context)
     last = to_native(index, plan.last)
     # Placed by a page, the first run starts where the pre-roll does.
     placed = base is not None and counted is None and runs and not runs[0].after_damage
     if placed and not runs[0].opens_link and index.codec in ("opus", "vorbis"):
-        _start_at(runs[0], plan.decode_from - base, headers)
+        _start_at(runs[0], plan.decode_from - base)
     # One run, the usual case, is placed as soon as a page tells where: its
     # decode stops once the crop's end is out.
     alone = len(runs) == 1 and not runs[0].after_damage and not runs[0].opens_link
@@ -161,7 +192,7 @@ def decode(
     for number, run in enumerate(runs):
         if run.after_damage:
             decoder.flush_buffers()  # a cold start after the damage, not its neighbours' state
-        lengths = _opus_lengths(run, headers) if index.codec == "opus" else None
+        lengths = run.lengths if index.codec == "opus" else None
         # A run of no packets (damage that ends the audio) follows a cold
         # start: its decoder holds nothing back.
         drain = lengths is not None and to_the_end and number == len(runs) - 1 and bool(run.packets)
@@ -216,19 +247,20 @@ def _anchors(
             raise context.error("no Ogg granule position before the planned data")
         base = plan.start_native - granules[-1]
     counted = None
-    if (plan.point == 0 or (not first_link and not before)) and runs and runs[0].packets:
-        offset = 0  # Opus: its decoder, without pre-skip, outputs from the first packet on
-        if index.codec == "vorbis":
-            packet = bytes(runs[0].packets[0][0])
-            offset = packet_durations(headers[:3]).next(packet[:2])
+    if (plan.point == 0 or (not first_link and not before)) and runs and runs[0].lengths:
+        # Opus: its decoder, without pre-skip, outputs from the first packet on
+        offset = runs[0].lengths[0] if index.codec == "vorbis" else 0
         counted = plan.start_native + offset
     return base, counted
 
 
-def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) -> list[_Run]:
+def _runs(
+    index: SeekIndex, plan: CropPlan, data: memoryview, headers: list[bytes], context: DecodeContext
+) -> list[_Run]:
     """The packets of ``data`` in runs split by damaged bytes (each counted)
-    and by the links of a chain."""
+    and by the links of a chain, with their durations."""
     runs = [_Run()]
+    counter = packet_durations(headers)
     granule = None  # the current link's last granule position
     ended = False  # whether the last page ended its link
     for number, (page, done) in enumerate(packets_by_page(data)):
@@ -241,6 +273,7 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
         if page.flags & BOS and number:
             # FFmpeg trims a link's output at its end-of-stream page only.
             runs[-1].link_end = granule if ended else None
+            runs[-1].ends_link = True
             head = done[0] if done else b""
             skip = int.from_bytes(head[10:12], "little") if head.startswith(b"OpusHead") else 0
             runs.append(_Run(opens_link=True, skip=skip))
@@ -250,13 +283,27 @@ def _runs(data: memoryview, plan: CropPlan, context: DecodeContext, codec: str) 
         ended = bool(page.flags & EOS)
         if b"" in done:  # FFmpeg's demuxer refuses it; to a decoder it means "drain"
             context.bad_packet("an empty packet", plan.data[0] + page.offset)
-        if done := [packet for packet in done if packet and not _is_header(codec, packet)]:
+        # Headers come before a link's audio: after it, a packet that looks
+        # like one was rewritten, and is kept for ``_placed`` to find.
+        opening = not runs[-1].packets
+        if done := [p for p in done if p and not (opening and _is_header(index.codec, p))]:
             closes: list[Page | None] = [None] * (len(done) - 1) + [page]
             runs[-1].packets += [(padded_packet(p), c) for p, c in zip(done, closes, strict=True)]
+            _count(runs[-1], done, counter.next)
+    runs[-1].ends_link = sum(plan.data) >= index.data_end
     return [run for run in runs if run.packets or run.after_damage]
 
 
-def _start_at(run: _Run, granule: int, headers: list[bytes]) -> None:
+def _count(run: _Run, done: list[bytes], duration: Callable[[bytes], int]) -> None:
+    """Add the durations of a page's packets ``done`` to the run's
+    ``lengths``, unless one of theirs or of an earlier page's cannot be told."""
+    if len(run.lengths) + len(done) != len(run.packets):
+        return
+    with contextlib.suppress(NoIndex):
+        run.lengths += [duration(packet) for packet in done]
+
+
+def _start_at(run: _Run, granule: int) -> None:
     """Drop the packets before the last one that starts at or before
     ``granule`` (on the link's granule timeline), up to the first page that
     places the run: a seek point is a page, about a second of packets, of
@@ -269,30 +316,15 @@ def _start_at(run: _Run, granule: int, headers: list[bytes]) -> None:
     a seek point; the run is still placed by that page's granule."""
     placing = ((n, page) for n, (_, page) in enumerate(run.packets) if page and page.granule >= 0)
     anchor, page = next(placing, (0, None))
-    if page is None or page.flags & EOS:
-        return
-    counter = packet_durations(headers[:3])
-    try:
-        durations = [counter.next(bytes(packet)[:2]) for packet, _ in run.packets[: anchor + 1]]
-    except NoIndex:  # a packet whose duration cannot be told: start at the page
-        return
+    if page is None or page.flags & EOS or anchor >= len(run.lengths):
+        return  # (a packet whose duration cannot be told: start at the page)
     start = page.granule
     for number in range(anchor, 0, -1):
-        start -= durations[number]
+        start -= run.lengths[number]
         if start <= granule:
             del run.packets[:number]
+            del run.lengths[:number]
             return
-
-
-def _opus_lengths(run: _Run, headers: list[bytes]) -> list[int] | None:
-    """The durations of a run's Opus packets (from their TOC, as FFmpeg
-    counts them), or None when one cannot be told: the run is then placed by
-    what its decoder outputs."""
-    counter = packet_durations(headers[:1])
-    try:
-        return [counter.next(bytes(packet)[:2]) for packet, _ in run.packets]
-    except NoIndex:
-        return None
 
 
 def _is_header(codec: str, packet: bytes) -> bool:
@@ -330,13 +362,17 @@ def _decode_run(
     ``_place`` takes them and the native position the crop ends at: the
     decode stops once the run's output reaches it (later packets only add
     samples after it). ``drain``: the run ends the audio; what the decoder
-    holds back is output after its last packet, as in FFmpeg's full decode."""
+    holds back is output after its last packet, as in FFmpeg's full decode.
+
+    Only the packets the granules place (``_placed``) are decoded: a crop
+    that needs more raises ``StaleIndex``."""
     out = context.buffer(channels, span)
     packets = [packet for packet, _ in run.packets]
+    placed = _placed(run)
     decoded = 0  # native samples the packets decoded so far stand for (with ``lengths``)
     first = None  # the granule position the run's first packet starts at (with ``lengths``)
     last = not packets  # whether the last packet is in
-    for number, _ in decode_packets(decoder, packets, context, out):
+    for number, _ in decode_packets(decoder, packets[:placed], context, out):
         decoded += lengths[number] if lengths is not None else 0
         last = number == len(packets) - 1
         page = run.packets[number][1]
@@ -348,11 +384,43 @@ def _decode_run(
                 run.raw_start = first if by_lengths else page.granule - out.length
         if until is not None and _reached(run, *until, out.length):
             break
+    else:
+        if placed < len(packets):
+            raise StaleIndex(MISPLACED)
     if last and lengths is not None and not run.opens_link:
         run.held = decoded - out.length
     if drain and last:
         _drain(decoder, run, out, first, decoded)
     run.pieces.append(out.samples())
+
+
+def _placed(run: _Run) -> int:
+    """How many of a run's packets the granule positions place: those before
+    the packets of the first page whose granule position is not where they
+    end (``parse.misplaced``, counted from the page that places the run in
+    ``_decode_run``) or whose durations cannot be told.
+
+    The index holds every page but a link's last to the same rule, so in the
+    bytes it was built from all are placed. A page rewritten since, its CRC
+    redone (its packets zeroed, two laced as one), decodes to other lengths
+    than its granule says: FFmpeg's full decode has every sample after it
+    that much earlier or later than the index does, which only decoding from
+    the start tells (crops through it ran short of their end, a whole Opus
+    episode came out 648 samples longer than FFmpeg's decode of it)."""
+    start = None  # the granule position the run's first packet starts at
+    decoded = 0
+    counted = 0  # packets up to the last page counted
+    for number, ((_, page), length) in enumerate(zip(run.packets, run.lengths, strict=False)):
+        decoded += length
+        if page is None:
+            continue
+        ends_link = run.ends_link and number == len(run.packets) - 1
+        if start is None and page.granule >= 0 and not page.flags & EOS:
+            start = page.granule - decoded
+        elif start is not None and not ends_link and misplaced(page, start, decoded):
+            return counted
+        counted = number + 1
+    return counted  # ``lengths`` hold whole pages
 
 
 def _drain(

@@ -35,6 +35,7 @@ the overlap (it outputs nothing), Opus wants 80 ms to converge.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
@@ -46,7 +47,15 @@ from ..reader import NoIndex, Points, Reader, interval
 from .pages import BOS, CONTINUED, EOS, Page
 from .pages import scan as scan_pages
 
-__all__ = ["AUDIO_HEADERS", "FLAC_STREAMINFO", "matches", "packet_durations", "parse"]
+__all__ = [
+    "AUDIO_HEADERS",
+    "FLAC_STREAMINFO",
+    "MISPLACED",
+    "matches",
+    "misplaced",
+    "packet_durations",
+    "parse",
+]
 
 #: Largest identification or setup header packet kept (libvorbis writes setup
 #: headers of a few KiB); the comment packet, which may carry pictures, is skipped.
@@ -241,6 +250,22 @@ def _same_stream(first: list[bytes], later: list[bytes], codec: _Codec, other: _
         raise NoIndex(f"chained ogg streams with different {codec.name} headers")
 
 
+#: Why a page's granule position does not hold (``misplaced``).
+MISPLACED = "an ogg granule position that is not where its packets end"
+
+
+def misplaced(page: Page, start: int, decoded: int) -> bool:
+    """Whether ``page``'s granule position is not where its packets end:
+    ``start``, the granule position the packets counted start at, plus
+    ``decoded``, what they decode to (``packet_durations``). FFmpeg decodes
+    every packet whatever the granules say, so after such a page its decode
+    has the samples elsewhere than the granules say. An end-of-stream page's
+    granule trims the stream (it is not held to it) and a page without one
+    places nothing. The index (``_Link``) and the decoder (``decode``) hold
+    pages to this one rule."""
+    return page.granule >= 0 and not page.flags & EOS and page.granule != start + decoded
+
+
 def packet_durations(headers: list[bytes]) -> _Durations:
     """A counter of a stream's audio packet durations, in order
     (``.next(packet)``), given its header packets."""
@@ -367,10 +392,7 @@ class _Link:
                 f"ogg pages lost before byte {page.offset}: FFmpeg's decode closes the gap"
             )
         if self._misplaced is not None:  # not the last page: no stream end excuses it
-            raise NoIndex(
-                f"an ogg granule position that is not where its packets end "
-                f"(page at byte {self._misplaced})"
-            )
+            raise NoIndex(f"{MISPLACED} (page at byte {self._misplaced})")
         self._sequence = page.sequence
         lengths = self._count(page, skip)
         self._last = (self.granule, self.known, sum(lengths))
@@ -413,19 +435,16 @@ class _Link:
 
     def _check_granule(self, page: Page, decoded: int) -> None:
         """Note a page whose granule position is not the last one plus
-        ``decoded``, what the packets completed since decode to: FFmpeg
-        decodes every packet whatever the granules say, so the positions
-        after it are not where its decode has those samples (a page whose
-        granule was rewritten: crops from the seek point after it were off
-        by the difference, verified). Only once the first packet is placed
-        (any first granule will do) and not on an end-of-stream page, whose
-        granule trims; the last page may also end the stream short without
-        one (``_end_unmarked``), so ``add`` refuses only when a page follows."""
+        ``decoded``, what the packets completed since decode to
+        (``misplaced``; a page whose granule was rewritten: crops from the
+        seek point after it were off by the difference, verified). Only once
+        the first packet is placed (any first granule will do); the last
+        page may also end the stream short without an end-of-stream page
+        (``_end_unmarked``), so ``add`` refuses only when a page follows."""
         self._since += decoded
         if page.granule < 0:
             return
-        placed = self.start is not None and not page.flags & EOS
-        if placed and page.granule != self.granule + self._since:
+        if self.start is not None and misplaced(page, self.granule, self._since):
             self._misplaced = page.offset
         self._since = 0
 
@@ -500,8 +519,9 @@ class _Link:
 
 class _Durations:
     """Packet durations at 48 kHz (Opus) or the stream's rate (Vorbis),
-    counted as FFmpeg counts them, from a packet's first two bytes; needed
-    only up to the first granule position (to place the first packet)."""
+    counted as FFmpeg counts them, from a packet's first bytes (two, or a
+    FLAC frame header): the index counts every packet once, and the decoder
+    every packet a crop reads (``decode._placed``)."""
 
     def __init__(self, codec: _Codec, headers: list[bytes]) -> None:
         self.codec = codec
@@ -511,6 +531,7 @@ class _Durations:
             self.mode_long = _vorbis_modes(headers[2])
             self.previous = self.blocksizes[0]
             self.first_blocksize = 0
+            self._blocks = _vorbis_blocks(self.blocksizes, tuple(self.mode_long))
 
     def next(self, head: bytes) -> int:
         """The duration of the next packet, which starts with ``head``."""
@@ -521,23 +542,50 @@ class _Durations:
             if header is None:
                 raise NoIndex("invalid flac frame in ogg")
             return header.block
-        previous = self.previous
-        current = self.blocksize(head)
-        if current == self.blocksizes[1]:
-            bits = (len(self.mode_long) - 1).bit_length()
-            previous = self.blocksizes[(head[0] >> (1 + bits)) & 1]
+        current, stated = self._block(head)
+        previous = stated or self.previous
         self.previous = current
         self.first_blocksize = self.first_blocksize or current
         return (previous + current) >> 2
 
     def blocksize(self, head: bytes) -> int:
         """A Vorbis audio packet's block size, from its mode."""
-        modes = len(self.mode_long)
-        bits = (modes - 1).bit_length()
-        mode = 0 if modes == 1 else (head[0] >> 1) & ((1 << bits) - 1)
-        if head[0] & 1 or mode >= modes:
+        return self._block(head)[0]
+
+    def _block(self, head: bytes) -> tuple[int, int]:
+        """``_vorbis_block`` of the packet that starts with ``head``."""
+        block = self._blocks[head[0]]
+        if block is None:
             raise NoIndex("invalid vorbis audio packet")
-        return self.blocksizes[self.mode_long[mode]]
+        return block
+
+
+@functools.lru_cache(maxsize=64)
+def _vorbis_blocks(
+    blocksizes: tuple[int, int], mode_long: tuple[int, ...]
+) -> tuple[tuple[int, int] | None, ...]:
+    """``_vorbis_block`` of each first byte, for a stream's block sizes and
+    modes: a lookup per packet costs half of working it out, and the table
+    is made once per stream, not per crop (``decode`` counts every packet a
+    crop reads, with a counter of its own)."""
+    return tuple(_vorbis_block(byte, blocksizes, mode_long) for byte in range(256))
+
+
+def _vorbis_block(
+    byte: int, blocksizes: tuple[int, int], mode_long: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """The block size of a Vorbis audio packet that starts with ``byte``
+    (from its mode) and, for a long block, the previous block's size, which
+    its window flag states (else 0: the previous packet's); None when no
+    audio packet starts so."""
+    modes = len(mode_long)
+    bits = (modes - 1).bit_length()
+    mode = 0 if modes == 1 else (byte >> 1) & ((1 << bits) - 1)
+    if byte & 1 or mode >= modes:
+        return None
+    current = blocksizes[mode_long[mode]]
+    long = current == blocksizes[1]
+    return current, blocksizes[(byte >> (1 + bits)) & 1] if long else 0
 
 
 def _vorbis_modes(setup: bytes) -> list[int]:
