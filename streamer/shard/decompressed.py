@@ -61,24 +61,43 @@ class DecompressedValues(RangeReader):
     @property
     def values(self) -> MemoryReader:
         """The decompressed buffer: kept from an earlier read, or decompressed now."""
-        with _lock:  # decoder threads of one process share the kept buffers
-            _, values = _kept.pop(self._address, (None, None))
-            if values is None:
-                values = self._decompress()
+        values = self._kept()
+        if values is None:
+            (raw,) = self.source.fetch_many_sync([(self.offset, self.length)])
+            values = self._keep(raw)
+        return values
+
+    async def _avalues(self) -> MemoryReader:
+        """``values`` for a caller on an event loop (the store's own, a
+        prefetch): the compressed bytes are awaited, never waited for by
+        a blocking call, which on the store's loop would wait on itself."""
+        values = self._kept()
+        if values is None:
+            (raw,) = await self.source.read_many([(self.offset, self.length)])
+            values = self._keep(raw)
+        return values
+
+    def _kept(self) -> MemoryReader | None:
+        with _lock:  # held for the lookup only: never across a read or a decompression
+            entry = _kept.pop(self._address, None)
+            if entry is not None:
+                _kept[self._address] = entry
+            _drop_beyond(KEPT_BYTES)
+            return None if entry is None else entry[1]
+
+    def _keep(self, raw: memoryview) -> MemoryReader:
+        buffer = decode_shard_buffer(raw, self.compression, shard=self.shard, offset=self.offset)
+        values = MemoryReader(buffer, url=self.url)
+        with _lock:
             _kept[self._address] = (self.source, values)  # the source alive: its id stays its
             _drop_beyond(KEPT_BYTES)
-            return values
-
-    def _decompress(self) -> MemoryReader:
-        (raw,) = self.source.fetch_many_sync([(self.offset, self.length)])
-        buffer = decode_shard_buffer(raw, self.compression, shard=self.shard, offset=self.offset)
-        return MemoryReader(buffer, url=self.url)
+        return values
 
     async def size(self) -> int:
-        return self.size_sync()
+        return (await self._avalues()).size_sync()
 
     async def read(self, offset: int, length: int) -> memoryview:
-        return self.read_sync(offset, length)
+        return (await self._avalues()).read_sync(offset, length)
 
     def size_sync(self) -> int:
         return self.values.size_sync()

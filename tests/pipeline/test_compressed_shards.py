@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from helpers import BUCKET, SECRET
 
 from streamer import RandomCrops, Streamer, open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import CompressedShardWarning, ShardError
+from streamer.errors import CompressedShardWarning
 from streamer.shard import decompressed
 from streamer.shard.blob import BlobHandle
 from streamer.write.index import build_index
@@ -135,8 +136,14 @@ def test_a_corrupt_compressed_batch_read_in_a_worker_names_the_shard(
     at = data.find(b"\x28\xb5\x2f\xfd", blob.reader.offset)  # the values buffer's zstd frame
     data[at : at + 4] = bytes(4)
     shard.write_bytes(bytes(data))
-    with pytest.raises(ShardError, match=r"corrupt compressed buffer.*offset"):
-        pickle.loads(sent).reader.size_sync()
+    # Another process, as a decode worker is: this one keeps the batch it read.
+    worker = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()).reader.size_sync()"
+    done = subprocess.run(
+        [sys.executable, "-c", worker], input=sent, capture_output=True, timeout=120
+    )
+    assert done.returncode != 0
+    last = done.stderr.decode().strip().splitlines()[-1]
+    assert re.fullmatch(r"streamer\.errors\.ShardError: corrupt compressed buffer.*offset.*", last)
 
 
 def test_the_index_command_warns_once_in_one_line(
