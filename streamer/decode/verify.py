@@ -57,7 +57,6 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import av
 import numpy as np
@@ -130,7 +129,8 @@ def countable(reason: str) -> str:
     return reason.split(" (", 1)[0]
 
 
-class Checked(NamedTuple):
+@dataclass(frozen=True)
+class Checked:
     """The index to store for an episode, and ``damage``: when its check
     failed on bytes that fail a checksum of their own, the first of them
     (``(offset, length)`` in the blob), and ``index`` is then the index as
