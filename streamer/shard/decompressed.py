@@ -89,7 +89,7 @@ class DecompressedValues(RangeReader):
         buffer = decode_shard_buffer(raw, self.compression, shard=self.shard, offset=self.offset)
         values = MemoryReader(buffer, url=self.url)
         with _lock:
-            _kept[self._address] = (self.source, values)  # the source alive: its id stays its
+            _put(self._address, (self.source, values))  # the source alive: its id stays its
             _drop_beyond(KEPT_BYTES)
         return values
 
@@ -110,6 +110,7 @@ _kept: collections.OrderedDict[tuple[object, int, int], tuple[RangeReader, Memor
     collections.OrderedDict()
 )
 _lock = threading.Lock()
+_total = 0  # the bytes of ``_kept``'s buffers, kept as they come and go (a read looks at it)
 
 
 def _identity(source: RangeReader) -> object:
@@ -127,13 +128,26 @@ def _drop_beyond(budget: int) -> None:
     """Drop the least recently read buffers past ``budget`` bytes, keeping
     the newest whatever its size (a view handed out keeps its bytes alive
     until its reader lets go of it)."""
-    while len(_kept) > 1 and kept_bytes() > budget:
-        _kept.popitem(last=False)
+    global _total
+    while len(_kept) > 1 and _total > budget:
+        _, (_, values) = _kept.popitem(last=False)
+        _total -= values.size_sync()
+
+
+def _put(address: tuple[object, int, int], entry: tuple[RangeReader, MemoryReader]) -> None:
+    """Keep ``entry`` as the newest (replacing what two threads that
+    decompressed the same buffer at once may both keep)."""
+    global _total
+    old = _kept.pop(address, None)
+    if old is not None:
+        _total -= old[1].size_sync()
+    _kept[address] = entry
+    _total += entry[1].size_sync()
 
 
 def kept_bytes() -> int:
     """Decompressed bytes this process keeps now."""
-    return sum(values.size_sync() for _, values in _kept.values())
+    return _total
 
 
 def _unpickled(
