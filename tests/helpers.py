@@ -47,13 +47,15 @@ def write_audio(
     return path
 
 
-def pack_audio(root: Path, files: dict[str, tuple[str, int, int]], seconds: float) -> Dataset:
+def pack_audio(
+    root: Path, files: dict[str, tuple[str, int, int]], seconds: float, *, index: bool = True
+) -> Dataset:
     """``files`` (key -> codec, rate, channels) encoded under ``root/src``, each
-    with the key's length as its signal's seed, packed and indexed into
-    ``root/dataset`` (one seek point a second), opened."""
+    with the key's length as its signal's seed, packed and (unless not
+    ``index``) indexed into ``root/dataset`` (one seek point a second), opened."""
     for key, (codec, rate, channels) in files.items():
         write_audio(root / "src", key, codec, rate, channels, seconds, seed=len(key))
-    pack(root / "src", root / "dataset", progress=False)
+    pack(root / "src", root / "dataset", progress=False, index=index)
     return open_dataset(root / "dataset")
 
 

@@ -8,21 +8,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import write_audio, write_wsds_info
+from helpers import pack_audio, write_wsds_info
 
 from streamer import open_dataset
 from streamer.cli import main
-from streamer.write.pack import pack
 
 FILES = {"a": ("flac", 16000, 1), "b": ("flac", 16000, 1), "c": ("opus", 48000, 1)}
 
 
 @pytest.fixture
 def wsds(tmp_path: Path) -> Path:
-    for key, (codec, rate, channels) in FILES.items():
-        write_audio(tmp_path / "src", key, codec, rate, channels, 3.0, seed=len(key))
-    pack(tmp_path / "src", tmp_path / "ds", progress=False, index=False)
-    return tmp_path / "ds"
+    return Path(pack_audio(tmp_path, FILES, 3.0, index=False).root)
 
 
 @pytest.mark.parametrize("column_type", [pa.float32(), pa.int64()])

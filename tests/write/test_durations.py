@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import write_audio, write_wsds_info
+from helpers import pack_audio, write_wsds_info
 
 from streamer import open_dataset
 from streamer.formats.ffmpeg import open_input
@@ -106,10 +106,7 @@ WSDS_FILES = {"flac": ("flac", 16000, 1), "aac": ("aac", 22050, 1), "opus": ("op
 
 @pytest.fixture
 def wsds(tmp_path: Path) -> Path:
-    for key, (codec, rate, channels) in WSDS_FILES.items():
-        write_audio(tmp_path / "src", key, codec, rate, channels, 3.0, seed=len(key))
-    pack(tmp_path / "src", tmp_path / "ds", progress=False, index=False)
-    return tmp_path / "ds"
+    return Path(pack_audio(tmp_path, WSDS_FILES, 3.0, index=False).root)
 
 
 @pytest.mark.parametrize(
