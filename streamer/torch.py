@@ -18,7 +18,9 @@ again) continues from there.
 
 from __future__ import annotations
 
+import collections
 import json
+import pickle
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,11 @@ __all__ = ["CropDataset", "Skipped", "collate", "gather_state", "merge_states"]
 _SHARED_BYTES = 1 << 16
 
 Transform = Callable[[Crop], Any]
+
+#: The works and tensors of the last two exchanges (``_exchange``), kept here
+#: so that no backend thread drops the last reference to them (two: an
+#: exchange's are let go of an exchange later, long after the backend has).
+_EXCHANGED: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=2)
 
 
 @dataclass(frozen=True)
@@ -437,7 +444,7 @@ class CropDataset(IterableDataset):
         ``drop_last``, ``batch_size``) other runs of the same order: the
         ranks' shares would overlap and leave crops out, and their lengths
         differ (a DDP hang), caught at best when states are merged. One
-        ``all_gather_object`` a pass, here where every rank calls in the
+        exchange (``_exchange``) a pass, here where every rank calls in the
         same order (the constructor, ``set_epoch``, ``load_state_dict``,
         iterating without DataLoader workers): never in a DataLoader
         worker, which has no process group."""
@@ -449,8 +456,7 @@ class CropDataset(IterableDataset):
         partition = self._partition()
         if (partition.rank, partition.world_size) != (dist.get_rank(), dist.get_world_size()):
             return  # ranks of the caller's own making, not this group's
-        plans: list[Any] = [None] * partition.world_size
-        dist.all_gather_object(plans, self._plan_summary(epoch, done))
+        plans = _exchange(self._plan_summary(epoch, done))
         if len({(plan["epoch"], plan["done"], plan["plan"], plan["split"]) for plan in plans}) > 1:
             raise ValueError(
                 "the ranks plan different epochs (each rank must see the same data, "
@@ -592,12 +598,53 @@ def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
     initialised) and merged (``merge_states``)."""
     mine = dataset.state_dict(batch)
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        states: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(states, mine)
-    else:
-        states = [mine]
+    states = _exchange(mine) if dist.is_available() and dist.is_initialized() else [mine]
     return merge_states(dataset, states)
+
+
+def _exchange(mine: Any) -> list[Any]:
+    """Every rank's ``mine``, in rank order, over the default process group:
+    ``all_gather_object``, but the tensors sent and received stay referenced
+    here (with their works) until the exchange after next.
+
+    ``all_gather_object`` drops them as it returns, while gloo's thread may
+    still hold its work a moment longer. That thread then frees them, and a
+    Python object freed by a thread of C++ takes a Python thread state
+    first, which takes CPython's thread-list lock without the GIL. A fork
+    at that moment (a DataLoader starting its workers, right after
+    ``load_state_dict`` or ``set_epoch`` compared the ranks' plans) copies
+    the lock held: before CPython 3.11.10 and 3.12 (gh-112275) the child
+    waits for it forever as it starts, a DataLoader worker that never
+    runs, its rank waiting on it and the others timing out in their next
+    collective. Kept here, they are freed on this thread, later."""
+    dist = torch.distributed
+    device = _object_device()
+    sent = torch.frombuffer(bytearray(pickle.dumps(mine)), dtype=torch.uint8).to(device)
+    size = torch.tensor([sent.numel()], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    works = [dist.all_gather(sizes, size, async_op=True)]
+    works[0].wait()
+    counts = [int(n.item()) for n in sizes]
+    padded = torch.zeros(max(counts), dtype=torch.uint8, device=device)
+    padded[: sent.numel()] = sent
+    received = [torch.empty_like(padded) for _ in counts]
+    works.append(dist.all_gather(received, padded, async_op=True))
+    works[1].wait()
+    _EXCHANGED.append((works, size, sizes, padded, received))
+    return [pickle.loads(bytes(r[:n].cpu().numpy())) for r, n in zip(received, counts, strict=True)]
+
+
+def _object_device() -> str:
+    """The device type ``all_gather_object`` would send objects from: the CPU
+    unless the default group has only a device's backend (NCCL: CUDA)."""
+    found = getattr(torch.distributed.distributed_c10d, "_get_object_coll_device", None)
+    if found is not None:
+        return str(found())
+    backend = str(torch.distributed.get_backend())  # "gloo", "nccl", "cpu:gloo,cuda:nccl"
+    devices = [pair.split(":")[0] for pair in backend.split(",")] if ":" in backend else []
+    if devices:
+        return "cpu" if "cpu" in devices else devices[0]
+    return {"nccl": "cuda", "xccl": "xpu"}.get(backend, "cpu")
 
 
 def collate(

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ torch = pytest.importorskip("torch")
 
 import streamer  # noqa: E402
 from streamer import ListCrops, RandomCrops  # noqa: E402
-from streamer.torch import CropDataset, Skipped, collate, merge_states  # noqa: E402
+from streamer.torch import CropDataset, Skipped, collate, gather_state, merge_states  # noqa: E402
 
 SAMPLER = RandomCrops(0.5, per_episode=9, min_duration=0.1)  # 63 crops of 7 episodes
 BATCH = 4
@@ -408,6 +409,89 @@ def rank_of_another_dataset(rank: int, packed: Path, short: Path, port: int, out
             said["set_epoch"] = str(error).split(":")[0]
         (out / f"{rank}.json").write_text(json.dumps(said))
     finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_the_ranks_exchanges_leave_nothing_for_a_backend_thread_to_free(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CropDataset compares the ranks' plans (when made, on ``load_state_dict``
+    and ``set_epoch``) and ``gather_state`` their states by all-gathers whose
+    tensors gloo's threads still hold a moment after the call returns. A
+    Python object whose last reference such a thread drops is freed there,
+    under a Python thread state it takes first: CPython's thread-list lock,
+    without the GIL. A DataLoader forking its workers at that moment (right
+    after ``load_state_dict``) copies the lock held, and before CPython
+    3.11.10 / 3.12 (gh-112275) the worker waits for it forever as it starts:
+    in CI a resumed 2-rank run of examples/torch_ddp.py hung, its other rank
+    timing out in an all-reduce. Here a stand-in for gloo's threads holds
+    every tensor given to an all-gather until the call has returned and
+    lets go of it on a thread of its own: none of CropDataset's may be freed
+    there (a plain ``all_gather_object``'s are: the stand-in sees them)."""
+    said = spawn_two_ranks(monkeypatch, rank_behind_a_holding_backend, packed, tmp_path)
+    assert said[0] == said[1]
+    assert said[0].pop("all_gather_object") > 0
+    assert said[0] == {"made": 0, "gather_state": 0, "load_state_dict": 0, "set_epoch": 0}
+
+
+class HoldingBackend:
+    """All-gathers whose tensors are held after the call returns, then let go
+    of on another thread (``let_go``), as gloo's threads do; it counts those
+    freed there (the last reference was the held one)."""
+
+    def __init__(self) -> None:
+        self.caller = threading.get_native_id()
+        self.held: list[Any] = []
+        self.freed_elsewhere = 0
+        self.real = torch.distributed.all_gather
+
+    def all_gather(
+        self, tensor_list: list[Any], tensor: Any, group: Any = None, async_op: bool = False
+    ) -> Any:
+        work = self.real(tensor_list, tensor, group=group, async_op=True)
+        work.wait()
+        for held in (*tensor_list, tensor):
+            weakref.finalize(held, self._freed)
+            self.held.append(held)
+        return work if async_op else None
+
+    def _freed(self) -> None:
+        if threading.get_native_id() != self.caller:
+            self.freed_elsewhere += 1
+
+    def let_go(self) -> int:
+        """Drop what is held, on a thread of its own: how many were freed there."""
+        before, held = self.freed_elsewhere, self.held
+        self.held = []
+        thread = threading.Thread(target=held.clear)
+        thread.start()
+        thread.join()
+        return self.freed_elsewhere - before
+
+
+def rank_behind_a_holding_backend(rank: int, packed: Path, port: int, out: Path) -> None:
+    """One rank of ``test_the_ranks_exchanges_leave_nothing_for_a_backend_thread_to_free``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    backend = HoldingBackend()
+    c10d = torch.distributed.distributed_c10d  # all_gather_object calls its all_gather
+    c10d.all_gather = torch.distributed.all_gather = backend.all_gather
+    freed: dict[str, int] = {}
+    try:
+        torch.distributed.all_gather_object([None, None], rank)
+        freed["all_gather_object"] = backend.let_go()
+        data = dataset(packed, mono=True)
+        freed["made"] = backend.let_go()
+        batch = next(iter(loader(data, 0)))
+        state = gather_state(data, batch)
+        freed["gather_state"] = backend.let_go()
+        data.load_state_dict(state)
+        freed["load_state_dict"] = backend.let_go()
+        data.set_epoch(1)
+        freed["set_epoch"] = backend.let_go()
+        (out / f"{rank}.json").write_text(json.dumps(freed))
+    finally:
+        c10d.all_gather = torch.distributed.all_gather = backend.real
         torch.distributed.destroy_process_group()
 
 
