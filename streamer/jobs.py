@@ -283,6 +283,8 @@ def pack_part(
             **sizes,
         )
         part_report.counts = _pack_counts(report)
+        if report.index is not None:
+            part_report.problems = report.index.problems()
 
     return _run("pack", part, [src, out], storage_options, work)
 
@@ -326,7 +328,7 @@ def index_part(
             manifest=False,
         )
         part_report.counts = _index_counts(report)
-        part_report.problems = {f"shard {name}": why for name, why in report.failed.items()}
+        part_report.problems = report.problems()
 
     return _run("index", part, [url], storage_options, work)
 

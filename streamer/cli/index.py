@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
     print_index_report(report, "checked" if args.verify else "indexed")
-    return 1 if report.failed or report.damaged or report.duplicate_key else 0
+    return 1 if report.problems() else 0
 
 
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:

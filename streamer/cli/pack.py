@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print("  every planned shard is in place: manifest written")
     else:
         print("  manifest not written: shards of other partitions are still missing")
-    if report.index is not None:
-        print_index_report(report.index)
-    return 0
+    if report.index is None:
+        return 0
+    print_index_report(report.index)
+    return 1 if report.index.problems() else 0

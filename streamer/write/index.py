@@ -200,6 +200,21 @@ class IndexReport:
     #: the run covers every shard (not by one part of a ``--shards`` job).
     duplicate_key: str | None = None
 
+    def problems(self) -> dict[str, str]:
+        """What needs a person's attention, item -> why (empty when nothing
+        does): each shard that could not be indexed, each episode whose audio
+        data is damaged, a key the dataset holds twice. ``streamer index``
+        and ``streamer pack`` exit 1 when there is any; a job counts them as
+        its part's problems."""
+        found = {f"shard {name}": why for name, why in self.failed.items()}
+        for name, episodes in self.damaged.items():
+            for key, spans in episodes.items():
+                ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
+                found[f"shard {name}, key {key!r}"] = f"damaged audio data: bytes {ranges}"
+        if self.duplicate_key:
+            found["keys"] = f"the dataset cannot be streamed: {self.duplicate_key}"
+        return found
+
     def add(self, result: ShardResult) -> None:
         if result.damaged:
             self.damaged[result.name] = result.damaged
