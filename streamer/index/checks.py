@@ -29,6 +29,8 @@ say nothing.
 
 from __future__ import annotations
 
+import decimal
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -254,7 +256,12 @@ def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
 
 
 def _plausible(value: Any, most: float) -> bool:
-    return isinstance(value, int | float) and 0 < value <= most
+    """Whether a cell of ``audio_info`` is a number in ``(0, most]``: of any
+    numeric type (a decimal column too), but not a boolean (``True`` is no
+    1 s or 1 Hz) nor text."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
+        return False
+    return 0 < float(value) <= most
 
 
 #: Codecs FFmpeg names by how far it probed: an MPEG-TS (or PS) stream of
@@ -269,9 +276,10 @@ def _codec_family(codec: str) -> str:
     return _CODEC_FAMILIES.get(codec, codec)
 
 
-def _duration_disagreement(index: SeekIndex, duration: float | None) -> str | None:
+def _duration_disagreement(index: SeekIndex, duration: Any) -> str | None:
     if not _plausible(duration, MAX_DURATION) or index.num_samples < 0:
         return None
+    duration = float(duration)
     if index.container == "ogg" and len(index.header) > 1:
         return None  # a chain: FFmpeg's duration is its first link's
     lengths = [index.num_samples]

@@ -4,6 +4,7 @@ and agrees with its blob and ``audio_info``; every rejection says why."""
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import io
 import itertools
 import struct
@@ -274,3 +275,19 @@ def test_a_ragged_buffer_in_a_row_read_back(tmp_path: Path) -> None:
     path.write_bytes(data.replace(entry, struct.pack("<qq", offset - body, length + 1)))
     reader = IndexReader(Shard(path))
     assert [reader.read(row).sample_rate for row in range(3)] == [44100] * 3
+
+
+def test_audio_info_cells_are_compared_as_numbers_of_any_type(lengths: Path) -> None:
+    """A decimal duration is a duration (it was passed over: a truncated mp3
+    whose audio_info of another tool says 3 s kept its index), and a boolean
+    is no number (``True`` was compared as 1 s and 1 Hz, refusing a good index)."""
+    dataset = streamer.open_dataset(lengths)
+    short_index, long_blob = dataset.seek_index("mp3-1"), dataset.blob("mp3-3")
+    long = dataset.info("mp3-3")["duration"]
+    as_decimal = {"duration": decimal.Decimal(f"{long:.3f}")}
+    reason = check_against_blob(short_index, long_blob.length, as_decimal)
+    assert reason == "index disagrees with audio_info: duration"
+    index, blob = dataset.seek_index("mp3-3"), dataset.blob("mp3-3")
+    assert check_against_blob(index, blob.length, as_decimal) is None
+    for cell in ("duration", "sample_rate", "channels"):
+        assert check_against_blob(index, blob.length, {cell: True}) is None, cell
