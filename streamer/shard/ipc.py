@@ -38,6 +38,11 @@ KEY_COLUMN = "__key__"
 SHARD_SUFFIXES = (".wsds", ".arrow")
 
 _BINARY_OFFSET_TYPES = {pa.binary(): np.int32, pa.large_binary(): np.int64}
+#: A ``binary_view`` cell's view: length, then its first 4 bytes, then the
+#: data buffer it lies in and its offset there; a cell of at most
+#: ``_INLINE`` bytes lies in the view itself, after the length.
+_VIEW = np.dtype([("length", "<i4"), ("prefix", "<i4"), ("buffer", "<i4"), ("offset", "<i4")])
+_INLINE = 12
 
 
 class Shard:
@@ -74,7 +79,7 @@ class Shard:
         rows = np.fromiter((b.num_rows for b in self.layout.batches), dtype=np.int64)
         #: Row number of the first row of each record batch, plus the total.
         self.batch_starts = np.concatenate([[0], np.cumsum(rows)])
-        self._memory_readers: dict[tuple[int, str], DecompressedValues] = {}
+        self._memory_readers: dict[tuple[int, str, int], DecompressedValues] = {}
         self._columns: dict[str, pa.ChunkedArray] = {}
         if KEY_COLUMN not in self.schema.names:
             raise ShardError(f"shard has no {KEY_COLUMN!r} column", shard=self.path)
@@ -154,10 +159,13 @@ class Shard:
         return all(b.compression is None for b in self.layout.batches if b.num_rows)
 
     def blob(self, column: str, row: int) -> BlobHandle:
-        """A handle on the binary cell ``column[row]``; reads nothing."""
+        """A handle on the binary cell ``column[row]``; reads nothing but the
+        column's offsets or views (read when the shard opened)."""
         self._binary_column(column)
         batch, j = self.locate(row)
         key = self.keys[row].as_py()
+        if pa.types.is_binary_view(self._type(column)):
+            return self._view_blob(column, batch, j, key)
         validity, offsets_buffer = self._buffers(batch, (0, 1), column)
         width = np.dtype(_BINARY_OFFSET_TYPES[self._type(column)])
         offsets = np.frombuffer(
@@ -171,11 +179,51 @@ class Shard:
         if validity.size and not (validity[j >> 3] >> (j & 7)) & 1:
             raise ShardError(f"{column!r} is null", shard=self.path, key=key)
         start, end = int(offsets[j]), int(offsets[j + 1])
+        return self._cell(column, batch, 2, start, end - start, key)
+
+    def _view_blob(self, column: str, batch: int, j: int, key: str) -> BlobHandle:
+        """The cell ``j`` of a ``binary_view`` column (what polars writes by
+        default): its view names the data buffer and the offset the bytes
+        are at (or holds them, up to ``_INLINE`` bytes)."""
+        validity, views_buffer = self._buffers(batch, (0, 1), column)
+        rows = self.layout.batches[batch].num_rows
+        if views_buffer.size < rows * _VIEW.itemsize or (
+            validity.size and validity.size * 8 < rows
+        ):
+            raise ShardError(
+                f"{column!r} buffers are too short for {rows} rows", shard=self.path, key=key
+            )
+        if validity.size and not (validity[j >> 3] >> (j & 7)) & 1:
+            raise ShardError(f"{column!r} is null", shard=self.path, key=key)
+        view = np.frombuffer(views_buffer, dtype=_VIEW, count=1, offset=j * _VIEW.itemsize)[0]
+        length = int(view["length"])
+        if length < 0:
+            raise ShardError(f"{column!r} cell has length {length}", shard=self.path, key=key)
+        if length <= _INLINE:  # in the view itself, after its length
+            return self._cell(column, batch, 1, j * _VIEW.itemsize + 4, length, key)
+        (data_buffers,) = self._slots[batch][column].variadic
+        if not 0 <= int(view["buffer"]) < data_buffers:
+            raise ShardError(
+                f"{column!r} cell is in data buffer {int(view['buffer'])} of {data_buffers}",
+                shard=self.path,
+                key=key,
+            )
+        return self._cell(column, batch, 2 + int(view["buffer"]), int(view["offset"]), length, key)
+
+    def _cell(
+        self, column: str, batch: int, index: int, start: int, length: int, key: str
+    ) -> BlobHandle:
+        """The handle on bytes ``[start, start + length)`` of buffer ``index``
+        of a column's slot in one batch: in the file itself, or in what the
+        buffer decompresses to (IPC-compressed shards)."""
         compressed = self.layout.batches[batch].compression is not None
-        values_offset, values_length = self._buffer_range(batch, column, 2)
-        reader: RangeReader = self._memory_reader(batch, column) if compressed else self.reader
+        values_offset, values_length = self._buffer_range(batch, column, index)
+        reader: RangeReader = (
+            self._memory_reader(batch, column, index) if compressed else self.reader
+        )
         if compressed:
             values_offset, values_length = 0, reader.size_sync()
+        end = start + length
         if not 0 <= start <= end <= values_length:
             raise ShardError(
                 f"{column!r} cell [{start}, {end}) lies outside its values ({values_length} bytes)",
@@ -183,13 +231,14 @@ class Shard:
                 key=key,
                 offset=values_offset + max(start, 0),
             )
-        return BlobHandle(reader, values_offset + start, end - start, shard=self.path, key=key)
+        return BlobHandle(reader, values_offset + start, length, shard=self.path, key=key)
 
     # -- buffers ----------------------------------------------------------------
 
     def _prefetch(self) -> None:
-        """Read, in one batch, ``__key__`` and every binary column's validity + offsets."""
-        binary = [f.name for f in self.schema if f.type in _BINARY_OFFSET_TYPES]
+        """Read, in one batch, ``__key__`` and every binary column's validity
+        and offsets (or views)."""
+        binary = [f.name for f in self.schema if _is_binary(f.type)]
         ranges = [
             self._buffer_range(batch, column, index)
             for batch, slots in enumerate(self._slots)
@@ -250,22 +299,33 @@ class Shard:
         if column not in self.schema.names:
             raise ShardError(f"no column {column!r}", shard=self.path)
         kind = self._type(column)
-        if kind not in _BINARY_OFFSET_TYPES:
-            raise ShardError(f"{column!r} is {kind}, not binary or large_binary", shard=self.path)
+        if not _is_binary(kind):
+            raise ShardError(
+                f"{column!r} is {kind}, not binary, large_binary or binary_view", shard=self.path
+            )
 
-    def _memory_reader(self, batch: int, column: str) -> DecompressedValues:
-        """A reader over a decompressed values buffer (IPC-compressed shards)."""
-        cache_key = (batch, column)
+    def _memory_reader(self, batch: int, column: str, index: int = 2) -> DecompressedValues:
+        """A reader over what buffer ``index`` of a column's slot decompresses
+        to (IPC-compressed shards): the values of a binary column, one data
+        buffer (or the views) of a ``binary_view`` one."""
+        cache_key = (batch, column, index)
         if cache_key not in self._memory_readers:
-            offset, length = self._buffer_range(batch, column, 2)
+            offset, length = self._buffer_range(batch, column, index)
             compression = self.layout.batches[batch].compression
             assert compression is not None
-            url = f"{self.path}#batch={batch},column={column}"
+            url = f"{self.path}#batch={batch},column={column}" + (
+                f",buffer={index}" if index != 2 else ""
+            )
             reader = DecompressedValues(
                 self.reader, offset, length, compression, shard=self.path, url=url
             )
             self._memory_readers[cache_key] = reader
         return self._memory_readers[cache_key]
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    """A column whose cells ``Shard.blob`` hands out."""
+    return kind in _BINARY_OFFSET_TYPES or pa.types.is_binary_view(kind)
 
 
 def _parent_name(path: str) -> str:

@@ -6,7 +6,8 @@ and the legacy length alone); columns streamer does not need never make a
 shard unreadable: a dictionary-encoded column (its record batch buffers are
 its indices) and ``string_view`` / ``binary_view`` columns (their variadic
 data buffers, counted per batch in ``variadicBufferCounts``) are skipped
-over exactly, ``__key__`` as ``string_view`` is read, and a needed column
+over exactly, ``__key__`` as ``string_view`` is read, audio as
+``binary_view`` (polars' default) is served by its views, and a needed column
 of a type that cannot be served is a ``ShardError`` naming the column, its
 type and the shard.
 
@@ -20,12 +21,16 @@ None]`` and ``audio`` ``[bytes(range(40)), b"", b"\\xff" * 100]``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import pack_audio
 
 from streamer import open_dataset
+from streamer.cli import main
 from streamer.errors import ShardError
 from streamer.shard import Shard
 from streamer.storage.local import MemoryReader
@@ -135,13 +140,45 @@ def test_a_string_view_key_is_read() -> None:
     assert shard.keys.type == pa.string()
 
 
-def test_binary_view_audio_names_column_type_and_shard() -> None:
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_binary_view_audio_is_read_as_pyarrow_reads_it(compression: str | None) -> None:
+    """Cells inline in their views (up to 12 bytes: empty too), in several
+    data buffers of a batch, a null one, each batch's views apart."""
+    cells = [b"", b"abc", b"\x01" * 12, b"\x02" * 13, *BLOBS, bytes(range(256)) * 700, None]
+    keys = [f"k{n}" for n in range(len(cells))]
+    chunks = [pa.array(cells[i : i + 4], pa.binary_view()) for i in range(0, len(cells), 4)]
+    data_buffers = [len(chunk.buffers()) - 2 for chunk in chunks]
+    assert max(data_buffers) > 1 and min(data_buffers) == 0  # buffers vary per batch
+    table = pa.table({"__key__": keys, "audio": pa.chunked_array(chunks)})
+    data = ipc_file(table, rows_per_batch=4, compression=compression)
+    expected = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    shard = Shard(MemoryReader(data, url=URL))
+    for row, cell in enumerate(expected.column("audio").to_pylist()):
+        if cell is None:
+            with pytest.raises(ShardError, match="'audio' is null"):
+                shard.blob("audio", row)
+        else:
+            assert bytes(shard.blob("audio", row).view()) == cell, row
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("buffer", 7, "'audio' cell is in data buffer 7 of 1"),
+        ("offset", 1 << 30, "'audio' cell \\[1073741824, .* lies outside its values"),
+        ("length", -5, "'audio' cell has length -5"),
+    ],
+)
+def test_a_corrupt_binary_view_names_shard_and_key(field: str, value: int, message: str) -> None:
     table = pa.table({"__key__": KEYS, "audio": pa.array(BLOBS, pa.binary_view())})
-    shard = Shard(MemoryReader(ipc_file(table), url=URL))
-    assert shard.keys.to_pylist() == KEYS
-    with pytest.raises(ShardError, match="'audio' is binary_view") as caught:
-        shard.blob("audio", 0)
-    assert caught.value.shard == URL
+    data = bytearray(ipc_file(table, rows_per_batch=7))
+    shard = Shard(MemoryReader(bytes(data), url=URL))
+    views, _ = shard.layout.batches[0].buffers[shard._slots[0]["audio"].first_buffer + 1]
+    at = views + 16 * 5 + {"length": 0, "buffer": 8, "offset": 12}[field]
+    data[at : at + 4] = value.to_bytes(4, "little", signed=True)
+    with pytest.raises(ShardError, match=message) as caught:
+        Shard(MemoryReader(bytes(data), url=URL)).blob("audio", 5)
+    assert (caught.value.shard, caught.value.key) == (URL, KEYS[5])
 
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
@@ -169,13 +206,8 @@ def test_files_written_by_polars(name: str) -> None:
     assert shard.column("note").to_pylist() == expected.column("note").to_pylist()
     with pytest.raises(ShardError, match="'lang' is dictionary"):
         shard.column("lang")
-    if name == "polars-oldest":
-        blobs = [bytes(shard.blob("audio", row).view()) for row in range(3)]
-        assert blobs == expected.column("audio").to_pylist()
-    else:
-        with pytest.raises(ShardError, match="'audio' is binary_view") as caught:
-            shard.blob("audio", 0)
-        assert caught.value.shard == URL
+    blobs = [bytes(shard.blob("audio", row).view()) for row in range(3)]
+    assert blobs == expected.column("audio").to_pylist()
 
 
 def test_a_sibling_column_dir_with_dictionary_and_view_columns(tmp_path: Path) -> None:
@@ -198,15 +230,6 @@ def test_a_sibling_column_dir_with_dictionary_and_view_columns(tmp_path: Path) -
     assert shard.column("text").to_pylist() == long_strings(7)
 
 
-def test_a_dataset_of_binary_view_audio_says_why_it_is_skipped(tmp_path: Path) -> None:
-    (tmp_path / "audio").mkdir()
-    table = pa.table({"__key__": KEYS, "audio": pa.array(BLOBS, pa.binary_view())})
-    (tmp_path / "audio" / "s.wsds").write_bytes(ipc_file(table))
-    dataset = open_dataset(tmp_path)
-    assert len(dataset) == 0
-    assert "'audio' is binary_view" in dataset.bad_shards["s"]
-
-
 @pytest.mark.parametrize("legacy", [False, True])
 def test_an_ipc_stream_is_refused_as_a_stream(legacy: bool) -> None:
     """Hugging Face datasets' ``.arrow`` files are IPC streams: no footer
@@ -220,3 +243,32 @@ def test_an_ipc_stream_is_refused_as_a_stream(legacy: bool) -> None:
     expected = "not an IPC file" if not legacy else "no ARROW1 trailer"
     with pytest.raises(ShardError, match=expected):
         Shard(MemoryReader(data, url="mem://stream.arrow"))
+
+
+@pytest.mark.filterwarnings("ignore::streamer.errors.CompressedShardWarning")
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_dataset_of_binary_view_audio_serves_the_same_crops(
+    tmp_path: Path, compression: str | None
+) -> None:
+    """The audio shard rewritten as polars writes it by default (a
+    ``binary_view`` audio column), then indexed: the same exact crops.
+    (Such a shard was skipped: "'audio' is binary_view, not binary or
+    large_binary".)"""
+    packed = pack_audio(tmp_path / "packed", {"a": ("flac", 44100, 2), "b": ("mp3", 44100, 1)}, 3.0)
+    root = tmp_path / "views"
+    (root / "audio").mkdir(parents=True)
+    (name,) = os.listdir(Path(packed.root) / "audio")
+    table = pa.ipc.open_file(Path(packed.root) / "audio" / name).read_all()
+    views = table.set_column(1, "audio", table.column("audio").cast(pa.binary_view()))
+    (root / "audio" / name).write_bytes(ipc_file(views, compression=compression))
+    assert main(["index", str(root), "--workers", "1", "--no-progress"]) == 0
+    dataset = open_dataset(root)
+    assert not dataset.bad_shards and len(dataset) == 2
+    for key in ("a", "b"):
+        assert dataset.seek_index(key).verdict == "verified"
+        for start in (0.0, 1.3, 2.5):
+            got, want = (
+                dataset.read_crop(key, start, start + 0.5),
+                packed.read_crop(key, start, start + 0.5),
+            )
+            assert np.array_equal(got, want), (key, start)
