@@ -92,6 +92,10 @@ class Faults:
     stall_every: int = 0
     stall_seconds: float = 30.0
     ignore_range: bool = False
+    #: A range covering the whole object is answered 200 with the whole
+    #: object and no Content-Range (RFC 9110 lets a server ignore Range);
+    #: other ranges as asked.
+    whole_as_200: bool = False
     chunked: bool = False  # bodies sent without Content-Length (chunked encoding)
     only_ranged: bool = True  # faults hit only requests with a Range header
     only_under: str = ""  # ... and only those whose path holds this (empty: every path)
@@ -260,6 +264,9 @@ class LoopbackServer:
             status, body = 200, await _whole(request, self.handler)
             headers = {k: v for k, v in headers.items() if k != "Content-Range"}
             ranged = False
+        if ranged and faults.whole_as_200 and _whole_range(headers["Content-Range"]):
+            headers = {k: v for k, v in headers.items() if k != "Content-Range"}
+            status, ranged = 200, False
         if ranged and faults.max_range and len(body) > faults.max_range:
             headers, body = _capped(headers, body, faults.max_range)
         if targeted and ranged and faults.overlong:
@@ -286,6 +293,12 @@ class LoopbackServer:
         await response.write(body[sent:])  # the rest: a stall shorter than a timeout ends well
         await response.write_eof()
         return response
+
+
+def _whole_range(content_range: str) -> bool:
+    """Whether a range answer's ``Content-Range`` names every byte of the object."""
+    first, last, total = map(int, re.findall(r"\d+", content_range))
+    return first == 0 and last == total - 1
 
 
 def _capped(headers: dict[str, str], body: bytes, cap: int) -> tuple[dict[str, str], bytes]:

@@ -174,9 +174,17 @@ def redact(text: str) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    text = _URL.sub(lambda match: safe_url(match.group()), text)
+    text = _URL.sub(_safe_match, text)
     text = _AUTHORIZATION.sub(lambda match: match.group(1) + MASK, text)
     return _FIELD.sub(lambda match: match.group(1) + match.group(2) + MASK, text)
+
+
+def _safe_match(match: re.Match[str]) -> str:
+    """A URL found in text, made safe, the punctuation that ends a phrase
+    after it (``URL: reason``) kept: it is text, not the URL's."""
+    found = match.group()
+    url = found.rstrip(".,:;!?")
+    return safe_url(url) + found[len(url) :]
 
 
 def install_log_redaction() -> None:

@@ -317,9 +317,9 @@ async def ranged_get(
 
     The answer must name its bytes in ``Content-Range``: with status 206,
     or 200 (some S3 servers, rclone's among them, send ranges so). A 200
-    naming none is the whole object, usable only when it is empty (moto
-    answers a suffix of an empty object so): for a size or a tail, never
-    for bytes asked by offset (``check_span``). One naming an unsatisfied
+    naming none is the whole object, usable when the range asked covers it
+    (``_whole_object``; an empty one: for a size or a tail, never for bytes
+    asked by offset, ``check_span``). One naming an unsatisfied
     range (``bytes */SIZE``) is the 416 it describes, with its size
     (``RangeNotSatisfiable``). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
@@ -339,8 +339,8 @@ async def ranged_get(
                     f"HTTP {response.status})",
                     size=unsatisfied,
                 )
-            if response.status == 200 and span is None and response.content_length == 0:
-                span = (0, 0, 0)
+            if response.status == 200 and span is None:
+                span = _whole_object(byte_range, response.content_length)
             if response.status in (200, 206) and span is not None:
                 body = await _range_body(shown, response, span)
                 return span, Answer(body, span[2], _versions(response))
@@ -356,6 +356,25 @@ async def ranged_get(
             raise StorageError(f"{shown}: HTTP {response.status} {_reason(response)}")
     except NETWORK_ERRORS as exc:
         raise _network_error(shown, exc) from None
+
+
+def _whole_object(byte_range: str, length: int | None) -> Span | None:
+    """The span of a 200 that names no bytes: the whole object, of
+    ``length`` bytes (RFC 9110 lets a server ignore ``Range``). Usable when
+    the range asked covers the whole object (``bytes=-N`` with N >= length,
+    ``bytes=0-``, ``bytes=0-LAST`` with LAST >= length - 1: a small file's
+    tail, a manifest), so the body is exactly the bytes asked; else None,
+    and ``check_status`` says the server ignored Range. An empty object
+    covers every request for a size or a tail (moto answers a suffix so)."""
+    if length is None:
+        return None
+    if length == 0:
+        return (0, 0, 0)
+    first, _, last = byte_range.removeprefix("bytes=").partition("-")
+    covers = (not first and last.isdigit() and int(last) >= length) or (
+        first == "0" and (not last or (last.isdigit() and int(last) >= length - 1))
+    )
+    return (0, length, length) if covers else None
 
 
 @contextlib.asynccontextmanager
@@ -375,10 +394,13 @@ async def follow(
     aiohttp would keep every header but ``Authorization``, ``Cookie`` and
     ``Proxy-Authorization`` on a redirect to another host (an HTTP front
     sending readers to presigned object storage), handing the key to it.
+    The URL's user info (basic auth) goes the same way: aiohttp drops it
+    from the URL a redirect is answered from, so it is put back on a
+    redirect within the origin (a server sending ``latest/`` to ``v3/``).
     A redirect loop is a ``StorageError``: no retry ends it."""
     try:
         target = yarl.URL(url)  # as aiohttp parses a str URL
-        origin, own = target.origin(), True
+        origin, own, user = target.origin(), True, (target.user, target.password)
     except ValueError:
         raise aiohttp.InvalidURL(url) from None
     for _ in range(MAX_REDIRECTS):
@@ -391,6 +413,8 @@ async def follow(
         response.release()
         target = _redirect_target(shown, response.url, location)
         own = own and target.origin() == origin
+        if own and user[0] is not None and target.user is None:
+            target = target.with_user(user[0]).with_password(user[1])
     else:
         raise StorageError(f"{shown}: redirected {MAX_REDIRECTS} times without an answer")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import logging
 import os
@@ -11,6 +12,7 @@ import sys
 import traceback
 import urllib.parse
 
+import numpy as np
 import pytest
 from helpers import S3_KINDS, SECRET, everything_said
 
@@ -123,6 +125,45 @@ def test_a_redirect_to_another_host_gets_the_range_but_no_credentials(  # type: 
         assert SECRET not in everything_said(caplog, reader, store, errors=[refused.value])
     finally:
         front.stop()
+
+
+def test_punctuation_after_a_url_made_safe_is_kept() -> None:
+    said = redact(f"http://h/a.wsds?X-Amz-Signature={SECRET}: ignored; see http://u:p@h/b.")
+    assert said == "http://h/a.wsds?…: ignored; see http://h/b."
+
+
+def test_a_redirect_within_the_origin_keeps_the_urls_basic_auth(  # type: ignore[no-untyped-def]
+    storage_root, caplog, make_store
+) -> None:
+    """A server behind basic auth that redirects within itself (``latest/``
+    to ``v3/``): the URL's user and password go with the redirect, as the
+    store's ``headers`` do (aiohttp drops the user info from the URL it
+    redirects from: every such dataset answered 401); never to another host."""
+    from testkit.servers import LoopbackServer, file_handler
+
+    files = file_handler(storage_root)
+    basic = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
+
+    async def handle(request):  # type: ignore[no-untyped-def]
+        if request.headers.get("Authorization") != basic:
+            return 401, {}, b"who are you"
+        if request.path.startswith("/latest/"):
+            return 302, {"Location": request.path.replace("/latest/", "/packed/", 1)}, b""
+        return await files(request)
+
+    server = LoopbackServer(handle).start()
+    try:
+        caplog.set_level(logging.DEBUG)
+        host = server.url.removeprefix("http://")
+        dataset = Dataset(f"http://user:{SECRET}@{host}/latest", store=make_store("http"))
+        local = open_dataset(storage_root / "packed")
+        key = next(iter(local))
+        assert np.array_equal(dataset.read_crop(key, 0.1, 0.3), local.read_crop(key, 0.1, 0.3))
+        redirected = [r for r in server.requests if r.path.startswith("/packed/")]
+        assert redirected and all(r.headers["Authorization"] == basic for r in redirected)
+        assert SECRET not in everything_said(caplog, dataset)
+    finally:
+        server.stop()
 
 
 # -- one redaction for every form a credential takes -----------------------------------

@@ -8,9 +8,12 @@ import gzip
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from helpers import SECRET
 
+from streamer import open_dataset
+from streamer.dataset.dataset import Dataset
 from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
@@ -154,6 +157,28 @@ def test_a_server_ignoring_range_is_a_clear_error(http, make_store) -> None:  # 
     with pytest.raises(StorageError, match=r"ignored Range .* answered 200 with the whole object"):
         reader.read_sync(0, 10)
     assert len(http.ranged()) == 1  # not retried: it would never work
+
+
+def test_a_200_with_the_whole_object_serves_a_range_that_covers_it(  # type: ignore[no-untyped-def]
+    http, make_store, storage_root
+) -> None:
+    """A server may ignore Range (RFC 9110) and answer 200 with the whole
+    object: the bytes asked when the range covers it (every suffix read of
+    a file smaller than the suffix: the manifest, audio_info/ and
+    seek_index/ shards). Such a server made every dataset unreadable;
+    a range within the object is still refused."""
+    http.faults.whole_as_200 = True
+    dataset = Dataset(f"{http.url}/packed", store=make_store("http"))
+    local = open_dataset(storage_root / "packed")
+    key = next(iter(local))
+    assert np.array_equal(dataset.read_crop(key, 0.1, 0.4), local.read_crop(key, 0.1, 0.4))
+    assert any(r.range.startswith("bytes=-") for r in http.ranged())
+    data = (storage_root / "random.bin").read_bytes()
+    reader = make_store("http").reader(f"{http.url}/random.bin")
+    assert bytes(reader.read_sync(0, len(data))) == data  # bytes=0-(size-1): the whole object
+    with pytest.raises(StorageError, match=r"ignored Range .* answered 200 with the whole object"):
+        http.faults.ignore_range = True
+        make_store("http").reader(f"{http.url}/random.bin", size=len(data)).read_sync(0, 10)
 
 
 def test_416_is_a_clear_error(http, make_store) -> None:  # type: ignore[no-untyped-def]
