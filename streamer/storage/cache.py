@@ -240,13 +240,19 @@ class BlockCache:
         self, path: str, stamp: str, size: int, offset: int, data: bytes | memoryview
     ) -> None:
         """Keep the whole blocks inside bytes fetched some other way (a suffix
-        read), under the stamp taken before they were asked for."""
+        read), under the stamp taken before they were asked for: in memory,
+        and in the disk tier where it lacks them (a shard's last block may
+        be read only through its tail, and a warmup must leave it behind)."""
         bs = self.config.block_size
         end = offset + len(data)
+        pieces = {}
         for block in range(-(-offset // bs), (end + bs - 1) // bs):
             start, stop = block * bs, min(size, (block + 1) * bs)
             if stop <= end:
-                self._keep((path, stamp, size, block), bytes(data[start - offset : stop - offset]))
+                pieces[block] = bytes(data[start - offset : stop - offset])
+                self._keep((path, stamp, size, block), pieces[block])
+        if self._disk is not None and pieces:
+            self._to_disk(path, stamp, size, pieces, replace=False)
 
     async def forget(self, path: str) -> None:
         """``path`` was just rewritten: give it a new stamp, so no block of an
@@ -489,13 +495,19 @@ class BlockCache:
             self._stats.disk_hits += 1
         return missing
 
-    def _to_disk(self, path: str, stamp: str, size: int, pieces: dict[int, bytes]) -> None:
+    def _to_disk(
+        self, path: str, stamp: str, size: int, pieces: dict[int, bytes], *, replace: bool = True
+    ) -> None:
+        """Write blocks to the disk tier in the background; unless ``replace``,
+        only those it has no entry for."""
         disk = self._disk
         assert disk is not None
 
         def store() -> None:
             for block, data in pieces.items():
-                disk.put(self._disk_key(path, stamp, size, block), data)
+                key = self._disk_key(path, stamp, size, block)
+                if replace or not disk.has(key):
+                    disk.put(key, data)
 
         future = asyncio.get_running_loop().run_in_executor(None, store)
         self._background.add(future)

@@ -124,6 +124,27 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
     assert [bytes(a[0]) for a in answers] == [data[s : s + n] for s, n in ranges]
 
 
+def test_blocks_of_a_tail_read_are_kept_on_disk(
+    http, tmp_path: Path, storage_root: Path, make_store
+) -> None:  # type: ignore[no-untyped-def]
+    """The whole blocks a tail read brings (a shard's last, partial block: a
+    dataset without a manifest reads it only so) are kept in the disk tier,
+    not in memory alone: a warmup leaves them behind for a later run."""
+    from streamer.storage.loop import run_sync
+
+    data = (storage_root / "random.bin").read_bytes()
+    url = f"{http.url}/random.bin"
+    first = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path))
+    start, body = first.reader(url).read_tail_sync(BLOCK)
+    assert bytes(body) == data[start:] and start < len(data) // BLOCK * BLOCK
+    run_sync(first.drain())
+    later = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path))
+    http.reset()
+    reader = later.reader(url, size=len(data))
+    assert bytes(reader.read_sync(len(data) - 100, 100)) == data[-100:]
+    assert http.ranged() == [] and later.stats.disk_hits == 1
+
+
 def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
     """Stores sharing a directory agree on one entry (an object's stamp): the
     first one stored wins, and a corrupt one is replaced."""
