@@ -176,6 +176,8 @@ class BlockCache:
             if missing and self._disk is not None:
                 with record("disk_cache"):
                     missing = await self._from_disk(path, stamp, size, missing, found)
+                missing = self._after_disk(path, stamp, size, missing, found, waiting)
+                self._join(joined, waiting.values())
             self._stats.misses += len(missing)
             for first, last in self._runs(missing):
                 started = self._start_fetch(path, stamp, size, first, last)
@@ -186,6 +188,32 @@ class BlockCache:
         finally:
             self._leave(joined.values())
         return [self._assemble(found, offset, length) for offset, length in ranges]
+
+    def _after_disk(
+        self,
+        path: str,
+        stamp: str,
+        size: int,
+        blocks: list[int],
+        found: dict[int, bytes],
+        waiting: dict[int, _Run],
+    ) -> list[int]:
+        """The ``blocks`` still to fetch after a disk lookup: those another
+        reader fetched meanwhile are moved into ``found`` (from memory: the
+        fetch has ended) or ``waiting`` (it is still in flight), so no
+        request asks for them again."""
+        missing = []
+        for block in blocks:
+            key = (path, stamp, size, block)
+            if key in self._blocks:
+                found[block] = self._blocks[key]
+                self._stats.hits += 1
+            elif key in self._inflight:
+                waiting[block] = self._inflight[key]
+                self._stats.deduplicated += 1
+            else:
+                missing.append(block)
+        return missing
 
     # A fetch is shared by every reader that waits for it: a reader that is
     # cancelled (or fails on another block) leaves it running for the others,
@@ -360,25 +388,16 @@ class BlockCache:
     def _start_fetch(
         self, path: str, stamp: str, size: int, first: int, last: int
     ) -> dict[int, _Run]:
-        """Fetch blocks ``first..last``; returns the fetch each block comes from.
-        Blocks another reader started fetching meanwhile (while this one looked
-        on disk) are joined, not fetched twice."""
+        """Fetch blocks ``first..last`` (none in flight); returns the fetch."""
         loop = asyncio.get_running_loop()
         run = _Run(path, stamp, size)
-        joined = {}
         for block in range(first, last + 1):
-            key = (path, stamp, size, block)
-            if key in self._inflight:
-                joined[block] = self._inflight[key]
-            else:
-                run.futures[block] = loop.create_future()
-                self._inflight[key] = run
-        if not run.futures:
-            return joined
+            run.futures[block] = loop.create_future()
+            self._inflight[(path, stamp, size, block)] = run
         run.task = loop.create_task(self._fetch_run(run, first, last))
         self._fetching.add(run.task)
         run.task.add_done_callback(self._fetching.discard)
-        return {**joined, **dict.fromkeys(run.futures, run)}
+        return dict.fromkeys(run.futures, run)
 
     async def _fetch_run(self, run: _Run, first: int, last: int) -> None:
         bs = self.config.block_size

@@ -107,7 +107,8 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
     http, tmp_path: Path, storage_root: Path, make_store
 ) -> None:  # type: ignore[no-untyped-def]
     """A reader that looked on disk (a thread hop) while another started fetching
-    the same blocks joins that fetch instead of losing the blocks."""
+    the same blocks joins that fetch (or takes its blocks from memory, when it
+    ended meanwhile) instead of losing the blocks or asking for them again."""
     import asyncio
 
     from streamer.storage.loop import run_sync
@@ -122,6 +123,8 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
 
     answers = run_sync(together())
     assert [bytes(a[0]) for a in answers] == [data[s : s + n] for s, n in ranges]
+    blocks = {b for s, n in ranges for b in range(s // BLOCK, (s + n - 1) // BLOCK + 1)}
+    assert store.stats.bytes_fetched == len(data[: (max(blocks) + 1) * BLOCK])
 
 
 def test_blocks_of_a_tail_read_are_kept_on_disk(
