@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 import struct
 import threading
 import time
@@ -95,14 +96,13 @@ class DiskCache:
         exists, else ``None``."""
         path = self.path(key)
         try:
-            with open(path, "rb") as file:
-                data = file.read() if length is None else file.read(_HEADER.size + length + 1)
+            data = _read(path, None if length is None else _HEADER.size + length + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.warning("disk cache: cannot read %s: %s", path, exc)
             return None
-        payload = _payload(data, length)
+        payload = None if data is None else _payload(data, length)
         if payload is None:
             log.warning("disk cache: dropping corrupt entry %s", path)
             _remove(path)
@@ -283,6 +283,20 @@ class DiskCache:
                 elif ".tmp-" in name and now - status.st_mtime > _TEMP_MAX_AGE:
                     _remove(path)
         return found
+
+
+def _read(path: str, most: int | None) -> bytes | None:
+    """The file's bytes (at most ``most``), or None when it is no regular file:
+    opened without blocking, so a FIFO or a device put at an entry's path
+    (it waits for a writer forever) is found out by its type, not read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as file:
+            return file.read() if most is None else file.read(most)
+    finally:
+        os.close(fd)
 
 
 def _payload(data: bytes, length: int | None) -> bytes | None:

@@ -148,6 +148,27 @@ def test_blocks_of_a_tail_read_are_kept_on_disk(
     assert http.ranged() == [] and later.stats.disk_hits == 1
 
 
+def test_an_entry_that_is_no_regular_file_is_a_miss(tmp_path: Path) -> None:
+    """A FIFO at an entry's path (opened plainly, it waits for a writer
+    forever, in a thread nothing can cancel) is dropped as a miss."""
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    cache.put("block", b"x" * 10)
+    path = cache.path("block")
+    os.remove(path)
+    os.mkfifo(path)
+    got: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: got.append(cache.get("block", 10)), daemon=True)
+    reader.start()
+    reader.join(10)
+    hung = reader.is_alive()
+    if hung:  # let it go: a writer opens the FIFO
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert not hung and got == [None] and not os.path.exists(path)
+    cache.put("block", b"y" * 10)
+    assert cache.get("block", 10) == b"y" * 10
+
+
 def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
     """Stores sharing a directory agree on one entry (an object's stamp): the
     first one stored wins, and a corrupt one is replaced."""
