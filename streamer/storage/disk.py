@@ -12,9 +12,10 @@ training run) comes from the file system, not from locks:
 * a block is written to a private temporary file and ``os.replace``d into
   place, so a reader sees a whole entry or none (``get_or_add`` links it
   into place instead, so the first of several writers wins);
-* every entry starts with a header (magic, payload length, CRC-32); an entry
-  that fails the check (torn by a crash, truncated, bit rot) is deleted and
-  reported as a miss, so the block is fetched again;
+* every entry starts with a header (magic, payload length, CRC-32, a hash
+  of its key); an entry that fails the check (torn by a crash, truncated,
+  bit rot, moved to another entry's name, of an older layout) is deleted
+  and reported as a miss, so the block is fetched again;
 * a hit bumps the entry's mtime; when this process estimates the directory
   is over ``max_bytes`` it rescans and deletes the least recently used
   entries down to 90 %. Deleting an entry another process has open is
@@ -46,8 +47,12 @@ __all__ = ["DiskCache", "make_directory"]
 
 log = logging.getLogger("streamer.storage")
 
-_MAGIC = b"STRMBLK1"
-_HEADER = struct.Struct("<8sQI")  # magic, payload length, crc32(payload)
+#: The layout's version: an entry of another (an older streamer's) is a miss.
+_MAGIC = b"STRMBLK2"
+_LAYOUTS = b"STRMBLK"
+#: magic, payload length, crc32(payload), the start of sha256(key): an entry
+#: moved to another's name (a copy, a restore gone wrong) is no valid entry there.
+_HEADER = struct.Struct("<8sQI16s")
 _SUFFIX = ".blk"
 _TEMP_MAX_AGE = 3600.0  # temporary files older than this belong to a dead writer
 #: File times lag ``time.time()`` by up to a clock tick of the kernel's.
@@ -88,7 +93,7 @@ class DiskCache:
 
     def path(self, key: str) -> str:
         """The entry file for a cache key (any string naming one block)."""
-        digest = hashlib.sha256(key.encode()).hexdigest()
+        digest = _digest(key).hex()
         return os.path.join(self.directory, digest[:2], digest[2:] + _SUFFIX)
 
     def get(self, key: str, length: int | None = None) -> bytes | None:
@@ -102,9 +107,12 @@ class DiskCache:
         except OSError as exc:
             log.warning("disk cache: cannot read %s: %s", path, exc)
             return None
-        payload = None if data is None else _payload(data, length)
+        payload = None if data is None else _payload(data, length, _digest(key))
         if payload is None:
-            log.warning("disk cache: dropping corrupt entry %s", path)
+            if data is not None and data.startswith(_LAYOUTS) and not data.startswith(_MAGIC):
+                log.debug("disk cache: dropping an entry of an older layout %s", path)
+            else:
+                log.warning("disk cache: dropping corrupt entry %s", path)
             _remove(path)
             return None
         _touch(path)
@@ -151,7 +159,7 @@ class DiskCache:
         then renamed over the entry (``replace``) or linked only where none is."""
         path = self.path(key)
         temp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        header = _HEADER.pack(_MAGIC, len(data), zlib.crc32(data))
+        header = _HEADER.pack(_MAGIC, len(data), zlib.crc32(data), _digest(key)[:16])
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(temp, "wb") as file:
@@ -299,15 +307,20 @@ def _read(path: str, most: int | None) -> bytes | None:
         os.close(fd)
 
 
-def _payload(data: bytes, length: int | None) -> bytes | None:
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _payload(data: bytes, length: int | None, digest: bytes) -> bytes | None:
+    """The payload of an entry of ``digest``'s key, or None if ``data`` is not one."""
     if len(data) < _HEADER.size:
         return None
-    magic, size, crc = _HEADER.unpack_from(data)
+    magic, size, crc, owner = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
     expected = size if length is None else length
-    if magic != _MAGIC or size != expected or len(payload) != size or zlib.crc32(payload) != crc:
+    if magic != _MAGIC or owner != digest[:16] or size != expected or len(payload) != size:
         return None
-    return payload
+    return payload if zlib.crc32(payload) == crc else None
 
 
 def _touch(path: str) -> None:

@@ -169,6 +169,30 @@ def test_an_entry_that_is_no_regular_file_is_a_miss(tmp_path: Path) -> None:
     assert cache.get("block", 10) == b"y" * 10
 
 
+def test_an_entry_under_another_entrys_name_is_a_miss(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """An entry's header names its key: valid entries swapped between names
+    (length and CRC intact) are misses, not each other's bytes; an entry of
+    the older layout, without the key, is a quiet miss and is replaced."""
+    import struct
+    import zlib
+
+    cache = DiskCache(tmp_path, max_bytes=1 << 20)
+    cache.put("one", b"1" * 10)
+    cache.put("two", b"2" * 10)
+    one, two = Path(cache.path("one")), Path(cache.path("two"))
+    first, second = one.read_bytes(), two.read_bytes()
+    one.write_bytes(second)
+    two.write_bytes(first)
+    assert cache.get("one", 10) is None and cache.get("two", 10) is None
+    assert not one.exists() and not two.exists()
+    old = struct.pack("<8sQI", b"STRMBLK1", 5, zlib.crc32(b"stamp")) + b"stamp"
+    Path(cache.path("stamp")).parent.mkdir(exist_ok=True)
+    Path(cache.path("stamp")).write_bytes(old)
+    caplog.clear()
+    assert cache.get_or_add("stamp", b"new") == b"new" and cache.get("stamp") == b"new"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
     """Stores sharing a directory agree on one entry (an object's stamp): the
     first one stored wins, and a corrupt one is replaced."""
