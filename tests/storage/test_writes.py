@@ -320,8 +320,8 @@ def test_eviction_keeps_an_objects_version_tag_while_its_stamp_is_used(  # type:
     assert bytes(train.reader(path).read_sync(0, 10)) == b"a" * 10
     assert train.stats.requests == 0
     used = sum(p.stat().st_size for p in directory.rglob("*.blk") if p.stat().st_mtime > 1000)
-    # Down to what the run used and an empty entry (20 bytes): the rest is evicted.
-    DiskCache(directory, max_bytes=int((used + 30) / 0.9)).put("filler", b"")
+    # Down to what the run used and an empty entry (36 bytes): the rest is evicted.
+    DiskCache(directory, max_bytes=int((used + 46) / 0.9)).put("filler", b"")
     later = type(warm)(warm.scheme, {**warm._options, "max_concurrency": 7})
     with pytest.raises(StorageError, match=r"changed on the server while it was being read"):
         later.reader(path).read_sync(20_000, 10)
