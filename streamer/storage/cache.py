@@ -253,16 +253,39 @@ class BlockCache:
         key, new = self._stamp_key(path), uuid.uuid4().hex.encode()
 
         def lookup() -> bytes:
+            found = disk.get(key)
+            if found is not None and self._tags_kept(path, found.decode()):
+                return found
+            # A new stamp is marked untagged before any store can take it: one
+            # found with neither tags nor the mark lost its tags (bit rot, an
+            # eviction), and the bytes kept under it are of a version no
+            # answer can be checked against. A new stamp retires them.
+            disk.put(self.untagged_key(path, new.decode()), b"")
+            if found is not None:
+                disk.put(key, new)
+                return new
             found = disk.get_or_add(key, new)
-            if found != new:  # an earlier store's: its version tags live as long
-                tags = [self.tag_key(path, found.decode(), kind) for kind in TAG_KINDS]
-                disk.touch_after(key, tags)
+            if found != new:  # another store's, new too (marked, or tagged since)
+                disk.remove(self.untagged_key(path, new.decode()))
             return found
 
         found = (await asyncio.get_running_loop().run_in_executor(None, lookup)).decode()
         self.note(key)
         # A write while the disk tier was asked set the newer stamp: it stands.
         return self._stamps.setdefault(path, found)
+
+    def _tags_kept(self, path: str, stamp: str) -> bool:
+        """Whether the disk tier holds the first version tags under an earlier
+        store's ``stamp``, or its mark that none came yet (``untagged_key``);
+        then make them used later than the stamp: they must live as long."""
+        disk = self._disk
+        assert disk is not None
+        marks = [self.untagged_key(path, stamp)]
+        tags = [self.tag_key(path, stamp, kind) for kind in TAG_KINDS]
+        if not disk.has(marks[0]) and all(disk.get(tag) is None for tag in tags):
+            return False
+        disk.touch_after(self._stamp_key(path), marks + tags)
+        return True
 
     def insert(
         self, path: str, stamp: str, size: int, offset: int, data: bytes | memoryview
@@ -291,8 +314,13 @@ class BlockCache:
             self._bytes -= len(self._blocks.pop(key))
         disk = self._disk
         if disk is not None:
-            key = self._stamp_key(path)
-            await asyncio.get_running_loop().run_in_executor(None, disk.put, key, stamp.encode())
+            key, untagged = self._stamp_key(path), self.untagged_key(path, stamp)
+
+            def store() -> None:
+                disk.put(untagged, b"")  # before the stamp, as ``stamp`` does
+                disk.put(key, stamp.encode())
+
+            await asyncio.get_running_loop().run_in_executor(None, store)
             self.note(key)
 
     def clear(self) -> None:
@@ -485,6 +513,11 @@ class BlockCache:
         """The entry of the first version tag of ``kind`` (``TAG_KINDS``) the
         server sent for ``path`` under ``stamp`` (``RemoteStore._first_tag``)."""
         return self.disk_key("tag", path, stamp, kind)
+
+    def untagged_key(self, path: str, stamp: str) -> str:
+        """The entry marking a new ``stamp`` of ``path`` as having no version
+        tags yet: ``RemoteStore._first_tag`` drops it once one is kept."""
+        return self.disk_key("untagged", path, stamp)
 
     def _block_length(self, size: int, block: int) -> int:
         bs = self.config.block_size

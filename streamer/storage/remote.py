@@ -486,14 +486,18 @@ class RemoteStore(Store):
         first, known = tag, False
         disk = self._state.get().cache.disk
         if disk is not None:
-            key = self._state.get().cache.tag_key(path, stamp, kind)
+            cache = self._state.get().cache
+            key = cache.tag_key(path, stamp, kind)
 
             def lookup() -> tuple[bytes, bool]:
                 found = disk.get(key)
-                if found is not None:
-                    return found, True
-                added = disk.get_or_add(key, tag.encode())  # another's, if it came first
-                return added, added != tag.encode()
+                if found is None:
+                    found = disk.get_or_add(key, tag.encode())  # another's, if it came first
+                    known = found != tag.encode()
+                else:
+                    known = True
+                disk.remove(cache.untagged_key(path, stamp))  # a tag is kept now
+                return found, known
 
             found, known = await asyncio.get_running_loop().run_in_executor(None, lookup)
             first = found.decode()

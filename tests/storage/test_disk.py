@@ -11,10 +11,12 @@ import threading
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from streamer.errors import StorageError
 from streamer.storage.disk import DiskCache
+from streamer.storage.loop import run_sync
 from streamer.storage.remote import NotFound
 
 BLOCK = 64 * 1024
@@ -111,8 +113,6 @@ def test_concurrent_readers_behind_a_disk_lookup_join_one_fetch(
     ended meanwhile) instead of losing the blocks or asking for them again."""
     import asyncio
 
-    from streamer.storage.loop import run_sync
-
     store = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path / "cache"))
     reader = store.reader(f"{http.url}/random.bin", size=700_001)
     data = (storage_root / "random.bin").read_bytes()
@@ -133,8 +133,6 @@ def test_blocks_of_a_tail_read_are_kept_on_disk(
     """The whole blocks a tail read brings (a shard's last, partial block: a
     dataset without a manifest reads it only so) are kept in the disk tier,
     not in memory alone: a warmup leaves them behind for a later run."""
-    from streamer.storage.loop import run_sync
-
     data = (storage_root / "random.bin").read_bytes()
     url = f"{http.url}/random.bin"
     first = make_store("http", block_size=BLOCK, cache_dir=str(tmp_path))
@@ -191,6 +189,43 @@ def test_an_entry_under_another_entrys_name_is_a_miss(tmp_path: Path, caplog) ->
     caplog.clear()
     assert cache.get_or_add("stamp", b"new") == b"new" and cache.get("stamp") == b"new"
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize("loss", ["deleted", "bit rot"])
+def test_blocks_kept_under_lost_version_tags_are_not_served(
+    tmp_path: Path, make_store, loss: str
+) -> None:  # type: ignore[no-untyped-def]
+    """An object's first version tag lost from the directory, then the object
+    replaced by one of its size: a later store reads the new one whole. It
+    took the new object's tag for the first one and served the old blocks
+    kept beside the new ones fetched, without a word."""
+    from testkit.servers import LoopbackServer, file_handler
+
+    root, cache_dir = tmp_path / "served", tmp_path / "cache"
+    root.mkdir()
+    old = np.random.default_rng(1).bytes(4 * BLOCK)
+    new = np.random.default_rng(2).bytes(4 * BLOCK)
+    (root / "object").write_bytes(old)
+    server = LoopbackServer(file_handler(root)).start()
+    try:
+        url = f"{server.url}/object"
+        first = make_store("http", block_size=BLOCK, cache_dir=str(cache_dir))
+        assert bytes(first.reader(url).read_sync(0, 2 * BLOCK)) == old[: 2 * BLOCK]
+        run_sync(first.drain())
+        disk = DiskCache(cache_dir, max_bytes=1 << 30)
+        cache = first._state.peek().cache
+        for stamp, kind in first.known_versions(url):
+            entry = Path(disk.path(cache.tag_key(url, stamp, kind)))
+            if loss == "deleted":
+                entry.unlink()
+            else:
+                entry.write_bytes(entry.read_bytes()[:-1] + b"?")
+        (root / "object").write_bytes(new)
+        os.utime(root / "object", ns=(1, 1))
+        later = make_store("http", block_size=BLOCK, cache_dir=str(cache_dir))
+        assert bytes(later.reader(url).read_sync(0, 4 * BLOCK)) == new
+    finally:
+        server.stop()
 
 
 def test_get_or_add_keeps_the_first_writers_entry(tmp_path: Path) -> None:
