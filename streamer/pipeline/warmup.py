@@ -30,6 +30,8 @@ import anyio.to_thread
 
 from ..decode.crop import CropJob
 from ..errors import StorageError
+from ..shard.decompressed import DecompressedValues
+from ..shard.footer import TAIL_BYTES
 from ..storage.base import Store
 from ..storage.loop import run_sync
 from ..storage.remote import RemoteReader, RemoteStore
@@ -139,15 +141,33 @@ def _objects(jobs: list[CropJob]) -> _Objects:
     """The byte ranges ``jobs`` read from network stores, by store and object."""
     objects: _Objects = {}
     for job in jobs:
-        blob = job.episode.blob
-        if not isinstance(blob.reader, RemoteReader):
+        fetched = _fetched(job)
+        if fetched is None:
             continue  # mapped (or in memory): nothing to fetch or cache
-        store = blob.reader.store
+        reader, read = fetched
+        store = reader.store
         _, by_path = objects.setdefault(id(store), (store, {}))
-        _, ranges = by_path.setdefault(blob.reader.path, (blob.reader, []))
-        planned = job.read_ranges if job.plan is not None else ((0, blob.length),)
-        ranges.extend((blob.offset + at, n) for at, n in planned)
+        _, ranges = by_path.setdefault(reader.path, (reader, []))
+        ranges.extend(read)
     return objects
+
+
+def _fetched(job: CropJob) -> tuple[RemoteReader, list[tuple[int, int]]] | None:
+    """The network object ``job``'s bytes come from and its absolute ranges
+    that reading them fetches, or ``None`` for bytes fetched from no store.
+    A cell of an IPC-compressed shard is read from its record batch's
+    decompressed values: what is fetched is that whole compressed buffer of
+    the shard, whatever part of the cell the crop reads."""
+    blob = job.episode.blob
+    reader = blob.reader
+    if isinstance(reader, DecompressedValues):
+        if not isinstance(reader.source, RemoteReader):
+            return None
+        return reader.source, [(reader.offset, reader.length)]
+    if not isinstance(reader, RemoteReader):
+        return None
+    planned = job.read_ranges if job.plan is not None else ((0, blob.length),)
+    return reader, [(blob.offset + at, n) for at, n in planned]
 
 
 async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
@@ -167,7 +187,9 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
         missing = blocks = 0
         _, by_path = objects.get(id(store), (store, {}))
         for path, (reader, ranges) in by_path.items():
-            lacking, of, held = await store.missing_on_disk(path, await reader.size(), ranges)
+            size = await reader.size()
+            ranges = _before_tail(ranges, size, store.cache_config.block_size)
+            lacking, of, held = await store.missing_on_disk(path, size, ranges)
             missing, blocks, cached = missing + lacking, blocks + of, cached + held
         lost, entries = await store.missing_metadata_on_disk()
         if missing or lost:
@@ -179,6 +201,19 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
                 "clearing or shrinking the directory"
             )
     return cached
+
+
+def _before_tail(
+    ranges: list[tuple[int, int]], size: int, block_size: int
+) -> list[tuple[int, int]]:
+    """``ranges`` short of the blocks wholly inside the shard's tail, the
+    suffix its opening read (``TAIL_BYTES``): the store keeps those blocks
+    from that read, in memory, and the disk tier holds them as the tail
+    entry checked with the other entries, not as blocks (the last block of
+    an IPC-compressed shard, which every read of its last batch takes,
+    failed the warmup as missing)."""
+    end = -(-max(0, size - TAIL_BYTES) // block_size) * block_size
+    return [(at, min(n, end - at)) for at, n in ranges if at < end]
 
 
 def _skip(report: WarmupReport, failure: Failure) -> None:

@@ -17,6 +17,10 @@ A decode job carries its blob handle, and so its reader, to a worker
 process. The reader travels as its address too (the shard's own reader,
 which pickles small, and the compressed range) and decompresses only when
 read: a worker sent the planned bytes never does.
+
+The compressed bytes are read through the store's block cache, by a
+blocking read or an awaited one alike, so a disk tier keeps them as the
+blocks a warmup counts and checks (``pipeline.warmup``).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class DecompressedValues(RangeReader):
         """The decompressed buffer: kept from an earlier read, or decompressed now."""
         values = self._kept()
         if values is None:
-            (raw,) = self.source.fetch_many_sync([(self.offset, self.length)])
+            (raw,) = self.source.read_many_sync([(self.offset, self.length)])
             values = self._keep(raw)
         return values
 

@@ -25,7 +25,9 @@ from helpers import BUCKET, SECRET
 
 from streamer import RandomCrops, Streamer, open_dataset
 from streamer.dataset.dataset import Dataset
-from streamer.errors import CompressedShardWarning
+from streamer.errors import CompressedShardWarning, StorageError
+from streamer.pipeline.bench import BenchConfig, bench_streamer
+from streamer.pipeline.warmup import WarmupReport, warmup
 from streamer.shard import decompressed
 from streamer.shard.blob import BlobHandle
 from streamer.write.index import build_index
@@ -186,3 +188,42 @@ def test_what_a_process_keeps_decompressed_is_bounded(
     for key, blob in blobs.items():
         assert bytes(blob.view()) == first[key]
         assert decompressed.kept_bytes() <= max(sizes)
+
+
+def _remote(  # type: ignore[no-untyped-def]
+    compressed: dict[bool, Path], moto_endpoint: str, make_store, prefix: str, **options
+) -> Dataset:
+    """The unindexed compressed dataset over S3 under ``prefix``, through a
+    new store (a prefix of its own: no batch this process keeps decompressed)."""
+    upload_tree(moto_endpoint, compressed[False], BUCKET, prefix, "test-key-id", SECRET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        return Dataset(f"{BUCKET}/{prefix}", store=make_store("s3", moto_endpoint, **options))
+
+
+def _warm(dataset: Dataset, **options: int) -> WarmupReport:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        return warmup(bench_streamer(dataset, _WARM, workers=0), **options)
+
+
+_WARM = BenchConfig(duration=0.5, crops=24, seed=2)
+
+
+def test_a_warmup_of_compressed_shards_counts_and_checks_their_blocks(  # type: ignore[no-untyped-def]
+    compressed: dict[bool, Path], moto_endpoint: str, make_store, tmp_path: Path
+) -> None:
+    """A crop of an IPC-compressed shard reads its batch's compressed buffer
+    whole: the warmup counts those blocks (it said "0.0 MB of blocks"), the
+    room they need and whether the directory kept them (both checks were
+    skipped), and the run after it is served by the directory alone."""
+    cache = str(tmp_path / "cache")
+    first = _warm(_remote(compressed, moto_endpoint, make_store, "warm", cache_dir=cache))
+    assert first.crops == 24 and 0 < first.cached <= first.fetched
+    again = _remote(compressed, moto_endpoint, make_store, "warm", cache_dir=cache)
+    second = _warm(again)
+    assert (second.fetched, second.cached) == (0, first.cached)
+    small = {"cache_dir": str(tmp_path / "tiny"), "cache_dir_bytes": first.cached - 1}
+    tiny = _remote(compressed, moto_endpoint, make_store, "tiny", **small)
+    with pytest.raises(StorageError, match=r"warmup needs at least \d+ bytes of disk cache"):
+        _warm(tiny)
