@@ -20,14 +20,25 @@ read: a worker sent the planned bytes never does.
 
 The compressed bytes are read through the store's block cache, by a
 blocking read or an awaited one alike, so a disk tier keeps them as the
-blocks a warmup counts and checks (``pipeline.warmup``).
+blocks a warmup counts and checks (``pipeline.warmup``). A buffer several
+readers want at once (planning threads, prefetches on the store's loop)
+is fetched and decompressed by one of them; the others wait for it
+(``_Flight``), threads on an event, tasks woken through their loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import os
 import pickle
 import threading
+from collections.abc import Callable, Iterator
+
+import anyio
+import anyio.lowlevel
+import sniffio
 
 from ..storage.base import RangeReader
 from ..storage.local import MemoryReader
@@ -64,30 +75,53 @@ class DecompressedValues(RangeReader):
 
     @property
     def values(self) -> MemoryReader:
-        """The decompressed buffer: kept from an earlier read, or decompressed now."""
-        values = self._kept()
-        if values is None:
-            (raw,) = self.source.read_many_sync([(self.offset, self.length)])
-            values = self._keep(raw)
-        return values
+        """The decompressed buffer: kept from an earlier read, or decompressed
+        now (or by the reader of the same buffer already at it, waited for)."""
+        while True:
+            values, flight, leader = self._lookup()
+            if values is not None:
+                return values
+            if leader:
+                with flight.leading():
+                    (raw,) = self.source.read_many_sync([(self.offset, self.length)])
+                    return flight.done(self._keep(raw))
+            values = flight.wait()
+            if values is not None:
+                return values  # else the leader was interrupted: try again
 
     async def _avalues(self) -> MemoryReader:
         """``values`` for a caller on an event loop (the store's own, a
         prefetch): the compressed bytes are awaited, never waited for by
-        a blocking call, which on the store's loop would wait on itself."""
-        values = self._kept()
-        if values is None:
-            (raw,) = await self.source.read_many([(self.offset, self.length)])
-            values = self._keep(raw)
-        return values
+        a blocking call, which on the store's loop would wait on itself;
+        so is another reader's decompression of the same buffer."""
+        while True:
+            values, flight, leader = self._lookup()
+            if values is not None:
+                return values
+            if leader:
+                with flight.leading():
+                    (raw,) = await self.source.read_many([(self.offset, self.length)])
+                    return flight.done(self._keep(raw))
+            values = await flight.await_()
+            if values is not None:
+                return values
 
-    def _kept(self) -> MemoryReader | None:
-        with _lock:  # held for the lookup only: never across a read or a decompression
+    def _lookup(self) -> tuple[MemoryReader | None, _Flight, bool]:
+        """(the kept buffer, or ``None`` with the flight that decompresses it
+        and whether this caller leads it: one fetch and decompression per
+        buffer at a time, the other readers wait for it). The lock is held
+        for the lookup only: never across a read, a decompression or a wait."""
+        with _lock:
             entry = _kept.pop(self._address, None)
             if entry is not None:
                 _kept[self._address] = entry
-            _drop_beyond(KEPT_BYTES)
-            return None if entry is None else entry[1]
+                _drop_beyond(KEPT_BYTES)
+                return entry[1], _NO_FLIGHT, False
+            flight = _inflight.get(self._address)
+            if flight is not None:
+                return None, flight, False
+            flight = _inflight[self._address] = _Flight(self._address)
+            return None, flight, True
 
     def _keep(self, raw: memoryview) -> MemoryReader:
         buffer = decode_shard_buffer(raw, self.compression, shard=self.shard, offset=self.offset)
@@ -115,6 +149,102 @@ _kept: collections.OrderedDict[tuple[object, int, int], tuple[RangeReader, Memor
 )
 _lock = threading.Lock()
 _total = 0  # the bytes of ``_kept``'s buffers, kept as they come and go (a read looks at it)
+
+
+class _Flight:
+    """One reader's fetch and decompression of a buffer, which the other
+    readers of that buffer wait for instead of fetching it again (a warmup's
+    planning threads and its prefetches on the store's loop each fetched a
+    batch's whole compressed buffer, up to 30 times). Threads wait on an
+    event; a task on an event loop is woken through its loop's thread-safe
+    callback, never by blocking it. A leader that fails hands its error to
+    the waiters; one interrupted (cancelled) lets them try again."""
+
+    def __init__(self, address: tuple[object, int, int]) -> None:
+        self.address = address
+        self._finished = threading.Event()
+        self._values: MemoryReader | None = None
+        self._error: Exception | None = None
+        self._wakers: list[Callable[[], None]] = []
+
+    @contextlib.contextmanager
+    def leading(self) -> Iterator[None]:
+        """The leader's fetch and decompression: whatever ends it ends the flight."""
+        try:
+            yield
+        except Exception as exc:
+            self._finish(None, exc)
+            raise
+        except BaseException:
+            self._finish(None, None)  # cancelled, interrupted: the waiters try again
+            raise
+
+    def done(self, values: MemoryReader) -> MemoryReader:
+        self._finish(values, None)
+        return values
+
+    def _finish(self, values: MemoryReader | None, error: Exception | None) -> None:
+        with _lock:
+            if _inflight.get(self.address) is self:
+                del _inflight[self.address]
+            self._values, self._error = values, error
+            self._finished.set()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            with contextlib.suppress(Exception):  # its loop has ended: nobody left to wake
+                wake()
+
+    def wait(self) -> MemoryReader | None:
+        """The buffer, once the leader has it (``None``: it was interrupted)."""
+        self._finished.wait()
+        return self._outcome()
+
+    async def await_(self) -> MemoryReader | None:
+        """``wait`` for a task on an event loop (asyncio or trio)."""
+        woken = anyio.Event()
+        if sniffio.current_async_library() == "asyncio":
+            loop = asyncio.get_running_loop()
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(woken.set)
+        else:
+            token = anyio.lowlevel.current_token().native_token
+
+            def wake() -> None:
+                token.run_sync_soon(woken.set)
+
+        with _lock:
+            finished = self._finished.is_set()
+            if not finished:
+                self._wakers.append(wake)
+        if not finished:
+            try:
+                await woken.wait()
+            finally:
+                with _lock:
+                    if wake in self._wakers:  # cancelled: the leader need not wake it
+                        self._wakers.remove(wake)
+        return self._outcome()
+
+    def _outcome(self) -> MemoryReader | None:
+        if self._error is not None:
+            raise self._error
+        return self._values
+
+
+#: The buffers being fetched and decompressed now, by address.
+_inflight: dict[tuple[object, int, int], _Flight] = {}
+_NO_FLIGHT = _Flight((None, 0, 0))
+
+
+def _forget_flights() -> None:
+    """In a forked child: the parent's flights have no leader here."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    _inflight.clear()
+
+
+os.register_at_fork(after_in_child=_forget_flights)
 
 
 def _identity(source: RangeReader) -> object:

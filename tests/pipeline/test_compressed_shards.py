@@ -227,3 +227,17 @@ def test_a_warmup_of_compressed_shards_counts_and_checks_their_blocks(  # type: 
     tiny = _remote(compressed, moto_endpoint, make_store, "tiny", **small)
     with pytest.raises(StorageError, match=r"warmup needs at least \d+ bytes of disk cache"):
         _warm(tiny)
+
+
+def test_a_compressed_batch_is_fetched_once_by_its_concurrent_readers(  # type: ignore[no-untyped-def]
+    compressed: dict[bool, Path], moto_endpoint: str, make_store
+) -> None:
+    """The warmup's planning threads and its prefetches read the same batch
+    at once: each missed the kept batch and fetched its compressed buffer
+    whole again (a warmup fetched a dataset up to 5 times over). One reader
+    fetches and decompresses it; the others wait for it."""
+    dataset = _remote(compressed, moto_endpoint, make_store, "once")
+    shards = sum(p.stat().st_size for p in (compressed[False] / "audio").glob("*.wsds"))
+    report = _warm(dataset, concurrency=16)
+    assert report.crops == 24
+    assert report.fetched < shards
