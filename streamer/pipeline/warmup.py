@@ -188,8 +188,10 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
         _, by_path = objects.get(id(store), (store, {}))
         for path, (reader, ranges) in by_path.items():
             size = await reader.size()
-            ranges = _before_tail(ranges, size, store.cache_config.block_size)
             lacking, of, held = await store.missing_on_disk(path, size, ranges)
+            if lacking:  # those inside the shard's tail read are kept as its entry
+                body = _before_tail(ranges, size, store.cache_config.block_size)
+                lacking, _, _ = await store.missing_on_disk(path, size, body)
             missing, blocks, cached = missing + lacking, blocks + of, cached + held
         lost, entries = await store.missing_metadata_on_disk()
         if missing or lost:
@@ -206,12 +208,13 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
 def _before_tail(
     ranges: list[tuple[int, int]], size: int, block_size: int
 ) -> list[tuple[int, int]]:
-    """``ranges`` short of the blocks wholly inside the shard's tail, the
-    suffix its opening read (``TAIL_BYTES``): the store keeps those blocks
-    from that read, in memory, and the disk tier holds them as the tail
-    entry checked with the other entries, not as blocks (the last block of
-    an IPC-compressed shard, which every read of its last batch takes,
-    failed the warmup as missing)."""
+    """``ranges`` short of the blocks wholly inside the shard's last
+    ``TAIL_BYTES``, the suffix its opening read without a manifest: the
+    store keeps those blocks from that read, in memory, and the disk tier
+    holds them as the tail's entry (checked with the other entries), not as
+    blocks. (The last block of an IPC-compressed shard, which every read of
+    its last batch takes, failed the warmup as missing, though the run
+    after it was served without a request.)"""
     end = -(-max(0, size - TAIL_BYTES) // block_size) * block_size
     return [(at, min(n, end - at)) for at, n in ranges if at < end]
 

@@ -220,3 +220,35 @@ def test_a_cache_too_small_for_the_runs_blocks_is_refused_before_fetching(  # ty
     with pytest.raises(StorageError, match=rf"warmup needs at least {blocks} bytes of disk"):
         warmup(bench_streamer(tiny, CONFIG, workers=0))
     assert tiny.store.stats.bytes_fetched < blocks / 2  # the open and the indexes alone
+
+
+def test_crops_in_a_shards_last_block_pass_the_warmups_check(  # type: ignore[no-untyped-def]
+    packed: Path, tmp_path: Path
+) -> None:
+    """Without a manifest a shard is opened by reading its last 64 KiB, and
+    the blocks wholly inside them come from that read: the disk tier keeps
+    them as its entry, not as blocks. A warmup of crops at the end of each
+    shard's last episode failed as "N of M blocks ... not in it", though
+    the directory serves the run after it from disk."""
+    import shutil
+
+    from testkit.servers import LoopbackServer, file_handler
+
+    root = tmp_path / "served" / "unlisted"
+    shutil.copytree(packed, root)
+    (root / "streamer-manifest.json").unlink()
+    dataset = streamer.open_dataset(root)
+    crops = []
+    for key in sorted(dataset.keys()):
+        end = float(dataset.info(key)["duration"])
+        crops.append((key, max(0.0, end - 0.3), end))
+    options = {"cache_dir": str(tmp_path / "cache"), "block_size": 16 * 1024}  # 4 in the tail
+    http = LoopbackServer(file_handler(tmp_path / "served")).start()
+    try:
+        remote = streamer.open_dataset(f"{http.url}/unlisted", **options)
+        assert warmup(Streamer(remote, ListCrops(crops), seed=1)).crops == len(crops)
+        served = streamer.open_dataset(f"{http.url}/unlisted", max_concurrency=7, **options)
+        assert len(list(Streamer(served, ListCrops(crops), seed=1, workers=0))) == len(crops)
+    finally:
+        http.stop()
+    assert (served.store.stats.misses, served.store.stats.bytes_fetched) == (0, 0)
