@@ -85,6 +85,9 @@ class DecompressedValues(RangeReader):
                 with flight.leading():
                     (raw,) = self.source.read_many_sync([(self.offset, self.length)])
                     return flight.done(self._keep(raw))
+            if _on_a_loop():  # blocking it could block the leader, a task on it: no waiting
+                (raw,) = self.source.read_many_sync([(self.offset, self.length)])
+                return self._keep(raw)
             values = flight.wait()
             if values is not None:
                 return values  # else the leader was interrupted: try again
@@ -235,6 +238,15 @@ class _Flight:
 #: The buffers being fetched and decompressed now, by address.
 _inflight: dict[tuple[object, int, int], _Flight] = {}
 _NO_FLIGHT = _Flight((None, 0, 0))
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (asyncio's; trio's)."""
+    try:
+        sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+    return True
 
 
 def _forget_flights() -> None:

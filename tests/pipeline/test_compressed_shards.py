@@ -241,3 +241,33 @@ def test_a_compressed_batch_is_fetched_once_by_its_concurrent_readers(  # type: 
     report = _warm(dataset, concurrency=16)
     assert report.crops == 24
     assert report.fetched < shards
+
+
+def test_a_blocking_read_on_an_event_loop_does_not_wait_for_a_task_on_it(  # type: ignore[no-untyped-def]
+    compressed: dict[bool, Path], moto_endpoint: str, make_store
+) -> None:
+    """A task on a loop fetches a batch; a blocking read of it on that same
+    loop cannot wait for the task (it would block the loop the task needs):
+    it reads the batch itself."""
+    import threading
+
+    dataset = _remote(compressed, moto_endpoint, make_store, "loop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompressedShardWarning)
+        reader = dataset.blob(sorted(dataset.keys())[-1]).reader
+    assert isinstance(reader, decompressed.DecompressedValues)
+    got: list[bool] = []
+
+    async def both() -> None:
+        task = asyncio.ensure_future(reader.read(0, 10))
+        await asyncio.sleep(0)  # the task leads the batch's fetch
+        assert decompressed._inflight
+        got.append(bytes(reader.read_sync(0, 10)) == bytes(await task))
+
+    with decompressed._lock:
+        decompressed._kept.clear()
+        decompressed._total = 0
+    thread = threading.Thread(target=asyncio.run, args=(both(),), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert got == [True]
