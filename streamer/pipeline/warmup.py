@@ -31,7 +31,6 @@ import anyio.to_thread
 from ..decode.crop import CropJob
 from ..errors import StorageError
 from ..shard.decompressed import DecompressedValues
-from ..shard.footer import TAIL_BYTES
 from ..storage.base import Store
 from ..storage.loop import run_sync
 from ..storage.remote import RemoteReader, RemoteStore
@@ -187,11 +186,7 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
         missing = blocks = 0
         _, by_path = objects.get(id(store), (store, {}))
         for path, (reader, ranges) in by_path.items():
-            size = await reader.size()
-            lacking, of, held = await store.missing_on_disk(path, size, ranges)
-            if lacking:  # those inside the shard's tail read are kept as its entry
-                body = _before_tail(ranges, size, store.cache_config.block_size)
-                lacking, _, _ = await store.missing_on_disk(path, size, body)
+            lacking, of, held = await store.missing_on_disk(path, await reader.size(), ranges)
             missing, blocks, cached = missing + lacking, blocks + of, cached + held
         lost, entries = await store.missing_metadata_on_disk()
         if missing or lost:
@@ -203,20 +198,6 @@ async def _check_kept(sources: Iterable[Store], objects: _Objects) -> int:
                 "clearing or shrinking the directory"
             )
     return cached
-
-
-def _before_tail(
-    ranges: list[tuple[int, int]], size: int, block_size: int
-) -> list[tuple[int, int]]:
-    """``ranges`` short of the blocks wholly inside the shard's last
-    ``TAIL_BYTES``, the suffix its opening read without a manifest: the
-    store keeps those blocks from that read, in memory, and the disk tier
-    holds them as the tail's entry (checked with the other entries), not as
-    blocks. (The last block of an IPC-compressed shard, which every read of
-    its last batch takes, failed the warmup as missing, though the run
-    after it was served without a request.)"""
-    end = -(-max(0, size - TAIL_BYTES) // block_size) * block_size
-    return [(at, min(n, end - at)) for at, n in ranges if at < end]
 
 
 def _skip(report: WarmupReport, failure: Failure) -> None:

@@ -219,7 +219,8 @@ def test_a_warmup_of_compressed_shards_counts_and_checks_their_blocks(  # type: 
     skipped), and the run after it is served by the directory alone."""
     cache = str(tmp_path / "cache")
     first = _warm(_remote(compressed, moto_endpoint, make_store, "warm", cache_dir=cache))
-    assert first.crops == 24 and 0 < first.cached <= first.fetched
+    # cached may pass fetched: the blocks of the shards' tails came with opening them
+    assert first.crops == 24 and first.fetched > 0 and first.cached > 0
     again = _remote(compressed, moto_endpoint, make_store, "warm", cache_dir=cache)
     second = _warm(again)
     assert (second.fetched, second.cached) == (0, first.cached)
