@@ -56,6 +56,8 @@ EXACT_GAP = 4096
 #: than asked (it caps range sizes): 16 MiB (``max_request``) in pieces of 64 KiB.
 MAX_PIECES = 256
 _TAIL_HEAD = struct.Struct("<qq")  # start, object size: before a remembered tail's body
+#: A remembered tail of an object that is not there: its head, then the 404's message.
+_NO_TAIL = _TAIL_HEAD.pack(-1, -1)
 
 #: Option groups that take an object or its fields: option -> (class, field names).
 _GROUPS: dict[str, tuple[type, set[str]]] = {
@@ -582,7 +584,10 @@ class RemoteStore(Store):
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
         """(start, object size, bytes from start to the end): the last ``length``
-        bytes, or the whole object when it is shorter."""
+        bytes, or the whole object when it is shorter. An object that is not
+        there is remembered as such too (a dataset's absent manifest: a
+        warmed run asks the store nothing), until a write through the store
+        gives it a new stamp."""
 
         async def request(client: Any) -> tuple[int, Answer]:
             start, answer = await self._suffix(client, path, length)
@@ -593,7 +598,12 @@ class RemoteStore(Store):
 
         async def ask() -> bytes:
             what = f"GET {self.display(path)} bytes=-{length}"
-            start, answer = await self._call(request, what, path, hedge=True)
+            try:
+                start, answer = await self._call(request, what, path, hedge=True)
+            except NotFound as exc:
+                if isinstance(exc, MissingBucket):
+                    raise
+                return _NO_TAIL + redact(str(exc)).encode()
             size = answer.size
             assert size is not None
             await self._check_version(path, stamp, answer, size)
@@ -612,6 +622,8 @@ class RemoteStore(Store):
         cache = self._state.get().cache
         stamp = await cache.stamp(path)  # before asking: the bytes are of this version
         answer = await self._remembered(ask, "tail", path, length)
+        if answer.startswith(_NO_TAIL):
+            raise NotFound(answer[len(_NO_TAIL) :].decode(errors="replace"))
         start, size = _TAIL_HEAD.unpack_from(answer)
         body = answer[_TAIL_HEAD.size :]
         cache.insert(path, stamp, size, start, body)
