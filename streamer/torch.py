@@ -254,6 +254,8 @@ class CropDataset(IterableDataset):
                 raise ValueError("the batch has no 'position': make it with streamer.torch.collate")
             positions = torch.as_tensor(batch["position"]).tolist()
             positions = sorted(positions + [p for p, _ in batch.get("skipped", ())])
+            if not positions:
+                raise ValueError("the batch holds no crop: make it with streamer.torch.collate")
             consumed = positions[-1] + 1
             if positions != list(range(consumed - len(positions), consumed)):
                 raise ValueError(
@@ -273,6 +275,7 @@ class CropDataset(IterableDataset):
                     f"this pass began ({self._consumed}): is it from another epoch?"
                 )
             split = self._split()
+            self._check_turn(positions[0], len(positions), split, partition)
             return {
                 **rank,
                 "even": split.even,
@@ -288,6 +291,25 @@ class CropDataset(IterableDataset):
                 "pass the last batch the loop consumed: state_dict(batch)"
             )
         return dict(self._running)
+
+    def _check_turn(self, first: int, size: int, split: Split, partition: Partition) -> None:
+        """Refuse a batch that is not one whole turn of a worker: ``batch_size``
+        crops from a turn's start (fewer only at the end of the rank's
+        share). A DataLoader batching other than ``batch_size`` crops makes
+        batches of part of a turn, or of several: consecutive ones too (a
+        worker's first half turn, then the next worker's), whose checkpoint
+        would count the crops between them as consumed."""
+        share = len(split.rank_share(self.total(), partition.rank, partition.world_size))
+        turn_start = (first - self._consumed) % self.batch_size == 0
+        whole = size == self.batch_size or (size < self.batch_size and first + size == share)
+        if not (turn_start and whole):
+            raise ValueError(
+                f"the batch holds crops {first} to {first + size - 1} of this rank's share "
+                f"({share} crops), not one turn of {self.batch_size} crops from "
+                f"crop {self._consumed} on (fewer only at the share's end): give "
+                "CropDataset the DataLoader's batch_size (a checkpoint of it could skip "
+                "or repeat crops)"
+            )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state_dict(...)`` (same world size), a DataLoader
@@ -595,10 +617,19 @@ def merge_states(dataset: CropDataset, states: Sequence[dict[str, Any]]) -> dict
 def gather_state(dataset: CropDataset, batch: dict[str, Any]) -> dict[str, Any]:
     """The job's state after ``batch``, on every rank: each rank's
     ``state_dict(batch)`` gathered with ``torch.distributed`` (when it is
-    initialised) and merged (``merge_states``)."""
-    mine = dataset.state_dict(batch)
+    initialised) and merged (``merge_states``). A batch that one rank's
+    ``state_dict`` refuses raises on every rank, naming that rank."""
     dist = torch.distributed
-    states = _exchange(mine) if dist.is_available() and dist.is_initialized() else [mine]
+    if not (dist.is_available() and dist.is_initialized()):
+        return merge_states(dataset, [dataset.state_dict(batch)])
+    try:
+        mine: dict[str, Any] = dataset.state_dict(batch)
+    except ValueError as error:  # said on every rank: one raising alone leaves the others waiting
+        mine = {"error": str(error)}
+    states = _exchange(mine)
+    failed = [(rank, state["error"]) for rank, state in enumerate(states) if "error" in state]
+    if failed:
+        raise ValueError("; ".join(f"rank {rank}: {error}" for rank, error in failed))
     return merge_states(dataset, states)
 
 

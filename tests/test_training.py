@@ -231,7 +231,7 @@ def test_a_worker_state_is_refused_outside_its_worker(packed: Path) -> None:
         data.state_dict()
     with pytest.raises(ValueError, match="seed"):
         CropDataset(str(packed), SAMPLER, seed=6).load_state_dict(
-            data.state_dict({"position": [3]})
+            data.state_dict({"position": [0, 1, 2, 3]})
         )
 
 
@@ -622,6 +622,64 @@ def test_a_batch_size_other_than_the_loaders_is_caught(packed: Path) -> None:
         data.state_dict(batch)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("loader_batch", [2, 3, 8])
+def test_a_loader_batching_other_than_batch_size_is_refused_at_its_first_batch(
+    packed: Path, num_workers: int, loader_batch: int
+) -> None:
+    """``CropDataset(batch_size=4)`` under a DataLoader batching 2 with two
+    workers: worker 0's turn (crops 0-3) came out as [0, 1] and [2, 3],
+    worker 1's as [4, 5] and [6, 7], and the loader yielded [0, 1] then
+    [4, 5]. Each batch is consecutive, so the checkpoint after the second
+    said 6 crops were consumed: 2 and 3, never seen, were lost on resume.
+    Every batch that is not one whole turn is refused, the first one
+    already (and by ``gather_state``); the last, short batch of the rank's
+    share is one."""
+    data = dataset(packed)
+    mismatched = torch.utils.data.DataLoader(
+        data, batch_size=loader_batch, num_workers=num_workers, collate_fn=collate
+    )
+    first = next(iter(mismatched))
+    for checkpoint in (data.state_dict, lambda batch: gather_state(data, batch)):
+        with pytest.raises(ValueError, match=r"not one turn of 4 crops from crop 0 on|not consec"):
+            checkpoint(first)
+    data.set_epoch(0)
+    batches = list(loader(data, num_workers))
+    assert [len(b["key"]) for b in batches[-2:]] == [4, 3]
+    assert [data.state_dict(b)["consumed"] for b in batches[-2:]] == [60, 63]
+    resumed = dataset(packed)
+    resumed.load_state_dict(data.state_dict(batches[1]))
+    skewed = collate([Skipped(p, "CropError") for p in range(9, 13)])  # not at a turn's start
+    with pytest.raises(ValueError, match=r"crops 9 to 12 .* from crop 8 on"):
+        resumed.state_dict(skewed)
+
+
+def test_a_batch_refused_on_one_rank_stops_gather_state_on_every_rank(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gather_state`` with a batch only one rank refuses: that rank raised
+    alone, and the others waited in the exchange for it. Every rank raises,
+    naming the rank and what it refused."""
+    said = spawn_two_ranks(monkeypatch, rank_of_a_refused_batch, packed, tmp_path)
+    assert said[0] == said[1]
+    assert said[0].startswith("rank 1: the batch holds crops 0 to 1")
+
+
+def rank_of_a_refused_batch(rank: int, packed: Path, port: int, out: Path) -> None:
+    """One rank of ``test_a_batch_refused_on_one_rank_stops_gather_state_on_every_rank``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    try:
+        data = dataset(packed)
+        batch = collate([Skipped(p, "CropError", 0) for p in range(2 if rank else BATCH)])
+        try:
+            gather_state(data, batch)
+        except ValueError as error:
+            (out / f"{rank}.json").write_text(json.dumps(str(error)))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
 def test_a_killed_dataloader_worker_loses_no_crop(packed: Path) -> None:
     """SIGKILL a DataLoader worker mid-epoch: the DataLoader raises, and the
     checkpoint of the last batch the loop consumed resumes the exact rest."""
@@ -672,7 +730,8 @@ def test_a_batch_of_failed_crops_has_no_rows(packed: Path) -> None:
     batch = collate([Skipped(4, "CropError"), Skipped(5, "WorkerDied")])
     assert batch["audio"].shape == (0, 0, 0) and batch["key"] == []
     assert batch["skipped"] == [(4, "CropError"), (5, "WorkerDied")]
-    assert dataset(packed).state_dict(batch)["consumed"] == 6
+    batch = collate([Skipped(p, "CropError") for p in range(4, 8)])
+    assert dataset(packed).state_dict(batch)["consumed"] == 8
 
 
 #: Runs ``until_a_worker_is_killed`` and prints its result. In a process of its
@@ -860,9 +919,9 @@ def test_a_batch_of_failed_crops_of_the_last_epoch_is_no_checkpoint_of_the_next(
     ``set_epoch`` of the next epoch, its checkpoint said that epoch's first
     crops were consumed (a resume skipped them without a word)."""
     data = dataset(packed)
-    batch = collate([Skipped(4, "CropError", 0), Skipped(5, "CropError", 0)])
-    assert batch["skipped_epoch"] == [0, 0]
-    assert data.state_dict(batch)["consumed"] == 6
+    batch = collate([Skipped(p, "CropError", 0) for p in range(4, 8)])
+    assert batch["skipped_epoch"] == [0, 0, 0, 0]
+    assert data.state_dict(batch)["consumed"] == 8
     data.set_epoch(1)
     with pytest.raises(ValueError, match="batch is of epoch 0, this dataset is at epoch 1"):
         data.state_dict(batch)
