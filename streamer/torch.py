@@ -124,13 +124,16 @@ class CropDataset(IterableDataset):
         self._done: tuple[tuple[int, int], ...] = ()
         self._consumed = 0
         self._shared = torch.zeros(_SHARED_BYTES, dtype=torch.uint8).share_memory_()
-        # [the generation the last pass started at, whether a repeat was warned of]
-        self._passes = torch.zeros(2, dtype=torch.int64).share_memory_()
+        # [the generation the last pass started at, whether a repeat was warned of,
+        #  passes started] (the last counted by the process serving the rank's first turn)
+        self._passes = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._lengths: dict[tuple[Any, ...], int] = {}
         self._generation = 0
         self._seen = 0
         self._worker_state: dict[str, Any] | None = None
         self._running: dict[str, Any] | None = None
+        #: The pass ``_running`` is of (``_passes[2]`` when it began).
+        self._running_pass = 0
         self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
         self._agreed: set[tuple[int, Intervals]] = set()
@@ -149,6 +152,7 @@ class CropDataset(IterableDataset):
         epoch = whole_number("epoch", epoch, least=0)  # 1.5 was epoch 1
         self._agree(epoch, ())
         self.epoch, self._done, self._consumed = epoch, (), 0
+        self._running = None  # a pass of before: no state of the pass to come
         self._chosen = True
         self._publish()
 
@@ -174,6 +178,7 @@ class CropDataset(IterableDataset):
         length = len(s)
         end = {**s.state_dict(), "position": length, "consumed": s.consumed(length)}
         self._running = s.state_dict()
+        self._running_pass = int(self._passes[2])
         return self._crops(s, _finished(end))
 
     def _note_pass(self) -> None:
@@ -184,6 +189,8 @@ class CropDataset(IterableDataset):
         each start in memory shared with every worker; a worker resuming its
         own state (``StatefulDataLoader``) is not a new pass."""
         info = get_worker_info()
+        if info is None or not info.id:  # every pass, for state_dict()
+            self._passes[2] += 1
         if (info is not None and info.id) or self._worker_state is not None:
             return
         if self._restoring:  # a StatefulDataLoader's iteration of a finished state: no pass
@@ -285,7 +292,9 @@ class CropDataset(IterableDataset):
                 "plan": self.digest(),
                 "mix": self._mix(),
             }
-        if self._running is None:
+        if self._running is None or (
+            get_worker_info() is None and int(self._passes[2]) != self._running_pass
+        ):  # none, or of a pass before the one DataLoader workers iterate
             raise ValueError(
                 "this process has not iterated the dataset: with DataLoader workers, "
                 "pass the last batch the loop consumed: state_dict(batch)"

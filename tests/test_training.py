@@ -235,6 +235,33 @@ def test_a_worker_state_is_refused_outside_its_worker(packed: Path) -> None:
         )
 
 
+@pytest.mark.parametrize("peek", ["set_epoch", "no set_epoch", "an epoch"])
+def test_state_dict_without_a_batch_is_never_of_a_pass_before(packed: Path, peek: str) -> None:
+    """The main process iterated once (a peek at a crop, or a whole epoch
+    with ``num_workers=0``), then DataLoader workers iterate: the main
+    process's ``state_dict()`` returned the old pass's state (position 1 of
+    the peek, or a finished one), whose resume repeated the epoch. It says
+    it has not iterated this pass, as a fresh dataset does."""
+    data = dataset(packed)
+    if peek == "an epoch":
+        assert len(list(loader(data, 0))) == 16
+        data.state_dict()  # the epoch it iterated: finished
+    else:
+        next(iter(data))
+        assert data.state_dict()["position"] == 1
+    if peek != "no set_epoch":
+        data.set_epoch(0 if peek == "set_epoch" else 1)
+        with pytest.raises(ValueError, match="has not iterated the dataset"):
+            data.state_dict()
+    batch = next(iter(loader(data, 2)))
+    assert data.state_dict(batch)["consumed"] == BATCH
+    with pytest.raises(ValueError, match="has not iterated the dataset"):
+        data.state_dict()
+    data.set_epoch(2)
+    batch = next(iter(loader(data, 0)))  # its own pass again: its state
+    assert data.state_dict()["consumed"] == data.state_dict(batch)["consumed"] == BATCH
+
+
 def test_persistent_workers_follow_set_epoch(packed: Path) -> None:
     data = dataset(packed)
     persistent = loader(data, 2, persistent_workers=True)
