@@ -77,8 +77,9 @@ if checkpoint.exists():  # saved by whatever world size: the data state is the j
 log = open(f"{args.consumed_log}.{rank}-of-{world_size}", "a") if args.consumed_log else None  # noqa: SIM115
 steps = 0
 for epoch in range(first_epoch, args.epochs):
-    if epoch != first_epoch:
-        data.set_epoch(epoch)  # reaches the persistent workers too
+    # Reaches the persistent workers too; right after load_state_dict, the
+    # checkpoint's epoch keeps its resume point.
+    data.set_epoch(epoch)
     for batch in loader:
         loss = model(batch["audio"].mean(dim=(1, 2))[:, None]).square().mean()
         optimizer.zero_grad()

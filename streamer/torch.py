@@ -134,6 +134,10 @@ class CropDataset(IterableDataset):
         self._running: dict[str, Any] | None = None
         #: The pass ``_running`` is of (``_passes[2]`` when it began).
         self._running_pass = 0
+        #: A rank's (or merged) state loaded, for ``set_epoch``: its epoch,
+        #: ``_passes[2]`` when it was loaded, and whether it is mid-epoch
+        #: (crops consumed, crops left).
+        self._loaded: tuple[int, int, bool] | None = None
         self._epochs: dict[int, tuple[int, str]] = {}  # epoch -> (total, digest)
         self._ranks: tuple[int, int] | None = None
         self._agreed: set[tuple[int, Intervals]] = set()
@@ -148,13 +152,38 @@ class CropDataset(IterableDataset):
     # -- what the training loop sees ------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning on the next iteration."""
+        """Start ``epoch`` from its beginning on the next iteration; right
+        after ``load_state_dict`` (nothing iterated since), the loaded
+        state's own epoch keeps its resume point, so a loop that calls
+        ``set_epoch(epoch)`` before each epoch from ``data.epoch`` on resumes
+        where the checkpoint was. Another epoch there discards the resume
+        point, with a warning (a loop that starts elsewhere than the
+        checkpoint's epoch repeats or skips crops)."""
         epoch = whole_number("epoch", epoch, least=0)  # 1.5 was epoch 1
-        self._agree(epoch, ())
-        self.epoch, self._done, self._consumed = epoch, (), 0
+        loaded = self._loaded if self._loaded is not None and not self._iterated_since() else None
+        if loaded is not None and loaded[0] == epoch:  # the loaded resume point stays
+            self._agree(epoch, self._done)
+        else:
+            self._agree(epoch, ())
+            if loaded is not None and loaded[2]:
+                warnings.warn(
+                    f"CropDataset: set_epoch({epoch}) right after load_state_dict of a "
+                    f"state of epoch {loaded[0]} (not iterated since) discards its resume "
+                    f"point and starts epoch {epoch} from its beginning: the crops left in "
+                    f"epoch {loaded[0]} are not served; to resume, call set_epoch({loaded[0]}) "
+                    "first (start the epoch loop at data.epoch)",
+                    stacklevel=2,
+                )
+            self._loaded = None
+            self.epoch, self._done, self._consumed = epoch, (), 0
         self._running = None  # a pass of before: no state of the pass to come
         self._chosen = True
         self._publish()
+
+    def _iterated_since(self) -> bool:
+        """Whether a pass began (here or in a DataLoader worker) since the
+        state was loaded."""
+        return self._loaded is None or int(self._passes[2]) != self._loaded[1]
 
     def __len__(self) -> int:
         """Crops this consumer yields in the next iteration (the rank's in the
@@ -189,7 +218,7 @@ class CropDataset(IterableDataset):
         each start in memory shared with every worker; a worker resuming its
         own state (``StatefulDataLoader``) is not a new pass."""
         info = get_worker_info()
-        if info is None or not info.id:  # every pass, for state_dict()
+        if info is None or not info.id:  # every pass, for set_epoch and state_dict()
             self._passes[2] += 1
         if (info is not None and info.id) or self._worker_state is not None:
             return
@@ -326,7 +355,7 @@ class CropDataset(IterableDataset):
         state merged over every rank (``merge_states``: any world size)."""
         if int(state["seed"]) != self._seed():
             raise ValueError(f"state is for seed {state['seed']}, this dataset has {self._seed()}")
-        self._running = None
+        self._running, self._loaded = None, None
         if "worker" in state and (
             int(state["num_workers"]) > 1 or get_worker_info() is not None
         ):  # a DataLoader worker's (one worker's too: loaded inside it)
@@ -351,6 +380,12 @@ class CropDataset(IterableDataset):
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
         self.epoch, self._done, self._consumed = epoch, done, consumed
+        partition = self._partition()
+        share = self._split(done).rank_share(
+            self.total(epoch), partition.rank, partition.world_size
+        )
+        mid_epoch = bool(consumed or done) and consumed < len(share)
+        self._loaded = (epoch, int(self._passes[2]), mid_epoch)
         self._publish()
 
     def _check_fits(

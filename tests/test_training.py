@@ -262,6 +262,44 @@ def test_state_dict_without_a_batch_is_never_of_a_pass_before(packed: Path, peek
     assert data.state_dict()["consumed"] == data.state_dict(batch)["consumed"] == BATCH
 
 
+@pytest.mark.parametrize(
+    ("num_workers", "persistent"), [(0, False), (2, False), (2, True)], ids=str
+)
+def test_the_epoch_loop_resumes_a_checkpoint_with_set_epoch(
+    packed: Path, num_workers: int, persistent: bool, recwarn: pytest.WarningsRecorder
+) -> None:
+    """The README's loop, ``for epoch in range(data.epoch, n):
+    data.set_epoch(epoch)``, after ``load_state_dict``: ``set_epoch`` of the
+    loaded epoch restarted it, serving the crops before the checkpoint
+    again without a word. It keeps the resume point now; another epoch
+    there discards it with a warning naming both."""
+    reference = dataset(packed)
+    whole = []
+    for epoch in range(2):
+        reference.set_epoch(epoch)
+        whole.append([ids(b) for b in loader(reference, 0)])
+    first = dataset(packed)
+    got = []
+    for batch in loader(first, num_workers):
+        got.append(ids(batch))
+        if len(got) == 5:
+            state = first.state_dict(batch)
+            break
+    data = dataset(packed)
+    data.load_state_dict(state)
+    resumed = loader(data, num_workers, persistent_workers=persistent)
+    for epoch in range(data.epoch, 2):
+        data.set_epoch(epoch)
+        got += [ids(b) for b in resumed]
+    assert got == whole[0] + whole[1]
+    assert not [w for w in recwarn if "resume point" in str(w.message)]
+    elsewhere = dataset(packed)
+    elsewhere.load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"set_epoch\(1\) .* of epoch 0 .* discards"):
+        elsewhere.set_epoch(1)
+    assert [ids(b) for b in loader(elsewhere, num_workers)] == whole[1]
+
+
 def test_persistent_workers_follow_set_epoch(packed: Path) -> None:
     data = dataset(packed)
     persistent = loader(data, 2, persistent_workers=True)
@@ -316,7 +354,10 @@ def test_len_is_planned_once_a_pass(packed: Path) -> None:
     data.streamer = planner  # type: ignore[method-assign]
     data.load_state_dict(data.state_dict({"position": [0, 1, 2, 3]}))
     assert len(data) == 27
-    data.set_epoch(0)
+    data.set_epoch(0)  # the loaded state's epoch: its resume point stays
+    assert len(data) == 27
+    with pytest.warns(UserWarning, match="discards its resume point"):
+        data.set_epoch(1)
     assert len(data) == 31
 
 
