@@ -528,12 +528,20 @@ class HoldingBackend:
             self.freed_elsewhere += 1
 
     def let_go(self) -> int:
-        """Drop what is held, on a thread of its own: how many were freed there."""
+        """Drop what is held, on a thread of its own: how many were freed there.
+        Only references dropped count: cyclic garbage is collected here first,
+        and no collection runs while the thread lets go (one started by its
+        allocations would free other threads' garbage there: a false count)."""
+        gc.collect()
         before, held = self.freed_elsewhere, self.held
         self.held = []
         thread = threading.Thread(target=held.clear)
-        thread.start()
-        thread.join()
+        gc.disable()
+        try:
+            thread.start()
+            thread.join()
+        finally:
+            gc.enable()
         return self.freed_elsewhere - before
 
 
