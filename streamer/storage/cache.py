@@ -155,18 +155,7 @@ class BlockCache:
         wanted = sorted({b for offset, length in ranges for b in self._span(offset, length)})
         found: dict[int, bytes] = {}
         waiting: dict[int, _Run] = {}
-        missing = []
-        for block in wanted:
-            key = (path, stamp, size, block)
-            if key in self._blocks:
-                self._blocks.move_to_end(key)
-                found[block] = self._blocks[key]
-                self._stats.hits += 1
-            elif key in self._inflight:
-                waiting[block] = self._inflight[key]
-                self._stats.deduplicated += 1
-            else:
-                missing.append(block)
+        missing = self._not_at_hand(path, stamp, size, wanted, found, waiting)
         if not missing and not waiting:
             with record("cache_hit"):
                 return [self._assemble(found, offset, length) for offset, length in ranges]
@@ -176,7 +165,8 @@ class BlockCache:
             if missing and self._disk is not None:
                 with record("disk_cache"):
                     missing = await self._from_disk(path, stamp, size, missing, found)
-                missing = self._after_disk(path, stamp, size, missing, found, waiting)
+                # another reader may have fetched some meanwhile: not asked for again
+                missing = self._not_at_hand(path, stamp, size, missing, found, waiting)
                 self._join(joined, waiting.values())
             self._stats.misses += len(missing)
             for first, last in self._runs(missing):
@@ -189,7 +179,7 @@ class BlockCache:
             self._leave(joined.values())
         return [self._assemble(found, offset, length) for offset, length in ranges]
 
-    def _after_disk(
+    def _not_at_hand(
         self,
         path: str,
         stamp: str,
@@ -198,14 +188,15 @@ class BlockCache:
         found: dict[int, bytes],
         waiting: dict[int, _Run],
     ) -> list[int]:
-        """The ``blocks`` still to fetch after a disk lookup: those another
-        reader fetched meanwhile are moved into ``found`` (from memory: the
-        fetch has ended) or ``waiting`` (it is still in flight), so no
-        request asks for them again."""
+        """The ``blocks`` neither in memory (put into ``found``) nor being
+        fetched by another reader (put into ``waiting``): the ones this
+        reader must find on disk or fetch. Asked again after a disk lookup,
+        during which another reader's fetch may have brought some."""
         missing = []
         for block in blocks:
             key = (path, stamp, size, block)
             if key in self._blocks:
+                self._blocks.move_to_end(key)
                 found[block] = self._blocks[key]
                 self._stats.hits += 1
             elif key in self._inflight:
