@@ -24,7 +24,11 @@ class StreamerStats:
     count; a ``StorageError`` is raised, never skipped. ``skipped_by_source``
     holds the same counts under each crop's source (``crop.source``: a
     ``Mix`` item's name, else the dataset's URL), so a mix says which
-    dataset lost crops. ``worker_restarts``
+    dataset lost crops. ``skipped_shards`` names the audio shards left out
+    of every epoch because they cannot be read (``Dataset.bad_shards``:
+    source -> shard -> reason, once the episodes are read): their episodes
+    are in no plan, so none of their crops is counted in ``skipped``, and
+    an epoch without them ends early without it. ``worker_restarts``
     counts decode workers that died (and were replaced). ``bytes_read`` is what
     the crops cost the storage: bytes fetched from remote stores plus the
     planned bytes read from local mappings. ``requests`` and ``cache_hits``
@@ -44,6 +48,7 @@ class StreamerStats:
     yielded: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_by_source: dict[str, dict[str, int]] = field(default_factory=dict)
+    skipped_shards: dict[str, dict[str, str]] = field(default_factory=dict)
     dropped: int = 0
     repeated: int = 0
     bytes_read: int = 0
@@ -79,6 +84,7 @@ class StreamerStats:
         }
         out["skipped"] = dict(self.skipped)
         out["skipped_by_source"] = {k: dict(v) for k, v in self.skipped_by_source.items()}
+        out["skipped_shards"] = {k: dict(v) for k, v in self.skipped_shards.items()}
         out["decode"] = self.decode.as_dict()
         out["p50_ms"] = self.percentile_ms(50)
         out["p99_ms"] = self.percentile_ms(99)

@@ -519,6 +519,12 @@ class Streamer:
             hits += now["hits"] + now["disk_hits"] - then["hits"] - then["disk_hits"]
         stats = self._stats
         stats.requests, stats.cache_hits = requests, hits
+        if self._episodes is not None:  # the shards were opened: the bad ones are known
+            stats.skipped_shards = {
+                name: dataset.bad_shards
+                for name, (dataset, _) in zip(self.source_names, self.sources, strict=True)
+                if dataset.bad_shards
+            }
         view = StreamerStats(**{**stats.__dict__, "bytes_read": stats.bytes_read + bytes_fetched})
         return view
 

@@ -104,8 +104,12 @@ def test_a_bad_audio_shard_is_reported_and_its_rows_skipped(
     assert len(warnings) == 1 and VICTIM in warnings[0] and reason in warnings[0]
     # The samplers' episodes and a whole epoch: only the served rows.
     assert Episodes.of(dataset).keys == served
-    crops = list(Streamer(dataset, RandomCrops(0.25, per_episode=2), workers=0))
+    streamer = Streamer(dataset, RandomCrops(0.25, per_episode=2), workers=0)
+    crops = list(streamer)
     assert sorted({crop.key for crop in crops}) == served and len(crops) == 8
+    # The training loop's counters say so too, not only the log.
+    assert streamer.stats.skipped_shards == {dataset.url: {VICTIM: reason}}
+    assert streamer.stats.as_dict()["skipped_shards"] == {dataset.url: {VICTIM: reason}}
     for key in served:
         assert dataset.read_crop(key, 0.1, 0.6).shape == (1, 11025)
     with pytest.raises(KeyError, match=f"skipped shards: {VICTIM}"):
