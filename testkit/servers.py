@@ -102,6 +102,12 @@ class Faults:
     #: Range answers carry at most this many bytes, their Content-Range says
     #: which (a server or CDN that caps range sizes, as HTTP allows); 0: no cap.
     max_range: int = 0
+    #: Range answers of at least ``shift_from`` bytes (targeted ones) carry
+    #: the bytes ``shift`` further on, their Content-Range the range asked
+    #: for (a server or proxy that lies): where the object ends first, the
+    #: right bytes; 0: none.
+    shift: int = 0
+    shift_from: int = 0
     #: HEAD requests are answered with this status (a policy or proxy that
     #: allows GET only: 403, 405); 0: served.
     refuse_head: int = 0
@@ -269,6 +275,8 @@ class LoopbackServer:
             status, ranged = 200, False
         if ranged and faults.max_range and len(body) > faults.max_range:
             headers, body = _capped(headers, body, faults.max_range)
+        if targeted and ranged and faults.shift and len(body) >= faults.shift_from:
+            body = await _shifted(request, self.handler, headers, body, faults.shift)
         if targeted and ranged and faults.overlong:
             faults.overlong -= 1
             return _overlong(status, headers, body)
@@ -307,6 +315,17 @@ def _capped(headers: dict[str, str], body: bytes, cap: int) -> tuple[dict[str, s
     capped = {k: v for k, v in headers.items() if k.lower() != "content-length"}
     capped["Content-Range"] = f"bytes {first}-{first + cap - 1}/{total}"
     return capped, body[:cap]
+
+
+async def _shifted(
+    request: web.Request, handler: Handler, headers: dict[str, str], body: bytes, shift: int
+) -> bytes:
+    """The range answer's bytes ``shift`` further on in the object (its
+    Content-Range unchanged), or ``body`` where the object ends first."""
+    first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
+    if last + 1 + shift > total:
+        return body
+    return (await _whole(request, handler))[first + shift : last + 1 + shift]
 
 
 def _overlong(status: int, headers: dict[str, str], body: bytes) -> web.Response:
