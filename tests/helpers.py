@@ -164,3 +164,21 @@ def write_wsds_info(root: Path, duration: pa.Array, key_type: pa.DataType | None
     with pa.ipc.new_file(path, table.schema, options=options) as writer:
         for batch in table.to_batches(max_chunksize=2):
             writer.write_batch(batch)
+
+
+def record_sha256(root: Path, key: str, blob: bytes) -> None:
+    """Record ``blob``'s sha256 as ``key``'s in the ``audio_info/`` shards of
+    the dataset at ``root`` (what packing the rewritten blob records)."""
+    import hashlib
+
+    for path in sorted((root / "audio_info").iterdir()):
+        table = pa.ipc.open_file(str(path)).read_all()
+        keys = table.column("__key__").to_pylist()
+        if key not in keys:
+            continue
+        digests = table.column("sha256").to_pylist()
+        digests[keys.index(key)] = hashlib.sha256(blob).hexdigest()
+        column = pa.array(digests, table.schema.field("sha256").type)
+        table = table.set_column(table.schema.get_field_index("sha256"), "sha256", column)
+        with pa.ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)

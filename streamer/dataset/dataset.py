@@ -167,6 +167,8 @@ class Dataset:
         self._verdicts: dict[tuple[str, int], str | None] = {}
         #: ``audio_info``'s ``num_bytes`` per shard (``_info_sizes``).
         self._recorded_sizes: dict[str, list[int | None] | None] = {}
+        #: ``audio_info``'s ``sha256`` per shard (``_info_digests``).
+        self._recorded_digests: dict[str, list[str | None] | None] = {}
         self._warned_compressed = False
         self._warned_stale: set[str] = set()
         self._decode_stats: DecodeStats | None = None
@@ -544,7 +546,8 @@ class Dataset:
             index = self._trusted_index(reader, name, row, blob.length)
         elif isinstance(reader, ShardError):
             index = SeekIndex.unavailable(self._index_problems[name][0])
-        return Episode(key=key, shard=blob.shard, blob=blob, index=index)
+        digest = self._recorded_digest(name, row) if index is not None else None
+        return Episode(key=key, shard=blob.shard, blob=blob, index=index, sha256=digest)
 
     def _check_blob_size(self, name: str, row: int, key: str, length: int) -> None:
         """``CropError`` when ``audio_info`` records another byte length for
@@ -567,6 +570,44 @@ class Dataset:
                 shard=self.shard(name).path,
                 key=key,
             )
+
+    def _recorded_digest(self, name: str, row: int) -> bytes | None:
+        """``audio_info``'s ``sha256`` of the blob at ``row`` of shard
+        ``name`` (``Episode.sha256``): None where there is none, or where it
+        is not 64 hexadecimal digits (another tool's column), and for the
+        layouts ``_check_blob_size`` leaves alone."""
+        if name not in self._recorded_digests:
+            self._recorded_digests[name] = self._info_digests(name)
+        digests = self._recorded_digests[name]
+        text = None if digests is None else digests[row]
+        if text is None or len(text) != 64:
+            return None
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            return None
+
+    def _info_digests(self, name: str) -> list[str | None] | None:
+        """``audio_info``'s ``sha256`` column of shard ``name``, read once
+        (as ``_info_sizes`` reads ``num_bytes``); None when there is none,
+        when it is not text, or when the audio column is not the one
+        ``pack`` writes (its bytes may not be the ones described)."""
+        if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
+            return None
+        try:
+            shard = self.shard(name, INFO_DIR) if INFO_DIR in self.column_dirs else None
+        except DataError:  # no usable audio_info/ shard: nothing recorded
+            return None
+        if shard is None or "sha256" not in shard.schema.names:
+            return None
+        kind = shard.schema.field("sha256").type
+        text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+        if not any(is_text(kind) for is_text in text):
+            return None
+        try:
+            return shard.column("sha256").to_pylist()
+        except DataError:  # a column that cannot be read records nothing
+            return None
 
     def _info_sizes(self, name: str) -> list[int | None] | None:
         """``audio_info``'s ``num_bytes`` column of shard ``name``, read once

@@ -19,8 +19,12 @@ three in a row.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import math
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +73,7 @@ from .resample import (
 )
 
 __all__ = [
+    "NOT_AS_PACKED",
     "PATH_FROM_THE_START",
     "PATH_GENERIC_INDEX",
     "PATH_INDEX",
@@ -76,6 +81,8 @@ __all__ = [
     "CropJob",
     "CropRequest",
     "afetch",
+    "as_packed",
+    "blob_sha256",
     "decode_fallback",
     "decode_job",
     "fetch",
@@ -97,6 +104,19 @@ PATH_INDEX, PATH_GENERIC_INDEX, PATH_FROM_THE_START = (
 #: (shard, reason) pairs this process has warned about decoding without an
 #: index: once each, not once per crop (a pipeline counts per crop).
 _WARNED: set[tuple[str | None, str]] = set()
+#: Why a crop whose index found other bytes is a ``CropError``, not a
+#: fallback: the blob's bytes do not hash to ``audio_info``'s ``sha256``.
+NOT_AS_PACKED = "not the bytes audio_info records"
+#: Bytes of the blob hashed per read (``blob_sha256``): memory stays bounded.
+HASH_CHUNK = 4 << 20
+#: Blobs hashed against their recorded digest in this process, (``Episode.id``,
+#: digest) -> whether they matched, the least recently used dropped first.
+_CONFIRMED: OrderedDict[tuple[tuple[str | None, str, int], bytes], bool] = OrderedDict()
+_CONFIRMED_MAX = 4096
+_CONFIRMING = threading.Lock()
+#: Free in a forked child (a DataLoader worker), where a thread of the
+#: parent's could have held it for good.
+os.register_at_fork(after_in_child=_CONFIRMING._at_fork_reinit)
 
 
 @dataclass
@@ -289,7 +309,9 @@ def decode_job(
     (``StaleIndex``), or planned bytes whose CRCs are not the ones the index
     recorded (``job.checks``; deferred ranges when they are delivered:
     ``index.content.STALE``), hands the crop to ``decode_fallback``, counted
-    with that reason: never a crop from the index. Bytes whose seek-point
+    with that reason: never a crop from the index, and never the fallback
+    either when the blob does not hash to ``audio_info``'s ``sha256``
+    (``_stale``: a ``CropError``, counted as a bad packet). Bytes whose seek-point
     checks pass but whose spans (``job.span_checks``) do not are damaged:
     a ``CropError`` naming the byte range, counted as a bad packet (the
     fallback would decode the same bytes)."""
@@ -389,8 +411,70 @@ class _ChangedContent(StaleIndex):
 
 
 def _stale(job: CropJob, stats: DecodeStats, reason: str) -> Crop:
-    """The crop through the exact path: its index is for other bytes."""
+    """The crop through the exact path: its index is for other bytes.
+
+    Other bytes than the index's are a blob rewritten after indexing (the
+    audio shard packed again, its ``seek_index/`` left), or bytes that are
+    not the blob's at all: damaged on disk, or a store or proxy answering
+    with other bytes than asked. The fallback decodes what the store
+    returns, so where ``audio_info`` records the blob's ``sha256``
+    (``Episode.sha256``) the whole blob is hashed first (``as_packed``):
+    the packed bytes, and the index alone is stale (the fallback, counted
+    with ``reason`` as ever); other bytes, and the crop is a ``CropError``
+    counted as a bad packet, as damaged data is. Every reason comes here:
+    the seek-point and header CRCs (``STALE``) and the decoders'
+    ``StaleIndex`` (a ``moov`` or an Ogg granule other than the index's)
+    all say the bytes read differ from the ones indexed."""
+    if as_packed(job.episode) is False:
+        raise _not_as_packed(job, stats, reason)
     return decode_fallback(dataclasses.replace(job, plan=None, fallback_reason=reason), stats)
+
+
+def blob_sha256(episode: Episode) -> bytes:
+    """The sha256 of the episode's blob, read through its handle ``HASH_CHUNK``
+    bytes at a time (zero-copy views of a local shard's map)."""
+    blob, digest = episode.blob, hashlib.sha256()
+    with record("blob_sha256"):
+        for start in range(0, blob.length, HASH_CHUNK):
+            digest.update(blob.read_range(start, min(HASH_CHUNK, blob.length - start)))
+    return digest.digest()
+
+
+def as_packed(episode: Episode) -> bool | None:
+    """Whether the episode's blob reads as the bytes ``audio_info`` recorded
+    the ``sha256`` of (None: none recorded). Hashed once per blob and
+    process: the verdict is kept (``_CONFIRMED_MAX`` blobs at most), so the
+    crops of a stale episode after the first one read nothing more for it.
+    Two threads that ask at once may both hash it."""
+    if episode.sha256 is None:
+        return None
+    key = (episode.id, episode.sha256)
+    with _CONFIRMING:
+        verdict = _CONFIRMED.get(key)
+        if verdict is not None:
+            _CONFIRMED.move_to_end(key)
+            return verdict
+    verdict = blob_sha256(episode) == episode.sha256
+    with _CONFIRMING:
+        _CONFIRMED[key] = verdict
+        while len(_CONFIRMED) > _CONFIRMED_MAX:
+            _CONFIRMED.popitem(last=False)
+    return verdict
+
+
+def _not_as_packed(job: CropJob, stats: DecodeStats, reason: str) -> CropError:
+    """The error of a crop whose index found other bytes (``reason``) in a
+    blob that does not hash to its recorded ``sha256`` either, counted as
+    a bad packet and a crop through the index (``_damaged``)."""
+    assert job.episode.index is not None
+    why = (
+        f"{NOT_AS_PACKED}: the blob as read does not hash to the sha256 recorded for it "
+        f"(its seek index found: {reason}): damaged data, or a store returning "
+        "other bytes than asked"
+    )
+    DecodeContext(job.episode, stats, lambda: ()).bad_packet(why)
+    _count_index_path(stats, job.episode.index)
+    return job.episode.error(why)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:

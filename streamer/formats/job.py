@@ -50,12 +50,20 @@ class Episode:
     shard it lives in, a handle on its encoded bytes and its seek index
     (``None``: the dataset has no ``seek_index/``). It pickles small: the
     blob handle travels as its reader's address (a path each process maps,
-    or a remote store's options)."""
+    or a remote store's options).
+
+    ``sha256`` is the digest of the blob's bytes as ``audio_info`` records
+    them (``streamer pack`` writes it), 32 bytes, or None where nothing is
+    recorded (another tool's ``audio_info``, or a layout whose audio column
+    may hold other bytes than the ones ``audio_info`` describes): a crop
+    whose index finds other bytes than it was built from is served by the
+    exact fallback only once the blob's bytes hash to it (``decode.crop``)."""
 
     key: str
     shard: str | None
     blob: BlobHandle
     index: SeekIndex | None
+    sha256: bytes | None = None
 
     @property
     def id(self) -> tuple[str | None, str, int]:

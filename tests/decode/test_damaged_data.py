@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import BUCKET, SECRET, pack_audio
+from helpers import BUCKET, SECRET, pack_audio, record_sha256
 
 from streamer import ListCrops, Streamer, open_dataset
 from streamer.cli import main
@@ -252,7 +252,9 @@ def test_a_rewritten_moov_still_means_a_stale_index_not_damage(
     audio in one span): the seek-point checks pass, the span does not, and
     ``moov`` (sent only when a decoder asks) differs too: the index is
     stale, and the crop goes through the fallback counted as such, not as
-    damaged data."""
+    damaged data. The rewrite records the blob's new sha256 in
+    ``audio_info``, as packing it again does: the fallback serves only a
+    blob that is the one ``audio_info`` describes."""
     root = tmp_path / "retagged"
     shutil.copytree(Path(clean.root), root)
     index, blob = clean.seek_index("aac"), clean.blob("aac")
@@ -266,6 +268,7 @@ def test_a_rewritten_moov_still_means_a_stale_index_not_damage(
     span = span_ranges(index, index.span_size)[5]
     data[blob.offset + span[0] + span[1] // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+    record_sha256(root, "aac", bytes(data[blob.offset : blob.offset + blob.length]))
     dataset = open_dataset(root)
     start = next(s for s in STARTS if _touches(dataset, "aac", s, span))
     crop = dataset.read_crop("aac", start, start + 2.0)
