@@ -104,8 +104,7 @@ class Faults:
     max_range: int = 0
     #: Range answers of at least ``shift_from`` bytes (targeted ones) carry
     #: the bytes ``shift`` further on, their Content-Range the range asked
-    #: for (a server or proxy that lies): where the object ends first, the
-    #: right bytes; 0: none.
+    #: for (a server or proxy that lies), zeros past the object's end; 0: none.
     shift: int = 0
     shift_from: int = 0
     #: HEAD requests are answered with this status (a policy or proxy that
@@ -321,11 +320,10 @@ async def _shifted(
     request: web.Request, handler: Handler, headers: dict[str, str], body: bytes, shift: int
 ) -> bytes:
     """The range answer's bytes ``shift`` further on in the object (its
-    Content-Range unchanged), or ``body`` where the object ends first."""
-    first, last, total = map(int, re.findall(r"\d+", headers["Content-Range"]))
-    if last + 1 + shift > total:
-        return body
-    return (await _whole(request, handler))[first + shift : last + 1 + shift]
+    Content-Range unchanged), zeros past the object's end."""
+    first, last, _ = map(int, re.findall(r"\d+", headers["Content-Range"]))
+    shifted = (await _whole(request, handler))[first + shift : last + 1 + shift]
+    return shifted + bytes(len(body) - len(shifted))
 
 
 def _overlong(status: int, headers: dict[str, str], body: bytes) -> web.Response:

@@ -32,6 +32,8 @@ from streamer.decode import crop as crops
 from streamer.errors import CropError
 from streamer.index import INDEX_DIR
 from streamer.index.content import POINT_BYTES, STALE
+from streamer.pipeline import Streamer
+from streamer.pipeline.samplers import ListCrops
 
 #: key -> (codec, sample rate, channels); long enough that a crop in the
 #: middle reads blocks of a remote store nothing read before.
@@ -201,3 +203,33 @@ def test_a_server_that_returns_other_bytes_is_a_crop_error(  # type: ignore[no-u
     server.faults.shift, server.faults.shift_from = SHIFT, 64 * 1024
     _assert_refused(dataset)
     assert any(seen.range for seen in server.requests)
+
+
+def _assert_skipped(dataset: Dataset) -> None:
+    """Streamed through a decode worker process (the episode, its digest
+    with it, pickled there): every crop skipped as a ``CropError``, none
+    yielded, each counted as a bad packet."""
+    crops_listed = [(key, start, end) for key in FILES for start, end in WINDOWS]
+    s = Streamer(dataset, ListCrops(crops_listed), workers=1)
+    assert list(s) == []
+    assert s.stats.skipped == {"CropError": len(crops_listed)}
+    assert s.stats.decode.bad_packets == len(crops_listed)
+    assert s.stats.decode.fallback == 0
+
+
+def test_streamed_through_a_decode_worker(clean: Dataset, tmp_path: Path) -> None:
+    root = _copy(clean, tmp_path)
+    for key in FILES:
+        _rewrite(clean, root, key, _shifted)
+    _assert_skipped(open_dataset(root))
+
+
+def test_streamed_from_a_server_that_returns_other_bytes(  # type: ignore[no-untyped-def]
+    clean: Dataset, tmp_path: Path, remote_folder
+) -> None:
+    publish, server = remote_folder
+    dataset = publish(_copy(clean, tmp_path))
+    for key in FILES:
+        dataset.episode(key)
+    server.faults.shift, server.faults.shift_from = SHIFT, 64 * 1024
+    _assert_skipped(dataset)
