@@ -162,12 +162,14 @@ def merge(
     else:
         target = _target(urls)
     seen: set[str] = set()
+    spelled: set[object] = set()  # as parsed: "01/2" is "1/2"
     for position, part in enumerate(parts):
         result = results[position] if position < len(results) else None
-        if part in seen:
+        if _spelling(part) in spelled:
             summary.failed[part] = "listed twice in the job's parts (counted once)"
             continue
         seen.add(part)
+        spelled.add(_spelling(part))
         if result is None:
             summary.failed[part] = "no report (the part never finished)"
         elif not isinstance(result, PartReport):  # an exception, or not a report at all
@@ -204,6 +206,15 @@ def merge(
             "(shards planned from another listing of the source?); run `streamer verify OUT`"
         )
     return summary
+
+
+def _spelling(part: str) -> object:
+    """What tells parts apart: ``(i, n)``, however written (``01/2``); a
+    spec that is no ``i/n`` as it is (``_check_cover`` fails it)."""
+    try:
+        return parse_part(part, "part")
+    except StreamerError:
+        return part
 
 
 def _check_cover(summary: JobSummary, parts: set[str]) -> None:
@@ -384,10 +395,10 @@ def warmup_part(
     ``part`` (``i/n``: rank i of n) of an epoch of ``RandomCrops(duration,
     per_episode)`` reads, so a training run with the same plan and cache reads
     nothing from the store. No decoding."""
-    rank, world = parse_part(part, "part")
     options = {**(storage_options or {}), "cache_dir": os.fspath(cache_dir)}
 
     def work(part_report: PartReport) -> None:
+        rank, world = parse_part(part, "part")  # a bad spec is the part's error, as elsewhere
         streamer = Streamer(
             url,
             RandomCrops(duration, per_episode=per_episode),

@@ -34,6 +34,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -410,19 +411,32 @@ def _staging(store: Store, root: str) -> Iterator[str]:
     base = os.path.join(root, STAGING_DIR) if isinstance(store, LocalStore) else None
     base = base or os.path.join(tempfile.gettempdir(), "streamer-pack")
     host = socket.gethostname()
-    os.makedirs(base, exist_ok=True)
-    for name in os.listdir(base):
+    folder = os.path.join(base, f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    _make_own_folder(folder)
+    for name in os.listdir(base):  # ours in it: no other run removes it now
         owner, _, rest = name.rpartition("-")[0].rpartition("-")
         if owner == host and rest.isdigit() and not _alive(int(rest)):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    folder = os.path.join(base, f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    os.mkdir(folder)
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # other runs' folders are still there
             os.rmdir(base)
+
+
+def _make_own_folder(folder: str, attempts: int = 50) -> None:
+    """Make ``folder`` and the shared staging folder above it. Another run
+    ending removes that one when it is empty, which may fall between making
+    it and making ``folder`` in it: then both are made again, a moment
+    later (a part of a fan-out on the same host failed with "No such file
+    or directory")."""
+    for attempt in range(attempts - 1):
+        with contextlib.suppress(FileNotFoundError):
+            os.makedirs(folder)
+            return
+        time.sleep(0.001 * (1 + attempt % 8))
+    os.makedirs(folder)
 
 
 def _alive(pid: int) -> bool:

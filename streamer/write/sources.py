@@ -247,12 +247,14 @@ async def _sizes(located: Sequence[tuple[Store, str]]) -> list[int | BaseExcepti
 
 def _relative_names(urls: Sequence[str]) -> list[str]:
     """Each URL's host and path relative to the longest folder all of them
-    share (no scheme, no query or fragment: those may hold credentials)."""
+    share (no scheme, user info, query or fragment: those may hold
+    credentials, and a name becomes a key every reader of the dataset sees)."""
     paths = []
     for url in urls:
         parts = urllib.parse.urlsplit(url)
         path = urllib.parse.unquote(parts.path) if parts.scheme else url
-        paths.append(f"{parts.netloc}/{path.lstrip('/')}" if parts.netloc else path.lstrip("/"))
+        host = _host(parts)
+        paths.append(f"{host}/{path.lstrip('/')}" if host else path.lstrip("/"))
     if len(paths) == 1:
         return [posixpath.basename(paths[0])]
     common = posixpath.commonpath(paths) if paths else ""
@@ -260,6 +262,11 @@ def _relative_names(urls: Sequence[str]) -> list[str]:
         common = posixpath.dirname(common)
     start = len(common) + 1 if common else 0
     return [p[start:] for p in paths]
+
+
+def _host(parts: urllib.parse.SplitResult) -> str:
+    """``host[:port]`` of a URL, without its user info (``user:password@``)."""
+    return parts.netloc.rpartition("@")[2]
 
 
 def shown(url: str) -> str:

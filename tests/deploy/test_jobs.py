@@ -140,6 +140,8 @@ def test_warmup_parts_fill_the_disk_cache_and_rerun_from_it(
     again = jobs.warmup_part(url, "1/2", **options)
     assert again.ok and again.counts == reports[1].counts
     assert [r for r in s3.requests if r.method == "GET"] == []  # all from the disk cache
+    wrong = jobs.warmup_part(url, "3/2", **options)  # a part reports, it never raises
+    assert not wrong.ok and "3/2" in wrong.error
 
 
 def test_stream_example_reports_rate_and_cost(s3_uploaded, aws_env) -> None:  # type: ignore[no-untyped-def]
@@ -209,6 +211,14 @@ def test_merge_names_parts_listed_twice_or_missing() -> None:
     )
     assert not doubled.ok and doubled.counts["e"] == 2
     assert any("twice" in why for why in doubled.failed.values())
+    # however it is written (a zero-padded task id on a retry): still the same part
+    spelled = jobs.merge(
+        "index",
+        ["0/2", "1/2", "01/2"],
+        [_report("0/2", e=1), _report("1/2", e=1)] * 1 + [_report("01/2", e=1)],
+    )
+    assert not spelled.ok and spelled.counts["e"] == 2
+    assert "twice" in spelled.failed["01/2"]
     missing = jobs.merge("index", ["0/3", "2/3"], [_report("0/3"), _report("2/3")])
     assert not missing.ok and "1/3" in missing.failed and missing.parts == 3
     mixed = jobs.merge("index", ["0/2", "1/3"], [_report("0/2"), _report("1/3")])

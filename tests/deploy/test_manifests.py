@@ -141,6 +141,9 @@ def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path
         "unknown job 'verify'": sbatch(parsed_commands, "verify", "s3://b/ds", **task),
         "unknown job ''": sbatch(parsed_commands, **task),
         "index URL | pack SRC OUT": sbatch(parsed_commands, "pack", "s3://b/raw", **task),
+        "task 5 of an array for PARTS=2": sbatch(
+            parsed_commands, "index", "s3://b/ds", **{**task, "SLURM_ARRAY_TASK_ID": "5"}
+        ),
     }
     for said, done in refused.items():
         lines = done.stderr.strip().splitlines()
@@ -177,12 +180,43 @@ def test_the_slurm_array_refuses_what_cannot_mean_anything(parsed_commands: Path
             "8",
             False,
         ),
-        # Re-submitting only the failed tasks of a 16-part job: fine.
+        # A stepped array, half the partitions: refused.
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "4",
+                "SLURM_ARRAY_TASK_MIN": "0",
+                "SLURM_ARRAY_TASK_MAX": "6",
+            },
+            "8",
+            True,
+        ),
+        # Re-submitting only the failed tasks of a 16-part job: said with RERUN=1.
         (
             {
                 "SLURM_ARRAY_TASK_COUNT": "2",
                 "SLURM_ARRAY_TASK_MIN": "3",
                 "SLURM_ARRAY_TASK_MAX": "7",
+            },
+            "16",
+            True,
+        ),
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "2",
+                "SLURM_ARRAY_TASK_MIN": "3",
+                "SLURM_ARRAY_TASK_MAX": "7",
+                "RERUN": "1",
+            },
+            "16",
+            False,
+        ),
+        # Tasks 0-3 failed: their re-run looks like a first array of the wrong size.
+        (
+            {
+                "SLURM_ARRAY_TASK_COUNT": "4",
+                "SLURM_ARRAY_TASK_MIN": "0",
+                "SLURM_ARRAY_TASK_MAX": "3",
+                "RERUN": "1",
             },
             "16",
             False,
@@ -193,8 +227,10 @@ def test_the_slurm_array_refuses_an_array_of_another_size(
     parsed_commands: Path, array, parts, refused
 ) -> None:  # type: ignore[no-untyped-def]
     """``--array=0-7`` with PARTS=16 ran partitions 0..7 of 16, each task
-    succeeding, the array green and half the shards never touched: a whole
-    array from 0 must be PARTS tasks (a subset for re-runs stays allowed)."""
+    succeeding, the array green and half the shards never touched: the
+    array must be every partition, 0..PARTS-1, unless ``RERUN=1`` says it
+    runs some again (the failed tasks 0-3 were refused as an array of the
+    wrong size, a stepped array let through)."""
     done = sbatch(
         parsed_commands, "index", "s3://b/ds", SLURM_ARRAY_TASK_ID="3", PARTS=parts, **array
     )

@@ -120,3 +120,31 @@ def test_two_runs_of_one_partition_at_once_leave_a_dataset_that_verifies(
     report = verify_dataset(out, storage_options={"endpoint_url": server.url})
     assert report.ok, report.problems
     assert report.rows == 12
+
+
+def _stage_many(root: str, times: int) -> list[str]:
+    """Enter and leave a pack run's staging folder ``times`` times (a part of
+    a fan-out on this host); the errors met."""
+    from streamer.storage.local import LocalStore
+    from streamer.write.pack import _staging
+
+    errors = []
+    for _ in range(times):
+        try:
+            with _staging(LocalStore(), root):
+                pass
+        except OSError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return errors
+
+
+def test_runs_on_one_host_share_the_staging_folder_without_failing(tmp_path: Path) -> None:
+    """A run ending removes the shared staging folder when it is empty; another
+    making its own folder in it at that moment failed ("No such file or
+    directory": about one run in 15 with four at once)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        found = pool.starmap(_stage_many, [(str(tmp_path), 400)] * 4)
+    assert [error for errors in found for error in errors] == []
+    assert not (tmp_path / ".streamer-pack").exists()

@@ -160,6 +160,35 @@ def test_a_list_file_of_http_urls_packs_as_the_folder_would(
         server.stop()
 
 
+def test_user_info_of_listed_urls_is_in_no_key_source_or_message(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """URLs of a list file with basic auth, not all of one user: the names
+    were made from each URL's host *with its user info*, so a password went
+    into the episode keys, ``audio_info.source`` and the skipped lines."""
+    server = LoopbackServer(file_handler(source)).start()
+    try:
+        host = server.url.removeprefix("http://")
+        listing = tmp_path / "urls.txt"
+        listing.write_text(
+            f"http://alice:{SECRET}a@{host}/d0/ep00.flac\n"
+            f"http://bob:{SECRET}b@{host}/d1/ep01.mp3\n"
+            f"http://{host}/d0/ep02.wav\n"
+            f"http://carol:{SECRET}c@{host}/notes.txt\n"
+        )
+        assert main(["pack", str(listing), str(tmp_path / "ds"), "--no-progress"]) == 0
+        said = capsys.readouterr()
+    finally:
+        server.stop()
+    dataset = open_dataset(tmp_path / "ds")
+    keys = sorted(dataset.keys())
+    assert keys == ["d0/ep00", "d0/ep02", "d1/ep01"]  # one host: named below it
+    sources = [dataset.info(key)["source"] for key in keys]
+    assert sources == ["d0/ep00.flac", "d0/ep02.wav", "d1/ep01.mp3"]
+    assert "skipped notes.txt" in said.err
+    assert SECRET not in said.out + said.err
+
+
 def test_multipart_uploads_store_whole_objects(s3w: Any, tmp_path: Path) -> None:
     """A 12 MB object in 5 MiB parts (S3's smallest), through each server."""
     body = hashlib.sha256(b"seed").digest() * (12_000_000 // 32)
