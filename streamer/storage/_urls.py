@@ -184,6 +184,8 @@ def _safe_match(match: re.Match[str]) -> str:
     after it (``URL: reason``) kept: it is text, not the URL's."""
     found = match.group()
     url = found.rstrip(".,:;!?")
+    if url.endswith("://"):  # a scheme named in prose ("s3://, b2://"): no URL
+        return found
     return safe_url(url) + found[len(url) :]
 
 

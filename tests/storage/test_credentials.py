@@ -130,6 +130,9 @@ def test_a_redirect_to_another_host_gets_the_range_but_no_credentials(  # type: 
 def test_punctuation_after_a_url_made_safe_is_kept() -> None:
     said = redact(f"http://h/a.wsds?X-Amz-Signature={SECRET}: ignored; see http://u:p@h/b.")
     assert said == "http://h/a.wsds?…: ignored; see http://h/b."
+    assert (
+        redact("remote URLs (s3://, b2://, http://...)") == "remote URLs (s3://, b2://, http://...)"
+    )
 
 
 def test_a_redirect_within_the_origin_keeps_the_urls_basic_auth(  # type: ignore[no-untyped-def]
