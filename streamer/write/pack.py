@@ -19,10 +19,11 @@ audio_info, then its seek index), then stored ``audio_info/`` first and
 multipart upload completed at once on S3). The dataset's shards are those
 of ``audio/``, so a killed run leaves whole shards and no part of one, and
 a re-run skips every shard already complete (its audio shard carries the
-plan's fingerprint of its files). Two runs given one partition write the
-same bytes (nothing in a shard depends on time or the writer), so the last
-writer wins harmlessly. The dataset manifest is written last, by the run
-that finds every planned shard of every partition complete after its own.
+plan's fingerprint of its SRC and files). Two runs given one partition
+write the same bytes (nothing in a shard depends on time or the writer),
+so the last writer wins harmlessly. The dataset manifest is written last,
+by the run that finds every planned shard of every partition complete
+after its own.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, MissingBucket, NotFound, Store
 from .index import IndexReport, index_shard
 from .interrupts import interrupts_held
-from .plan import Plan, PlannedShard, make_plan, taken
+from .plan import Plan, PlannedShard, make_plan, source_origin, taken
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns
 from .sources import (
@@ -168,8 +169,8 @@ def pack(
     again after a crash): together they pack every file once, and the
     last to finish writes the manifest. Shards already complete in
     ``out`` are skipped (``report.already_complete``); a shard in ``out``
-    that is not of this plan (another source, shard size or batch size)
-    refuses the run.
+    that is not of this plan (another source, files rewritten since, another
+    shard size or batch size) refuses the run.
 
     A local ``out`` inside ``src`` is not packed (a re-run would take its
     shards for sources); ``out`` may not be ``src`` itself.
@@ -212,7 +213,12 @@ def pack(
         what = "source" if "://" in src or os.path.isfile(src) else "source folder"
         raise PackError(f"{what} {shown(src)} holds no files: nothing to pack")
     plan = make_plan(
-        listing, shard_size=shard_size, batch_size=batch_size, shards=shards, by_files=files
+        listing,
+        shard_size=shard_size,
+        batch_size=batch_size,
+        shards=shards,
+        by_files=files,
+        origin=source_origin(src, listing, storage_options),
     )
     existing = _listing(store, root)
     _check_output(store, root, plan, existing)
@@ -304,7 +310,7 @@ def _strip_suffix(name: str) -> str:
 def _check_output(store: Store, root: str, plan: Plan, existing: dict[str, dict[str, str]]) -> None:
     """Refuse to mix with a dataset that is not of this plan: a shard of
     another name, or of this run's part with another fingerprint (another
-    source, shard size or batch size)."""
+    source, files rewritten since, another shard size or batch size)."""
     planned = {s.name for s in plan.every}
     mine = {s.name: s for s in plan.mine}
     out = store.display(root)
@@ -312,7 +318,7 @@ def _check_output(store: Store, root: str, plan: Plan, existing: dict[str, dict[
         for name, file in sorted(existing[column_dir].items()):
             ours = name in planned
             if ours and column_dir == AUDIO_COLUMN and name in mine:
-                ours = _fingerprint(store, root, file) == mine[name].fingerprint
+                ours = mine[name].packed_by(_fingerprint(store, root, file))
             if not ours:
                 raise PackError(
                     f"{out!r} already holds a dataset ({column_dir}/{file}); pick a new OUT"
@@ -358,15 +364,16 @@ def _complete(store: Store, root: str, plan: Plan, index: bool) -> bool:
         return False
     # Every name is there; a shard of another partition carries the files its
     # own run listed, which differ from this plan's when SRC changed between
-    # the runs (a file added mid-job lands in a partition already packed).
+    # the runs (a file added mid-job lands in a partition already packed, one
+    # rewritten has another mtime) or when that run packed another SRC.
     mine = {s.name for s in plan.mine}
     for planned in plan.every:
         file = listed[AUDIO_COLUMN][planned.name]
-        if planned.name not in mine and _fingerprint(store, root, file) != planned.fingerprint:
+        if planned.name not in mine and not planned.packed_by(_fingerprint(store, root, file)):
             raise PackError(
                 f"{store.display(root)!r}: {AUDIO_COLUMN}/{file} was packed from another "
-                "listing of the source (files added, removed or changed during the job); "
-                "manifest not written: pack every part again into a new OUT"
+                "source or another listing of it (files added, removed or changed during "
+                "the job); manifest not written: pack every part again into a new OUT"
             )
     return True
 

@@ -22,23 +22,46 @@ The others ride along with it as its alternates, in that order: the plan
 is made from names, and a file that turns out unreadable or not audio
 when packed hands the key to the next (``pack.py``); the ones not packed
 are reported then, by the run that packs the key. Each planned shard has
-a fingerprint (its files, their alternates, their sizes and the batch
-size), stored in its schema metadata, which tells a re-run that a shard
-already in OUT is this plan's and complete.
+a fingerprint, stored in its schema metadata, which tells a re-run that a
+shard already in OUT is this plan's and complete: its name, the batch
+size, where SRC is (``Origin.root``), and its files, their alternates,
+their sizes and what the listing says of their version (``Origin.stamps``:
+a local file's mtime). So a shard of another SRC whose files have the same
+names and sizes, or one packed before a file was rewritten in place at
+its size, is not this plan's. Nothing in it depends on the host, so every
+run that lists the same SRC makes the same fingerprints.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .index import parse_part
-from .sources import SourceFile
+from .sources import SourceFile, is_remote_url, name_text, open_store
 
-__all__ = ["AUDIO_EXTENSIONS", "Plan", "PlannedShard", "make_plan", "taken"]
+__all__ = [
+    "AUDIO_EXTENSIONS",
+    "FINGERPRINT_VERSION",
+    "Origin",
+    "Plan",
+    "PlannedShard",
+    "make_plan",
+    "source_origin",
+    "taken",
+]
+
+#: The version of the fingerprints ``make_plan`` makes, their prefix
+#: (``2:<hex>``). Version 1 (bare hex: streamer before SRC and file
+#: versions were part of it) hashed names, sizes and the batch size alone;
+#: ``PlannedShard.packed_by`` still takes a shard of version 1 whose names
+#: and sizes are the plan's for this plan's.
+FINGERPRINT_VERSION = 2
 
 #: Extensions of audio files (and of media containers that carry audio): of
 #: two files with one key, one of these keeps it over any other, so a
@@ -55,15 +78,40 @@ AUDIO_EXTENSIONS = frozenset({
 
 
 @dataclass(frozen=True)
+class Origin:
+    """Where the files of a plan come from, as its fingerprints record it:
+    ``root`` names SRC (``source_origin``), ``stamps`` maps a file's
+    ``source`` to its version as the listing tells it (a local file's
+    ``st_mtime_ns``; none for a remote file)."""
+
+    root: str = ""
+    stamps: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PlannedShard:
     """One shard of the plan: its name, files in order, and fingerprint;
     ``alternates`` maps a file's ``source`` to the other files of its key,
-    in the order they take it should it not be audio."""
+    in the order they take it should it not be audio. ``legacy`` is the
+    fingerprint version 1 gave it (names and sizes only)."""
 
     name: str
     files: tuple[SourceFile, ...]
     fingerprint: str
     alternates: Mapping[str, tuple[SourceFile, ...]] = field(default_factory=dict)
+    legacy: str = ""
+
+    def packed_by(self, fingerprint: str | None) -> bool:
+        """Whether a shard carrying ``fingerprint`` is this planned shard:
+        it carries this plan's, or it was packed by a streamer of version 1
+        fingerprints (no ``:``) from files of these names and sizes (such a
+        shard says nothing of its SRC or its files' versions: taken on
+        names and sizes, as then)."""
+        if fingerprint is None:
+            return False
+        return fingerprint == self.fingerprint or (
+            ":" not in fingerprint and fingerprint == self.legacy
+        )
 
     @property
     def bytes(self) -> int:
@@ -93,11 +141,14 @@ def make_plan(
     batch_size: int,
     shards: str | None = None,
     by_files: str | None = None,
+    origin: Origin | None = None,
 ) -> Plan:
     """The plan for ``files`` (sorted by ``source``), and this run's part:
-    ``shards`` or ``by_files`` is an ``i/n`` spec (as ``--shards``)."""
+    ``shards`` or ``by_files`` is an ``i/n`` spec (as ``--shards``);
+    ``origin`` (``source_origin``) goes into every fingerprint."""
     if shards and by_files:
         raise ValueError("partition by shards or by files, not both")
+    origin = origin or Origin()
     unique, alternates, duplicates = _unique_keys(files)
     if by_files:
         part, count = parse_part(by_files, "--files")
@@ -106,12 +157,12 @@ def make_plan(
         mine: list[PlannedShard] = []
         for p in range(min(count, len(unique))):  # the partitions past the files have none
             prefix = f"shard-{p:0{width}d}of{count}-"
-            cut = _cut(unique[p::count], alternates, shard_size, batch_size, prefix)
+            cut = _cut(unique[p::count], alternates, shard_size, batch_size, prefix, origin)
             every.extend(cut)
             if p == part:
                 mine = cut
         return Plan(every, mine, duplicates if part == 0 else [], part == 0)
-    every = _cut(unique, alternates, shard_size, batch_size, "shard-")
+    every = _cut(unique, alternates, shard_size, batch_size, "shard-", origin)
     if not shards:
         return Plan(every, list(every), duplicates)
     part, count = parse_part(shards, "--shards")
@@ -167,6 +218,7 @@ def _cut(
     shard_size: int,
     batch_size: int,
     prefix: str,
+    origin: Origin,
 ) -> list[PlannedShard]:
     """Consecutive runs of ``files`` of at least ``shard_size`` bytes, cut
     at the first record batch boundary (``batch_size`` files) past the size;
@@ -178,10 +230,12 @@ def _cut(
         current.append(file)
         total += file.size
         if total >= shard_size and len(current) % batch_size == 0:
-            shards.append(_shard(f"{prefix}{len(shards):06d}", current, alternates, batch_size))
+            name = f"{prefix}{len(shards):06d}"
+            shards.append(_shard(name, current, alternates, batch_size, origin))
             current, total = [], 0
     if current:
-        shards.append(_shard(f"{prefix}{len(shards):06d}", current, alternates, batch_size))
+        name = f"{prefix}{len(shards):06d}"
+        shards.append(_shard(name, current, alternates, batch_size, origin))
     return shards
 
 
@@ -190,11 +244,63 @@ def _shard(
     files: list[SourceFile],
     alternates: Mapping[str, tuple[SourceFile, ...]],
     batch_size: int,
+    origin: Origin,
 ) -> PlannedShard:
     mine = {f.source: alternates[f.source] for f in files if f.source in alternates}
-    digest = hashlib.sha256(f"{name}\n{batch_size}\n".encode())
+    header = f"streamer.pack.plan {FINGERPRINT_VERSION}\n{origin.root}\n{name}\n{batch_size}\n"
+    digest = hashlib.sha256(header.encode())
+    legacy = hashlib.sha256(f"{name}\n{batch_size}\n".encode())
     for file in files:
-        digest.update(f"{file.source}\t{file.size}\n".encode())
-        for other in mine.get(file.source, ()):  # none: the fingerprint of old
-            digest.update(f"\t{other.source}\t{other.size}\n".encode())
-    return PlannedShard(name, tuple(files), digest.hexdigest()[:32], mine)
+        for other, tab in ((file, ""), *((o, "\t") for o in mine.get(file.source, ()))):
+            stamp = origin.stamps.get(other.source, "")
+            digest.update(f"{tab}{other.source}\t{other.size}\t{stamp}\n".encode())
+            legacy.update(f"{tab}{other.source}\t{other.size}\n".encode())
+    fingerprint = f"{FINGERPRINT_VERSION}:{digest.hexdigest()[:32]}"
+    return PlannedShard(name, tuple(files), fingerprint, mine, legacy.hexdigest()[:32])
+
+
+def source_origin(
+    src: str, files: Sequence[SourceFile], storage_options: Mapping[str, Any] | None = None
+) -> Origin:
+    """What the fingerprints of a plan of ``files``, listed from ``src``, say
+    of where they come from. ``root``: a store prefix's URL as its store
+    shows it (no credentials, no query, no endpoint: ``s3://bucket/raw``),
+    a local folder's absolute path with its symlinks resolved, and for a
+    list file a digest of every file's place (URL, or resolved path), so
+    copies of the list file agree. ``stamps``: each local file's mtime in
+    nanoseconds, one ``stat`` each (unstat-able: none; reading it says
+    why). Remote listings carry no version here: a remote file rewritten
+    at its size between runs goes unseen.
+
+    Parts of one job on several machines agree when each sees SRC at one
+    place: the same URL, or a shared file system mounted at one path (a
+    symlink to it is resolved); mounted at different paths, their shards
+    are not each other's and the job fails rather than mix them."""
+    if not is_remote_url(src) and os.path.isfile(src):
+        places = "\n".join(_place(f) for f in files)
+        root = "list " + hashlib.sha256(places.encode()).hexdigest()
+    elif is_remote_url(src):
+        store, path = open_store(src, storage_options)
+        root = store.display(path)
+    else:
+        root = "file://" + name_text(os.path.realpath(open_store(src, None)[1]))
+    stamps = {f.source: stamp for f in files if (stamp := _stamp(f)) is not None}
+    return Origin(root, stamps)
+
+
+def _place(file: SourceFile) -> str:
+    """Where a file of a list file is: its URL (safe to show), or its resolved path."""
+    if file.store.is_remote:
+        return file.url
+    return "file://" + name_text(os.path.realpath(file.path))
+
+
+def _stamp(file: SourceFile) -> str | None:
+    """A local file's version, its mtime in nanoseconds (None: remote, or
+    it cannot be stat'ed)."""
+    if file.store.is_remote:
+        return None
+    try:
+        return str(os.stat(file.path).st_mtime_ns)
+    except OSError:
+        return None
