@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import logging
 import math
+import numbers
 import os
 import threading
 from collections import OrderedDict
@@ -158,6 +159,13 @@ class CropRequest:
     resample_quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
+        # Python floats: NumPy float32 times made every sample index of the
+        # crop in float32 (up to 2 samples off an hour in), float16 overflowed.
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"crop {name} must be a number of seconds, not {value!r}")
+            object.__setattr__(self, name, float(value))
         if not (0 <= self.start < self.end and math.isfinite(self.end)):
             raise ValueError(
                 f"crop range [{self.start}, {self.end}) needs 0 <= start < end, both finite"

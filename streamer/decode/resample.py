@@ -45,6 +45,7 @@ __all__ = [
     "check_sample_rate",
     "crop_span",
     "downmix",
+    "end_times",
     "holds_samples",
     "past_the_end",
     "resample",
@@ -181,10 +182,29 @@ def holds_samples(
     inside = first < samples
     native = first < np.round(end * rate)
     if target is not None:
-        resampled = np.floor(samples / (rate / target) + 0.5)  # resampled_length
+        resampled = _resampled_lengths(samples, rate, target)
         inside = np.where(rate == target, inside, np.round(start * target) < resampled)
         native = np.where(rate == target, native, np.round(start * target) < np.round(end * target))
     return np.isnan(rate) | (inside & native)
+
+
+def end_times(duration: np.ndarray, rate: np.ndarray, target: int | None) -> np.ndarray:
+    """The end, in seconds, of a crop that runs to each episode's end (of
+    ``duration`` seconds at ``rate``): its duration, or, resampled to
+    ``target``, at least a time whose samples (``round(end * target)``)
+    reach the resampled episode's end (``resampled_length``). libsoxr
+    rounds that length half up and ``round`` the time half to even, so a
+    window ending at the duration left the episode's last resampled sample
+    out (4.1 s at 16 -> 11.025 kHz: 45 202 of 45 203)."""
+    if target is None:
+        return duration
+    resampled = _resampled_lengths(np.round(duration * rate), rate, target)
+    return np.where(rate == target, duration, np.fmax(duration, resampled / target))
+
+
+def _resampled_lengths(samples: np.ndarray, rate: np.ndarray, target: int) -> np.ndarray:
+    """``resampled_length`` of each episode, as libsoxr computes it."""
+    return np.floor(samples / (rate / target) + 0.5)
 
 
 def resample(

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..dataset.dataset import INFO_DIR, Dataset
-from ..decode.resample import holds_samples
+from ..decode.resample import end_times, holds_samples
 from ..errors import CropError, ShardError
 from ..formats.ffmpeg import full_decode_length
 from ..index.checks import MAX_DURATION, MAX_SAMPLE_RATE
@@ -99,6 +99,15 @@ class Episodes:
             _warn_unusable(dataset, unusable)
             episodes._warn_unknown(unknown)
         return episodes
+
+    @cached_property
+    def end_time(self) -> np.ndarray:
+        """Where a crop that runs to each episode's end ends, in seconds: its
+        duration, or, served resampled, the time that reaches the resampled
+        episode's last sample (``decode.resample.end_times``)."""
+        if self.sample_rate is None:
+            return self.duration
+        return end_times(self.duration, self.sample_rate, self.target_rate)
 
     def holds_samples(self, episode: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Whether each crop of these episodes holds a sample as the decode

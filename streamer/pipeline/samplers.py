@@ -85,7 +85,9 @@ class RandomCrops(Sampler):
     rounded down or up at random in proportion to the fraction (so the
     expected count is exact even for short episodes). Episodes shorter than
     ``duration`` but at least ``min_duration`` long (default: ``duration``,
-    i.e. none) give one crop of their whole length; shorter ones give none,
+    i.e. none) give crops of their whole length: one (``per_episode``), or
+    ``h * per_hour`` as any episode (a 7.9 s episode under ``duration=8,
+    per_hour=100`` got one every epoch, 4.5 times its share); shorter ones give none,
     nor do episodes of no audio (``min_duration=0``: a crop ``[0, 0)`` is
     no crop, it ended the pass with a ``ValueError``).
     """
@@ -124,16 +126,22 @@ class RandomCrops(Sampler):
         known = np.nan_to_num(lengths, nan=-1.0)
         full = np.flatnonzero(known >= self.duration)
         short = np.flatnonzero((known >= self.min_duration) & (known > 0) & (known < self.duration))
-        if self.per_hour is None:
-            drawn = np.full(len(full), float(self.per_episode))
-        else:
-            drawn = np.floor(lengths[full] * self.per_hour / 3600.0 + rng.random(len(full)))
-        counts = _counted(drawn, self, episodes)
+        counts = _counted(self._draw(lengths[full], rng), self, episodes)
         starts = rng.random(int(counts.sum())) * np.repeat(lengths[full] - self.duration, counts)
-        episode = np.concatenate([np.repeat(full, counts), short])
-        start = np.concatenate([starts, np.zeros(len(short))])
-        end = np.concatenate([starts + self.duration, lengths[short]])
+        wholes = np.ones(len(short), np.int64)
+        if self.per_hour is not None:  # as often as their length says, as long ones
+            wholes = _counted(self._draw(lengths[short], rng), self, episodes)
+        episode = np.concatenate([np.repeat(full, counts), np.repeat(short, wholes)])
+        start = np.concatenate([starts, np.zeros(int(wholes.sum()))])
+        end = np.concatenate([starts + self.duration, np.repeat(episodes.end_time[short], wholes)])
         return Crops.of(episode, start, end)
+
+    def _draw(self, lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Crops of episodes of ``lengths`` seconds: ``per_episode``, or
+        ``per_hour`` times their hours rounded down or up at random."""
+        if self.per_hour is None:
+            return np.full(len(lengths), float(self.per_episode))
+        return np.floor(lengths * self.per_hour / 3600.0 + rng.random(len(lengths)))
 
 
 class SequentialCrops(Sampler):
@@ -162,6 +170,8 @@ class SequentialCrops(Sampler):
         episode, start, end = _windows(
             np.zeros(len(lengths)), lengths, self.hop, self.duration, (self, episodes)
         )
+        # a window cut at the episode's end reaches its last sample, resampled too
+        end = np.where(end == lengths[episode], episodes.end_time[episode], end)
         crops = Crops.of(episode, start, end)
         return crops.take(np.flatnonzero(episodes.holds_samples(episode, start, end)))
 

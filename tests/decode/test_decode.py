@@ -17,7 +17,8 @@ import pytest
 from _index_support import cli_encode
 
 from streamer import open_dataset
-from streamer.decode.resample import downmix, resample
+from streamer.decode.crop import CropRequest
+from streamer.decode.resample import crop_span, downmix, resample
 from streamer.errors import CropError
 from streamer.index.content import DAMAGED
 from streamer.synth import CODECS, encode, signal
@@ -345,3 +346,25 @@ def test_a_decoder_that_keeps_returning_nothing_is_stopped() -> None:
     with pytest.raises(CropError, match="produced nothing") as caught:
         list(decode_packets(decoder, packets, context, SampleBuffer(1)))
     assert (caught.value.shard, caught.value.key) == ("audio/s.wsds", "k")
+
+
+@pytest.mark.parametrize("kind", [np.float32, np.float16, np.int64])
+def test_times_of_numpy_types_cut_the_crop_python_floats_cut(kind: type) -> None:
+    """Times from a NumPy array of float32 made every sample index of the
+    crop in float32: an hour in, one sample off at 16 kHz and two outputs at
+    48 kHz, the crop shifted (the Streamer's own plan casts to float64, so
+    the two paths disagreed); float16 overflowed into a bare OverflowError."""
+    start, end = {
+        np.float32: (np.float32(3600.1234), np.float32(3601.1234)),
+        np.float16: (np.float16(30.5), np.float16(31.25)),
+        np.int64: (np.int64(3000), np.int64(3001)),
+    }[kind]
+    request = CropRequest("k", start, end, sample_rate=48000)
+    assert type(request.start) is float and type(request.end) is float
+    for target in (None, 48000):
+        got = crop_span(request.start, request.end, 16000, target)
+        assert got == crop_span(float(start), float(end), 16000, target)
+    with pytest.raises(ValueError, match="needs 0 <= start < end, both finite"):
+        CropRequest("k", np.float16(1.0), np.float16("inf"))  # 70000 s as float16
+    with pytest.raises(ValueError, match="crop start must be a number of seconds"):
+        CropRequest("k", "1.0", 2.0)  # type: ignore[arg-type]

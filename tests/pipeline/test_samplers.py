@@ -135,6 +135,53 @@ def test_back_to_back_windows_tile_the_episode_sample_for_sample(
 
 
 @pytest.fixture(scope="module")
+def half_up(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A WAV episode whose resampled length is an exact half: 65600 samples
+    at 16 kHz are 45202.5 at 11.025 kHz, which libsoxr rounds up (45203)
+    and ``round`` a time to even (45202)."""
+    src = tmp_path_factory.mktemp("half-up-src")
+    write_audio(src, "h", "wav", 16000, 1, 65600 / 16000, seed=3)
+    out = tmp_path_factory.mktemp("half-up") / "ds"
+    pack(src, out, progress=False)
+    return out
+
+
+def test_crops_to_the_end_reach_the_resampled_episodes_last_sample(half_up: Path) -> None:
+    """The last window of SequentialCrops and a whole-length RandomCrops crop
+    end at the resampled episode's end: they ended at the duration, whose
+    rounding left the last sample out (45202 of 45203, with no word)."""
+    dataset = streamer.open_dataset(half_up)
+    whole = dataset.read_crop("h", 0.0, 10.0, sample_rate=11025)  # clipped at the end
+    assert whole.shape == (1, 45203)
+    tiles = Streamer(dataset, SequentialCrops(1.0), sample_rate=11025, workers=0, on_error="raise")
+    crops = sorted(tiles, key=lambda c: c.start)
+    tiled = np.concatenate([c.audio for c in crops], axis=1)  # resampled apart: float noise
+    assert tiled.shape == whole.shape
+    np.testing.assert_allclose(tiled, whole, rtol=0, atol=1e-6)
+    short = RandomCrops(10.0, min_duration=0.5)
+    (crop,) = Streamer(dataset, short, sample_rate=11025, workers=0, on_error="raise")
+    np.testing.assert_array_equal(crop.audio, whole)
+    (native,) = Streamer(dataset, short, workers=0, on_error="raise")  # as long as it is
+    assert native.end == dataset.info("h")["duration"] and native.audio.shape == (1, 65600)
+
+
+def test_short_episodes_get_their_share_of_per_hour_crops(packed: Path) -> None:
+    """An episode shorter than ``duration`` gets ``h * per_hour`` whole-length
+    crops in expectation, as any episode: it got one every epoch (a 7.9 s
+    episode under ``duration=8, per_hour=100``: 4.5 times its share)."""
+    episodes = Episodes.of(streamer.open_dataset(packed))
+    duration = float(np.max(episodes.duration)) + 1.0  # every episode is short
+    sampler = RandomCrops(duration, min_duration=0.0, per_hour=100.0)
+    rng = np.random.default_rng(0)
+    epochs = 400
+    counts = np.zeros(len(episodes.duration))
+    for _ in range(epochs):
+        np.add.at(counts, sampler.crops(episodes, rng).episode, 1)
+    expected = episodes.duration * 100.0 / 3600.0 * epochs
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 1), (counts, expected)
+
+
+@pytest.fixture(scope="module")
 def ragged_ends(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """WAV episodes whose last window holds no sample once rounded: 12128
     samples at 11025 Hz (a window at 1.1 s starts at sample 12127.5, rounded
