@@ -19,6 +19,7 @@ again) continues from there.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import pickle
 import warnings
@@ -255,7 +256,10 @@ class CropDataset(IterableDataset):
                 yield from self._stand_ins(failed, end)
                 self._running = _finished(s.state_dict(), end)
                 if self.transform is not None:
+                    samples = crop.audio.shape[-1]
                     crop.audio = self.transform(crop)
+                    if tuple(getattr(crop.audio, "shape", ()))[-1:] != (samples,):
+                        crop.padded = 0  # its last axis is no longer samples: taken whole
                 yield crop
         finally:
             # ``note`` holds ``s``: left set, the pass broken off waited in a
@@ -362,7 +366,7 @@ class CropDataset(IterableDataset):
             self._load_worker_state(state)
             return
         if state.get("finished"):
-            self._load_finished(int(state["epoch"]))
+            self._load_finished(state)
             return
         epoch, done = int(state["epoch"]), merge_intervals(state.get("done", ()))
         self._agree(epoch, done)  # first: a rank that raises alone leaves the others waiting
@@ -434,15 +438,20 @@ class CropDataset(IterableDataset):
             done=self._done if done is None else merge_intervals(done),
         )
 
-    def _load_finished(self, epoch: int) -> None:
+    def _load_finished(self, state: dict[str, Any]) -> None:
         """A state taken after its pass ended (``StatefulDataLoader`` restores
         one lazily, at the next ``iter``, after the loop's ``set_epoch``):
-        nothing of it is left to resume. The epoch ``set_epoch`` chose stays,
-        from its beginning; without one, the next epoch begins. (It resumed
-        the finished pass: an empty epoch, or the finished one again, while
-        ``set_epoch(1)`` had been called.)"""
+        nothing of it is left to resume. Another epoch ``set_epoch`` chose
+        stays, from its beginning; the finished epoch itself, chosen again
+        (a loop resuming at ``data.epoch``), is the finished pass, empty, as
+        a DataLoader worker's state resumes it (without workers it began
+        again: a checkpoint on an epoch's last batch served the epoch
+        twice); without ``set_epoch``, the next epoch begins."""
+        epoch = int(state["epoch"])
         if not self._chosen:
             self.epoch, self._done, self._consumed = epoch + 1, (), 0
+        elif self.epoch == epoch:
+            self._worker_state = dict(state)  # the next pass resumes it: nothing left
         self._agree(self.epoch, self._done)
         self._publish()
         self._restoring = True
@@ -730,14 +739,17 @@ def collate(
     at the end to the longest crop, or padded and trimmed to ``length``
     samples (crops of fewer channels get silent ones: warned once);
     ``lengths`` (valid samples per crop) and ``mask`` ``(batch,
-    samples)``, True where a sample is the crop's own; ``position`` in the
+    samples)``, True where a sample is the crop's own (``pad=True``'s zeros past
+    an episode's end are not); ``position`` in the
     rank's share and ``epoch`` (what ``CropDataset.state_dict(batch)``
     reads); ``key``,
     ``start``, ``end``, ``sample_rate``, ``shard`` and ``source`` per crop;
     each of the crops' ``fields`` under its name, a tensor when every value
-    is a number, else a list; ``supervisions`` (a list per crop) when they
-    were asked for; ``skipped``: ``(position, reason)`` of the batch's crops
-    that failed (``Skipped``: no row; a batch of only those has none) and
+    is a number (float64 when any is a float, else int64 or bool), else a
+    list; ``supervisions`` (a list per crop) when they were asked for;
+    ``skipped``: ``(position, reason)`` of the batch's crops that failed
+    (``Skipped``: no row; a batch of only those has none: ``audio`` of
+    shape ``(0, 0, 0)`` and no ``fields`` or ``supervisions`` keys) and
     ``skipped_source`` and ``skipped_epoch``, the source (which ``Mix``
     item lost it) and epoch of each. Use
     ``functools.partial(collate, length=n)`` as a DataLoader's
@@ -762,17 +774,22 @@ def collate(
             "Streamer or CropDataset a sample_rate= to resample every crop to, or batch "
             "them anyway with functools.partial(collate, mixed_rates=True)"
         )
-    arrays = [torch.as_tensor(c.audio) for c in crops]
+    arrays = [_audio_tensor(c) for c in crops]
     if len({a.ndim for a in arrays}) > 1:
         raise ValueError(f"cannot stack crops of shapes {[tuple(a.shape) for a in arrays]}")
-    valid = [min(a.shape[-1], length) if length is not None else a.shape[-1] for a in arrays]
-    width = length if length is not None else max(valid, default=0)
+    own = [a.shape[-1] - c.padded for a, c in zip(arrays, crops, strict=True)]
+    valid = [min(n, length) if length is not None else n for n in own]
+    width = length if length is not None else max((a.shape[-1] for a in arrays), default=0)
     ndim = arrays[0].ndim if arrays else 2
     leading = tuple(max((a.shape[i] for a in arrays), default=0) for i in range(ndim - 1))
     _warn_if_padded(arrays, leading)
-    dtype = arrays[0].dtype if arrays else torch.float32
+    # one that holds every output's values (the first one's made 0.25 a 0 after an int16 crop)
+    dtype = functools.reduce(torch.promote_types, (a.dtype for a in arrays), torch.bool)
+    if not arrays:
+        dtype = torch.float32
     audio = torch.zeros((len(crops), *leading, width), dtype=dtype)
-    for row, (array, n) in enumerate(zip(arrays, valid, strict=True)):
+    for row, array in enumerate(arrays):
+        n = min(array.shape[-1], width)  # pad=True's zeros too: the crop's audio as served
         audio[(row, *(slice(0, d) for d in array.shape[:-1]), slice(0, n))] = array[..., :n]
     lengths = torch.tensor(valid, dtype=torch.int64)
     batch = {
@@ -802,6 +819,24 @@ def collate(
     return batch
 
 
+def _audio_tensor(crop: Crop) -> torch.Tensor:
+    """A crop's audio (or what a transform made of it) as a tensor, detached
+    from any graph; a ``ValueError`` naming the crop when it is none."""
+    try:
+        tensor = torch.as_tensor(crop.audio)
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise ValueError(
+            f"collate: the audio of crop {crop.key!r} at {crop.start:g} s is "
+            f"{type(crop.audio).__name__}, not an array ({exc}): a transform must return one"
+        ) from None
+    if tensor.ndim == 0:
+        raise ValueError(
+            f"collate: the audio of crop {crop.key!r} at {crop.start:g} s is a scalar, "
+            "not an array: a transform must return one with the samples on its last axis"
+        )
+    return tensor.detach()
+
+
 _padding_warned = False
 
 
@@ -823,9 +858,17 @@ def _warn_if_padded(arrays: list[torch.Tensor], leading: tuple[int, ...]) -> Non
 
 
 def _stacked(values: list[Any]) -> Any:
-    """Numbers as one tensor (int64, float64 or bool), anything else as a list."""
+    """Numbers as one tensor (int64, float64 or bool), anything else as a
+    list: a float64 column stays float64 (torch's default, float32, rounded
+    0.43333333333333335 and any integer past 2**24 beside a float), and
+    integers int64 can not hold (a uint64 past 2**63) stay a list."""
     if values and all(isinstance(v, bool | np.bool_) for v in values):
         return torch.tensor([bool(v) for v in values])
-    if values and all(isinstance(v, int | float | np.number) for v in values):
-        return torch.tensor([v.item() if isinstance(v, np.number) else v for v in values])
+    if not values or not all(isinstance(v, int | float | np.number) for v in values):
+        return values
+    numbers = [v.item() if isinstance(v, np.number) else v for v in values]
+    if any(isinstance(v, float) for v in numbers):
+        return torch.tensor(numbers, dtype=torch.float64)
+    if all(-(2**63) <= v < 2**63 for v in numbers):
+        return torch.tensor(numbers, dtype=torch.int64)
     return values

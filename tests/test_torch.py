@@ -110,3 +110,58 @@ def test_collate_refuses_crops_of_different_rates_unless_allowed(packed: Path) -
         streamer.open_dataset(packed), RandomCrops(0.5), sample_rate=16000, mono=True, workers=0
     )
     assert set(collate(list(resampled))["sample_rate"].tolist()) == {16000}
+
+
+def test_collate_keeps_float64_fields_and_ints_past_float32(packed: Path) -> None:
+    """A float64 column came out float32 (torch's default dtype): 0.43333333333333335
+    as 0.4333333373, an int of 2**24 + 1 beside a float as 2**24; a uint64
+    past int64 stays a list (it was a bare ValueError)."""
+    data = streamer.open_dataset(packed)
+    crops = list(Streamer(data, RandomCrops(0.5), sample_rate=16000, mono=True, workers=0))[:3]
+    for crop, score, big in zip(
+        crops, [0.43333333333333335, 1234567.891, 16777217], [1, 2, 3], strict=True
+    ):
+        crop.fields = {"score": score, "n": np.int64(2**62 + big), "huge": np.uint64(2**64 - big)}
+    batch = collate(crops)
+    assert batch["score"].dtype == torch.float64
+    assert batch["score"].tolist() == [0.43333333333333335, 1234567.891, 16777217.0]
+    assert batch["n"].dtype == torch.int64 and batch["n"].tolist()[0] == 2**62 + 1
+    assert batch["huge"] == [np.uint64(2**64 - 1), np.uint64(2**64 - 2), np.uint64(2**64 - 3)]
+
+
+def test_collate_lengths_and_mask_leave_out_pad_zeros(packed: Path) -> None:
+    """With ``pad=True`` a crop past its episode's end is zero-padded to its
+    length, and ``lengths`` / ``mask`` counted the zeros as the crop's own."""
+    data = streamer.open_dataset(packed)
+    key = next(iter(data))
+    end = float(data.info(key)["duration"])
+    s = Streamer(
+        data,
+        streamer.ListCrops([(key, end - 0.25, end + 0.25), (key, 0.0, 0.5)]),
+        sample_rate=16000,
+        pad=True,
+        workers=0,
+    )
+    crops = sorted(s, key=lambda c: c.start)
+    batch = collate(crops)
+    assert batch["audio"].shape[-1] == 8000
+    assert batch["lengths"].tolist() == [8000, 4000]
+    assert int(batch["mask"][1].sum()) == 4000 and crops[1].padded == 4000
+    assert float(batch["audio"][1, :, 4000:].abs().sum()) == 0.0
+
+
+def test_collate_promotes_transform_outputs_and_names_the_crop_of_a_bad_one(packed: Path) -> None:
+    """Outputs took the first crop's dtype (0.25 in an int16 batch became 0),
+    and a transform's non-array output failed inside torch, naming nothing."""
+    data = streamer.open_dataset(packed)
+    crops = list(Streamer(data, RandomCrops(0.5), sample_rate=16000, mono=True, workers=0))[:2]
+    crops[0].audio = np.ones((1, 4), np.int16)
+    crops[1].audio = np.full((1, 4), 0.25, np.float32)
+    batch = collate(crops)
+    assert batch["audio"].dtype == torch.float32 and float(batch["audio"][1, 0, 0]) == 0.25
+    crops[1].audio = None
+    with pytest.raises(ValueError, match=f"crop {crops[1].key!r} .* a transform must return"):
+        collate(crops)
+    crops[1].audio = np.float32(1.0)
+    with pytest.raises(ValueError, match="is a scalar"):
+        collate(crops)

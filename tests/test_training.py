@@ -148,6 +148,7 @@ def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int)
     assert got == whole
 
 
+@pytest.mark.parametrize("crops", [None, 60], ids=["last batch short", "whole batches"])
 @pytest.mark.parametrize("on_the_last_batch", [False, True])
 @pytest.mark.parametrize(
     ("num_workers", "persistent"), [(0, False), (1, False), (1, True), (2, False), (2, True)]
@@ -157,6 +158,7 @@ def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch
     num_workers: int,
     persistent: bool,
     on_the_last_batch: bool,
+    crops: int | None,
     recwarn: pytest.WarningsRecorder,
 ) -> None:
     """A ``StatefulDataLoader`` checkpoint taken once epoch 0 ended (or in
@@ -168,8 +170,11 @@ def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch
     empty (no workers, one persistent worker) or as epoch 0 again (two
     persistent workers), without a word; taken on the last batch with one
     worker, epoch 0 came again whole (the worker's own state was read as
-    a rank's)."""
+    a rank's). An epoch of whole batches, taken on its last batch without
+    workers, came again whole (its state, finished in this process, restarted
+    the epoch set_epoch chose again)."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    options = {} if crops is None else {"crops_per_epoch": crops}
 
     def make(data: Any) -> Any:
         return stateful.StatefulDataLoader(
@@ -180,13 +185,13 @@ def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch
             collate_fn=collate,
         )
 
-    reference = dataset(packed)
+    reference = dataset(packed, **options)
     epochs = []
     for epoch in range(3):
         reference.set_epoch(epoch)
         epochs.append([ids(b) for b in loader(reference, 0)])
     assert epochs[0] != epochs[1] != epochs[2]
-    first = make(dataset(packed))
+    first = make(dataset(packed, **options))
     served = []
     for batch in first:
         served.append(ids(batch))
@@ -195,7 +200,7 @@ def test_a_stateful_dataloader_checkpoint_at_an_epoch_end_goes_on_with_set_epoch
     assert served == epochs[0]
     if not on_the_last_batch:
         state = first.state_dict()
-    data = dataset(packed)  # later, in a new process
+    data = dataset(packed, **options)  # later, in a new process
     resumed = make(data)
     resumed.load_state_dict(state)
     # Taken in the loop, the checkpoint is of epoch 0, all of it consumed:

@@ -142,6 +142,9 @@ class Crop:
     supervisions: list[dict[str, Any]] | None = None
     source: str | None = None
     epoch: int | None = None
+    #: Zeros ``pad=True`` appended past the episode's end (samples, at the
+    #: end of ``audio``): not the episode's audio (``collate``'s ``lengths``).
+    padded: int = 0
 
 
 @dataclass(frozen=True)
@@ -611,8 +614,10 @@ def _finish(
         raise job.episode.error(f"range [{request.start}, {request.end}) s decodes to nothing")
     if audio.shape[1] < expected:
         stats.past_end += 1
+    padded = 0
     if request.pad and audio.shape[1] < expected:
-        audio = np.pad(audio, ((0, 0), (0, expected - audio.shape[1])))
+        padded = expected - audio.shape[1]
+        audio = np.pad(audio, ((0, 0), (0, padded)))
     if contiguous or audio.dtype != np.float32:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
     return Crop(
@@ -622,4 +627,5 @@ def _finish(
         end=request.end,
         sample_rate=out_rate,
         shard=job.episode.shard,
+        padded=padded,
     )
