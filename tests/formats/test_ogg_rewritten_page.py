@@ -31,6 +31,7 @@ import av
 import numpy as np
 import pytest
 from _ogg_layout import lacing, page
+from helpers import record_sha256
 
 from streamer import open_dataset
 from streamer.dataset import Dataset
@@ -101,7 +102,10 @@ def _rewrite(
     clean: Path, folder: Path, key: str, rewrite: Callable[[ogg.Page], tuple[bytes, bytes]]
 ) -> tuple[Dataset, ogg.Page]:
     """A copy of ``clean`` in which the episode's middle audio page is
-    rewritten (its CRC redone), opened, and that page."""
+    rewritten (its CRC redone) and ``audio_info`` records the new bytes'
+    sha256, as a repack would (else a stale index is no rewrite but bytes
+    other than the packed ones: a ``CropError``, tests/decode/
+    test_not_as_packed.py), opened, and that page."""
     root = folder / "dataset"
     shutil.copytree(clean, root)
     dataset = open_dataset(root)
@@ -117,6 +121,7 @@ def _rewrite(
     at = blob.offset + victim.offset
     raw[at : at + len(new)] = new
     shard.write_bytes(bytes(raw))
+    record_sha256(root, key, data[: victim.offset] + new + data[victim.end :])
     return open_dataset(root), victim
 
 
