@@ -592,13 +592,8 @@ class Dataset:
         (as ``_info_sizes`` reads ``num_bytes``); None when there is none,
         when it is not text, or when the audio column is not the one
         ``pack`` writes (its bytes may not be the ones described)."""
-        if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
-            return None
-        try:
-            shard = self.shard(name, INFO_DIR) if INFO_DIR in self.column_dirs else None
-        except DataError:  # no usable audio_info/ shard: nothing recorded
-            return None
-        if shard is None or "sha256" not in shard.schema.names:
+        shard = self._packed_info(name, "sha256")
+        if shard is None:
             return None
         kind = shard.schema.field("sha256").type
         text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
@@ -609,19 +604,27 @@ class Dataset:
         except DataError:  # a column that cannot be read records nothing
             return None
 
+    def _packed_info(self, name: str, field: str) -> Shard | None:
+        """The ``audio_info/`` shard of shard ``name`` when it has ``field`` and
+        describes the audio column ``pack`` writes (another directory's
+        audio column may hold other bytes, a transcoded copy); else None, as
+        when it cannot be used: nothing recorded."""
+        if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
+            return None
+        try:
+            shard = self.shard(name, INFO_DIR) if INFO_DIR in self.column_dirs else None
+        except DataError:
+            return None
+        return shard if shard is not None and field in shard.schema.names else None
+
     def _info_sizes(self, name: str) -> list[int | None] | None:
         """``audio_info``'s ``num_bytes`` column of shard ``name``, read once
         (a row's ``info`` reads every field); None when there is none, or
         when it is not an integer column (another tool's strings, floats):
         such a column is no size record, and compared with a blob's length
         it called intact audio damaged (warned about once per shard)."""
-        if self.audio_dir != AUDIO_COLUMN or self.audio_column != AUDIO_COLUMN:
-            return None
-        try:
-            shard = self.shard(name, INFO_DIR) if INFO_DIR in self.column_dirs else None
-        except DataError:  # no usable audio_info/ shard: nothing recorded
-            return None
-        if shard is None or "num_bytes" not in shard.schema.names:
+        shard = self._packed_info(name, "num_bytes")
+        if shard is None:
             return None
         kind = shard.schema.field("num_bytes").type
         if not pa.types.is_integer(kind):
