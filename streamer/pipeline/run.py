@@ -61,7 +61,7 @@ import anyio.to_thread
 
 from ..decode.crop import Crop, CropJob
 from ..formats.job import DecodeStats
-from ..storage.loop import CallGroup
+from ..storage.loop import CallGroup, retrieve_outcome
 from ..storage.retry import StoreUnavailable
 from .pool import WorkerPool
 from .stages import is_mapped, prefetch
@@ -252,6 +252,8 @@ class Run:
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._received = first  # the position after the last item received
+        #: The receive under way from ``_out``, kept across a cancelled ``next``.
+        self._receiving: asyncio.Future[Item] | None = None
         #: The planners' store calls, cancelled when the pass ends: a planner
         #: abandoned by a pass that failed or was closed kept retrying its
         #: request (a shard's footer) for the whole outage budget.
@@ -272,7 +274,7 @@ class Run:
         if self._ready:
             return self._ready.popleft()
         try:
-            item = await self._out.receive()
+            item = await self._receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             # The stream is closed only once the error (if any) is recorded.
             if self._error is None and self._received != self._last:
@@ -291,6 +293,36 @@ class Run:
                 break
             self._ready.append(ready)
             self._received = ready.position + 1
+        return item
+
+    async def _receive(self) -> Item:
+        """The next item of ``_out``. A wait for it runs in a task of its own,
+        which a cancelled caller leaves going: the next call takes what it
+        received. anyio's ``receive`` hands an item to the waiting receiver
+        and drops it when the receiver is cancelled before it wakes, and a
+        consumer's cancellation reaches this loop from its own thread at any
+        moment (``run_async``): a crop was lost, never yielded nor skipped,
+        and the epoch ended as if complete."""
+        if self._receiving is None:
+            try:
+                return self._out.receive_nowait()
+            except anyio.WouldBlock:
+                pass
+            self._receiving = asyncio.ensure_future(self._out.receive())
+            self._receiving.add_done_callback(retrieve_outcome)  # its caller may be gone
+        receiving = self._receiving
+        try:
+            item = await asyncio.shield(receiving)
+        except asyncio.CancelledError:
+            # The caller was cancelled: the receive goes on for the next call
+            # (unless it was the one cancelled, the loop shutting down).
+            if receiving.cancelled():
+                self._receiving = None
+            raise
+        except BaseException:
+            self._receiving = None
+            raise
+        self._receiving = None
         return item
 
     def take_ready(self) -> Item | None:

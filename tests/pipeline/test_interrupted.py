@@ -141,3 +141,38 @@ async def test_a_watchdog_shorter_than_the_workers_start_gets_every_crop(
         assert s._resources.pool is pool, "the workers were started again"
     assert timeouts and signature(got) == everything and s.stats.worker_restarts == 0
     await s.aclose()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+@pytest.mark.parametrize("workers", [0, 2])
+async def test_many_short_waits_lose_no_crop(packed: Path, workers: int) -> None:
+    """A consumer that waits a moment for each crop and gives up (a short
+    ``move_on_after`` around each ``anext``, inside ``async with``): one
+    cancellation landing as the pass handed its waiting request a crop
+    dropped the crop, never yielded nor skipped, and the epoch ended as
+    if complete (a crop or two of 192 in most epochs)."""
+    sampler = RandomCrops(0.25, per_episode=24)
+
+    def uninterrupted(epoch: int) -> list[tuple[str, float, float]]:
+        reference = Streamer(streamer.open_dataset(packed), sampler, workers=0)
+        reference.set_epoch(epoch)
+        return signature(list(reference))
+
+    s = Streamer(streamer.open_dataset(packed), sampler, workers=workers)
+    cancels = 0
+    async with s:
+        for epoch in range(3):
+            expected = uninterrupted(epoch)
+            got: list[Crop] = []
+            loop = aiter(s)
+            while True:
+                with anyio.move_on_after(0.001) as scope:
+                    try:
+                        got.append(await anext(loop))
+                    except StopAsyncIteration:
+                        break
+                cancels += scope.cancelled_caught
+            assert signature(got) == expected, f"epoch {epoch}: {len(got)} of {len(expected)}"
+            assert not s.stats.skipped and s.epoch == epoch + 1
+    assert cancels > 0

@@ -112,3 +112,65 @@ def test_a_pass_cut_short_without_an_error_raises_instead_of_ending() -> None:
         RuntimeError, match=r"ended at position \d+ of \[0, 1000000\) without an error"
     ):
         run_sync(_drain(run, cancel_soon))
+
+
+def test_a_consumer_cancelled_as_its_item_is_handed_over_loses_no_item() -> None:
+    """The consumer's cancellation reaches the store loop from its own thread
+    (``run_async``) at any moment, also between the emitter handing the
+    waiting ``next()`` its item and that task waking up: anyio's
+    ``receive`` then dropped the item, never yielded nor skipped, and the
+    pass went on as if it had been consumed. Here each cancellation lands
+    in exactly that moment; the item is the next call's."""
+    total, cancelled = 8, 5
+    go = [threading.Event() for _ in range(total)]
+
+    def plan_at(position: int) -> Failure:
+        go[position].wait(timeout=10)
+        return Failure("Planned", "", key=str(position))
+
+    async def waiting(run: Run) -> None:
+        while run._out.statistics().tasks_waiting_receive == 0:
+            await asyncio.sleep(0.001)
+
+    def cancel_on_handover(run: Run, task: asyncio.Task[Item | None]) -> None:
+        """Cancel ``task`` once its receive was handed an item, before it wakes."""
+        if task.done():
+            return
+        if run._out.statistics().tasks_waiting_receive == 0:
+            task.cancel()
+            return
+        asyncio.get_running_loop().call_soon(cancel_on_handover, run, task)
+
+    async def consume() -> tuple[list[int], int]:
+        run = Run(plan_at, 0, total, pool=None, prefetch=2, queue_size=1, stats=StreamerStats())
+        run.start()
+        got, interrupted = [], 0
+        try:
+            for position in range(cancelled):
+                task = asyncio.ensure_future(run.next())
+                await waiting(run)
+                go[position].set()
+                cancel_on_handover(run, task)
+                try:
+                    item = await task
+                except asyncio.CancelledError:
+                    interrupted += 1
+                    try:  # held: no wait for the next position's plan
+                        item = await asyncio.wait_for(run.next(), 2.0)
+                    except TimeoutError:
+                        pytest.fail(f"the item at position {position} was lost")
+                assert item is not None
+                got.append(item.position)
+            for event in go:
+                event.set()
+            while (item := await run.next()) is not None:
+                got.append(item.position)
+        finally:
+            for event in go:
+                event.set()
+            await run.stop()
+        return got, interrupted
+
+    got, interrupted = run_sync(consume())
+    assert interrupted == cancelled  # each cancellation landed as its item was handed over
+    assert got == list(range(total))
