@@ -66,6 +66,7 @@ from .tasks import (
     first_error,
     is_ask,
     receive_answers,
+    seal,
     send_held_back,
     ship,
 )
@@ -251,7 +252,7 @@ class _Worker:
         ``TimeoutError`` if the worker hangs (``answer_begun``)."""
         stall, budget = _stall_limit(tasks), _cpu_budget(tasks)
         began = _cpu_ticks(self.pid)
-        self.conn.send(tasks)
+        self.conn.send([seal(task) for task in tasks])
         while True:
             await self.answer_begun(stall, None if began is None else (began, budget))
             message = self.conn.recv()

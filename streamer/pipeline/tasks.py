@@ -13,12 +13,14 @@ the task carries a region of it, else through the pipe.
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from mmap import mmap
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,13 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Failure",
+    "Sealed",
     "Task",
     "attempt",
     "end_if_store_gave_up",
     "failure_of",
     "first_error",
     "run",
+    "seal",
     "ship",
+    "unseal",
     "unshipped",
 ]
 
@@ -203,6 +208,46 @@ def first_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A task as the parent sends it to a worker: pickled on its own, with
+    its crop's key and shard, so that a task the worker cannot unpickle is
+    that task's failure (``unseal``). Unpickling may do work that fails: a
+    local shard's reader maps its file (``storage.local.mapped_file``), and a
+    shard deleted or unreadable since it was planned made the whole batch's
+    message raise in the worker, which died of it (a traceback, the crops
+    retried on other workers until they were skipped as ``WorkerDied`` and
+    the restart budget ran out, naming neither shard nor file)."""
+
+    key: str
+    shard: str | None
+    data: bytes
+
+
+def seal(task: Task) -> Sealed:
+    """``task`` pickled for a worker (``Sealed``); raises if it does not pickle."""
+    buffer = io.BytesIO()
+    ForkingPickler(buffer).dump(task)  # as ``Connection.send`` pickles
+    data = buffer.getvalue()
+    return Sealed(task.job.request.key, task.job.episode.shard, data)
+
+
+def unseal(sealed: Sealed) -> Task | Failure:
+    """The task, or its failure when it does not unpickle here (a
+    ``StorageError`` naming a file that cannot be mapped, say)."""
+    try:
+        task = pickle.loads(sealed.data)
+    except Exception as exc:
+        return failure_of(exc, sealed.key, sealed.shard)
+    if not isinstance(task, Task):
+        return failure_of(
+            TypeError(f"a worker was sent {type(task).__name__}, not a Task"),
+            sealed.key,
+            sealed.shard,
+        )
+    return task
 
 
 def ship(task: Task, arena: Arena | None) -> tuple[Task, Lease | None]:

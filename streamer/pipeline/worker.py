@@ -23,33 +23,45 @@ from typing import NoReturn
 from ..decode.crop import Crop
 from ..formats.job import DecodeStats
 from ..timing import flush_at_exit, record
-from .tasks import Failure, Task, ask_held_back, attempt, send_answers, unshipped
+from .tasks import (
+    Failure,
+    Sealed,
+    Task,
+    ask_held_back,
+    attempt,
+    send_answers,
+    unseal,
+    unshipped,
+)
 
 __all__ = ["leave", "serve"]
 
 
 def serve(conn: Connection, shared: mmap.mmap | None = None) -> None:
-    """The worker's main loop: a list of ``Task`` in, their ``(crop or
-    Failure, DecodeStats)`` out in one message once all are decoded
+    """The worker's main loop: a list of ``Sealed`` tasks in, their ``(crop
+    or Failure, DecodeStats)`` out in one message once all are decoded
     (``tasks.send_answers``), asking for held-back pieces in between when
     it needs them; ``None`` or a closed pipe ends it. The first message out
     is the pid (ready). A task's crop goes into ``shared`` at the task's
-    region when it has one."""
+    region when it has one. A task that does not unpickle here (its shard's
+    file gone) is answered with that failure: the worker goes on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn.send(os.getpid())
     while True:
         try:
             with record("worker_idle"):
-                tasks = conn.recv()
+                sealed: list[Sealed] | None = conn.recv()
         except (EOFError, OSError):
             return
-        if tasks is None:
+        if sealed is None:
             return
-        send_answers(conn, _attempt_all(conn, tasks, shared), shared, [t.region for t in tasks])
+        tasks = [unseal(task) for task in sealed]
+        regions = [task.region if isinstance(task, Task) else None for task in tasks]
+        send_answers(conn, _attempt_all(conn, tasks, shared), shared, regions)
 
 
 def _attempt_all(
-    conn: Connection, tasks: list[Task], shared: mmap.mmap | None
+    conn: Connection, tasks: list[Task | Failure], shared: mmap.mmap | None
 ) -> list[tuple[Crop | Failure, DecodeStats]]:
     """The batch's answers. Once a crop's store gave up (``StoreUnavailable``:
     down for its whole budget) the rest are not tried: each would probe the
@@ -59,12 +71,14 @@ def _attempt_all(
     answers: list[tuple[Crop | Failure, DecodeStats]] = []
     gave_up: Failure | None = None
     for number, task in enumerate(tasks):
-        if gave_up is not None:
+        if isinstance(task, Failure):  # it did not unpickle (``unseal``)
+            answers.append((task, DecodeStats()))
+        elif gave_up is not None:
             job = task.job
             failure = Failure.of(gave_up.error(), job.request.key, job.episode.shard)
             answers.append((failure, DecodeStats()))
-            continue
-        answers.append(_attempt(conn, number, unshipped(task, shared)))
+        else:
+            answers.append(_attempt(conn, number, unshipped(task, shared)))
         crop = answers[-1][0]
         if isinstance(crop, Failure) and crop.store_gave_up:
             gave_up = crop
