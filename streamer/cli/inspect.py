@@ -126,7 +126,9 @@ def print_report(report: dict[str, Any]) -> None:
         for reason, count in report["no_index"].items():
             print(f"no index  {count}: {reason}")
     if INFO_DIR not in report["columns"]:
-        print(f"hours     unknown (no {INFO_DIR}/ column directory)")
+        none_served = report["skipped_shards"] and not report["shards"]
+        why = "every shard is skipped" if none_served else f"no {INFO_DIR}/ column directory"
+        print(f"hours     unknown ({why})")
         return
     if report["hours"] is None:
         print(f"hours     unknown (no {DURATION} column in {INFO_DIR}/)")

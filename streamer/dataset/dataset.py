@@ -820,13 +820,18 @@ class Dataset:
         Shards may differ in their columns (one written with an extra
         column: null in the others' rows) and in compatible types (int32 and
         int64); a column whose types cannot be one raises ``ShardError``
-        naming the first shard that disagrees."""
+        naming the first shard that disagrees. With every shard skipped
+        (``bad_shards``) it has no rows."""
         tables, paths = [], []
         for name in self.shard_names:
             shard = self.shard(name, INFO_DIR)
             table = pa.table({field: shard.column(field) for field in shard.schema.names})
             tables.append(table.append_column("shard", pa.array([name] * table.num_rows)))
             paths.append(shard.path)
+        if not tables:  # every shard skipped (bad_shards): no rows, not an error
+            return pa.table(
+                {KEY_COLUMN: pa.array([], pa.string()), "shard": pa.array([], pa.string())}
+            )
         try:
             return pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError):

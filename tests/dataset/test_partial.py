@@ -208,6 +208,29 @@ def test_inspect_lists_what_cannot_be_read(
     assert "no index  seek_index/shard-000000 (its episodes fall back): __key__ mismatch" in report
 
 
+def test_inspect_of_a_dataset_whose_every_shard_is_skipped(
+    clean: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Every ``audio_info/`` shard cut short (or left from another pack of
+    the audio): every shard skipped, and inspect (``Dataset.info_table`` of
+    no shard) ended with ``IndexError: list index out of range``."""
+    copy = tmp_path / "copy"
+    shutil.copytree(clean, copy)
+    for info in (copy / "audio_info").iterdir():
+        _truncate(info)
+    dataset = open_dataset(copy)
+    assert dataset.shard_names == [] and len(dataset.bad_shards) == 3
+    assert dataset.info_table().num_rows == 0
+    assert main(["inspect", str(copy), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(copy)]) == 0
+    report = capsys.readouterr().out
+    assert (
+        "shards    0 (3 skipped)" in report
+        and "hours     unknown (every shard is skipped)" in report
+    )
+
+
 @contextlib.contextmanager
 def _served(folder: Path) -> Iterator[LoopbackServer]:
     """An HTTP file server of this test's own over ``folder`` (the shared
