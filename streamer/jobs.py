@@ -165,11 +165,12 @@ def merge(
     spelled: set[object] = set()  # as parsed: "01/2" is "1/2"
     for position, part in enumerate(parts):
         result = results[position] if position < len(results) else None
-        if _spelling(part) in spelled:
+        spelling = _spelling(part)
+        if spelling in spelled:
             summary.failed[part] = "listed twice in the job's parts (counted once)"
             continue
         seen.add(part)
-        spelled.add(_spelling(part))
+        spelled.add(spelling)
         if result is None:
             summary.failed[part] = "no report (the part never finished)"
         elif not isinstance(result, PartReport):  # an exception, or not a report at all

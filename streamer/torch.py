@@ -784,9 +784,8 @@ def collate(
     leading = tuple(max((a.shape[i] for a in arrays), default=0) for i in range(ndim - 1))
     _warn_if_padded(arrays, leading)
     # one that holds every output's values (the first one's made 0.25 a 0 after an int16 crop)
-    dtype = functools.reduce(torch.promote_types, (a.dtype for a in arrays), torch.bool)
-    if not arrays:
-        dtype = torch.float32
+    dtypes = [a.dtype for a in arrays]
+    dtype = functools.reduce(torch.promote_types, dtypes) if dtypes else torch.float32
     audio = torch.zeros((len(crops), *leading, width), dtype=dtype)
     for row, array in enumerate(arrays):
         n = min(array.shape[-1], width)  # pad=True's zeros too: the crop's audio as served
@@ -867,8 +866,8 @@ def _stacked(values: list[Any]) -> Any:
     if not values or not all(isinstance(v, int | float | np.number) for v in values):
         return values
     numbers = [v.item() if isinstance(v, np.number) else v for v in values]
-    if any(isinstance(v, float) for v in numbers):
-        return torch.tensor(numbers, dtype=torch.float64)
-    if all(-(2**63) <= v < 2**63 for v in numbers):
-        return torch.tensor(numbers, dtype=torch.int64)
-    return values
+    if all(isinstance(v, int) for v in numbers):
+        return torch.tensor(numbers) if all(-(2**63) <= v < 2**63 for v in numbers) else values
+    if any(isinstance(v, complex) for v in numbers):
+        return torch.tensor(numbers)
+    return torch.tensor(numbers, dtype=torch.float64)

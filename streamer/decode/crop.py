@@ -391,9 +391,17 @@ def _damaged(job: CropJob, stats: DecodeStats, damaged: Check) -> CropError:
     """The error of a crop that read a span whose bytes are not the ones
     its CRC was recorded from, counted as a bad packet and a crop through
     the index."""
-    assert job.episode.index is not None
     offset, length, _ = damaged
     why = f"{DAMAGED}: bytes [{offset}, {offset + length}) do not have their recorded CRC-32"
+    return _bad_packet_error(job, stats, why, offset)
+
+
+def _bad_packet_error(
+    job: CropJob, stats: DecodeStats, why: str, offset: int | None = None
+) -> CropError:
+    """The ``CropError`` of a crop whose bytes are not the ones recorded for
+    them, counted as a bad packet and a crop through the index."""
+    assert job.episode.index is not None
     DecodeContext(job.episode, stats, lambda: ()).bad_packet(why, offset)
     _count_index_path(stats, job.episode.index)
     return job.episode.error(why, offset)
@@ -476,16 +484,13 @@ def as_packed(episode: Episode) -> bool | None:
 def _not_as_packed(job: CropJob, stats: DecodeStats, reason: str) -> CropError:
     """The error of a crop whose index found other bytes (``reason``) in a
     blob that does not hash to its recorded ``sha256`` either, counted as
-    a bad packet and a crop through the index (``_damaged``)."""
-    assert job.episode.index is not None
+    a bad packet and a crop through the index, as damaged data is."""
     why = (
         f"{NOT_AS_PACKED}: the blob as read does not hash to the sha256 recorded for it "
         f"(its seek index found: {reason}): damaged data, or a store returning "
         "other bytes than asked"
     )
-    DecodeContext(job.episode, stats, lambda: ()).bad_packet(why)
-    _count_index_path(stats, job.episode.index)
-    return job.episode.error(why)
+    return _bad_packet_error(job, stats, why)
 
 
 def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:

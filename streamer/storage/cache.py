@@ -271,11 +271,11 @@ class BlockCache:
         then make them used later than the stamp: they must live as long."""
         disk = self._disk
         assert disk is not None
-        marks = [self.untagged_key(path, stamp)]
+        mark = self.untagged_key(path, stamp)
         tags = [self.tag_key(path, stamp, kind) for kind in TAG_KINDS]
-        if not disk.has(marks[0]) and all(disk.get(tag) is None for tag in tags):
+        if not disk.has(mark) and all(disk.get(tag) is None for tag in tags):
             return False
-        disk.touch_after(self._stamp_key(path), marks + tags)
+        disk.touch_after(self._stamp_key(path), [mark, *tags])
         return True
 
     def insert(
