@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import traceback
 from pathlib import Path
 
@@ -57,6 +58,14 @@ def pack_audio(
         write_audio(root / "src", key, codec, rate, channels, seconds, seed=len(key))
     pack(root / "src", root / "dataset", progress=False, index=index)
     return open_dataset(root / "dataset")
+
+
+def copy_dataset(dataset: Dataset, folder: Path) -> Path:
+    """A copy of ``dataset``'s folder as ``folder/dataset`` (to damage or
+    rewrite without touching the module's clean one)."""
+    root = folder / "dataset"
+    shutil.copytree(Path(dataset.root), root)
+    return root
 
 
 def rss_kib() -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import pack_audio, record_sha256
+from helpers import copy_dataset, pack_audio, record_sha256
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -49,12 +49,6 @@ SHIFT = 4096
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return pack_audio(tmp_path_factory.mktemp("not-as-packed"), FILES, SECONDS)
-
-
-def _copy(clean: Dataset, folder: Path) -> Path:
-    root = folder / "dataset"
-    shutil.copytree(Path(clean.root), root)
-    return root
 
 
 def _rewrite(clean: Dataset, root: Path, key: str, change: Callable[[bytes], bytes]) -> bytes:
@@ -118,7 +112,7 @@ def test_the_error_says_what_decode_says() -> None:
 def test_a_blob_shifted_on_disk_is_a_crop_error_not_a_fallback(
     clean: Dataset, tmp_path: Path
 ) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     for key in FILES:
         _rewrite(clean, root, key, _shifted)
     _assert_refused(open_dataset(root))
@@ -127,13 +121,13 @@ def test_a_blob_shifted_on_disk_is_a_crop_error_not_a_fallback(
 def test_bits_flipped_at_the_seek_points_are_a_crop_error(clean: Dataset, tmp_path: Path) -> None:
     """Bit rot where the content checks look: the fallback would decode the
     damaged frames (an mp3's came out wrong, served)."""
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     _rewrite(clean, root, "talk", _flipped_at_points(clean, "talk"))
     _assert_refused(open_dataset(root), ("talk",))
 
 
 def test_the_blob_is_hashed_once_per_process(clean: Dataset, tmp_path: Path) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     _rewrite(clean, root, "talk", _shifted)
     dataset = open_dataset(root)
     episode = dataset.episode("talk")
@@ -153,7 +147,7 @@ def test_a_blob_rewritten_with_its_audio_info_still_falls_back(
     """The legitimate case: the blob is the one ``audio_info`` describes
     (rewritten with it), the index alone is stale: the fallback serves the
     crops, exact, counted as before."""
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     record_sha256(root, "talk", _rewrite(clean, root, "talk", _shifted))
     plain = tmp_path / "plain"
     shutil.copytree(root, plain)
@@ -170,7 +164,7 @@ def test_a_blob_rewritten_with_its_audio_info_still_falls_back(
 def test_without_a_recorded_sha256_the_fallback_serves_as_before(
     clean: Dataset, tmp_path: Path
 ) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     _rewrite(clean, root, "talk", _shifted)
     _set_info(root, lambda t: t.drop_columns(["sha256"]))
     dataset = open_dataset(root)
@@ -183,7 +177,7 @@ def test_without_a_recorded_sha256_the_fallback_serves_as_before(
 def test_streamer_crop_exits_1(
     clean: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     _rewrite(clean, root, "talk", _shifted)
     out = tmp_path / "crop.npy"
     assert main(["crop", str(root), "talk", "1", "3", "-o", str(out)]) == 1
@@ -197,7 +191,7 @@ def test_a_server_that_returns_other_bytes_is_a_crop_error(  # type: ignore[no-u
     """Over S3 and HTTP, through a front that answers reads of 64 KiB and
     more with the bytes 4 KiB further on, once the dataset is open."""
     publish, server = remote_folder
-    dataset = publish(_copy(clean, tmp_path))
+    dataset = publish(copy_dataset(clean, tmp_path))
     for key in FILES:
         dataset.episode(key)  # shards, indexes and audio_info read before it lies
     server.faults.shift, server.faults.shift_from = SHIFT, 64 * 1024
@@ -218,7 +212,7 @@ def _assert_skipped(dataset: Dataset) -> None:
 
 
 def test_streamed_through_a_decode_worker(clean: Dataset, tmp_path: Path) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     for key in FILES:
         _rewrite(clean, root, key, _shifted)
     _assert_skipped(open_dataset(root))
@@ -228,7 +222,7 @@ def test_streamed_from_a_server_that_returns_other_bytes(  # type: ignore[no-unt
     clean: Dataset, tmp_path: Path, remote_folder
 ) -> None:
     publish, server = remote_folder
-    dataset = publish(_copy(clean, tmp_path))
+    dataset = publish(copy_dataset(clean, tmp_path))
     for key in FILES:
         dataset.episode(key)
     server.faults.shift, server.faults.shift_from = SHIFT, 64 * 1024

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pack_audio, rewrite_index_shard
+from helpers import copy_dataset, pack_audio, rewrite_index_shard
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -45,12 +44,6 @@ NEAR = 20
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return pack_audio(tmp_path_factory.mktemp("verify-damage"), FILES, SECONDS)
-
-
-def _copy(clean: Dataset, folder: Path) -> Path:
-    root = folder / "dataset"
-    shutil.copytree(Path(clean.root), root)
-    return root
 
 
 def _damage(clean: Dataset, root: Path, key: str, into: int = INTO) -> tuple[int, float]:
@@ -109,7 +102,7 @@ def _named(out: str, clean: Dataset, key: str, offset: int) -> bool:
 def test_index_verify_keeps_rows_whose_frames_or_pages_fail_their_crc(
     clean: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str], into: int
 ) -> None:
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     where = {key: _damage(clean, root, key, into) for key in FILES}
     rows = _stored(root)
     _assert_counted(root, where, into)
@@ -132,7 +125,7 @@ def test_a_first_index_of_a_damaged_flac_file_stores_its_index_and_names_the_fra
     """The check of the FLAC index fails on the damaged frame: the FLAC index
     is stored "unverified", the frame named, exit 1. (Before, FFmpeg's
     packet index, the next candidate, failed its check too: "no index".)"""
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     where = {"flac": _damage(clean, root, "flac")}
     capsys.readouterr()
     assert main(["index", str(root), "--force", "--workers", "1", "--no-progress"]) == 1
@@ -155,7 +148,7 @@ def test_a_wrong_row_over_intact_audio_is_still_demoted(
     """Every row one sample off (hand-made rows, which the dataset serves
     unchecked by CRCs) over intact audio: no frame or page fails its CRC,
     so each is the index's fault and is demoted, exit 0."""
-    root = _copy(clean, tmp_path)
+    root = copy_dataset(clean, tmp_path)
     rows = _stored(root)
     wrong = {k: dataclasses.replace(i, first_sample=i.first_sample + 1) for k, i in rows.items()}
     (path,) = (root / INDEX_DIR).iterdir()
