@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..dataset import INFO_DIR
 from ..formats.registry import DEFAULT_DENSITY
 from ..write.index import IndexReport, build_index, verify_index_shards
 from ._options import (
@@ -84,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
     the shards that could not be indexed and the episodes whose audio data
-    is damaged, and a key the dataset holds twice (any of them: ``streamer
-    index`` exits 1)."""
+    is damaged, the ``audio_info`` rows that contradict the audio
+    (``--verify``), and a key the dataset holds twice (any of them:
+    ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
@@ -107,5 +109,8 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         for key, spans in episodes.items():
             ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
             print(f"  damaged audio data in shard {name}, key {key!r}: bytes {ranges}")
+    for name, episodes in sorted(report.info.items()):
+        for key, why in episodes.items():
+            print(f"  {INFO_DIR}/{name}, key {key!r}: {why}")
     if report.duplicate_key:
         print(f"  the dataset cannot be streamed: {report.duplicate_key}")

@@ -53,7 +53,11 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     ``indexes``, ``no_index`` and ``span_crcs`` (rows whose audio data is
     checked by span CRCs, ``index.content``) are ``None`` without seek_index/;
     ``duplicate_key`` names a key the dataset holds twice, which no crop can
-    be sampled from (``Dataset.check_keys``; the command then exits 1)."""
+    be sampled from (``Dataset.check_keys``; the command then exits 1);
+    ``info_sizes`` lists the rows whose ``audio_info`` byte count is not
+    their blob's length (``Dataset.info_problem``: ``audio_info`` of
+    another pack, or a damaged audio shard; their crops fail), as
+    ``"shard, key"`` -> what differs (``None`` without audio_info/)."""
     report: dict[str, Any] = {
         "dataset": str(dataset.url),
         "shards": len(dataset.shard_names),
@@ -70,6 +74,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         "hours": None,
         "unknown_durations": 0,
         "codecs": None,
+        "info_sizes": None,
     }
     for column_dir in dataset.column_dirs:
         columns = _columns(dataset, column_dir)
@@ -88,6 +93,7 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
         if CODEC in info.schema.names:
             mix = Counter(_label(c) for c in info.column(CODEC).to_pylist())
             report["codecs"] = dict(mix.most_common())
+        report["info_sizes"] = _info_sizes(dataset)
     report["manifest"] = dataset.manifest_state()
     return report
 
@@ -102,6 +108,19 @@ def _duplicate_key(dataset: Dataset) -> str | None:
 
 #: The ``audio_info`` column ``pack`` writes FFmpeg's codec name in.
 CODEC = "codec"
+#: Rows of ``info_sizes`` printed by name; the rest are counted.
+SHOWN_ROWS = 10
+
+
+def _info_sizes(dataset: Dataset) -> dict[str, str]:
+    """``info_sizes`` of ``inspect``: offsets only, no audio read."""
+    found = {}
+    for name in dataset.shard_names:
+        for row, key in enumerate(dataset.shard(name).keys.to_pylist()):
+            problem = dataset.info_problem(name, row)
+            if problem is not None:
+                found[f"shard {name}, key {key!r}"] = problem
+    return found
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -140,6 +159,16 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"codecs    unknown (no {CODEC} column in {INFO_DIR}/)")
     else:
         print("codecs    " + ", ".join(f"{c} {count}" for c, count in report["codecs"].items()))
+    wrong = report["info_sizes"]
+    if wrong:
+        print(
+            f"{INFO_DIR}  {len(wrong)} rows whose byte count is not their blob's length "
+            f"({INFO_DIR}/ of another pack, or a damaged audio shard: their crops fail)"
+        )
+        for where, problem in list(wrong.items())[:SHOWN_ROWS]:
+            print(f"  {where}: {problem}")
+        if len(wrong) > SHOWN_ROWS:
+            print(f"  and {len(wrong) - SHOWN_ROWS} more")
 
 
 def _seconds(column: pa.ChunkedArray) -> tuple[float, int]:

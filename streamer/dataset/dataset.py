@@ -46,7 +46,7 @@ import anyio
 import numpy as np
 import pyarrow as pa
 
-from ..decode.crop import Crop, CropRequest, read_crop
+from ..decode.crop import Crop, CropRequest, blob_sha256, read_crop
 from ..decode.resample import DEFAULT_QUALITY
 from ..errors import (
     CompressedShardWarning,
@@ -533,21 +533,44 @@ class Dataset:
         the index row."""
         return self.episode_at(*self.locate(key))
 
-    def episode_at(self, name: str, row: int) -> Episode:
+    def episode_at(self, name: str, row: int, *, info: bool = True) -> Episode:
         """``episode`` of row ``row`` of shard ``name``, found without the key
         lookup, which opens and checks every shard first: a job over one
-        shard (``streamer index --verify``) reads that shard alone."""
+        shard (``streamer index --verify``) reads that shard alone. Without
+        ``info``, ``audio_info`` is not consulted (its ``num_bytes``, its
+        fields, its ``sha256``): the blob and its index on their own, for a
+        job that found ``audio_info`` describing another blob
+        (``info_problem``) and checks the index against the audio itself."""
         blob = self.shard(name).blob(self.audio_column, row)
         key = self.shard(name).keys[row].as_py()
-        self._check_blob_size(name, row, key, blob.length)
+        if info:
+            self._check_blob_size(name, row, key, blob.length)
         reader = self._index_reader(name)
         index: SeekIndex | None = None
         if isinstance(reader, IndexReader):
-            index = self._trusted_index(reader, name, row, blob.length)
+            index = self._trusted_index(reader, name, row, blob.length, info)
         elif isinstance(reader, ShardError):
             index = SeekIndex.unavailable(self._index_problems[name][0])
-        digest = self._recorded_digest(name, row) if index is not None else None
+        digest = self.recorded_sha256(name, row) if index is not None and info else None
         return Episode(key=key, shard=blob.shard, blob=blob, index=index, sha256=digest)
+
+    def info_problem(self, name: str, row: int, *, digest: bool = False) -> str | None:
+        """How row ``row`` of shard ``name``'s ``audio_info`` contradicts
+        its blob, or None: a ``num_bytes`` other than the blob's length
+        (offsets only), and with ``digest``, a ``sha256`` other than its
+        bytes' (reads the whole blob). Only what the layout ``pack`` writes
+        records about the blob is compared (``_packed_info``). The blob
+        alone cannot say which of the two is wrong: ``streamer index
+        --verify`` asks its seek index, ``streamer inspect`` reports it."""
+        blob = self.shard(name).blob(self.audio_column, row)
+        length = blob.length
+        recorded = self._recorded_size(name, row)
+        if recorded is not None and recorded != length:
+            return f"{INFO_DIR} records {recorded} bytes, the blob has {length}"
+        expected = self.recorded_sha256(name, row)
+        if digest and expected is not None and blob_sha256(blob) != expected:
+            return f"{INFO_DIR} records a sha256 the blob's bytes do not have"
+        return None
 
     def _check_blob_size(self, name: str, row: int, key: str, length: int) -> None:
         """``CropError`` when ``audio_info`` records another byte length for
@@ -559,10 +582,7 @@ class Dataset:
         only. Only for the layout ``pack`` writes (``audio/audio`` beside
         ``audio_info/``): an audio column of another directory may hold other
         bytes (a transcoded copy) than the ones ``audio_info`` describes."""
-        if name not in self._recorded_sizes:
-            self._recorded_sizes[name] = self._info_sizes(name)
-        sizes = self._recorded_sizes[name]
-        recorded = None if sizes is None else sizes[row]
+        recorded = self._recorded_size(name, row)
         if recorded is not None and recorded != length:
             raise CropError(
                 f"the blob has {length} bytes, {INFO_DIR} records {recorded}: "
@@ -571,7 +591,15 @@ class Dataset:
                 key=key,
             )
 
-    def _recorded_digest(self, name: str, row: int) -> bytes | None:
+    def _recorded_size(self, name: str, row: int) -> int | None:
+        """``audio_info``'s ``num_bytes`` of the blob at ``row`` of shard
+        ``name`` (None: none recorded, ``_info_sizes``)."""
+        if name not in self._recorded_sizes:
+            self._recorded_sizes[name] = self._info_sizes(name)
+        sizes = self._recorded_sizes[name]
+        return None if sizes is None else sizes[row]
+
+    def recorded_sha256(self, name: str, row: int) -> bytes | None:
         """``audio_info``'s ``sha256`` of the blob at ``row`` of shard
         ``name`` (``Episode.sha256``): None where there is none, or where it
         is not 64 hexadecimal digits (another tool's column), and for the
@@ -638,26 +666,28 @@ class Dataset:
         return shard.column("num_bytes").to_pylist()
 
     def _trusted_index(
-        self, reader: IndexReader, name: str, row: int, blob_length: int
+        self, reader: IndexReader, name: str, row: int, blob_length: int, info: bool = True
     ) -> SeekIndex:
         """The index row, or "no index" with the reason when it cannot be
         trusted for this blob (``index.checks``: a corrupt row, another
         episode's index after rows were swapped, or one built from the blob
         before it was rewritten) or under this FFmpeg
         (``formats.ffmpeg.policy_problem``): its crops fall back. The
-        verdict is kept per row, so a long index is checked once."""
+        verdict is kept per row, so a long index is checked once; without
+        ``info``, checked without ``audio_info`` (``episode_at``), each time."""
         try:
             with record("index_read"):
                 index = reader.read(row)
         except ShardError as exc:
             return SeekIndex.unavailable(f"{ROW_UNREADABLE}: {exc.reason}")
-        verdict = self._verdicts.get((name, row), ...)
+        verdict = self._verdicts.get((name, row), ...) if info else ...
         if verdict is ...:
-            info = self._info_at(name, row) if INFO_DIR in self.column_dirs else None
+            described = self._info_at(name, row) if info and INFO_DIR in self.column_dirs else None
             verdict = check_against_blob(
-                index, blob_length, info, reader.built_for(row), reader.revision
+                index, blob_length, described, reader.built_for(row), reader.revision
             ) or policy_problem(index)
-            self._verdicts[(name, row)] = verdict
+            if info:
+                self._verdicts[(name, row)] = verdict
             if verdict is not None and verdict.startswith(OLDER_BUILDER):
                 self._warn_stale(name)
         return index if verdict is None else SeekIndex.unavailable(verdict, index.container)

@@ -52,6 +52,7 @@ from ..index.content import (
     DAMAGED,
     SMALL_HEADER,
     STALE,
+    STALE_SPANS,
     Check,
     crop_checks,
     mismatch,
@@ -59,6 +60,7 @@ from ..index.content import (
     stale,
 )
 from ..index.table import SeekIndex
+from ..shard.blob import BlobHandle
 from ..timing import record
 from .fallback import FFMPEG_FAILURES, DecodeEnds, PastTheEnd, decode_range
 from .plan import plan_crop
@@ -325,7 +327,10 @@ def decode_job(
     (``_stale``: a ``CropError``, counted as a bad packet). Bytes whose seek-point
     checks pass but whose spans (``job.span_checks``) do not are damaged:
     a ``CropError`` naming the byte range, counted as a bad packet (the
-    fallback would decode the same bytes)."""
+    fallback would decode the same bytes); unless the blob hashes to
+    ``audio_info``'s ``sha256`` (``as_packed``): the audio is intact, the
+    index another blob's (``index.content.STALE_SPANS``), and the crop goes
+    to ``decode_fallback``, counted with that reason."""
     assert job.plan is not None and job.episode.index is not None
     episode, plan = job.episode, job.plan
     index = episode.index
@@ -339,6 +344,10 @@ def decode_job(
         # a deferred header range (MP4's moov) may still say "stale index"
         if job.deferred and stale(job.checks, deliver()):
             return _stale(job, stats, STALE)
+        if as_packed(episode):  # intact audio: the span CRCs are another blob's
+            return decode_fallback(
+                dataclasses.replace(job, plan=None, fallback_reason=STALE_SPANS), stats
+            )
         raise _damaged(job, stats, damaged)
     fetched = _as_planned(job, fetched)
 
@@ -449,10 +458,10 @@ def _stale(job: CropJob, stats: DecodeStats, reason: str) -> Crop:
     return decode_fallback(dataclasses.replace(job, plan=None, fallback_reason=reason), stats)
 
 
-def blob_sha256(episode: Episode) -> bytes:
-    """The sha256 of the episode's blob, read through its handle ``HASH_CHUNK``
-    bytes at a time (zero-copy views of a local shard's map)."""
-    blob, digest = episode.blob, hashlib.sha256()
+def blob_sha256(blob: BlobHandle) -> bytes:
+    """The sha256 of a blob, read through its handle ``HASH_CHUNK`` bytes
+    at a time (zero-copy views of a local shard's map)."""
+    digest = hashlib.sha256()
     with record("blob_sha256"):
         for start in range(0, blob.length, HASH_CHUNK):
             digest.update(blob.read_range(start, min(HASH_CHUNK, blob.length - start)))
@@ -473,7 +482,7 @@ def as_packed(episode: Episode) -> bool | None:
         if verdict is not None:
             _CONFIRMED.move_to_end(key)
             return verdict
-    verdict = blob_sha256(episode) == episode.sha256
+    verdict = blob_sha256(episode.blob) == episode.sha256
     with _CONFIRMING:
         _CONFIRMED[key] = verdict
         while len(_CONFIRMED) > _CONFIRMED_MAX:

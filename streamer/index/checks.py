@@ -42,6 +42,7 @@ from .table import EXACT_FROM, INDEX_REVISION, NO_INDEX, SeekIndex
 __all__ = [
     "ANOTHER_BLOB",
     "DEFAULT_UNITS_PER_BYTE",
+    "DISAGREES_WITH_INFO",
     "MAX_CHANNELS",
     "MAX_DURATION",
     "MAX_SAMPLE_RATE",
@@ -81,6 +82,10 @@ _INT32_MAX = (1 << 31) - 1
 _POSITION_LIMIT = 1 << 62
 #: Why an index built from a blob of another length is not used.
 ANOTHER_BLOB = "index built for another blob (its byte length differs)"
+#: How the reason of an index refused for contradicting its ``audio_info``
+#: row begins: one of the two is wrong, and only a check of the index
+#: against the audio (``streamer index --verify``) tells which.
+DISAGREES_WITH_INFO = "index disagrees with audio_info"
 #: ``audio_info`` duration against the index's: probes estimate (an mp3
 #: without a Xing tag) and round (AAC's last frame), so only a gross
 #: disagreement (another episode's index) counts.
@@ -137,7 +142,7 @@ def check_against_blob(
     if isinstance(recorded, int) and recorded != blob_length:
         return None
     reason = _disagreement(index, info)
-    return None if reason is None else f"index disagrees with audio_info: {reason}"
+    return None if reason is None else f"{DISAGREES_WITH_INFO}: {reason}"
 
 
 def stale_build(index: SeekIndex, revision: int) -> str | None:

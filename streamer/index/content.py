@@ -30,7 +30,13 @@ decodes (``SELF_CHECKED``: FLAC, Ogg), record none. A crop reads the spans
 its data range touches whole (``span_checks``: PCM crops and grouped spans
 read a little more than they decode) and checks them once its bytes passed
 the checks above: a mismatch there is damaged data (``DAMAGED``), a
-``CropError``, never the fallback, which would decode the same bytes.
+``CropError``, never the fallback, which would decode the same bytes; unless
+the blob hashes to the ``sha256`` ``audio_info`` records for it: then the
+audio is intact and the span CRCs are another blob's (a ``seek_index/``
+shard copied from another pack of files of the same lengths, whose PCM
+headers are byte for byte the same: nothing else told), and the crop goes
+through the exact path, counted as ``STALE_SPANS``. ``streamer index`` looks
+at a few spans of each row (``sampled_spans``) for the same reason.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ __all__ = [
     "SELF_CHECKED",
     "SMALL_HEADER",
     "STALE",
+    "STALE_SPANS",
     "Check",
     "SpanChecks",
     "checked_ranges",
@@ -62,6 +69,7 @@ __all__ = [
     "expected_spans",
     "matches",
     "mismatch",
+    "sampled_spans",
     "span_bounds",
     "span_checks",
     "span_crcs",
@@ -93,6 +101,10 @@ SELF_CHECKED = frozenset({"flac", "ogg"})
 #: Why a crop fails when a span it read has another CRC than recorded while
 #: the bytes at its seek point still have theirs: the audio data is damaged.
 DAMAGED = "damaged audio data"
+#: Why a crop does not use its index when the spans it read have other CRCs
+#: than recorded in a blob that hashes to its recorded ``sha256``: the
+#: span CRCs (and the index) were built from another blob.
+STALE_SPANS = "index stale: span CRCs of other audio data"
 #: Bytes read per call while computing span CRCs (``span_crcs``).
 _READ_CHUNK = 8 << 20
 
@@ -281,6 +293,24 @@ def damaged_spans(
         (int(bounds[i]), int(bounds[i + 1] - bounds[i]))
         for i in np.flatnonzero(found != index.span_crc)
     ]
+
+
+def sampled_spans(index: SeekIndex, read: Callable[[Ranges], list[memoryview]]) -> bool:
+    """Whether the first, middle and last spans (``span_ranges``) of the
+    row, read with ``read``, have the CRCs it records (True when it records
+    none): a cheap look that finds the span CRCs of another blob (a PCM
+    episode of other samples behind the same header), not damage, which
+    only whole reads find (``damaged_spans``). A mismatch says "stale or
+    damaged"; only the blob's ``sha256`` tells which."""
+    crcs = index.span_crc
+    if not len(crcs) or index.span_size <= 0:
+        return True
+    bounds = span_bounds(index, index.span_size)
+    if len(bounds) - 1 != len(crcs):
+        return False
+    chosen = sorted({0, len(crcs) // 2, len(crcs) - 1})
+    views = read([(int(bounds[i]), int(bounds[i + 1] - bounds[i])) for i in chosen])
+    return all(zlib.crc32(view) == int(crcs[i]) for i, view in zip(chosen, views, strict=True))
 
 
 def matches(index: SeekIndex, read: Callable[[Ranges], list[memoryview]], *, sample: bool) -> bool:

@@ -53,18 +53,27 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset import INFO_DIR, ROW_UNREADABLE, Dataset, write_manifest
+from ..decode.crop import as_packed
 from ..decode.verify import Checked, check, choose_index, countable, first_damage
 from ..errors import (
     CompressedShardWarning,
-    CropError,
     DataError,
     LayoutError,
     ShardError,
     StreamerError,
 )
+from ..formats.job import Episode
 from ..formats.registry import DEFAULT_DENSITY
-from ..index.checks import OLDER_BUILDER, stale_build
-from ..index.content import STALE, content_crcs, damaged_spans, matches, span_crcs, span_size
+from ..index.checks import DISAGREES_WITH_INFO, OLDER_BUILDER, stale_build
+from ..index.content import (
+    STALE,
+    content_crcs,
+    damaged_spans,
+    matches,
+    sampled_spans,
+    span_crcs,
+    span_size,
+)
 from ..index.table import (
     BLOB_BYTES_COLUMN,
     CONTENT_COLUMN,
@@ -148,6 +157,9 @@ class ShardResult:
     #: found by ``verify_index_shards``; or the first frame or page failing
     #: its own CRC, found when an index check failed: ``decode.verify.check``).
     damaged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: Episodes whose ``audio_info`` row contradicts the audio (found by
+    #: ``verify_index_shards``): key -> what, and which table is wrong.
+    info: dict[str, str] = field(default_factory=dict)
 
     def count(self, indexes: list[SeekIndex]) -> None:
         self.labels.update(index_label(i) for i in indexes)
@@ -195,6 +207,8 @@ class IndexReport:
     labels: Counter[str] = field(default_factory=Counter)
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     damaged: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    #: shard -> key -> how its ``audio_info`` row contradicts the audio (``ShardResult.info``).
+    info: dict[str, dict[str, str]] = field(default_factory=dict)
     #: A key in the dataset twice, where (``Dataset.check_keys``): the dataset
     #: cannot be sampled or read by key until one is removed. Checked when
     #: the run covers every shard (not by one part of a ``--shards`` job).
@@ -211,6 +225,9 @@ class IndexReport:
             for key, spans in episodes.items():
                 ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
                 found[f"shard {name}, key {key!r}"] = f"damaged audio data: bytes {ranges}"
+        for name, episodes in self.info.items():
+            for key, why in episodes.items():
+                found[f"{INFO_DIR}/{name}, key {key!r}"] = why
         if self.duplicate_key:
             found["keys"] = f"the dataset cannot be streamed: {self.duplicate_key}"
         return found
@@ -218,6 +235,8 @@ class IndexReport:
     def add(self, result: ShardResult) -> None:
         if result.damaged:
             self.damaged[result.name] = result.damaged
+        if result.info:
+            self.info[result.name] = result.info
         if result.failed:
             self.failed[result.name] = result.failed
             return
@@ -563,35 +582,73 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
     def recheck(row: int) -> SeekIndex:
         key = audio.keys[row].as_py()
         try:
-            episode = dataset.episode_at(name, row)
-        except CropError as exc:  # the blob is not the one audio_info describes: damaged
-            result.damaged[key] = [(0, audio.blob(dataset.audio_column, row).length)]
-            return SeekIndex.unavailable(exc.reason)
+            # audio_info's record of the bytes (num_bytes, sha256) against the blob
+            other_bytes = dataset.info_problem(name, row, digest=True)
+            episode = dataset.episode_at(name, row, info=other_bytes is None)
+            assert episode.index is not None
+            wrong = other_bytes
+            if wrong is None and episode.index.reason.startswith(DISAGREES_WITH_INFO):
+                # one of the two is wrong: the index is checked against the audio alone
+                field = episode.index.reason.removeprefix(f"{DISAGREES_WITH_INFO}: ")
+                wrong = f"{INFO_DIR}'s {field} disagrees with the seek index"
+                episode = dataset.episode_at(name, row, info=False)
         except DataError as exc:  # a cell that cannot be read: "no index", as `index` stores it
             return SeekIndex.unavailable(exc.reason)
-        assert episode.index is not None
-        if episode.index.reason.startswith((OLDER_BUILDER, ROW_UNREADABLE)):
-            # built anew, as `streamer index` would: nothing of the row can be trusted
-            rebuilt = choose_index(episode.blob, key=episode.key, shard=episode.shard)
-            return result.kept(key, rebuilt)
-        if not episode.index.ok:
-            return episode.index
-        if not matches(episode.index, episode.blob.read_ranges, sample=False):
-            # bytes a checksum of their own fails are damage, not a blob changed
-            # since indexing: counted through the index, silent in the fallback
-            damage = first_damage(episode)
-            if damage is not None:
-                return result.kept(key, Checked(episode.index, damage))
-            # its CRCs are written anew from these bytes: they must be its own
-            return SeekIndex.unavailable(STALE, episode.index.container)
-        damaged = damaged_spans(episode.index, episode.blob.read_ranges)
-        if damaged:
-            result.damaged[episode.key] = damaged
-            return episode.index
-        return result.kept(key, check(episode))
+        index = _rechecked(episode, result)
+        if wrong is not None and index.ok and key not in result.damaged:
+            # the blob agrees with its index, checked against the audio: audio_info is wrong
+            result.info[key] = (
+                f"{wrong}: {INFO_DIR} is wrong (another pack's, or damaged); the seek "
+                "index agrees with the audio and is kept"
+            )
+        elif other_bytes is not None:
+            # the blob agrees with neither table: it is what is damaged (the
+            # audio shard's row boundaries moved, its bytes overwritten)
+            result.damaged.setdefault(key, [(0, episode.blob.length)])
+        return index
 
     _write(dataset, _index_path(dataset, name), audio, result, recheck)
     return result
+
+
+def _rechecked(episode: Episode, result: ShardResult) -> SeekIndex:
+    """The index to store for an episode ``verify_index_shards`` re-checks
+    (its damage noted in ``result``). A row whose bytes are not the blob's
+    (its content or span CRCs) is built anew when the blob hashes to the
+    ``sha256`` recorded for it (``as_packed``: the row is another blob's,
+    a ``seek_index/`` shard copied from another pack); without that word
+    the row is stored "no index" (``STALE``) or its spans reported damaged:
+    written anew from damaged bytes, its CRCs would bless the damage."""
+    index, key = episode.index, episode.key
+    assert index is not None
+    if index.reason.startswith((OLDER_BUILDER, ROW_UNREADABLE)):
+        # built anew, as `streamer index` would: nothing of the row can be trusted
+        return _rebuilt(episode, result)
+    if not index.ok:
+        return index
+    if not matches(index, episode.blob.read_ranges, sample=False):
+        # bytes a checksum of their own fails are damage, not a blob changed
+        # since indexing: counted through the index, silent in the fallback
+        damage = first_damage(episode)
+        if damage is not None:
+            return result.kept(key, Checked(index, damage))
+        if as_packed(episode):
+            return _rebuilt(episode, result)
+        # its CRCs are written anew from these bytes: they must be its own
+        return SeekIndex.unavailable(STALE, index.container)
+    damaged = damaged_spans(index, episode.blob.read_ranges)
+    if damaged:
+        if as_packed(episode):
+            return _rebuilt(episode, result)
+        result.damaged[key] = damaged
+        return index
+    return result.kept(key, check(episode))
+
+
+def _rebuilt(episode: Episode, result: ShardResult) -> SeekIndex:
+    """The episode's index built anew from its blob, as ``streamer index`` does."""
+    checked = choose_index(episode.blob, key=episode.key, shard=episode.shard)
+    return result.kept(episode.key, checked)
 
 
 def _write(
@@ -724,38 +781,52 @@ def _complete(dataset: Dataset, name: str, path: str) -> bool:
     schema = existing.schema
     if INDEX_COLUMN not in schema.names or schema.field(INDEX_COLUMN).type != INDEX_TYPE:
         return False
-    return _built_for_these_blobs(dataset, dataset.shard(name), existing)
+    return _built_for_these_blobs(dataset, name, existing)
 
 
-def _built_for_these_blobs(dataset: Dataset, audio: Shard, index: Shard) -> bool:
+def _built_for_these_blobs(dataset: Dataset, name: str, index: Shard) -> bool:
     """Whether an index shard's rows were built from the audio shard's blobs
     as they are now, as far as its ``num_bytes`` and ``content_crc`` say (a
     shard without them, written before they existed, is taken at its word):
     an audio shard re-packed since (retagged files, other encodes, blobs
     swapped between keys) is indexed again. The content is looked at in
-    its small header ranges and first seek point per row
-    (``content.matches``): a rewrite elsewhere only is left to the crops'
+    its small header ranges and first seek point per row, and a few of its
+    spans (``_unchanged``): a rewrite elsewhere only is left to the crops'
     own checks."""
     try:
         reader = IndexReader(index)
     except DataError:
         return False
+    audio = dataset.shard(name)
     lengths = _blob_lengths(dataset, audio, range(audio.num_rows))
     if any(reader.built_for(row) not in (None, n) for row, n in enumerate(lengths)):
         return False
-    return all(_unchanged(dataset, audio, reader, row) for row in range(audio.num_rows))
+    return all(_unchanged(dataset, name, reader, row) for row in range(audio.num_rows))
 
 
-def _unchanged(dataset: Dataset, audio: Shard, reader: IndexReader, row: int) -> bool:
+def _unchanged(dataset: Dataset, name: str, reader: IndexReader, row: int) -> bool:
+    """Whether row ``row`` of an index shard is still its blob's: its
+    content CRCs sampled (``content.matches``), then a few of its span CRCs
+    (``content.sampled_spans``: a PCM episode of other samples behind the
+    same header, which nothing else tells), which, failing, say "stale"
+    only when the blob hashes to its recorded ``sha256`` (``as_packed``):
+    a damaged blob indexed anew would have its damage blessed."""
     try:
         index = reader.read(row)
         if stale_build(index, reader.revision) is not None:
             return False
         if not index.ok or not len(index.content_crc):
             return True
-        blob = audio.blob(dataset.audio_column, row)
-        return reader.built_for(row) in (None, blob.length) and matches(
-            index, blob.read_ranges, sample=True
+        blob = dataset.shard(name).blob(dataset.audio_column, row)
+        if reader.built_for(row) not in (None, blob.length):
+            return False
+        if not matches(index, blob.read_ranges, sample=True):
+            return False
+        if sampled_spans(index, blob.read_ranges):
+            return True
+        episode = Episode(
+            blob.key or "", blob.shard, blob, index, dataset.recorded_sha256(name, row)
         )
+        return not as_packed(episode)
     except DataError:
         return False

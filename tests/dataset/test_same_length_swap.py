@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from helpers import write_audio
 
@@ -132,14 +133,43 @@ def test_index_builds_the_shard_again(swapped) -> None:  # type: ignore[no-untyp
     assert STALE not in dataset.decode_stats.fallback_reasons
 
 
-def test_verify_does_not_bless_a_stale_row(swapped) -> None:  # type: ignore[no-untyped-def]
-    """``index --verify`` writes each row's CRCs anew from the bytes there:
-    a row whose bytes changed is stored "no index", not re-checked through
-    crops that would fall back (and so pass)."""
-    stale, _, before = swapped
+def test_verify_rebuilds_a_stale_row_of_the_packed_blob(swapped) -> None:  # type: ignore[no-untyped-def]
+    """``index --verify`` on a row whose bytes changed, in a blob that
+    hashes to ``audio_info``'s ``sha256``: the row is another blob's, and
+    is built anew from the blob, not left "no index" for good (plain
+    ``index`` skips "no index" rows)."""
+    stale, plain, before = swapped
     copy = stale.parent / "reverified"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(stale, copy)
+    report = verify_index_shards(copy, progress=False)
+    assert STALE not in report.reasons
+    assert not report.problems()
+    after = open_dataset(plain.parent / "after")
+    dataset, reference = open_dataset(copy), open_dataset(plain)
+    for key in ("one", "two"):
+        if open_dataset(before).episode(key).index.ok:  # rebuilt: as a pack of the blob indexes it
+            assert dataset.seek_index(key).ok == after.seek_index(key).ok
+        np.testing.assert_array_equal(
+            dataset.read_crop(key, 1.2, 2.1), reference.read_crop(key, 1.2, 2.1)
+        )
+    assert STALE not in dataset.decode_stats.fallback_reasons
+
+
+def test_verify_does_not_bless_a_stale_row(swapped) -> None:  # type: ignore[no-untyped-def]
+    """Without a recorded ``sha256``, ``index --verify`` cannot tell a blob
+    rewritten from one damaged, and writes each row's CRCs anew from the
+    bytes there: a row whose bytes changed is stored "no index", not
+    re-checked through crops that would fall back (and so pass)."""
+    stale, _, before = swapped
+    copy = stale.parent / "reverified-unhashed"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(stale, copy)
+    [info] = (copy / "audio_info").iterdir()
+    table = pa.ipc.open_file(str(info)).read_all().drop_columns(["sha256"])
+    with pa.ipc.new_file(str(info), table.schema) as writer:
+        writer.write_table(table)
+    write_manifest(LocalStore(), str(copy))
     indexed = [key for key in ("one", "two") if open_dataset(before).episode(key).index.ok]
     report = verify_index_shards(copy, progress=False)
     assert report.reasons[STALE] == len(indexed)

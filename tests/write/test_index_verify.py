@@ -102,12 +102,14 @@ def test_verify_keeps_a_row_the_open_time_checks_reject_as_no_index(
     unverified: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """A row the dataset would not serve (another episode's index: the
-    audio_info duration disagrees) is stored "no index" with that reason."""
+    audio_info duration disagrees) is checked against the audio, which
+    says the index is the one in error: stored "no index" with its check's
+    reason, and audio_info, which was right, not reported."""
     plant(unverified, "a-mp3", {"num_samples": 4410})  # 0.1 s of 2 s
     assert open_dataset(unverified).episode("a-mp3").index.reason.startswith("index disagrees")
     assert main(["index", str(unverified), "--verify", "--no-progress", "--workers", "1"]) == 0
     after = stored(unverified)["a-mp3"]
-    assert after.status == NO_INDEX and after.reason.startswith("index disagrees")
+    assert after.status == NO_INDEX and after.reason.startswith("failed its check: claims 4410")
     assert main(["inspect", str(unverified)]) == 0
     assert "verified 4" in capsys.readouterr().out
 
