@@ -376,7 +376,13 @@ def verify_index_shards(
     kept as it is (its crops that read the damage go on failing; demoted,
     the fallback would decode the damaged bytes without a word) and
     reported in ``damaged``; a row without span CRCs gets them, from the
-    bytes as they are. A shard without a usable index shard is ``failed``.
+    bytes as they are (a row of another blob in one that hashes to its
+    recorded ``sha256`` is built anew: ``_rechecked``). An ``audio_info``
+    row that contradicts the blob (``Dataset.info_problem``) or whose
+    fields the index disagrees with is not taken at its word: the index is
+    checked against the audio alone, and when it passes, kept and the
+    ``audio_info`` row reported (``info``) as the table in error. A shard
+    without a usable index shard is ``failed``.
     The dataset manifest is rewritten after them."""
     report = _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
     write_manifest(*open_url(url, **(storage_options or {})))
