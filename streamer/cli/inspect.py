@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         print_report(report)
-    return 1 if report["duplicate_key"] else 0
+    return 1 if report["duplicate_key"] or report["info_sizes"] else 0
 
 
 def inspect(dataset: Dataset) -> dict[str, Any]:
@@ -56,8 +56,9 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     be sampled from (``Dataset.check_keys``; the command then exits 1);
     ``info_sizes`` lists the rows whose ``audio_info`` byte count is not
     their blob's length (``Dataset.info_problem``: ``audio_info`` of
-    another pack, or a damaged audio shard; their crops fail), as
-    ``"shard, key"`` -> what differs (``None`` without audio_info/)."""
+    another pack, or a damaged audio shard; their crops fail, and the
+    command exits 1), as ``"shard, key"`` -> what differs (``None`` without
+    audio_info/)."""
     report: dict[str, Any] = {
         "dataset": str(dataset.url),
         "shards": len(dataset.shard_names),
