@@ -15,6 +15,7 @@ __all__ = [
     "CompressedShardWarning",
     "CropError",
     "DataError",
+    "IncompleteDatasetError",
     "LayoutError",
     "PackError",
     "ReadOnlyURLError",
@@ -77,6 +78,12 @@ class CropError(DataError):
 
 class LayoutError(DataError):
     """The dataset's directory layout is not what a dataset must look like."""
+
+
+class IncompleteDatasetError(LayoutError):
+    """Shards its pack planned are missing from a dataset (a pack killed
+    midway, a part of a job that never ran): serving the others would end
+    each epoch early without a word. ``allow_incomplete=True`` serves them."""
 
 
 class ShardError(DataError):

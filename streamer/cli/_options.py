@@ -39,6 +39,17 @@ def add_url_arguments(parser: argparse.ArgumentParser) -> None:
     add_endpoint_argument(parser)
 
 
+def add_allow_incomplete_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-incomplete``: serve a dataset whose pack left planned shards
+    missing (``open_dataset(allow_incomplete=True)``) instead of failing."""
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="serve the shards present of a dataset whose pack did not finish "
+        "(planned shards missing; a warning says which)",
+    )
+
+
 def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
     """``--endpoint-url`` (standard AWS variables are honoured too) and
     ``--give-up-after`` for the command's remote URLs."""

@@ -8,6 +8,7 @@ import json
 from ..dataset import open_dataset
 from ..pipeline.bench import bench
 from ._options import (
+    add_allow_incomplete_argument,
     add_crop_arguments,
     crop_config,
     limited,
@@ -30,6 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
     )
     add_crop_arguments(parser, crops=200)
+    add_allow_incomplete_argument(parser)
     parser.add_argument(
         "--workers",
         type=worker_count,
@@ -60,7 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     options = storage_options(args)
-    datasets = [open_dataset(url, **options_for(url, options)) for url in args.url]
+    datasets = [
+        open_dataset(url, allow_incomplete=args.allow_incomplete, **options_for(url, options))
+        for url in args.url
+    ]
     result = bench(
         datasets,
         args.workers,

@@ -19,6 +19,7 @@ from ..index.checks import MAX_DURATION
 from ..write.sources import name_text
 from ._options import (
     UsageError,
+    add_allow_incomplete_argument,
     add_quality_argument,
     add_url_arguments,
     sample_rate,
@@ -31,6 +32,7 @@ from ._options import (
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("crop", help="decode one crop to a .npy or .wav file")
     add_url_arguments(parser)
+    add_allow_incomplete_argument(parser)
     parser.add_argument("key", metavar="KEY", type=name_text, help="episode key")
     parser.add_argument("start", metavar="START", type=seconds, help="start, seconds")
     parser.add_argument("end", metavar="END", type=seconds, help="end, seconds")
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"END {args.end:g} is past any audio (at most {MAX_DURATION:g} s)")
     options = storage_options(args)
     writable_file(args.output)  # before decoding
-    dataset = open_dataset(args.url, **options)
+    dataset = open_dataset(args.url, allow_incomplete=args.allow_incomplete, **options)
     _check_size(dataset, args)
     crop = dataset.crop(
         args.key,

@@ -86,8 +86,8 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
     the shards that could not be indexed and the episodes whose audio data
     is damaged, the ``audio_info`` rows that contradict the audio
-    (``--verify``), and a key the dataset holds twice (any of them:
-    ``streamer index`` exits 1)."""
+    (``--verify``), a key the dataset holds twice, and planned shards
+    missing (any of them: ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
     print(
         f"{done} {len(report.indexed)} shards ({len(report.skipped)} already indexed{failed}), "
@@ -114,3 +114,5 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
             print(f"  {INFO_DIR}/{name}, key {key!r}: {why}")
     if report.duplicate_key:
         print(f"  the dataset cannot be streamed: {report.duplicate_key}")
+    if report.incomplete:
+        print(f"  {report.incomplete}")

@@ -34,13 +34,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    dataset = open_dataset(args.url, **storage_options(args))
+    # An incomplete dataset is inspected as the shards present, and said to be.
+    dataset = open_dataset(args.url, allow_incomplete=True, **storage_options(args))
     report = inspect(dataset)
     if args.json:
         print(json.dumps(report))
     else:
         print_report(report)
-    return 1 if report["duplicate_key"] or report["info_sizes"] else 0
+    return 1 if report["duplicate_key"] or report["info_sizes"] or report["incomplete"] else 0
 
 
 def inspect(dataset: Dataset) -> dict[str, Any]:
@@ -58,10 +59,15 @@ def inspect(dataset: Dataset) -> dict[str, Any]:
     their blob's length (``Dataset.info_problem``: ``audio_info`` of
     another pack, or a damaged audio shard; their crops fail, and the
     command exits 1), as ``"shard, key"`` -> what differs (``None`` without
-    audio_info/)."""
+    audio_info/); ``incomplete`` says how many of the shards its pack
+    planned are present and names the first missing (``Dataset.incomplete``:
+    it does not open without ``allow_incomplete``; the command then exits
+    1), else ``None``."""
+    incomplete = dataset.incomplete
     report: dict[str, Any] = {
         "dataset": str(dataset.url),
         "shards": len(dataset.shard_names),
+        "incomplete": None if incomplete is None else incomplete.summary(),
         "skipped_shards": dict(dataset.bad_shards),
         "rows": len(dataset),
         "duplicate_key": _duplicate_key(dataset),
@@ -129,6 +135,8 @@ def print_report(report: dict[str, Any]) -> None:
     skipped = f" ({len(bad)} skipped)" if bad else ""
     print(f"dataset   {report['dataset']}")
     print(f"shards    {report['shards']}{skipped}")
+    if report["incomplete"]:
+        print(f"complete  no: {report['incomplete']}; re-run the pack to finish it")
     print(f"rows      {report['rows']}")
     if report["duplicate_key"]:
         print(f"keys      {report['duplicate_key']}")

@@ -12,6 +12,7 @@ from ..pipeline.bench import bench_streamer
 from ..pipeline.warmup import warmup
 from ._options import (
     UsageError,
+    add_allow_incomplete_argument,
     add_crop_arguments,
     add_progress_argument,
     add_url_arguments,
@@ -26,6 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "warmup", help="prefetch a run's bytes into a disk cache (no decoding)"
     )
     add_url_arguments(parser)
+    add_allow_incomplete_argument(parser)
     add_crop_arguments(parser, crops=200)
     parser.set_defaults(cache_dir=None)
     add_progress_argument(parser)
@@ -35,7 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     if not args.cache_dir:
         raise UsageError("--cache-dir is required")
-    dataset = open_dataset(args.url, **storage_options(args))
+    dataset = open_dataset(
+        args.url, allow_incomplete=args.allow_incomplete, **storage_options(args)
+    )
     streamer = bench_streamer(dataset, crop_config(args), workers=0)
     with tqdm(
         unit="B", unit_scale=True, desc="warmup", file=sys.stderr, disable=not show_progress(args)

@@ -22,6 +22,14 @@ A ``seek_index/`` shard that cannot be used (unreadable, truncated, its keys
 not the audio shard's) costs only speed: its episodes are decoded without
 the index, counted with the reason.
 
+A dataset that ``pack`` left incomplete (killed midway, a part of its job
+never ran: no manifest, some whole shards) raises ``IncompleteDatasetError``
+when its shards are first checked, naming the planned shards that are
+missing (``planned.py``: each packed shard records its plan's names), unless
+opened with ``allow_incomplete=True``, which serves the shards present with
+a warning (``incomplete``). Datasets without that record (wsds, older packs)
+open as they are.
+
 Over a network the layout comes from the dataset manifest (``manifest.py``)
 when there is one: one request instead of a listing per column directory.
 Every shard opened is checked against it; the first contradiction (a shard
@@ -52,6 +60,7 @@ from ..errors import (
     CompressedShardWarning,
     CropError,
     DataError,
+    IncompleteDatasetError,
     LayoutError,
     ShardError,
     StorageError,
@@ -71,6 +80,7 @@ from ..storage.remote import NotFound
 from ..storage.retry import StoreUnavailable
 from ..timing import record
 from .manifest import Manifest, describe, read_manifest, store_manifest
+from .planned import Incomplete, find_incomplete
 
 __all__ = [
     "AUDIO_COLUMN",
@@ -110,6 +120,10 @@ class Dataset:
     ``audio_dir`` names the column directory that holds ``audio_column``;
     by default it is ``audio/`` when present, else the first column
     directory whose shards have that column.
+
+    ``allow_incomplete`` serves a dataset whose pack left planned shards
+    missing (``incomplete``), with a warning, instead of raising
+    ``IncompleteDatasetError`` when its shards are checked.
     """
 
     def __init__(
@@ -120,6 +134,7 @@ class Dataset:
         audio_dir: str | None = None,
         store: Store | None = None,
         manifest: bool | None = None,
+        allow_incomplete: bool = False,
     ) -> None:
         self.store = store or LocalStore()
         self.root = os.fspath(root)
@@ -127,6 +142,8 @@ class Dataset:
         self.audio_column = audio_column
         self._opened_with = {"audio_column": audio_column, "audio_dir": audio_dir}
         self._opened_with |= {"store": self.store, "manifest": manifest}
+        self._opened_with |= {"allow_incomplete": allow_incomplete}
+        self.allow_incomplete = allow_incomplete
         self._fresh_locks()
         _datasets.add(self)
         #: Column directories listed to check the manifest: the shard names found.
@@ -151,6 +168,7 @@ class Dataset:
                 f"{self.url}: no column directories holding {'/'.join(SHARD_SUFFIXES)} shards"
             )
         self._served: list[str] | None = None
+        self._incomplete: Incomplete | None = None
         self.audio_dir = AUDIO_COLUMN  # until found: the manifest may be dropped meanwhile
         self.audio_dir = audio_dir or self._find_audio_dir()
         if self.audio_dir not in self.column_dirs and self.manifest is not None:
@@ -199,12 +217,50 @@ class Dataset:
         """The shards the dataset serves, in order: every listed audio shard
         that opens with its keys (and its ``audio_info/`` shard, when there
         is that directory). The first call opens them all, which ``len`` and
-        the keys need anyway; the others go to ``bad_shards``, with a warning."""
+        the keys need anyway; the others go to ``bad_shards``, with a warning.
+        ``IncompleteDatasetError`` when shards its pack planned are missing
+        (``incomplete``), unless opened with ``allow_incomplete``."""
+        served = self._settled()
+        if self._incomplete is not None and not self.allow_incomplete:
+            raise IncompleteDatasetError(self._incomplete.message(self.url))
+        return served
+
+    @property
+    def incomplete(self) -> Incomplete | None:
+        """The shards its pack planned that are missing (how many were
+        planned, which are missing), or None: none is, or its shards record
+        no plan (another tool wrote them, or a streamer before the record).
+        Checked with the shards, never raises ``IncompleteDatasetError``."""
+        self._settled()
+        return self._incomplete
+
+    def _settled(self) -> list[str]:
+        """The served shards, checked once (``_check_shards``), and with them
+        the planned shards missing (``_find_incomplete``)."""
         if self._served is None:
             with self._checking:
                 if self._served is None:
-                    self._served = self._check_shards()
+                    served = self._check_shards()
+                    self._incomplete = self._find_incomplete()
+                    self._served = served
         return self._served
+
+    def _find_incomplete(self) -> Incomplete | None:
+        """The planned shards missing from the audio column directory, by the
+        records its shards opened (``_check_shards``) carry: their footers are
+        read already, nothing more is. Allowed (``allow_incomplete``): warned
+        about once."""
+        opened = [
+            s.schema.metadata for (d, _), s in list(self._shards.items()) if d == self.audio_dir
+        ]
+        incomplete = find_incomplete(opened, self.listed_shards, self.url)
+        if incomplete is not None and self.allow_incomplete:
+            log.warning(
+                "%s: incomplete dataset, only the shards present are used (allow_incomplete): %s",
+                self.url,
+                incomplete.summary(),
+            )
+        return incomplete
 
     @property
     def bad_shards(self) -> dict[str, str]:
@@ -925,7 +981,9 @@ def _fresh_locks_after_fork() -> None:
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
-def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset:
+def open_dataset(
+    url: str | os.PathLike[str], *, allow_incomplete: bool = False, **storage_options: Any
+) -> Dataset:
     """Open a dataset by path or URL: ``/data/set``, ``file://``, ``s3://bucket/prefix``,
     ``b2://``, ``http(s)://`` (a server with directory listings) or any fsspec protocol.
 
@@ -935,9 +993,14 @@ def open_dataset(url: str | os.PathLike[str], **storage_options: Any) -> Dataset
     ``block_size=``, ``attempts=``, ...). Datasets opened with the same
     scheme and options share one store: one connection pool, cache and
     ``dataset.store.stats``. Local paths take no options.
+
+    A dataset whose pack left planned shards missing (no manifest, a part
+    of the pack killed or never run) raises ``IncompleteDatasetError`` once
+    its shards are checked (``len``, keys, a ``Streamer``) unless
+    ``allow_incomplete``: then the shards present are served, with a warning.
     """
     store, root = open_url(url, **storage_options)
-    return Dataset(root, store=store)
+    return Dataset(root, store=store, allow_incomplete=allow_incomplete)
 
 
 def write_manifest(
@@ -947,10 +1010,21 @@ def write_manifest(
     the caller just made) and store its manifest beside its column
     directories (atomically, after every shard is in place); returns the
     manifest's path. ``streamer pack`` and ``streamer index`` call this
-    last; call it after changing a dataset's shards by other means."""
+    last; call it after changing a dataset's shards by other means.
+
+    ``IncompleteDatasetError``, nothing written, when a column directory
+    lacks shards its shards' pack planned (``planned.py``): a manifest is
+    what says a dataset is whole, and opening by it lists nothing."""
     if column_dirs is None:
         column_dirs, _ = _column_dirs(store, root)
-    return store_manifest(store, root, describe(store, column_dirs))
+    metadata: dict[str, list[Mapping[bytes, bytes] | None]] = {}
+    document = describe(store, column_dirs, metadata)
+    for column_dir, shards in sorted(column_dirs.items()):
+        incomplete = find_incomplete(metadata.get(column_dir, []), shards, store.display(root))
+        if incomplete is not None:
+            message = incomplete.message(store.display(root))
+            raise IncompleteDatasetError(f"{message}; manifest not written")
+    return store_manifest(store, root, document)
 
 
 class _StaleManifest(Exception):

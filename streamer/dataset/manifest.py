@@ -171,11 +171,17 @@ def parse(store: Store, root: str, text: bytes) -> Manifest:
     return Manifest(column_dirs=column_dirs, files=files, fields=fields)
 
 
-def describe(store: Store, column_dirs: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+def describe(
+    store: Store,
+    column_dirs: Mapping[str, Mapping[str, str]],
+    metadata: dict[str, list[Mapping[bytes, bytes] | None]] | None = None,
+) -> dict[str, Any]:
     """The manifest document of these column directories (``{dir: {name: path}}``,
     a fresh listing): every shard's footer is read to record where it is. A
     shard that does not open is recorded by name and size alone, so readers
-    of the manifest still find it, and report it as the listing would."""
+    of the manifest still find it, and report it as the listing would.
+    ``metadata``, when given, gets each directory's shards' schema metadata
+    from those footers (what ``write_manifest`` checks the plan by)."""
     columns: dict[str, Any] = {}
     for column_dir, shards in sorted(column_dirs.items()):
         entries: dict[str, Any] = {}
@@ -188,6 +194,8 @@ def describe(store: Store, column_dirs: Mapping[str, Mapping[str, str]]) -> dict
             except ShardError:
                 entries[name] = {"file": file, "size": reader.size_sync()}
                 continue
+            if metadata is not None:
+                metadata.setdefault(column_dir, []).append(layout.schema.metadata)
             rows = sum(batch.num_rows for batch in layout.batches)
             footer = list(layout.footer)
             entries[name] = {"file": file, "size": layout.size, "rows": rows, "footer": footer}

@@ -11,7 +11,7 @@ from typing import Any
 from ..dataset import Dataset, open_dataset
 from .keywords import checked_keywords
 
-__all__ = ["Mix", "open_source"]
+__all__ = ["Mix", "check_allow_incomplete", "open_source"]
 
 
 class Mix:
@@ -19,8 +19,9 @@ class Mix:
 
     ``Mix([(speech, 3), (music, 1)])``: three quarters of each epoch's crops
     come from ``speech``, spread evenly through the epoch. Items are datasets
-    or URLs (opened with ``storage_options``, which an already open
-    ``Dataset`` cannot take). Every dataset uses the Streamer's sampler.
+    or URLs (opened with ``storage_options`` and ``allow_incomplete``, as
+    ``open_dataset``; an already open ``Dataset`` cannot take them). Every
+    dataset uses the Streamer's sampler.
     Each crop names its dataset in ``crop.source``: the item's third element
     when there is one (``(speech, 3, "speech")``), else the dataset's URL.
 
@@ -40,6 +41,7 @@ class Mix:
         items: Iterable[tuple[Dataset | str | os.PathLike[str], float] | tuple[Any, float, str]],
         *,
         storage_options: Mapping[str, Any] | None = None,
+        allow_incomplete: bool = False,
     ) -> None:
         items = [_checked_item(number, item) for number, item in enumerate(items)]
         if not items:
@@ -47,7 +49,10 @@ class Mix:
         if not any(weight for _, weight, _ in items):
             listed = ", ".join(f"{_label(data, name)}: {weight:g}" for data, weight, name in items)
             raise ValueError(f"Mix weights are all zero: no item would give a crop ({listed})")
-        self.sources = [(open_source(data, storage_options), weight) for data, weight, _ in items]
+        self.sources = [
+            (open_source(data, storage_options, allow_incomplete), weight)
+            for data, weight, _ in items
+        ]
         self.names = [
             dataset.url if name is None else name
             for (_, _, name), (dataset, _) in zip(items, self.sources, strict=True)
@@ -101,13 +106,35 @@ def _label(data: Any, name: str | None) -> str:
 
 
 def open_source(
-    data: Dataset | str | os.PathLike[str], storage_options: Mapping[str, Any] | None
+    data: Dataset | str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None,
+    allow_incomplete: bool = False,
 ) -> Dataset:
-    """A dataset as given, or opened from its URL with ``storage_options``."""
+    """A dataset as given, or opened from its URL with ``storage_options``
+    and ``allow_incomplete`` (``open_dataset``)."""
     check_storage_options(data, storage_options)
+    check_allow_incomplete(data, allow_incomplete)
     if isinstance(data, Dataset):
         return data
-    return open_dataset(data, **(storage_options or {}))
+    return open_dataset(data, allow_incomplete=allow_incomplete, **(storage_options or {}))
+
+
+def check_allow_incomplete(data: object, allow_incomplete: bool) -> None:
+    """Refuse ``allow_incomplete`` for data opened without it (an open
+    ``Dataset``, or a ``Mix`` of any): it would be dropped, and the
+    incomplete dataset raise anyway."""
+    if not allow_incomplete:
+        return
+    if isinstance(data, Mix) and not all(d.allow_incomplete for d, _ in data.sources):
+        raise ValueError(
+            "allow_incomplete cannot apply to a Mix: its datasets are already open; "
+            "give it to Mix(items, allow_incomplete=True)"
+        )
+    if isinstance(data, Dataset) and not data.allow_incomplete:
+        raise ValueError(
+            f"allow_incomplete cannot apply to the open dataset {data.url}: give it to "
+            "streamer.open_dataset(url, allow_incomplete=True), or give the URL instead"
+        )
 
 
 def check_storage_options(data: object, storage_options: Mapping[str, Any] | None) -> None:

@@ -49,7 +49,7 @@ from .arguments import whole_number
 from .episodes import Episodes
 from .keywords import check_keywords, checked_keywords, keyword_names
 from .metadata import EpisodeFields
-from .mix import Mix, check_storage_options, open_source
+from .mix import Mix, check_allow_incomplete, check_storage_options, open_source
 from .order import EpochPlan, plan_epoch
 from .pool import WorkerPool, check_workers, default_restart_budget
 from .run import CLOSED, Item, Run
@@ -72,8 +72,10 @@ class Streamer:
     """An epoch of crops from a dataset (or a ``Mix``), chosen by a sampler.
 
     ``data`` is a ``Dataset``, a URL (opened with ``storage_options``, the
-    store options of ``streamer.open_dataset``) or a ``Mix``; an open
-    ``Dataset`` or a ``Mix`` takes no ``storage_options`` (``ValueError``).
+    store options of ``streamer.open_dataset``, and ``allow_incomplete``:
+    serve a dataset whose pack left planned shards missing, with a warning,
+    instead of raising ``IncompleteDatasetError``) or a ``Mix``; an open
+    ``Dataset`` or a ``Mix`` takes neither (``ValueError``).
     Crops are ``Crop`` objects (``audio`` float32 ``(channels,
     samples)``, ``key``, ``start``, ``end``, ``sample_rate``, ``shard``) at
     ``sample_rate`` (default: each episode's own; libsoxr at
@@ -155,6 +157,7 @@ class Streamer:
         max_failures_in_a_row: int | None = FAILURES_IN_A_ROW,
         max_worker_restarts: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        allow_incomplete: bool = False,
         columns: Sequence[str] = (),
         supervisions: str | None = None,
     ) -> None:
@@ -173,11 +176,12 @@ class Streamer:
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
         check_storage_options(data, storage_options)
+        check_allow_incomplete(data, allow_incomplete)
         if isinstance(data, Mix):
             self.sources, self.source_names = data.sources, data.names
             self.mix: list[list[Any]] | None = data.items
         else:
-            self.sources = [(open_source(data, storage_options), 1.0)]
+            self.sources = [(open_source(data, storage_options, allow_incomplete), 1.0)]
             self.source_names = [self.sources[0][0].url]
             self.mix = None
         if isinstance(columns, str):
@@ -1142,10 +1146,12 @@ def _mix_label(mix: Sequence[Sequence[Any]] | None) -> str:
 
 def check_streamer_options(owner: str, data: object, options: Mapping[str, Any]) -> None:
     """Raise now what ``Streamer(data, sampler, **options)`` would raise for
-    the names of ``options`` and for ``storage_options`` that ``data`` cannot
-    take; for callers that make their Streamers later (``CropDataset``)."""
+    the names of ``options`` and for ``storage_options`` or
+    ``allow_incomplete`` that ``data`` cannot take; for callers that make
+    their Streamers later (``CropDataset``)."""
     check_keywords(owner, options, _STREAMER_KEYWORDS)
     check_storage_options(data, options.get("storage_options"))
+    check_allow_incomplete(data, options.get("allow_incomplete", False))
 
 
 def _remote_stores(sources: list[tuple[Dataset, float]]) -> list[Store]:

@@ -58,6 +58,7 @@ from ..decode.verify import Checked, check, choose_index, countable, first_damag
 from ..errors import (
     CompressedShardWarning,
     DataError,
+    IncompleteDatasetError,
     LayoutError,
     ShardError,
     StreamerError,
@@ -213,6 +214,9 @@ class IndexReport:
     #: cannot be sampled or read by key until one is removed. Checked when
     #: the run covers every shard (not by one part of a ``--shards`` job).
     duplicate_key: str | None = None
+    #: Why the dataset manifest was not written: shards its pack planned are
+    #: missing (``IncompleteDatasetError``), and a manifest would call it whole.
+    incomplete: str | None = None
 
     def problems(self) -> dict[str, str]:
         """What needs a person's attention, item -> why (empty when nothing
@@ -230,6 +234,8 @@ class IndexReport:
                 found[f"{INFO_DIR}/{name}, key {key!r}"] = why
         if self.duplicate_key:
             found["keys"] = f"the dataset cannot be streamed: {self.duplicate_key}"
+        if self.incomplete:
+            found["manifest"] = self.incomplete
         return found
 
     def add(self, result: ShardResult) -> None:
@@ -319,17 +325,28 @@ def build_index(
     ``manifest``, the dataset manifest is rewritten from a fresh listing
     (``dataset.write_manifest``); with ``shards`` (one part of a job), only
     when that listing finds every audio shard indexed
-    (``_write_manifest_when_complete``).
+    (``_write_manifest_when_complete``). The shards of a dataset whose pack
+    left planned shards missing are indexed, and its manifest is not
+    written (``report.incomplete``).
     """
     options = {"force": force, "density": density, "verify": verify}
     report = _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
     if manifest:
         store, root = open_url(url, **(storage_options or {}))
         if shards is None:
-            write_manifest(store, root)
+            _write_manifest(store, root, report)
         else:
             _write_manifest_when_complete(store, root)
     return report
+
+
+def _write_manifest(store: Store, root: str, report: IndexReport) -> None:
+    """The manifest from a fresh listing, unless planned shards are missing:
+    then why not, in ``report.incomplete`` (a problem: the command exits 1)."""
+    try:
+        write_manifest(store, root)
+    except IncompleteDatasetError as exc:
+        report.incomplete = str(exc)
 
 
 def _write_manifest_when_complete(store: Store, root: str) -> None:
@@ -385,7 +402,7 @@ def verify_index_shards(
     without a usable index shard is ``failed``.
     The dataset manifest is rewritten after them."""
     report = _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
-    write_manifest(*open_url(url, **(storage_options or {})))
+    _write_manifest(*open_url(url, **(storage_options or {})), report)
     return report
 
 
@@ -402,7 +419,8 @@ def _each_shard(
     ``workers`` processes, into one report."""
     store, root = open_url(url, **(storage_options or {}))
     store.check_writable(store.join(root, INDEX_DIR))
-    dataset = Dataset(root, store=store, manifest=False)
+    # The shards of an incomplete pack are indexed too: its manifest is refused.
+    dataset = Dataset(root, store=store, manifest=False, allow_incomplete=True)
     # Every listed shard, those the dataset leaves out too: they are reported ``failed``.
     names = select_shards(dataset.listed_shards, shards)
     report = IndexReport(root=dataset.url)

@@ -46,6 +46,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR, write_manifest
+from ..dataset.planned import PLANNED_KEY
 from ..errors import PackError, ShardError, StorageError
 from ..index.table import INDEX_DIR
 from ..shard.footer import read_layout
@@ -240,7 +241,9 @@ def pack(
         desc="pack",
         disable=not progress,
     )
-    writer = _ShardWriter(store, root, batch_size=batch_size, strict=strict, report=report)
+    writer = _ShardWriter(
+        store, root, batch_size=batch_size, strict=strict, report=report, record=plan.record
+    )
     writer.on_batch = lambda nbytes: (
         bar.update(nbytes),
         bar.set_postfix(files=report.files, skipped=len(report.skipped)),
@@ -460,9 +463,18 @@ class _ShardWriter:
     """Builds planned shards in a staging folder and stores them in ``out``."""
 
     def __init__(
-        self, store: Store, root: str, *, batch_size: int, strict: bool, report: PackReport
+        self,
+        store: Store,
+        root: str,
+        *,
+        batch_size: int,
+        strict: bool,
+        report: PackReport,
+        record: str,
     ) -> None:
         self.store = store
+        #: The plan's shard names (``dataset.planned``), in every shard's metadata.
+        self.record = record
         self.root = root
         self.batch_size = batch_size
         self.strict = strict
@@ -473,7 +485,11 @@ class _ShardWriter:
         """Build ``planned`` whole in ``staging``, index it, then store it."""
         folder = os.path.join(staging, planned.name)
         name = planned.name + SHARD_SUFFIX
-        metadata = {"batch_size": str(self.batch_size), PLAN_KEY: planned.fingerprint}
+        metadata = {
+            "batch_size": str(self.batch_size),
+            PLAN_KEY: planned.fingerprint,
+            PLANNED_KEY: self.record,
+        }
         options = pa.ipc.IpcWriteOptions(compression=None)
         paths = {}
         writers = []

@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dataset.planned import planned_record, shard_name
 from .index import parse_part
 from .sources import SourceFile, is_remote_url, name_text, open_store
 
@@ -132,6 +133,9 @@ class Plan:
     duplicates: list[tuple[str, str]] = field(default_factory=list)
     #: Whether this run reports what the plan leaves out (the one that does).
     reports: bool = True
+    #: Every partition's shard names, as each shard records them
+    #: (``dataset.planned``): a dataset missing some of them is incomplete.
+    record: str = ""
 
 
 def make_plan(
@@ -152,21 +156,23 @@ def make_plan(
     unique, alternates, duplicates = _unique_keys(files)
     if by_files:
         part, count = parse_part(by_files, "--files")
-        width = len(str(count))
         every: list[PlannedShard] = []
         mine: list[PlannedShard] = []
+        counts = []
         for p in range(min(count, len(unique))):  # the partitions past the files have none
-            prefix = f"shard-{p:0{width}d}of{count}-"
-            cut = _cut(unique[p::count], alternates, shard_size, batch_size, prefix, origin)
+            cut = _cut(unique[p::count], alternates, shard_size, batch_size, (p, count), origin)
             every.extend(cut)
+            counts.append(len(cut))
             if p == part:
                 mine = cut
-        return Plan(every, mine, duplicates if part == 0 else [], part == 0)
-    every = _cut(unique, alternates, shard_size, batch_size, "shard-", origin)
+        record = planned_record(counts, count)
+        return Plan(every, mine, duplicates if part == 0 else [], part == 0, record)
+    every = _cut(unique, alternates, shard_size, batch_size, None, origin)
+    record = planned_record([len(every)])
     if not shards:
-        return Plan(every, list(every), duplicates)
+        return Plan(every, list(every), duplicates, record=record)
     part, count = parse_part(shards, "--shards")
-    return Plan(every, every[part::count], duplicates if part == 0 else [], part == 0)
+    return Plan(every, every[part::count], duplicates if part == 0 else [], part == 0, record)
 
 
 def _unique_keys(
@@ -217,12 +223,13 @@ def _cut(
     alternates: Mapping[str, tuple[SourceFile, ...]],
     shard_size: int,
     batch_size: int,
-    prefix: str,
+    part: tuple[int, int] | None,
     origin: Origin,
 ) -> list[PlannedShard]:
     """Consecutive runs of ``files`` of at least ``shard_size`` bytes, cut
     at the first record batch boundary (``batch_size`` files) past the size;
-    the last shard takes the rest."""
+    the last shard takes the rest. ``part``: the partition they are of, when
+    cut by files (their names say so)."""
     shards: list[PlannedShard] = []
     current: list[SourceFile] = []
     total = 0
@@ -230,11 +237,11 @@ def _cut(
         current.append(file)
         total += file.size
         if total >= shard_size and len(current) % batch_size == 0:
-            name = f"{prefix}{len(shards):06d}"
+            name = shard_name(len(shards), part)
             shards.append(_shard(name, current, alternates, batch_size, origin))
             current, total = [], 0
     if current:
-        name = f"{prefix}{len(shards):06d}"
+        name = shard_name(len(shards), part)
         shards.append(_shard(name, current, alternates, batch_size, origin))
     return shards
 

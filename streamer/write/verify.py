@@ -10,6 +10,7 @@ alone:
   ``audio_info/`` at all (a wsds dataset indexed in place) is whole
   without it;
 * every key appears once in the whole dataset;
+* every shard its pack planned is there (``dataset.planned``);
 * the manifest is there and says what the store holds: the same shards in
   every column directory, and for each its size, row count and footer.
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from ..dataset import Dataset
 from ..dataset.manifest import MANIFEST_NAME, ManifestError, describe, parse, read_manifest
+from ..dataset.planned import find_incomplete
 from ..errors import DataError, StorageError
 from ..index.table import INDEX_DIR
 from ..shard.ipc import Shard
@@ -81,6 +83,7 @@ def verify_dataset(
         if column_dir not in listed:
             report.problems.append(f"{column_dir}/: missing column directory")
     first_seen: dict[str, str] = {}
+    metadata = []
     for name in sorted(listed[audio_dir]):
         label = f"{audio_dir}/{name}"
         audio = _open(store, listed[audio_dir][name], audio_dir, label, report)
@@ -88,6 +91,7 @@ def verify_dataset(
             continue
         report.shards += 1
         report.rows += audio.num_rows
+        metadata.append(audio.schema.metadata)
         keys = audio.keys.to_pylist()
         for row, key in enumerate(keys):
             where = first_seen.setdefault(key, f"{label} row {row}")
@@ -105,6 +109,9 @@ def verify_dataset(
     for column_dir in others:
         for name in sorted(set(listed.get(column_dir, {})) - set(listed[audio_dir])):
             report.problems.append(f"{column_dir}/{name}: stray shard, no {audio_dir}/{name}")
+    incomplete = find_incomplete(metadata, listed[audio_dir], report.url)
+    if incomplete is not None:
+        report.problems.append(f"{audio_dir}/: incomplete: {incomplete.summary()}")
     _check_manifest(store, root, listed, report)
     return report
 
