@@ -413,23 +413,36 @@ def _discard(out: str, shards: list[str], created: list[str]) -> None:
             os.rmdir(folder)
 
 
+#: Staging folders of this process's runs in progress (``_staging``).
+_held: set[str] = set()
+
+
 @contextlib.contextmanager
 def _staging(store: Store, root: str) -> Iterator[str]:
     """This run's staging folder, removed at the end: inside a local ``out``
     (so storing a shard is a rename), else in the system's temporary folder.
-    Folders of runs on this host that died (SIGKILL) are removed first."""
+    Folders of runs on this host that died (SIGKILL) are removed first: those
+    whose process is gone, and those of this process's id that no run of this
+    process holds (a container restarted keeps its host name, and its pack
+    gets the id its killed one had)."""
     base = os.path.join(root, STAGING_DIR) if isinstance(store, LocalStore) else None
     base = base or os.path.join(tempfile.gettempdir(), "streamer-pack")
     host = socket.gethostname()
     folder = os.path.join(base, f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     _make_own_folder(folder)
+    _held.add(folder)
     for name in os.listdir(base):  # ours in it: no other run removes it now
         owner, _, rest = name.rpartition("-")[0].rpartition("-")
-        if owner == host and rest.isdigit() and not _alive(int(rest)):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        if owner != host or not rest.isdigit():
+            continue
+        path = os.path.join(base, name)
+        dead = int(rest) == os.getpid() and path not in _held
+        if dead or not _alive(int(rest)):
+            shutil.rmtree(path, ignore_errors=True)
     try:
         yield folder
     finally:
+        _held.discard(folder)
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):  # other runs' folders are still there
             os.rmdir(base)
