@@ -23,6 +23,7 @@ from streamer.cli import main
 from streamer.cli._options import ONE_SHOT_GIVE_UP
 from streamer.dataset import Dataset, write_manifest
 from streamer.dataset.manifest import FORMAT, MANIFEST_NAME, VERSION
+from streamer.errors import IncompleteDatasetError
 from streamer.index.table import INDEX_DIR
 from streamer.shard.footer import read_layout
 from streamer.storage import open_url
@@ -158,10 +159,13 @@ def test_missing_shard_is_detected_and_served_as_the_listing_says(copy: Path, ca
     (copy / INDEX_DIR / "shard-000000.wsds").unlink()
     (copy / "audio" / "shard-000002.wsds").unlink()
     (copy / "audio_info" / "shard-000002.wsds").unlink()
-    listed = Dataset(copy)
-    dataset = Dataset(copy, manifest=True)
+    with pytest.raises(IncompleteDatasetError, match="missing: shard-000002"):
+        list(Dataset(copy, manifest=True))  # a shard its pack planned is gone
+    listed = Dataset(copy, allow_incomplete=True)
+    dataset = Dataset(copy, manifest=True, allow_incomplete=True)
     assert dataset.listed_shards == ["shard-000000", "shard-000001", "shard-000002"]
     assert list(dataset) == list(listed) == EPISODES[:4]  # as if it had been listed
+    assert dataset.incomplete is not None and dataset.incomplete.missing == ["shard-000002"]
     assert dataset.bad_shards == listed.bad_shards == {}
     assert dataset.manifest_problem == "stale: audio/shard-000002.wsds is not in the store"
     assert dataset.listed_shards == ["shard-000000", "shard-000001"]

@@ -24,7 +24,7 @@ from streamer import RandomCrops, Streamer, open_dataset
 from streamer.cli import main
 from streamer.dataset import Dataset
 from streamer.dataset.dataset import INDEX_UNREADABLE, KEYS_DIFFER
-from streamer.errors import ShardError, StorageError
+from streamer.errors import IncompleteDatasetError, ShardError, StorageError
 from streamer.pipeline.episodes import Episodes
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
@@ -49,11 +49,13 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _copy(clean: Path, tmp_path: Path, path: str, damage: Callable[[Path], None]) -> Dataset:
+def _copy(
+    clean: Path, tmp_path: Path, path: str, damage: Callable[[Path], None], **options: Any
+) -> Dataset:
     copy = tmp_path / "copy"
     shutil.copytree(clean, copy)
     damage(copy / path)
-    return open_dataset(copy)
+    return open_dataset(copy, **options)
 
 
 def _truncate(path: Path) -> None:
@@ -100,7 +102,8 @@ def test_a_bad_audio_shard_is_reported_and_its_rows_skipped(
     assert dataset.listed_shards == ["shard-000000", VICTIM, "shard-000002"]
     (reason,) = dataset.bad_shards.values()
     assert f"audio/{VICTIM}.wsds" in reason
-    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(dataset.url)]
+    warnings = [message for message in said if "skipped" in message]
     assert len(warnings) == 1 and VICTIM in warnings[0] and reason in warnings[0]
     # The samplers' episodes and a whole epoch: only the served rows.
     assert Episodes.of(dataset).keys == served
@@ -132,13 +135,18 @@ def test_a_missing_audio_shard_is_reported_not_silently_left_out(
     """``audio/shard-000001.wsds`` deleted (or never uploaded), its
     ``audio_info/`` and ``seek_index/`` shards still there: the dataset served
     the other shards without a word, a third of its episodes gone (in a
-    ``Mix``, its share then filled by cycling the rest)."""
+    ``Mix``, its share then filled by cycling the rest). A shard its pack
+    planned is missing: the dataset does not open unless allowed to be
+    incomplete, and then says which shard it skips, and why."""
+    with pytest.raises(IncompleteDatasetError, match=VICTIM):
+        _copy(clean, tmp_path / "refused", f"audio/{VICTIM}.wsds", Path.unlink).shard_names  # noqa: B018
     with caplog.at_level(logging.WARNING, logger="streamer.dataset"):
-        dataset = _copy(clean, tmp_path, f"audio/{VICTIM}.wsds", Path.unlink)
+        dataset = _copy(clean, tmp_path, f"audio/{VICTIM}.wsds", Path.unlink, allow_incomplete=True)
         assert dataset.shard_names == ["shard-000000", "shard-000002"]
     reason = dataset.bad_shards[VICTIM]
     assert reason == f"no audio/{VICTIM} shard, but audio_info/ has one (deleted, or not copied?)"
-    warnings = [r.getMessage() for r in caplog.records if VICTIM in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(dataset.url)]
+    warnings = [message for message in said if "skipped" in message]
     assert len(warnings) == 1 and reason in warnings[0]
     assert len(Episodes.of(dataset)) == 4
 
