@@ -19,7 +19,7 @@ import pytest
 from helpers import FIXTURE_FILES, write_audio
 
 from streamer import open_dataset
-from streamer.errors import PackError
+from streamer.errors import IncompleteDatasetError, PackError
 from streamer.synth import CODECS
 from streamer.write import pack as pack_module
 from streamer.write.pack import pack
@@ -361,7 +361,10 @@ def test_a_failure_mid_run_removes_the_shard_being_written(tmp_path: Path, monke
         "shard-000001.wsds",
     ]
     assert _hidden_files(tmp_path / "out") == []
-    assert list(open_dataset(tmp_path / "out").keys()) == ["ep0", "ep1", "ep2", "ep3"]
+    with pytest.raises(IncompleteDatasetError, match="missing: shard-000002"):
+        list(open_dataset(tmp_path / "out").keys())
+    served = open_dataset(tmp_path / "out", allow_incomplete=True)
+    assert list(served.keys()) == ["ep0", "ep1", "ep2", "ep3"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -381,7 +384,9 @@ def test_an_interrupted_pack_leaves_only_complete_shards(tmp_path: Path, signum:
     assert process.returncode == 130, stderr.decode()
     assert b"interrupted" in stderr
     assert _hidden_files(out) == []
-    dataset = open_dataset(out)
+    with pytest.raises(IncompleteDatasetError, match="shards its pack planned are present"):
+        len(open_dataset(out))
+    dataset = open_dataset(out, allow_incomplete=True)
     assert 3 <= len(dataset) < 150
     for key in dataset:
         assert dataset.info(key)["num_bytes"] == len(dataset.blob(key))
