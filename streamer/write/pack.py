@@ -23,7 +23,9 @@ plan's fingerprint of its SRC and files). Two runs given one partition
 write the same bytes (nothing in a shard depends on time or the writer),
 so the last writer wins harmlessly. The dataset manifest is written last,
 by the run that finds every planned shard of every partition complete
-after its own.
+after its own. Every shard records the plan's shard names
+(``dataset.planned``), so a dataset some part of the plan never reached
+does not open as if whole.
 """
 
 from __future__ import annotations
