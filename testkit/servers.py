@@ -74,7 +74,9 @@ class Faults:
     ``hangs`` requests get no answer at all (not even a status line) for
     ``stall_seconds``, then the connection is closed; ``stalls`` send half
     the body, then wait ``stall_seconds`` before the rest; with
-    ``stall_every`` = n, so does every n-th matching request besides.
+    ``stall_every`` = n, so does every n-th matching request besides;
+    ``trickles`` send the body a byte at a time, ``trickle_seconds`` apart
+    (never silent for a read timeout, never done).
     """
 
     latency: float = 0.0
@@ -91,6 +93,8 @@ class Faults:
     hangs: int = 0
     stall_every: int = 0
     stall_seconds: float = 30.0
+    trickles: int = 0
+    trickle_seconds: float = 0.2
     ignore_range: bool = False
     #: A range covering the whole object is answered 200 with the whole
     #: object and no Content-Range (RFC 9110 lets a server ignore Range);
@@ -297,6 +301,12 @@ class LoopbackServer:
             sent = len(body) // 2
             await response.write(body[:sent])
             await self._stall(faults.stall_seconds)
+        if targeted and faults.trickles:
+            faults.trickles -= 1
+            for at in range(sent, len(body)):
+                await response.write(body[at : at + 1])
+                await self._stall(faults.trickle_seconds)
+            sent = len(body)
         await response.write(body[sent:])  # the rest: a stall shorter than a timeout ends well
         await response.write_eof()
         return response

@@ -193,7 +193,11 @@ class StoreHealth:
         an attempt whose place comes while the gate is shut raises
         ``GateShut`` (nothing was sent): it waits at the gate again. A
         request's first attempt is always sent: it is how a store that came
-        back is noticed.
+        back is noticed. It, and its hedge, end ``give_up_after`` after it
+        was sent: a stalled first attempt has failed for the whole budget
+        by then (it was bounded by the per-attempt timeouts alone, so a
+        server that stalled or trickled held a 1 s budget's request for a
+        read timeout or the whole-attempt timeout).
 
         ``began``: when the request began this attempt (``time.monotonic()``),
         the instant its budget counts from should it fail; a run of failures
@@ -202,10 +206,11 @@ class StoreHealth:
         bound = None if deadline is None or not retry else deadline
         try:
             if hedge and self._policy.hedge_after is not None:
-                result = await self._hedged(request, slot, deadline, bound, probe)
+                result = await self._hedged(request, slot, deadline, bound, probe, retry)
             else:
                 async with slot():
-                    result = await self._timed(request, bound=bound, gated=not probe)
+                    cut = self._cut(retry)
+                    result = await self._timed(request, bound=bound, cut=cut, gated=not probe)
         except NotSent:
             self._release(probe)
             raise
@@ -294,29 +299,43 @@ class StoreHealth:
 
     # -- timeouts and hedging ---------------------------------------------------
 
+    def _cut(self, retry: bool) -> float | None:
+        """When an attempt sent now must end, if it is its request's first
+        (not a ``retry``): ``give_up_after`` from now."""
+        return None if retry else time.monotonic() + self._policy.give_up_after
+
     async def _timed(
         self,
         request: Callable[[], Awaitable[T]],
         *,
         timed_get: bool = False,
         bound: float | None = None,
+        cut: float | None = None,
         gated: bool = True,
         hedge: bool = False,
     ) -> T:
-        """``request()`` bounded by the policy's whole-attempt timeout and, if
+        """``request()`` bounded by the policy's whole-attempt timeout; if
         ``bound`` (its request's deadline) is given, sent only before it and
-        given at most one read timeout past it; not sent while the gate is
-        shut, if ``gated`` (every attempt but the probe). The latency of a
-        successful GET (``timed_get``) feeds the hedge delay; a ``hedge``
-        is counted once it is sent."""
+        given at most one read timeout past it; ended at ``cut`` at the
+        latest (the budget of a first attempt, ``_cut``); not sent while the
+        gate is shut, if ``gated`` (every attempt but the probe). The latency
+        of a successful GET (``timed_get``) feeds the hedge delay; a
+        ``hedge`` is counted once it is sent."""
         if gated and self.in_outage:
             raise GateShut
         sent = time.monotonic()
-        timeout = self._policy.timeout
+        policy = self._policy
+        timeout = policy.timeout
+        within = f"{timeout:.3g} s"  # what ended it, for the error
+        budget = f"its give_up_after budget ({policy.give_up_after:g} s)"
         if bound is not None:
             if sent >= bound:
                 raise PastDeadline
-            timeout = min(timeout, bound - sent + self._policy.read_timeout)
+            if bound - sent + policy.read_timeout < timeout:
+                timeout = bound - sent + policy.read_timeout
+                within = f"one read_timeout ({policy.read_timeout:g} s) past {budget}"
+        if cut is not None and cut - sent < timeout:
+            timeout, within = max(0.0, cut - sent), budget
         if hedge:
             self._stats.hedges += 1
         self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
@@ -325,7 +344,7 @@ class StoreHealth:
                 result = await request()
         except TimeoutError:
             # A store answering this late is overloaded: the adaptive limit backs off.
-            message = f"no complete response within {timeout:.3g} s"
+            message = f"no complete response within {within}"
             raise TransientError(message, congestion=True) from None
         if timed_get:
             self._latencies.append(time.monotonic() - sent)
@@ -348,37 +367,42 @@ class StoreHealth:
         deadline: float | None,
         bound: float | None,
         probe: bool,
+        retry: bool,
     ) -> T:
         """``request()``, sent again if it stalls; the first answer wins. Each
         request waits for a place of its own (``slot``), and holds it only
         while it runs; the hedge delay runs from when the first one is sent.
         The copy is sent only if the delay ends before ``deadline``, and
-        bounded by it (``_timed``); the first copy by ``bound``. Only the
-        first copy of a ``probe`` goes through a shut gate."""
+        bounded by it (``_timed``); the first copy by ``bound``. Both end
+        when the first copy's budget does, unless it is a ``retry``
+        (``_cut``): a hedge of a first attempt used to run a read timeout
+        past it. Only the first copy of a ``probe`` goes through a shut gate."""
 
-        async def attempt(sent: asyncio.Future[None] | None) -> T:
+        # Set once the first copy is sent: when both copies end (``_cut``).
+        sent: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+
+        async def attempt(first: bool) -> T:
             async with slot():
-                first = sent is not None
                 if first:
-                    sent.set_result(None)
+                    sent.set_result(self._cut(retry))
                 return await self._timed(
                     request,
                     timed_get=True,
                     bound=bound if first else deadline,
+                    cut=sent.result(),
                     gated=not (first and probe),
                     hedge=not first,
                 )
 
-        def start(sent: asyncio.Future[None] | None) -> asyncio.Future[T]:
+        def start(first: bool) -> asyncio.Future[T]:
             # A copy's failure may be left to nobody: the other copy won, or
             # the caller was cancelled as it failed (the ``finally`` below
             # waits for the copies still running, not for those done).
-            task = asyncio.ensure_future(attempt(sent))
+            task = asyncio.ensure_future(attempt(first))
             task.add_done_callback(retrieve_outcome)
             return task
 
-        sent = asyncio.get_running_loop().create_future()
-        first = start(sent)
+        first = start(True)
         tasks = {first}
         try:
             await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
@@ -392,7 +416,7 @@ class StoreHealth:
                 return first.result()
             if self._streak == 0 and self._hedge_tokens >= 1:
                 self._hedge_tokens -= 1
-                tasks.add(start(None))
+                tasks.add(start(False))
             return await self._first_answer(tasks, first)
         finally:
             running = [task for task in tasks if not task.done()]

@@ -129,7 +129,9 @@ class RetryPolicy:
 
     No retry or hedge starts past its request's deadline (``give_up_after``
     from its first failure or the store's, as above); a request's first
-    attempt is always sent, so a store that came back is noticed. A hedge
+    attempt is always sent, so a store that came back is noticed, and ends
+    (with its hedge) ``give_up_after`` after it was sent: a stalled first
+    attempt has failed for the whole budget by then. A hedge
     is sent only if its delay ends before the deadline the request would
     have if its first copy failed, and a retry whose place in the store's
     limits comes later is not sent. An attempt in flight at the deadline (a retry, a hedge) gets at
@@ -151,8 +153,10 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:
             raise ValueError(f"attempts must be at least 1 (or None), not {self.attempts}")
-        if self.give_up_after < 0:
-            raise ValueError(f"give_up_after must not be negative, not {self.give_up_after}")
+        if self.give_up_after <= 0:  # it bounds a first attempt too: 0 would send none
+            raise ValueError(
+                f"give_up_after must be positive, not {self.give_up_after} (attempts=1: no retries)"
+            )
 
     def delay(self, retry: int, retry_after: float | None) -> float:
         """Seconds to wait before retry number ``retry`` (0 for the first)."""
@@ -199,7 +203,7 @@ async def call_with_retries(
         # request's first attempt is always sent, however long its store has
         # failed: it is how a store that came back is noticed (refused, the
         # next pass after an outage gave up without asking the store); the
-        # deadline bounds its hedge alone.
+        # deadline bounds its hedge, and its own budget ends it (``send``).
         retry = first_failure is not None
         deadline = _own_deadline(first_failure or began, health, policy)
         try:

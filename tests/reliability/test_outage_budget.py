@@ -124,3 +124,27 @@ def test_a_warmup_that_meets_a_hang_raises_within_the_budget(s3, make_store, pac
     with pytest.raises(StorageError) as caught:
         warmup(stream)
     _check(caught.value, _since_first_failure(s3, cut), BUDGET + HEDGED_SLACK)
+
+
+@pytest.mark.parametrize("fault", ["hangs", "trickles"])
+def test_a_store_that_stalls_mid_pass_raises_within_the_budget(
+    s3, make_store, packed: Path, fault: str
+) -> None:  # type: ignore[no-untyped-def]
+    """After the third crop the store takes every request and then sends
+    nothing (``hangs``) or a byte every 0.2 s (``trickles``), with the
+    default read timeout (10 s) and whole-attempt timeout (30 s), far above
+    the budget: the first request to stall fails when its budget ends, and
+    ends the pass. Its first attempt, bounded by those timeouts alone, held
+    the pass 10.0 s (a hang) and 30.0 s (a trickle) for the 2 s budget."""
+    timeouts = {"read_timeout": 10.0, "timeout": 30.0}
+    dataset = _open(s3, make_store, packed, f"stalls-{fault}", **timeouts)
+    crops, cut = 0, 0.0
+    with pytest.raises(StorageError) as caught:
+        for _ in Streamer(dataset, SAMPLER, seed=3, workers=1, prefetch=4):
+            crops += 1
+            if crops == 3:
+                cut = time.monotonic()
+                s3.faults.only_ranged, s3.faults.stall_seconds = False, 3600
+                setattr(s3.faults, fault, 10**9)
+    _check(caught.value, _since_first_failure(s3, cut), BUDGET + 0.5)
+    assert "give_up_after budget" in str(caught.value)

@@ -47,6 +47,14 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[Opener, Any]]:
     server.reset()
 
 
+@pytest.fixture(params=["moto", "http"])
+def served_moto(request: pytest.FixtureRequest) -> Iterator[tuple[Opener, Any]]:
+    """For behaviour of the store above its protocol: S3 (moto alone) and HTTP."""
+    opener, server = _opener(request.param, request)
+    yield opener, server
+    server.reset()
+
+
 @pytest.fixture
 def served_http(request: pytest.FixtureRequest) -> tuple[Opener, Any]:
     """For behaviour above the backends (gate, cache, cancellation): HTTP only."""

@@ -153,3 +153,10 @@ def test_remote_crops_in_decode_workers_with_policy_objects(  # type: ignore[no-
     local = streamer.Streamer(streamer.open_dataset(packed), sampler, workers=0)
     assert [(c.key, c.start) for c in s] == [(c.key, c.start) for c in local]
     assert not s.stats.skipped and s.stats.requests > 0
+
+
+def test_a_budget_of_no_time_is_refused() -> None:
+    """``give_up_after`` bounds a request's first attempt too: 0 would let
+    none be answered, so it is refused, pointing to ``attempts=1``."""
+    with pytest.raises(ValueError, match=r"give_up_after must be positive.*attempts=1"):
+        RetryPolicy(give_up_after=0)

@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import SECRET
 
 from streamer import RandomCrops, Streamer, open_dataset
 from streamer.errors import StorageError
 from streamer.storage.health import OUTAGE_STREAK
 from streamer.storage.loop import run_sync
+from streamer.storage.retry import StoreUnavailable
 from streamer.storage.throttle import INITIAL
 
 BLOCK = 16 * 1024
@@ -483,3 +485,46 @@ def test_a_permanent_outage_with_a_20_second_budget(served) -> None:  # type: ig
         f"{len(server.requests)} requests"
     )
     assert all(isinstance(r, StorageError) for r in results) and took >= 20.0
+
+
+#: A request's first attempt meets each of these: no status line at all, half
+#: the body then nothing, a body that never stops coming (a byte every 0.2 s:
+#: never silent for a read timeout).
+STALLS = {
+    "hang": {"hangs": 1, "stall_seconds": 30},
+    "stall": {"stalls": 1, "stall_seconds": 30},
+    "trickle": {"trickles": 1},
+}
+
+
+@pytest.mark.parametrize("stall", STALLS)
+@pytest.mark.parametrize("hedge_after", [None, 0.3])
+def test_a_stalled_first_attempt_gives_up_with_the_budget(served_moto, stall, hedge_after) -> None:  # type: ignore[no-untyped-def]
+    """``give_up_after`` bounds the whole request, its first attempt (and
+    that attempt's hedge) included. The first attempt used to be bounded by
+    the per-attempt timeouts alone (``read_timeout``, 10 s, for a hang or a
+    stall; ``timeout``, 30 s, for a trickle), and its hedge by the budget
+    plus a read timeout: a crop waited that long for a 1.5 s budget."""
+    open_reader, server = served_moto
+    budget = 1.5
+    reader = open_reader(give_up_after=budget, hedge_after=hedge_after, **FAST)
+    for name, value in STALLS[stall].items():
+        setattr(server.faults, name, value)
+    if hedge_after is not None:  # the hedge stalls too
+        server.faults.trickles *= 2
+        server.faults.hangs *= 2
+        server.faults.stalls *= 2
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        reader.read_sync(0, 100)
+    took = time.monotonic() - began
+    assert took < budget + 0.5, f"gave up after {took:.1f} s"
+    message = str(caught.value)
+    assert "\n" not in message and "random.bin" in message and "bytes=0-" in message
+    assert f"no complete response within its give_up_after budget ({budget:g} s)" in message
+    assert "gave up after 1 attempts" in message
+    assert SECRET not in message and "test-key-id" not in message
+    assert "Signature" not in message and "X-Amz" not in message
+    stats = reader.store.stats
+    assert stats.failure_reasons == {StoreUnavailable.failure_reason: 1}
+    assert stats.hedges == (0 if hedge_after is None else 1)
