@@ -108,11 +108,17 @@ class RangeReader(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One child of a listed directory or prefix. ``size`` is ``None`` when unknown."""
+    """One child of a listed directory or prefix. ``size`` is ``None`` when
+    unknown; ``version`` is what the listing says of an object's version,
+    which a rewrite at the same size changes (S3's ETag; an fsspec file
+    system's ETag, else its modification time), ``None`` when it says
+    nothing (an HTTP index page; a local folder, whose files whoever needs
+    it stats)."""
 
     name: str
     is_dir: bool
     size: int | None = None
+    version: str | None = None
 
 
 class Store(abc.ABC):

@@ -24,7 +24,7 @@ import inspect
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import fsspec
@@ -261,8 +261,25 @@ class FsspecStore(RemoteStore):
         for item in listing:
             name = item["name"].rstrip("/").rsplit("/", 1)[-1]
             is_dir = item["type"] == "directory"
-            entries.append(Entry(name, is_dir, None if is_dir else item.get("size")))
+            if is_dir:
+                entries.append(Entry(name, True))
+            else:
+                entries.append(Entry(name, False, item.get("size"), _version(item)))
         return entries
+
+
+#: Where file systems' listings say what version of a file they list: an
+#: ETag (HTTP, GCS, Azure), else a modification time (SFTP, local, Azure,
+#: GCS's ``updated``, FTP's ``modify``), in that order.
+_VERSION_FIELDS = ("ETag", "etag", "mtime", "LastModified", "last_modified", "updated", "modify")
+
+
+def _version(item: Mapping[str, Any]) -> str | None:
+    """What a listing entry says of its file's version (``Entry.version``)."""
+    for name in _VERSION_FIELDS:
+        if item.get(name) is not None:
+            return f"{name} {item[name]}"
+    return None
 
 
 #: Failures a new connection mends: resets, timeouts, a connection the server

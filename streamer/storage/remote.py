@@ -575,7 +575,7 @@ class RemoteStore(Store):
             except NotFound as exc:
                 bucket = isinstance(exc, MissingBucket)
                 return json.dumps({"not found": redact(str(exc)), "bucket": bucket}).encode()
-            return json.dumps([[e.name, e.is_dir, e.size] for e in entries]).encode()
+            return json.dumps([[e.name, e.is_dir, e.size, e.version] for e in entries]).encode()
 
         rows = json.loads(await self._remembered(ask, "list", path, stamped=False))
         if isinstance(rows, dict):

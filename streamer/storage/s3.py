@@ -370,7 +370,7 @@ class S3Store(RangeGetStore):
             for common in page.get("CommonPrefixes", [])
         ]
         entries += [
-            Entry(item["Key"][len(prefix) :], False, int(item["Size"]))
+            Entry(item["Key"][len(prefix) :], False, int(item["Size"]), _listed_version(item))
             for item in page.get("Contents", [])
         ]
         if not page.get("IsTruncated"):
@@ -694,3 +694,13 @@ def _split(path: str) -> tuple[str, str]:
     if not bucket:
         raise StorageError("an S3 URL needs a bucket: s3://bucket/key")
     return bucket, key
+
+
+def _listed_version(item: dict[str, Any]) -> str | None:
+    """An object's version as a ``ListObjectsV2`` entry says it
+    (``Entry.version``): its ETag, else its ``LastModified`` (JuiceFS's
+    gateway lists no ETag unless ``--keep-etag``)."""
+    if item.get("ETag"):
+        return str(item["ETag"])
+    modified = item.get("LastModified")
+    return None if modified is None else f"LastModified {modified}"

@@ -26,10 +26,12 @@ a fingerprint, stored in its schema metadata, which tells a re-run that a
 shard already in OUT is this plan's and complete: its name, the batch
 size, where SRC is (``Origin.root``), and its files, their alternates,
 their sizes and what the listing says of their version (``Origin.stamps``:
-a local file's mtime). So a shard of another SRC whose files have the same
-names and sizes, or one packed before a file was rewritten in place at
-its size, is not this plan's. Nothing in it depends on the host, so every
-run that lists the same SRC makes the same fingerprints.
+a local file's mtime, a store object's ETag or mtime). So a shard of
+another SRC whose files have the same names and sizes, or one packed
+before a file was rewritten in place at its size, is not this plan's
+(unless the listing says no version: an HTTP index page, a list file).
+Nothing in it depends on the host, so every run that lists the same SRC
+makes the same fingerprints.
 """
 
 from __future__ import annotations
@@ -58,11 +60,14 @@ __all__ = [
 ]
 
 #: The version of the fingerprints ``make_plan`` makes, their prefix
-#: (``2:<hex>``). Version 1 (bare hex: streamer before SRC and file
+#: (``3:<hex>``). Version 1 (bare hex: streamer before SRC and file
 #: versions were part of it) hashed names, sizes and the batch size alone;
-#: ``PlannedShard.packed_by`` still takes a shard of version 1 whose names
-#: and sizes are the plan's for this plan's.
-FINGERPRINT_VERSION = 2
+#: version 2 SRC too, and local files' mtimes, but no remote file's
+#: version (a remote file rewritten at its size went unseen).
+#: ``PlannedShard.packed_by`` still takes a shard of an older version for
+#: this plan's when what that version hashed is the plan's: a job begun by
+#: an older streamer finishes, its shards taken on what they say.
+FINGERPRINT_VERSION = 3
 
 #: Extensions of audio files (and of media containers that carry audio): of
 #: two files with one key, one of these keeps it over any other, so a
@@ -83,7 +88,8 @@ class Origin:
     """Where the files of a plan come from, as its fingerprints record it:
     ``root`` names SRC (``source_origin``), ``stamps`` maps a file's
     ``source`` to its version as the listing tells it (a local file's
-    ``st_mtime_ns``; none for a remote file)."""
+    ``st_mtime_ns``; a remote file's ``SourceFile.version``, when its
+    listing tells one)."""
 
     root: str = ""
     stamps: Mapping[str, str] = field(default_factory=dict)
@@ -93,25 +99,23 @@ class Origin:
 class PlannedShard:
     """One shard of the plan: its name, files in order, and fingerprint;
     ``alternates`` maps a file's ``source`` to the other files of its key,
-    in the order they take it should it not be audio. ``legacy`` is the
-    fingerprint version 1 gave it (names and sizes only)."""
+    in the order they take it should it not be audio. ``legacy``: the
+    fingerprints older versions gave it (``FINGERPRINT_VERSION``), oldest
+    first."""
 
     name: str
     files: tuple[SourceFile, ...]
     fingerprint: str
     alternates: Mapping[str, tuple[SourceFile, ...]] = field(default_factory=dict)
-    legacy: str = ""
+    legacy: tuple[str, ...] = ()
 
     def packed_by(self, fingerprint: str | None) -> bool:
         """Whether a shard carrying ``fingerprint`` is this planned shard:
-        it carries this plan's, or it was packed by a streamer of version 1
-        fingerprints (no ``:``) from files of these names and sizes (such a
-        shard says nothing of its SRC or its files' versions: taken on
-        names and sizes, as then)."""
-        if fingerprint is None:
-            return False
-        return fingerprint == self.fingerprint or (
-            ":" not in fingerprint and fingerprint == self.legacy
+        it carries this plan's, or an older version's of this plan (such a
+        shard says nothing of what that version did not hash: taken on
+        what it says, as then)."""
+        return fingerprint is not None and (
+            fingerprint == self.fingerprint or fingerprint in self.legacy
         )
 
     @property
@@ -254,16 +258,21 @@ def _shard(
     origin: Origin,
 ) -> PlannedShard:
     mine = {f.source: alternates[f.source] for f in files if f.source in alternates}
-    header = f"streamer.pack.plan {FINGERPRINT_VERSION}\n{origin.root}\n{name}\n{batch_size}\n"
-    digest = hashlib.sha256(header.encode())
-    legacy = hashlib.sha256(f"{name}\n{batch_size}\n".encode())
+    header = f"{origin.root}\n{name}\n{batch_size}\n"
+    digest = hashlib.sha256(f"streamer.pack.plan {FINGERPRINT_VERSION}\n{header}".encode())
+    version_2 = hashlib.sha256(f"streamer.pack.plan 2\n{header}".encode())
+    version_1 = hashlib.sha256(f"{name}\n{batch_size}\n".encode())
     for file in files:
         for other, tab in ((file, ""), *((o, "\t") for o in mine.get(file.source, ()))):
+            line = f"{tab}{other.source}\t{other.size}"
             stamp = origin.stamps.get(other.source, "")
-            digest.update(f"{tab}{other.source}\t{other.size}\t{stamp}\n".encode())
-            legacy.update(f"{tab}{other.source}\t{other.size}\n".encode())
+            digest.update(f"{line}\t{stamp}\n".encode())
+            # Version 2 hashed no remote file's version, version 1 no version at all.
+            version_2.update(f"{line}\t{'' if other.store.is_remote else stamp}\n".encode())
+            version_1.update(f"{line}\n".encode())
     fingerprint = f"{FINGERPRINT_VERSION}:{digest.hexdigest()[:32]}"
-    return PlannedShard(name, tuple(files), fingerprint, mine, legacy.hexdigest()[:32])
+    legacy = (version_1.hexdigest()[:32], f"2:{version_2.hexdigest()[:32]}")
+    return PlannedShard(name, tuple(files), fingerprint, mine, legacy)
 
 
 def source_origin(
@@ -276,8 +285,10 @@ def source_origin(
     list file a digest of every file's place (URL, or resolved path), so
     copies of the list file agree. ``stamps``: each local file's mtime in
     nanoseconds, one ``stat`` each (unstat-able: none; reading it says
-    why). Remote listings carry no version here: a remote file rewritten
-    at its size between runs goes unseen.
+    why); a remote file's version as its listing says it (an S3 object's
+    ETag). A file whose listing says none (an HTTP index page's, a list
+    file's remote URLs) has no stamp: rewritten at its size between runs,
+    it goes unseen.
 
     Parts of one job on several machines agree when each sees SRC at one
     place: the same URL, or a shared file system mounted at one path (a
@@ -303,10 +314,10 @@ def _place(file: SourceFile) -> str:
 
 
 def _stamp(file: SourceFile) -> str | None:
-    """A local file's version, its mtime in nanoseconds (None: remote, or
-    it cannot be stat'ed)."""
+    """A file's version: a remote one's as its listing says it, a local
+    one's mtime in nanoseconds (None: unsaid, or it cannot be stat'ed)."""
     if file.store.is_remote:
-        return None
+        return file.version
     try:
         return str(os.stat(file.path).st_mtime_ns)
     except OSError:

@@ -62,13 +62,17 @@ class UnreadableSource(Exception):
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One file to pack: its name under SRC, its size, and where it is."""
+    """One file to pack: its name under SRC, its size, where it is, and
+    what its store's listing says of its version (``Entry.version``: an S3
+    object's ETag; None for a local file, an HTTP index page's, a list
+    file's)."""
 
     #: Path relative to SRC with its extension, ``/``-separated (``a/b.mp3``).
     source: str
     size: int
     store: Store
     path: str  # the store's own path of the file
+    version: str | None = None
 
     @property
     def key(self) -> str:
@@ -200,7 +204,7 @@ def _walk(
         if entry.is_dir:
             found.extend(_walk(store, path, name + "/", above, skip, hidden))
         elif entry.size is not None:
-            found.append(SourceFile(name, entry.size, store, path))
+            found.append(SourceFile(name, entry.size, store, path, entry.version))
         elif store.is_remote:  # an HTTP index page tells no sizes
             found.append(SourceFile(name, store.reader(path).size_sync(), store, path))
         else:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,8 @@ import streamer
 from streamer import open_dataset
 from streamer.errors import ReadOnlyURLError, StreamerError
 from streamer.storage.loop import run_sync
+from streamer.write.plan import source_origin
+from streamer.write.sources import list_sources
 
 
 def assert_same_crops(dataset: streamer.Dataset, local: streamer.Dataset) -> None:
@@ -338,3 +341,18 @@ def test_an_sftp_url_serves_the_crops_of_the_local_dataset(
     assert "sftp://127.0.0.1:" in str(missing.value)
     for text in (repr(dataset), str(missing.value), caplog.text):
         assert SFTP_PASSWORD not in text
+
+
+def test_an_ftp_listing_says_each_files_version(tmp_path: Path) -> None:
+    """A pack of an ``ftp://`` SRC fingerprints each file's modification time,
+    as the server lists it: a file rewritten at its size between two parts
+    of the job is seen (``streamer.write.plan``)."""
+    for name in ("a.wav", "b.wav"):
+        (tmp_path / name).write_bytes(b"RIFF" + bytes(60))
+    os.utime(tmp_path / "b.wav", (1_700_000_000, 1_700_000_000))
+    with ftp_server(tmp_path) as url:
+        listing = list_sources(url)
+        origin = source_origin(url, listing)
+    assert [f.source for f in listing] == ["a.wav", "b.wav"]
+    assert origin.stamps["b.wav"] == "modify 20231114221320"
+    assert origin.stamps["a.wav"].startswith("modify ")

@@ -128,10 +128,14 @@ def test_copies_of_a_list_file_are_one_job(tmp_path: Path) -> None:
         _pack(tmp_path / "other.txt", mixed, files="1/2")
 
 
-def test_a_shard_of_the_older_fingerprint_is_taken_on_names_and_sizes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_shard_of_an_older_fingerprint_is_taken_on_what_it_says(
+    tmp_path: Path, version: int
+) -> None:
     """Shards packed before (fingerprint version 1: names, sizes and batch
-    size only, no ``2:``) are still this plan's when those agree: a job
-    begun by an older streamer finishes; one of other sizes is refused."""
+    size only, no ``2:``; version 2: no remote file's version) are still
+    this plan's when those agree: a job begun by an older streamer
+    finishes; one of other sizes is refused."""
     a, _ = _sources(tmp_path)
     out = tmp_path / "out"
     _pack(a, out, files="0/2")
@@ -144,15 +148,17 @@ def test_a_shard_of_the_older_fingerprint_is_taken_on_names_and_sizes(tmp_path: 
         origin=source_origin(str(a), listing),
     )
     for planned in plan.mine:
-        assert planned.fingerprint.startswith("2:") and ":" not in planned.legacy
-        assert planned.packed_by(planned.legacy) and not planned.packed_by(None)
-        assert not planned.packed_by("2:" + planned.legacy)
-        _set_fingerprint(out / "audio" / f"{planned.name}.wsds", planned.legacy)
+        older = planned.legacy[version - 1]
+        assert planned.fingerprint.startswith("3:") and len(planned.legacy) == 2
+        assert older.startswith("2:") if version == 2 else ":" not in older
+        assert planned.packed_by(older) and not planned.packed_by(None)
+        assert not planned.packed_by("3:" + older[-32:])
+        _set_fingerprint(out / "audio" / f"{planned.name}.wsds", older)
     assert _pack(a, out, files="0/2").shards == []
     assert _pack(a, out, files="1/2").manifest_written
     assert verify_dataset(out).ok
     shard = out / "audio" / f"{plan.mine[0].name}.wsds"
-    _set_fingerprint(shard, "0" * 32)  # version 1 of other files
+    _set_fingerprint(shard, ("", "2:")[version - 1] + "0" * 32)  # that version, of other files
     with pytest.raises(PackError, match=OTHER_DATASET):
         _pack(a, out, files="0/2")
 
@@ -217,3 +223,50 @@ def test_parts_of_two_s3_prefixes_do_not_mix_in_an_s3_out(
     dataset = open_dataset(fresh, endpoint_url=moto_endpoint)
     for i in range(4):
         assert bytes(dataset.blob(f"take{i}").view()) == (a / f"take{i}.wav").read_bytes()
+
+
+def test_an_s3_object_rewritten_at_its_size_between_parts_is_seen(
+    moto_endpoint: str, aws: None, tmp_path: Path
+) -> None:
+    """``--shards 0/2`` of an S3 prefix, then one of its objects rewritten,
+    same size, other bytes: the run of part 1 wrote the manifest of a
+    dataset mixing old and new content, and a re-run of part 0 took its
+    stale shard as complete (the listing's ETag was no part of the
+    fingerprint). Both refuse now; shards of a version 2 fingerprint
+    (none hashed a remote version) are still taken as they are."""
+    a, b = _sources(tmp_path)
+    bucket = f"fp-{uuid.uuid4().hex[:8]}"
+    client = s3_client(moto_endpoint, "test-key-id", SECRET)
+    client.create_bucket(Bucket=bucket)
+    for path in a.iterdir():
+        client.put_object(Bucket=bucket, Key=f"raw/{path.name}", Body=path.read_bytes())
+    options = {"storage_options": {"endpoint_url": moto_endpoint}}
+    src, out = f"s3://{bucket}/raw", f"s3://{bucket}/out"
+    first = _pack(src, out, shards="0/2", **options)
+    assert first.shards == ["shard-000000", "shard-000002"]  # take0.wav, take2.wav
+    client.put_object(Bucket=bucket, Key="raw/take0.wav", Body=(b / "take0.wav").read_bytes())
+    with pytest.raises(PackError, match=rf"audio/shard-000000\.wsds .*{OTHER_LISTING}"):
+        _pack(src, out, shards="1/2", **options)
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]]
+    assert f"out/{MANIFEST_NAME}" not in keys
+    with pytest.raises(PackError, match=OTHER_DATASET):
+        _pack(src, out, shards="0/2", **options)
+    # A shard of version 2 carries no version of its objects: taken as then.
+    # (Another prefix: this process's store knows raw/take0.wav was rewritten
+    # after it read it, and refuses to read it again.)
+    for path in a.iterdir():
+        client.put_object(Bucket=bucket, Key=f"copy/{path.name}", Body=path.read_bytes())
+    src, fresh = f"s3://{bucket}/copy", f"s3://{bucket}/fresh"
+    _pack(src, fresh, shards="0/2", **options)
+    listing = list_sources(src, options["storage_options"])
+    assert all(f.version for f in listing)  # each object's ETag
+    origin = source_origin(src, listing, options["storage_options"])
+    plan = make_plan(listing, shard_size=SHARD_SIZE, batch_size=BATCH, origin=origin)
+    key = "fresh/audio/shard-000002.wsds"
+    shard = tmp_path / "shard.wsds"
+    shard.write_bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    _set_fingerprint(shard, plan.every[2].legacy[1])
+    client.put_object(Bucket=bucket, Key=key, Body=shard.read_bytes())
+    again = _pack(src, fresh, shards="0/2", **options)
+    assert again.already_complete == ["shard-000000", "shard-000002"] and not again.shards
+    assert _pack(src, fresh, shards="1/2", **options).manifest_written

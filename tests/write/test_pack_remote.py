@@ -72,12 +72,12 @@ def _prefix(name: str) -> str:
 
 #: A plan fingerprint in a shard's schema metadata (``plan.py``): it names
 #: SRC, so packs of the same files from two places differ in it alone.
-FINGERPRINT = re.compile(rb"2:[0-9a-f]{32}")
+FINGERPRINT = re.compile(rb"3:[0-9a-f]{32}")
 
 
 def _digest(body: bytes) -> str:
     """sha256 of ``body`` with plan fingerprints blanked (at their length)."""
-    return hashlib.sha256(FINGERPRINT.sub(b"2:" + b"0" * 32, body)).hexdigest()
+    return hashlib.sha256(FINGERPRINT.sub(b"3:" + b"0" * 32, body)).hexdigest()
 
 
 def _digests_local(root: Path) -> dict[str, str]:
