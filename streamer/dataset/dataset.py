@@ -251,7 +251,9 @@ class Dataset:
         read already, nothing more is. Allowed (``allow_incomplete``): warned
         about once."""
         opened = [
-            s.schema.metadata for (d, _), s in list(self._shards.items()) if d == self.audio_dir
+            (name, s.schema.metadata)
+            for (d, name), s in list(self._shards.items())
+            if d == self.audio_dir
         ]
         incomplete = find_incomplete(opened, self.listed_shards, self.url)
         if incomplete is not None and self.allow_incomplete:
@@ -1017,7 +1019,7 @@ def write_manifest(
     what says a dataset is whole, and opening by it lists nothing."""
     if column_dirs is None:
         column_dirs, _ = _column_dirs(store, root)
-    metadata: dict[str, list[Mapping[bytes, bytes] | None]] = {}
+    metadata: dict[str, list[tuple[str, Mapping[bytes, bytes] | None]]] = {}
     document = describe(store, column_dirs, metadata)
     for column_dir, shards in sorted(column_dirs.items()):
         incomplete = find_incomplete(metadata.get(column_dir, []), shards, store.display(root))

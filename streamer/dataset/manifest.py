@@ -174,14 +174,14 @@ def parse(store: Store, root: str, text: bytes) -> Manifest:
 def describe(
     store: Store,
     column_dirs: Mapping[str, Mapping[str, str]],
-    metadata: dict[str, list[Mapping[bytes, bytes] | None]] | None = None,
+    metadata: dict[str, list[tuple[str, Mapping[bytes, bytes] | None]]] | None = None,
 ) -> dict[str, Any]:
     """The manifest document of these column directories (``{dir: {name: path}}``,
     a fresh listing): every shard's footer is read to record where it is. A
     shard that does not open is recorded by name and size alone, so readers
     of the manifest still find it, and report it as the listing would.
-    ``metadata``, when given, gets each directory's shards' schema metadata
-    from those footers (what ``write_manifest`` checks the plan by)."""
+    ``metadata``, when given, gets each directory's shards' names and
+    schema metadata from those footers (what ``write_manifest`` checks the plan by)."""
     columns: dict[str, Any] = {}
     for column_dir, shards in sorted(column_dirs.items()):
         entries: dict[str, Any] = {}
@@ -195,7 +195,7 @@ def describe(
                 entries[name] = {"file": file, "size": reader.size_sync()}
                 continue
             if metadata is not None:
-                metadata.setdefault(column_dir, []).append(layout.schema.metadata)
+                metadata.setdefault(column_dir, []).append((name, layout.schema.metadata))
             rows = sum(batch.num_rows for batch in layout.batches)
             footer = list(layout.footer)
             entries[name] = {"file": file, "size": layout.size, "rows": rows, "footer": footer}

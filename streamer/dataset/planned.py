@@ -97,25 +97,36 @@ class Incomplete:
 
 
 def find_incomplete(
-    metadata: Iterable[Mapping[bytes, bytes] | None], present: Collection[str], url: str
+    metadata: Iterable[tuple[str, Mapping[bytes, bytes] | None]],
+    present: Collection[str],
+    url: str,
 ) -> Incomplete | None:
     """The planned shards missing from ``present`` (a column directory's
     shard names), by the records in the schema metadata of its shards
-    (``metadata``, one mapping per shard read; those without a record plan
-    nothing); None when none is. Shards of one pack carry one record, read
-    once; records that differ (parts planned from listings that differ)
-    plan every name any of them has. A record that cannot be read plans
-    nothing, with a warning naming the dataset ``url``."""
+    (``metadata``: ``(name, metadata)`` of each shard read; those without a
+    record plan nothing); None when none is. Shards of one pack carry one
+    record, read once; records that differ (parts planned from listings
+    that differ) plan every name any of them has. A record that does not
+    plan its own shard's name plans nothing: the shard was renamed since
+    (shards of two packs merged under new names), and its record speaks of
+    a layout that is gone. A record that cannot be read plans nothing, with
+    a warning naming the dataset ``url``."""
     key = PLANNED_KEY.encode()
-    records = {m[key] for m in metadata if m and key in m}
+    holders: dict[bytes, list[str]] = {}
+    for name, found in metadata:
+        if found and key in found:
+            holders.setdefault(found[key], []).append(name)
     planned: set[str] = set()
-    for record in records:
+    for record, names in holders.items():
         try:
-            planned |= _names(record)
+            named = _names(record)
         except (ValueError, KeyError, TypeError) as exc:
             text = record[:200].decode(errors="replace")
             log.warning(
                 "%s: %s %r is no record of planned shards (%s)", url, PLANNED_KEY, text, exc
             )
+            continue
+        if any(name in named for name in names):
+            planned |= named
     missing = sorted(planned.difference(present))
     return Incomplete(len(planned), missing) if missing else None

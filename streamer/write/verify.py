@@ -91,7 +91,7 @@ def verify_dataset(
             continue
         report.shards += 1
         report.rows += audio.num_rows
-        metadata.append(audio.schema.metadata)
+        metadata.append((name, audio.schema.metadata))
         keys = audio.keys.to_pylist()
         for row, key in enumerate(keys):
             where = first_seen.setdefault(key, f"{label} row {row}")

@@ -180,3 +180,44 @@ def test_a_dead_runs_staging_folder_of_this_process_id_is_removed(
     (stale / "shard-000000" / "audio").mkdir(parents=True)
     pack(source, out, shards="0/3", **OPTIONS)
     assert not (out / STAGING_DIR).exists()
+
+
+def _rename_shards(root: Path, new: str) -> None:
+    """Rename every shard of every column directory ``shard-*`` -> ``{new}-*``."""
+    for folder in root.iterdir():
+        if folder.is_dir():
+            for shard in folder.glob("shard-*"):
+                shard.rename(shard.with_name(shard.name.replace("shard", new, 1)))
+
+
+def test_shards_renamed_or_merged_with_another_packs_are_no_missing_ones(
+    whole: Path, tmp_path: Path
+) -> None:
+    # A whole pack under new names: its records plan names no shard has now.
+    renamed = _copy(whole, tmp_path)
+    (renamed / MANIFEST_NAME).unlink()
+    _rename_shards(renamed, "train")
+    assert len(open_dataset(renamed)) == 6
+    assert open_dataset(renamed).incomplete is None
+    assert main(["index", str(renamed), "--no-progress"]) == 0  # and writes the manifest
+    assert (renamed / MANIFEST_NAME).exists()
+    # Two packs merged: one under its own names, the other's renamed.
+    merged = tmp_path / "merged"
+    shutil.copytree(whole, merged)
+    (merged / MANIFEST_NAME).unlink()
+    other = tmp_path / "other"
+    shutil.copytree(whole, other)
+    _rename_shards(other, "b-shard")
+    for folder in other.iterdir():
+        if folder.is_dir():
+            for shard in folder.iterdir():
+                shard.rename(merged / folder.name / shard.name)
+    assert len(open_dataset(merged)) == 12  # (its keys twice: refused by a key lookup)
+    assert open_dataset(merged).incomplete is None
+    # A subset of a pack under its own names is what a half-packed dataset is.
+    subset = _copy(whole, tmp_path / "subset")
+    (subset / MANIFEST_NAME).unlink()
+    for folder in subset.iterdir():
+        if folder.is_dir():
+            (folder / "shard-000002.wsds").unlink()
+    assert open_dataset(subset).incomplete is not None
