@@ -46,12 +46,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from numbers import Integral
+from typing import Any
 
 import anyio
 import anyio.to_thread
+import numpy as np
 
 from ..decode.crop import Crop, read_deferred
 from ..errors import WorkerDied
@@ -65,7 +67,9 @@ from .tasks import (
     failure_of,
     first_error,
     is_ask,
+    piped_answers,
     receive_answers,
+    receive_piped,
     seal,
     send_held_back,
     ship,
@@ -248,7 +252,11 @@ class _Worker:
         """The answers to a batch, each with whether its crop is in its
         lease's region. The messages are small (crops are in shared memory)
         and a message is read only once it has begun to arrive, so the loop
-        barely blocks; the worker answers the whole batch at once.
+        barely blocks; the worker answers the whole batch at once. Samples
+        that come through the pipe (no arena, or a crop larger than its
+        region) are read in a thread, watched as the wait for the answer is:
+        a worker stopped halfway through sending them blocked the loop, and
+        with it every store read of the process and the watch itself.
         ``TimeoutError`` if the worker hangs (``answer_begun``)."""
         stall, budget = _stall_limit(tasks), _cpu_budget(tasks)
         began = _cpu_ticks(self.pid)
@@ -257,10 +265,49 @@ class _Worker:
             await self.answer_begun(stall, None if began is None else (began, budget))
             message = self.conn.recv()
             if not is_ask(message):
-                return receive_answers(self.conn, message, self.arena, leases)
+                piped = piped_answers(message, self.arena, leases)
+                samples = await self._receive_piped(message, piped, stall) if piped else {}
+                return receive_answers(message, samples, self.arena, leases)
             job = tasks[message[1]].job  # read in a thread: it may wait on the store
             pieces = await anyio.to_thread.run_sync(read_deferred, job, abandon_on_cancel=True)
             send_held_back(self.conn, pieces)
+
+    async def _receive_piped(
+        self, heads: list[Any], piped: list[int], stall: float
+    ) -> dict[int, np.ndarray]:
+        """``receive_piped`` in a thread, while the worker is watched: one
+        that stops sending (no CPU used for ``stall`` s) is killed, which
+        ends the read (``EOFError`` there), and this raises ``TimeoutError``.
+        Cancelled, the thread is left to the worker's end (``run_batch``
+        retires a worker cancelled mid-batch), having made nothing but
+        arrays of its own."""
+        outcome: dict[str, Any] = {}
+        read = anyio.Event()
+
+        def receive() -> None:
+            try:
+                outcome["samples"] = receive_piped(self.conn, heads, piped)
+            except Exception as exc:  # raised below, outside the task group
+                outcome["error"] = exc
+
+        async def receive_in_a_thread() -> None:
+            await anyio.to_thread.run_sync(receive, abandon_on_cancel=True)
+            read.set()
+
+        hung: TimeoutError | None = None
+        async with anyio.create_task_group() as group:  # raises nothing of its own
+            group.start_soon(receive_in_a_thread)
+            try:
+                await self._watch(read.wait, stall)
+            except TimeoutError as exc:
+                hung = exc
+                self.kill()  # ends the read: its pipe closes
+            group.cancel_scope.cancel()
+        if hung is not None:
+            raise hung
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["samples"]
 
     async def answer_begun(self, stall: float, budget: tuple[int, float] | None = None) -> None:
         """Wait until the worker's next message begins to arrive (or its pipe
@@ -270,14 +317,23 @@ class _Worker:
         more than ``budget`` = (its CPU ticks when the batch was sent, CPU
         seconds allowed) since then: it is stuck in a loop. Without
         ``/proc`` (not Linux) it is waited for as long as it takes."""
+        await self._watch(lambda: anyio.wait_readable(self.conn.fileno()), stall, budget)
+
+    async def _watch(
+        self,
+        arrived: Callable[[], Awaitable[object]],
+        stall: float,
+        budget: tuple[int, float] | None = None,
+    ) -> None:
+        """Wait for ``arrived()`` while the worker is watched (``answer_begun``)."""
         ticks = _cpu_ticks(self.pid)
         if ticks is None or (stall <= 0 and budget is None):
-            await anyio.wait_readable(self.conn.fileno())
+            await arrived()
             return
         since = time.monotonic()
         while True:
             with anyio.move_on_after(min(stall, _STALL_CHECK) if stall > 0 else _STALL_CHECK):
-                await anyio.wait_readable(self.conn.fileno())
+                await arrived()
                 return
             now, used = time.monotonic(), _cpu_ticks(self.pid)
             if used is None:  # gone: its pipe tells

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from mmap import mmap
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -285,7 +285,7 @@ def send_answers(
     One message per batch is one wake-up of the parent per batch, not per
     crop. Pickling the samples would copy them twice more on each side (an
     8 s stereo crop at 44.1 kHz is 2.8 MB); ``send_bytes`` hands the buffer
-    to the socket as it is and ``receive_answers`` reads it straight into
+    to the socket as it is and ``receive_piped`` reads it straight into
     the new array.
     """
     heads: list[tuple[Crop | Failure, DecodeStats, tuple[object, ...] | None]] = []
@@ -325,33 +325,48 @@ def is_ask(message: object) -> bool:
     return isinstance(message, tuple) and len(message) == 2 and message[0] == ASK_HELD_BACK
 
 
+def piped_answers(heads: object, arena: Arena | None, leases: list[Lease | None]) -> list[int]:
+    """The crops of ``send_answers``'s first message, ``heads``, whose
+    samples follow it through the pipe (by number), after checking that
+    ``heads`` answers the batch (``RuntimeError`` if not)."""
+    if not isinstance(heads, list) or len(heads) != len(leases):
+        raise RuntimeError("a worker answered a batch with something else")
+    piped = []
+    for number, ((_, _, layout), lease) in enumerate(zip(heads, leases, strict=True)):
+        if layout is None:
+            continue
+        if layout[2] and (arena is None or lease is None):
+            raise RuntimeError("a worker answered in shared memory it was not given")
+        if not layout[2]:
+            piped.append(number)
+    return piped
+
+
+def receive_piped(conn: Connection, heads: list[Any], piped: list[int]) -> dict[int, np.ndarray]:
+    """The samples of the ``piped`` crops of ``heads``, read from ``conn``
+    (the rest of ``send_answers``; this blocks until they are all in)."""
+    received = {}
+    for number in piped:
+        shape, dtype, _ = heads[number][2]
+        received[number] = np.empty(shape, dtype=dtype)
+        conn.recv_bytes_into(memoryview(received[number]).cast("B"))
+    return received
+
+
 def receive_answers(
-    conn: Connection,
-    first: object,
+    heads: list[Any],
+    piped: dict[int, np.ndarray],
     arena: Arena | None,
     leases: list[Lease | None],
 ) -> list[tuple[tuple[Crop | Failure, DecodeStats], bool]]:
-    """The other end of ``send_answers``; ``first``: its message, already
-    received. Also says of each crop whether it is in the arena, in its
-    lease's region (then an array over it, which releases the region when
-    it is garbage).
+    """The answers of ``send_answers``, from its first message ``heads``
+    and the samples of its ``piped`` crops (``receive_piped``). Also says
+    of each crop whether it is in the arena, in its lease's region (then an
+    array over it, which releases the region when it is garbage).
 
     The piped samples are all read before any array over the arena is made:
     a worker that dies in the middle of sending them leaves no such array
     behind, whose release would free a region its crop's retry uses."""
-    heads = first
-    if not isinstance(heads, list) or len(heads) != len(leases):
-        raise RuntimeError("a worker answered a batch with something else")
-    piped: dict[int, np.ndarray] = {}
-    for number, ((_, _, layout), lease) in enumerate(zip(heads, leases, strict=True)):
-        if layout is None:
-            continue
-        shape, dtype, shared = layout
-        if shared and (arena is None or lease is None):
-            raise RuntimeError("a worker answered in shared memory it was not given")
-        if not shared:
-            piped[number] = np.empty(shape, dtype=dtype)
-            conn.recv_bytes_into(memoryview(piped[number]).cast("B"))
     got: list[tuple[tuple[Crop | Failure, DecodeStats], bool]] = []
     for number, ((crop, stats, layout), lease) in enumerate(zip(heads, leases, strict=True)):
         if layout is None:

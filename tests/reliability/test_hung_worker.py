@@ -165,3 +165,34 @@ def test_workers_stuck_in_a_loop_are_replaced_and_lose_no_crop(packed: Path) -> 
 @pytest.mark.usefixtures("spinning_workers")
 def test_a_stuck_worker_past_the_budget_raises_saying_it_was_stuck(packed: Path) -> None:
     raises_past_the_budget(packed, spin_all, r"stuck \(over [\d.]+ s of CPU on one batch\)")
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_stopped_while_sending_samples_through_its_pipe_is_replaced(
+    packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No shared memory: every crop's samples come through the pipe, and the
+    # worker is stopped as the parent begins to read a batch's megabytes (the
+    # socket holds a fraction: the worker is blocked halfway through sending).
+    # The read blocked the store loop, the stall watch with it: a hang for good.
+    monkeypatch.setattr(pool.arena, "ARENA_BYTES", 0)
+    sampler = RandomCrops(2.5, per_episode=2)
+    reference = list(Streamer(streamer.open_dataset(packed), sampler, seed=5, workers=0))
+    s = Streamer(streamer.open_dataset(packed), sampler, seed=5, workers=1)
+    receive, stopped = pool.receive_piped, []
+
+    def receive_with_the_worker_stopped(conn, heads, piped):  # type: ignore[no-untyped-def]
+        size = sum(int(np.prod(heads[n][2][0])) * np.dtype(heads[n][2][1]).itemsize for n in piped)
+        if not stopped and size > 1 << 20:
+            stopped.extend(s.worker_pids)
+            stop_all(stopped)
+        return receive(conn, heads, piped)
+
+    monkeypatch.setattr(pool, "receive_piped", receive_with_the_worker_stopped)
+    with s:
+        crops = list(s)
+    assert stopped and all(gone(pid) for pid in stopped)
+    assert s.stats.worker_restarts >= 1 and not s.stats.skipped
+    assert [(c.key, c.start) for c in crops] == [(c.key, c.start) for c in reference]
+    for a, b in zip(reference, crops, strict=True):
+        np.testing.assert_array_equal(a.audio, b.audio)
