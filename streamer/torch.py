@@ -522,7 +522,10 @@ class CropDataset(IterableDataset):
         exchange (``_exchange``) a pass, here where every rank calls in the
         same order (the constructor, ``set_epoch``, ``load_state_dict``,
         iterating without DataLoader workers): never in a DataLoader
-        worker, which has no process group."""
+        worker, which has no process group. A rank that cannot plan (its
+        copy of the dataset is incomplete, unreadable) says so in the
+        exchange and raises its error; the others raise naming it, instead
+        of waiting on it in a collective (NCCL: until its timeout)."""
         dist = torch.distributed
         if get_worker_info() is not None or (epoch, done) in self._agreed:
             return
@@ -531,7 +534,18 @@ class CropDataset(IterableDataset):
         partition = self._partition()
         if (partition.rank, partition.world_size) != (dist.get_rank(), dist.get_world_size()):
             return  # ranks of the caller's own making, not this group's
-        plans = _exchange(self._plan_summary(epoch, done))
+        try:
+            summary, failed = self._plan_summary(epoch, done), None
+        except Exception as exc:  # raised below, once every rank has heard of it
+            summary, failed = {"failed": f"{type(exc).__name__}: {exc}"}, exc
+        plans = _exchange(summary)
+        if failed is not None:
+            raise failed
+        broken = [
+            f"rank {rank}: {plan['failed']}" for rank, plan in enumerate(plans) if "failed" in plan
+        ]
+        if broken:
+            raise ValueError("a rank cannot plan its epoch: " + "; ".join(broken))
         if len({(plan["epoch"], plan["done"], plan["plan"], plan["split"]) for plan in plans}) > 1:
             raise ValueError(
                 "the ranks plan different epochs (each rank must see the same data, "

@@ -445,10 +445,11 @@ def spawned_rank(rank: int, packed: Path, port: int, out: Path) -> None:
 def test_ranks_that_see_different_data_are_stopped_before_an_epoch(
     packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two gloo ranks, one of whose local copy lacks a shard: they would plan
-    different epochs (crops served twice and never, shares of different
-    lengths: a DDP hang). Both raise when the dataset is made, naming what
-    each rank sees; later epochs and resumes are compared too."""
+    """Two gloo ranks, one of whose local copy lacks a shard (served anyway:
+    ``allow_incomplete``): they would plan different epochs (crops served
+    twice and never, shares of different lengths: a DDP hang). Both raise
+    when the dataset is made, naming what each rank sees; later epochs and
+    resumes are compared too."""
     short = tmp_path / "node1"
     shutil.copytree(packed, short)
     for missing in short.glob("*/shard-000001.wsds"):
@@ -470,7 +471,7 @@ def rank_of_another_dataset(rank: int, packed: Path, short: Path, port: int, out
     said: dict[str, Any] = {}
     try:
         try:
-            CropDataset(str(short if rank else packed), SAMPLER, seed=5)
+            CropDataset(str(short if rank else packed), SAMPLER, seed=5, allow_incomplete=True)
         except ValueError as error:
             said["made"] = str(error)
         data = CropDataset(str(packed), SAMPLER, seed=5)  # the same everywhere: no error
@@ -480,6 +481,42 @@ def rank_of_another_dataset(rank: int, packed: Path, short: Path, port: int, out
             data.set_epoch(1)
         except ValueError as error:
             said["set_epoch"] = str(error).split(":")[0]
+        (out / f"{rank}.json").write_text(json.dumps(said))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_a_rank_whose_copy_is_incomplete_stops_every_rank(
+    packed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not allowed, the incomplete copy is an error on its rank, which used
+    to raise it alone while the other waited on it in the plans' exchange
+    (gloo: "connection closed by peer"; NCCL: until its timeout). It says
+    so in the exchange: both raise, the other naming it."""
+    short = tmp_path / "node1"
+    shutil.copytree(packed, short)
+    for missing in short.glob("*/shard-000001.wsds"):
+        missing.unlink()
+    said = spawn_two_ranks(monkeypatch, rank_of_an_incomplete_copy, packed, short, tmp_path)
+    assert said[1]["type"] == "IncompleteDatasetError"
+    assert "1 of the 2 shards its pack planned are present" in said[1]["made"]
+    assert said[0]["type"] == "ValueError"
+    assert said[0]["made"].startswith(
+        "a rank cannot plan its epoch: rank 1: IncompleteDatasetError"
+    )
+    assert str(short) in said[0]["made"]
+
+
+def rank_of_an_incomplete_copy(rank: int, packed: Path, short: Path, port: int, out: Path) -> None:
+    """One rank of ``test_a_rank_whose_copy_is_incomplete_stops_every_rank``."""
+    url = f"tcp://127.0.0.1:{port}"
+    torch.distributed.init_process_group("gloo", init_method=url, rank=rank, world_size=2)
+    said: dict[str, Any] = {}
+    try:
+        try:
+            CropDataset(str(short if rank else packed), SAMPLER, seed=5)
+        except Exception as error:  # what each rank raised is the result
+            said = {"type": type(error).__name__, "made": str(error)}
         (out / f"{rank}.json").write_text(json.dumps(said))
     finally:
         torch.distributed.destroy_process_group()
