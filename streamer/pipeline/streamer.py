@@ -611,9 +611,12 @@ class Streamer:
                     return
                 yield item  # type: ignore[misc]
         finally:
-            self._end_iteration()
-            self._iteration = None if self._iteration is iteration else self._iteration
-            self._closed_under = None if self._closed_under is iteration else self._closed_under
+            try:
+                self._end_iteration()
+            finally:  # a second Ctrl-C in there: the Streamer refused every loop after
+                self._iteration = None if self._iteration is iteration else self._iteration
+                if self._closed_under is iteration:
+                    self._closed_under = None
 
     def _claim(self) -> object:
         """Mark a sync iteration as under way (``RuntimeError`` if one is):
@@ -878,14 +881,20 @@ class Streamer:
             await run.stop()
 
     async def _shutdown(self) -> None:
-        await self._stop_run()
-        pool, self._resources.pool = self._resources.pool, None
-        starting, self._pool_ready = self._pool_ready, None
-        if starting is not None and not starting.done():
-            starting.cancel()  # its workers are closed with it
-            await asyncio.wait([starting])
-        if pool is not None:
-            await pool.aclose()
+        """Stop the pass and the workers. The pool is closed whatever
+        interrupts the rest (a second Ctrl-C cancelling this while the pass
+        stops or the pool starts): it was detached first, and its workers
+        outlived the Streamer, which ``close()`` no longer reached."""
+        try:
+            await self._stop_run()
+            starting, self._pool_ready = self._pool_ready, None
+            if starting is not None and not starting.done():
+                starting.cancel()  # its workers are closed with it
+                await asyncio.wait([starting])
+        finally:
+            pool, self._resources.pool = self._resources.pool, None
+            if pool is not None:
+                await pool.aclose()  # a thread's work: runs its course once begun
 
     def _require_idle(self) -> None:
         if self._resources.run is not None:

@@ -6,17 +6,21 @@ already past it: a resumed run never saw that crop."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
+import time
 from pathlib import Path
 
 import anyio
 import pytest
-from helpers import signature
+from helpers import gone, signature
 
 import streamer
 from streamer import RandomCrops, Streamer
 from streamer.decode.crop import Crop
+from streamer.pipeline.streamer import _on_store_loop
+from streamer.storage.loop import background_loop
 
 SAMPLER = RandomCrops(0.5, per_episode=2)  # 14 crops over the 7 episodes of ``packed``
 
@@ -176,3 +180,56 @@ async def test_many_short_waits_lose_no_crop(packed: Path, workers: int) -> None
             assert signature(got) == expected, f"epoch {epoch}: {len(got)} of {len(expected)}"
             assert not s.stats.skipped and s.epoch == epoch + 1
     assert cancels > 0
+
+
+@pytest.mark.timeout(60)
+def test_a_second_ctrl_c_as_the_loop_ends_leaves_the_streamer_usable(
+    packed: Path, everything: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second of two quick Ctrl-Cs lands while the ending loop stops the
+    workers: the Streamer refused every later loop ("already being
+    iterated"), ``close()`` did not mend it."""
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1)
+    end = Streamer._end_iteration
+
+    def interrupted(self: Streamer) -> None:
+        monkeypatch.setattr(Streamer, "_end_iteration", end)
+        end(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Streamer, "_end_iteration", interrupted)
+    got: list[Crop] = []
+    with pytest.raises(KeyboardInterrupt):
+        for crop in s:
+            got.append(crop)
+    assert signature(got) == everything
+    s.epoch = 0
+    assert signature(list(s)) == everything  # a new loop, the pass again
+
+
+@pytest.mark.timeout(60)
+def test_a_shutdown_interrupted_still_stops_the_workers(
+    packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C cancels the shutdown on the store loop (``_blocking``) while the
+    pass stops: the workers are stopped all the same. The pool was detached
+    first and left open: its workers outlived the Streamer."""
+    s = Streamer(streamer.open_dataset(packed), SAMPLER, workers=1)
+    crops = iter(s)
+    next(crops)
+    pids = s.worker_pids
+    assert pids
+
+    async def slow_stop() -> None:
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(s, "_stop_run", slow_stop)
+    stopping = asyncio.run_coroutine_threadsafe(_on_store_loop(s._shutdown()), background_loop())
+    time.sleep(0.3)
+    stopping.cancel()  # as _blocking does when Ctrl-C interrupts its wait
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in pids)
+    monkeypatch.undo()
+    crops.close()
