@@ -14,6 +14,11 @@ Then, from a checkout of the repository (the image installs this checkout)::
     modal run deploy/modal_app.py --job warmup --url s3://bucket/ds --parts 4
     modal run deploy/modal_app.py --job stream --url s3://bucket/ds --crops 2000
 
+``--allow-incomplete`` (warmup, stream) serves the shards present of a
+dataset whose pack left planned shards missing, as ``streamer warmup
+--allow-incomplete`` does; without it those jobs fail, naming the missing
+shards, and an index job's summary names them as a problem of every part.
+
 The entry point lists the work into parts, fans them out with ``.map``,
 merges the parts' reports and prints the counts per reason, every failed part
 with its reason, and what the job cost in requests and bytes; it exits 1 when
@@ -113,10 +118,18 @@ def warmup(
     per_episode: int = 4,
     seed: int = 0,
     cache_dir: str = CACHE_DIR,
+    allow_incomplete: bool = False,
 ) -> jobs.PartReport:
-    """Fill the cache Volume with what rank ``part`` of an epoch reads."""
+    """Fill the cache Volume with what rank ``part`` of an epoch reads
+    (``allow_incomplete``: of the shards present of an incomplete dataset)."""
     report = jobs.warmup_part(
-        url, part, cache_dir=cache_dir, duration=duration, per_episode=per_episode, seed=seed
+        url,
+        part,
+        cache_dir=cache_dir,
+        duration=duration,
+        per_episode=per_episode,
+        seed=seed,
+        allow_incomplete=allow_incomplete,
     )
     if not modal.is_local():
         cache.commit()  # visible to the training containers that mount the Volume
@@ -140,11 +153,19 @@ def stream_example(
     duration: float = 8.0,
     cached: bool = False,
     cache_dir: str = CACHE_DIR,
+    allow_incomplete: bool = False,
 ) -> str:
     """A minimal training consumer: crops/s and bytes per crop from the store
-    (``cached``: through the Volume that ``warmup`` filled)."""
+    (``cached``: through the Volume that ``warmup`` filled;
+    ``allow_incomplete``: of the shards present of an incomplete dataset)."""
     options = {"cache_dir": cache_dir} if cached else None
-    report = jobs.stream_example(url, crops=crops, duration=duration, storage_options=options)
+    report = jobs.stream_example(
+        url,
+        crops=crops,
+        duration=duration,
+        allow_incomplete=allow_incomplete,
+        storage_options=options,
+    )
     return report.line()
 
 
@@ -159,9 +180,12 @@ def run_job(
     per_episode: int = 4,
     local: bool = False,
     cache_dir: str = CACHE_DIR,
+    allow_incomplete: bool = False,
 ) -> jobs.JobSummary:
     """List, fan out, finish and merge one job (``pack``, ``index`` or
-    ``warmup``): on Modal, or with ``local`` in this process, part by part."""
+    ``warmup``): on Modal, or with ``local`` in this process, part by part.
+    ``allow_incomplete``: warm up the shards present of a dataset whose pack
+    left planned shards missing (every part fails on it otherwise)."""
     if job not in ("pack", "index", "warmup"):
         raise ValueError(f"unknown job {job!r}: pack, index, warmup or stream")
     call = _local if local else _remote
@@ -172,7 +196,8 @@ def run_job(
         results = _fan_out(index, specs, {"url": url}, local)
     else:
         options = {"url": url, "duration": duration, "per_episode": per_episode}
-        results = _fan_out(warmup, specs, {**options, "cache_dir": cache_dir}, local)
+        options |= {"cache_dir": cache_dir, "allow_incomplete": allow_incomplete}
+        results = _fan_out(warmup, specs, options, local)
     summary = jobs.merge(job, specs, results, urls=[src, url] if job == "pack" else [url])
     if summary.failed:
         return summary  # the dataset is not whole yet: re-run the job
@@ -219,9 +244,13 @@ def main(
     duration: float = 8.0,
     per_episode: int = 4,
     cached: bool = False,
+    allow_incomplete: bool = False,
 ) -> None:
     if job == "stream":
-        print(stream_example.remote(url, crops=crops, duration=duration, cached=cached))
+        line = stream_example.remote(
+            url, crops=crops, duration=duration, cached=cached, allow_incomplete=allow_incomplete
+        )
+        print(line)
         return
     try:
         summary = run_job(
@@ -232,6 +261,7 @@ def main(
             shard_size=shard_size or None,
             duration=duration,
             per_episode=per_episode,
+            allow_incomplete=allow_incomplete,
         )
     except Exception as exc:  # listing the work failed: nothing ran
         print(f"{job}: error: {jobs.describe(exc)}")

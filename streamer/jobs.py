@@ -327,7 +327,10 @@ def index_part(
 ) -> PartReport:
     """Index the shards of partition ``part`` (``i/n``) of the dataset at
     ``url``, skipping those already indexed. The dataset manifest is left to
-    ``finish_index``: parts writing it at once would race."""
+    ``finish_index``: parts writing it at once would race. A dataset whose
+    pack left planned shards missing is a problem of every part (its shards
+    are indexed all the same), so the merged summary says so before
+    ``finish_index`` refuses."""
 
     def work(part_report: PartReport) -> None:
         report = build_index(
@@ -390,12 +393,15 @@ def warmup_part(
     epoch: int = 0,
     sample_rate: int | None = None,
     mono: bool = False,
+    allow_incomplete: bool = False,
     storage_options: Mapping[str, Any] | None = None,
 ) -> PartReport:
     """Fetch into the disk cache at ``cache_dir`` every byte that partition
     ``part`` (``i/n``: rank i of n) of an epoch of ``RandomCrops(duration,
     per_episode)`` reads, so a training run with the same plan and cache reads
-    nothing from the store. No decoding."""
+    nothing from the store. No decoding. A dataset whose pack left planned
+    shards missing fails the part (``IncompleteDatasetError``) unless
+    ``allow_incomplete``, as the training run opening it would."""
     options = {**(storage_options or {}), "cache_dir": os.fspath(cache_dir)}
 
     def work(part_report: PartReport) -> None:
@@ -413,6 +419,7 @@ def warmup_part(
             num_workers=1,
             workers=0,
             storage_options=options,
+            allow_incomplete=allow_incomplete,
         )
         report = warmup(streamer)
         counts = Counter({"crops warmed": report.crops})
@@ -462,13 +469,14 @@ def stream_example(
     mono: bool = True,
     workers: int | None = None,
     seed: int = 0,
+    allow_incomplete: bool = False,
     storage_options: Mapping[str, Any] | None = None,
 ) -> StreamReport:
     """A minimal training consumer: stream ``crops`` random crops of the
     dataset at ``url`` (as ``streamer bench`` plans them) and report crops/s
     and what they cost on the store. Each crop's audio is touched as a
-    training step would touch it."""
-    dataset = open_dataset(url, **(storage_options or {}))
+    training step would touch it. ``allow_incomplete``: as ``open_dataset``."""
+    dataset = open_dataset(url, allow_incomplete=allow_incomplete, **(storage_options or {}))
     config = BenchConfig(
         duration=duration, crops=crops, seed=seed, sample_rate=sample_rate, mono=mono
     )

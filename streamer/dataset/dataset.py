@@ -250,12 +250,7 @@ class Dataset:
         records its shards opened (``_check_shards``) carry: their footers are
         read already, nothing more is. Allowed (``allow_incomplete``): warned
         about once."""
-        opened = [
-            (name, s.schema.metadata)
-            for (d, name), s in list(self._shards.items())
-            if d == self.audio_dir
-        ]
-        incomplete = find_incomplete(opened, self.listed_shards, self.url)
+        incomplete = self.incomplete_by_opened()
         if incomplete is not None and self.allow_incomplete:
             log.warning(
                 "%s: incomplete dataset, only the shards present are used (allow_incomplete): %s",
@@ -263,6 +258,19 @@ class Dataset:
                 incomplete.summary(),
             )
         return incomplete
+
+    def incomplete_by_opened(self) -> Incomplete | None:
+        """The planned shards missing from the listing, by the records of the
+        audio shards opened so far, none opened for it: for a job's part
+        that opens only its own shards (each records the whole plan), where
+        ``incomplete`` would read every shard's footer. None when the shards
+        opened record no plan, or no shard is opened yet."""
+        opened = [
+            (name, s.schema.metadata)
+            for (d, name), s in list(self._shards.items())
+            if d == self.audio_dir
+        ]
+        return find_incomplete(opened, self.listed_shards, self.url)
 
     @property
     def bad_shards(self) -> dict[str, str]:

@@ -214,8 +214,10 @@ class IndexReport:
     #: cannot be sampled or read by key until one is removed. Checked when
     #: the run covers every shard (not by one part of a ``--shards`` job).
     duplicate_key: str | None = None
-    #: Why the dataset manifest was not written: shards its pack planned are
-    #: missing (``IncompleteDatasetError``), and a manifest would call it whole.
+    #: Shards its pack planned are missing (the one line of
+    #: ``IncompleteDatasetError``): the dataset is not served whole, and no
+    #: manifest is written over it (one would call it whole). Every run says
+    #: so, a part of a job too (``shards``), by the records of its own shards.
     incomplete: str | None = None
 
     def problems(self) -> dict[str, str]:
@@ -235,7 +237,7 @@ class IndexReport:
         if self.duplicate_key:
             found["keys"] = f"the dataset cannot be streamed: {self.duplicate_key}"
         if self.incomplete:
-            found["manifest"] = self.incomplete
+            found["dataset"] = self.incomplete
         return found
 
     def add(self, result: ShardResult) -> None:
@@ -326,30 +328,37 @@ def build_index(
     (``dataset.write_manifest``); with ``shards`` (one part of a job), only
     when that listing finds every audio shard indexed
     (``_write_manifest_when_complete``). The shards of a dataset whose pack
-    left planned shards missing are indexed, and its manifest is not
-    written (``report.incomplete``).
+    left planned shards missing are indexed, its manifest is not written,
+    and the report says why (``report.incomplete``: a problem), one part of
+    a job too, ``manifest`` or not (by the records of its own shards).
     """
     options = {"force": force, "density": density, "verify": verify}
     report = _each_shard(url, storage_options, shards, workers, progress, index_shard, options)
-    if manifest:
+    if manifest and not report.incomplete:
         store, root = open_url(url, **(storage_options or {}))
         if shards is None:
             _write_manifest(store, root, report)
         else:
-            _write_manifest_when_complete(store, root)
+            _write_manifest_when_complete(store, root, report)
     return report
 
 
-def _write_manifest(store: Store, root: str, report: IndexReport) -> None:
-    """The manifest from a fresh listing, unless planned shards are missing:
-    then why not, in ``report.incomplete`` (a problem: the command exits 1)."""
+def _write_manifest(
+    store: Store,
+    root: str,
+    report: IndexReport,
+    column_dirs: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """The manifest from a fresh listing (or ``column_dirs``, one just
+    made), unless planned shards are missing: then why not, in
+    ``report.incomplete`` (a problem: the command exits 1)."""
     try:
-        write_manifest(store, root)
+        write_manifest(store, root, column_dirs)
     except IncompleteDatasetError as exc:
         report.incomplete = str(exc)
 
 
-def _write_manifest_when_complete(store: Store, root: str) -> None:
+def _write_manifest_when_complete(store: Store, root: str, report: IndexReport) -> None:
     """The manifest after one part of an index job, by the part that finds
     every audio shard indexed when it lists (so at least the last one to
     finish). A part that wrote it from an earlier listing could land after
@@ -363,7 +372,7 @@ def _write_manifest_when_complete(store: Store, root: str) -> None:
             len(missing),
         )
         return
-    write_manifest(store, root, listed.column_dirs)
+    _write_manifest(store, root, report, listed.column_dirs)
 
 
 def unindexed_shards(store: Store, root: str) -> tuple[Dataset, list[str]]:
@@ -400,9 +409,11 @@ def verify_index_shards(
     checked against the audio alone, and when it passes, kept and the
     ``audio_info`` row reported (``info``) as the table in error. A shard
     without a usable index shard is ``failed``.
-    The dataset manifest is rewritten after them."""
+    The dataset manifest is rewritten after them, unless shards its pack
+    planned are missing (``report.incomplete``)."""
     report = _each_shard(url, storage_options, shards, workers, progress, reverify_shard, {})
-    _write_manifest(*open_url(url, **(storage_options or {})), report)
+    if not report.incomplete:
+        _write_manifest(*open_url(url, **(storage_options or {})), report)
     return report
 
 
@@ -416,7 +427,9 @@ def _each_shard(
     options: dict[str, Any],
 ) -> IndexReport:
     """Run ``work(store, root, name, **options)`` on every selected shard, in
-    ``workers`` processes, into one report."""
+    ``workers`` processes, into one report; with the planned shards missing
+    (``report.incomplete``), by the records of the selected shards alone
+    (opened to count their rows): a part of a job reads no other footer."""
     store, root = open_url(url, **(storage_options or {}))
     store.check_writable(store.join(root, INDEX_DIR))
     # The shards of an incomplete pack are indexed too: its manifest is refused.
@@ -433,6 +446,9 @@ def _each_shard(
             bar.set_postfix(shards=len(report.indexed), skipped=len(report.skipped))
     finally:
         bar.close()
+    incomplete = dataset.incomplete_by_opened()
+    if incomplete is not None:
+        report.incomplete = incomplete.message(dataset.url)
     if shards is None:
         try:
             dataset.check_keys()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import SECRET
 
+from streamer.dataset.manifest import MANIFEST_NAME
 from streamer.storage import open_url
 from streamer.write.pack import pack
 
@@ -40,6 +41,20 @@ def remote_unindexed(s3, s3_uploaded, unindexed, aws_env) -> str:  # type: ignor
     store, root = open_url(url)
     for path in sorted(unindexed.rglob("*")):
         if path.is_file():
+            store.put_sync(store.join(root, path.relative_to(unindexed).as_posix()), path)
+    s3.reset()
+    return url
+
+
+@pytest.fixture
+def remote_incomplete(s3, s3_uploaded, unindexed, aws_env) -> str:  # type: ignore[no-untyped-def]
+    """``unindexed`` uploaded without its shard ``shard-000001`` and without
+    its manifest (as a pack job leaves it when the part that packs that
+    shard never ran): its URL."""
+    url = f"s3://{s3_uploaded}/incomplete-{uuid.uuid4().hex[:8]}"
+    store, root = open_url(url)
+    for path in sorted(unindexed.rglob("*")):
+        if path.is_file() and path.stem != "shard-000001" and path.name != MANIFEST_NAME:
             store.put_sync(store.join(root, path.relative_to(unindexed).as_posix()), path)
     s3.reset()
     return url

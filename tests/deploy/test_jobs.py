@@ -20,6 +20,9 @@ from streamer.storage import open_url
 from streamer.write.index import parse_part
 from streamer.write.verify import verify_dataset
 
+#: The shard ``remote_incomplete`` lacks.
+MISSING = "shard-000001"
+
 
 def puts(server) -> list[str]:  # type: ignore[no-untyped-def]
     return sorted(r.path for r in server.requests if r.method == "PUT")
@@ -360,3 +363,51 @@ def test_parts_left_out_of_a_huge_n_are_counted_not_listed() -> None:
     assert summary.parts == 10**12
     few = jobs.merge("index", ["0/3"], [_report("0/3", episodes=1)])
     assert sorted(few.failed) == ["1/3", "2/3"]
+
+
+def test_every_index_part_says_its_dataset_is_incomplete(s3, remote_incomplete, unindexed) -> None:  # type: ignore[no-untyped-def]
+    """A dataset whose pack left a planned shard missing: every index part
+    indexes its shards and names the missing one as its problem (from the
+    plan its own shards record: it reads no other shard's footer), so the
+    merged summary is not ok before ``finish_index`` refuses."""
+    planned = sorted(p.stem for p in (unindexed / "audio").iterdir())
+    present = [name for name in planned if name != MISSING]
+    parts = jobs.index_parts(remote_incomplete, 2)
+    reports = []
+    for number, part in enumerate(parts):
+        s3.reset()
+        reports.append(jobs.index_part(remote_incomplete, part))
+        paths = [r.path.partition("?")[0] for r in s3.requests if r.method == "GET"]
+        read = {path.rsplit("/", 1)[-1] for path in paths if "/audio/" in path}
+        assert read == {f"{name}.wsds" for name in present[number::2]}  # its own shards alone
+    for report in reports:
+        assert report.ok, report.error
+        assert report.counts["shards indexed"] > 0
+        (why,) = report.problems.values()
+        assert "incomplete dataset" in why and f"missing: {MISSING}" in why, why
+        assert f"{len(present)} of the {len(planned)} shards" in why
+    summary = jobs.merge("index", parts, reports)
+    assert not summary.ok and not summary.failed
+    assert summary.counts["shards indexed"] == len(present)
+    assert any("incomplete dataset" in line for line in summary.lines())
+    with pytest.raises(streamer.IncompleteDatasetError, match=MISSING):
+        jobs.finish_index(remote_incomplete)
+
+
+def test_warmup_and_stream_example_serve_an_incomplete_dataset_only_when_allowed(
+    s3, remote_incomplete, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    options = {"duration": 0.25, "per_episode": 1, "cache_dir": tmp_path / "cache"}
+    refused = jobs.warmup_part(remote_incomplete, "0/1", **options)
+    assert not refused.ok and "incomplete dataset" in refused.error
+    assert f"missing: {MISSING}" in refused.error
+    allowed = jobs.warmup_part(remote_incomplete, "0/1", allow_incomplete=True, **options)
+    assert allowed.ok, allowed.error
+    warmed = allowed.counts["crops warmed"]
+    assert warmed + sum(n for r, n in allowed.counts.items() if r.startswith("crop skipped")) > 0
+    with pytest.raises(streamer.IncompleteDatasetError, match=MISSING):
+        jobs.stream_example(remote_incomplete, crops=4, duration=0.25, workers=0)
+    report = jobs.stream_example(
+        remote_incomplete, crops=4, duration=0.25, workers=0, allow_incomplete=True
+    )
+    assert report.crops + sum(report.skipped.values()) == 4

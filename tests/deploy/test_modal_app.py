@@ -124,3 +124,25 @@ def test_a_failing_part_is_named_by_the_summary(app, s3, remote_unindexed) -> No
 def test_a_bad_job_name_is_refused(app) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="unknown job 'indx'"):
         app.run_job("indx", "s3://b/ds", local=True)
+
+
+def test_warmup_and_stream_take_allow_incomplete(app, remote_incomplete, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A dataset whose pack left a shard missing: the warmup job fails every
+    part naming it, and serves the shards present with ``allow_incomplete``
+    (the entry point's ``--allow-incomplete``), as the stream consumer does."""
+    options = {"parts": 2, "duration": 0.25, "per_episode": 1, "local": True}
+    refused = app.run_job("warmup", remote_incomplete, cache_dir=str(tmp_path), **options)
+    assert set(refused.failed) == {"0/2", "1/2"}
+    assert all("incomplete dataset" in why for why in refused.failed.values())
+    allowed = app.run_job(
+        "warmup", remote_incomplete, cache_dir=str(tmp_path), allow_incomplete=True, **options
+    )
+    assert not allowed.failed and allowed.counts["crops warmed"] > 0
+    # What verification finds is said still: the dataset is incomplete.
+    assert any("shard-000001" in line for line in allowed.problems.values())
+    with pytest.raises(streamer.IncompleteDatasetError):
+        app.stream_example.local(remote_incomplete, crops=2, duration=0.25)
+    line = app.stream_example.local(
+        remote_incomplete, crops=2, duration=0.25, allow_incomplete=True
+    )
+    assert line.startswith("2 crops in "), line

@@ -144,8 +144,14 @@ def test_shards_without_the_record_open_as_before(whole: Path, tmp_path: Path) -
 def test_index_does_not_write_a_manifest_over_an_incomplete_pack(half: Path) -> None:
     report = build_index(half, progress=False)
     assert not (half / MANIFEST_NAME).exists()
-    assert "shard-000001" in report.problems()["manifest"]
+    assert "shard-000001" in report.problems()["dataset"]
     assert main(["index", str(half), "--workers", "1", "--no-progress"]) == 1
+    assert not (half / MANIFEST_NAME).exists()
+    # One part of an index job says so from its own shard, and exits 1 (the
+    # part finding every shard indexed raised from the manifest it wrote).
+    part = build_index(half, shards="1/2", progress=False)
+    assert "missing: shard-000001" in part.problems()["dataset"]
+    assert main(["index", str(half), "--shards", "0/2", "--no-progress"]) == 1
     assert not (half / MANIFEST_NAME).exists()
 
 
