@@ -13,7 +13,7 @@ on too.
 """
 
 from ._urls import redact, safe_url
-from .base import Entry, RangeReader, Source, Store
+from .base import Entry, RangeReader, Source, Stat, Store
 from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
@@ -32,6 +32,7 @@ __all__ = [
     "RangeReader",
     "RetryPolicy",
     "Source",
+    "Stat",
     "Store",
     "StoreStats",
     "StoreUnavailable",

@@ -14,12 +14,12 @@ import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ReadOnlyURLError
 from .stats import StoreStats
 
-__all__ = ["COPY_CHUNK", "Entry", "RangeReader", "Source", "Store"]
+__all__ = ["COPY_CHUNK", "Entry", "RangeReader", "Source", "Stat", "Store"]
 
 #: The largest request of a bulk copy (``RangeReader.read_into_sync``).
 COPY_CHUNK = 8 << 20
@@ -60,6 +60,11 @@ class RangeReader(abc.ABC):
     @abc.abstractmethod
     def size_sync(self) -> int:
         """Blocking form of ``size``."""
+
+    async def stat(self) -> Stat:
+        """The object's size and version (``Stat``); by default no version
+        (a local file's is its mtime, which whoever needs it stats)."""
+        return Stat(await self.size())
 
     @abc.abstractmethod
     def read_sync(self, offset: int, length: int) -> memoryview:
@@ -104,6 +109,16 @@ class RangeReader(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+class Stat(NamedTuple):
+    """What a size request says of an object: its size, and its version
+    where the answer names one (its ``ETag``, else its modification time;
+    ``None`` when it names neither), which a rewrite at the same size
+    changes (``streamer pack`` hashes it into its plan fingerprint)."""
+
+    size: int
+    version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

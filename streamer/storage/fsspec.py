@@ -32,7 +32,7 @@ import fsspec.asyn
 
 from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
-from .base import Entry
+from .base import Entry, Stat
 from .remote import GENERIC_OPTIONS, Answer, NotFound, RemoteStore, check_length
 from .retry import TransientError
 
@@ -232,13 +232,14 @@ class FsspecStore(RemoteStore):
         return Answer(body)
 
     async def _get_tail(self, client: Any, path: str, length: int) -> tuple[int, Answer]:
-        size = await self._get_size(client, path)
+        size = (await self._get_stat(client, path)).size
         start = max(0, size - length)
         answer = await self._get_range(client, path, start, size)
         return start, answer._replace(size=size)
 
-    async def _get_size(self, client: Any, path: str) -> int:
-        return int((await self._call_fs(client, "info", path))["size"])
+    async def _get_stat(self, client: Any, path: str) -> Stat:
+        info = await self._call_fs(client, "info", path)
+        return Stat(int(info["size"]), _version(info))
 
     async def _put(self, client: Any, path: str, body: bytes) -> None:
         try:

@@ -41,7 +41,7 @@ import yarl
 from ..errors import StorageError, UnsupportedURLError
 from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
-from .base import Entry
+from .base import Entry, Stat
 from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteReader, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
@@ -58,6 +58,7 @@ __all__ = [
     "open_session",
     "proxy_for",
     "ranged_get",
+    "version_tags",
 ]
 
 NETWORK_ERRORS = (aiohttp.ClientError, asyncio.IncompleteReadError, ConnectionError)
@@ -111,16 +112,17 @@ class RangeGetStore(RemoteStore):
             )
         return span[0], answer
 
-    async def _get_size(self, client: Any, path: str) -> int:
-        """The size a one-byte GET's ``Content-Range`` names: no HEAD needed,
-        which some servers, policies and proxies refuse. An empty object has
-        no byte 0: its 416 means size 0 (RFC 9110), whether it says so or not
-        (moto and rclone do not)."""
+    async def _get_stat(self, client: Any, path: str) -> Stat:
+        """The size a one-byte GET's ``Content-Range`` names, and the version
+        its strongest tag does (``version_tags``): no HEAD needed, which
+        some servers, policies and proxies refuse. An empty object has no
+        byte 0: its 416 means size 0 (RFC 9110), whether it says so or not
+        (moto and rclone do not), of no version."""
         try:
-            span, _ = await self._ranged(client, path, "bytes=0-0")
+            span, answer = await self._ranged(client, path, "bytes=0-0")
         except RangeNotSatisfiable as exc:
-            return exc.size or 0
-        return span[2]
+            return Stat(exc.size or 0)
+        return Stat(span[2], answer.tags[0] if answer.tags else None)
 
 
 class HTTPStore(RangeGetStore):
@@ -343,7 +345,10 @@ async def ranged_get(
                 span = _whole_object(byte_range, response.content_length)
             if response.status in (200, 206) and span is not None:
                 body = await _range_body(shown, response, span)
-                return span, Answer(body, span[2], _versions(response))
+                tags = version_tags(
+                    response.headers.get("ETag"), response.headers.get("Last-Modified")
+                )
+                return span, Answer(body, span[2], tags)
             if response.status == 206:
                 kind = response.headers.get("Content-Type", "")
                 sent = f" but a {kind.partition(';')[0]} body" if "multipart" in kind else ""
@@ -667,15 +672,14 @@ def _unsatisfied_size(content_range: str) -> int | None:
     return int(total) if total.isascii() and total.isdigit() else None
 
 
-def _versions(response: aiohttp.ClientResponse) -> tuple[str, ...]:
-    """What names the version of the object an answer comes from, named by
-    kind, strongest first: its ``ETag`` and its ``Last-Modified``, each if
-    it carries one (``RemoteStore._version_change`` compares each with the
-    first of its kind: some servers and CDNs drop the ``ETag`` from some
-    answers, which are then compared by their date). A weak ETag (``W/``)
-    names the same version as its strong form (servers weaken it on some
-    answers)."""
-    etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
+def version_tags(etag: str | None, modified: str | None) -> tuple[str, ...]:
+    """What names the version of the object an answer comes from, by its
+    ``ETag`` and ``Last-Modified`` headers: named by kind, strongest first,
+    each if it carries one (``RemoteStore._version_change`` compares each
+    with the first of its kind: some servers and CDNs drop the ``ETag``
+    from some answers, which are then compared by their date). A weak ETag
+    (``W/``) names the same version as its strong form (servers weaken it
+    on some answers)."""
     return tuple(
         f"{kind} {value}"
         for kind, value in (("ETag", etag and etag.removeprefix("W/")), ("Last-Modified", modified))

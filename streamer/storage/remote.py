@@ -30,7 +30,7 @@ from ..errors import StorageError
 from ..timing import record
 from ._bounds import check_range
 from ._urls import install_log_redaction, redact
-from .base import COPY_CHUNK, Entry, RangeReader, Source, Store
+from .base import COPY_CHUNK, Entry, RangeReader, Source, Stat, Store
 from .cache import BlockCache, CacheConfig
 from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
@@ -218,8 +218,8 @@ class RemoteStore(Store):
         another way."""
 
     @abc.abstractmethod
-    async def _get_size(self, client: Any, path: str) -> int:
-        """The object's size in bytes."""
+    async def _get_stat(self, client: Any, path: str) -> Stat:
+        """The object's size in bytes and its version, in one request."""
 
     async def _list(self, client: Any, path: str) -> list[Entry]:
         """Children of a directory or prefix (any order), in one request: what
@@ -633,25 +633,33 @@ class RemoteStore(Store):
         """``_get_tail``; when the server refuses a suffix longer than the object
         with 416 (rclone's S3 server, Ceph), the same bytes by the object's
         size: the 416's own (SeaweedFS, plain HTTP servers), else
-        ``_get_size``'s (moto and rclone name none). Never the whole object
+        ``_get_stat``'s (moto and rclone name none). Never the whole object
         blindly: a 416 for another reason must not read gigabytes."""
         try:
             return await self._get_tail(client, path, length)
         except RangeNotSatisfiable as refused:
-            size = refused.size if refused.size is not None else await self._get_size(client, path)
+            size = refused.size
+            if size is None:
+                size = (await self._get_stat(client, path)).size
         start = max(0, size - length)
         if start == size:  # an empty object
             return start, Answer(b"", size)
         answer = await self._get_range(client, path, start, size)
         return start, answer if answer.size is not None else answer._replace(size=size)
 
-    async def _size(self, path: str) -> int:
+    async def _stat(self, path: str) -> Stat:
+        """``_get_stat``, remembered (``_remembered``) as ``[size, version]``
+        under the kind ``stat``: the ``size`` entries an earlier streamer
+        kept (the size alone) are left unread, never taken for an answer
+        without a version (one request each, once)."""
+
         async def ask() -> bytes:
             what = f"size {self.display(path)}"
-            size = await self._call(lambda c: self._get_size(c, path), what, path)
-            return str(size).encode()
+            stat = await self._call(lambda c: self._get_stat(c, path), what, path)
+            return json.dumps(list(stat)).encode()
 
-        return int(await self._remembered(ask, "size", path))
+        size, version = json.loads(await self._remembered(ask, "stat", path))
+        return Stat(int(size), version)
 
     async def _fetch_exact(self, path: str, start: int, end: int, size: int) -> bytes:
         """``_fetch`` for one-off metadata reads: remembered, never block-cached."""
@@ -738,6 +746,12 @@ class RemoteReader(RangeReader):
     async def size(self) -> int:
         return await run_async(self._size_on_loop())
 
+    async def stat(self) -> Stat:
+        """As its size request says them (one request, or the disk tier's
+        answer): for a source file of ``streamer pack`` known by its URL
+        alone, whose version no listing said."""
+        return await run_async(self._stat_on_loop())
+
     def size_sync(self) -> int:
         return run_sync(self._size_on_loop())
 
@@ -769,10 +783,16 @@ class RemoteReader(RangeReader):
             self._carried = {}
 
     async def _size_on_loop(self) -> int:
-        self._give_versions()
         if self._known_size is None:
-            self._known_size = await self.store._size(self.path)
+            await self._stat_on_loop()
+        assert self._known_size is not None
         return self._known_size
+
+    async def _stat_on_loop(self) -> Stat:
+        self._give_versions()
+        stat = await self.store._stat(self.path)
+        self._known_size = stat.size
+        return stat
 
     async def _tail_on_loop(self, length: int) -> tuple[int, int, bytes]:
         self._give_versions()

@@ -70,7 +70,7 @@ from botocore.config import Config
 
 from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
-from .base import Entry, Source
+from .base import Entry, Source, Stat
 from .http import (
     UNSUPPORTED,
     RangeGetStore,
@@ -81,6 +81,7 @@ from .http import (
     proxy_for,
     ranged_get,
     unresolved_host,
+    version_tags,
 )
 from .loop import run_sync
 from .remote import Answer, MissingBucket, NotFound
@@ -314,8 +315,10 @@ class S3Store(RangeGetStore):
             client.http, url, self.display(path), byte_range, detail, client.proxy
         )
 
-    async def _get_size(self, client: _Clients, path: str) -> int:
-        """HEAD; when it is refused (403, 405, 501: a bucket policy or proxy that
+    async def _get_stat(self, client: _Clients, path: str) -> Stat:
+        """HEAD: the size, and the version its ``ETag``, else its
+        ``Last-Modified``, names (as a GET's tags name it: ``version_tags``);
+        when it is refused (403, 405, 501: a bucket policy or proxy that
         allows GET but not HEAD), or says no size (a gateway answering it
         chunked), a one-byte GET (``RangeGetStore``), whose refusal, if it
         is one too, says why (HEAD answers carry no S3 error)."""
@@ -326,10 +329,12 @@ class S3Store(RangeGetStore):
             except botocore.exceptions.ClientError as exc:
                 if _status(exc) not in _HEAD_REFUSED:
                     raise
-                return await super()._get_size(client, path)
+                return await super()._get_stat(client, path)
         if "ContentLength" not in response:
-            return await super()._get_size(client, path)
-        return int(response["ContentLength"])
+            return await super()._get_stat(client, path)
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        tags = version_tags(headers.get("etag"), headers.get("last-modified"))
+        return Stat(int(response["ContentLength"]), tags[0] if tags else None)
 
     async def _list_all(self, path: str) -> list[Entry]:
         """Every page of the listing, each its own retried request: a prefix

@@ -29,7 +29,8 @@ their sizes and what the listing says of their version (``Origin.stamps``:
 a local file's mtime, a store object's ETag or mtime). So a shard of
 another SRC whose files have the same names and sizes, or one packed
 before a file was rewritten in place at its size, is not this plan's
-(unless the listing says no version: an HTTP index page, a list file).
+(unless its store says no version: a server naming no ``ETag`` nor
+``Last-Modified``).
 Nothing in it depends on the host, so every run that lists the same SRC
 makes the same fingerprints.
 """
@@ -286,9 +287,10 @@ def source_origin(
     copies of the list file agree. ``stamps``: each local file's mtime in
     nanoseconds, one ``stat`` each (unstat-able: none; reading it says
     why); a remote file's version as its listing says it (an S3 object's
-    ETag). A file whose listing says none (an HTTP index page's, a list
-    file's remote URLs) has no stamp: rewritten at its size between runs,
-    it goes unseen.
+    ETag), or, for one the listing does not size (an HTTP index page's, a
+    list file's remote URLs), as its size request does (``Stat``). A file
+    whose store says none has no stamp: rewritten at its size between
+    runs, it goes unseen.
 
     Parts of one job on several machines agree when each sees SRC at one
     place: the same URL, or a shared file system mounted at one path (a

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..errors import PackError, StorageError
-from ..storage import Store, open_url, safe_url
+from ..storage import Stat, Store, open_url, safe_url
 from ..storage.loop import run_sync
 
 __all__ = [
@@ -63,9 +63,10 @@ class UnreadableSource(Exception):
 @dataclass(frozen=True)
 class SourceFile:
     """One file to pack: its name under SRC, its size, where it is, and
-    what its store's listing says of its version (``Entry.version``: an S3
-    object's ETag; None for a local file, an HTTP index page's, a list
-    file's)."""
+    what its store says of its version (``Entry.version``: an S3 object's
+    ETag as listed; a remote file the listing does not size, an HTTP index
+    page's or a list file's, by its size request: ``Stat.version``; None
+    for a local file, and where the store says none)."""
 
     #: Path relative to SRC with its extension, ``/``-separated (``a/b.mp3``).
     source: str
@@ -205,15 +206,17 @@ def _walk(
             found.extend(_walk(store, path, name + "/", above, skip, hidden))
         elif entry.size is not None:
             found.append(SourceFile(name, entry.size, store, path, entry.version))
-        elif store.is_remote:  # an HTTP index page tells no sizes
-            found.append(SourceFile(name, store.reader(path).size_sync(), store, path))
+        elif store.is_remote:  # an HTTP index page tells no sizes, nor versions
+            stat = run_sync(store.reader(path).stat())
+            found.append(SourceFile(name, stat.size, store, path, stat.version))
         else:
             found.append(SourceFile(name, 0, store, path))
     return found
 
 
 def _listed_in(list_file: str, storage_options: Mapping[str, Any]) -> list[SourceFile]:
-    """The files a list file names, sized concurrently (one request each for remote ones)."""
+    """The files a list file names, sized concurrently (one request each for
+    remote ones, which says their version too)."""
     try:
         with open(list_file, encoding="utf-8") as handle:
             lines = [line.strip() for line in handle]
@@ -231,22 +234,22 @@ def _listed_in(list_file: str, storage_options: Mapping[str, Any]) -> list[Sourc
             located.append(open_store(url, None if plain_http else storage_options))
         except (StorageError, TypeError) as exc:
             raise PackError(f"{list_file!r} line {line}: {shown(url)}: {exc}") from None
-    sizes = run_sync(_sizes(located))
+    stats = run_sync(_stats(located))
     files = []
-    for name, url, (store, path), size in zip(names, urls, located, sizes, strict=True):
-        if isinstance(size, BaseException):
-            raise PackError(f"{list_file!r}: cannot read {shown(url)}: {size}") from None
-        files.append(SourceFile(name, size, store, path))
+    for name, url, (store, path), found in zip(names, urls, located, stats, strict=True):
+        if isinstance(found, BaseException):
+            raise PackError(f"{list_file!r}: cannot read {shown(url)}: {found}") from None
+        files.append(SourceFile(name, found.size, store, path, found.version))
     return files
 
 
-async def _sizes(located: Sequence[tuple[Store, str]]) -> list[int | BaseException]:
-    async def size(store: Store, path: str) -> int:
+async def _stats(located: Sequence[tuple[Store, str]]) -> list[Stat | BaseException]:
+    async def one(store: Store, path: str) -> Stat:
         if not store.is_remote:
-            return await asyncio.to_thread(os.path.getsize, path)
-        return await store.reader(path).size()
+            return Stat(await asyncio.to_thread(os.path.getsize, path))
+        return await store.reader(path).stat()
 
-    return await asyncio.gather(*(size(s, p) for s, p in located), return_exceptions=True)
+    return await asyncio.gather(*(one(s, p) for s, p in located), return_exceptions=True)
 
 
 def _relative_names(urls: Sequence[str]) -> list[str]:

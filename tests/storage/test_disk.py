@@ -363,3 +363,22 @@ def test_a_write_drops_the_listings_it_makes_untrue(
     later = make_store("s3", s3_proxy.url, cache_dir=str(tmp_path / "cache"))
     assert [e.name for e in later.list_sync(f"{root}/seek_index")] == ["a.wsds"]
     assert [e.name for e in later.list_sync(root)] == ["audio", "seek_index"]
+
+
+def test_a_remembered_size_keeps_the_objects_version(
+    s3_proxy, s3_uploaded, make_store, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A size request's answer is kept with the version it named (the
+    ``stat`` entries; an earlier streamer's ``size`` entries held the size
+    alone): a later store on the same disk tier says both without a
+    request, as the size request said them."""
+    cache = str(tmp_path / "cache")
+    path = f"{s3_uploaded}/random.bin"
+    s3_proxy.reset()
+    asked = run_sync(make_store("s3", s3_proxy.url, cache_dir=cache).reader(path).stat())
+    assert [r.method for r in s3_proxy.requests] == ["HEAD"]
+    assert asked.size == 700_001 and asked.version and asked.version.startswith('ETag "')
+    later = make_store("s3", s3_proxy.url, cache_dir=cache)
+    assert run_sync(later.reader(path).stat()) == asked
+    assert later.reader(path).size_sync() == asked.size
+    assert [r.method for r in s3_proxy.requests] == ["HEAD"] and later.stats.disk_hits > 0

@@ -23,7 +23,7 @@ from streamer.write.pack import PLAN_KEY, PackReport, pack
 from streamer.write.plan import make_plan, source_origin
 from streamer.write.sources import list_sources
 from streamer.write.verify import verify_dataset
-from testkit.servers import s3_client
+from testkit.servers import LoopbackServer, file_handler, s3_client
 
 SHARD_SIZE = 1
 BATCH = 1
@@ -270,3 +270,54 @@ def test_an_s3_object_rewritten_at_its_size_between_parts_is_seen(
     again = _pack(src, fresh, shards="0/2", **options)
     assert again.already_complete == ["shard-000000", "shard-000002"] and not again.shards
     assert _pack(src, fresh, shards="1/2", **options).manifest_written
+
+
+@pytest.mark.parametrize("refuse_head", [0, 403], ids=["head", "head-refused"])
+def test_an_object_of_a_list_file_rewritten_at_its_size_between_parts_is_seen(
+    s3, moto_endpoint: str, aws: None, tmp_path: Path, refuse_head: int
+) -> None:  # type: ignore[no-untyped-def]
+    """A list file of ``s3://`` URLs, ``--shards 0/2``, then one of its
+    objects rewritten, same size, other bytes: each URL was sized by a HEAD
+    that kept no version, so the run of part 1 wrote the manifest over old
+    and new content. The size request's ETag is the file's version now;
+    a store refusing HEAD sizes by a one-byte GET, whose ETag it is."""
+    a, b = _sources(tmp_path)
+    bucket = f"fp-{uuid.uuid4().hex[:8]}"
+    client = s3_client(moto_endpoint, "test-key-id", SECRET)
+    client.create_bucket(Bucket=bucket)
+    for path in a.iterdir():
+        client.put_object(Bucket=bucket, Key=f"raw/{path.name}", Body=path.read_bytes())
+    listing = tmp_path / "urls.txt"
+    listing.write_text("".join(f"s3://{bucket}/raw/take{i}.wav\n" for i in range(4)))
+    s3.faults.refuse_head = refuse_head
+    options = {"storage_options": {"endpoint_url": s3.url}}
+    files = list_sources(str(listing), options["storage_options"])
+    assert all(f.version and f.version.startswith("ETag ") for f in files)
+    assert {r.method for r in s3.requests} == ({"HEAD", "GET"} if refuse_head else {"HEAD"})
+    out = tmp_path / "out"
+    assert _pack(listing, out, shards="0/2", **options).shards == ["shard-000000", "shard-000002"]
+    client.put_object(Bucket=bucket, Key="raw/take0.wav", Body=(b / "take0.wav").read_bytes())
+    with pytest.raises(PackError, match=rf"shard-000000\.wsds .*{OTHER_LISTING}"):
+        _pack(listing, out, shards="1/2", **options)
+    assert not (out / MANIFEST_NAME).exists()
+    with pytest.raises(PackError, match=OTHER_DATASET):
+        _pack(listing, out, shards="0/2", **options)
+
+
+def test_a_file_of_a_list_file_of_http_urls_rewritten_at_its_size_is_seen(
+    tmp_path: Path,
+) -> None:
+    """The same over HTTP: the one-byte GET that sizes a URL says its ETag."""
+    a, b = _sources(tmp_path)
+    server = LoopbackServer(file_handler(a)).start()
+    try:
+        listing = tmp_path / "urls.txt"
+        listing.write_text("".join(f"{server.url}/take{i}.wav\n" for i in range(4)))
+        out = tmp_path / "out"
+        _pack(listing, out, shards="0/2")
+        (a / "take0.wav").write_bytes((b / "take0.wav").read_bytes())
+        with pytest.raises(PackError, match=OTHER_LISTING):
+            _pack(listing, out, shards="1/2")
+        assert not (out / MANIFEST_NAME).exists()
+    finally:
+        server.stop()
