@@ -14,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import wave
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -183,6 +184,25 @@ def long_mp3(minutes: float) -> bytes:
     count = len(index.byte_pos) - 4
     repeats = int(minutes * 60 * 44100 / (count * 1152)) + 1
     return frames * repeats
+
+
+def long_m4a(minutes: float, rate: int = 48000) -> bytes:
+    """An AAC m4a of about ``minutes``, made by remuxing a short encode's
+    packets over and over (no encoding: cheap). Its ``moov`` grows by 4
+    bytes a frame: 30 minutes make one of over 300 KB."""
+    with av.open(io.BytesIO(encoded("aac", rate, 1, seconds=2.0))) as source:
+        stream = source.streams.audio[0]
+        packets = [packet for packet in source.demux(stream) if packet.size][4:-4]
+        out = io.BytesIO()
+        with av.open(out, "w", format="ipod") as sink:
+            target = sink.add_stream_from_template(stream)
+            for n in range(int(minutes * 60 * rate / 1024) + 1):
+                packet = packets[n % len(packets)]
+                packet.pts = packet.dts = n * 1024
+                packet.time_base = Fraction(1, rate)
+                packet.stream = target
+                sink.mux(packet)
+    return out.getvalue()
 
 
 def long_ogg(pages: int) -> bytes:

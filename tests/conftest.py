@@ -45,6 +45,15 @@ def packed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def unindexed(packed: Path, tmp_path: Path) -> Path:
+    """``packed`` without its seek indexes: a worker decodes each crop from the
+    episode's blob, through the reader the task carries."""
+    root = tmp_path / "unindexed"
+    shutil.copytree(packed, root, ignore=shutil.ignore_patterns("seek_index"))
+    return root
+
+
 @pytest.fixture(scope="session")
 def index_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ten 1-second files (two per codec, named without extensions: sniffed)

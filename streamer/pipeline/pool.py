@@ -23,9 +23,11 @@ for by the crops decoded meanwhile.
 
 Waiting on a worker's pipe is the event loop's (``anyio.wait_readable``):
 no thread per crop (a hop to a thread and back costs about 0.1 ms of CPU).
-Only reading an MP4's deferred ranges for a worker that asks runs in a
-thread (it may wait on the store). Closing the pool stops every
-process and reaps it: no zombies, and none is started after.
+Reading an MP4's deferred ranges for a worker that asks runs in a thread
+(it may wait on the store), and so does a read or write of the pipe that
+could block (``_Worker._in_a_thread``): a message larger than a socket
+holds, to or from a worker that may stop halfway. Closing the pool stops
+every process and reaps it: no zombies, and none is started after.
 
 Decoded crops come back through the pool's shared memory (``arena.py``):
 each task is given a region the size of its crop, which the worker fills;
@@ -36,24 +38,29 @@ fetched bytes travel the same way, the other way (``tasks.ship``).
 
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
+import fcntl
+import functools
 import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from numbers import Integral
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-import numpy as np
 
 from ..decode.crop import Crop, read_deferred
 from ..errors import WorkerDied
@@ -66,12 +73,12 @@ from .tasks import (
     Task,
     failure_of,
     first_error,
+    held_back_answer,
     is_ask,
     piped_answers,
     receive_answers,
     receive_piped,
     seal,
-    send_held_back,
     ship,
 )
 from .turns import Turns
@@ -206,6 +213,27 @@ def _cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
 
 
+def _arrived(conn: Connection) -> bool:
+    """Whether the whole of ``conn``'s next message is in its socket, so
+    that reading it cannot block: ``Connection.send`` writes the length of
+    a message over 16 KiB on its own before its bytes, and the bytes of one
+    larger than the socket holds as the reader makes room."""
+    fd = conn.fileno()
+    waiting = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, waiting)
+    if waiting[0] < 4:
+        return False
+    peek = socket.socket(fileno=fd)
+    try:
+        (length,) = struct.unpack("!i", peek.recv(4, socket.MSG_PEEK))
+    finally:
+        peek.detach()  # the descriptor stays the connection's
+    return 0 <= length <= waiting[0] - 4  # -1: over 2 GiB, a longer header follows
+
+
+_T = TypeVar("_T")
+
+
 class _Worker:
     """One worker process and the parent's end of its socket pair.
 
@@ -233,6 +261,12 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
             )
             self.conn = Connection(os.dup(ours.fileno()))
+            #: The largest message written on the loop (``_send``): into an
+            #: empty socket, a write of up to half its send buffer goes in
+            #: whole at once (the other half is the kernel's bookkeeping), and
+            #: the socket is empty whenever the parent writes (the worker
+            #: answers only what it has read); a quarter leaves a margin.
+            self.at_once = ours.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
         # The parent's end sees EOF when the process dies: it holds no copy of theirs.
         self.pid: int = self.process.pid
 
@@ -241,73 +275,98 @@ class _Worker:
         ``EOFError`` if it died first, ``TimeoutError`` if it hangs
         (``answer_begun``) or is still silent after ``timeout`` s."""
         with anyio.move_on_after(timeout) as waited:
-            await self.answer_begun(STALL_TIMEOUT)
+            await self._receive(STALL_TIMEOUT)
         if waited.cancelled_caught:
             raise TimeoutError(f"no sign of life within {timeout:g} s")
-        self.conn.recv()
 
     async def call(
         self, tasks: list[Task], leases: list[Lease | None]
     ) -> list[tuple[tuple[Crop | Failure, DecodeStats], bool]]:
         """The answers to a batch, each with whether its crop is in its
-        lease's region. The messages are small (crops are in shared memory)
-        and a message is read only once it has begun to arrive, so the loop
-        barely blocks; the worker answers the whole batch at once. Samples
-        that come through the pipe (no arena, or a crop larger than its
-        region) are read in a thread, watched as the wait for the answer is:
-        a worker stopped halfway through sending them blocked the loop, and
-        with it every store read of the process and the watch itself.
+        lease's region. The messages are small (crops are in shared memory),
+        written at once and read once they have arrived, so the loop barely
+        blocks; the worker answers the whole batch at once. A transfer that
+        could block runs in a thread (``_in_a_thread``): samples that come
+        through the pipe (no arena, or a crop larger than its region), an
+        MP4's ``moov`` asked for, remote bytes sent with the tasks (no room
+        in the arena), a long answer (a failure's long message).
         ``TimeoutError`` if the worker hangs (``answer_begun``)."""
         stall, budget = _stall_limit(tasks), _cpu_budget(tasks)
         began = _cpu_ticks(self.pid)
-        self.conn.send([seal(task) for task in tasks])
+        await self._send([seal(task) for task in tasks])
         while True:
-            await self.answer_begun(stall, None if began is None else (began, budget))
-            message = self.conn.recv()
+            message = await self._receive(stall, None if began is None else (began, budget))
             if not is_ask(message):
                 piped = piped_answers(message, self.arena, leases)
-                samples = await self._receive_piped(message, piped, stall) if piped else {}
+                receive = functools.partial(receive_piped, self.conn, message, piped)
+                samples = await self._in_a_thread(receive) if piped else {}
                 return receive_answers(message, samples, self.arena, leases)
             job = tasks[message[1]].job  # read in a thread: it may wait on the store
             pieces = await anyio.to_thread.run_sync(read_deferred, job, abandon_on_cancel=True)
-            send_held_back(self.conn, pieces)
+            await self._send(held_back_answer(pieces))
 
-    async def _receive_piped(
-        self, heads: list[Any], piped: list[int], stall: float
-    ) -> dict[int, np.ndarray]:
-        """``receive_piped`` in a thread, while the worker is watched: one
-        that stops sending (no CPU used for ``stall`` s) is killed, which
-        ends the read (``EOFError`` there), and this raises ``TimeoutError``.
-        Cancelled, the thread is left to the worker's end (``run_batch``
-        retires a worker cancelled mid-batch), having made nothing but
-        arrays of its own."""
+    async def _send(self, message: object) -> None:
+        """Send ``message`` (as ``Connection.send`` does): on the loop when
+        it is small enough to go in at once (``at_once``), else in a thread
+        (``_in_a_thread``): a worker stopped before reading it all left the
+        parent blocked in the write."""
+        data = ForkingPickler.dumps(message)
+        if len(data) <= self.at_once:
+            self.conn.send_bytes(data)
+        else:
+            await self._in_a_thread(lambda: self.conn.send_bytes(data))
+
+    async def _receive(self, stall: float, budget: tuple[int, float] | None = None) -> Any:
+        """The worker's next message, once it begins to arrive
+        (``answer_begun``: ``stall``, ``budget``): read on the loop when it
+        has all arrived (a small one, written at once, always has), else in
+        a thread (``_in_a_thread``): a worker stopped halfway through writing
+        it left the parent blocked in the read."""
+        await self.answer_begun(stall, budget)
+        if _arrived(self.conn):
+            return self.conn.recv()
+        return await self._in_a_thread(self.conn.recv)
+
+    async def _in_a_thread(self, transfer: Callable[[], _T]) -> _T:
+        """``transfer``, a read or write of the worker's pipe that may block,
+        in a thread while the worker is watched (``answer_begun``): one that
+        stops (no CPU used for ``STALL_TIMEOUT`` s: a worker that reads or
+        writes a message waits on nothing else, not even a slow store) is
+        killed, which ends the transfer (``EOFError``, ``BrokenPipeError``
+        there), and this raises ``TimeoutError``. On the loop, a worker
+        stopped halfway (SIGSTOP, a debugger) blocked it, and with it every
+        store read of the process, the watch and Ctrl-C: a hang for good.
+        Cancelled, the thread is left to the worker's end (``run_batch`` and
+        ``_ready_worker`` retire a worker cancelled mid-call), having made
+        nothing but objects of its own."""
         outcome: dict[str, Any] = {}
-        read = anyio.Event()
+        done = anyio.Event()
 
-        def receive() -> None:
+        def run() -> None:
             try:
-                outcome["samples"] = receive_piped(self.conn, heads, piped)
+                outcome["result"] = transfer()
             except Exception as exc:  # raised below, outside the task group
                 outcome["error"] = exc
 
-        async def receive_in_a_thread() -> None:
-            await anyio.to_thread.run_sync(receive, abandon_on_cancel=True)
-            read.set()
+        async def run_in_a_thread() -> None:
+            await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            done.set()
 
         hung: TimeoutError | None = None
         async with anyio.create_task_group() as group:  # raises nothing of its own
-            group.start_soon(receive_in_a_thread)
+            group.start_soon(run_in_a_thread)
             try:
-                await self._watch(read.wait, stall)
+                await self._watch(done.wait, STALL_TIMEOUT)
             except TimeoutError as exc:
                 hung = exc
-                self.kill()  # ends the read: its pipe closes
+                self.kill()  # ends the transfer: its pipe closes
             group.cancel_scope.cancel()
         if hung is not None:
             raise hung
         if "error" in outcome:
             raise outcome["error"]
-        return outcome["samples"]
+        result: _T = outcome["result"]
+        return result
 
     async def answer_begun(self, stall: float, budget: tuple[int, float] | None = None) -> None:
         """Wait until the worker's next message begins to arrive (or its pipe

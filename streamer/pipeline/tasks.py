@@ -315,9 +315,10 @@ def ask_held_back(conn: Connection, number: int) -> Pieces:
     return tuple((offset, memoryview(data)) for offset, data in conn.recv())
 
 
-def send_held_back(conn: Connection, pieces: Pieces) -> None:
-    """The parent's answer to ``ask_held_back``: the job's deferred ranges."""
-    conn.send(tuple((offset, bytes(view)) for offset, view in pieces))
+def held_back_answer(pieces: Pieces) -> tuple[tuple[int, bytes], ...]:
+    """The parent's answer to ``ask_held_back``, to send: the job's deferred
+    ranges (an MP4's ``moov``: megabytes for a long audiobook)."""
+    return tuple((offset, bytes(view)) for offset, view in pieces)
 
 
 def is_ask(message: object) -> bool:

@@ -161,10 +161,8 @@ def test_a_worker_gets_an_mp4_header_once_per_episode(
     from testkit.servers import LoopbackServer, file_handler
 
     sent: list[int] = []
-    send = pool.send_held_back
-    monkeypatch.setattr(
-        pool, "send_held_back", lambda conn, pieces: (sent.append(len(pieces)), send(conn, pieces))
-    )
+    read = pool.read_deferred  # for a worker that asks
+    monkeypatch.setattr(pool, "read_deferred", lambda job: (sent.append(1), read(job))[1])
     server = LoopbackServer(file_handler(mp4_minute.parent)).start()
     try:
         url = f"{server.url}/{mp4_minute.name}"
@@ -179,17 +177,6 @@ def test_a_worker_gets_an_mp4_header_once_per_episode(
         np.testing.assert_array_equal(
             crop.audio, reference.read_crop(crop.key, crop.start, crop.end)
         )
-
-
-@pytest.fixture
-def unindexed(packed: Path, tmp_path: Path) -> Path:
-    """``packed`` without its seek indexes: a worker decodes each crop from the
-    episode's blob, through the reader the task carries."""
-    import shutil
-
-    root = tmp_path / "unindexed"
-    shutil.copytree(packed, root, ignore=shutil.ignore_patterns("seek_index"))
-    return root
 
 
 @pytest.mark.parametrize(

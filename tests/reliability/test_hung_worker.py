@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ import pytest
 from helpers import gone
 
 import streamer
-from streamer import RandomCrops, Streamer, WorkerDied
+from streamer import ListCrops, RandomCrops, Streamer, WorkerDied
 from streamer.pipeline import pool
 
 SAMPLER = RandomCrops(0.5, per_episode=4)  # 28 crops over the 7 episodes of ``packed``
@@ -196,3 +196,125 @@ def test_a_worker_stopped_while_sending_samples_through_its_pipe_is_replaced(
     assert [(c.key, c.start) for c in crops] == [(c.key, c.start) for c in reference]
     for a, b in zip(reference, crops, strict=True):
         np.testing.assert_array_equal(a.audio, b.audio)
+
+
+# -- a worker stopped with the parent's message half-written ------------------------
+#
+# Writing a message larger than the socket holds (about 200 KB) to a worker
+# that does not read blocks; so does reading one it stopped sending. On the
+# store's loop that blocked every store read of the process and the stall
+# watch with it: a hang for good, Ctrl-C too. Each test stops the worker at
+# such a moment, once.
+
+
+@pytest.fixture(scope="module")
+def long_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Half an hour of AAC (its ``moov``: 330 KB) and 20 s of 48 kHz stereo
+    WAV, packed: the folder a loopback HTTP server serves (``served``)."""
+    from _index_support import long_m4a
+    from helpers import write_audio
+
+    folder = tmp_path_factory.mktemp("long-files")
+    (folder / "src").mkdir()
+    (folder / "src" / "book.m4a").write_bytes(long_m4a(30))
+    write_audio(folder / "src", "talk", "wav", 48000, 2, 20.0, seed=4)
+    streamer.pack(folder / "src", folder / "dataset", progress=False)
+    return folder
+
+
+@pytest.fixture
+def served(long_files: Path) -> Iterator[str]:
+    """The URL of ``long_files``'s dataset, served over HTTP on loopback."""
+    from testkit.servers import LoopbackServer, file_handler
+
+    server = LoopbackServer(file_handler(long_files)).start()
+    yield f"{server.url}/dataset"
+    server.stop()
+
+
+def same_crops_after_a_restart(s: Streamer, reference: list, stopped: list[int]) -> None:
+    """``s``'s pass yields ``reference``'s crops, exact, its stopped workers replaced."""
+    with s:
+        crops = list(s)
+    assert stopped and all(gone(pid) for pid in stopped)
+    assert s.stats.worker_restarts >= 1 and not s.stats.skipped
+    assert [(c.key, c.start) for c in crops] == [(c.key, c.start) for c in reference]
+    for a, b in zip(reference, crops, strict=True):
+        np.testing.assert_array_equal(a.audio, b.audio)
+
+
+@pytest.mark.timeout(60, method="thread")
+def test_a_worker_stopped_as_the_parent_sends_it_an_mp4_header_is_replaced(
+    long_files: Path, served: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A remote MP4 crop travels without its moov, which a worker without an
+    # open demuxer asks for: stopped as the parent begins to write those 330 KB.
+    sampler = ListCrops([("book", 600.0, 602.0), ("book", 1500.0, 1502.0)])
+    reference = list(Streamer(long_files / "dataset", sampler, workers=0))
+    s = Streamer(served, sampler, workers=1)
+    read, stopped = pool.read_deferred, []
+
+    def read_with_the_worker_stopped(job):  # type: ignore[no-untyped-def]
+        pieces = read(job)
+        if not stopped:
+            assert sum(len(view) for _, view in pieces) > 300_000
+            stopped.extend(s.worker_pids)
+            stop_all(stopped)
+        return pieces
+
+    monkeypatch.setattr(pool, "read_deferred", read_with_the_worker_stopped)
+    same_crops_after_a_restart(s, reference, stopped)
+
+
+@pytest.mark.timeout(60, method="thread")
+def test_a_worker_stopped_before_it_reads_its_batch_is_replaced(
+    long_files: Path, served: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No shared memory: a remote crop's fetched bytes travel in the batch's
+    # message (a 5 s WAV crop's are 960 KB), written to a worker stopped idle.
+    monkeypatch.setattr(pool.arena, "ARENA_BYTES", 0)
+    sampler = ListCrops([("talk", 2.0, 7.0), ("talk", 12.0, 17.0)])
+    reference = list(Streamer(long_files / "dataset", sampler, workers=0))
+    s = Streamer(served, sampler, workers=1)
+    seal, stopped = pool.seal, []
+
+    def seal_with_the_worker_stopped(task):  # type: ignore[no-untyped-def]
+        if not stopped:
+            assert task.fetched is not None and task.fetched.nbytes > 900_000
+            stopped.extend(s.worker_pids)
+            stop_all(stopped)
+        return seal(task)
+
+    monkeypatch.setattr(pool, "seal", seal_with_the_worker_stopped)
+    same_crops_after_a_restart(s, reference, stopped)
+
+
+@pytest.mark.timeout(60, method="thread")
+def test_a_worker_stopped_halfway_through_a_long_answer_is_replaced(
+    unindexed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A failure's message can be long (a store's error quoting a page it got):
+    # this answer's 500 KB stop after the first 200, the worker stopped as the
+    # parent sees them begin. Its crops are answered on a replacement.
+    from stores import SabotagedStore
+
+    from streamer.dataset import Dataset
+    from streamer.errors import ShardError
+
+    error = ShardError("the store said: " + "x" * 250_000, shard="s.wsds", key="k", offset=0)
+    dataset = Dataset(unindexed, store=SabotagedStore(error))
+    sampler = RandomCrops(0.5)
+    s = Streamer(dataset, sampler, workers=1)
+    begun, stopped = pool._Worker.answer_begun, []
+
+    async def begun_with_the_worker_stopped(self, stall, budget=None):  # type: ignore[no-untyped-def]
+        await begun(self, stall, budget)
+        if budget is not None and not stopped:  # an answer (not the ready message)
+            stopped.append(self.pid)
+            stop_all(stopped)
+
+    monkeypatch.setattr(pool._Worker, "answer_begun", begun_with_the_worker_stopped)
+    with s:
+        assert list(s) == []
+    assert stopped and all(gone(pid) for pid in stopped)
+    assert s.stats.worker_restarts == 1 and s.stats.skipped == {"ShardError": 7}
