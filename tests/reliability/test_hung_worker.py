@@ -198,13 +198,14 @@ def test_a_worker_stopped_while_sending_samples_through_its_pipe_is_replaced(
         np.testing.assert_array_equal(a.audio, b.audio)
 
 
-# -- a worker stopped with the parent's message half-written ------------------------
+# -- a worker stopped with a message half-way through its pipe --------------------
 #
 # Writing a message larger than the socket holds (about 200 KB) to a worker
-# that does not read blocks; so does reading one it stopped sending. On the
+# that does not read blocks; so does reading one it stopped writing. On the
 # store's loop that blocked every store read of the process and the stall
-# watch with it: a hang for good, Ctrl-C too. Each test stops the worker at
-# such a moment, once.
+# watch with it: a hang for good, Ctrl-C too (and the teardown of a test
+# timed out by a signal: these time out by a thread, which ends the run).
+# Each test stops the worker at such a moment, once.
 
 
 @pytest.fixture(scope="module")
