@@ -783,6 +783,7 @@ class RemoteReader(RangeReader):
             self._carried = {}
 
     async def _size_on_loop(self) -> int:
+        self._give_versions()  # a size carried from another process: its versions too
         if self._known_size is None:
             await self._stat_on_loop()
         assert self._known_size is not None
