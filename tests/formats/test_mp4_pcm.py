@@ -155,6 +155,10 @@ def test_every_pcm_layout_in_mov_is_indexed_and_bit_exact(tmp_path: Path, codec:
         ("pcm_s16le", 6, 48000, "mov"),
         ("pcm_s24le", 2, 96000, "mov"),  # a rate over 65535: version 2, "lpcm"
         ("pcm_s16be", 1, 96000, "mov"),
+        # version 2 "ulaw"/"alaw": indexed as pcm_u8 (the flags read as "lpcm"'s),
+        # refused when served (audio_info says mulaw), and blamed on audio_info
+        ("pcm_mulaw", 2, 96000, "mov"),
+        ("pcm_alaw", 1, 96000, "mov"),
         ("pcm_s16le", 2, 44100, "mp4"),  # ISO 23003-5: "ipcm" with "pcmC"
         ("pcm_s24be", 1, 44100, "mp4"),
         ("pcm_f32le", 2, 44100, "mp4"),  # "fpcm"

@@ -105,7 +105,8 @@ def codec(fourcc: bytes, entry: bytes) -> tuple[str, int, int]:
     if version == 2:
         rate = round(struct.unpack_from(">d", entry, 40)[0])
         channels, _, bits, flags = struct.unpack_from(">4I", entry, 48)
-        name = _lpcm(bits, flags)
+        if fourcc == b"lpcm":  # as FFmpeg: the flags name the codec of "lpcm" alone
+            name = _lpcm(bits, flags)
     name = _BY_BITS.get((name, bits), name)
     for kind, payload in _children(entry, _CHILDREN[version]):
         if kind == b"enda" and len(payload) >= 2 and payload[1]:
