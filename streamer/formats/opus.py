@@ -13,11 +13,13 @@ needed up to 1.5 s, wideband SILK and hybrid up to 0.75 s.
 
 from __future__ import annotations
 
-__all__ = ["NO_PACKET", "PREROLL_SECONDS", "mode_preroll", "toc_config"]
+__all__ = ["DECODED_RATE", "NO_PACKET", "PREROLL_SECONDS", "mode_preroll", "toc_config"]
 
 #: Pre-roll for CELT (the codec's own, in every container): max error 2e-8
 #: against the full decode after 0.5 s.
 PREROLL_SECONDS = 0.5
+#: The rate every Opus stream decodes at, whatever rate it was encoded from.
+DECODED_RATE = 48000
 #: Pre-roll for a stream with wideband SILK or hybrid packets (configurations 8-15).
 SILK_PREROLL_SECONDS = 1.0
 #: Pre-roll for a stream with narrowband or mediumband SILK packets (configurations 0-7).
@@ -37,7 +39,7 @@ def mode_preroll(lowest_config: int) -> int:
     configuration is ``lowest_config``; 0 for CELT only (the format's own
     pre-roll is enough)."""
     if lowest_config < 8:
-        return round(NARROWBAND_PREROLL_SECONDS * 48000)
+        return round(NARROWBAND_PREROLL_SECONDS * DECODED_RATE)
     if lowest_config < 16:
-        return round(SILK_PREROLL_SECONDS * 48000)
+        return round(SILK_PREROLL_SECONDS * DECODED_RATE)
     return 0

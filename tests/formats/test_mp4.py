@@ -23,6 +23,7 @@ from streamer.formats import extract
 from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
 from streamer.write.pack import pack
 from testkit.reference import full_decode
+from tests.decode.test_odd_episodes import _encode
 
 
 @pytest.mark.parametrize(
@@ -160,6 +161,18 @@ def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
         got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
         assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
     assert dataset.decode_stats.fallback == 0
+
+
+@pytest.mark.parametrize("rate", [24000, 12000])
+def test_opus_timed_at_the_rate_it_was_encoded_from_has_no_index(rate: int) -> None:
+    """FFmpeg's muxer times Opus encoded from 24 or 12 kHz at that rate, and
+    its decoder outputs 48 kHz: the index counted half (a quarter) of the
+    samples (72324 of 144804), which only its check caught (a long file's
+    tail probe: crops 1.1 off). 16 and 8 kHz were refused already."""
+    data = _encode("libopus", rate, "stereo", rate * 3, "mp4")
+    index = extract(io.BytesIO(data))
+    assert not index.ok
+    assert index.reason == "mp4 Opus timed at another rate than the 48 kHz it decodes at"
 
 
 def _edit_shortened(data: bytes, by: int) -> bytes:

@@ -53,7 +53,7 @@ import numpy as np
 from ...index.table import OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
 from ..ogg.parse import packet_durations
-from ..opus import NO_PACKET, mode_preroll, toc_config
+from ..opus import DECODED_RATE, NO_PACKET, mode_preroll, toc_config
 from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
 from . import pcm
@@ -890,6 +890,10 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         is_pcm and entry.sample_rate not in (0, timescale)
     ):
         raise NoIndex("mp4 media timescale is not the sample rate")
+    if entry.codec == "opus" and timescale != DECODED_RATE:
+        # FFmpeg's muxer times Opus at the rate it was encoded from (24 kHz: half
+        # the positions); the 2x a 16-bit rate field may be off by let it through.
+        raise NoIndex("mp4 Opus timed at another rate than the 48 kHz it decodes at")
     offsets, sizes, times, in_moov = _samples(audio, entry, movie, moofs, length)
     listed = len(sizes)
     offsets, sizes = _whole(offsets, sizes, length)  # a truncated file: the samples all there
