@@ -632,6 +632,11 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
                 field = episode.index.reason.removeprefix(f"{DISAGREES_WITH_INFO}: ")
                 wrong = f"{INFO_DIR}'s {field} disagrees with the seek index"
                 episode = dataset.episode_at(name, row, info=False)
+                fresh = choose_index(episode.blob, key=key, shard=episode.shard)
+                if _stream(fresh.index) != _stream(episode.index):
+                    # the builder describes the audio otherwise now (fixed since):
+                    # the row is an older builder's, not a sign of audio_info's
+                    return result.kept(key, fresh)
         except DataError as exc:  # a cell that cannot be read: "no index", as `index` stores it
             return SeekIndex.unavailable(exc.reason)
         index = _rechecked(episode, result)
@@ -649,6 +654,12 @@ def reverify_shard(store: Store, root: str, name: str) -> ShardResult:
 
     _write(dataset, _index_path(dataset, name), audio, result, recheck)
     return result
+
+
+def _stream(index: SeekIndex) -> tuple[object, ...]:
+    """What an index says of the stream, as ``audio_info`` records it too."""
+    fields = (index.codec, index.sample_rate, index.channels, index.timescale)
+    return (*fields, index.first_sample, index.num_samples)
 
 
 def _rechecked(episode: Episode, result: ShardResult) -> SeekIndex:

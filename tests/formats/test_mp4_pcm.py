@@ -11,6 +11,7 @@ of 1 (Apple's old files), and a sample table that lies.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
@@ -21,8 +22,10 @@ import numpy as np
 import pytest
 from _fuzz import peak_memory
 from _index_support import assert_points_are_packets, decoded_length, first_packet_per_position
+from helpers import rewrite_index_shard
 
 from streamer import open_dataset
+from streamer.cli import main
 from streamer.formats import extract
 from streamer.formats.ffmpeg import full_decode_length
 from streamer.index.checks import check_index
@@ -341,3 +344,24 @@ def test_an_empty_edit_before_pcm_only_moves_timestamps(tmp_path: Path) -> None:
 
     data = _empty_edit(rechunked(pcm("pcm_s16le", 2, frames=3 * 44100), [30000, 30000], 99))
     assert_exact_through_the_index(tmp_path, data)
+
+
+def test_verify_rebuilds_a_row_an_older_builder_gave_another_codec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row stored before a builder fix (version 2 µ-law indexed as
+    ``pcm_u8``) disagrees with ``audio_info``: ``index --verify`` blamed
+    ``audio_info`` (exit 1) and kept the row, which is never served. The
+    builder now describes the audio otherwise: the row is built anew."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.mov").write_bytes(pcm("pcm_mulaw", 2, frames=96077, rate=96000))
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    shard = next((tmp_path / "ds" / "seek_index").iterdir())
+    right = open_dataset(tmp_path / "ds").seek_index("a")
+    assert right.ok and right.codec == "pcm_mulaw"
+    rewrite_index_shard(shard, {"a": dataclasses.replace(right, codec="pcm_u8")})
+    assert not open_dataset(tmp_path / "ds").episode("a").index.ok
+    assert main(["index", str(tmp_path / "ds"), "--verify", "--no-progress"]) == 0
+    assert "is wrong" not in capsys.readouterr().out
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.seek_index("a").codec == "pcm_mulaw" and dataset.episode("a").index.ok

@@ -98,20 +98,23 @@ def test_verify_demotes_exactly_the_planted_row(
     assert "no index  1: failed its check: the " in out
 
 
-def test_verify_keeps_a_row_the_open_time_checks_reject_as_no_index(
+def test_verify_builds_anew_a_row_the_open_time_checks_reject(
     unverified: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """A row the dataset would not serve (another episode's index: the
-    audio_info duration disagrees) is checked against the audio, which
-    says the index is the one in error: stored "no index" with its check's
-    reason, and audio_info, which was right, not reported."""
+    audio_info duration disagrees) is not what the builder makes of the
+    audio, which hashes as audio_info says: the row is built anew, and
+    audio_info, which was right, not reported."""
+    right = stored(unverified)["a-mp3"].num_samples
     plant(unverified, "a-mp3", {"num_samples": 4410})  # 0.1 s of 2 s
     assert open_dataset(unverified).episode("a-mp3").index.reason.startswith("index disagrees")
     assert main(["index", str(unverified), "--verify", "--no-progress", "--workers", "1"]) == 0
+    assert "is wrong" not in capsys.readouterr().out
     after = stored(unverified)["a-mp3"]
-    assert after.status == NO_INDEX and after.reason.startswith("failed its check: claims 4410")
+    assert after.ok and after.num_samples == right != 4410
+    assert open_dataset(unverified).episode("a-mp3").index.ok
     assert main(["inspect", str(unverified)]) == 0
-    assert "verified 4" in capsys.readouterr().out
+    assert "verified 5" in capsys.readouterr().out
 
 
 def test_verify_counts_unverified_and_generic_in_inspect(
