@@ -189,13 +189,7 @@ def test_a_worker_stopped_while_sending_samples_through_its_pipe_is_replaced(
         return receive(conn, heads, piped)
 
     monkeypatch.setattr(pool, "receive_piped", receive_with_the_worker_stopped)
-    with s:
-        crops = list(s)
-    assert stopped and all(gone(pid) for pid in stopped)
-    assert s.stats.worker_restarts >= 1 and not s.stats.skipped
-    assert [(c.key, c.start) for c in crops] == [(c.key, c.start) for c in reference]
-    for a, b in zip(reference, crops, strict=True):
-        np.testing.assert_array_equal(a.audio, b.audio)
+    same_crops_after_a_restart(s, reference, stopped)
 
 
 # -- a worker stopped with a message half-way through its pipe --------------------

@@ -48,6 +48,16 @@ def _sources(root: Path) -> tuple[Path, Path]:
     return a, b
 
 
+def _uploaded(endpoint: str, folder: Path) -> tuple[str, Any]:
+    """A new bucket holding ``folder``'s files under ``raw/``, and its client."""
+    bucket = f"fp-{uuid.uuid4().hex[:8]}"
+    client = s3_client(endpoint, "test-key-id", SECRET)
+    client.create_bucket(Bucket=bucket)
+    for path in folder.iterdir():
+        client.put_object(Bucket=bucket, Key=f"raw/{path.name}", Body=path.read_bytes())
+    return bucket, client
+
+
 def _pack(src: Path | str, out: Path | str, **options: Any) -> PackReport:
     return pack(src, out, shard_size=SHARD_SIZE, batch_size=BATCH, progress=False, **options)
 
@@ -235,11 +245,7 @@ def test_an_s3_object_rewritten_at_its_size_between_parts_is_seen(
     fingerprint). Both refuse now; shards of a version 2 fingerprint
     (none hashed a remote version) are still taken as they are."""
     a, b = _sources(tmp_path)
-    bucket = f"fp-{uuid.uuid4().hex[:8]}"
-    client = s3_client(moto_endpoint, "test-key-id", SECRET)
-    client.create_bucket(Bucket=bucket)
-    for path in a.iterdir():
-        client.put_object(Bucket=bucket, Key=f"raw/{path.name}", Body=path.read_bytes())
+    bucket, client = _uploaded(moto_endpoint, a)
     options = {"storage_options": {"endpoint_url": moto_endpoint}}
     src, out = f"s3://{bucket}/raw", f"s3://{bucket}/out"
     first = _pack(src, out, shards="0/2", **options)
@@ -282,11 +288,7 @@ def test_an_object_of_a_list_file_rewritten_at_its_size_between_parts_is_seen(
     and new content. The size request's ETag is the file's version now;
     a store refusing HEAD sizes by a one-byte GET, whose ETag it is."""
     a, b = _sources(tmp_path)
-    bucket = f"fp-{uuid.uuid4().hex[:8]}"
-    client = s3_client(moto_endpoint, "test-key-id", SECRET)
-    client.create_bucket(Bucket=bucket)
-    for path in a.iterdir():
-        client.put_object(Bucket=bucket, Key=f"raw/{path.name}", Body=path.read_bytes())
+    bucket, client = _uploaded(moto_endpoint, a)
     listing = tmp_path / "urls.txt"
     listing.write_text("".join(f"s3://{bucket}/raw/take{i}.wav\n" for i in range(4)))
     s3.faults.refuse_head = refuse_head
