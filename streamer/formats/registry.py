@@ -19,7 +19,7 @@ from typing import BinaryIO
 from ..errors import StreamerError
 from ..index.checks import check_index
 from ..index.table import SeekIndex
-from . import flac, generic, mp3, mp4, ogg, wav
+from . import aiff, flac, generic, mp3, mp4, ogg, wav
 from .base import Format
 from .reader import NoIndex, Reader
 
@@ -29,7 +29,15 @@ __all__ = ["DEFAULT_DENSITY", "FORMATS", "GENERIC", "candidates", "extract", "fo
 DEFAULT_DENSITY = 1.0
 
 #: In sniffing order: mp3 goes last, its test (a frame header or an ID3 tag) is the weakest.
-FORMATS: tuple[Format, ...] = (wav.FORMAT, ogg.FORMAT, flac.FORMAT, mp4.FORMAT, mp3.FORMAT)
+FORMATS: tuple[Format, ...] = (
+    wav.FORMAT,
+    wav.W64_FORMAT,
+    aiff.FORMAT,
+    ogg.FORMAT,
+    flac.FORMAT,
+    mp4.FORMAT,
+    mp3.FORMAT,
+)
 #: FFmpeg's demuxer and decoder for everything else, and the second choice
 #: for files the native formats take (``candidates``); it never sniffs.
 GENERIC = generic.FORMAT

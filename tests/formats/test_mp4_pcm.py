@@ -105,8 +105,11 @@ def rewritten(data: bytes, kinds: list[bytes], offset: int, value: int) -> bytes
 STBL = [b"moov", b"trak", b"mdia", b"minf", b"stbl"]
 
 
-def assert_exact_through_the_index(tmp_path: Path, data: bytes, name: str = "a.mov") -> None:
-    """Checked when packed (verified), and crops bit-identical to the full decode."""
+def assert_exact_through_the_index(
+    tmp_path: Path, data: bytes, name: str = "a.mov", container: str = "mp4"
+) -> None:
+    """Checked when packed (verified), its native index of ``container``,
+    and crops bit-identical to the full decode."""
     index = extract(io.BytesIO(data))
     assert index.ok, index.reason
     assert full_decode_length(index) == decoded_length(data)
@@ -118,7 +121,7 @@ def assert_exact_through_the_index(tmp_path: Path, data: bytes, name: str = "a.m
     key = name.rsplit(".", 1)[0]
     stored = dataset.episode(key).index
     assert stored.ok and stored.verdict == "verified", stored.reason
-    assert stored.container == "mp4" and stored.codec.startswith("pcm_")
+    assert stored.container == container and stored.codec.startswith("pcm_")
     full, rate = full_decode(data)
     n = full.shape[1]
     rng = np.random.default_rng(len(data))
