@@ -37,6 +37,9 @@ SEEDS = {
     "wav": ("wav", 16000, 1),
     # PCM in QuickTime MOV, in chunks of odd sizes with bytes between them.
     "pcm-mov": ("pcm_s16be", 8000, 1),
+    # AIFF-C (A-law) and Wave64 through FFmpeg's muxers.
+    "aiff": ("pcm_alaw", 8000, 2),
+    "w64": ("pcm_s24le", 8000, 2),
 }
 #: Where each container keeps the counts, sizes and offsets its parser reads.
 MARKERS = (
@@ -45,7 +48,7 @@ MARKERS = (
     b"twos", b"wave", b"enda",
     b"OggS", b"\x01vorbis", b"\x05vorbis", b"OpusHead",
     b"fLaC", b"\xff\xf8", b"\xff\xf9",
-    b"RIFF", b"fmt ", b"data",
+    b"RIFF", b"fmt ", b"data", b"FORM", b"COMM", b"SSND", b"FVER", b"riff", b"wave",
     b"ID3", b"Xing", b"Info", b"LAME", b"\xff\xfb", b"\xff\xf3",
 )  # fmt: skip
 #: Memory one parse of a seed-sized file may take (1 MiB read chunks, tables).
@@ -59,6 +62,10 @@ def seed(name: str) -> bytes:
         from tests.formats.test_mp4_pcm import pcm, rechunked
 
         return rechunked(pcm(codec, channels, frames=4800, rate=rate), [1000, 7, 2500], 40)
+    if name in ("aiff", "w64"):
+        from tests.formats.test_pcm_containers import pcm as contained
+
+        return contained(codec, name, channels, rate, 4800)
     return encoded(codec, rate, channels, seconds=0.6)
 
 

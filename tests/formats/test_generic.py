@@ -58,7 +58,6 @@ FILES = {
     "alac-caf.caf": ("caf", "alac", "s16p", 44100, 2, {}, True),
     "mp2-ts.ts": ("mpegts", "mp2", "s16", 48000, 2, {}, False),
     "aac-ts.ts": ("mpegts", "aac", "fltp", 44100, 2, {"aac_pns": "0"}, False),
-    "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "au.au": ("au", "pcm_s16be", "s16", 8000, 1, {}, True),
     "tta.tta": ("tta", "tta", "s16", 44100, 2, {}, True),
 }
@@ -70,6 +69,7 @@ DIRECT = {
     "lame.mp3": ("mp3", "libmp3lame", "fltp", 44100, 2, {}, False),
     "native.flac": ("flac", "flac", "s16", 44100, 2, {}, True),
     "pcm.wav": ("wav", "pcm_s16le", "s16", 22050, 1, {}, True),
+    "aiff.aiff": ("aiff", "pcm_s16be", "s16", 44100, 2, {}, True),
     "vorbis.ogg": ("ogg", "vorbis", "fltp", 44100, 2, {"strict": "experimental"}, False),
     "opus.ogg": ("ogg", "libopus", "flt", 48000, 2, {}, False),
     "flac.oga": ("ogg", "flac", "s16", 44100, 1, {}, True),

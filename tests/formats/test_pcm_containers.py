@@ -111,6 +111,7 @@ def test_aiff_hand_made_layouts_and_offset() -> None:
         (_comm(1, 16, 0x8000 | RATE_44100[0], RATE_44100[1]), "aiff sample rate out of range"),
         (_comm(1, 40, *RATE_44100), "unsupported aiff sample size of 40 bits"),
     ],
+    ids=["no channels", "exponent 0", "rate 0", "inf", "nan", "negative", "40 bits"],
 )
 def test_absurd_aiff_header_fields(comm: bytes, reason: str) -> None:
     index = extract(io.BytesIO(_aiff(comm, bytes(100))))
