@@ -28,28 +28,15 @@ import struct
 import numpy as np
 
 from ..reader import NoIndex
+from ..wav.decode import CODECS, sample_bytes
 
 __all__ = ["BYTES", "PACKET_FRAMES", "codec", "is_pcm", "packets"]
 
 #: Frames per packet FFmpeg's MOV demuxer cuts from a PCM chunk.
 PACKET_FRAMES = 1024
-#: Bytes per sample of each PCM codec FFmpeg reads from MOV/MP4.
-BYTES = {
-    "pcm_s8": 1,
-    "pcm_u8": 1,
-    "pcm_mulaw": 1,
-    "pcm_alaw": 1,
-    "pcm_s16be": 2,
-    "pcm_s16le": 2,
-    "pcm_s24be": 3,
-    "pcm_s24le": 3,
-    "pcm_s32be": 4,
-    "pcm_s32le": 4,
-    "pcm_f32be": 4,
-    "pcm_f32le": 4,
-    "pcm_f64be": 8,
-    "pcm_f64le": 8,
-}
+#: Bytes per sample of each PCM codec FFmpeg reads from MOV/MP4: the same
+#: codecs as in WAV and AIFF (``wav.decode``).
+BYTES = {codec: sample_bytes(codec) for codec in CODECS}
 #: The codec FFmpeg's tag table gives each fourcc ("": set by the entry).
 _FOURCCS = {
     b"twos": "pcm_s16be",
