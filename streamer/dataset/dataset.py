@@ -54,7 +54,7 @@ import anyio
 import numpy as np
 import pyarrow as pa
 
-from ..decode.crop import Crop, CropRequest, blob_sha256, read_crop
+from ..decode.crop import Crop, CropRequest, hashes_to, read_crop
 from ..decode.resample import DEFAULT_QUALITY
 from ..errors import (
     CompressedShardWarning,
@@ -634,8 +634,10 @@ class Dataset:
         if recorded is not None and recorded != length:
             return f"{INFO_DIR} records {recorded} bytes, the blob has {length}"
         expected = self.recorded_sha256(name, row)
-        if digest and expected is not None and blob_sha256(blob) != expected:
-            return f"{INFO_DIR} records a sha256 the blob's bytes do not have"
+        if digest and expected is not None:
+            key = self.shard(name).keys[row].as_py()
+            if not hashes_to(blob, expected, (blob.shard, key, length)):
+                return f"{INFO_DIR} records a sha256 the blob's bytes do not have"
         return None
 
     def _check_blob_size(self, name: str, row: int, key: str, length: int) -> None:

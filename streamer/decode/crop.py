@@ -89,6 +89,7 @@ __all__ = [
     "decode_fallback",
     "decode_job",
     "fetch",
+    "hashes_to",
     "prepare",
     "read_crop",
     "read_deferred",
@@ -470,19 +471,26 @@ def blob_sha256(blob: BlobHandle) -> bytes:
 
 def as_packed(episode: Episode) -> bool | None:
     """Whether the episode's blob reads as the bytes ``audio_info`` recorded
-    the ``sha256`` of (None: none recorded). Hashed once per blob and
-    process: the verdict is kept (``_CONFIRMED_MAX`` blobs at most), so the
-    crops of a stale episode after the first one read nothing more for it.
-    Two threads that ask at once may both hash it."""
+    the ``sha256`` of (None: none recorded; ``hashes_to``)."""
     if episode.sha256 is None:
         return None
-    key = (episode.id, episode.sha256)
+    return hashes_to(episode.blob, episode.sha256, episode.id)
+
+
+def hashes_to(blob: BlobHandle, sha256: bytes, blob_id: tuple[str | None, str, int]) -> bool:
+    """Whether ``blob`` (``Episode.id``: ``blob_id``) has the digest
+    ``sha256``. Hashed once per blob and process: the verdict is kept
+    (``_CONFIRMED_MAX`` blobs at most), so the crops of a stale episode
+    after the first one read nothing more for it, and neither does a
+    ``streamer index --verify`` row that hashed it to check ``audio_info``.
+    Two threads that ask at once may both hash it."""
+    key = (blob_id, sha256)
     with _CONFIRMING:
         verdict = _CONFIRMED.get(key)
         if verdict is not None:
             _CONFIRMED.move_to_end(key)
             return verdict
-    verdict = blob_sha256(episode.blob) == episode.sha256
+    verdict = blob_sha256(blob) == sha256
     with _CONFIRMING:
         _CONFIRMED[key] = verdict
         while len(_CONFIRMED) > _CONFIRMED_MAX:
