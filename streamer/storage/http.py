@@ -308,7 +308,7 @@ def proxy_for(url: str) -> str | None:
 
 async def ranged_get(
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | yarl.URL,
     shown: str,
     byte_range: str,
     detail: Callable[[aiohttp.ClientResponse], Awaitable[str]] | None = None,
@@ -326,7 +326,9 @@ async def ranged_get(
     (``RangeNotSatisfiable``). Other answers raise
     (``check_status``), with ``detail(response)`` appended when given (an
     S3 error code). ``shown`` is the URL errors name: ``url`` may carry a
-    signature. ``private`` headers go to ``url``'s origin only (``follow``)."""
+    signature. ``private`` headers go to ``url``'s origin only (``follow``).
+    A ``yarl.URL`` is sent as it is (a presigned URL, ``encoded=True``); a
+    str is parsed as aiohttp parses one (quoted, dot segments removed)."""
     try:
         async with follow(
             session, url, shown, {"Range": byte_range}, private or {}, proxy
@@ -385,7 +387,7 @@ def _whole_object(byte_range: str, length: int | None) -> Span | None:
 @contextlib.asynccontextmanager
 async def follow(
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | yarl.URL,
     shown: str,
     headers: dict[str, str],
     private: dict[str, str],
@@ -404,7 +406,7 @@ async def follow(
     redirect within the origin (a server sending ``latest/`` to ``v3/``).
     A redirect loop is a ``StorageError``: no retry ends it."""
     try:
-        target = yarl.URL(url)  # as aiohttp parses a str URL
+        target = url if isinstance(url, yarl.URL) else yarl.URL(url)  # as aiohttp parses a str
         origin, own, user = target.origin(), True, (target.user, target.password)
     except ValueError:
         raise aiohttp.InvalidURL(url) from None

@@ -64,6 +64,7 @@ from typing import Any
 
 import aiohttp
 import botocore.exceptions
+import yarl
 from aiobotocore.session import get_session
 from botocore import UNSIGNED
 from botocore.config import Config
@@ -554,11 +555,14 @@ class _Clients:
         self.s3 = s3
         self.http = http
         self.proxy = proxy
-        self._urls: dict[str, tuple[str, float]] = {}  # path -> (URL, reuse until)
+        self._urls: dict[str, tuple[yarl.URL, float]] = {}  # path -> (URL, reuse until)
 
-    async def presigned(self, path: str) -> str:
+    async def presigned(self, path: str) -> yarl.URL:
         """``path``'s presigned GET URL, signed anew every ``URL_REUSE`` seconds
-        (credentials from the AWS chain refresh; an URL must not outlive them)."""
+        (credentials from the AWS chain refresh; an URL must not outlive them).
+        Sent as botocore encoded it (``encoded=True``): parsed as a str, its
+        dot segments would be removed (RFC 3986), and the key ``a/./b`` or
+        ``a/../b`` read as ``a/b`` or ``b``, another object."""
         now = time.monotonic()
         found = self._urls.get(path)
         if found is not None and now < found[1]:
@@ -566,9 +570,10 @@ class _Clients:
         if len(self._urls) >= MAX_URLS:  # keep only those still in use
             self._urls = {p: entry for p, entry in self._urls.items() if now < entry[1]}
         bucket, key = _split(path)
-        url = await self.s3.generate_presigned_url(
+        signed = await self.s3.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_LIFETIME
         )
+        url = yarl.URL(signed, encoded=True)
         self._urls[path] = (url, now + URL_REUSE)
         return url
 
