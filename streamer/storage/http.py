@@ -344,7 +344,7 @@ async def ranged_get(
                     size=unsatisfied,
                 )
             if response.status == 200 and span is None:
-                span = _whole_object(byte_range, response.content_length)
+                span = _whole_object(shown, byte_range, response)
             if response.status in (200, 206) and span is not None:
                 body = await _range_body(shown, response, span)
                 tags = version_tags(
@@ -365,18 +365,32 @@ async def ranged_get(
         raise _network_error(shown, exc) from None
 
 
-def _whole_object(byte_range: str, length: int | None) -> Span | None:
+def _whole_object(url: str, byte_range: str, response: aiohttp.ClientResponse) -> Span | None:
     """The span of a 200 that names no bytes: the whole object, of
     ``length`` bytes (RFC 9110 lets a server ignore ``Range``). Usable when
     the range asked covers the whole object (``bytes=-N`` with N >= length,
     ``bytes=0-``, ``bytes=0-LAST`` with LAST >= length - 1: a small file's
     tail, a manifest), so the body is exactly the bytes asked; else None,
     and ``check_status`` says the server ignored Range. An empty object
-    covers every request for a size or a tail (moto answers a suffix so)."""
+    covers every request for a size or a tail (moto answers a suffix so).
+
+    One with a ``Content-Encoding`` (a CDN compressing on the fly, though
+    ``identity`` was asked for) is a ``StorageError``: its length is the
+    encoded one, and no ``Content-Range`` tells its bytes from the object's
+    (taken as they came, a manifest was "not JSON", a small shard another
+    size)."""
+    length = response.content_length
     if length is None:
         return None
     if length == 0:
         return (0, 0, 0)
+    encoding = response.headers.get("Content-Encoding", "identity").strip()
+    if encoding.lower() != "identity":
+        raise StorageError(
+            f"{url}: the server answered {byte_range} with the whole object {encoding}-encoded "
+            "(200, no Content-Range); serve it uncompressed (Content-Encoding: identity) "
+            "and by range"
+        )
     first, _, last = byte_range.removeprefix("bytes=").partition("-")
     covers = (not first and last.isdigit() and int(last) >= length) or (
         first == "0" and (not last or (last.isdigit() and int(last) >= length - 1))

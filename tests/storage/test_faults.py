@@ -14,6 +14,7 @@ from helpers import SECRET
 
 from streamer import open_dataset
 from streamer.dataset.dataset import Dataset
+from streamer.dataset.manifest import MANIFEST_NAME
 from streamer.errors import StorageError
 from testkit.servers import S3_SLOWDOWN, Handler, LoopbackServer, file_handler
 
@@ -259,6 +260,33 @@ def test_a_range_compressed_on_the_fly_is_a_clear_error(storage_root, data, make
         started = time.monotonic()
         with pytest.raises(StorageError, match=r"random\.bin: the server sent the range gzip-"):
             store.reader(f"{server.url}/random.bin", size=len(data)).read_sync(100_000, 10)
+        assert time.monotonic() - started < 5 and store.stats.retries == 0
+    finally:
+        server.stop()
+
+
+def test_a_whole_object_compressed_on_the_fly_is_a_clear_error(storage_root, make_store) -> None:  # type: ignore[no-untyped-def]
+    """A server (a CDN) that ignores Range and gzips the whole object, though
+    asked for ``identity``: a 200 naming no range, whose bytes are the
+    object only as sent. Its compressed bytes were taken for the object (a
+    manifest "not JSON", a small shard's tail of another size), for every
+    read that covers the object; now one line naming the URL, at once."""
+    files = file_handler(storage_root)
+
+    async def whole_gzipped(request):  # type: ignore[no-untyped-def]
+        clone = request.clone(headers={k: v for k, v in request.headers.items() if k != "Range"})
+        status, headers, body = await files(clone)
+        return status, {"ETag": headers["ETag"], "Content-Encoding": "gzip"}, gzip.compress(body)
+
+    server = LoopbackServer(whole_gzipped).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        manifest = store.reader(f"{server.url}/packed/{MANIFEST_NAME}")
+        started = time.monotonic()
+        with pytest.raises(
+            StorageError, match=r"streamer-manifest\.json: the server answered .*gzip"
+        ):
+            manifest.read_tail_sync(65536)
         assert time.monotonic() - started < 5 and store.stats.retries == 0
     finally:
         server.stop()
