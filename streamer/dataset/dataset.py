@@ -73,10 +73,9 @@ from ..shard.blob import BlobHandle
 from ..shard.footer import TAIL_BYTES
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
 from ..storage import open_url
-from ..storage.base import Store
+from ..storage.base import NotFound, Store
 from ..storage.local import LocalStore
 from ..storage.loop import CallGroup
-from ..storage.remote import NotFound
 from ..storage.retry import StoreUnavailable
 from ..timing import record
 from .manifest import Manifest, describe, read_manifest, store_manifest

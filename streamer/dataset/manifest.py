@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ShardError, StorageError
 from ..shard.footer import MAGIC, TAIL_BYTES, FileLayout, read_layout
 from ..shard.ipc import SHARD_SUFFIXES
-from ..storage.base import Store
+from ..storage.base import NotFound, Store
 from ..storage.retry import StoreUnavailable
 
 __all__ = [
@@ -117,8 +117,9 @@ class Manifest:
 def read_manifest(store: Store, root: str) -> tuple[Manifest | None, str | None]:
     """(the manifest of the dataset at ``root``, None) or (None, why not).
 
-    One suffix request. An absent manifest is the reason ``"absent"``; one
-    that cannot be read or parsed says so (the caller lists instead). A
+    One suffix request. An absent manifest (``NotFound``) is the reason
+    ``"absent"``; one that cannot be read (denied, a proxy's error page) or
+    parsed says so, and the caller warns and lists instead. A
     store that gave up (down for its whole budget) raises ``StoreUnavailable``:
     the listing that followed waited on the same outage once more.
     """
@@ -127,9 +128,11 @@ def read_manifest(store: Store, root: str) -> tuple[Manifest | None, str | None]
         start, body = store.reader(path).read_tail_sync(MAX_MANIFEST_BYTES + 1)
     except StoreUnavailable:
         raise
-    except StorageError as exc:
-        log.debug("%s: no manifest read (%s)", store.display(path), exc)
+    except NotFound as exc:
+        log.debug("%s: no manifest (%s)", store.display(path), exc)
         return None, "absent"
+    except StorageError as exc:
+        return None, f"cannot be read ({exc})"
     if start > 0 or len(body) > MAX_MANIFEST_BYTES:
         return None, f"larger than {MAX_MANIFEST_BYTES} bytes"
     try:

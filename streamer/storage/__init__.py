@@ -13,11 +13,11 @@ on too.
 """
 
 from ._urls import redact, safe_url
-from .base import Entry, RangeReader, Source, Stat, Store
+from .base import Entry, NotFound, RangeReader, Source, Stat, Store
 from .cache import CacheConfig
 from .local import LocalFileReader, LocalStore, MemoryReader
 from .registry import open_url
-from .remote import MissingBucket, NotFound
+from .remote import MissingBucket
 from .retry import RetryPolicy, StoreUnavailable
 from .stats import StoreStats
 

@@ -16,16 +16,23 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import ReadOnlyURLError
+from ..errors import ReadOnlyURLError, StorageError
 from .stats import StoreStats
 
-__all__ = ["COPY_CHUNK", "Entry", "RangeReader", "Source", "Stat", "Store"]
+__all__ = ["COPY_CHUNK", "Entry", "NotFound", "RangeReader", "Source", "Stat", "Store"]
 
 #: The largest request of a bulk copy (``RangeReader.read_into_sync``).
 COPY_CHUNK = 8 << 20
 
 #: What ``Store.put_sync`` stores: the bytes themselves, or a finished local file.
 Source = bytes | bytearray | memoryview | str | os.PathLike[str]
+
+
+class NotFound(StorageError):
+    """A 404 (``NoSuchKey``, ``NoSuchBucket``, a file system's ``FileNotFoundError``):
+    the object is not there."""
+
+    failure_reason = "not found"  # as ``StoreStats.failure_reasons`` counts it
 
 
 class RangeReader(abc.ABC):

@@ -32,8 +32,8 @@ import fsspec.asyn
 
 from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
-from .base import Entry, Stat
-from .remote import GENERIC_OPTIONS, Answer, NotFound, RemoteStore, check_length
+from .base import Entry, NotFound, Stat
+from .remote import GENERIC_OPTIONS, Answer, RemoteStore, check_length
 from .retry import TransientError
 
 __all__ = ["FsspecStore"]

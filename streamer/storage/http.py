@@ -41,8 +41,8 @@ import yarl
 from ..errors import StorageError, UnsupportedURLError
 from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
-from .base import Entry, Stat
-from .remote import Answer, NotFound, RangeNotSatisfiable, RemoteReader, RemoteStore
+from .base import Entry, NotFound, Stat
+from .remote import Answer, RangeNotSatisfiable, RemoteReader, RemoteStore
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 

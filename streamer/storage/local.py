@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..errors import StorageError
 from ._bounds import check_range
-from .base import Entry, RangeReader, Source, Store
+from .base import Entry, NotFound, RangeReader, Source, Store
 from .stats import StoreStats
 
 __all__ = ["LocalFileReader", "LocalStore", "MemoryReader"]
@@ -82,6 +82,8 @@ class LocalFileReader(MemoryReader):
         path = os.fspath(path)
         try:
             self.mapping = pa.memory_map(_arrow_path(path), "r")
+        except FileNotFoundError as exc:
+            raise NotFound(f"cannot map {path}: {exc}") from exc
         except (OSError, pa.ArrowException) as exc:
             raise StorageError(f"cannot map {path}: {exc}") from exc
         self.path = path

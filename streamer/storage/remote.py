@@ -30,7 +30,7 @@ from ..errors import StorageError
 from ..timing import record
 from ._bounds import check_range
 from ._urls import install_log_redaction, redact
-from .base import COPY_CHUNK, Entry, RangeReader, Source, Stat, Store
+from .base import COPY_CHUNK, Entry, NotFound, RangeReader, Source, Stat, Store
 from .cache import BlockCache, CacheConfig
 from .health import StoreHealth
 from .loop import ProcessLocal, run_async, run_sync
@@ -41,7 +41,6 @@ from .throttle import Slot, Throttle
 __all__ = [
     "Answer",
     "MissingBucket",
-    "NotFound",
     "RangeNotSatisfiable",
     "RemoteReader",
     "RemoteStore",
@@ -92,13 +91,6 @@ class RangeNotSatisfiable(StorageError):
     def __init__(self, message: str, size: int | None = None) -> None:
         super().__init__(message)
         self.size = size
-
-
-class NotFound(StorageError):
-    """404 (``NoSuchKey``, ``NoSuchBucket``, a file system's ``FileNotFoundError``):
-    the object is not there."""
-
-    failure_reason = "not found"  # as ``StoreStats.failure_reasons`` counts it
 
 
 class MissingBucket(NotFound):

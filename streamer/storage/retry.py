@@ -255,7 +255,7 @@ async def call_with_retries(
 
 def _at_once(error: StorageError) -> str:
     """Why a request failed at once, as ``StoreStats.failure_reasons`` counts
-    it: its class's ``failure_reason`` (``remote.NotFound``, ...), else
+    it: its class's ``failure_reason`` (``base.NotFound``, ...), else
     ``"not retryable"``."""
     return str(getattr(error, "failure_reason", "not retryable"))
 

@@ -71,7 +71,7 @@ from botocore.config import Config
 
 from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
-from .base import Entry, Source, Stat
+from .base import Entry, NotFound, Source, Stat
 from .http import (
     UNSUPPORTED,
     RangeGetStore,
@@ -85,7 +85,7 @@ from .http import (
     version_tags,
 )
 from .loop import run_sync
-from .remote import Answer, MissingBucket, NotFound
+from .remote import Answer, MissingBucket
 from .retry import TransientError, parse_retry_after
 from .throttle import is_timeout
 

@@ -279,6 +279,26 @@ def test_dataset_without_manifest_is_listed(copy: Path, caplog) -> None:  # type
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # wsds: no noise
 
 
+def test_manifest_that_cannot_be_read_is_warned_of(remote_folder, clean, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A manifest the store refuses (403: a policy, a proxy's error page) is
+    not an absent one: the store is listed, and a warning says why (it was
+    dropped with a DEBUG line, as if the dataset had none)."""
+    publish, server = remote_folder
+    folder = tmp_path / "refused"
+    shutil.copytree(clean, folder)
+    server.faults.only_ranged = False
+    server.faults.only_under = MANIFEST_NAME
+    server.faults.error_status = 403
+    server.faults.errors = 1
+    with caplog.at_level(logging.WARNING):
+        dataset = publish(folder)
+    assert dataset.manifest is None
+    assert (dataset.manifest_problem or "").startswith("cannot be read (")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("manifest is not used" in w and "403" in w for w in warned), warned
+    assert list(dataset) == EPISODES
+
+
 def test_pack_without_index_and_write_manifest(copy: Path) -> None:
     shutil.rmtree(copy / INDEX_DIR)
     assert INDEX_DIR in manifest_of(copy)["columns"]  # stale now

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from streamer.errors import StorageError
+from streamer.storage.base import NotFound
 from streamer.storage.disk import DiskCache
 from streamer.storage.loop import run_sync
-from streamer.storage.remote import NotFound
 
 BLOCK = 64 * 1024
 
