@@ -274,6 +274,11 @@ def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
         if name == "matroska":
             blocks = counted.block_points(source.read_range, interval(counted.rate, density))
             points = _merged_points(points, blocks)
+        # The first point: a cluster or page the first packet starts, or in
+        # Matroska its block, when other tracks' blocks open its cluster
+        # (a video's keyframe muxed first).
+        if not len(points[1]) or points[1][0] > counted.positions[0]:
+            raise NoIndex(f"{name}: the first packet does not start a cluster, block or page")
         header = ((0, int(points[1][0])),)
     else:
         points = counted.packet_points()
@@ -529,8 +534,6 @@ class _Counted:
             clear = (after == 0) | (ends[np.maximum(after - 1, 0)] <= marks)
             keep = (distance > 0) & (distance <= _CLUSTER_HEAD) & clear
         keep &= self.keys()[after]
-        if not keep.any() or after[keep][0] != 0:
-            raise NoIndex(f"{name}: the first packet does not start a cluster or page")
         samples = np.frombuffer(self.samples, dtype=np.int64)[after[keep]]
         return samples, marks[keep]
 
