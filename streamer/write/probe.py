@@ -66,7 +66,10 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
             if stream.duration is not None and stream.time_base is not None:
                 duration = float(stream.duration * stream.time_base)
             elif container.duration is not None:
-                duration = container.duration / av.time_base
+                # The container's span runs from its earliest stream's start:
+                # an audio track that starts later (after a video's first
+                # frame) is that much shorter.
+                duration = container.duration / av.time_base - _late_by(container, stream)
             else:
                 duration = float("nan")
             if not context.sample_rate or not context.channels:
@@ -87,6 +90,15 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
         raise ProbeError(f"not audio PyAV can open ({exc.strerror})") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ProbeError(f"not audio PyAV can open ({exc})") from exc
+
+
+def _late_by(container: av.container.InputContainer, stream: av.AudioStream) -> float:
+    """Seconds from the container's start to ``stream``'s (0 when unknown)."""
+    if stream.start_time is None or stream.time_base is None or container.start_time is None:
+        return 0.0
+    return max(
+        float(stream.start_time * stream.time_base) - container.start_time / av.time_base, 0.0
+    )
 
 
 def _size(source: str | BinaryIO) -> int:

@@ -38,6 +38,7 @@ from streamer.synth import signal
 from streamer.write.pack import pack
 from testkit.matroska import LACINGS, laced
 from testkit.reference import full_decode
+from testkit.video import with_video
 
 SECONDS = 3.0
 TOLERANCE = 1e-4
@@ -405,37 +406,6 @@ def test_lame_padding_is_trimmed_after_a_byte_seek() -> None:
     assert index.padding > 0
 
 
-def _with_video(seconds: float, container_format: str, codec: str, frame: int) -> bytes:
-    """A small MPEG-4 video track, then stereo 48 kHz audio (``codec``,
-    ``frame`` samples a packet) in ``container_format``: a recording, a music
-    video. Both start at 0, so the muxer writes the video's first packet
-    first; that picture is noise, a packet of a few KiB, as a real one is."""
-    rate, fps = 48000, 5
-    samples = signal(seconds, rate, 2, seed=2)
-    out = io.BytesIO()
-    with av.open(out, "w", format=container_format) as container:
-        video = container.add_stream("mpeg4", rate=fps)
-        video.width, video.height, video.pix_fmt = 32, 32, "yuv420p"
-        audio = container.add_stream(codec, rate=rate)
-        audio.layout = "stereo"
-        noise = np.random.default_rng(0).integers(0, 256, (32, 32, 3), np.uint8)
-        for n in range(round(seconds * fps)):
-            pixels = noise if n == 0 else np.full((32, 32, 3), n * 40 % 256, np.uint8)
-            picture = av.VideoFrame.from_ndarray(pixels)
-            picture.pts, picture.time_base = n, Fraction(1, fps)
-            for packet in video.encode(picture.reformat(format="yuv420p")):
-                container.mux(packet)
-        for start in range(0, samples.shape[1], frame):
-            block = _frame(samples[:, start : start + frame], "s16", "stereo")
-            block.sample_rate, block.pts, block.time_base = rate, start, Fraction(1, rate)
-            for packet in audio.encode(block):
-                container.mux(packet)
-        for stream in (video, audio):
-            for packet in stream.encode(None):
-                container.mux(packet)
-    return out.getvalue()
-
-
 def test_mp2_in_mpegts_with_video_keeps_its_index(tmp_path: Path) -> None:
     """``audio_info`` (FFmpeg's default probe) says ``mp2`` where the generic
     index says ``mp3``: one codec family, so the index serves the crops
@@ -444,7 +414,7 @@ def test_mp2_in_mpegts_with_video_keeps_its_index(tmp_path: Path) -> None:
     # MPEG-TS with a video track and MP2 audio (a broadcast recording): with
     # the video, FFmpeg's default probe reads MP2 frames and names the audio
     # ``mp2``; the generic index's short probe names it ``mp3``.
-    data = _with_video(3.0, "mpegts", "mp2", 1152)
+    data = with_video(3.0, "mpegts", "mp2", 1152)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "tv.ts").write_bytes(data)
     pack(tmp_path / "src", tmp_path / "dataset", progress=False)
@@ -464,7 +434,7 @@ def test_matroska_whose_first_cluster_opens_with_video_is_spliced_at_a_block() -
     got no seek index ("the first packet does not start a cluster or page")
     and every crop decoded from the file's start. The first audio block is
     the first point now, spliced as a block between clusters is."""
-    data = _with_video(3.0, "matroska", "flac", 4608)
+    data = with_video(3.0, "matroska", "flac", 4608)
     with av.open(io.BytesIO(data)) as container:
         first = next(p for p in container.demux() if p.size)
         assert first.stream.type == "video"

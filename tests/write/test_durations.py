@@ -24,6 +24,7 @@ from streamer.synth import CODECS, encode, signal
 from streamer.write.durations import corrected
 from streamer.write.index import build_index
 from streamer.write.pack import pack
+from testkit.video import with_video
 
 #: key -> (codec, rate, channels, seconds): headers off by 14-38 ms (AAC
 #: short by its last frame) and +6.5 ms (Opus: the pre-skip), within 1 %.
@@ -81,6 +82,20 @@ def test_indexing_a_pack_without_index_makes_the_durations_exact(src: Path, tmp_
     report = build_index(str(out), progress=False)
     assert report.durations == []  # made exact quietly: no header was far off
     _assert_exact(out)
+
+
+def test_a_header_duration_counts_from_the_audio_tracks_start(tmp_path: Path) -> None:
+    """A Matroska file whose audio starts 0.5 s after its video (a music
+    video, a screen recording) states no duration of the audio track, only
+    the file's, from the video's start: ``audio_info`` said 3.5 s for 3 s
+    of audio, and without an index a sampler planned crops past the end."""
+    (tmp_path / "src").mkdir()
+    data = with_video(3.0, "matroska", "flac", 4608, audio_start=0.5)
+    (tmp_path / "src" / "late.mkv").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "out", progress=False, index=False)
+    with open_input(io.BytesIO(data)) as container:
+        assert container.duration / 1e6 == pytest.approx(3.5, abs=0.01)
+    assert open_dataset(tmp_path / "out").info("late")["duration"] == pytest.approx(3.0)
 
 
 def test_a_crop_past_the_end_is_counted(src: Path, tmp_path: Path) -> None:
