@@ -120,12 +120,14 @@ def warmup(
     cache_dir: str = CACHE_DIR,
     allow_incomplete: bool = False,
 ) -> jobs.PartReport:
-    """Fill the cache Volume with what rank ``part`` of an epoch reads
-    (``allow_incomplete``: of the shards present of an incomplete dataset)."""
+    """Fill the directory of rank ``part`` of an epoch in the cache Volume
+    (``jobs.part_cache_dir``) with what that rank reads (``allow_incomplete``:
+    of the shards present of an incomplete dataset). Parallel containers do
+    not see each other's files on a Volume: each part has a directory of its own."""
     report = jobs.warmup_part(
         url,
         part,
-        cache_dir=cache_dir,
+        cache_dir=jobs.part_cache_dir(cache_dir, part),
         duration=duration,
         per_episode=per_episode,
         seed=seed,
@@ -156,9 +158,10 @@ def stream_example(
     allow_incomplete: bool = False,
 ) -> str:
     """A minimal training consumer: crops/s and bytes per crop from the store
-    (``cached``: through the Volume that ``warmup`` filled;
+    (``cached``: through the directory of the Volume that a one-part
+    ``warmup`` fills, ``jobs.part_cache_dir(cache_dir, "0/1")``;
     ``allow_incomplete``: of the shards present of an incomplete dataset)."""
-    options = {"cache_dir": cache_dir} if cached else None
+    options = {"cache_dir": jobs.part_cache_dir(cache_dir, "0/1")} if cached else None
     report = jobs.stream_example(
         url,
         crops=crops,
@@ -268,5 +271,12 @@ def main(
         raise SystemExit(1) from None
     for line in summary.lines():
         print(line)
+    if job == "warmup":
+        first = jobs.part_cache_dir(CACHE_DIR, f"0/{parts}")
+        print(
+            f"training rank i of {parts} reads the Volume {VOLUME_NAME} (mounted at "
+            f"{CACHE_DIR}) through cache_dir=jobs.part_cache_dir({CACHE_DIR!r}, 'i/{parts}'): "
+            f"rank 0, {first}"
+        )
     if not summary.ok:
         raise SystemExit(1)

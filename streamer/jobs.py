@@ -49,6 +49,7 @@ __all__ = [
     "merge",
     "pack_part",
     "pack_parts",
+    "part_cache_dir",
     "partitions",
     "stream_example",
     "warmup_part",
@@ -427,6 +428,22 @@ def warmup_part(
         part_report.counts = +counts
 
     return _run("warmup", part, [url], options, work)
+
+
+def part_cache_dir(cache_dir: str | os.PathLike[str], part: str) -> str:
+    """The directory under ``cache_dir`` that warmup part ``part`` (``i/n``)
+    fills and training rank ``i`` of ``n`` reads (``storage_options={"cache_dir":
+    ...}``), on a file system whose writers do not see each other's files
+    (a Modal Volume: each container sees it as it was when mounted, and of
+    a file two containers wrote, the last commit's is kept). Parts sharing
+    one directory there each took their own stamp of every shard they read
+    (``storage/cache.py``), and the last commit's hid the blocks the other
+    parts had kept under theirs: the job said every part done while every
+    other rank's reads went to the store. Alone in its directory, a part is
+    that directory's only writer. (Where writers see each other, on one
+    machine or a shared POSIX file system, parts may share one directory.)"""
+    rank, world = parse_part(part, "part")
+    return os.path.join(os.fspath(cache_dir), f"rank-{rank}-of-{world}")
 
 
 @dataclass

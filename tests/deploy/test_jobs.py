@@ -34,6 +34,15 @@ def test_partitions_are_the_specs_the_cli_takes() -> None:
         jobs.partitions(0)
 
 
+def test_every_part_of_a_warmup_has_a_cache_directory_of_its_own() -> None:
+    for count in (1, 4, 7):
+        dirs = {jobs.part_cache_dir("/cache", part) for part in jobs.partitions(count)}
+        assert len(dirs) == count and all(d.startswith("/cache/") for d in dirs)
+    assert jobs.part_cache_dir("/cache", "01/4") == jobs.part_cache_dir("/cache", "1/4")
+    with pytest.raises(streamer.StreamerError, match="0 <= i < n"):
+        jobs.part_cache_dir("/cache", "4/4")
+
+
 def test_index_parts_fan_out_merge_and_finish(s3, remote_unindexed, unindexed: Path) -> None:
     shards = sorted(p.stem for p in (unindexed / "audio").iterdir())
     assert len(shards) > 4

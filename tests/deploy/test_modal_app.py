@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import uuid
 import warnings
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from helpers import SECRET
 
 import streamer
-from streamer import jobs
+from streamer import RandomCrops, Streamer, jobs
 from streamer.storage import open_url
 from streamer.write.verify import verify_dataset
 
@@ -107,6 +108,45 @@ def test_warmup_job_and_stream_example(app, s3_uploaded, aws_env, tmp_path) -> N
         url, crops=6, duration=1.0, cached=True, cache_dir=str(tmp_path)
     )
     assert line.startswith("6 crops in ") and "crops/s" in line
+
+
+def test_warmup_parts_in_parallel_containers_leave_every_rank_warm(  # type: ignore[no-untyped-def]
+    app, s3, s3_uploaded, aws_env, tmp_path
+) -> None:
+    """A Modal Volume shows each container its files as they were when it was
+    mounted, and keeps, of a file two containers wrote, the last commit's.
+    Warmup parts run in parallel containers and committed one after another
+    leave each training rank every block it reads (parts that shared one
+    directory each took their own stamp of every shard: after a job whose
+    every part was done, ranks 0 and 2 of 4 read from the store)."""
+    url = f"s3://{s3_uploaded}/packed"
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    parts = jobs.partitions(4)
+    containers = [tmp_path / f"container-{n}" for n in range(len(parts))]
+    for container in containers:  # mounted before any part commits
+        shutil.copytree(volume, container)
+    options = {"duration": 1.0, "per_episode": 1}
+    reports = [
+        app.warmup.local(part, url, cache_dir=str(container), **options)
+        for part, container in zip(parts, containers, strict=True)
+    ]
+    assert jobs.merge("warmup", parts, reports).ok
+    for container in containers:  # the commits: per file, the last one's
+        shutil.copytree(container, volume, dirs_exist_ok=True)
+    for rank, part in enumerate(parts):
+        cache_dir = jobs.part_cache_dir(volume, part)
+        training = Streamer(
+            url,
+            RandomCrops(1.0, per_episode=1),
+            rank=rank,
+            world_size=len(parts),
+            workers=0,
+            storage_options={"cache_dir": cache_dir},
+        )
+        s3.reset()
+        assert len(list(training)) == reports[rank].counts["crops warmed"] == 1
+        assert s3.requests == [], f"rank {rank} read from the store"
 
 
 def test_a_failing_part_is_named_by_the_summary(app, s3, remote_unindexed) -> None:  # type: ignore[no-untyped-def]
