@@ -152,16 +152,18 @@ class Dataset:
         self.manifest_problem: str | None = "not used"
         if self.store.is_remote if manifest is None else manifest:
             self.manifest, self.manifest_problem = read_manifest(self.store, self.root)
-            if self.manifest_problem not in (None, "absent"):
-                log.warning(
-                    "%s: the dataset manifest is not used, the store is listed: %s",
-                    self.url,
-                    self.manifest_problem,
-                )
         if self.manifest is not None:
             self.column_dirs, self._sizes = self.manifest.column_dirs, self.manifest.sizes
         else:
             self.column_dirs, self._sizes = _column_dirs(self.store, self.root)
+        if self.manifest_problem not in (None, "absent", "not used"):
+            # Said once the listing has worked: a store that cannot be
+            # reached fails both, and its listing's error says it alone.
+            log.warning(
+                "%s: the dataset manifest is not used, the store is listed: %s",
+                self.url,
+                self.manifest_problem,
+            )
         if not self.column_dirs:
             raise LayoutError(
                 f"{self.url}: no column directories holding {'/'.join(SHARD_SUFFIXES)} shards"
