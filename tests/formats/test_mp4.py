@@ -23,6 +23,7 @@ from streamer.formats import extract
 from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
 from streamer.write.pack import pack
 from testkit.reference import full_decode
+from testkit.video import with_video
 from tests.decode.test_odd_episodes import _encode
 
 
@@ -161,6 +162,82 @@ def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
         got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
         assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
     assert dataset.decode_stats.fallback == 0
+
+
+@pytest.mark.parametrize(
+    ("channels", "sample_rate", "video"), [(2, 44100, False), (2, 48000, True)]
+)
+def test_alac_muxed_as_mov_is_indexed_and_exact(
+    tmp_path: Path, channels: int, sample_rate: int, video: bool
+) -> None:
+    """FFmpeg's ``mov`` muxer puts ALAC's magic cookie in a ``wave`` box,
+    after a ``frma`` box whose payload is ``alac`` too: the byte search
+    for the cookie found that one and read the next box's type as the
+    frame length (1634492771), so every such file, with or without a
+    video beside the audio, had no index ("mp4 sample durations that are
+    not the codec's frame (stts)") and every crop decoded from the start.
+    The same audio muxed as ``ipod`` was indexed."""
+    if video:
+        data = with_video(2.5, "mov", "alac", 4096)
+    else:
+        signal = synth.signal(2.5, sample_rate, channels)
+        data = synth.encode(signal, sample_rate, "alac", container="mov")
+    assert data.find(b"frma") < data.find(b"alac\x00\x00\x00\x00\x00\x00\x10\x00")
+    index = index_of(data)
+    assert (index.codec, index.sample_rate, index.channels) == ("alac", sample_rate, channels)
+    _assert_served_exactly(tmp_path, data, tolerance=0.0)
+
+
+@pytest.mark.parametrize(
+    ("codec", "channels", "sample_rate"), [("alac", 1, 96000), ("aac", 2, 88200)]
+)
+def test_a_version_2_sample_entry_states_its_rate_and_channels(
+    tmp_path: Path, codec: str, channels: int, sample_rate: int
+) -> None:
+    """Above 65535 Hz FFmpeg's ``mov`` muxer writes a version 2 sound
+    description: the rate is a double after the fixed fields (the 16.16
+    field says 1) and so are the channels (the 16-bit field says 3). Read
+    from the 16-bit fields, ALAC and AAC in such a MOV had no index ("mp4
+    media timescale is not the sample rate"); PCM's were read right."""
+    data = synth.encode(
+        synth.signal(2.5, sample_rate, channels), sample_rate, codec, container="mov"
+    )
+    stsd = data.find(b"stsd")
+    assert struct.unpack_from(">HH", data, stsd + 28) == (2, 0)  # version 2; revision
+    index = index_of(data)
+    assert (index.codec, index.sample_rate, index.channels) == (codec, sample_rate, channels)
+    _assert_served_exactly(tmp_path, data, tolerance=0.0 if codec == "alac" else 1e-4)
+
+
+def _assert_served_exactly(tmp_path: Path, data: bytes, tolerance: float) -> None:
+    """``data`` packed and indexed: its index passes its check and serves
+    boundary and random crops as the full decode has them."""
+    index = index_of(data)
+    assert full_decode_length(index) == decoded_length(data)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.mov").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.episode("a").index.verdict == "verified", dataset.episode("a").index.reason
+    full, rate = full_decode(data)
+    n = full.shape[1]
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, n - 1, 12).tolist()
+    bounds = [(0, 1), (0, 4096), (4095, 4097), (8192, 12288), (n - 4096, n), (n - 1, n)]
+    for first, last in bounds + [(a, min(n, a + int(rng.integers(1, 9000)))) for a in starts]:
+        got = dataset.read_crop("a", first / rate, last / rate)
+        assert got.shape == (full.shape[0], last - first)
+        assert np.abs(got - full[:, first:last]).max() <= tolerance, (first, last)
+    assert dataset.decode_stats.fallback == 0
+
+
+def test_alac_without_its_magic_cookie_has_no_index_and_says_so() -> None:
+    """Without the cookie FFmpeg's ALAC decoder does not open; the reason
+    was the frame check's, as if the packets were timed wrongly."""
+    data = encoded("alac", 44100, 1)
+    at = data.find(b"alac", data.find(b"stsd") + 16 + 36)
+    broken = data[:at] + b"xxxx" + data[at + 4 :]
+    assert extract(io.BytesIO(broken)).reason == "alac in mp4 without its magic cookie"
 
 
 @pytest.mark.parametrize("rate", [24000, 12000])

@@ -57,6 +57,7 @@ from ..opus import DECODED_RATE, NO_PACKET, mode_preroll, toc_config
 from ..packets import padded_packet
 from ..reader import NoIndex, Reader, interval, thin
 from . import pcm
+from .entry import CHILDREN_AT, audio_format, children, version
 from .fragments import Defaults, fragment_samples
 
 __all__ = ["READ_THROUGH", "AudioOnly", "audio_only", "matches", "mismatch", "parse"]
@@ -336,8 +337,7 @@ def _sample_entry(stsd: bytes) -> _Entry:
     entry = stsd[8 : 8 + size]
     if len(entry) < 36:
         raise NoIndex("truncated mp4 sample description")
-    channels = struct.unpack_from(">H", entry, 24)[0]
-    sample_rate = struct.unpack_from(">I", entry, 32)[0] >> 16
+    channels, _, sample_rate = audio_format(entry)
     if fourcc == b"mp4a":
         object_type, config = _esds(entry)
         if object_type not in _OBJECT_TYPES:
@@ -346,8 +346,8 @@ def _sample_entry(stsd: bytes) -> _Entry:
         stated = _vorbis_channels(config) if codec == "vorbis" else _aac_channels(config)
         return _Entry(codec, stated or channels, sample_rate, config)
     if fourcc == b"alac":
-        channels = _alac_channels(entry) or channels
-        return _Entry("alac", channels, sample_rate, frame=_alac_frame(entry))
+        frame, stated = _alac_cookie(entry)
+        return _Entry("alac", stated or channels, sample_rate, frame=frame)
     if fourcc == b"fLaC":
         return _Entry("flac", channels, sample_rate, frame=_flac_frame(entry))
     if fourcc == b"Opus":
@@ -397,19 +397,26 @@ def _vorbis_channels(config: bytes) -> int:
     return config[at + 11] if at >= 0 and len(config) > at + 11 else 0
 
 
-def _alac_channels(entry: bytes) -> int:
-    """The channel count of an ``alac`` entry's magic cookie (0 if none),
-    which FFmpeg's decoder follows: the entry's own count may say 2 for mono."""
-    at = entry.find(b"alac", 36)  # the cookie box inside the entry
-    return entry[at + 17] if at > 0 and len(entry) > at + 17 else 0
+def _alac_cookie(entry: bytes) -> tuple[int, int]:
+    """(frame length, channels) of an ``alac`` entry's magic cookie, the
+    first ``alac`` child box (in ``wave`` in a ``mov`` file), which FFmpeg's
+    decoder takes for its configuration: every packet that states no length
+    of its own (all but the last, as encoders write them) decodes to the
+    frame length, and the channels are the cookie's (the entry may say 2
+    for mono; 0: not stated). Without a whole cookie FFmpeg's decoder does
+    not open: no index."""
+    start = CHILDREN_AT.get(version(entry), CHILDREN_AT[0])
+    for kind, payload in children(entry, start):
+        # Version and flags, then ALACSpecificConfig: frame length (32 bits),
+        # compatible version, bit depth, pb, mb, kb, channels, ... (24 bytes).
+        if kind == b"alac" and len(payload) >= _ALAC_COOKIE:
+            return int.from_bytes(payload[4:8], "big"), payload[13]
+    raise NoIndex("alac in mp4 without its magic cookie")
 
 
-def _alac_frame(entry: bytes) -> int:
-    """The frame length of an ``alac`` entry's magic cookie (0 if none): the
-    samples FFmpeg's decoder outputs for every packet that states no length
-    of its own, as encoders write all but the last."""
-    at = entry.find(b"alac", 36)
-    return int.from_bytes(entry[at + 8 : at + 12], "big") if at > 0 and len(entry) >= at + 12 else 0
+#: Bytes of an ``alac`` cookie box's payload FFmpeg's decoder needs (its
+#: extradata, the box with its header, is at least 36 bytes).
+_ALAC_COOKIE = 28
 
 
 def _flac_frame(entry: bytes) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..reader import NoIndex
 from ..wav.decode import CODECS, sample_bytes
+from .entry import CHILDREN_AT, audio_format, children, version
 
 __all__ = ["BYTES", "PACKET_FRAMES", "codec", "is_pcm", "packets"]
 
@@ -70,8 +71,6 @@ _LITTLE = {
     "pcm_f32be": "pcm_f32le",
     "pcm_f64be": "pcm_f64le",
 }
-#: Where a sample entry's child boxes start, by its version.
-_CHILDREN = {0: 36, 1: 52, 2: 72}
 
 
 def is_pcm(fourcc: bytes) -> bool:
@@ -81,21 +80,17 @@ def is_pcm(fourcc: bytes) -> bool:
 def codec(fourcc: bytes, entry: bytes) -> tuple[str, int, int]:
     """(codec, channels, sample rate) FFmpeg reads from a PCM sample entry
     (``entry``: the whole entry, from its size field)."""
-    version = struct.unpack_from(">H", entry, 16)[0]
-    if version not in _CHILDREN or len(entry) < _CHILDREN[version]:
+    stated = version(entry)
+    if stated not in CHILDREN_AT or len(entry) < CHILDREN_AT[stated]:
         raise NoIndex("unsupported mp4 PCM sample description")
     name = _FOURCCS[fourcc]
-    channels, bits = struct.unpack_from(">HH", entry, 24)
-    rate = struct.unpack_from(">I", entry, 32)[0] >> 16
-    if version == 1 and struct.unpack_from(">I", entry, 36)[0] > 1:
+    channels, bits, rate = audio_format(entry)
+    if stated == 1 and struct.unpack_from(">I", entry, 36)[0] > 1:
         raise NoIndex("mp4 PCM with several frames per packet")
-    if version == 2:
-        rate = round(struct.unpack_from(">d", entry, 40)[0])
-        channels, _, bits, flags = struct.unpack_from(">4I", entry, 48)
-        if fourcc == b"lpcm":  # as FFmpeg: the flags name the codec of "lpcm" alone
-            name = _lpcm(bits, flags)
+    if stated == 2 and fourcc == b"lpcm":  # as FFmpeg: the flags name the codec of "lpcm" alone
+        name = _lpcm(bits, struct.unpack_from(">I", entry, 60)[0])
     name = _BY_BITS.get((name, bits), name)
-    for kind, payload in _children(entry, _CHILDREN[version]):
+    for kind, payload in children(entry, CHILDREN_AT[stated]):
         if kind == b"enda" and len(payload) >= 2 and payload[1]:
             name = _LITTLE.get(name, name)
         elif kind == b"pcmC" and len(payload) >= 6:
@@ -122,23 +117,6 @@ def _lpcm(bits: int, flags: int) -> str:
     if bits == 8:
         return "pcm_s8" if flags & 4 else "pcm_u8"
     return f"pcm_s{bits}{big}" if bits in (16, 24, 32) else ""
-
-
-def _children(entry: bytes, start: int) -> list[tuple[bytes, bytes]]:
-    """The child boxes of a sample entry, those inside ``wave`` too;
-    a box that does not fit ends the walk (FFmpeg skips what it cannot read)."""
-    found: list[tuple[bytes, bytes]] = []
-    at = start
-    while at + 8 <= len(entry):
-        size, kind = struct.unpack_from(">I4s", entry, at)
-        if size < 8 or at + size > len(entry):
-            break
-        if kind == b"wave":
-            found += _children(entry[at + 8 : at + size], 0)
-        else:
-            found.append((kind, entry[at + 8 : at + size]))
-        at += size
-    return found
 
 
 def packets(
