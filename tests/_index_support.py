@@ -221,3 +221,30 @@ def long_ogg(pages: int) -> bytes:
         struct.pack_into("<I", page, 22, ogg.ogg_crc(bytes(page)))
         out.append(bytes(page))
     return b"".join(out)
+
+
+def empty_first_track(seconds: float = 3.0, rate: int = 44100) -> bytes:
+    """An m4a of two AAC tracks, the first with empty sample tables (its
+    ``mdhd`` still says ``seconds``), the audio in the second: FFmpeg's
+    first audio stream, the one streamer serves, decodes to nothing."""
+    samples = synth.signal(seconds, rate, 2)
+    out = io.BytesIO()
+    with av.open(out, "w", format="ipod") as container:
+        streams = [container.add_stream("aac", rate=rate) for _ in range(2)]
+        for stream in streams:
+            stream.layout = "stereo"
+        for stream in streams:
+            for start in range(0, samples.shape[1], 1024):
+                block = np.ascontiguousarray(samples[:, start : start + 1024])
+                frame = av.AudioFrame.from_ndarray(block, format="fltp", layout="stereo")
+                frame.sample_rate, frame.pts, frame.time_base = rate, start, Fraction(1, rate)
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode(None):
+                container.mux(packet)
+    data = bytearray(out.getvalue())
+    first, second = data.find(b"trak"), data.find(b"trak", data.find(b"trak") + 4)
+    for box, count_at in ((b"stts", 4), (b"stsc", 4), (b"stco", 4), (b"stsz", 8)):
+        at = data.find(box, first, second)
+        struct.pack_into(">I", data, at + 4 + count_at, 0)  # the entry (sample) count
+    return bytes(data)

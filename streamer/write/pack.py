@@ -179,7 +179,7 @@ def pack(
     shards for sources); ``out`` may not be ``src`` itself.
 
     A file that is not audio (PyAV cannot probe it, no sample rate or
-    channels, nothing decodes) or that cannot be read, and one whose key
+    channels, its first audio stream holds no packet) or that cannot be read, and one whose key
     another file has (``plan.py``), is skipped and listed in ``report.skipped``,
     or, with ``strict``, fails the run (``PackError``); so does a whole run
     with no audio at all, and then nothing of the run is left in a local

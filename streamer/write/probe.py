@@ -77,6 +77,8 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
                 raise ProbeError(
                     f"not audio: sample rate {context.sample_rate}, {context.channels} channels"
                 )
+            if _empty(container, stream):
+                raise ProbeError(_empty_reason(len(container.streams.audio)))
             return AudioInfo(
                 codec=context.codec.canonical_name,
                 container=container.format.name,
@@ -90,6 +92,28 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
         raise ProbeError(f"not audio PyAV can open ({exc.strerror})") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ProbeError(f"not audio PyAV can open ({exc})") from exc
+
+
+def _empty_reason(streams: int) -> str:
+    """Why a file whose first audio stream (of ``streams``) holds no packets is not packed."""
+    if streams == 1:
+        return "its audio stream is empty (no packets)"
+    return (
+        "its first audio stream is empty (no packets): streamer serves the first "
+        f"audio stream, as FFmpeg picks it, of the {streams} the file has"
+    )
+
+
+def _empty(container: av.container.InputContainer, stream: av.AudioStream) -> bool:
+    """Whether ``stream`` holds no packet (demuxed up to its first): an
+    empty first track of an MP4 whose audio is in a second, say. Its full
+    decode is nothing whatever the header's duration says (3.05 s was
+    recorded, and every crop planned over it failed). A demuxer error
+    before the first packet is left to the decode to report."""
+    try:
+        return not any(packet.size for packet in container.demux(stream))
+    except av.FFmpegError:
+        return False
 
 
 def _late_by(container: av.container.InputContainer, stream: av.AudioStream) -> float:

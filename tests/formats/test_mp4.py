@@ -12,6 +12,7 @@ import pytest
 from _index_support import (
     assert_points_are_packets,
     decoded_length,
+    empty_first_track,
     encode_with_pts,
     encoded,
     first_packet_per_position,
@@ -238,6 +239,18 @@ def test_alac_without_its_magic_cookie_has_no_index_and_says_so() -> None:
     at = data.find(b"alac", data.find(b"stsd") + 16 + 36)
     broken = data[:at] + b"xxxx" + data[at + 4 :]
     assert extract(io.BytesIO(broken)).reason == "alac in mp4 without its magic cookie"
+
+
+def test_an_empty_first_audio_track_is_named_as_such() -> None:
+    """FFmpeg's first audio stream, which streamer serves, is the first
+    sound track: empty here, the audio in the second. The reason said
+    only "empty mp4 sample tables"."""
+    data = empty_first_track()
+    assert decoded_length(data) == 0
+    assert extract(io.BytesIO(data)).reason == (
+        "the mp4's first audio track is empty and a later one holds the audio: "
+        "streamer serves the first audio stream, as FFmpeg picks it"
+    )
 
 
 @pytest.mark.parametrize("rate", [24000, 12000])

@@ -3,10 +3,12 @@ header duration the seek index contradicts."""
 
 from __future__ import annotations
 
+import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _index_support import empty_first_track
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -26,6 +28,33 @@ def test_random_bytes_named_mp3_are_skipped_with_the_reason(tmp_path: Path) -> N
     assert report.files == 1
     assert report.skipped == [
         ("noise.mp3", "not audio PyAV can open (Invalid data found when processing input)")
+    ]
+    assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
+def test_a_file_whose_first_audio_stream_is_empty_is_skipped_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """An m4a whose first audio track has empty sample tables, the audio in
+    a second: FFmpeg's first audio stream, the one streamer serves, decodes
+    to nothing. It was packed with its header's 3.0 s in ``audio_info``,
+    and every crop planned over it failed as past the end; so was a WAV
+    of no samples, of unknown duration, which the samplers left out
+    without a word. Both are skipped now, each with its reason."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.mp3").write_bytes(encode(signal(1.0, 44100, 1, seed=0), 44100, "mp3"))
+    (src / "two.m4a").write_bytes(empty_first_track())
+    with wave.open(str(src / "none.wav"), "wb") as header_only:
+        header_only.setparams((1, 2, 16000, 0, "NONE", ""))
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.skipped == [
+        ("none.wav", "its audio stream is empty (no packets)"),
+        (
+            "two.m4a",
+            "its first audio stream is empty (no packets): streamer serves the first "
+            "audio stream, as FFmpeg picks it, of the 2 the file has",
+        ),
     ]
     assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
 

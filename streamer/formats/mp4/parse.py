@@ -311,10 +311,36 @@ def _timescale(full_box: bytes) -> int:
 def _audio_track(tracks: list[_Track]) -> _Track:
     """The first sound track, FFmpeg's first audio stream (wherever it sits)."""
     for track in tracks:
-        handler = track.leaves.get(b"hdlr", b"")
-        if handler[8:12] == b"soun":
+        if _is_sound(track):
             return track
     raise NoIndex("no audio track in mp4")
+
+
+def _is_sound(track: _Track) -> bool:
+    return track.leaves.get(b"hdlr", b"")[8:12] == b"soun"
+
+
+#: Why an MP4 whose first sound track is empty and a later one is not has
+#: no index: FFmpeg's first audio stream, which streamer serves
+#: (docs/decoding.md), decodes to nothing.
+_EMPTY_FIRST_TRACK = (
+    "the mp4's first audio track is empty and a later one holds the audio: "
+    "streamer serves the first audio stream, as FFmpeg picks it"
+)
+
+
+def _listed(track: _Track, length: int) -> int:
+    """How many samples ``track``'s ``moov`` tables list (-1: they do not say)."""
+    try:
+        return len(_sizes(track.leaves, length))
+    except NoIndex:
+        return -1
+
+
+def _later_audio(tracks: list[_Track], first: _Track, length: int) -> bool:
+    """Whether a sound track after ``first`` lists samples."""
+    later = tracks[tracks.index(first) + 1 :]
+    return any(_is_sound(t) and _listed(t, length) > 0 for t in later)
 
 
 class _Entry(NamedTuple):
@@ -885,6 +911,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     length = reader.pos  # the walk stops at the end of the file
     movie = _walk_moov(moov)
     audio = _audio_track(movie.tracks)
+    if not moofs and _listed(audio, length) == 0 and _later_audio(movie.tracks, audio, length):
+        raise NoIndex(_EMPTY_FIRST_TRACK)
     track = audio.leaves
     if b"mdhd" not in track or b"stsd" not in track:
         raise NoIndex("mp4 audio track without mdhd/stsd")
