@@ -126,8 +126,9 @@ class CropDataset(IterableDataset):
         self._consumed = 0
         self._shared = torch.zeros(_SHARED_BYTES, dtype=torch.uint8).share_memory_()
         # [the generation the last pass started at, whether a repeat was warned of,
-        #  passes started] (the last counted by the process serving the rank's first turn)
-        self._passes = torch.zeros(3, dtype=torch.int64).share_memory_()
+        #  passes started (counted by the process serving the rank's first turn),
+        #  the generation whose pass DataLoader workers replaced (_load_worker_state)]
+        self._passes = torch.zeros(4, dtype=torch.int64).share_memory_()
         self._lengths: dict[tuple[Any, ...], int] = {}
         self._generation = 0
         self._seen = 0
@@ -296,6 +297,14 @@ class CropDataset(IterableDataset):
             positions = sorted(positions + [p for p, _ in batch.get("skipped", ())])
             if not positions:
                 raise ValueError("the batch holds no crop: make it with streamer.torch.collate")
+            if int(self._passes[3]) == self._seen:
+                raise ValueError(
+                    "the batch is of a pass a StatefulDataLoader restored in its workers, "
+                    "resumed from crops consumed before it (done) that this dataset was not "
+                    "given: its positions are places in another share; checkpoint with the "
+                    "loader's state_dict() until the epoch ends, or resume the run with "
+                    "data.load_state_dict(gather_state(...)) instead of the loader's state"
+                )
             consumed = positions[-1] + 1
             if positions != list(range(consumed - len(positions), consumed)):
                 raise ValueError(
@@ -460,7 +469,11 @@ class CropDataset(IterableDataset):
         """A DataLoader worker's own state, for its next pass only: the
         passes after it follow the main process (``set_epoch``). (It set the
         worker's epoch for good: a persistent worker restarted the restored
-        epoch on every pass after, whatever ``set_epoch`` said.)"""
+        epoch on every pass after, whatever ``set_epoch`` said.) A pass that
+        left out other crops consumed before it (``done``) than the main
+        process knows of is noted in shared memory: its batches' positions
+        are places in another share, which ``state_dict(batch)`` refuses (it
+        marked other crops consumed)."""
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else (0, 1)
         if here != (int(state["worker"]), int(state["num_workers"])):
@@ -471,6 +484,8 @@ class CropDataset(IterableDataset):
             )
         self._follow_shared()
         self._worker_state = dict(state)
+        if not state.get("finished") and merge_intervals(state.get("done", ())) != self._done:
+            self._passes[3] = self._seen  # every worker: the one whose batch comes first too
 
     # -- inside -------------------------------------------------------------------
 

@@ -148,6 +148,53 @@ def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int)
     assert got == whole
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_of_a_pass_the_loader_restored_from_a_resumed_one_is_no_rank_checkpoint(
+    packed: Path, num_workers: int
+) -> None:
+    """A ``StatefulDataLoader`` checkpoint of a pass resumed from a merged
+    state (``done``: crops consumed before it), restored in a new run
+    whose dataset was not given that state: its workers go on with that
+    pass, whose crops' positions are places in the share left after
+    ``done``. ``state_dict(batch)`` read them as places in the whole
+    epoch's share: the checkpoint marked other crops consumed, and its
+    resume served 8 crops a second time and never served 8 others. Without
+    workers the loader restores the state into the dataset itself, which
+    then knows the pass: its checkpoint resumes exactly."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(data: CropDataset) -> Any:
+        return stateful.StatefulDataLoader(
+            data, batch_size=BATCH, num_workers=num_workers, collate_fn=collate
+        )
+
+    whole = [ids(b) for b in loader(dataset(packed), 0)]
+    data = dataset(packed)
+    batch = next(iter(loader(data, 0)))
+    merged = merge_states(data, [data.state_dict(batch)])  # the job's state after one batch
+    data = dataset(packed)
+    data.load_state_dict(merged)
+    first = make(data)
+    for n, _ in enumerate(first, start=1):
+        if n == 2:
+            state = first.state_dict()  # after batches 1 and 2 of the resumed pass
+            break
+    del first
+    data = dataset(packed)  # a new run: the loader's state restores the pass
+    resumed = make(data)
+    resumed.load_state_dict(state)
+    data.set_epoch(0)
+    batch = next(iter(resumed))
+    assert ids(batch) == whole[3]
+    if num_workers:
+        with pytest.raises(ValueError, match="a StatefulDataLoader restored in its workers"):
+            data.state_dict(batch)
+        return
+    again = dataset(packed)
+    again.load_state_dict(data.state_dict(batch))
+    assert [ids(b) for b in loader(again, 0)] == whole[4:]
+
+
 @pytest.mark.parametrize("crops", [None, 60], ids=["last batch short", "whole batches"])
 @pytest.mark.parametrize("on_the_last_batch", [False, True])
 @pytest.mark.parametrize(
