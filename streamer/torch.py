@@ -473,7 +473,9 @@ class CropDataset(IterableDataset):
         left out other crops consumed before it (``done``) than the main
         process knows of is noted in shared memory: its batches' positions
         are places in another share, which ``state_dict(batch)`` refuses (it
-        marked other crops consumed)."""
+        marked other crops consumed). A state of another epoch than
+        ``set_epoch`` chose (torchdata restores it after the loop's
+        ``set_epoch``) is warned of: the pass serves the state's epoch."""
         info = get_worker_info()
         here = (info.id, info.num_workers) if info is not None else (0, 1)
         if here != (int(state["worker"]), int(state["num_workers"])):
@@ -484,8 +486,19 @@ class CropDataset(IterableDataset):
             )
         self._follow_shared()
         self._worker_state = dict(state)
-        if not state.get("finished") and merge_intervals(state.get("done", ())) != self._done:
+        if state.get("finished"):
+            return
+        if merge_intervals(state.get("done", ())) != self._done:
             self._passes[3] = self._seen  # every worker: the one whose batch comes first too
+        epoch = int(state["epoch"])
+        if self._chosen and epoch != self.epoch and not here[0]:
+            warnings.warn(
+                f"CropDataset: a StatefulDataLoader state of epoch {epoch}, restored after "
+                f"set_epoch({self.epoch}), serves the rest of epoch {epoch} in this pass, "
+                f"not epoch {self.epoch} (batch['epoch'] says {epoch}): the loop's epochs "
+                f"are not the data's; start the epoch loop at the checkpoint's epoch",
+                stacklevel=2,
+            )
 
     # -- inside -------------------------------------------------------------------
 

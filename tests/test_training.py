@@ -387,6 +387,49 @@ def test_a_pass_repeated_without_set_epoch_is_warned_of_once(
     assert len(said) == 1 and "epoch 0 is iterated again from the same point" in said[0]
 
 
+def test_a_stateful_dataloader_state_of_another_epoch_than_set_epoch_is_warned_of(
+    packed: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A loop that restores a ``StatefulDataLoader`` checkpoint taken in
+    epoch 1 and then counts its epochs from 0 (``set_epoch(0)``): the
+    loader restores the state in its workers after ``set_epoch``, so its
+    first pass serves the rest of epoch 1, and the loop's next "epoch 1"
+    all of it again. That went without a word (``set_epoch`` of another
+    epoch right after ``load_state_dict`` warns); worker 0 says so now, once.
+    The checkpoint's own epoch is no warning."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(data: CropDataset) -> Any:
+        return stateful.StatefulDataLoader(
+            data,
+            batch_size=BATCH,
+            num_workers=2,
+            collate_fn=collate,
+            worker_init_fn=warnings_to_stderr,
+        )
+
+    data = dataset(packed)
+    data.set_epoch(1)
+    first = make(data)
+    for n, _ in enumerate(first, start=1):
+        if n == 3:
+            state = first.state_dict()
+            break
+    del first
+    capfd.readouterr()
+    said = []
+    for epoch in (0, 1):
+        data = dataset(packed)
+        resumed = make(data)
+        resumed.load_state_dict(state)
+        data.set_epoch(epoch)
+        served = {e for b in resumed for e in b["epoch"].tolist()}
+        assert served == {1}  # the checkpoint's epoch, as before
+        said.append([line for line in capfd.readouterr().err.splitlines() if "set_epoch(" in line])
+    assert len(said[0]) == 1 and "state of epoch 1" in said[0][0] and "set_epoch(0)" in said[0][0]
+    assert said[1] == []
+
+
 def warnings_to_stderr(worker: int) -> None:
     """Show a DataLoader worker's warnings on its stderr, as an ordinary
     process does (a forked worker inherits the test's warning recorder)."""
