@@ -119,6 +119,9 @@ class Faults:
     #: Listing pages say there is more (IsTruncated) without saying where it
     #: goes on: their NextContinuationToken is dropped.
     drop_continuation: bool = False
+    #: Listing pages name each key and common prefix twice (a server whose
+    #: pages overlap, as some S3 implementations' do at page boundaries).
+    repeat_listed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +266,8 @@ class LoopbackServer:
         status, headers, body = await self.handler(request)
         if faults.drop_continuation:
             body = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", body)
+        if faults.repeat_listed:
+            body = re.sub(rb"(<(Contents|CommonPrefixes)>.*?</\2>)", rb"\1\1", body, flags=re.S)
         unsized = faults.chunked
         if faults.head_without_length and request.method == "HEAD":
             headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}

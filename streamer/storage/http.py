@@ -232,7 +232,7 @@ class HTTPStore(RangeGetStore):
         retried on its own, at most ``MAX_INDEX_PAGES`` of them; past that a
         ``StorageError``, never the pages read so far as if they were all."""
         directory = _directory(path)
-        found: dict[str, Entry] = {}
+        found: list[Entry] = []
         queue, seen, pages = [directory], {_page_key(directory)}, 0
         while queue:
             if pages == MAX_INDEX_PAGES:
@@ -247,13 +247,12 @@ class HTTPStore(RangeGetStore):
             page = functools.partial(self._index_page, directory=directory, url=url)
             entries, more = await self._call(page, f"list {self.display(url)}", path)
             pages += 1
-            for entry in entries:
-                found.setdefault(entry.name, entry)
+            found += entries
             for link in more:
                 if _page_key(link) not in seen:
                     seen.add(_page_key(link))
                     queue.append(link)
-        return list(found.values())
+        return found
 
     async def _index_page(
         self, client: aiohttp.ClientSession, directory: str, url: str

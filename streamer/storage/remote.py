@@ -572,7 +572,10 @@ class RemoteStore(Store):
         rows = json.loads(await self._remembered(ask, "list", path, stamped=False))
         if isinstance(rows, dict):
             raise (MissingBucket if rows["bucket"] else NotFound)(rows["not found"])
-        return sorted((Entry(*row) for row in rows), key=lambda e: e.name)
+        # A name listed twice (pages that overlap) is one entry, the first:
+        # twice, its shard was opened twice and every key in it doubled.
+        entries = {row[0]: Entry(*row) for row in reversed(rows)}
+        return sorted(entries.values(), key=lambda e: e.name)
 
     async def _tail(self, path: str, length: int) -> tuple[int, int, bytes]:
         """(start, object size, bytes from start to the end): the last ``length``

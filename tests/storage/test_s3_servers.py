@@ -357,6 +357,19 @@ def test_a_listing_that_goes_on_without_a_token_fails_clearly(  # type: ignore[n
         store.list_sync(s3_uploaded)
 
 
+def test_a_key_listed_twice_is_one_entry(s3_any, make_store, s3_uploaded, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Pages that name a key again (overlapping pages): the listing has each
+    name once. Twice, a shard listed twice was opened twice and a dataset
+    over it held every key of that shard twice."""
+    entries = sorted(e.name for e in make_store("s3", s3_any.url).list_sync(s3_uploaded))
+    monkeypatch.setattr(s3, "LIST_PAGE_KEYS", 2)
+    s3_any.reset()
+    s3_any.faults.repeat_listed = True
+    store = make_store("s3", s3_any.url)
+    assert sorted(e.name for e in store.list_sync(s3_uploaded)) == entries
+    assert len(_listing_requests(s3_any)) > 1
+
+
 @pytest.mark.parametrize("segment", [".", ".."])
 def test_a_key_with_a_dot_segment_reads_that_key(moto_endpoint, make_store, segment) -> None:  # type: ignore[no-untyped-def]
     """S3 keys are opaque: ``dots/a/./b`` is not ``dots/a/b``, nor is
