@@ -232,6 +232,49 @@ def _assert_served_exactly(tmp_path: Path, data: bytes, tolerance: float) -> Non
     assert dataset.decode_stats.fallback == 0
 
 
+@pytest.mark.parametrize(
+    ("codec", "sample_rate", "layout", "form"),
+    [
+        ("ac3", 48000, "stereo", "mp4"),
+        ("ac3", 32000, "mono", "ipod"),
+        ("eac3", 44100, "5.1", "mov"),
+    ],
+)
+def test_ac3_and_eac3_in_mp4_are_indexed_and_exact(
+    tmp_path: Path, codec: str, sample_rate: int, layout: str, form: str
+) -> None:
+    """AC-3 and E-AC-3 in MP4/MOV (movie soundtracks) had no index ("no
+    decoder for ac3 in mp4"; FFmpeg's mov demuxer refuses a byte seek, so
+    no generic one either). Their decoder's dither is drawn from a
+    generator seeded at the stream's start, so crops decode from the first
+    packet (an infinite pre-roll, as AMR's): exact, and the index gives the
+    length, the first sample after the edit's 256 and the bytes to read."""
+    data = _encode(codec, sample_rate, layout, int(sample_rate * 2.3) + 17, form)
+    index = index_of(data)
+    assert (index.codec, index.container, index.first_sample) == (codec, "mp4", 256)
+    _assert_served_exactly(tmp_path, data, tolerance=0.0)
+
+
+def test_ac3_timed_otherwise_than_its_frame_has_no_index() -> None:
+    """An AC-3 packet decodes to 1536 samples whatever ``stts`` says: a
+    table timing every packet 1024 would place every crop after the first
+    packet wrongly (the first packet's output, asked of FFmpeg's decoder,
+    tells the frame)."""
+    data = timed_every(_encode("ac3", 48000, "stereo", 20000, "mp4"), 1024)
+    index = extract(io.BytesIO(data))
+    assert index.reason == "mp4 sample durations that are not the codec's frame (stts)"
+
+
+def timed_every(data: bytes, duration: int) -> bytes:
+    """``data`` with every run of its (first) ``stts`` timing its samples ``duration``."""
+    out = bytearray(data)
+    at = out.find(b"stts")
+    for run in range(struct.unpack_from(">I", out, at + 8)[0]):
+        count = struct.unpack_from(">I", out, at + 12 + 8 * run)[0]
+        struct.pack_into(">II", out, at + 12 + 8 * run, count, duration)
+    return bytes(out)
+
+
 def test_alac_without_its_magic_cookie_has_no_index_and_says_so() -> None:
     """Without the cookie FFmpeg's ALAC decoder does not open; the reason
     was the frame check's, as if the packets were timed wrongly."""

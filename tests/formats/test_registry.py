@@ -13,6 +13,7 @@ from streamer.formats import FORMATS, Format, extract, format_for, sniff
 from streamer.index import SeekIndex
 from testkit.reference import full_decode
 from tests.formats.test_generic import make
+from tests.formats.test_mp4 import timed_every
 
 
 def test_every_pair_has_exactly_one_format() -> None:
@@ -23,22 +24,17 @@ def test_every_pair_has_exactly_one_format() -> None:
         for codec in form.codecs:
             index = SeekIndex(status="ok", codec=codec, container=form.container)
             assert format_for(index) is form
-    assert format_for(SeekIndex(status="ok", codec="ac3", container="mp4")) is None
+    assert format_for(SeekIndex(status="ok", codec="wmav2", container="mp4")) is None
     assert sniff(b"fLaC\0\0\0\x22") == "flac"
 
 
-@pytest.mark.parametrize(
-    ("codec", "rate", "reason"),
-    [("ac3", 48000, "no decoder for ac3 in mp4")],
-)
-def test_a_codec_its_container_format_does_not_decode_is_refused_when_indexing(
-    tmp_path: Path, codec: str, rate: int, reason: str
-) -> None:
-    """AC-3 inside MP4: the MP4 parser reads the sample tables, but no
-    format decodes that pair, so the episode is indexed "no index" with the
-    reason and every crop is served by the fallback (never a CropError).
-    (FLAC inside MP4 was the example until the MP4 format decoded it.)"""
-    data = make("mp4", "ac3", "fltp", rate, 2, {}, seconds=6.0)
+def test_an_mp4_its_format_refuses_is_served_by_the_fallback(tmp_path: Path) -> None:
+    """An MP4 the native parser refuses (AC-3 timed 1024 a packet): the
+    episode is indexed "no index" with the reason and every crop is served
+    by the fallback (never a CropError). (AC-3 inside MP4, which no format
+    decoded, was the example until the MP4 format decoded it; FLAC before.)"""
+    codec, rate, reason = "ac3", 48000, "mp4 sample durations that are not the codec's frame (stts)"
+    data = timed_every(make("mp4", "ac3", "fltp", rate, 2, {}, seconds=6.0), 1024)
     index = extract(io.BytesIO(data))
     assert not index.ok and index.reason == reason and index.container == "mp4"
     src = tmp_path / "src"

@@ -1,4 +1,4 @@
-"""MP4/M4A/MOV (AAC, ALAC, AMR, FLAC, mp3, Opus, Vorbis, PCM): ``parse`` reads
+"""MP4/M4A/MOV (AAC, AC-3, ALAC, AMR, E-AC-3, FLAC, mp3, Opus, Vorbis, PCM): ``parse`` reads
 the box tree and sample tables (``entry``: a sample entry's fields and child
 boxes by its version; ``pcm``: PCM's sample entries and chunks),
 ``decode`` runs FFmpeg's demuxer over the planned ranges, keeping demuxers

@@ -1,5 +1,5 @@
-"""MP4/M4A/3GP/MOV (AAC, ALAC, AMR, FLAC, mp3, Opus, Vorbis, PCM): FFmpeg's demuxer
-over the planned ranges only.
+"""MP4/M4A/3GP/MOV (AAC, AC-3, ALAC, AMR, E-AC-3, FLAC, mp3, Opus, Vorbis,
+PCM): FFmpeg's demuxer over the planned ranges only.
 
 The demuxer reads ``moov`` (the header ranges; its copy shows the audio
 track only) and seeks natively on its own sample table, to the packet where
@@ -54,8 +54,10 @@ _Key = tuple[object, ...]
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
 #: needs the packet before (the index's ``preroll``: its longest packet);
-#: AMR converges in a time no pre-roll bounds (``generic.decode.FROM_THE_START``):
-#: from the first packet; mp3 and Opus as through the generic index.
+#: AMR converges in a time no pre-roll bounds and AC-3/E-AC-3 draw their
+#: dither from a generator seeded at the stream's start
+#: (``generic.decode.FROM_THE_START``): from the first packet; mp3 and Opus
+#: as through the generic index.
 PREROLL_SECONDS = {
     "aac": 0.1,
     "alac": 0.0,
@@ -65,6 +67,8 @@ PREROLL_SECONDS = {
     "opus": 0.5,
     "vorbis": 0.0,
     "flac": 0.0,  # its frames stand alone
+    "ac3": math.inf,
+    "eac3": math.inf,
     # PCM (MOV's twos, sowt, in24, ...): every frame stands alone.
     **dict.fromkeys(pcm.BYTES, 0.0),
 }
@@ -77,7 +81,8 @@ MIN_PREROLL_SAMPLES = {"aac": 1024}
 #: Bytes of the first packet(s) FFmpeg's stream probe reads on open: an AAC
 #: frame is well under 4 KiB; an ALAC frame (4096 samples) can reach 32 KiB;
 #: a Vorbis packet of a long block, 16 KiB; a FLAC frame, up to 110 KiB
-#: (4608 samples of 8 channels of 24 bits).
+#: (4608 samples of 8 channels of 24 bits); an AC-3 frame, 3840 bytes; an
+#: E-AC-3 packet, six blocks in up to six frames of up to 4096 bytes.
 PROBE_BYTES = {
     "aac": 4096,
     "alac": 32768,
@@ -87,6 +92,8 @@ PROBE_BYTES = {
     "opus": 4096,
     "vorbis": 16384,
     "flac": 131072,
+    "ac3": 4096,
+    "eac3": 32768,
 }
 #: How far before the planned seek point FFmpeg's own seek may land (it
 #: searches its sample index, which can pick a few packets earlier).

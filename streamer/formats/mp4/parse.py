@@ -1,4 +1,4 @@
-"""MP4 / M4A / M4B / 3GP / MOV (AAC, ALAC, AMR, mp3, Opus, Vorbis, PCM, and
+"""MP4 / M4A / M4B / 3GP / MOV (AAC, AC-3, ALAC, AMR, E-AC-3, mp3, Opus, Vorbis, PCM, and
 any other audio track): box walk and sample tables.
 
 Native timeline: the audio track's decode timestamps from ``stts``, in the
@@ -17,7 +17,7 @@ track moves ``first_sample`` to its priming (and FFmpeg 9 cuts its end
 padding: ``_smpb_end``, in ``padding``); so does a first packet that
 decodes to nothing (FAAC's, every Vorbis stream's). Without an edit list
 nothing else is trimmed. PCM (``pcm``): the packets FFmpeg's demuxer cuts
-from the chunks stand for the samples. AAC and AMR packets each decode to a whole frame,
+from the chunks stand for the samples. AAC, AMR and AC-3 packets each decode to a whole frame,
 so stts must give every packet but the last that frame, or there is no
 index (FFmpeg's decode does not follow other durations). In a fragmented
 file FFmpeg applies the edit's media time but cuts at its end only the
@@ -89,7 +89,7 @@ _CODECS = {
 #: Codecs whose every packet decodes to one frame of a fixed length (Opus's
 #: may vary: a track whose ``stts`` varies has no index), and the
 #: longest such frame (HE-AAC's 2048 at the output rate, with room to spare).
-_FIXED_FRAMES = frozenset({"aac", "amr_nb", "amr_wb", "mp3", "opus"})
+_FIXED_FRAMES = frozenset({"aac", "ac3", "amr_nb", "amr_wb", "eac3", "mp3", "opus"})
 #: Codecs whose every packet but the last decodes to the frame length their
 #: sample entry states (``_Entry.frame``: ALAC's cookie, FLAC's STREAMINFO);
 #: the last may be shorter, and decodes to what its own header says.
@@ -100,12 +100,17 @@ _LONGEST_FRAME = 8192
 #: Codecs whose frame length FFmpeg 9's MP4 demuxer knows (the stream's
 #: ``frame_size``, 0 for the others), by experiment under PyAV 19: it cuts
 #: their last frame from its whole output to where the track ends. For every
-#: other codec (ALAC, FLAC, Opus, AMR, Vorbis; AC-3, not indexed) it
+#: other codec (ALAC, FLAC, Opus, AMR, Vorbis, AC-3, E-AC-3) it
 #: reckons the last packet by its stts duration and cuts only what that
 #: runs past the edit list's end: nothing without an edit list, or with one
 #: that ends with the sample table (docs/decoding.md). PCM it never cuts (an
 #: edit that would trim PCM gives no index).
 _FRAME_KNOWN = frozenset({"aac", "mp3"})
+#: Codecs whose packets need no decoder config: ``_first_output`` asks
+#: their decoder what the first packet gives, and the frame ``stts`` states
+#: must be it (AC-3: 1536 samples; E-AC-3: 256 per audio block, which
+#: FFmpeg's muxer gathers into packets of six blocks).
+_SELF_DESCRIBED = frozenset({"ac3", "eac3"})
 #: FFmpeg takes an ``iTunSMPB`` priming between these bounds (exclusive).
 _PRIMING_RANGE = (0, 16384)
 #: MPEG-4 object type indications (esds) of ``mp4a`` entries.
@@ -864,12 +869,14 @@ def _first_output(
     """(samples, sample rate) FFmpeg's decoder outputs for the packet at
     ``offset`` (when ``head`` holds it) fed first to a fresh decoder, as in
     a full decode; None when that cannot be asked. FAAC's first packet only
-    names the encoder and gives no samples; HE-AAC's gives the SBR rate."""
+    names the encoder and gives no samples; HE-AAC's gives the SBR rate;
+    an AC-3 packet gives the frame its ``stts`` duration must be."""
     start = offset - head[0]
-    if not entry.config or not 0 <= start <= start + size <= len(head[1]):
+    askable = bool(entry.config) or entry.codec in _SELF_DESCRIBED
+    if not askable or not 0 <= start <= start + size <= len(head[1]):
         return None
     decoder = av.CodecContext.create(entry.codec, "r")
-    decoder.extradata = entry.config
+    decoder.extradata = entry.config or None
     try:
         decoder.open()
         frames = decoder.decode(padded_packet(head[1][start : start + size]))
@@ -985,6 +992,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
             # Nor for the packets before: their positions in FFmpeg's decode
             # are whole frames, not what stts says (a capture clock's
             # jitter, a gap left for dropped audio, samples of no time).
+            raise NoIndex(_STTS_DIFFERS)
+        if entry.codec in _SELF_DESCRIBED and first is not None and first[0] != frame:
             raise NoIndex(_STTS_DIFFERS)
         end = last + frame
         if entry.codec in _FRAME_KNOWN or frame > _LONGEST_FRAME:
