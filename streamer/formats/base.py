@@ -43,6 +43,11 @@ class Format(abc.ABC):
 
     container: ClassVar[str]
     codecs: ClassVar[frozenset[str]]
+    #: Whether FFmpeg's packet index (``registry.GENERIC``) may serve a file
+    #: this format's parser refuses: not when FFmpeg's demuxer for the
+    #: container cannot seek by byte, where trying it only adds its
+    #: refusal to every reason.
+    generic_second: ClassVar[bool] = True
 
     @abc.abstractmethod
     def matches(self, head: bytes) -> bool:

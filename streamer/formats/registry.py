@@ -83,12 +83,17 @@ def candidates(stream: BinaryIO, *, density: float = DEFAULT_DENSITY) -> Iterato
     format's, then the generic one (built only when asked for: a caller that
     keeps the first that passes never pays for it). A "no index" record comes
     only when no index could be built, with the reasons. The indexer's check
-    (``decode.verify``) keeps the first that passes."""
+    (``decode.verify``) keeps the first that passes. A native format whose
+    container the generic index cannot serve (``Format.generic_second``)
+    gives its index or its reason alone."""
     sniffed = _sniff(stream)
     if sniffed is None:
         yield SeekIndex.unavailable("empty blob")
         return
     reader, native = sniffed
+    if native is not None and not native.generic_second:
+        yield _build(native, reader, density)
+        return
     first = _build(native, reader, density) if native is not None else None
     if first is not None and first.ok:
         yield first

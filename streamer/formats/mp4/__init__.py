@@ -17,6 +17,8 @@ __all__ = ["FORMAT", "Mp4"]
 class Mp4(PackagedFormat):
     container = "mp4"
     codecs = frozenset(decode.PREROLL_SECONDS)
+    #: FFmpeg's mov demuxer cannot seek by byte ("mov cannot seek by byte").
+    generic_second = False
     parse = parse
     decoding = decode
 
