@@ -32,6 +32,7 @@ from streamer.index.checks import check_index
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from tests.decode.test_odd_episodes import _encode
+from tests.formats.test_mp4 import _assert_served_exactly
 from tests.formats.test_mp4_wild import _box, _path, _splice
 
 #: Each codec, the sample format its PyAV encoder takes, and the fourcc
@@ -368,3 +369,70 @@ def test_verify_rebuilds_a_row_an_older_builder_gave_another_codec(
     assert "is wrong" not in capsys.readouterr().out
     dataset = open_dataset(tmp_path / "ds")
     assert dataset.seek_index("a").codec == "pcm_mulaw" and dataset.episode("a").index.ok
+
+
+def _fragmented_pcm(
+    codec: str, layout: str, frames: int, block: int, flags: dict[str, str]
+) -> bytes:
+    """``frames`` of noise as FFmpeg's ``mp4`` muxer fragments them
+    (``empty_moov``: the samples are all in ``trun`` runs), ``block``
+    frames a packet."""
+    out = io.BytesIO()
+    with av.open(
+        out, "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov", **flags}
+    ) as muxer:
+        stream = muxer.add_stream(codec, rate=48000)
+        stream.layout = layout
+        kind = stream.codec_context.format.name
+        channels = stream.layout.nb_channels
+        rng = np.random.default_rng(frames)
+        noise = (rng.standard_normal((1, channels * frames)) * 3000).astype(
+            np.int16 if kind == "s16" else np.int32
+        )
+        for start in range(0, frames, block):
+            part = noise[:, channels * start : channels * min(start + block, frames)]
+            frame = av.AudioFrame.from_ndarray(
+                np.ascontiguousarray(part), format=kind, layout=layout
+            )
+            frame.sample_rate, frame.pts = 48000, start
+            for packet in stream.encode(frame):
+                muxer.mux(packet)
+        for packet in stream.encode(None):
+            muxer.mux(packet)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("codec", "layout", "block", "flags", "fragments"),
+    [
+        ("pcm_s16le", "stereo", 9000, {}, 1),  # packets of 9000 frames, 36 kB
+        ("pcm_s24le", "mono", 700, {"frag_duration": "300000"}, 11),
+    ],
+)
+def test_fragmented_pcm_is_indexed_and_exact(
+    tmp_path: Path, codec: str, layout: str, block: int, flags: dict[str, str], fragments: int
+) -> None:
+    """Fragmented PCM (``movflags=frag_keyframe+empty_moov``) had no index
+    ("fragmented mp4 with PCM"). FFmpeg's demuxer hands each ``trun``
+    sample over as one packet (it cuts only ``moov``'s chunks into 1024
+    frames), so those samples are the index's packets, placed by their
+    decode times."""
+    data = _fragmented_pcm(codec, layout, 150001, block, flags)
+    assert data.count(b"moof") == fragments
+    index = extract(io.BytesIO(data))
+    assert (index.codec, index.num_samples) == (codec, 150001), index.reason
+    _assert_served_exactly(tmp_path, data, tolerance=0.0)
+
+
+def test_fragmented_pcm_whose_fragment_starts_late_has_no_index() -> None:
+    """A fragment whose ``tfdt`` leaves a gap: FFmpeg's decode plays its
+    samples right after the ones before, not where the time says."""
+    data = bytearray(
+        _fragmented_pcm("pcm_s16le", "stereo", 150001, 700, {"frag_duration": "300000"})
+    )
+    at = data.find(b"tfdt", data.find(b"tfdt") + 4)  # the second fragment's
+    width = 8 if data[at + 4] == 1 else 4
+    moved = int.from_bytes(data[at + 8 : at + 8 + width], "big") + 10
+    data[at + 8 : at + 8 + width] = moved.to_bytes(width, "big")
+    index = extract(io.BytesIO(bytes(data)))
+    assert index.reason == "fragmented mp4 with PCM samples whose sizes are not their durations"

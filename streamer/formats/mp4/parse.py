@@ -802,13 +802,15 @@ def _samples(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Every sample's offset and size, decode times (one more: the end), and
     how many of the samples ``moov``'s tables list (the fragments' follow).
-    PCM: the packets FFmpeg cuts from its chunks."""
+    PCM: the packets FFmpeg cuts from its chunks; in fragments, FFmpeg's
+    packets are the ``trun`` samples as they are (``_check_fragment_pcm``)."""
     track = audio.leaves
-    if entry.codec in pcm.BYTES:
-        if moofs:
-            raise NoIndex("fragmented mp4 with PCM")
+    is_pcm = entry.codec in pcm.BYTES
+    if is_pcm and not moofs:
         offsets, sizes, times = _pcm_packets(track, entry, length)
         return offsets, sizes, times, len(sizes)
+    if is_pcm and _sizes(track, length).size:
+        raise NoIndex("fragmented mp4 with PCM in moov's tables too")
     if not moofs:
         offsets, sizes = sample_offsets(track, length)
         return offsets, sizes, decode_times(track, len(sizes)), len(sizes)
@@ -821,12 +823,26 @@ def _samples(
     track_id = _track_id(audio)
     defaults = movie.trex.get(track_id, Defaults(0, 0))
     fragments = fragment_samples(moofs, track_id, defaults, int(times[-1]), length)
+    if is_pcm:
+        _check_fragment_pcm(fragments.sizes, fragments.times, entry)
     return (
         np.concatenate([offsets, fragments.offsets]),
         np.concatenate([sizes, fragments.sizes]),
         np.concatenate([times[:-1], fragments.times]),
         len(sizes),
     )
+
+
+def _check_fragment_pcm(sizes: np.ndarray, times: np.ndarray, entry: _Entry) -> None:
+    """Refuse fragment PCM samples FFmpeg's decode does not place where
+    their decode times do: FFmpeg's demuxer hands each ``trun`` sample over
+    as one packet (it cuts only ``moov``'s chunks into 1024 frames), whose
+    frames its decoder counts from the bytes, one packet after another, so
+    each sample must hold the frames of its duration, and each fragment
+    start (``tfdt``) where the one before ended."""
+    frame = pcm.BYTES[entry.codec] * entry.channels
+    if (sizes % frame).any() or (np.diff(times) != sizes // frame).any():
+        raise NoIndex("fragmented mp4 with PCM samples whose sizes are not their durations")
 
 
 def _check_fragmented_edit(edit: _Edit, edit_end: int, moov_times: np.ndarray) -> None:
