@@ -45,7 +45,7 @@ DEMO_EPISODES = (
     ("studio/alac-stereo", "alac", 48000, 2, 90.0),
     ("studio/wav-mono-16k", "wav", 16000, 1, 180.0),
 )
-DEMO_VERSION = 5
+DEMO_VERSION = 6
 
 
 @dataclass

@@ -24,6 +24,7 @@ import pytest
 from streamer import synth
 from streamer.formats import extract
 from streamer.formats.ffmpeg import open_input
+from streamer.formats.flac.parse import crc8
 from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
@@ -105,6 +106,39 @@ def decoded_until_rejected(data: bytes) -> np.ndarray:
         for frame in container.decode(container.streams.audio[0]):
             frames.append(frame)
     return np.concatenate([frame_to_float32(f) for f in frames], axis=1)
+
+
+def flac_crc16(data: bytes) -> int:
+    """FLAC's frame CRC-16 (polynomial 0x8005, init 0), bit by bit: test files only."""
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x8005) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def flac_coded(value: int) -> bytes:
+    """FLAC's UTF-8-like coding of a frame or sample number."""
+    if value < 0x80:
+        return bytes([value])
+    length = next(n for n in range(2, 8) if value < 1 << (5 * n + 1 if n < 7 else 36))
+    tail = [0x80 | (value >> (6 * k) & 0x3F) for k in range(length - 1)][::-1]
+    return bytes([(0xFF << (8 - length) & 0xFF) | value >> (6 * (length - 1)), *tail])
+
+
+def flac_frame_renumbered(frame: bytes, number: int, *, variable: bool = False) -> bytes:
+    """A whole FLAC frame whose header states ``number`` (a frame number, or
+    with ``variable`` a first sample under the variable block size
+    strategy), both CRCs recomputed: frames of other files spliced into a
+    stream, or strategies no encoder at hand writes."""
+    number_length = max(1, 8 - (frame[4] ^ 0xFF).bit_length())
+    extra = {6: 1, 7: 2}.get(frame[2] >> 4, 0) + {12: 1, 13: 2, 14: 2}.get(frame[2] & 15, 0)
+    head = bytes([0xFF, 0xF9 if variable else 0xF8, frame[2], frame[3]]) + flac_coded(number)
+    head += frame[4 + number_length : 4 + number_length + extra]
+    head += bytes([crc8(head)])
+    body = head + frame[4 + number_length + extra + 1 : -2]
+    return body + flac_crc16(body).to_bytes(2, "big")
 
 
 def wav_bytes(samples: np.ndarray, sample_rate: int) -> bytes:

@@ -56,7 +56,7 @@ REVISION_KEY = b"streamer.index_revision"
 #: The builder revision this version writes: raised by a fix that changes
 #: what the builder stores for a codec, so that what an older one stored
 #: for it (``EXACT_FROM``) is rebuilt, not served.
-INDEX_REVISION = 3
+INDEX_REVISION = 4
 #: Codec -> the first builder revision whose rows it serves crops from;
 #: rows an older builder stored for it place or pre-roll crops wrongly:
 #: they are not served (their crops fall back, ``checks.stale_build``)
@@ -67,7 +67,10 @@ INDEX_REVISION = 3
 #: decode (a gap, a clock's jitter) have no index (crops were a packet off).
 #: 3: an Ogg page whose granule is not where its packets end has no index
 #: (crops after it were that far off: Opus, FLAC; Vorbis failed).
-EXACT_FROM: dict[str, int] = {"opus": 3, "alac": 2, "flac": 3, "vorbis": 3}
+#: 4: a fixed-blocksize FLAC stream whose frames before the last do not all
+#: hold STREAMINFO's block size has no native index (crops after a short
+#: frame were that far off; with a STREAMINFO of 65535 every crop failed).
+EXACT_FROM: dict[str, int] = {"opus": 3, "alac": 2, "flac": 4, "vorbis": 3}
 #: The byte length of the blob each row was built from. Byte positions are
 #: only right for that blob: an audio shard re-packed from retagged files
 #: (an ID3v2 tag or a WAV LIST chunk grown, every frame moved) keeps its keys,

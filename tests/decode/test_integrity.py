@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _index_support import flac_frame_renumbered
 from helpers import pack_audio
 
 from streamer import open_dataset
@@ -272,46 +273,22 @@ def test_a_flac_crop_from_a_damaged_shard_counts_its_bad_packet(
     assert got.shape == dataset.read_crop("flac", 6.0, 7.0).shape
 
 
-def _crc16(data: bytes) -> int:
-    """FLAC's frame CRC-16 (polynomial 0x8005, init 0), bit by bit: test files only."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x8005) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
-    return crc
-
-
-def _coded(value: int) -> bytes:
-    """FLAC's UTF-8-like coding of a frame or sample number."""
-    if value < 0x80:
-        return bytes([value])
-    length = next(n for n in range(2, 8) if value < 1 << (5 * n + 1 if n < 7 else 36))
-    tail = [0x80 | (value >> (6 * k) & 0x3F) for k in range(length - 1)][::-1]
-    return bytes([(0xFF << (8 - length) & 0xFF) | value >> (6 * (length - 1)), *tail])
-
-
 def _variable_block_size(flac: bytes) -> bytes:
     """The same stream with every frame header rewritten to the variable
     block size strategy (a frame states its first sample, not its number),
     CRCs recomputed: what no encoder at hand writes."""
     import io
 
-    from streamer.formats.flac.parse import crc8, parse
+    from streamer.formats.flac.parse import parse
 
     start = parse(io.BytesIO(flac)).data_start
     frames = _flac_frames(Fetched(((0, memoryview(flac[start:])),)))
     out = [flac[:start]]
     ends = [offset for offset, _, _ in frames[1:]] + [len(flac) - start]
     for (offset, position, _), end in zip(frames, ends, strict=True):
-        frame = flac[start + offset : start + end]
-        number_length = max(1, 8 - (frame[4] ^ 0xFF).bit_length())
-        extra = {6: 1, 7: 2}.get(frame[2] >> 4, 0) + {12: 1, 13: 2, 14: 2}.get(frame[2] & 15, 0)
-        head = bytes([0xFF, 0xF9, frame[2], frame[3]]) + _coded(position)
-        head += frame[4 + number_length : 4 + number_length + extra]
-        head += bytes([crc8(head)])
-        body = head + frame[4 + number_length + extra + 1 : -2]
-        out.append(body + _crc16(body).to_bytes(2, "big"))
+        out.append(
+            flac_frame_renumbered(flac[start + offset : start + end], position, variable=True)
+        )
     return b"".join(out)
 
 

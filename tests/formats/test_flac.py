@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,11 +14,16 @@ from _index_support import (
     decoded_length,
     encoded,
     first_packet_per_position,
+    flac_frame_renumbered,
     index_of,
 )
 
+from streamer import open_dataset
 from streamer.formats import extract
 from streamer.formats.flac import parse as flac
+from streamer.formats.reader import NoIndex
+from streamer.write.pack import pack
+from testkit.reference import full_decode
 
 
 @pytest.mark.parametrize(
@@ -79,3 +86,74 @@ def test_header_crc8() -> None:
     broken = bytearray(data)
     broken[int(start) + 2] ^= 0x01
     assert flac.frame_header(bytes(broken), int(start)) is None
+
+
+def _frames(data: bytes) -> tuple[bytes, list[bytes]]:
+    """The metadata of a FLAC file and its frames, whole."""
+    index = index_of(data)
+    bounds = [int(b) for b in index.byte_pos] + [len(data)]
+    return data[: index.data_start], [data[a:b] for a, b in pairwise(bounds)]
+
+
+def _streaminfo_block(data: bytes, block: int) -> bytes:
+    """``data`` with STREAMINFO's minimum and maximum block sizes set to ``block``."""
+    return data[:8] + block.to_bytes(2, "big") * 2 + data[12:]
+
+
+def _short_frame_inside(data: bytes, after: int = 10) -> bytes:
+    """``data`` (fixed block size) with a frame of 1000 samples (another
+    stream's only frame) spliced in after frame ``after``, the frames after
+    it renumbered on: what joining FLAC streams frame by frame makes."""
+    head, frames = _frames(data)
+    _, (short,) = _frames(encoded("flac", 44100, 1, seconds=1000 / 44100))
+    rest = [flac_frame_renumbered(f, n) for n, f in enumerate(frames[after:], after + 1)]
+    return head + b"".join([*frames[:after], flac_frame_renumbered(short, after), *rest])
+
+
+@pytest.mark.parametrize("block", [0, 1, 65535])
+def test_a_streaminfo_block_size_the_frames_do_not_hold_is_no_native_index(block: int) -> None:
+    # Positions are frame number x STREAMINFO's block size, as the crop's
+    # decoder counts them; FFmpeg's decode strings the frames' own samples.
+    data = encoded("flac", 44100, 1, seconds=2.0)
+    second = int(index_of(data).byte_pos[1])
+    with pytest.raises(NoIndex) as raised:
+        flac.parse(io.BytesIO(_streaminfo_block(data, block)))
+    assert str(raised.value) == (
+        f"flac frame of 4608 samples before byte {second}, where streaminfo's block size is {block}"
+    )
+
+
+def test_a_short_frame_before_the_last_is_no_native_index() -> None:
+    plain = encoded("flac", 44100, 1, seconds=3.0)
+    data = _short_frame_inside(plain)
+    after = data.index(flac_frame_renumbered(_frames(plain)[1][10], 11))
+    with pytest.raises(NoIndex) as raised:
+        flac.parse(io.BytesIO(data))
+    assert str(raised.value) == (
+        f"flac frame of 1000 samples before byte {after}, where streaminfo's block size is 4608"
+    )
+    assert decoded_length(data) == decoded_length(plain) + 1000
+
+
+def test_crops_of_frames_that_streaminfo_misstates_are_the_full_decode(tmp_path: Path) -> None:
+    """Served through FFmpeg's packet index instead. The native one had
+    every crop of the first fail, and the second's short frame decode as
+    silence of 4608 samples, every crop after it 3608 samples late: its
+    check blamed "damaged audio data" and kept it."""
+    plain = encoded("flac", 44100, 1, seconds=3.0)
+    files = {
+        "streaminfo-65535": _streaminfo_block(plain, 65535),
+        "short": _short_frame_inside(plain),
+    }
+    (tmp_path / "src").mkdir()
+    for key, data in files.items():
+        (tmp_path / "src" / f"{key}.flac").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    for key, data in files.items():
+        assert dataset.seek_index(key).ok
+        full, rate = full_decode(data)
+        for start, end in ((0.0, 0.5), (1.0, 1.7), (2.3, 3.0)):
+            got = dataset.read_crop(key, start, end)
+            np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
+    assert dataset.decode_stats.bad_packets == 0

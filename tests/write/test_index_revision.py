@@ -126,6 +126,8 @@ def test_a_revision_that_is_not_a_number_makes_the_index_shard_unusable(indexed:
         ("opus", INDEX_REVISION, False),
         ("mp3", 0, False),
         ("flac", 1, True),
+        ("flac", 3, True),
+        ("opus", 3, False),
         ("alac", 1, True),
         ("flac", INDEX_REVISION, False),
     ],

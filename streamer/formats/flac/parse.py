@@ -226,7 +226,10 @@ class _Stream:
     def __init__(self, first: FrameHeader, info: StreamInfo) -> None:
         self.variable = first.variable
         self.shape = first.shape
-        self.block = first.block  # a fixed-blocksize stream's block size
+        # A fixed-blocksize stream's block size: STREAMINFO's, as the crop's
+        # decoder counts frame numbers (``decode.frames``).
+        self.block = info.max_block
+        self.last_block = first.block
         self.expected = first.number
         if first.shape[1] != info.channels:
             raise NoIndex("flac frame disagrees with streaminfo")
@@ -241,6 +244,20 @@ class _Stream:
 
     def advance(self, header: FrameHeader) -> None:
         self.expected = header.number + (header.block if self.variable else 1)
+        self.last_block = header.block
+
+    def check_block(self, at: int) -> None:
+        """Before the frame at byte ``at`` of a fixed-blocksize stream: the one
+        before it held STREAMINFO's block size, as frame number x block size
+        says. Else FFmpeg's decode, which strings the frames' own samples
+        together, runs apart from the positions (a STREAMINFO of 65535, or
+        of 0, over frames of 4608 had every crop fail, or a short frame in
+        the middle had every crop after it misplaced), so "no index"."""
+        if not self.variable and self.last_block != self.block:
+            raise NoIndex(
+                f"flac frame of {self.last_block} samples before byte {at}, where "
+                f"streaminfo's block size is {self.block}"
+            )
 
 
 def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
@@ -274,6 +291,7 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
                 raise NoIndex(
                     f"flac frames lost before byte {base + j}: FFmpeg's decode closes the gap"
                 )
+            stream.check_block(base + j)
             points.add(stream.position(header), base + j)
             stream.advance(header)
             end_sample = stream.position(header) + header.block
