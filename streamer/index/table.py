@@ -68,8 +68,9 @@ INDEX_REVISION = 4
 #: 3: an Ogg page whose granule is not where its packets end has no index
 #: (crops after it were that far off: Opus, FLAC; Vorbis failed).
 #: 4: a fixed-blocksize FLAC stream whose frames before the last do not all
-#: hold STREAMINFO's block size has no native index (crops after a short
-#: frame were that far off; with a STREAMINFO of 65535 every crop failed).
+#: hold STREAMINFO's block size, or with a frame that comes again, has no
+#: native index (crops after a short or repeated frame were that far off;
+#: with a STREAMINFO of 65535 every crop failed).
 EXACT_FROM: dict[str, int] = {"opus": 3, "alac": 2, "flac": 4, "vorbis": 3}
 #: The byte length of the blob each row was built from. Byte positions are
 #: only right for that blob: an audio shard re-packed from retagged files

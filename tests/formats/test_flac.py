@@ -135,15 +135,34 @@ def test_a_short_frame_before_the_last_is_no_native_index() -> None:
     assert decoded_length(data) == decoded_length(plain) + 1000
 
 
-def test_crops_of_frames_that_streaminfo_misstates_are_the_full_decode(tmp_path: Path) -> None:
-    """Served through FFmpeg's packet index instead. The native one had
-    every crop of the first fail, and the second's short frame decode as
-    silence of 4608 samples, every crop after it 3608 samples late: its
-    check blamed "damaged audio data" and kept it."""
+def test_a_frame_that_comes_again_is_no_native_index() -> None:
+    """A frame repeated (a recorder's retry): its header was taken for a
+    sync code inside the frame before it, whose bytes it joined."""
     plain = encoded("flac", 44100, 1, seconds=3.0)
+    head, frames = _frames(plain)
+    data = head + b"".join([*frames[:11], frames[10], *frames[11:]])
+    again = len(head) + sum(map(len, frames[:11]))
+    with pytest.raises(NoIndex) as raised:
+        flac.parse(io.BytesIO(data))
+    assert str(raised.value) == (
+        f"flac frame at byte {again} repeats an earlier position: FFmpeg's decode plays it again"
+    )
+    assert decoded_length(data) == decoded_length(plain) + 4608
+
+
+def test_crops_of_frames_the_native_index_cannot_place_are_the_full_decode(tmp_path: Path) -> None:
+    """Served through FFmpeg's packet index instead. The native one had
+    every crop of the first fail; the second's short frame decode as
+    silence of 4608 samples, every crop after it 3608 samples late; the
+    third's repeated frame join the one before it (one frame of silence),
+    every crop after it 4608 samples early: the check blamed "damaged
+    audio data" and kept the index."""
+    plain = encoded("flac", 44100, 1, seconds=3.0)
+    head, frames = _frames(plain)
     files = {
         "streaminfo-65535": _streaminfo_block(plain, 65535),
         "short": _short_frame_inside(plain),
+        "again": head + b"".join([*frames[:11], frames[10], *frames[11:]]),
     }
     (tmp_path / "src").mkdir()
     for key, data in files.items():

@@ -18,7 +18,10 @@ code and validated by its CRC-8 and by agreeing with the stream (blocking
 strategy, channels, sample size, rate) and continuing its numbering. A header
 that breaks the numbering is believed only when the next frame confirms it,
 and then means no index: frames were lost, and FFmpeg's decode closes the
-gap they leave, which frame numbers do not describe. Seek points always come from frame headers; a
+gap they leave, which frame numbers do not describe; or a frame came again
+(numbered back), and FFmpeg's decode plays it twice. In a fixed-blocksize
+stream every frame before the last must hold STREAMINFO's block size, which
+positions count in. Seek points always come from frame headers; a
 SEEKTABLE is never trusted (encoders write placeholders, editors leave stale
 tables). A stream cut at the front (its first frame numbered past 0) starts
 its gapless decode at that frame, as FFmpeg's does; a frame whose header
@@ -281,8 +284,18 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
         for match in _SYNC.finditer(buf, i, min(end, limit + 1)):
             j = match.start()
             header = frame_header(buf, j)
-            if header is None or not stream.fits(header) or header.number < stream.expected:
+            if header is None or not stream.fits(header):
                 continue
+            if header.number < stream.expected:
+                if _confirmed(buf, j, header, stream):
+                    # A frame again (a recorder's repeat, a restarted
+                    # stream): FFmpeg's decode plays it again, and every
+                    # sample after it comes later than its number says.
+                    raise NoIndex(
+                        f"flac frame at byte {base + j} repeats an earlier position: "
+                        "FFmpeg's decode plays it again"
+                    )
+                continue  # a sync code and CRC-8 by chance inside a frame
             if header.number > stream.expected:
                 if not _confirmed(buf, j, header, stream):
                     continue
