@@ -93,6 +93,28 @@ def test_truncated_with_moov_last_has_no_index() -> None:
     assert not extract(io.BytesIO(data[: len(data) // 2])).ok
 
 
+def test_a_last_moov_of_size_0_runs_to_the_end_of_the_file(tmp_path: Path) -> None:
+    """A box of size 0 runs to the end of the file (ISO 14496-12), as
+    FFmpeg reads it. The index was built, but a crop read the moov where
+    it has it as 0 bytes: its check failed ("index built for another blob
+    (its moov does not parse: truncated mp4 box header)") and every crop
+    decoded from the start."""
+    data = bytearray(encoded("alac", 44100, 2, seconds=4.0))
+    moov = data.rindex(b"moov") - 4
+    assert int.from_bytes(data[moov : moov + 4]) == len(data) - moov  # the last box
+    data[moov : moov + 4] = bytes(4)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.m4a").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    assert dataset.episode("a").index.ok, dataset.episode("a").index.reason
+    full, rate = full_decode(bytes(data))
+    for start, end in ((0.0, 0.5), (1.3, 2.1), (3.5, 4.0)):
+        got = dataset.read_crop("a", start, end)
+        np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
+    assert dataset.decode_stats.fallback == 0
+
+
 def test_absurd_box_sizes_are_rejected_without_allocating() -> None:
     ftyp = struct.pack(">I4s4sI4s", 20, b"ftyp", b"M4A ", 0, b"isom")
     huge_moov = struct.pack(">I4sQ", 1, b"moov", 1 << 40) + bytes(64)

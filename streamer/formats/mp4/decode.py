@@ -238,12 +238,15 @@ def decode(
 
 def _moov(source: SparseFile, index: SeekIndex) -> tuple[int, bytes]:
     """The offset and bytes of the ``moov`` box: the header range that
-    starts with it (``parse`` gives it one of its own)."""
+    starts with it (``parse`` gives it one of its own). A size of 0 is a
+    last box's that runs to the end of the file, all of its range (read as
+    0 bytes, every crop of such a file decoded from the start)."""
     for offset, length in index.header:
         source.seek(offset)
         head = source.read(min(length, 16))
         if head[4:8] == b"moov":
             size = int.from_bytes(head[:4]) if head[:4] != b"\0\0\0\1" else int.from_bytes(head[8:])
+            size = size or length
             source.seek(offset)
             parts, left = [], min(size, length)
             while left > 0 and (part := source.read(left)):  # reads stop at a piece's end
