@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -9,6 +10,8 @@ from typing import BinaryIO
 import av
 
 from ..formats.ffmpeg import open_input
+from ..formats.mp4 import parse as mp4
+from ..formats.mp4.parse import Overclaimed
 from ..storage.files import RangeFile
 
 __all__ = ["AudioInfo", "MemoryFile", "ProbeError", "probe"]
@@ -89,9 +92,35 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
     except ProbeError:
         raise
     except av.FFmpegError as exc:
+        table = _overclaimed(source)
+        if table is not None:
+            raise ProbeError(
+                f"damaged MP4 header: its {table.name} box claims {table.count} entries "
+                f"but holds {table.room}; re-encode or remux the file "
+                f"(FFmpeg refused it: {exc.strerror})"
+            ) from exc
         raise ProbeError(f"not audio PyAV can open ({exc.strerror})") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ProbeError(f"not audio PyAV can open ({exc})") from exc
+
+
+def _overclaimed(source: str | BinaryIO) -> Overclaimed | None:
+    """The MP4 sample table whose entry count its box cannot hold, when that is
+    why FFmpeg refused the file: it says "Cannot allocate memory" for 2^28 or
+    more stts entries, as if the machine had run out."""
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(open(source, "rb")) if isinstance(source, str) else source
+        stream.seek(0)
+        if not mp4.matches(stream.read(8)):
+            return None
+        stream.seek(0)
+        try:
+            mp4.parse(stream)
+        except Overclaimed as exc:
+            return exc
+        except Exception:  # any other fault: FFmpeg's own words stand
+            return None
+    return None
 
 
 def _empty_reason(streams: int) -> str:

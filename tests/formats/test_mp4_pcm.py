@@ -251,10 +251,10 @@ def test_a_truncated_mov_has_no_index() -> None:
         (b"stsc", 20, 0xFFFFFFFF, "truncated mp4: PCM chunks run past the end of the file"),
         (b"stsc", 20, 0, "mp4 PCM chunk of no samples"),
         (b"stco", 16, 0xFFFFFF00, "truncated mp4: PCM chunks run past the end of the file"),
-        (b"stco", 12, 0x7FFFFFFF, "truncated mp4 stco"),
-        (b"stsc", 12, 0x7FFFFFFF, "truncated mp4 stsc"),
+        (b"stco", 12, 0x7FFFFFFF, "mp4 stco claims more entries than its box holds"),
+        (b"stsc", 12, 0x7FFFFFFF, "mp4 stsc claims more entries than its box holds"),
         (b"stts", 20, 2, "mp4 PCM timed otherwise than one frame per sample"),
-        (b"stts", 12, 0xFFFFFFFF, "truncated mp4 stts"),
+        (b"stts", 12, 0xFFFFFFFF, "mp4 stts claims more entries than its box holds"),
         (b"stts", 16, 0xFFFFFFFF, None),  # FFmpeg reads the chunks, not stts's count
         (b"stsz", 16, 0xFFFFFFFF, None),  # nor stsz's
         (b"stsz", 12, 0, "mp4 PCM with a table of sample sizes"),

@@ -3,18 +3,20 @@ header duration the seek index contradicts."""
 
 from __future__ import annotations
 
+import struct
 import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _index_support import empty_first_track
+from _index_support import empty_first_track, encoded
 
 from streamer import open_dataset
 from streamer.cli import main
 from streamer.errors import PackError
 from streamer.synth import encode, signal
 from streamer.write.pack import pack
+from streamer.write.probe import ProbeError, probe
 
 
 def test_random_bytes_named_mp3_are_skipped_with_the_reason(tmp_path: Path) -> None:
@@ -57,6 +59,29 @@ def test_a_file_whose_first_audio_stream_is_empty_is_skipped_with_the_reason(
         ),
     ]
     assert list(open_dataset(tmp_path / "out").keys()) == ["good"]
+
+
+def test_an_mp4_whose_sample_table_overclaims_is_skipped_naming_the_table(
+    tmp_path: Path,
+) -> None:
+    """An m4a whose stts claims 2^28 entries in a box of 2: FFmpeg refuses
+    it as "Cannot allocate memory", and the file was skipped in those words,
+    which read like the machine running out of memory."""
+    data = bytearray(encoded("aac", 44100, 1, seconds=1.0))
+    struct.pack_into(">I", data, data.find(b"stts") + 8, 1 << 28)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.mp3").write_bytes(encode(signal(1.0, 44100, 1, seed=0), 44100, "mp3"))
+    (src / "lying.m4a").write_bytes(data)
+    reason = (
+        "damaged MP4 header: its stts box claims 268435456 entries but holds 2; "
+        "re-encode or remux the file (FFmpeg refused it: Cannot allocate memory)"
+    )
+    report = pack(src, tmp_path / "out", progress=False)
+    assert report.skipped == [("lying.m4a", reason)]
+    with pytest.raises(ProbeError) as refused:  # a path, as ``streamer probe`` passes it
+        probe(src / "lying.m4a")
+    assert str(refused.value) == reason
 
 
 @pytest.mark.parametrize("ext", ["mp3", "flac", "aac", "ac3"])

@@ -502,16 +502,35 @@ def _esds(entry: bytes) -> tuple[int, bytes]:
     return object_type, b""
 
 
+class Overclaimed(NoIndex):
+    """A sample table whose entry count its box cannot hold: a damaged or
+    hostile header (a file cut short fails earlier, its box running past the
+    end). ``str()`` is the countable reason; ``probe`` names the numbers (FFmpeg
+    refuses 2^28 stts entries as "Cannot allocate memory", which reads like the
+    machine's fault)."""
+
+    def __init__(self, name: str, count: int, room: int) -> None:
+        super().__init__(f"mp4 {name} claims more entries than its box holds")
+        self.name, self.count, self.room = name, count, room
+
+
 def _table(payload: bytes, entry: str, name: str) -> np.ndarray:
     """A full box's ``count`` entries of big-endian ``entry`` structs, zero-copy,
     after checking the count fits in the box (no allocation from a lying count)."""
     if len(payload) < 8:
         raise NoIndex(f"truncated mp4 {name}")
     count = struct.unpack_from(">I", payload, 4)[0]
-    dtype = np.dtype(entry)
-    if 8 + count * dtype.itemsize > len(payload):
-        raise NoIndex(f"truncated mp4 {name}")
-    return np.frombuffer(payload, dtype=dtype, count=count, offset=8)
+    return np.frombuffer(
+        payload, dtype=entry, count=_held(payload, 8, count, entry, name), offset=8
+    )
+
+
+def _held(payload: bytes, at: int, count: int, entry: str, name: str) -> int:
+    """``count``, once checked that the ``entry`` structs from ``at`` fit in ``payload``."""
+    room = (len(payload) - at) // np.dtype(entry).itemsize
+    if count > room:
+        raise Overclaimed(name, count, room)
+    return count
 
 
 def _sizes(track: dict[bytes, bytes], length: int) -> np.ndarray:
@@ -524,9 +543,9 @@ def _sizes(track: dict[bytes, bytes], length: int) -> np.ndarray:
         size, count = struct.unpack_from(">II", payload, 4)
         if size:
             return np.full(min(count, length // size), size, dtype=np.int64)
-        if 12 + 4 * count > len(payload):
-            raise NoIndex("truncated mp4 stsz")
-        return np.frombuffer(payload, ">u4", count, 12).astype(np.int64)
+        return np.frombuffer(payload, ">u4", _held(payload, 12, count, ">u4", "stsz"), 12).astype(
+            np.int64
+        )
     if b"stz2" in track:
         payload = track[b"stz2"]
         if len(payload) < 12:
