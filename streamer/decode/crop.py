@@ -523,10 +523,12 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
     if (job.episode.shard, job.fallback_reason) not in _WARNED:
         _WARNED.add((job.episode.shard, job.fallback_reason))
         log.warning(
-            "%s: decoding without a seek index (%s): FFmpeg decodes each episode from "
-            "its start up to the crop, reading the blob up to there; run `streamer index` "
-            "on the dataset",
+            "shard %s, key %s: decoding without a seek index (%s), and not warned of again "
+            "for the shard's other episodes without one for that reason: FFmpeg decodes "
+            "each from its start up to the crop, reading the blob up to there; run "
+            "`streamer index` on the dataset",
             job.episode.shard,
+            job.episode.key,
             job.fallback_reason,
         )
     request, episode = job.request, job.episode

@@ -260,6 +260,9 @@ def test_no_index_falls_back_counted_and_warned_once(
     assert dataset.decode_stats.fallback_reasons == {"no seek index": len(keys)}
     warnings = [r for r in caplog.records if "without a seek index" in r.message]
     assert len(warnings) == 1
+    # The shard and the first key that fell back (the message named the shard alone).
+    shard = dataset.episode(keys[0]).shard
+    assert warnings[0].message.startswith(f"shard {shard}, key {keys[0]}: decoding without")
 
 
 def test_planned_jobs_and_bytes_pickle_for_worker_processes(dataset_dir: Path) -> None:
