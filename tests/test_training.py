@@ -148,6 +148,34 @@ def test_stateful_dataloader_resumes_three_times(packed: Path, num_workers: int)
     assert got == whole
 
 
+def test_a_stateful_dataloader_state_of_another_batch_size_names_the_setting(
+    packed: Path,
+) -> None:
+    """A worker's state restored by a loader of another batch size: refused
+    with both whole settings dumped ("state is for {...}, this Streamer is
+    {...}"), eight entries each, for the reader to tell which one differs."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make(batch_size: int) -> Any:
+        data = CropDataset(str(packed), SAMPLER, batch_size=batch_size, seed=5, sample_rate=16000)
+        return stateful.StatefulDataLoader(
+            data, batch_size=batch_size, num_workers=2, collate_fn=collate
+        )
+
+    first = make(BATCH)
+    next(iter(first))
+    state = first.state_dict()
+    del first
+    resumed = make(2)
+    resumed.load_state_dict(state)
+    with pytest.raises(ValueError) as refused:
+        next(iter(resumed))
+    assert (
+        "state was taken with batch_size=4, this Streamer has batch_size=2: resume with "
+        "batch_size=4, as it was taken" in str(refused.value)
+    )
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_batch_of_a_pass_the_loader_restored_from_a_resumed_one_is_no_rank_checkpoint(
     packed: Path, num_workers: int

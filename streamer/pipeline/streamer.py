@@ -482,8 +482,15 @@ class Streamer:
         mine |= {"even": self.split.even, "drop_last": self.split.drop_last}
         defaults = {"batch_size": 1, "even": True, "drop_last": True}
         theirs = {name: state.get(name, defaults.get(name)) for name in mine}
-        if theirs != mine:
-            raise ValueError(f"state is for {theirs}, this Streamer is {mine}")
+        differ = [name for name in mine if theirs[name] != mine[name]]
+        if differ:
+            was = ", ".join(f"{name}={theirs[name]!r}" for name in differ)
+            raise ValueError(
+                f"state was taken with {was}, this Streamer has "
+                f"{', '.join(f'{name}={mine[name]!r}' for name in differ)}: resume with "
+                f"{was}, as it was taken (a state resumed under other settings would "
+                "repeat or skip crops)"
+            )
         epoch = whole_number("the state's epoch", state["epoch"], 0)
         check_mix(state, self.mix)
         total = self.total(epoch)
