@@ -382,11 +382,17 @@ class CropDataset(IterableDataset):
         if "rank" in state:
             partition = self._partition()
             theirs = (int(state["rank"]), int(state["world_size"]))
-            if theirs != (partition.rank, partition.world_size):
+            if theirs[1] != partition.world_size:
                 raise ValueError(
                     f"state is for rank {theirs[0]} of {theirs[1]}, this is rank "
                     f"{partition.rank} of {partition.world_size}: to resume at another "
                     "world size, load the state merged over every rank (gather_state)"
+                )
+            if theirs[0] != partition.rank:
+                raise ValueError(
+                    f"rank {theirs[0]}'s state loaded on rank {partition.rank} (of "
+                    f"{partition.world_size}): each rank loads its own state_dict(batch), "
+                    "or every rank loads the state gather_state merged over them all"
                 )
             self._check_split(state)
         consumed = int(state.get("consumed", 0))

@@ -1127,6 +1127,22 @@ def test_merge_refuses_states_of_other_world_sizes_or_past_a_share(packed: Path)
         merge_states(dataset(packed, rank=0, world_size=2), [two[0], {**two[1], "consumed": 1000}])
 
 
+def test_a_rank_state_loaded_on_another_rank_says_so(packed: Path) -> None:
+    """At the same world size: refused with advice to resume "at another world
+    size", which the run was not doing."""
+    data = dataset(packed, rank=1, world_size=2)
+    state = data.state_dict(next(iter(loader(data, 0))))
+    with pytest.raises(ValueError) as refused:
+        dataset(packed, rank=0, world_size=2).load_state_dict(state)
+    assert str(refused.value) == (
+        "rank 1's state loaded on rank 0 (of 2): each rank loads its own "
+        "state_dict(batch), or every rank loads the state gather_state merged over them all"
+    )
+    with pytest.raises(ValueError, match="to resume at another world size"):
+        dataset(packed, rank=1, world_size=3).load_state_dict(state)
+    dataset(packed, rank=1, world_size=2).load_state_dict(state)
+
+
 def test_a_rank_state_of_another_split_is_refused(packed: Path) -> None:
     """63 crops over 4 ranks: rank 2's run starts at crop 31 with
     ``even=False`` and at 30 with ``even=True``. Its checkpoint (crops of
