@@ -12,7 +12,7 @@ import struct
 import numpy as np
 import pytest
 from _fuzz import Unseekable, peak_memory
-from _index_support import decoded_length, encoded
+from _index_support import decoded_length, encoded, flac_coded
 
 from streamer.formats import extract
 from streamer.formats.flac.parse import crc8
@@ -222,20 +222,11 @@ def test_flac_run_of_false_frame_headers_costs_linear_time(flac) -> None:  # typ
     first = data[int(index.byte_pos[0]) : int(index.byte_pos[1])]
     fakes = bytearray()
     for number in range(4, 12000, 2):
-        header = bytes([0xFF, 0xF8, 0x59, 0x08]) + utf8(number)
+        header = bytes([0xFF, 0xF8, 0x59, 0x08]) + flac_coded(number)
         fakes += header + bytes([crc8(header)]) + bytes(16 - len(header) - 1)
     hostile = data[: index.data_start] + first + bytes(fakes)
     found = indexed_within(hostile)
     assert found.ok and len(found.byte_pos) >= 1
-
-
-def utf8(number: int) -> bytes:
-    """FLAC's UTF-8-style frame number."""
-    if number < 0x80:
-        return bytes([number])
-    if number < 0x800:
-        return bytes([0xC0 | number >> 6, 0x80 | number & 0x3F])
-    return bytes([0xE0 | number >> 12, 0x80 | (number >> 6) & 0x3F, 0x80 | number & 0x3F])
 
 
 def test_wav_absurd_channel_count() -> None:
