@@ -53,6 +53,7 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
     stream. Tags that are not UTF-8 (an ID3v1 title in Latin-1: common in
     mp3s from the wild) are ignored: PyAV would refuse the whole file over them."""
     source = path if hasattr(path, "read") else os.fspath(path)  # type: ignore[arg-type]
+    start = 0 if isinstance(source, str) else source.tell()
     if _size(source) == 0:
         # FFmpeg's raw-stream demuxers (picked by the name: .mp3, .flac,
         # .aac, .ac3) seek to -1 in an empty file, and what the file object
@@ -92,7 +93,7 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
     except ProbeError:
         raise
     except av.FFmpegError as exc:
-        table = _overclaimed(source)
+        table = _overclaimed(source, start)
         if table is not None:
             raise ProbeError(
                 f"damaged MP4 header: its {table.name} box claims {table.count} entries "
@@ -104,16 +105,17 @@ def probe(path: str | os.PathLike[str] | BinaryIO) -> AudioInfo:
         raise ProbeError(f"not audio PyAV can open ({exc})") from exc
 
 
-def _overclaimed(source: str | BinaryIO) -> Overclaimed | None:
+def _overclaimed(source: str | BinaryIO, start: int) -> Overclaimed | None:
     """The MP4 sample table whose entry count its box cannot hold, when that is
     why FFmpeg refused the file: it says "Cannot allocate memory" for 2^28 or
-    more stts entries, as if the machine had run out."""
+    more stts entries, as if the machine had run out. The file starts at
+    ``start`` (a file object's position when it was handed over)."""
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(open(source, "rb")) if isinstance(source, str) else source
-        stream.seek(0)
+        stream.seek(start)
         if not mp4.matches(stream.read(8)):
             return None
-        stream.seek(0)
+        stream.seek(start)
         try:
             mp4.parse(stream)
         except Overclaimed as exc:
