@@ -22,6 +22,7 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ShardError, StorageError
 from ..storage.base import RangeReader
@@ -144,7 +145,16 @@ class Shard:
             keys = keys.cast(pa.string())
         elif not pa.types.is_string(keys.type):
             raise ShardError(f"{KEY_COLUMN!r} is {keys.type}, not a string column", shard=self.path)
-        return keys.combine_chunks()
+        keys = keys.combine_chunks()
+        if keys.null_count:  # a row no key can name: every lookup and digest assumes text
+            row = int(pc.index(keys.is_null(), True).as_py())
+            batch, _ = self.locate(row)
+            raise ShardError(
+                f"{KEY_COLUMN!r} is null in row {row}",
+                shard=self.path,
+                offset=self._buffer_range(batch, KEY_COLUMN, 0)[0],
+            )
+        return keys
 
     def locate(self, row: int) -> tuple[int, int]:
         """(record batch, row within it) of a shard row."""

@@ -12,6 +12,7 @@ import errno
 import functools
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 
@@ -81,6 +82,10 @@ class LocalFileReader(MemoryReader):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         path = os.fspath(path)
         try:
+            # Opening a named pipe (or a terminal) to read waits for a writer,
+            # which a dataset listing one never has: only a file is mapped.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             self.mapping = pa.memory_map(_arrow_path(path), "r")
         except FileNotFoundError as exc:
             raise NotFound(f"cannot map {path}: {exc}") from exc

@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +87,26 @@ def _unreadable(path: Path) -> None:
         os.rename(os.path.join(folder, "s"), path)
 
 
-DAMAGES = {"truncated": _truncate, "footer": _overwrite_footer, "unreadable": _unreadable}
+def _null_key(path: Path) -> None:
+    """A null ``__key__`` in row 1 of the shard and of its twins alike, so
+    that the twins agree with it (a Streamer ended on a bare
+    ``AttributeError`` and ``read_crop(None)`` was asked for)."""
+    for column_dir in ("audio", "audio_info", "seek_index"):
+        twin = path.parent.parent / column_dir / path.name
+        table = pa.ipc.open_file(pa.py_buffer(twin.read_bytes())).read_all()
+        keys = table.column("__key__").to_pylist()
+        keys[1] = None
+        table = table.set_column(0, table.schema.field(0), pa.array(keys, pa.string()))
+        with pa.ipc.new_file(twin, table.schema) as writer:
+            writer.write_table(table)
+
+
+DAMAGES = {
+    "truncated": _truncate,
+    "footer": _overwrite_footer,
+    "unreadable": _unreadable,
+    "null key": _null_key,
+}
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
@@ -214,6 +235,36 @@ def test_inspect_lists_what_cannot_be_read(
     assert "shards    2 (1 skipped)" in report and "rows      4" in report
     assert "skipped   audio/shard-000002: cannot open as an Arrow IPC file" in report
     assert "no index  seek_index/shard-000000 (its episodes fall back): __key__ mismatch" in report
+
+
+@pytest.mark.parametrize("column_dir", ["audio", "audio_info", "seek_index"])
+def test_a_named_pipe_for_a_shard_is_skipped_not_waited_on(
+    clean: Path, tmp_path: Path, column_dir: str
+) -> None:
+    """A FIFO where a shard's file was: opening it to read waits for a
+    writer that never comes, and Arrow retries the wait through signals, so
+    ``inspect`` (and every open of the dataset) hung for good. Run in a
+    child process, so that the old hang fails the test instead of the run."""
+    copy = tmp_path / "copy"
+    shutil.copytree(clean, copy)
+    fifo = copy / column_dir / f"{VICTIM}.wsds"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer", "inspect", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    if column_dir == "seek_index":  # costs the index, not the rows
+        assert "rows      6" in done.stdout
+        assert f"no index  seek_index/{VICTIM} (its episodes fall back)" in done.stdout
+    else:
+        assert "shards    2 (1 skipped)" in done.stdout and "rows      4" in done.stdout
+        assert f"skipped   audio/{VICTIM}: " in done.stdout
+    assert "not a regular file" in done.stdout
 
 
 def test_inspect_of_a_dataset_whose_every_shard_is_skipped(
