@@ -191,7 +191,7 @@ def describe(
         fields: list[str] | None = None
         for name, path in sorted(shards.items()):
             reader = store.reader(path)
-            file = path.rsplit("/", 1)[-1]
+            file = store.basename(path)
             try:
                 layout, _ = read_layout(reader, store.display(path))
             except ShardError:

@@ -279,5 +279,10 @@ class Store(abc.ABC):
         """``path`` as a URL that is safe to log (what errors and reprs show)."""
         return path
 
+    def basename(self, path: str) -> str:
+        """The last name of ``path``, as a listing of its folder names it
+        (``join``'s inverse): what a manifest records a shard's file by."""
+        return path.rstrip("/").rsplit("/", 1)[-1]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"

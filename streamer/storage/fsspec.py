@@ -177,7 +177,10 @@ class FsspecStore(RemoteStore):
         if "://" in path:
             return safe_url(path)
         where = f"{self._server}/" if self._server else ""
-        return f"{self.scheme}://{where}{path.lstrip('/')}{self._within}"
+        url = f"{self.scheme}://{where}{path.lstrip('/')}"
+        # A file system whose URLs fsspec does not take apart keeps their
+        # user info and query in its paths (``memory://user:pw@host/x?token=``).
+        return (safe_url(url) if "@" in url or "?" in url else url) + self._within
 
     async def _connect(self) -> Any:
         """The async file system, made on the store loop; for a sync one, its

@@ -188,6 +188,11 @@ class HTTPStore(RangeGetStore):
     def display(self, path: str) -> str:
         return safe_url(path)
 
+    def basename(self, path: str) -> str:
+        """The URL path's last name, unquoted: a dataset URL's query (a
+        token) rides on every URL ``join`` makes, and is no file's name."""
+        return super().basename(urllib.parse.unquote(urllib.parse.urlsplit(path).path))
+
     def cache_name(self, path: str) -> str:
         """The URL without the query parameters that only authenticate it
         (presigned S3, GCS, B2, CloudFront, Azure SAS) or a password

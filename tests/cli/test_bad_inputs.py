@@ -530,3 +530,17 @@ def test_an_ftp_url_that_cannot_connect_is_one_line_without_its_password() -> No
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert "ftp://127.0.0.1:1/" in lines[0] and "refused" in lines[0], lines[0]
     assert secret not in done.stderr + done.stdout
+
+
+def test_pack_into_a_url_whose_path_keeps_its_password_does_not_print_it(
+    audio_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``memory://`` (fsspec leaves a URL of a file system it does not take
+    apart as it is, user info and query in its paths): the summary line
+    named OUT as given, ``packed ... into 1 shards in memory://user:PASSWORD@...``."""
+    secret = "sekrit-0xC0FFEE-never-log-me"
+    out = f"memory://user:{secret}@host/ds-summary?token={secret}"
+    assert main(["pack", str(audio_dir), out, "--no-progress", "--no-index"]) == 0
+    captured = capsys.readouterr()
+    assert "into 1 shards in memory://host/ds-summary?…;" in captured.out, captured.out
+    assert secret not in captured.out + captured.err

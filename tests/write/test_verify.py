@@ -136,3 +136,19 @@ def test_a_dataset_without_audio_info_is_whole_without_it(dataset: Path) -> None
     shutil.copy(kept / "shard-000000.wsds", dataset / "audio_info" / "shard-000000.wsds")
     problems = verify_dataset(dataset).problems
     assert "audio_info/shard-000001: missing (twin of audio/shard-000001)" in problems
+
+
+def test_a_dataset_url_with_a_token_in_its_query_verifies(  # type: ignore[no-untyped-def]
+    http, capsys
+) -> None:
+    """An HTTP dataset read with a token in its URL's query (which rides on
+    every file's URL): its manifest was checked against file names that
+    kept the query (``'shard-000000.wsds?token=...' is not the shard's file
+    name``), a problem that was none, printed with the token in it."""
+    url = f"{http.url}/packed?token={SECRET}"
+    report = verify_dataset(url)
+    assert report.ok, report.problems
+    assert main(["verify", url]) == 0
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    assert "?…: " in captured.out  # the URL is named without its query
