@@ -42,6 +42,7 @@ there is one).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import struct
 from collections.abc import Iterable
@@ -100,22 +101,44 @@ class FileLayout:
 
 
 class Pieces:
-    """Byte ranges of one object already in memory, to serve reads inside them."""
+    """Byte ranges of one object already in memory, to serve reads inside them.
+
+    Kept sorted by start, none inside another (a piece added inside one
+    held is dropped; pieces inside a new one go): their ends then rise with
+    their starts, so the one piece that can hold a range is the last that
+    starts at or before it, found by bisection. (A scan of every piece per
+    read made opening a shard of N record batches cost N^2: 43 s for 4000
+    batches, beyond 300 s for 20 000.)"""
 
     def __init__(self) -> None:
-        self._pieces: list[tuple[int, memoryview]] = []
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._views: list[memoryview] = []
 
     def add(self, offset: int, data: memoryview) -> None:
-        self._pieces.append((offset, data))
+        end = offset + len(data)
+        first = bisect.bisect_left(self._starts, offset)
+        if first and self._ends[first - 1] >= end:
+            return  # inside a piece that starts before it
+        starts_here = first < len(self._starts) and self._starts[first] == offset
+        if starts_here and self._ends[first] >= end:
+            return  # inside a piece that starts where it does
+        last = first
+        while last < len(self._starts) and self._ends[last] <= end:
+            last += 1  # inside the new piece
+        self._starts[first:last] = [offset]
+        self._ends[first:last] = [end]
+        self._views[first:last] = [data]
 
     def get(self, offset: int, length: int) -> memoryview | None:
         """``[offset, offset + length)`` if one piece holds it whole, else ``None``."""
         if length == 0:
             return memoryview(b"")
-        for start, data in self._pieces:
-            if start <= offset and offset + length <= start + len(data):
-                return data[offset - start : offset - start + length]
-        return None
+        at = bisect.bisect_right(self._starts, offset) - 1
+        if at < 0 or self._ends[at] < offset + length:
+            return None
+        start = self._starts[at]
+        return self._views[at][offset - start : offset - start + length]
 
     def read(self, reader: RangeReader, ranges: list[tuple[int, int]]) -> list[memoryview]:
         """Every range, from the pieces where possible, else in one uncached batch."""

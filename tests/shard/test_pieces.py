@@ -7,10 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stores import MappedStore
 
 from streamer.dataset import Dataset
 from streamer.decode.crop import CropRequest, prepare
+from streamer.shard.footer import Pieces, read_layout
 from streamer.storage.base import RangeReader
 from streamer.storage.local import LocalFileReader
 
@@ -65,3 +70,37 @@ def test_planning_crops_of_an_open_shard_reads_nothing(packed: Path) -> None:
         job = prepare(dataset.episode(key), CropRequest(key, 0.2, 0.5))
         assert job.plan is not None
     assert store.calls == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=25), st.data())
+def test_a_range_inside_any_piece_added_is_served_from_it(
+    added: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    """Pieces nested, overlapping, repeated and in any order: a range is
+    served, with the object's bytes, exactly when some piece added holds it."""
+    whole = bytes(range(100))
+    pieces = Pieces()
+    for offset, length in added:
+        pieces.add(offset, memoryview(whole)[offset : offset + length])
+    for _ in range(20):
+        offset, length = data.draw(st.integers(0, 95)), data.draw(st.integers(1, 40))
+        held = any(o <= offset and offset + length <= o + n for o, n in added)
+        view = pieces.get(offset, length)
+        assert (view is not None) == held
+        assert view is None or bytes(view) == whole[offset : offset + length]
+
+
+@pytest.mark.timeout(120)
+def test_a_shard_of_twenty_thousand_record_batches_opens(tmp_path: Path) -> None:
+    """A writer that flushes a batch per row: opening the shard looked each
+    batch's bytes up among all those read before (a hang: past 300 s)."""
+    path = tmp_path / "many.arrow"
+    schema = pa.schema([("__key__", pa.string()), ("audio", pa.binary())])
+    with pa.ipc.new_file(str(path), schema) as writer:
+        for row in range(20_000):
+            writer.write_batch(
+                pa.record_batch([pa.array([f"k{row}"]), pa.array([b"x"])], schema=schema)
+            )
+    layout, _ = read_layout(LocalFileReader(str(path)), "many.arrow")
+    assert len(layout.batches) == 20_000
