@@ -172,6 +172,12 @@ def is_remote_url(url: str) -> bool:
     return bool(sep) and scheme.lower() != "file"
 
 
+#: Folders nested deeper than this under a source are taken for a loop: an
+#: HTTP server following a symlink to a folder it is in (nginx's autoindex)
+#: lists it again at every depth, which no path tells from a real folder.
+MAX_DEPTH = 100
+
+
 def _walk(
     store: Store,
     root: str,
@@ -184,7 +190,14 @@ def _walk(
     names, appended to ``hidden``), ``source`` = ``prefix`` + name. A local folder reached again
     through a symlink inside it (``d/up -> ..``) is a ``PackError``: walking
     it would never end. A local file that cannot be stat'ed (a dangling
-    symlink) is listed with size 0: reading it says why."""
+    symlink) is listed with size 0: reading it says why. A folder deeper
+    than ``MAX_DEPTH`` is a ``PackError`` too (recursion ran out)."""
+    if prefix.count("/") > MAX_DEPTH:
+        raise PackError(
+            f"{prefix[:120]}... under the source is nested more than {MAX_DEPTH} folders deep: "
+            "a server listing a folder inside itself (a symlink loop)? Remove the loop, or "
+            "pack from a list file of the URLs (SRC a file, one URL per line)"
+        )
     if not store.is_remote:
         real = os.path.realpath(root)
         if real in above:

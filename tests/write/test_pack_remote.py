@@ -360,3 +360,20 @@ def _assert_nothing_stored(endpoint: str, key: str) -> None:
     client = s3_client(endpoint, "test-key-id", SECRET)
     assert not client.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
     assert not client.list_objects_v2(Bucket=BUCKET, Prefix=key).get("Contents")
+
+
+def test_an_index_page_that_lists_a_folder_inside_itself_is_one_error(tmp_path: Path) -> None:
+    """An HTTP server following a symlink to a folder it is in (nginx's
+    autoindex over ``d/up -> ..``) lists it again at every depth: the walk
+    recursed until Python's limit, a RecursionError."""
+
+    async def endless(request: Any) -> tuple[int, dict[str, str], bytes]:
+        page = b'<html><body><a href="x.flac">x.flac</a><a href="up/">up/</a></body></html>'
+        return 200, {"Content-Type": "text/html"}, page
+
+    server = LoopbackServer(endless).start()
+    try:
+        with pytest.raises(PackError, match="nested more than 100 folders deep"):
+            pack(f"{server.url}/src/", str(tmp_path / "out"))
+    finally:
+        server.stop()
