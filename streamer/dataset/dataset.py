@@ -637,7 +637,7 @@ class Dataset:
         expected = self.recorded_sha256(name, row)
         if digest and expected is not None:
             key = self.shard(name).keys[row].as_py()
-            if not hashes_to(blob, expected, (blob.shard, key, length)):
+            if not hashes_to(blob, expected, (blob.shard, key, length, expected)):  # Episode.id
                 return f"{INFO_DIR} records a sha256 the blob's bytes do not have"
         return None
 

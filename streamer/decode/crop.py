@@ -115,7 +115,7 @@ NOT_AS_PACKED = "not the bytes audio_info records"
 HASH_CHUNK = 4 << 20
 #: Blobs hashed against their recorded digest in this process, (``Episode.id``,
 #: digest) -> whether they matched, the least recently used dropped first.
-_CONFIRMED: OrderedDict[tuple[tuple[str | None, str, int], bytes], bool] = OrderedDict()
+_CONFIRMED: OrderedDict[tuple[tuple[object, ...], bytes], bool] = OrderedDict()
 _CONFIRMED_MAX = 4096
 _CONFIRMING = threading.Lock()
 #: Free in a forked child (a DataLoader worker), where a thread of the
@@ -477,7 +477,7 @@ def as_packed(episode: Episode) -> bool | None:
     return hashes_to(episode.blob, episode.sha256, episode.id)
 
 
-def hashes_to(blob: BlobHandle, sha256: bytes, blob_id: tuple[str | None, str, int]) -> bool:
+def hashes_to(blob: BlobHandle, sha256: bytes, blob_id: tuple[object, ...]) -> bool:
     """Whether ``blob`` (``Episode.id``: ``blob_id``) has the digest
     ``sha256``. Hashed once per blob and process: the verdict is kept
     (``_CONFIRMED_MAX`` blobs at most), so the crops of a stale episode

@@ -66,9 +66,14 @@ class Episode:
     sha256: bytes | None = None
 
     @property
-    def id(self) -> tuple[str | None, str, int]:
-        """What identifies the episode's bytes within a process (decoder caches)."""
-        return (self.shard, self.key, self.blob.length)
+    def id(self) -> tuple[str | None, str, int, bytes | None]:
+        """What identifies the episode's bytes within a process (decoder
+        caches): its place, its length and, where recorded, its digest (a
+        dataset packed again at the same place in this process, or one
+        under the same URL on another endpoint, has other bytes there: an
+        MP4 demuxer kept for the first, its sample tables the old blob's,
+        failed every crop of the second)."""
+        return (self.shard, self.key, self.blob.length, self.sha256)
 
     def error(self, message: str, offset: int | None = None) -> CropError:
         """A ``CropError`` that names this episode."""

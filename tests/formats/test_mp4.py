@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import struct
 from pathlib import Path
 
@@ -460,3 +461,37 @@ def _edit_moved_to(data: bytes, media_time: int) -> bytes:
     at = data.find(b"elst") - 4
     struct.pack_into(">i", out, at + 20, media_time)
     return bytes(out)
+
+
+def test_a_dataset_packed_again_in_place_is_not_served_by_the_old_demuxer(tmp_path: Path) -> None:
+    """Another M4A of the same byte length packed at the same place in the
+    same process (a notebook packing again): the demuxer kept for the first
+    episode, its sample tables the old blob's, was taken for the new one by
+    (shard, key, length), and every crop failed ("decodes to nothing")."""
+    first = _m4a(synth.signal(4.0, 44100, 1, seed=1))
+    second = _m4a(synth.signal(3.0, 44100, 2, seed=2))
+    shorter, pad = (first, len(second) - len(first))
+    if pad < 0:
+        shorter, pad = second, -pad
+    assert pad >= 8
+    padded = shorter + struct.pack(">I", pad) + b"free" + bytes(pad - 8)  # a top-level free box
+    first, second = (padded, second) if shorter is first else (first, padded)
+    assert len(first) == len(second)
+    out = tmp_path / "dataset"
+    for blob in (first, second):
+        (tmp_path / "src").mkdir(exist_ok=True)
+        (tmp_path / "src" / "ep.m4a").write_bytes(blob)
+        if out.exists():
+            shutil.rmtree(out)
+        pack(tmp_path / "src", out, progress=False)
+        dataset = open_dataset(out)
+        got = [dataset.read_crop("ep", start, start + 0.5) for start in (1.5, 2.0)]
+    reference, _ = full_decode(second)
+    for crop, start in zip(got, (66150, 88200), strict=True):
+        np.testing.assert_array_equal(crop, reference[:, start : start + 22050])
+    assert dataset.decode_stats.paths == {"index": 2}
+
+
+def _m4a(audio: np.ndarray) -> bytes:
+    """ALAC in M4A, 44.1 kHz, as FFmpeg's ipod muxer writes it."""
+    return synth.encode(audio, 44100, "alac")
