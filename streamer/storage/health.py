@@ -48,7 +48,15 @@ from typing import TypeVar
 from ..errors import StorageError
 from ._urls import redact
 from .loop import retrieve_outcome
-from .retry import GateShut, NotSent, PastDeadline, RetryPolicy, TransientError
+from .retry import (
+    ARRIVING,
+    Arrival,
+    GateShut,
+    NotSent,
+    PastDeadline,
+    RetryPolicy,
+    TransientError,
+)
 from .stats import StoreStats
 
 __all__ = ["HEDGE_BURST", "HEDGE_SHARE", "OUTAGE_STREAK", "Slot", "StoreHealth"]
@@ -113,6 +121,14 @@ class StoreHealth:
             return None
         return self.failing_since
 
+    def run_over(self) -> float:
+        """When the current run of failures can send nothing more: its
+        budget ends in less than ``min_attempt`` (``RetryPolicy``). A request
+        made from then on starts a budget of its own, as the next pass."""
+        assert self.failing_since is not None
+        policy = self._policy
+        return self.failing_since + policy.give_up_after - policy.min_attempt
+
     @property
     def in_outage(self) -> bool:
         """Whether the gate is closed (the store failed ``OUTAGE_STREAK`` times in a row)."""
@@ -124,7 +140,8 @@ class StoreHealth:
         """Wait until a request may be sent: ``True`` if it goes as the outage's
         probe, ``False`` if the store is healthy, ``None`` if it must give up:
         its own ``deadline`` passed, or the store has failed for the whole
-        budget (with the answer of the probe in flight, if one is).
+        budget (with the answer of the probe in flight, if one is), less the
+        ``min_attempt`` nothing is sent with (``run_over``).
 
         A request made after the budget was spent (a new pass after the last
         one gave up) is not held by the outage's backoff, which has grown
@@ -144,8 +161,9 @@ class StoreHealth:
             if not self.in_outage:
                 return False
             assert self.failing_since is not None
-            store_deadline = self.failing_since + self._policy.give_up_after
-            spent, late = now >= store_deadline, asked >= store_deadline
+            # Nothing is sent for the run after this (``RetryPolicy.min_attempt``).
+            run_over = self.run_over()
+            spent, late = now >= run_over, asked >= run_over
             opens = self._closed_until
             if late:
                 opens = min(opens, max(self._failed_at + self._policy.backoff, self._told_until))
@@ -159,7 +177,7 @@ class StoreHealth:
                 # probe sent since it asked failed.
                 return None
             wake = opens if now < opens else None
-            await self._wait_change(_earliest(wake, deadline, None if spent else store_deadline))
+            await self._wait_change(_earliest(wake, deadline, None if spent else run_over))
 
     async def pause(self, delay: float, deadline: float | None) -> None:
         """Sleep a request's backoff ``delay``, no later than its ``deadline``."""
@@ -176,7 +194,6 @@ class StoreHealth:
         probe: bool,
         began: float,
         deadline: float | None = None,
-        retry: bool = False,
     ) -> T:
         """One attempt of ``request`` (hedged if ``hedge``), and its verdict on the store.
 
@@ -185,32 +202,28 @@ class StoreHealth:
         queue of requests reads as nothing worse than a queue (not as a stalled
         store), and a queued request holds no timers or tasks.
 
-        ``deadline``: when the request gives up should this attempt fail. No
-        hedge is sent at or past it, and a hedge runs at most one read timeout
-        beyond it. If ``retry`` (the request failed already), the same holds
-        for the attempt itself: ``PastDeadline`` if its place comes at or
-        after the deadline (nothing was sent). Unless it is the ``probe``,
-        an attempt whose place comes while the gate is shut raises
-        ``GateShut`` (nothing was sent): it waits at the gate again. A
-        request's first attempt is always sent: it is how a store that came
-        back is noticed. It, and its hedge, end ``give_up_after`` after it
-        was sent: a stalled first attempt has failed for the whole budget
-        by then (it was bounded by the per-attempt timeouts alone, so a
-        server that stalled or trickled held a 1 s budget's request for a
-        read timeout or the whole-attempt timeout).
+        ``deadline``: when the request gives up should this attempt fail.
+        The attempt and its hedge end then at the latest, whatever their
+        timeouts would allow, and neither is sent with less than the
+        policy's ``min_attempt`` left (``PastDeadline``: nothing was sent).
+        ``None``: the request's first attempt, made while its store was not
+        failing: it is always sent (it is how a store that came back is
+        noticed), and it and its hedge end ``give_up_after`` after it was
+        sent (a server that stalled or trickled held a 1 s budget's request
+        for a read timeout or the whole-attempt timeout). Unless it is the
+        ``probe``, an attempt whose place comes while the gate is shut
+        raises ``GateShut`` (nothing was sent): it waits at the gate again.
 
         ``began``: when the request began this attempt (``time.monotonic()``),
         the instant its budget counts from should it fail; a run of failures
         counts the store's budget from the same instant.
         """
-        bound = None if deadline is None or not retry else deadline
         try:
             if hedge and self._policy.hedge_after is not None:
-                result = await self._hedged(request, slot, deadline, bound, probe, retry)
+                result = await self._hedged(request, slot, deadline, probe)
             else:
                 async with slot():
-                    cut = self._cut(retry)
-                    result = await self._timed(request, bound=bound, cut=cut, gated=not probe)
+                    result = await self._timed(request, self._end(deadline), gated=not probe)
         except NotSent:
             self._release(probe)
             raise
@@ -299,53 +312,56 @@ class StoreHealth:
 
     # -- timeouts and hedging ---------------------------------------------------
 
-    def _cut(self, retry: bool) -> float | None:
-        """When an attempt sent now must end, if it is its request's first
-        (not a ``retry``): ``give_up_after`` from now."""
-        return None if retry else time.monotonic() + self._policy.give_up_after
+    def _end(self, deadline: float | None) -> tuple[float, bool]:
+        """When an attempt whose place came now must end, and whether it
+        may be sent whatever is left (``send``): at its request's
+        ``deadline``, or ``give_up_after`` from now if there is none (an
+        always-sent first attempt)."""
+        if deadline is None:
+            return time.monotonic() + self._policy.give_up_after, True
+        return deadline, False
 
     async def _timed(
         self,
         request: Callable[[], Awaitable[T]],
+        end: tuple[float, bool],
         *,
         timed_get: bool = False,
-        bound: float | None = None,
-        cut: float | None = None,
         gated: bool = True,
         hedge: bool = False,
     ) -> T:
-        """``request()`` bounded by the policy's whole-attempt timeout; if
-        ``bound`` (its request's deadline) is given, sent only before it and
-        given at most one read timeout past it; ended at ``cut`` at the
-        latest (the budget of a first attempt, ``_cut``); not sent while the
-        gate is shut, if ``gated`` (every attempt but the probe). The latency
-        of a successful GET (``timed_get``) feeds the hedge delay; a
-        ``hedge`` is counted once it is sent."""
+        """``request()`` bounded by the policy's whole-attempt timeout and by
+        ``end`` (``_end``: its request's deadline, not sent with less than
+        ``min_attempt`` before it unless it may go whatever is left); not
+        sent while the gate is shut, if ``gated`` (every attempt but the
+        probe). The latency of a successful GET (``timed_get``) feeds the
+        hedge delay; a ``hedge`` is counted once it is sent."""
         if gated and self.in_outage:
             raise GateShut
         sent = time.monotonic()
         policy = self._policy
-        timeout = policy.timeout
+        until, always = end
+        if not always and until - sent < policy.min_attempt:
+            raise PastDeadline
+        timeout, setting = policy.timeout, "timeout"
         within = f"{timeout:.3g} s"  # what ended it, for the error
-        budget = f"its give_up_after budget ({policy.give_up_after:g} s)"
-        if bound is not None:
-            if sent >= bound:
-                raise PastDeadline
-            if bound - sent + policy.read_timeout < timeout:
-                timeout = bound - sent + policy.read_timeout
-                within = f"one read_timeout ({policy.read_timeout:g} s) past {budget}"
-        if cut is not None and cut - sent < timeout:
-            timeout, within = max(0.0, cut - sent), budget
+        if until - sent < timeout:
+            timeout, setting = max(0.0, until - sent), "give_up_after"
+            within = f"its give_up_after budget ({policy.give_up_after:g} s)"
         if hedge:
             self._stats.hedges += 1
         self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
+        arrival = Arrival()
+        arriving = ARRIVING.set(arrival)
         try:
             async with asyncio.timeout(timeout):
                 result = await request()
         except TimeoutError:
             # A store answering this late is overloaded: the adaptive limit backs off.
-            message = f"no complete response within {within}"
+            message = f"no complete response within {within}{arrival.told(setting)}"
             raise TransientError(message, congestion=True) from None
+        finally:
+            ARRIVING.reset(arriving)
         if timed_get:
             self._latencies.append(time.monotonic() - sent)
         return result
@@ -365,31 +381,29 @@ class StoreHealth:
         request: Callable[[], Awaitable[T]],
         slot: Slot,
         deadline: float | None,
-        bound: float | None,
         probe: bool,
-        retry: bool,
     ) -> T:
         """``request()``, sent again if it stalls; the first answer wins. Each
         request waits for a place of its own (``slot``), and holds it only
         while it runs; the hedge delay runs from when the first one is sent.
-        The copy is sent only if the delay ends before ``deadline``, and
-        bounded by it (``_timed``); the first copy by ``bound``. Both end
-        when the first copy's budget does, unless it is a ``retry``
-        (``_cut``): a hedge of a first attempt used to run a read timeout
-        past it. Only the first copy of a ``probe`` goes through a shut gate."""
+        Both copies end when the first one must (``_end``, from when its
+        place came); the copy is sent only if its delay ends ``min_attempt``
+        before that (a hedge of a first attempt used to run a read timeout
+        past its budget). Only the first copy of a ``probe`` goes through a
+        shut gate."""
 
-        # Set once the first copy is sent: when both copies end (``_cut``).
-        sent: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        # Set once the first copy's place came: when both copies end.
+        ends: asyncio.Future[tuple[float, bool]] = asyncio.get_running_loop().create_future()
 
         async def attempt(first: bool) -> T:
             async with slot():
                 if first:
-                    sent.set_result(self._cut(retry))
+                    ends.set_result(self._end(deadline))
+                until, always = ends.result()
                 return await self._timed(
                     request,
+                    (until, always and first),
                     timed_get=True,
-                    bound=bound if first else deadline,
-                    cut=sent.result(),
                     gated=not (first and probe),
                     hedge=not first,
                 )
@@ -405,11 +419,13 @@ class StoreHealth:
         first = start(True)
         tasks = {first}
         try:
-            await asyncio.wait((sent, first), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((ends, first), return_when=asyncio.FIRST_COMPLETED)
             delay = self.hedge_delay()
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                # Its copy would go at or past the deadline: if the first one
-                # fails, the request gives up anyway; the copy would only run on.
+            if not ends.done() or (
+                time.monotonic() + delay > ends.result()[0] - self._policy.min_attempt
+            ):
+                # The first copy failed unsent, or its copy would go with
+                # less than ``min_attempt`` left: it would only run on.
                 return await first
             done, _ = await asyncio.wait(tasks, timeout=delay)
             if done:  # the usual case: answered within the hedge delay

@@ -43,7 +43,7 @@ from ._bounds import parse_content_range, parse_unsatisfied_range
 from ._urls import cache_name, redact, register_secret, safe_url
 from .base import Entry, NotFound, Stat
 from .remote import Answer, RangeNotSatisfiable, RemoteReader, RemoteStore
-from .retry import TransientError, parse_retry_after
+from .retry import ARRIVING, Arrival, TransientError, parse_retry_after
 from .throttle import is_timeout
 
 __all__ = [
@@ -601,10 +601,14 @@ async def _range_body(url: str, response: aiohttp.ClientResponse, span: Span) ->
     them, come at the span's length and are read as they are."""
     named = span[1] - span[0]
     body, got = b"", response.content_length
+    arrival = ARRIVING.get()
+    if arrival is not None:  # counted as it comes: a slow body is told from a dead server
+        arrival.answered, arrival.expected = True, named
     if got == named:
-        body = await response.read()
+        body = await _read_at_most(response.content, named, arrival)
+        got = len(body)
     elif got is None:  # chunked: enough to tell an over-long body, no more
-        body = await _read_at_most(response.content, named + 1)
+        body = await _read_at_most(response.content, named + 1, arrival)
         got = len(body)
     encoding = response.headers.get("Content-Encoding", "identity")
     if encoding.lower() != "identity" and got != named:
@@ -618,8 +622,11 @@ async def _range_body(url: str, response: aiohttp.ClientResponse, span: Span) ->
     return body
 
 
-async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    """The body's first ``limit`` bytes, or all of it if shorter."""
+async def _read_at_most(
+    stream: aiohttp.StreamReader, limit: int, arrival: Arrival | None = None
+) -> bytes:
+    """The body's first ``limit`` bytes, or all of it if shorter; each chunk
+    counted into ``arrival`` as it comes."""
     chunks, got = [], 0
     while got < limit:
         chunk = await stream.read(limit - got)
@@ -627,6 +634,8 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
             break
         chunks.append(chunk)
         got += len(chunk)
+        if arrival is not None:
+            arrival.got = got
     return b"".join(chunks)
 
 

@@ -16,6 +16,7 @@ range) and the last cause.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime
 import email.utils
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
     from .health import Slot, StoreHealth
 
 __all__ = [
+    "ARRIVING",
+    "MIN_ATTEMPT",
+    "Arrival",
     "GateShut",
     "NotSent",
     "PastDeadline",
@@ -46,6 +50,10 @@ __all__ = [
 log = logging.getLogger("streamer.storage")
 
 T = TypeVar("T")
+
+#: The most time left of its budget a retry or hedge ever needs to be sent
+#: (``RetryPolicy.min_attempt``).
+MIN_ATTEMPT = 1.0
 
 
 class TransientError(Exception):
@@ -96,6 +104,36 @@ class StoreUnavailable(StorageError):
     failure_reason = "gave up retrying"  # as ``StoreStats.failure_reasons`` counts it
 
 
+@dataclasses.dataclass
+class Arrival:
+    """How much of its answer's body an attempt has received: ``got`` bytes
+    of ``expected`` (``None``: its headers have not come, or gave no
+    length; ``got`` counts all the same). An attempt that runs out of time
+    with a body still arriving met a slow server, not a down one, and its
+    error says so (a read cut by the budget read as "no complete response",
+    as from a dead server, though raising ``give_up_after`` would mend it)."""
+
+    got: int = 0
+    expected: int | None = None
+    answered: bool = False  # the headers came
+
+    def told(self, setting: str) -> str:
+        """What an attempt cut by ``setting`` adds to its error: how much of
+        the body came (nothing if no answer did)."""
+        if not self.answered:
+            return ""
+        of = "" if self.expected is None else f" of {self.expected}"
+        told = f"; {self.got}{of} bytes of the body had come"
+        if self.got:
+            told += f" (a slow server, not a down one: raise {setting} for answers this slow)"
+        return told
+
+
+#: The ``Arrival`` of the attempt running in this task: ``health.py`` sets a
+#: new one per attempt, a backend reading a body counts into it.
+ARRIVING: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("ARRIVING", default=None)
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """How hard a store tries before giving up on a request.
@@ -127,16 +165,20 @@ class RetryPolicy:
     answer wins, the other request is cancelled. ``hedge_after=None`` turns
     hedging off.
 
-    No retry or hedge starts past its request's deadline (``give_up_after``
-    from its first failure or the store's, as above); a request's first
-    attempt is always sent, so a store that came back is noticed, and ends
-    (with its hedge) ``give_up_after`` after it was sent: a stalled first
-    attempt has failed for the whole budget by then. A hedge
-    is sent only if its delay ends before the deadline the request would
-    have if its first copy failed, and a retry whose place in the store's
-    limits comes later is not sent. An attempt in flight at the deadline (a retry, a hedge) gets at
-    most one ``read_timeout`` more: a request gives up at most
-    ``give_up_after + read_timeout`` after its first failed attempt was sent.
+    ``give_up_after`` bounds what a caller waits, every attempt included:
+    each attempt (and its hedge) ends when its request's deadline comes,
+    whatever its timeouts would allow (``give_up_after`` from its first
+    failure, or from its store's, as above), and no retry or hedge is sent
+    with less than ``min_attempt`` left before it. A request's first
+    attempt ends ``give_up_after`` after it was sent, and is always sent
+    (so a store that came back is noticed), unless the request joined a
+    store already failing: then it belongs to that run of failures, and its
+    first attempt is bounded like a retry. So a request raises at most
+    ``give_up_after`` after its first attempt was sent, and at most
+    ``give_up_after`` after its store began failing if it joined a failing
+    store. (An attempt in flight at the deadline used to get one more
+    ``read_timeout``, and a request joining a failing store a whole budget
+    for its first attempt.)
     """
 
     attempts: int | None = None
@@ -157,6 +199,15 @@ class RetryPolicy:
             raise ValueError(
                 f"give_up_after must be positive, not {self.give_up_after} (attempts=1: no retries)"
             )
+
+    @property
+    def min_attempt(self) -> float:
+        """The least time left before its request's deadline with which a
+        retry or hedge is sent: a tenth of ``give_up_after``, at most
+        ``MIN_ATTEMPT`` (1 s). One sent with less could hardly be answered
+        before the deadline cuts it; it would only add to a failing store's
+        load."""
+        return min(MIN_ATTEMPT, self.give_up_after / 10)
 
     def delay(self, retry: int, retry_after: float | None) -> float:
         """Seconds to wait before retry number ``retry`` (0 for the first)."""
@@ -190,22 +241,26 @@ async def call_with_retries(
     tries = 0
     first_failure: float | None = None
     failure: TransientError | None = None
+    asked = time.monotonic()
     while True:
-        probe = await health.admit(_own_deadline(first_failure, health, policy))
+        # When this request gives up should what it sends fail: from its
+        # first failure, or from when the store began failing. A request
+        # that asked while its store was failing (its budget not spent)
+        # belongs to that run: it gives up with the store, its first attempt
+        # included (which used to get a budget of its own). Else a first
+        # attempt is always sent (it is how a store that came back is
+        # noticed: the next pass after an outage gave up without asking the
+        # store) and ends ``give_up_after`` after it was sent (``health.send``).
+        if first_failure is None:
+            deadline = _run_deadline(asked, health, policy)
+        else:
+            deadline = _own_deadline(first_failure, health, policy)
+        last = None if deadline is None else deadline - policy.min_attempt
+        probe = await health.admit(last)
         if probe is None:  # the store stayed down for the whole budget
             break
         tries += 1
         began = time.monotonic()
-        # When this request gives up should what is in flight fail: from its
-        # first failure, or from now (when this attempt, were it to fail,
-        # would count from), or from when the store began failing. A retry
-        # starts only before it and is cut a read timeout after it. A
-        # request's first attempt is always sent, however long its store has
-        # failed: it is how a store that came back is noticed (refused, the
-        # next pass after an outage gave up without asking the store); the
-        # deadline bounds its hedge, and its own budget ends it (``send``).
-        retry = first_failure is not None
-        deadline = _own_deadline(first_failure or began, health, policy)
         try:
             result = await health.send(
                 request,
@@ -214,9 +269,8 @@ async def call_with_retries(
                 probe=probe,
                 began=began,
                 deadline=deadline,
-                retry=retry,
             )
-        except PastDeadline:  # its place came too late: the budget is spent, nothing sent
+        except PastDeadline:  # its place came too late: the budget is (nearly) spent, nothing sent
             tries -= 1
             break
         except GateShut:  # the store went down while it waited for its place
@@ -239,12 +293,13 @@ async def call_with_retries(
         else:
             return result
         first_failure = first_failure or began
-        if _spent(tries, first_failure, health, policy):
+        last = _last_start(first_failure, health, policy)
+        if (policy.attempts is not None and tries >= policy.attempts) or time.monotonic() >= last:
             break
         delay = policy.delay(tries - 1, failure.retry_after)
         stats.retries += 1
         log.debug("retrying %s in %.2f s: %s", what, delay, failure)
-        await health.pause(delay, _own_deadline(first_failure, health, policy))
+        await health.pause(delay, last)
     stats.failed(StoreUnavailable.failure_reason)
     cause = failure if failure is not None else health.reason
     began = min(t for t in (first_failure, health.failing_since, time.monotonic()) if t is not None)
@@ -260,26 +315,32 @@ def _at_once(error: StorageError) -> str:
     return str(getattr(error, "failure_reason", "not retryable"))
 
 
-def _own_deadline(
-    first_failure: float | None, health: StoreHealth, policy: RetryPolicy
-) -> float | None:
+def _own_deadline(first_failure: float, health: StoreHealth, policy: RetryPolicy) -> float:
     """When a request that first failed at ``first_failure`` gives up: the
     budget counts from then, or from when its store began failing (no answer
     since), whichever is earlier. A request that joined a failing store late
     (the next shard's footer, the next crop's listing) used to get a budget
     of its own, and an outage cost a budget per request in a row."""
-    if first_failure is None:
-        return None
     since = health.failing_run(policy.give_up_after)
     began = first_failure if since is None else min(first_failure, since)
     return began + policy.give_up_after
 
 
-def _spent(tries: int, first_failure: float, health: StoreHealth, policy: RetryPolicy) -> bool:
-    if policy.attempts is not None and tries >= policy.attempts:
-        return True
-    deadline = _own_deadline(first_failure, health, policy)
-    return deadline is not None and time.monotonic() >= deadline
+def _run_deadline(asked: float, health: StoreHealth, policy: RetryPolicy) -> float | None:
+    """When the store's current run of failures gives up, if the store is
+    failing and the run could still send something when a request
+    ``asked`` (``min_attempt`` before its end); else None: a request made
+    after a run gave up starts a budget of its own."""
+    since = health.failing_run(policy.give_up_after)
+    if since is None or asked >= health.run_over():
+        return None
+    return since + policy.give_up_after
+
+
+def _last_start(first_failure: float, health: StoreHealth, policy: RetryPolicy) -> float:
+    """The last instant a retry of a request that first failed at
+    ``first_failure`` may be sent: ``min_attempt`` before its deadline."""
+    return _own_deadline(first_failure, health, policy) - policy.min_attempt
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from streamer import RandomCrops, Streamer, open_dataset
 from streamer.errors import StorageError
 from streamer.storage.health import OUTAGE_STREAK
 from streamer.storage.loop import run_sync
-from streamer.storage.retry import StoreUnavailable
+from streamer.storage.retry import RetryPolicy, StoreUnavailable
 from streamer.storage.throttle import INITIAL
 
 BLOCK = 16 * 1024
@@ -88,7 +89,8 @@ def test_an_outage_is_ridden_out_together(served, data, caplog) -> None:  # type
 
 def test_a_store_that_stays_down_raises_after_the_budget(served, caplog) -> None:  # type: ignore[no-untyped-def]
     """Every waiting read gives up together once the store failed for
-    ``give_up_after`` seconds; afterwards no request is sent for them."""
+    ``give_up_after`` seconds, less the ``min_attempt`` no probe goes with
+    (0.1 s here); afterwards no request is sent for them."""
     caplog.set_level(logging.WARNING, logger="streamer.storage")
     open_reader, server = served
     reader = open_reader(give_up_after=1.0, **FAST)
@@ -99,7 +101,7 @@ def test_a_store_that_stays_down_raises_after_the_budget(served, caplog) -> None
     assert all(isinstance(r, StorageError) for r in results)
     message = str(results[0])
     assert reader.url in message and "503" in message and "gave up after" in message
-    assert took >= 1.0  # not before the budget is spent
+    assert took >= 1.0 - RetryPolicy(give_up_after=1.0).min_attempt  # not before the budget
     sent = len(server.requests)
     assert sent <= READERS + probes_bound(took, 0.05, 0.4)
     time.sleep(0.5)
@@ -528,3 +530,78 @@ def test_a_stalled_first_attempt_gives_up_with_the_budget(served_moto, stall, he
     stats = reader.store.stats
     assert stats.failure_reasons == {StoreUnavailable.failure_reason: 1}
     assert stats.hedges == (0 if hedge_after is None else 1)
+
+
+#: Timeouts far above the budgets below: what an attempt is given past its
+#: budget shows as seconds, not as noise.
+LONG_TIMEOUTS = {"read_timeout": 10.0, "timeout": 30.0, "hedge_after": None}
+
+
+def test_a_retry_sent_shortly_before_the_deadline_ends_with_the_budget(served_http) -> None:  # type: ignore[no-untyped-def]
+    """Three 503s, each 0.6 s late, then a server that stalls mid-body: the
+    fourth attempt (the outage's probe) goes about 1 s before the deadline
+    and is cut by it. It used to be given one more read timeout: the
+    request raised some 10 s after its 3 s budget."""
+    open_reader, server = served_http
+    budget = 3.0
+    reader = open_reader(give_up_after=budget, **LONG_TIMEOUTS, **FAST)
+    server.faults.latency, server.faults.errors = 0.6, OUTAGE_STREAK
+    server.faults.stalls, server.faults.stall_seconds = 1, 30
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        reader.read_sync(0, 100)
+    took = time.monotonic() - began
+    assert took < budget + 1.5, f"gave up after {took:.1f} s"
+    assert len(server.ranged()) == OUTAGE_STREAK + 1  # the stalled attempt was sent
+    assert f"within its give_up_after budget ({budget:g} s)" in str(caught.value)
+
+
+def test_a_request_joining_a_failing_store_late_gives_up_with_it(served_http) -> None:  # type: ignore[no-untyped-def]
+    """A read fails (503), its retry stalls; a second read made 3 s into the
+    4 s budget stalls too. Both give up when the store's budget ends: the
+    late one after about 1 s, not a budget of its own (4 s: its first
+    attempt was cut a whole budget after it was sent)."""
+    open_reader, server = served_http
+    budget = 4.0
+    reader = open_reader(give_up_after=budget, **LONG_TIMEOUTS, **FAST)
+    server.faults.errors = 1
+    server.faults.stalls, server.faults.stall_seconds = 2, 30
+
+    async def early_and_late() -> tuple[list[BaseException | None], float]:
+        async def one(block: int) -> BaseException | None:
+            try:
+                await reader.read(block * BLOCK, 100)
+            except StorageError as exc:
+                return exc
+            return None
+
+        early = asyncio.ensure_future(one(0))
+        await asyncio.sleep(budget - 1.0)
+        joined = time.monotonic()
+        late = await one(4)
+        took = time.monotonic() - joined
+        return [await early, late], took
+
+    errors, took = run_sync(early_and_late())
+    assert all(isinstance(e, StoreUnavailable) for e in errors), errors
+    assert took < 1.0 + 1.5, f"the late read gave up after {took:.1f} s"
+    assert len(server.ranged()) == 3  # the 503, the stalled retry, the late read
+
+
+def test_a_slow_server_is_told_from_a_down_one(served_moto) -> None:  # type: ignore[no-untyped-def]
+    """A server that works but sends its body slower than the budget allows
+    (a byte every few ms) fails the read with the budget, and says so: how
+    much of the body had come, and which setting to raise, not just that
+    no response came (which reads as a server that is down)."""
+    open_reader, server = served_moto
+    budget = 1.5
+    reader = open_reader(give_up_after=budget, **LONG_TIMEOUTS, **FAST)
+    server.faults.trickles, server.faults.trickle_seconds = 1, 0.002
+    with pytest.raises(StoreUnavailable) as caught:
+        reader.read_sync(0, 100)
+    message = str(caught.value)
+    arrived = re.search(r"(\d+) of (\d+) bytes of the body had come", message)
+    assert arrived is not None, message
+    assert 0 < int(arrived[1]) < int(arrived[2]) == BLOCK, message
+    assert "a slow server, not a down one: raise give_up_after" in message
+    assert "\n" not in message and SECRET not in message
