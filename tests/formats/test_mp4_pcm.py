@@ -31,6 +31,7 @@ from streamer.formats.ffmpeg import full_decode_length
 from streamer.index.checks import check_index
 from streamer.write.pack import pack
 from testkit.reference import full_decode
+from testkit.video import with_video
 from tests.decode.test_odd_episodes import _encode
 from tests.formats.test_mp4 import _assert_served_exactly
 from tests.formats.test_mp4_wild import _box, _path, _splice
@@ -295,42 +296,11 @@ def test_an_edit_that_trims_pcm_has_no_index() -> None:
     assert not index.ok and index.reason == "mp4 PCM with an edit that trims it"
 
 
-def _with_video(codec: str, channels: int, seconds: float, rate: int = 48000) -> bytes:
-    """PCM beside a video track (a camera's file): FFmpeg's muxer
-    interleaves them, so the audio comes in many chunks with video between."""
-    layout = {1: "mono", 2: "stereo"}[channels]
-    noise = np.random.default_rng(3).standard_normal((channels, round(seconds * rate))) * 0.1
-    out = io.BytesIO()
-    with av.open(out, "w", format="mov") as muxer:
-        video = muxer.add_stream("mjpeg", rate=10)
-        video.width = video.height = 32
-        video.pix_fmt = "yuvj420p"
-        audio = muxer.add_stream(codec, rate=rate)
-        audio.layout = layout
-        image = av.VideoFrame.from_ndarray(np.zeros((32, 32, 3), np.uint8), format="rgb24")
-        for k, start in enumerate(range(0, noise.shape[1], rate // 10)):
-            picture = image.reformat(format="yuvj420p")
-            picture.pts = k
-            for packet in video.encode(picture):
-                muxer.mux(packet)
-            block = (noise[:, start : start + rate // 10] * 32767).astype(np.int16)
-            frame = av.AudioFrame.from_ndarray(
-                block.T.reshape(1, -1).copy(), format="s16", layout=layout
-            )
-            frame.sample_rate, frame.pts = rate, start
-            for packet in audio.encode(frame):
-                muxer.mux(packet)
-        for stream in (video, audio):
-            for packet in stream.encode(None):
-                muxer.mux(packet)
-    return out.getvalue()
-
-
 def test_pcm_beside_video_in_many_chunks(tmp_path: Path) -> None:
     """The audio track second, after a video track whose frames sit between
     its chunks: the index reads the sound track's tables only, and a crop
     reads its own chunks."""
-    data = _with_video("pcm_s16le", 2, 3.0)
+    data = with_video(3.0, "mov", "pcm_s16le", 4800)
     index = extract(io.BytesIO(data), density=float("inf"))
     assert index.ok, index.reason
     assert_points_are_packets(index, first_packet_per_position(data), offset=0)
