@@ -21,7 +21,8 @@ import av
 import numpy as np
 import pytest
 
-from streamer import synth
+from streamer import open_dataset, synth
+from streamer.dataset import Dataset
 from streamer.formats import extract
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.flac.parse import crc8
@@ -50,6 +51,16 @@ def packed_dataset(folder: Path, files: dict[str, tuple[str, int, int]], *, inde
     root = folder / "ds"
     pack(src, root, progress=False, index=index)
     return root
+
+
+def packed_alone(folder: Path, data: bytes, name: str) -> tuple[Dataset, str]:
+    """(the dataset ``folder``/ds, opened, and its key): ``data`` packed as
+    its one file, ``folder``/src/``name``, and indexed."""
+    src = folder / "src"
+    src.mkdir()
+    (src / name).write_bytes(data)
+    pack(src, folder / "ds", progress=False)
+    return open_dataset(folder / "ds"), name.rsplit(".", 1)[0]
 
 
 def index_of(data: bytes, density: float = EVERY) -> SeekIndex:

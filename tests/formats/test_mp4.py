@@ -18,6 +18,7 @@ from _index_support import (
     encoded,
     first_packet_per_position,
     index_of,
+    packed_alone,
 )
 
 from streamer import open_dataset, synth
@@ -104,14 +105,11 @@ def test_a_last_moov_of_size_0_runs_to_the_end_of_the_file(tmp_path: Path) -> No
     moov = data.rindex(b"moov") - 4
     assert int.from_bytes(data[moov : moov + 4]) == len(data) - moov  # the last box
     data[moov : moov + 4] = bytes(4)
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "a.m4a").write_bytes(data)
-    pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    assert dataset.episode("a").index.ok, dataset.episode("a").index.reason
+    dataset, key = packed_alone(tmp_path, bytes(data), "a.m4a")
+    assert dataset.episode(key).index.ok, dataset.episode(key).index.reason
     full, rate = full_decode(bytes(data))
     for start, end in ((0.0, 0.5), (1.3, 2.1), (3.5, 4.0)):
-        got = dataset.read_crop("a", start, end)
+        got = dataset.read_crop(key, start, end)
         np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
     assert dataset.decode_stats.fallback == 0
 
@@ -177,15 +175,12 @@ def test_mp3_and_opus_in_mp4_are_indexed_and_exact(
     index = index_of(data)
     assert (index.codec, index.container) == (codec, "mp4")
     assert full_decode_length(index) == decoded_length(data)
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "a.m4a").write_bytes(data)
-    pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    assert dataset.episode("a").index.ok, dataset.episode("a").index.reason
+    dataset, key = packed_alone(tmp_path, data, "a.m4a")
+    assert dataset.episode(key).index.ok, dataset.episode(key).index.reason
     full, rate = full_decode(data)
     rng = np.random.default_rng(5)
     for first in [0, full.shape[1] - 2000, *rng.integers(0, full.shape[1] - 2000, 20).tolist()]:
-        got = dataset.read_crop("a", first / rate, (first + 2000) / rate)
+        got = dataset.read_crop(key, first / rate, (first + 2000) / rate)
         assert np.abs(got - full[:, first : first + 2000]).max() <= 1e-4, first
     assert dataset.decode_stats.fallback == 0
 
@@ -240,18 +235,15 @@ def _assert_served_exactly(tmp_path: Path, data: bytes, tolerance: float) -> Non
     boundary and random crops as the full decode has them."""
     index = index_of(data)
     assert full_decode_length(index) == decoded_length(data)
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "a.mov").write_bytes(data)
-    pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    assert dataset.episode("a").index.verdict == "verified", dataset.episode("a").index.reason
+    dataset, key = packed_alone(tmp_path, data, "a.mov")
+    assert dataset.episode(key).index.verdict == "verified", dataset.episode(key).index.reason
     full, rate = full_decode(data)
     n = full.shape[1]
     rng = np.random.default_rng(3)
     starts = rng.integers(0, n - 1, 12).tolist()
     bounds = [(0, 1), (0, 4096), (4095, 4097), (8192, 12288), (n - 4096, n), (n - 1, n)]
     for first, last in bounds + [(a, min(n, a + int(rng.integers(1, 9000)))) for a in starts]:
-        got = dataset.read_crop("a", first / rate, last / rate)
+        got = dataset.read_crop(key, first / rate, last / rate)
         assert got.shape == (full.shape[0], last - first)
         assert np.abs(got - full[:, first:last]).max() <= tolerance, (first, last)
     assert dataset.decode_stats.fallback == 0
@@ -390,11 +382,7 @@ def test_amr_and_vorbis_end_where_the_installed_ffmpeg_ends_them(tmp_path: Path,
     data = (MADE_UNDER_PYAV_18 / name).read_bytes()
     index = index_of(data)
     assert full_decode_length(index) == decoded_length(data)
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / name).write_bytes(data)
-    pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    key = name.rsplit(".", 1)[0]
+    dataset, key = packed_alone(tmp_path, data, name)
     assert dataset.episode(key).index.verdict == "verified", dataset.episode(key).index.reason
     full, rate = full_decode(data)
     n = full.shape[1]
@@ -441,15 +429,12 @@ def test_opus_without_an_edit_starts_after_its_pre_skip(
     index = index_of(data)
     assert index.first_sample == (media_time or 312)
     assert full_decode_length(index) == decoded_length(data)
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "a.m4a").write_bytes(data)
-    pack(tmp_path / "src", tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    assert dataset.episode("a").index.verdict == "verified", dataset.episode("a").index.reason
+    dataset, key = packed_alone(tmp_path, data, "a.m4a")
+    assert dataset.episode(key).index.verdict == "verified", dataset.episode(key).index.reason
     full, rate = full_decode(data)
     n = full.shape[1]
     for first, last in [(0, 3000), (n - 3000, n), (30000, 40000)]:
-        got = dataset.read_crop("a", first / rate, last / rate)
+        got = dataset.read_crop(key, first / rate, last / rate)
         assert got.shape == (2, last - first)
         assert np.abs(got - full[:, first:last]).max() <= 1e-4, first
     assert dataset.decode_stats.fallback == 0

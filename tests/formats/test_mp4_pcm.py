@@ -21,7 +21,12 @@ import av
 import numpy as np
 import pytest
 from _fuzz import peak_memory
-from _index_support import assert_points_are_packets, decoded_length, first_packet_per_position
+from _index_support import (
+    assert_points_are_packets,
+    decoded_length,
+    first_packet_per_position,
+    packed_alone,
+)
 from helpers import rewrite_index_shard
 
 from streamer import open_dataset
@@ -115,12 +120,7 @@ def assert_exact_through_the_index(
     index = extract(io.BytesIO(data))
     assert index.ok, index.reason
     assert full_decode_length(index) == decoded_length(data)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / name).write_bytes(data)
-    pack(src, tmp_path / "ds", progress=False)
-    dataset = open_dataset(tmp_path / "ds")
-    key = name.rsplit(".", 1)[0]
+    dataset, key = packed_alone(tmp_path, data, name)
     stored = dataset.episode(key).index
     assert stored.ok and stored.verdict == "verified", stored.reason
     assert stored.container == container and stored.codec.startswith("pcm_")
