@@ -953,7 +953,8 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     length = reader.pos  # the walk stops at the end of the file
     movie = _walk_moov(moov)
     audio = _audio_track(movie.tracks)
-    if not moofs and _listed(audio, length) == 0 and _later_audio(movie.tracks, audio, length):
+    # Later tracks first: a file with one sound track reads no table twice.
+    if not moofs and _later_audio(movie.tracks, audio, length) and _listed(audio, length) == 0:
         raise NoIndex(_EMPTY_FIRST_TRACK)
     track = audio.leaves
     if b"mdhd" not in track or b"stsd" not in track:
