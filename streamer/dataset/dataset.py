@@ -71,7 +71,7 @@ from ..index.checks import OLDER_BUILDER, check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..shard.blob import BlobHandle
 from ..shard.footer import TAIL_BYTES
-from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard
+from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard, shard_name_of
 from ..storage import open_url
 from ..storage.base import NotFound, Store
 from ..storage.local import LocalStore
@@ -389,7 +389,7 @@ class Dataset:
         (whatever its file's suffix), or None when the store cannot list it
         (``_listing``)."""
         files = self._listing(column_dir)
-        return None if files is None else name in {_shard_name(file) for file in files}
+        return None if files is None else name in {shard_name_of(file) for file in files}
 
     def _listing(self, column_dir: str) -> set[str] | None:
         """The shard files a listing of the column directory has (one request
@@ -1044,14 +1044,6 @@ class _StaleManifest(Exception):
     """A shard contradicts the manifest entry it was opened by (internal)."""
 
 
-def _shard_name(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    for suffix in SHARD_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
 def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
     """``{column_dir: {shard_name: path}}`` for every subdirectory holding shards,
     and the size of every shard the listing told."""
@@ -1072,13 +1064,11 @@ def _column_dirs(store: Store, root: str) -> tuple[dict[str, dict[str, str]], di
         folder = store.join(root, child.name)
         shards = {}
         for file in store.list_sync(folder):
-            if file.name.startswith(".") or file.is_dir:
+            if file.name.startswith(".") or file.is_dir or not file.name.endswith(SHARD_SUFFIXES):
                 continue
-            for suffix in SHARD_SUFFIXES:
-                if file.name.endswith(suffix):
-                    path = shards[file.name[: -len(suffix)]] = store.join(folder, file.name)
-                    if file.size is not None:
-                        sizes[path] = file.size
+            path = shards[shard_name_of(file.name)] = store.join(folder, file.name)
+            if file.size is not None:
+                sizes[path] = file.size
         if shards:
             found[child.name] = shards
     return found, sizes

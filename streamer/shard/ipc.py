@@ -33,7 +33,7 @@ from .columns import ColumnSlot, build_array, column_slots, decode_shard_buffer,
 from .decompressed import DecompressedValues
 from .footer import TAIL_BYTES, read_layout
 
-__all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard"]
+__all__ = ["KEY_COLUMN", "SHARD_SUFFIXES", "Shard", "shard_name_of"]
 
 KEY_COLUMN = "__key__"
 SHARD_SUFFIXES = (".wsds", ".arrow")
@@ -62,7 +62,7 @@ class Shard:
         tail: int = TAIL_BYTES,
     ) -> None:
         self.path = source.url if isinstance(source, RangeReader) else os.fspath(source)
-        self.name = _shard_name(self.path)
+        self.name = shard_name_of(self.path)
         self.column_dir = column_dir or _parent_name(self.path)
         self.label = f"{self.column_dir}/{self.name}"
         try:
@@ -342,7 +342,9 @@ def _parent_name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 2)[-2] if "/" in path else ""
 
 
-def _shard_name(path: str) -> str:
+def shard_name_of(path: str) -> str:
+    """The shard name of a shard file's path or name: its last name
+    without its shard suffix (``audio/shard-000001.wsds``: ``shard-000001``)."""
     base = path.rstrip("/").rsplit("/", 1)[-1]
     for suffix in SHARD_SUFFIXES:
         if base.endswith(suffix):
