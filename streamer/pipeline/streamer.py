@@ -484,12 +484,14 @@ class Streamer:
         theirs = {name: state.get(name, defaults.get(name)) for name in mine}
         differ = [name for name in mine if theirs[name] != mine[name]]
         if differ:
-            was = ", ".join(f"{name}={theirs[name]!r}" for name in differ)
+
+            def settings(of: dict[str, Any]) -> str:
+                return ", ".join(f"{name}={of[name]!r}" for name in differ)
+
             raise ValueError(
-                f"state was taken with {was}, this Streamer has "
-                f"{', '.join(f'{name}={mine[name]!r}' for name in differ)}: resume with "
-                f"{was}, as it was taken (a state resumed under other settings would "
-                "repeat or skip crops)"
+                f"state was taken with {settings(theirs)}, this Streamer has "
+                f"{settings(mine)}: resume with {settings(theirs)}, as it was taken (a state "
+                "resumed under other settings would repeat or skip crops)"
             )
         epoch = whole_number("the state's epoch", state["epoch"], 0)
         check_mix(state, self.mix)
