@@ -145,6 +145,11 @@ class CropDataset(IterableDataset):
         self._agreed: set[tuple[int, Intervals]] = set()
         #: Whether ``set_epoch`` was called: a finished pass's state does not undo it.
         self._chosen = False
+        #: ``_passes[2]`` at the last ``set_epoch``, and the epoch it chose when a
+        #: state of another epoch was loaded after it with no pass between
+        #: (warned of when the pass begins, unless ``set_epoch`` chooses again).
+        self._chosen_at = 0
+        self._overruled: int | None = None
         #: A finished state was loaded: the next pass is a StatefulDataLoader's
         #: restoring iteration, which it drops for a new one (not a repeat).
         self._restoring = False
@@ -179,7 +184,7 @@ class CropDataset(IterableDataset):
             self._loaded = None
             self.epoch, self._done, self._consumed = epoch, (), 0
         self._running = None  # a pass of before: no state of the pass to come
-        self._chosen = True
+        self._chosen, self._chosen_at, self._overruled = True, int(self._passes[2]), None
         self._publish()
 
     def _iterated_since(self) -> bool:
@@ -204,6 +209,9 @@ class CropDataset(IterableDataset):
         self._follow_shared()
         self._agree(self.epoch, self._done)
         self._note_pass()
+        if self._overruled is not None:
+            _warn_overruled(self.epoch, self._overruled)
+            self._overruled = None
         s = self.streamer()
         self._worker_state = None
         length = len(s)
@@ -398,6 +406,8 @@ class CropDataset(IterableDataset):
         consumed = int(state.get("consumed", 0))
         if "total" in state:
             self._check_fits(state, epoch, done, consumed)
+        since = self._chosen and int(self._passes[2]) == self._chosen_at
+        self._overruled = self.epoch if since and epoch != self.epoch else None
         self.epoch, self._done, self._consumed = epoch, done, consumed
         partition = self._partition()
         share = self._split(done).rank_share(
@@ -498,13 +508,7 @@ class CropDataset(IterableDataset):
             self._passes[3] = self._seen  # every worker: the one whose batch comes first too
         epoch = int(state["epoch"])
         if self._chosen and epoch != self.epoch and not here[0]:
-            warnings.warn(
-                f"CropDataset: a StatefulDataLoader state of epoch {epoch}, restored after "
-                f"set_epoch({self.epoch}), serves the rest of epoch {epoch} in this pass, "
-                f"not epoch {self.epoch} (batch['epoch'] says {epoch}): the loop's epochs "
-                f"are not the data's; start the epoch loop at the checkpoint's epoch",
-                stacklevel=2,
-            )
+            _warn_overruled(epoch, self.epoch)
 
     # -- inside -------------------------------------------------------------------
 
@@ -661,6 +665,20 @@ class CropDataset(IterableDataset):
             partition = self._partition()
             state["_ranks"] = (partition.rank, partition.world_size)
         return state
+
+
+def _warn_overruled(epoch: int, chosen: int) -> None:
+    """Warn that a pass serves the loaded state's ``epoch``, not the one
+    ``set_epoch`` ``chose`` before the state was loaded (torchdata's
+    StatefulDataLoader restores its state as the pass begins, after the
+    loop's ``set_epoch``): the loop's epochs are then not the data's."""
+    warnings.warn(
+        f"CropDataset: a StatefulDataLoader state of epoch {epoch}, restored after "
+        f"set_epoch({chosen}), serves the rest of epoch {epoch} in this pass, "
+        f"not epoch {chosen} (batch['epoch'] says {epoch}): the loop's epochs "
+        f"are not the data's; start the epoch loop at the checkpoint's epoch",
+        stacklevel=4,
+    )
 
 
 def _finished(state: dict[str, Any], end: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -415,23 +415,25 @@ def test_a_pass_repeated_without_set_epoch_is_warned_of_once(
     assert len(said) == 1 and "epoch 0 is iterated again from the same point" in said[0]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_stateful_dataloader_state_of_another_epoch_than_set_epoch_is_warned_of(
-    packed: Path, capfd: pytest.CaptureFixture[str]
+    packed: Path, workers: int, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A loop that restores a ``StatefulDataLoader`` checkpoint taken in
     epoch 1 and then counts its epochs from 0 (``set_epoch(0)``): the
     loader restores the state in its workers after ``set_epoch``, so its
     first pass serves the rest of epoch 1, and the loop's next "epoch 1"
     all of it again. That went without a word (``set_epoch`` of another
-    epoch right after ``load_state_dict`` warns); worker 0 says so now, once.
-    The checkpoint's own epoch is no warning."""
+    epoch right after ``load_state_dict`` warns); worker 0 says so now, once
+    (without workers, the loop's process). The checkpoint's own epoch is no
+    warning."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
     def make(data: CropDataset) -> Any:
         return stateful.StatefulDataLoader(
             data,
             batch_size=BATCH,
-            num_workers=2,
+            num_workers=workers,
             collate_fn=collate,
             worker_init_fn=warnings_to_stderr,
         )
@@ -451,9 +453,12 @@ def test_a_stateful_dataloader_state_of_another_epoch_than_set_epoch_is_warned_o
         resumed = make(data)
         resumed.load_state_dict(state)
         data.set_epoch(epoch)
-        served = {e for b in resumed for e in b["epoch"].tolist()}
+        with warnings.catch_warnings(record=True) as here:  # without workers: this process
+            warnings.simplefilter("always")
+            served = {e for b in resumed for e in b["epoch"].tolist()}
         assert served == {1}  # the checkpoint's epoch, as before
-        said.append([line for line in capfd.readouterr().err.splitlines() if "set_epoch(" in line])
+        lines = capfd.readouterr().err.splitlines() + [str(w.message) for w in here]
+        said.append([line for line in lines if "set_epoch(" in line])
     assert len(said[0]) == 1 and "state of epoch 1" in said[0][0] and "set_epoch(0)" in said[0][0]
     assert said[1] == []
 
