@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Callable, Iterator
@@ -42,6 +43,33 @@ def packed(audio_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``audio_dir`` packed into a dataset with small batches and shards."""
     out = tmp_path_factory.mktemp("packed") / "dataset"
     pack(audio_dir, out, batch_size=2, shard_size=600_000, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def docs_audio(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The episodes the docs' snippets name (``show/episode-0042``), long
+    enough for their crops (``read_crop(key, 12.5, 20.5)``), with a sidecar
+    of the labels their ``columns=`` and ``supervisions=`` ask for."""
+    folder = tmp_path_factory.mktemp("docs-audio")
+    for number, codec in ((42, "mp3"), (43, "flac")):
+        write_audio(folder / "in", f"show/episode-00{number}", codec, 16000, 1, 24.0, seed=number)
+    segments = [{"start": 10.0, "end": 14.0, "text": "hello", "words": []}]
+    labels = [
+        {"path": f"show/episode-00{n}.{ext}", "speaker": f"spk{n}", "language": "en"}
+        | {"label": n, "transcript": segments}
+        for n, ext in ((42, "mp3"), (43, "flac"))
+    ]
+    (folder / "labels.jsonl").write_text("".join(json.dumps(row) + "\n" for row in labels))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def docs_dataset(docs_audio: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``docs_audio`` packed, its labels in ``labels/``: the dataset the docs'
+    snippets read as ``/data/podcasts`` or ``s3://bucket/podcasts``."""
+    out = tmp_path_factory.mktemp("docs-dataset") / "podcasts"
+    pack(docs_audio / "in", out, columns=docs_audio / "labels.jsonl", progress=False)
     return out
 
 
