@@ -50,14 +50,17 @@ def add_allow_incomplete_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_endpoint_argument(parser: argparse.ArgumentParser) -> None:
-    """``--endpoint-url`` (standard AWS variables are honoured too) and
-    ``--give-up-after`` for the command's remote URLs."""
+def add_endpoint_argument(parser: argparse.ArgumentParser, *, give_up: bool = True) -> None:
+    """``--endpoint-url`` (standard AWS variables are honoured too) and, for a
+    one-shot command (``give_up``), ``--give-up-after`` for its remote URLs;
+    ``bench`` measures a training run's reads, so it keeps the library's default."""
     parser.add_argument(
         "--endpoint-url",
         type=endpoint_url,
         help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
     )
+    if not give_up:
+        return
     parser.add_argument(
         "--give-up-after",
         type=positive_seconds,

@@ -10,6 +10,7 @@ from ..pipeline.bench import bench
 from ._options import (
     add_allow_incomplete_argument,
     add_crop_arguments,
+    add_endpoint_argument,
     crop_config,
     limited,
     options_for,
@@ -26,10 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "url", metavar="URL", nargs="+", help="dataset path or URL; several are compared"
     )
-    parser.add_argument(
-        "--endpoint-url",
-        help="S3-compatible endpoint (B2, MinIO, R2, ...); default: $AWS_ENDPOINT_URL",
-    )
+    add_endpoint_argument(parser, give_up=False)
     add_crop_arguments(parser, crops=200)
     add_allow_incomplete_argument(parser)
     parser.add_argument(

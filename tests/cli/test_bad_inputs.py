@@ -81,6 +81,11 @@ BAD_INPUTS: list[tuple[list[str], str, int]] = [
         2,
     ),
     (
+        ["bench", "s3://bucket/prefix", "--endpoint-url", "s3.example.com"],
+        "argument --endpoint-url: must be an http:// or https:// URL naming a host, not 's3.exam",
+        2,
+    ),
+    (
         ["inspect", "s3://bucket/prefix", "--endpoint-url", "http://user:sekrit@:99"],
         "argument --endpoint-url: must be an http:// or https:// URL naming a host, not 'http://",
         2,
