@@ -233,7 +233,14 @@ class CropJob:
 
 
 def prepare(episode: Episode, request: CropRequest) -> CropJob:
-    """Plan the crop from the episode's index (raises ``CropError`` past the end)."""
+    """Plan the crop from the episode's index (raises ``CropError`` past the
+    end, or for a range that holds no sample at the rate asked for)."""
+    rate = request.sample_rate
+    if rate is not None and round(request.end * rate) <= round(request.start * rate):
+        raise episode.error(
+            f"range [{request.start}, {request.end}) s holds no sample at {rate} Hz "
+            "(it is shorter than one there)"
+        )
     index = episode.index
     if index is None or not index.ok:
         reason = "no seek index" if index is None else index.reason

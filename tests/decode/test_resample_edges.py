@@ -89,6 +89,23 @@ def test_the_last_resampled_samples_can_be_cropped(
                 dataset.read_crop(key, total / target + 0.2 / target, 2.0, sample_rate=target)
 
 
+def test_a_range_shorter_than_an_output_sample_says_so(
+    datasets: tuple[Dataset, Dataset],
+) -> None:
+    """A range of one native sample holds none at 16 kHz (its ends round to
+    the same output sample): it was "past the end of the episode" when it
+    ended at the end, and "decodes to nothing" elsewhere, through the index
+    and the fallback alike. At the native rate it is a sample."""
+    key, rate = "wav-44k", 44100
+    for dataset in datasets:
+        for first in (0, 1000, rate - 1):
+            start, end = first / rate, (first + 1) / rate
+            with pytest.raises(Exception, match=r"holds no sample at 16000 Hz") as raised:
+                dataset.read_crop(key, start, end, sample_rate=16000)
+            assert "wav-44k" in str(raised.value)
+            assert dataset.read_crop(key, start, end).shape == (2, 1)
+
+
 def test_samplers_plan_the_last_resampled_samples() -> None:
     """``holds_samples`` (what samplers keep) agrees with the crop: a crop on
     the resampled episode's last sample holds one, one past it does not."""
