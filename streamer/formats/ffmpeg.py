@@ -8,6 +8,11 @@ over them, although FFmpeg decodes its audio (``metadata_errors``). PyAV 19
 has no such option: it reads every tag with ``surrogateescape`` and never
 refuses a file over one.
 
+It also holds the options every decoder of a codec is opened with
+(``DECODER_OPTIONS``): ``open_input`` sets them on each audio stream's
+decoder, and ``new_decoder`` on one made by hand, so the full decode (the
+reference), the crops, the fallback and the checks all decode alike.
+
 It also holds what differs between the FFmpeg builds PyAV bundles where it
 matters to the full decode (docs/decoding.md, "the reference"): an index
 stores the file's facts, the same under every FFmpeg, and
@@ -28,11 +33,13 @@ import av
 from ..index.table import SeekIndex
 
 __all__ = [
+    "DECODER_OPTIONS",
     "LENGTH_POLICY",
     "OPUS_HELD_BACK",
     "TRIMS_MP4_END",
     "decode_length",
     "full_decode_length",
+    "new_decoder",
     "open_input",
     "policy_problem",
 ]
@@ -42,16 +49,46 @@ __all__ = [
 _TAGS = {"metadata_errors": "ignore"} if int(av.__version__.split(".")[0]) < 19 else {}
 
 
+#: Decoder options per FFmpeg decoder name, part of the reference
+#: (docs/decoding.md). AC-3's and E-AC-3's decoders fill zero-bit mantissas
+#: with dither drawn from a generator seeded once, at the stream's start, so
+#: by default no decode started anywhere else meets the full decode (0.002
+#: to 0.03 off); ``cons_noisegen`` seeds it from each frame's own bytes
+#: instead, and a decode started one frame before a crop gives the full
+#: decode's samples bit for bit (measured at every 40th frame of a minute of
+#: quiet tones and noise, raw, MP4 and Matroska, FFmpeg 8 and 9).
+DECODER_OPTIONS: dict[str, dict[str, str]] = {
+    "ac3": {"cons_noisegen": "1"},
+    "eac3": {"cons_noisegen": "1"},
+}
+
+
 def open_input(source: Any, **options: Any) -> av.container.InputContainer:
     """``av.open(source, "r", **options)`` with undecodable tags ignored, and
-    audio streams whose channel layout PyAV 18 would free twice relabelled
-    (``_own_layout``)."""
+    each audio stream's decoder given its ``DECODER_OPTIONS`` (and, where
+    PyAV 18 would free its channel layout twice, relabelled: ``_own_layout``)."""
     container: av.container.InputContainer = av.open(source, "r", **_TAGS, **options)
-    if _SHARES_LAYOUTS:
-        for stream in container.streams.audio:
-            if stream.codec_context is not None:
+    for stream in container.streams.audio:
+        if stream.codec_context is not None:
+            _configure(stream.codec_context)
+            if _SHARES_LAYOUTS:
                 _own_layout(stream.codec_context)
     return container
+
+
+def new_decoder(name: str) -> av.CodecContext:
+    """A new decoder (not yet open) for FFmpeg's decoder ``name``, with its
+    ``DECODER_OPTIONS``: every decoder streamer makes by hand is made here."""
+    decoder = av.CodecContext.create(name, "r")
+    _configure(decoder)
+    return decoder
+
+
+def _configure(context: Any) -> None:
+    """``DECODER_OPTIONS`` onto a decoder, before it opens."""
+    wanted = DECODER_OPTIONS.get(context.name)
+    if wanted:
+        context.options = {**context.options, **wanted}
 
 
 #: PyAV 18's ``AudioLayout`` frees its channel map when it dies but takes

@@ -21,10 +21,9 @@ import io
 import time
 from collections.abc import Iterable
 
-import av
 import numpy as np
 
-from ..formats.ffmpeg import open_input
+from ..formats.ffmpeg import new_decoder, open_input
 from ..formats.frames import SampleBuffer
 from ..formats.packets import padded_packet
 
@@ -56,7 +55,7 @@ class PureDecode:
         """Float32 ``(channels, n)``: the packets overlapping ``[start, end)`` s, decoded."""
         first = int(np.searchsorted(self.ends, start * self.rate, side="right"))
         last = int(np.searchsorted(self.starts, end * self.rate, side="left"))
-        context = av.CodecContext.create(self.codec, "r")
+        context = new_decoder(self.codec)
         if self.extradata:
             context.extradata = self.extradata
         if not context.sample_rate:  # raw PCM states nothing in extradata

@@ -22,8 +22,10 @@ from _index_support import (
 )
 
 from streamer import open_dataset, synth
+from streamer.decode.crop import CropRequest, prepare
 from streamer.formats import extract
 from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
+from streamer.formats.job import to_native
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from testkit.video import with_video
@@ -262,14 +264,37 @@ def test_ac3_and_eac3_in_mp4_are_indexed_and_exact(
 ) -> None:
     """AC-3 and E-AC-3 in MP4/MOV (movie soundtracks) had no index ("no
     decoder for ac3 in mp4"; FFmpeg's mov demuxer refuses a byte seek, so
-    no generic one either). Their decoder's dither is drawn from a
-    generator seeded at the stream's start, so crops decode from the first
-    packet (an infinite pre-roll, as AMR's): exact, and the index gives the
-    length, the first sample after the edit's 256 and the bytes to read."""
+    no generic one either). Exact, and the index gives the length, the
+    first sample after the edit's 256 and the bytes to read."""
     data = _encode(codec, sample_rate, layout, int(sample_rate * 2.3) + 17, form)
     index = index_of(data)
     assert (index.codec, index.container, index.first_sample) == (codec, "mp4", 256)
     _assert_served_exactly(tmp_path, data, tolerance=0.0)
+
+
+@pytest.mark.parametrize(("codec", "form"), [("ac3", "mp4"), ("eac3", "mov")])
+def test_ac3_crops_late_in_a_soundtrack_decode_from_near_them(
+    tmp_path: Path, codec: str, form: str
+) -> None:
+    """AC-3's and E-AC-3's dither for zero-bit mantissas (up to 0.2 in this
+    noise) came from a generator seeded once, at the stream's start, so
+    their crops decoded from the first packet, at a cost growing with the
+    crop's position: a crop late in a movie's soundtrack decoded all of it.
+    Seeded per frame (``cons_noisegen``, the reference's too), a decode
+    from 0.1 s before the crop gives the full decode's samples bit for bit."""
+    data = _encode(codec, 48000, "stereo", 48000 * 12, form)
+    dataset, key = packed_alone(tmp_path, data, "a.mov")
+    episode = dataset.episode(key)
+    assert episode.index is not None and episode.index.verdict == "verified"
+    full, rate = full_decode(data)
+    n = full.shape[1]
+    for first, last in ((n - 2 * rate, n - rate), (n - 5000, n), (n // 2 + 777, n // 2 + 9000)):
+        plan = prepare(episode, CropRequest(key, first / rate, last / rate)).plan
+        assert plan is not None
+        assert to_native(episode.index, first) - plan.decode_from <= 0.2 * rate
+        got = dataset.read_crop(key, first / rate, last / rate)
+        np.testing.assert_array_equal(got, full[:, first:last])
+    assert dataset.decode_stats.paths == {"index": 3}
 
 
 def test_ac3_timed_otherwise_than_its_frame_has_no_index() -> None:

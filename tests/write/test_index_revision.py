@@ -130,6 +130,9 @@ def test_a_revision_that_is_not_a_number_makes_the_index_shard_unusable(indexed:
         ("opus", 3, False),
         ("alac", 1, True),
         ("flac", INDEX_REVISION, False),
+        ("ac3", 4, True),
+        ("eac3", 4, True),
+        ("eac3", INDEX_REVISION, False),
     ],
 )
 def test_stale_build_is_by_codec_and_revision(codec: str, revision: int, stale: bool) -> None:

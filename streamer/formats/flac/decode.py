@@ -28,6 +28,7 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ..ffmpeg import new_decoder
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into, padded_packet
 from ..reader import NoIndex, Reader
@@ -103,7 +104,7 @@ def _checking_decoder(header: bytes) -> tuple[av.CodecContext, StreamInfo]:
     if header[:4] != b"fLaC" or len(header) < 5 or header[4] & 0x7F:
         raise NoIndex("no STREAMINFO")
     info = streaminfo(body)
-    decoder = av.CodecContext.create("flac", "r")
+    decoder = new_decoder("flac")
     decoder.extradata = body
     decoder.options = _CHECK_CRC
     return decoder, info

@@ -59,10 +59,16 @@ __all__ = [
 #: what the decoder needs after a cold start to give the full decode's
 #: samples (MDCT overlap, bit reservoir, filterbank delay, Opus's and
 #: Vorbis's convergence), with a wide margin. Lossless codecs and PCM need none.
+#: AC-3 and E-AC-3, their dither seeded per frame (``ffmpeg.DECODER_OPTIONS``),
+#: need the frame before for its MDCT overlap: one frame (1536 samples; 256
+#: per block) was exact at every point measured, and 0.1 s is at least one
+#: at every rate they have (16-48 kHz), three at 48 kHz.
 PREROLL_SECONDS: dict[str, float] = {
     "aac": 0.2,
     "mp2": 0.1,
     "mp3": 0.1,
+    "ac3": 0.1,
+    "eac3": 0.1,
     "vorbis": 0.2,
     "opus": OPUS_PREROLL,  # more with SILK packets: the index's preroll (parse)
     "wmav1": 0.2,
@@ -76,20 +82,21 @@ PREROLL_SECONDS: dict[str, float] = {
 #: Codecs not named above: generous, and no pre-roll at all for PCM.
 DEFAULT_PREROLL_SECONDS = 0.5
 #: Codecs whose decoder draws noise from a generator seeded once, at the
-#: stream's start (AC-3's dither for zero-bit mantissas, Nellymoser's noise
-#: fill), or converges after a cold start in a time no pre-roll bounds (the
-#: LPC speech codecs' predictors: AMR up to 4.6 s over 1e-4 on a steady
-#: tone, 1.4 s on speech; RealAudio 14.4 up to 3 s; GSM 06.10 2.5 s on
-#: music; G.723.1 1 s), or never (the backward-adaptive ADPCMs: Yamaha's
-#: predictor never resyncs; QuickTime IMA4 keeps the decoder's
-#: full-precision predictor over a block header whose truncated one
-#: matches; G.722's and G.726's adapt back, after 0.45 s and more): no
-#: decoder started anywhere else reproduces the full decode, so their crops
-#: decode from the first packet (exact; the cost grows with the crop's
-#: position). Their kin without an encoder here to measure (G.729, QCELP,
-#: EVRC, SIPR, RealAudio 28.8, iLBC, TrueSpeech, DSS) predict the same way.
+#: stream's start (Nellymoser's noise fill; AC-3's dither is seeded per
+#: frame, ``ffmpeg.DECODER_OPTIONS``), or converges after a cold start in a
+#: time no pre-roll bounds (the LPC speech codecs' predictors: AMR up to
+#: 4.6 s over 1e-4 on a steady tone, 1.4 s on speech; RealAudio 14.4 up to
+#: 3 s; GSM 06.10 2.5 s on music; G.723.1 1 s), or never (the
+#: backward-adaptive ADPCMs: Yamaha's predictor never resyncs; QuickTime IMA4 keeps
+#: the decoder's full-precision predictor over a block header whose
+#: truncated one matches; G.722's and G.726's adapt back, after 0.45 s and
+#: more): no decoder started anywhere else reproduces the full decode, so
+#: their crops decode from the first packet (exact; the cost grows with the
+#: crop's position). Their kin without an encoder here to measure (G.729,
+#: QCELP, EVRC, SIPR, RealAudio 28.8, iLBC, TrueSpeech, DSS) predict the
+#: same way.
 FROM_THE_START = frozenset(
-    {"ac3", "eac3", "nellymoser"}
+    {"nellymoser"}
     | {"amr_nb", "amr_wb", "ra_144", "gsm", "gsm_ms", "g723_1"}
     | {"g729", "qcelp", "evrc", "sipr", "ra_288", "ilbc", "truespeech", "dss_sp"}
     | {"adpcm_yamaha", "adpcm_ima_qt", "adpcm_g722", "adpcm_g726", "adpcm_g726le"}

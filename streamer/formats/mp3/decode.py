@@ -13,10 +13,10 @@ after the crop's last are parsed but not decoded.
 
 from __future__ import annotations
 
-import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ..ffmpeg import new_decoder
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into, split_packets
 from .parse import PREROLL_FRAMES, samples_per_frame
@@ -43,7 +43,7 @@ def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
     """Decoded samples and the gapless index of their first sample."""
-    decoder = av.CodecContext.create(DECODERS[index.codec], "r")
+    decoder = new_decoder(DECODERS[index.codec])
     per_frame = frame_samples(index)
     packets = split_packets(decoder, fetched.data)
     skip = (plan.decode_from - plan.start_native) // per_frame

@@ -38,7 +38,7 @@ import numpy as np
 
 from ...index.table import SeekIndex
 from ...timing import record
-from ..ffmpeg import OPUS_HELD_BACK, TRIMS_MP4_END, open_input
+from ..ffmpeg import OPUS_HELD_BACK, TRIMS_MP4_END, new_decoder, open_input
 from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, StaleIndex, decode_span, to_gapless
 from ..sparse import SparseFile
@@ -54,10 +54,10 @@ _Key = tuple[object, ...]
 #: Seconds decoded before a crop and thrown away: AAC's decoder needs a few
 #: frames to converge after a cold start; ALAC frames are independent; Vorbis
 #: needs the packet before (the index's ``preroll``: its longest packet);
-#: AMR converges in a time no pre-roll bounds and AC-3/E-AC-3 draw their
-#: dither from a generator seeded at the stream's start
-#: (``generic.decode.FROM_THE_START``): from the first packet; mp3 and Opus
-#: as through the generic index.
+#: AMR converges in a time no pre-roll bounds
+#: (``generic.decode.FROM_THE_START``): from the first packet; AC-3 and
+#: E-AC-3 (their dither seeded per frame, ``ffmpeg.DECODER_OPTIONS``), mp3
+#: and Opus as through the generic index (``generic.decode.PREROLL_SECONDS``).
 PREROLL_SECONDS = {
     "aac": 0.1,
     "alac": 0.0,
@@ -67,8 +67,8 @@ PREROLL_SECONDS = {
     "opus": 0.5,
     "vorbis": 0.0,
     "flac": 0.0,  # its frames stand alone
-    "ac3": math.inf,
-    "eac3": math.inf,
+    "ac3": 0.1,
+    "eac3": 0.1,
     # PCM (MOV's twos, sowt, in24, ...): every frame stands alone.
     **dict.fromkeys(pcm.BYTES, 0.0),
 }
@@ -289,7 +289,7 @@ def _fresh_decoder(template: Any) -> av.CodecContext:
     0.02 ms for ALAC (docs/decoding.md).
     """
     with record("decoder_open"):
-        decoder = av.CodecContext.create(template.name, "r")
+        decoder = new_decoder(template.name)
         decoder.extradata = template.extradata
         decoder.sample_rate = template.sample_rate
         decoder.layout = template.layout

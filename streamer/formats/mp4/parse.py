@@ -51,7 +51,7 @@ import av
 import numpy as np
 
 from ...index.table import OK, SeekIndex
-from ..ffmpeg import LENGTH_POLICY
+from ..ffmpeg import LENGTH_POLICY, new_decoder
 from ..ogg.parse import packet_durations
 from ..opus import DECODED_RATE, NO_PACKET, mode_preroll, toc_config
 from ..packets import padded_packet
@@ -910,7 +910,7 @@ def _first_output(
     askable = bool(entry.config) or entry.codec in _SELF_DESCRIBED
     if not askable or not 0 <= start <= start + size <= len(head[1]):
         return None
-    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder = new_decoder(entry.codec)
     decoder.extradata = entry.config or None
     try:
         decoder.open()
@@ -1182,7 +1182,7 @@ def _last_output(
     stream = reader.raw_stream()
     if stream is None:
         raise NoIndex("vorbis in mp4 from a stream that cannot seek")
-    decoder = av.CodecContext.create(entry.codec, "r")
+    decoder = new_decoder(entry.codec)
     decoder.extradata = entry.config
     decoder.open()
     frames = []

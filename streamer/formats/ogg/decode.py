@@ -45,6 +45,7 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ..ffmpeg import new_decoder
 from ..flac.parse import STREAMINFO_SIZE
 from ..frames import SampleBuffer, concat
 from ..job import (
@@ -167,7 +168,7 @@ def decode(
         if isinstance(page, Damage):
             raise context.error("an Ogg header page fails its CRC")
         headers += done
-    decoder = av.CodecContext.create(index.codec, "r")
+    decoder = new_decoder(index.codec)
     if index.codec == "vorbis":
         decoder.extradata = _xiph_extradata(headers[:3])
     elif index.codec == "flac":
