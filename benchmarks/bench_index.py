@@ -51,6 +51,7 @@ import numpy as np
 
 from streamer import open_dataset, synth
 from streamer.formats import extract
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 from streamer.index import INDEX_DIR
 from streamer.index.table import INDEX_COLUMN
@@ -128,7 +129,7 @@ def bench_extraction(work: str, seconds: float) -> dict[str, dict[str, float]]:
 
 def full_decode(blob: io.RawIOBase) -> int:
     blob.seek(0)
-    with av.open(blob) as container:
+    with open_input(blob) as container:
         stream = container.streams.audio[0]
         return sum(frame_to_float32(f).shape[1] for f in container.decode(stream))
 

@@ -42,6 +42,7 @@ import numpy as np
 from benchmarks._report import write_json
 from benchmarks.episodes import BENCH_CODECS, build_dataset, random_crops
 from streamer.dataset.dataset import Dataset
+from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 from streamer.shard.blob import BlobHandle
 
@@ -190,7 +191,7 @@ def reference_windows(data: bytes, windows: list[tuple[int, int]]) -> list[np.nd
     highs = np.array([high for _, high in windows])
     pieces: list[list[np.ndarray]] = [[] for _ in windows]
     position = 0
-    with av.open(io.BytesIO(data)) as container:
+    with open_input(io.BytesIO(data)) as container:
         for frame in container.decode(container.streams.audio[0]):
             end = position + frame.samples
             hits = np.flatnonzero((lows < end) & (highs > position))
