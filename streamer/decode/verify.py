@@ -62,7 +62,7 @@ import av
 import numpy as np
 
 from ..errors import DataError
-from ..formats.ffmpeg import full_decode_length, open_input
+from ..formats.ffmpeg import FLUSH_UNDOES_OPTIONS, full_decode_length, open_input
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
 from ..index.table import VERIFIED, SeekIndex
@@ -259,8 +259,9 @@ class _Reference:
     def of(cls, blob: BlobHandle, index: SeekIndex) -> _Reference:
         """Head and tail from one FFmpeg open (``QUICK_OPEN``): the head
         decoded from the first frame, then the tail after a seek near the
-        end (``_tail``); from the start again only when no seek lands early
-        enough."""
+        end (``_tail``; from an open of its own for a decoder a seek's
+        flush would take its options from); from the start again only when
+        no seek lands early enough."""
         seconds = _claimed_samples(index) / index.sample_rate
         with _opened(blob, QUICK_OPEN) as (container, stream):
             head = _cut(container.decode(stream), round(HEAD_SECONDS * index.sample_rate))
@@ -268,7 +269,7 @@ class _Reference:
             want = _tail_length(rate)
             tail = _spliced_tail(blob, index, want, rate, _converged(index))
             if tail is None:
-                tail = _tail(container, stream, seconds, want, rate, _converged(index))
+                tail = _tail(blob, (container, stream), seconds, want, rate, _converged(index))
         if tail is None:
             with _opened(blob, QUICK_OPEN) as (container, stream):
                 tail = _cut(container.decode(stream), None).windows[0][:, -want:]
@@ -320,8 +321,8 @@ def _tail_length(rate: int) -> int:
 
 
 def _tail(
-    container: av.container.InputContainer,
-    stream: av.audio.stream.AudioStream,
+    blob: BlobHandle,
+    opened: tuple[av.container.InputContainer, av.audio.stream.AudioStream],
     seconds: float,
     want: int,
     rate: int,
@@ -331,18 +332,35 @@ def _tail(
     decodes from a seek to the end, and what it outputs in its first
     ``lead_seconds`` (no pre-roll after a seek) is dropped; a seek that lands
     too late is redone further back (``None`` when none lands early enough:
-    decode from the start). ``rate``: the decoder's output rate."""
+    decode from the start). ``opened``: the blob's container and stream,
+    whose decoder has decoded the head; ``rate``: its output rate."""
     lead = round(lead_seconds * rate)
     back = want / rate + lead_seconds
-    origin = stream.start_time or 0
     for target in (seconds - 2 * back, seconds - 8 * back):
         if target <= 0:
             break
-        container.seek(origin + int(target / stream.time_base), stream=stream)
-        decoded = _cut(container.decode(stream), None)
+        with _seekable(blob, opened) as (container, stream):
+            origin = stream.start_time or 0
+            container.seek(origin + int(target / stream.time_base), stream=stream)
+            decoded = _cut(container.decode(stream), None)
         if decoded.decoded >= want + lead:
             return decoded.windows[0][:, -want:]
     return None
+
+
+@contextmanager
+def _seekable(
+    blob: BlobHandle, opened: tuple[av.container.InputContainer, av.audio.stream.AudioStream]
+) -> Iterator[tuple[av.container.InputContainer, av.audio.stream.AudioStream]]:
+    """``opened`` (a container and stream whose decoder has decoded) to seek
+    in, or the blob opened anew when the seek's flush would undo that
+    decoder's options (``FLUSH_UNDOES_OPTIONS``: AC-3's dither seeded per
+    frame)."""
+    if opened[1].codec_context.name not in FLUSH_UNDOES_OPTIONS:
+        yield opened
+        return
+    with _opened(blob, QUICK_OPEN) as fresh:
+        yield fresh
 
 
 def _spliced_tail(

@@ -34,6 +34,7 @@ from ..index.table import SeekIndex
 
 __all__ = [
     "DECODER_OPTIONS",
+    "FLUSH_UNDOES_OPTIONS",
     "LENGTH_POLICY",
     "OPUS_HELD_BACK",
     "TRIMS_MP4_END",
@@ -61,6 +62,14 @@ DECODER_OPTIONS: dict[str, dict[str, str]] = {
     "ac3": {"cons_noisegen": "1"},
     "eac3": {"cons_noisegen": "1"},
 }
+
+
+#: Decoders whose ``DECODER_OPTIONS`` a flush undoes: FFmpeg's AC-3 and
+#: E-AC-3 decoders, flushed by a seek after they have decoded, dither from
+#: the generator seeded at their start again (0.02-0.15 off the reference
+#: after the seek; sought before their first packet they are exact). A decoder of
+#: these that has decoded is not sought with: open the input anew.
+FLUSH_UNDOES_OPTIONS = frozenset({"ac3", "eac3"})
 
 
 def open_input(source: Any, **options: Any) -> av.container.InputContainer:

@@ -281,8 +281,11 @@ def test_ac3_crops_late_in_a_soundtrack_decode_from_near_them(
     their crops decoded from the first packet, at a cost growing with the
     crop's position: a crop late in a movie's soundtrack decoded all of it.
     Seeded per frame (``cons_noisegen``, the reference's too), a decode
-    from 0.1 s before the crop gives the full decode's samples bit for bit."""
-    data = _encode(codec, 48000, "stereo", 48000 * 12, form)
+    from 0.1 s before the crop gives the full decode's samples bit for bit.
+    The index passes its check (its reference for an episode over
+    ``FULL_DECODE_SECONDS`` decoded after a seek from an open of its own:
+    the head's decoder, sought, dithered as from the start again)."""
+    data = _encode(codec, 48000, "stereo", 48000 * 25, form)
     dataset, key = packed_alone(tmp_path, data, "a.mov")
     episode = dataset.episode(key)
     assert episode.index is not None and episode.index.verdict == "verified"
