@@ -11,7 +11,7 @@ import av
 
 from ..formats.ffmpeg import open_input
 from ..formats.mp4 import parse as mp4
-from ..formats.mp4.parse import Overclaimed
+from ..formats.mp4.tables import Overclaimed
 from ..storage.files import RangeFile
 
 __all__ = ["AudioInfo", "MemoryFile", "ProbeError", "probe"]

@@ -1,8 +1,11 @@
-"""MP4/M4A/MOV (AAC, AC-3, ALAC, AMR, E-AC-3, FLAC, mp3, Opus, Vorbis, PCM): ``parse`` reads
-the box tree and sample tables (``entry``: a sample entry's fields and child
-boxes by its version; ``pcm``: PCM's sample entries and chunks),
-``decode`` runs FFmpeg's demuxer over the planned ranges, keeping demuxers
-open across crops of an episode."""
+"""MP4/M4A/MOV (AAC, AC-3, ALAC, AMR, E-AC-3, FLAC, mp3, Opus, Vorbis, PCM): ``parse``
+builds the index and holds its checks, over ``boxes`` (the box walk and the
+header ranges), ``entry`` (the sample entry's codec and configuration;
+``description``: its fields and child boxes by its version), ``tables``
+(the sample tables; ``fragments``: a fragmented file's), ``gapless`` (edit
+list, ``iTunSMPB``, what the first and last packets decode to) and ``pcm``
+(PCM's sample entries and chunks); ``decode`` runs FFmpeg's demuxer over
+the planned ranges, keeping demuxers open across crops of an episode."""
 
 from __future__ import annotations
 

@@ -43,7 +43,8 @@ from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, StaleIndex, decode_span, to_gapless
 from ..sparse import SparseFile
 from . import pcm
-from .parse import READ_THROUGH, audio_only, mismatch
+from .boxes import READ_THROUGH
+from .parse import audio_only, mismatch
 
 __all__ = ["PREROLL_SECONDS", "decode", "refine_plan"]
 

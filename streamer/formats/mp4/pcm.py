@@ -29,7 +29,7 @@ import numpy as np
 
 from ..reader import NoIndex
 from ..wav.decode import CODECS, sample_bytes
-from .entry import CHILDREN_AT, audio_format, children, version
+from .description import CHILDREN_AT, audio_format, children, version
 
 __all__ = ["BYTES", "PACKET_FRAMES", "codec", "is_pcm", "packets"]
 
