@@ -9,10 +9,11 @@ first and last packets). The seek points are the tables' per-sample
 (position, byte) pairs, thinned to the requested density (every sample with
 ``density=inf``).
 
-AAC, AMR and AC-3 packets each decode to a whole frame, so stts must give
-every packet but the last that frame, or there is no index (FFmpeg's decode
-does not follow other durations); ALAC and FLAC packets the frame their
-sample entry states, Vorbis packets what their block sizes give. AAC frames
+AAC, AMR, AC-3, E-AC-3, mp3 and Opus packets each decode to a whole frame
+(``_FIXED_FRAMES``), so stts must give every packet but the last that
+frame, or there is no index (FFmpeg's decode does not follow other
+durations); ALAC and FLAC packets the frame their sample entry states,
+Vorbis packets what their block sizes give. AAC frames
 overlap: decoding from a seek point needs at least one earlier packet (1024
 samples) of pre-roll.
 
