@@ -342,10 +342,33 @@ def _tail(
         with _seekable(blob, opened) as (container, stream):
             origin = stream.start_time or 0
             container.seek(origin + int(target / stream.time_base), stream=stream)
-            decoded = _cut(container.decode(stream), None)
+            decoded = _cut(_after_seek(container, stream), None)
         if decoded.decoded >= want + lead:
             return decoded.windows[0][:, -want:]
     return None
+
+
+def _after_seek(
+    container: av.container.InputContainer, stream: av.audio.stream.AudioStream
+) -> Iterator[av.AudioFrame]:
+    """What FFmpeg decodes from where a seek left ``container``, less the
+    packets its decoder rejects before its first frame: a seek can land
+    inside a frame, and MPEG-PS (a DVD's VOB) hands the decoder the rest of
+    the AC-3 or MP2 frame it lands in, which it rejects. That is part of
+    the lead after a seek that is never compared (its frames are dropped
+    anyway); raised, it made every long VOB "FFmpeg cannot decode it".
+    Once a frame has come out, what FFmpeg raises ends the decode, as it
+    ends the full decode."""
+    started = False
+    for packet in container.demux(stream):
+        try:
+            frames = packet.decode()
+        except FFMPEG_FAILURES:
+            if started:
+                raise
+            continue
+        started = started or bool(frames)
+        yield from frames
 
 
 @contextmanager

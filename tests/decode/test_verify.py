@@ -35,6 +35,7 @@ from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
 from testkit.corpus_manifest import corpus_dir
 from testkit.reference import decode_first_stream, full_decode
+from tests.decode.test_odd_episodes import _encode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
 
@@ -445,6 +446,23 @@ def test_a_long_mp3_with_bytes_inside_its_stream_ends_where_ffmpegs_decode_does(
     assert_exact(ep, want, [0.0, end / 2, end - 0.3])
     with pytest.raises(CropError, match="past the end"):
         read_crop(ep, CropRequest("k", end + 0.5, end + 1.0))
+
+
+@pytest.mark.parametrize(("codec", "layout"), [("ac3", "stereo"), ("mp2", "mono")])
+def test_a_long_vob_is_verified_though_a_seek_lands_inside_a_frame(codec: str, layout: str) -> None:
+    """A DVD's VOB (MPEG-PS): FFmpeg's demuxer, sought, hands the decoder the
+    rest of the AC-3 or MP2 frame the seek lands in first, and the decoder
+    rejects it. The check's tail reference, decoded after a seek near the
+    end, raised on that packet: every VOB over ``FULL_DECODE_SECONDS`` had
+    no index, "FFmpeg cannot decode it (InvalidDataError)", though FFmpeg
+    decodes all of it. Such packets are part of the lead after a seek that
+    the reference drops."""
+    data = _encode(codec, 32000, layout, round(32000 * LONG), "vob")
+    want, rate = full_decode(data)
+    checked = verify.verify_index(episode(data))
+    assert checked.verdict == VERIFIED, checked.reason
+    assert checked.num_samples == want.shape[1]
+    assert_exact(episode(data, checked), want, [0.0, LONG / 2, want.shape[1] / rate - 0.3])
 
 
 def _assert_served_as_ffmpeg_decodes_it(data: bytes) -> None:
