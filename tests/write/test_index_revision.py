@@ -28,6 +28,9 @@ from streamer.index.table import (
     SeekIndex,
 )
 from streamer.shard.ipc import Shard
+from streamer.write.pack import pack
+from testkit.reference import full_decode
+from tests.formats.test_generic import make
 
 FILES = {"a-mp3": ("mp3", 44100, 1), "d-opus": ("opus", 48000, 2)}
 CROP = (0.5, 1.25)
@@ -141,3 +144,32 @@ def test_stale_build_is_by_codec_and_revision(codec: str, revision: int, stale: 
     )
     assert (stale_build(index, revision) is not None) == stale
     assert stale_build(SeekIndex.unavailable("none"), 0) is None  # "no index" is never stale
+
+
+def test_an_ac3_dataset_indexed_before_revision_5_is_stale_until_index_verify(
+    tmp_path: Path,
+) -> None:
+    """AC-3 and E-AC-3 rows of revision 4 were checked only as decoded from
+    the first packet (before ``cons_noisegen``): not served, the reason
+    counted, their crops exact through the fallback; ``streamer index
+    --verify`` builds them again and they are served."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.ac3").write_bytes(make("ac3", "ac3", "fltp", 48000, 2, {}, seconds=2.0))
+    (src / "b.mka").write_bytes(make("matroska", "eac3", "fltp", 44100, 1, {}, seconds=2.0))
+    root = tmp_path / "ds"
+    pack(src, root, progress=False)
+    _written_by(root, b"4")
+    ds = open_dataset(root)
+    for key in ("a", "b"):
+        assert ds.episode(key).index.reason.startswith(OLDER_BUILDER)
+        full, rate = full_decode((src / ("a.ac3" if key == "a" else "b.mka")).read_bytes())
+        got = ds.read_crop(key, 0.5, 1.25)
+        np.testing.assert_array_equal(got, full[:, round(0.5 * rate) : round(1.25 * rate)])
+    assert ds.decode_stats.fallback == 2
+    assert main(["index", str(root), "--verify", "--no-progress", "--workers", "1"]) == 0
+    assert _revision(root) == INDEX_REVISION
+    ds = open_dataset(root)
+    assert all(ds.episode(key).index.verdict == VERIFIED for key in ("a", "b"))
+    ds.read_crop("a", 0.5, 1.25)
+    assert ds.decode_stats.fallback == 0
