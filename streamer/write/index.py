@@ -861,12 +861,17 @@ def _unchanged(dataset: Dataset, name: str, reader: IndexReader, row: int) -> bo
     (``content.sampled_spans``: a PCM episode of other samples behind the
     same header, which nothing else tells), which, failing, say "stale"
     only when the blob hashes to its recorded ``sha256`` (``as_packed``):
-    a damaged blob indexed anew would have its damage blessed."""
+    a damaged blob indexed anew would have its damage blessed. A "no
+    index" row an older builder stored is built again (once: the shard is
+    then this revision's): a revision is raised when the builder changes,
+    and it may index what that one could not (a VOB, AC-3 from any point)."""
     try:
         index = reader.read(row)
         if stale_build(index, reader.revision) is not None:
             return False
-        if not index.ok or not len(index.content_crc):
+        if not index.ok:
+            return reader.revision >= INDEX_REVISION
+        if not len(index.content_crc):
             return True
         blob = dataset.shard(name).blob(dataset.audio_column, row)
         if reader.built_for(row) not in (None, blob.length):

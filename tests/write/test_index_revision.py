@@ -18,14 +18,22 @@ from streamer import open_dataset
 from streamer.cli import main
 from streamer.index.checks import OLDER_BUILDER, stale_build
 from streamer.index.table import (
+    BLOB_BYTES_COLUMN,
+    CONTENT_COLUMN,
     EXACT_FROM,
+    INDEX_COLUMN,
     INDEX_DIR,
     INDEX_REVISION,
     OK,
     REVISION_KEY,
+    ROW_CRC_COLUMN,
+    SPAN_COLUMN,
+    SPAN_SIZE_COLUMN,
     VERIFIED,
     IndexReader,
     SeekIndex,
+    row_checksum,
+    to_struct_array,
 )
 from streamer.shard.ipc import Shard
 from streamer.write.pack import pack
@@ -103,6 +111,55 @@ def test_an_older_builders_opus_rows_are_not_served_until_index_runs(
 
     assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
     assert "already indexed" in capsys.readouterr().out  # rebuilt once, then left alone
+
+
+def _unindexed(root: Path, key: str) -> None:
+    """Row ``key`` of the index shard stored as "no index" (what a builder
+    that could not index the file wrote), its row checksum made anew."""
+    path = _index_shard(root)
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all().combine_chunks()
+    row = table.column("__key__").to_pylist().index(key)
+    none = SeekIndex.unavailable("no index candidate")
+
+    def put(name: str, value: pa.Array) -> None:
+        nonlocal table
+        column = table.column(name).chunk(0)
+        column = pa.concat_arrays([column.slice(0, row), value, column.slice(row + 1)])
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+
+    put(INDEX_COLUMN, to_struct_array([none]))
+    for name in (CONTENT_COLUMN, SPAN_SIZE_COLUMN, SPAN_COLUMN):
+        put(name, pa.nulls(1, table.schema.field(name).type))
+    built_for = table.column(BLOB_BYTES_COLUMN)[row].as_py()
+    put(ROW_CRC_COLUMN, pa.array([row_checksum(key, none, built_for)], pa.uint32()))
+    temp = path.with_name(".rewritten")
+    with pa.ipc.new_file(str(temp), table.schema) as writer:
+        writer.write_table(table)
+    os.replace(temp, path)
+
+
+def test_an_older_builders_no_index_rows_are_built_again(
+    indexed: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A "no index" row an older builder stored (it could not index the
+    file; a VOB or an FLAC of odd block sizes before their fixes): a
+    builder of a later revision may, so ``streamer index`` builds the shard
+    again, once. The same row of this revision's builder is left alone:
+    it would only fail again. Before, only rows with an index were ever
+    stale, and such an episode stayed on the fallback until ``--force``."""
+    _unindexed(indexed, "a-mp3")
+    assert not open_dataset(indexed).episode("a-mp3").index.ok
+    assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
+    assert "(1 already indexed)" in capsys.readouterr().out
+    assert not open_dataset(indexed).episode("a-mp3").index.ok
+
+    _written_by(indexed, str(INDEX_REVISION - 1).encode())
+    assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
+    assert "(0 already indexed)" in capsys.readouterr().out
+    assert _revision(indexed) == INDEX_REVISION
+    assert open_dataset(indexed).episode("a-mp3").index.verdict == VERIFIED
+    assert main(["index", str(indexed), "--no-progress", "--workers", "1"]) == 0
+    assert "(1 already indexed)" in capsys.readouterr().out
 
 
 def test_index_verify_builds_an_older_builders_rows_again(indexed: Path) -> None:
