@@ -65,6 +65,7 @@ from ..errors import DataError
 from ..formats.ffmpeg import FLUSH_UNDOES_OPTIONS, full_decode_length, open_input
 from ..formats.job import DecodeStats, Episode, to_gapless
 from ..formats.registry import DEFAULT_DENSITY, candidates, format_for
+from ..index.checks import codec_family
 from ..index.table import VERIFIED, SeekIndex
 from ..shard.blob import BlobHandle
 from .crop import CropRequest, decode_job, fetch, prepare
@@ -207,7 +208,7 @@ def verify_index(episode: Episode) -> SeekIndex:
     except FFMPEG_FAILURES as exc:
         return _demoted(index, f"FFmpeg cannot decode it ({type(exc).__name__})")
     except CheckFailed as exc:
-        return _demoted(index, str(exc))
+        return _demoted(index, _explained(episode.blob, index, str(exc)))
 
 
 def _first_passing(episode: Episode, tries: list[int]) -> SeekIndex:
@@ -241,6 +242,20 @@ def _opus_chain(index: SeekIndex) -> bool:
     the interior probes of a long episode, whose reference goes through the
     same index, do not see an error that moves every crop alike."""
     return index.container == "ogg" and index.codec == "opus" and len(index.header) > 1
+
+
+def _explained(blob: BlobHandle, index: SeekIndex, reason: str) -> str:
+    """A failed check's reason, led by the codec FFmpeg decodes when it is not
+    the index's: a WAV of 16-bit PCM holding S/PDIF bursts of AC-3 is AC-3 to
+    FFmpeg's demuxer, and "the head crop differs" alone would not say why."""
+    try:
+        with _opened(blob, QUICK_OPEN) as (_, stream):
+            decoded = stream.codec_context.codec.canonical_name
+    except FFMPEG_FAILURES:
+        return reason
+    if codec_family(decoded) == codec_family(index.codec):
+        return reason
+    return f"FFmpeg decodes {decoded} from it, not {index.codec}: {reason}"
 
 
 def _demoted(index: SeekIndex, reason: str) -> SeekIndex:

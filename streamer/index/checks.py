@@ -50,6 +50,7 @@ __all__ = [
     "UNITS_PER_BYTE",
     "check_against_blob",
     "check_index",
+    "codec_family",
     "stale_build",
 ]
 
@@ -233,7 +234,7 @@ def _check_lengths(index: SeekIndex) -> str | None:
 def _disagreement(index: SeekIndex, info: Mapping[str, Any]) -> str | None:
     """The first ``audio_info`` field the index contradicts, or None."""
     codec, container = info.get("codec"), info.get("container")
-    if codec and _codec_family(codec) != _codec_family(index.codec):
+    if codec and codec_family(codec) != codec_family(index.codec):
         return "codec"
     # FFmpeg names demuxers by their aliases: "mov,mp4,m4a,3gp,3g2,mj2"; a
     # generic index names the demuxer after "ffmpeg:".
@@ -277,7 +278,8 @@ def _plausible(value: Any, most: float) -> bool:
 _CODEC_FAMILIES = {"mp1": "mp3", "mp2": "mp3"}
 
 
-def _codec_family(codec: str) -> str:
+def codec_family(codec: str) -> str:
+    """``codec`` as an index compares it (MPEG audio layers are one codec)."""
     return _CODEC_FAMILIES.get(codec, codec)
 
 

@@ -17,6 +17,7 @@ from _index_support import packed_alone
 from streamer import open_dataset
 from streamer.dataset import Dataset
 from streamer.decode.resample import downmix, resample
+from streamer.decode.verify import countable
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from tests.formats.test_generic import make
@@ -79,8 +80,8 @@ def test_crops_equal_the_full_decode_through_the_index_and_the_fallback(
 def test_ac3_bursts_in_a_pcm_wav_are_served_as_ffmpeg_decodes_them(tmp_path: Path) -> None:
     """IEC 61937 (S/PDIF) bursts of AC-3 stored as 16-bit stereo PCM in a
     WAV: FFmpeg's wav demuxer finds them in the data's first 64 KiB and
-    decodes AC-3. The WAV index reads PCM, so its check fails and is the
-    reason counted; every crop falls back to FFmpeg's decode, exact."""
+    decodes AC-3. The WAV index reads PCM, so its check fails, and the
+    reason counted says so; every crop falls back to FFmpeg's decode, exact."""
     bursts = make("spdif", "ac3", "fltp", 48000, 2, {}, seconds=2.5)
     out = io.BytesIO()
     with wave.open(out, "wb") as pcm:
@@ -100,4 +101,6 @@ def test_ac3_bursts_in_a_pcm_wav_are_served_as_ffmpeg_decodes_them(tmp_path: Pat
             np.testing.assert_array_equal(got, full[:, first:last], err_msg=f"[{first}, {last})")
         assert dataset.decode_stats.fallback == 3
     (reason,) = indexed.decode_stats.fallback_reasons
-    assert reason.startswith("failed its check"), reason
+    assert countable(reason) == (
+        "failed its check: FFmpeg decodes ac3 from it, not pcm_s16le: the head crop differs"
+    )
