@@ -18,6 +18,7 @@ from helpers import (
     HTTP_KINDS,
     S3_KINDS,
     SECRET,
+    servers,
     write_audio,
     write_blob_dataset,
 )
@@ -177,7 +178,7 @@ def s3_servers(
         process.stop()
 
 
-@pytest.fixture(params=S3_KINDS)
+@pytest.fixture(params=servers(*S3_KINDS))
 def s3_any(request: pytest.FixtureRequest, s3_servers: Any) -> Iterator[LoopbackServer]:
     """The proxy of each S3 implementation in turn, faults and request log
     cleared around the test; ``s3_uploaded`` names its bucket."""
@@ -279,7 +280,7 @@ def make_store() -> Iterator[Callable[..., Any]]:
         run_sync(store._close_on_loop())
 
 
-@pytest.fixture(params=[*S3_KINDS, *HTTP_KINDS])
+@pytest.fixture(params=servers(*S3_KINDS, *HTTP_KINDS))
 def remote(request, s3_servers, http_servers, s3_uploaded, make_store):  # type: ignore[no-untyped-def]
     """(open a dataset by name, server) for each remote backend, S3 through each
     implementation, HTTP through each file server; stats start at zero."""
@@ -301,7 +302,7 @@ def remote(request, s3_servers, http_servers, s3_uploaded, make_store):  # type:
     server.reset()
 
 
-@pytest.fixture(params=[*S3_KINDS, *HTTP_KINDS])
+@pytest.fixture(params=servers(*S3_KINDS, *HTTP_KINDS))
 def remote_folder(request, s3_servers, http_published, s3_uploaded, make_store, tmp_path):  # type: ignore[no-untyped-def]
     """(publish, server) for each remote backend: ``publish(folder)`` serves a
     dataset folder of this test alone, uploaded under a fresh prefix of the S3

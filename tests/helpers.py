@@ -36,6 +36,22 @@ BUCKET = "data"
 S3_KINDS = ("moto", *s3servers.KINDS)
 #: The HTTP file servers the storage tests run against: the tests' own, then real ones.
 HTTP_KINDS = ("http", *httpservers.KINDS)
+#: Servers that the tests parametrized over many servers meet only in the slow
+#: run (``servers``); the protocol tests (storage/test_s3_servers.py,
+#: test_http_servers.py) and the server crash tests run on all of them by
+#: default. The default run keeps moto, SeaweedFS, the tests' HTTP server and
+#: nginx: one in-process and one real server per protocol.
+SLOW_SERVERS = frozenset({"rclone", "juicefs", "caddy"})
+
+
+def slow(*values: object) -> list:
+    """``values`` as pytest parameters that only the slow run takes."""
+    return [pytest.param(value, marks=pytest.mark.slow) for value in values]
+
+
+def servers(*kinds: str) -> list:
+    """``kinds`` as pytest parameters, those of ``SLOW_SERVERS`` marked slow."""
+    return [slow(kind)[0] if kind in SLOW_SERVERS else kind for kind in kinds]
 
 
 def write_audio(

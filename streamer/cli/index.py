@@ -101,6 +101,8 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     for label, count in sorted(report.labels.items()):
         if label != "no index":
             print(f"  {label}: {count}")
+    if report.larger_preroll:
+        print(f"  of them verified with a larger pre-roll: {report.larger_preroll}")
     for reason, count in report.reasons.most_common():
         print(f"  no index ({count}): {reason}")
     for name, reason in sorted(report.failed.items()):

@@ -135,10 +135,12 @@ class Checked:
     """The index to store for an episode, and ``damage``: when its check
     failed on bytes that fail a checksum of their own, the first of them
     (``(offset, length)`` in the blob), and ``index`` is then the index as
-    it was (module docstring)."""
+    it was (module docstring); ``raised``: the check passed only with a
+    larger pre-roll than the index was built with."""
 
     index: SeekIndex
     damage: tuple[int, int] | None = None
+    raised: bool = False
 
 
 def choose_index(
@@ -176,7 +178,8 @@ def check(episode: Episode) -> Checked:
     for it."""
     checked = verify_index(episode)
     if checked.ok:
-        return Checked(checked)
+        assert episode.index is not None
+        return Checked(checked, raised=checked.preroll > episode.index.preroll)
     damage = first_damage(episode)
     return Checked(checked) if damage is None else Checked(episode.index, damage)
 

@@ -88,7 +88,6 @@ from ..index.table import (
     ROW_CRC_COLUMN,
     SPAN_COLUMN,
     SPAN_SIZE_COLUMN,
-    VERIFIED,
     IndexReader,
     SeekIndex,
     row_checksum,
@@ -151,6 +150,8 @@ class ShardResult:
     failed: str = ""  # why the shard could not be indexed (nothing written)
     reasons: Counter[str] = field(default_factory=Counter)  # "no index" reason -> count
     labels: Counter[str] = field(default_factory=Counter)  # ``index_label`` -> count
+    #: Episodes whose check passed only with a larger pre-roll (``Checked.raised``).
+    larger_preroll: int = 0
     #: ``audio_info`` durations replaced by the index's: (key, header's, index's).
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     #: Episodes whose audio data is damaged: key -> the damaged ``(offset,
@@ -170,17 +171,18 @@ class ShardResult:
         """The index to store from a check's answer, its damage noted."""
         if checked.damage is not None:
             self.damaged[key] = [checked.damage]
+        self.larger_preroll += checked.raised
         return checked.index
 
 
 def index_label(index: SeekIndex) -> str:
-    """What a stored index is, for counting: "verified" (with "larger
-    pre-roll" when its check raised it), "unverified", or "no index"."""
+    """What a stored index is, for counting: "verified", "unverified", or
+    "no index". (A stored pre-roll does not tell whether the check raised
+    it: a parse may set one, Vorbis's below 20 kHz. ``IndexReport`` counts
+    the raised ones as they are checked.)"""
     if not index.ok:
         return "no index"
-    if index.verdict != VERIFIED:
-        return index.verdict
-    return "verified, larger pre-roll" if index.preroll else "verified"
+    return index.verdict
 
 
 def is_generic(index: SeekIndex) -> bool:
@@ -206,6 +208,9 @@ class IndexReport:
     ok: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
     labels: Counter[str] = field(default_factory=Counter)
+    #: Of the episodes checked by this run, those that passed only with a
+    #: larger pre-roll than their format's (``ShardResult.larger_preroll``).
+    larger_preroll: int = 0
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     damaged: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
     #: shard -> key -> how its ``audio_info`` row contradicts the audio (``ShardResult.info``).
@@ -257,6 +262,7 @@ class IndexReport:
         self.ok += result.episodes - sum(result.reasons.values())
         self.reasons.update(result.reasons)
         self.labels.update(result.labels)
+        self.larger_preroll += result.larger_preroll
         self.durations += result.durations
 
 

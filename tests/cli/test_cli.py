@@ -65,6 +65,7 @@ def test_size_units() -> None:
     assert byte_size("1000") == 1000 and byte_size("1.5k") == 1536 and byte_size("2 GB") == 2 << 30
 
 
+@pytest.mark.slow  # 20-30 s; CI builds and streams the demo anyway (tox -e demo)
 def test_demo_builds_once_and_reads_crops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cache = tmp_path / "cache"
     assert main(["demo", "--cache-dir", str(cache), "--crops", "14", "--duration", "2"]) == 0

@@ -130,6 +130,7 @@ def test_an_ascii_locale(audio_dir: Path, tmp_path: Path) -> None:
     assert "c \\xe9.wav" in done.stdout or "c é.wav" in done.stdout
 
 
+@pytest.mark.slow  # 13 s; the interrupted index and pack tests stay in the default run
 def test_sigterm_mid_demo_build_leaves_no_staging_folder(tmp_path: Path) -> None:
     """A job runner's SIGTERM killed `streamer demo` on the spot: its staging
     folder (`.demo-*`, the half-made sources) stayed in the cache directory,
@@ -164,7 +165,8 @@ def _json(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout)  # exactly one document: nothing else on stdout
 
 
-@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 10 s (local), more over S3
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_pipeline_script_run_twice(
     where: str, audio_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

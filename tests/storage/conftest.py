@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import S3_KINDS
+from helpers import S3_KINDS, servers
 
 Opener = Callable[..., Any]
 
@@ -39,7 +39,7 @@ def _opener(kind: str, request: pytest.FixtureRequest) -> tuple[Opener, Any]:
     return open_reader, server
 
 
-@pytest.fixture(params=[*S3_KINDS, "http"])
+@pytest.fixture(params=servers(*S3_KINDS, "http"))
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[Opener, Any]]:
     """For behaviour that depends on the backend: S3 (each implementation) and HTTP."""
     opener, server = _opener(request.param, request)

@@ -502,7 +502,7 @@ STALLS = {
 
 
 @pytest.mark.parametrize("stall", STALLS)
-@pytest.mark.parametrize("hedge_after", [None, 0.3])
+@pytest.mark.parametrize("hedge_after", [None, pytest.param(0.3, marks=pytest.mark.slow)])
 def test_a_stalled_first_attempt_gives_up_with_the_budget(served_moto, stall, hedge_after) -> None:  # type: ignore[no-untyped-def]
     """``give_up_after`` bounds the whole request, its first attempt (and
     that attempt's hedge) included. The first attempt used to be bounded by

@@ -8,7 +8,7 @@ from pathlib import Path
 import fsspec
 import numpy as np
 import pytest
-from helpers import S3_KINDS
+from helpers import S3_KINDS, servers
 
 from streamer.errors import StorageError
 from streamer.storage import LocalFileReader, RangeReader
@@ -16,7 +16,7 @@ from streamer.storage import LocalFileReader, RangeReader
 BLOCK = 64 * 1024
 
 
-@pytest.fixture(params=["local", *S3_KINDS, "http", "memory"])
+@pytest.fixture(params=servers("local", *S3_KINDS, "http", "memory"))
 def reader(request, storage_root: Path, http, s3_servers, s3_uploaded, make_store) -> RangeReader:  # type: ignore[no-untyped-def]
     """A reader of ``random.bin`` through each kind of store (small blocks),
     S3 through each implementation."""

@@ -120,6 +120,7 @@ def test_s3_throttling_settles_near_the_limit_without_a_storm(
     assert served / seconds >= 0.5 * RATE
 
 
+@pytest.mark.slow  # 9 s: a comparison; the adaptive run alone is checked by default
 def test_fixed_concurrency_is_the_storm_adaptation_avoids(
     throttled_s3, make_store, s3_uploaded, data
 ) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import BUCKET, HTTP_KINDS, S3_KINDS, SECRET, everything_said
+from helpers import BUCKET, HTTP_KINDS, S3_KINDS, SECRET, everything_said, servers
 
 from streamer.errors import ReadOnlyURLError, StorageError
 from streamer.storage import LocalStore
@@ -216,7 +216,7 @@ def _replace_file(file: Path, data: bytes) -> None:
     os.utime(file, ns=(later, later))
 
 
-@pytest.mark.parametrize("kind", [*S3_KINDS, *HTTP_KINDS])
+@pytest.mark.parametrize("kind", servers(*S3_KINDS, *HTTP_KINDS))
 def test_an_object_replaced_on_the_server_is_never_mixed_with_the_old(  # type: ignore[no-untyped-def]
     replaceable, kind
 ) -> None:
@@ -275,7 +275,7 @@ def test_a_disk_tier_of_an_earlier_run_never_mixes_versions(  # type: ignore[no-
     run_sync(second._close_on_loop())
 
 
-@pytest.mark.parametrize("kind", [*S3_KINDS, *HTTP_KINDS])
+@pytest.mark.parametrize("kind", servers(*S3_KINDS, *HTTP_KINDS))
 def test_an_object_that_shrank_on_the_server_fails_at_once(replaceable, kind) -> None:  # type: ignore[no-untyped-def]
     """A block across the new end comes back short: that is the object's new
     size, not a transient short body to retry for the whole time budget."""

@@ -8,11 +8,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from _index_support import packed_dataset
+from _index_support import cli_encode, encoded, packed_dataset
 from helpers import rewrite_index_shard
 
 from streamer import open_dataset
 from streamer.cli import main
+from streamer.cli.index import print_index_report
+from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import (
     INDEX_DIR,
     NO_INDEX,
@@ -22,6 +24,8 @@ from streamer.index.table import (
     SeekIndex,
 )
 from streamer.shard.ipc import Shard
+from streamer.write.index import build_index
+from streamer.write.pack import pack
 
 FILES = {
     "a-mp3": ("mp3", 44100, 1),
@@ -126,3 +130,27 @@ def test_verify_counts_unverified_and_generic_in_inspect(
     capsys.readouterr()
     assert main(["inspect", str(unverified)]) == 0
     assert "indexes   generic 1, unverified 5" in capsys.readouterr().out
+
+
+def test_only_a_pre_roll_the_check_raised_is_counted_as_larger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An index may carry a pre-roll from the parse (Vorbis below 20 kHz: its
+    longest packet); only the check raising it counts as "a larger pre-roll"
+    (a lame -V 5 mp3 whose format pre-roll is one frame, too little for its
+    bit reservoir). Before, every stored pre-roll counted, the Vorbis one
+    among them."""
+    src = tmp_path / "src"
+    src.mkdir()
+    lame = ["lame", "--quiet", "-V", "5", "-", "{out}"]
+    (src / "reservoir.mp3").write_bytes(cli_encode(lame, 44100, 2, seconds=10.0))
+    (src / "vorbis.ogg").write_bytes(encoded("vorbis", 16000, 2, seconds=10.0))
+    pack(src, tmp_path / "ds", progress=False, index=False)
+    monkeypatch.setattr(mp3_decode, "PREROLL_FRAMES", 1)
+    report = build_index(tmp_path / "ds", progress=False)
+    rows = stored(tmp_path / "ds")
+    assert rows["vorbis"].preroll > 0 and rows["reservoir"].preroll > 0
+    assert report.labels == {"verified": 2} and report.larger_preroll == 1
+    print_index_report(report)
+    out = capsys.readouterr().out
+    assert "  verified: 2\n  of them verified with a larger pre-roll: 1\n" in out

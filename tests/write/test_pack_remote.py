@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BUCKET, S3_KINDS, SECRET, write_audio
+from helpers import BUCKET, S3_KINDS, SECRET, servers, write_audio
 
 from streamer import open_dataset
 from streamer.cli import main
@@ -29,8 +29,8 @@ from testkit.servers import LoopbackServer, file_handler, s3_client
 
 SHARD_SIZE = 40_000
 #: The S3 servers these tests write to (single and multipart uploads,
-#: aborted ones): every one of ``S3_KINDS``.
-WRITE_KINDS = S3_KINDS
+#: aborted ones): every one of ``S3_KINDS`` (``SLOW_SERVERS`` in the slow run).
+WRITE_KINDS = servers(*S3_KINDS)
 
 
 @pytest.fixture(scope="module")
