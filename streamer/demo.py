@@ -22,12 +22,12 @@ from tqdm import tqdm
 from .dataset.dataset import Dataset
 from .decode.crop import Crop, CropJob, CropRequest
 from .index.table import INDEX_COLUMN, INDEX_DIR, INDEX_TYPE
+from .interrupts import interrupts_held
 from .pipeline import RandomCrops, Streamer
 from .pipeline.bench import check_limit
 from .pipeline.stages import plan
 from .storage.disk import make_directory
 from .synth import CODECS, encode, signal
-from .write.interrupts import interrupts_held
 from .write.pack import pack
 
 __all__ = ["DEMO_EPISODES", "DemoSummary", "demo_dataset", "run_demo"]

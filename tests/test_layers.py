@@ -14,6 +14,7 @@ ROOT = Path(streamer.__file__).parent
 LAYERS: dict[str, int] = {
     "errors": 0,
     "timing": 0,
+    "interrupts": 0,
     "synth": 0,
     "storage": 1,
     "shard": 2,

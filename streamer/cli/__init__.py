@@ -147,7 +147,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    from ..write.interrupts import interrupts_as_ctrl_c
+    from ..interrupts import interrupts_as_ctrl_c
 
     try:
         # SIGTERM (a job runner's stop, ``timeout``, ``kill``) unwinds every

@@ -93,6 +93,7 @@ from ..index.table import (
     row_checksum,
     to_struct_array,
 )
+from ..interrupts import interrupts_held
 from ..shard.ipc import KEY_COLUMN, Shard
 from ..storage import Store, open_url
 from .durations import (
@@ -104,7 +105,6 @@ from .durations import (
     same_durations,
     write_durations,
 )
-from .interrupts import interrupts_held
 
 log = logging.getLogger(__name__)
 

@@ -51,11 +51,11 @@ from ..dataset.dataset import AUDIO_COLUMN, INFO_DIR, write_manifest
 from ..dataset.planned import PLANNED_KEY
 from ..errors import PackError, ShardError, StorageError
 from ..index.table import INDEX_DIR
+from ..interrupts import interrupts_held
 from ..shard.footer import read_layout
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES
 from ..storage import LocalStore, MissingBucket, NotFound, Store
 from .index import IndexReport, index_shard
-from .interrupts import interrupts_held
 from .plan import Plan, PlannedShard, make_plan, source_origin, taken
 from .probe import AudioInfo, MemoryFile, ProbeError, probe
 from .sidecar import read_sidecar, write_columns

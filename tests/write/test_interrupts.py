@@ -16,7 +16,7 @@ import pytest
 from helpers import write_audio
 
 from streamer.dataset import Dataset
-from streamer.write.interrupts import interrupts_as_ctrl_c, interrupts_held
+from streamer.interrupts import interrupts_as_ctrl_c, interrupts_held
 from streamer.write.probe import MemoryFile, probe
 
 SHARDS = 8

@@ -7,7 +7,11 @@ is lost, and the read's failure taken for bytes that are not audio (a file
 skipped by ``pack``, an episode stored "no index" by ``streamer index``).
 ``pack``'s probes and every index build or check hold the two signals for
 one file or one episode at a time, so an interrupt waits for at most one
-episode and then unwinds as usual (temporary files removed).
+episode and then unwinds as usual (temporary files removed); so does a
+crop that ``Dataset.crop`` decodes on the main thread (a training loop's
+``read_crop``: the lost Ctrl-C made the crop fail as "past the end", or
+was not seen at all). The pipeline decodes in processes, or in a thread
+of its own with ``workers=0``: signals never reach PyAV there.
 
 Python itself drops a ``KeyboardInterrupt`` that a signal handler raises
 while a finalizer or a weakref callback runs (the garbage collector's, at
