@@ -7,11 +7,12 @@ is lost, and the read's failure taken for bytes that are not audio (a file
 skipped by ``pack``, an episode stored "no index" by ``streamer index``).
 ``pack``'s probes and every index build or check hold the two signals for
 one file or one episode at a time, so an interrupt waits for at most one
-episode and then unwinds as usual (temporary files removed); so does a
-crop that ``Dataset.crop`` decodes on the main thread (a training loop's
-``read_crop``: the lost Ctrl-C made the crop fail as "past the end", or
-was not seen at all). The pipeline decodes in processes, or in a thread
-of its own with ``workers=0``: signals never reach PyAV there.
+episode and then unwinds as usual (temporary files removed); so do the
+crop decoders that have FFmpeg's demuxer read through Python (MP4, the
+generic index, the fallback: the lost Ctrl-C of a ``read_crop`` on the
+main thread made its crop fail as "past the end", or was not seen at
+all), one crop at a time. Off the main thread (the pipeline's decoding
+thread with ``workers=0``) they hold nothing: signals never reach there.
 
 Python itself drops a ``KeyboardInterrupt`` that a signal handler raises
 while a finalizer or a weakref callback runs (the garbage collector's, at

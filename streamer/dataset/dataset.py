@@ -69,7 +69,6 @@ from ..formats.ffmpeg import policy_problem
 from ..formats.job import DecodeStats, Episode
 from ..index.checks import OLDER_BUILDER, check_against_blob
 from ..index.table import INDEX_DIR, IndexReader, SeekIndex
-from ..interrupts import interrupts_held
 from ..shard.blob import BlobHandle
 from ..shard.footer import TAIL_BYTES
 from ..shard.ipc import KEY_COLUMN, SHARD_SUFFIXES, Shard, shard_name_of
@@ -858,11 +857,6 @@ class Dataset:
         to ``sample_rate`` (libsoxr at ``resample_quality``, one of
         ``decode.resample.QUALITIES``) and downmixed to the channel mean with
         ``mono``. A crop past the end is clipped, or zero-padded with ``pad``.
-
-        Called on the main thread, it holds Ctrl-C and SIGTERM while it
-        decodes and delivers them when the crop is done (``interrupts``:
-        PyAV drops an interrupt raised while FFmpeg reads through Python,
-        and the crop then failed as "past the end", or the Ctrl-C was lost).
         """
         request = CropRequest(
             key,
@@ -873,8 +867,7 @@ class Dataset:
             pad=pad,
             resample_quality=resample_quality,
         )
-        with interrupts_held():
-            return read_crop(self.episode(key), request, self.decode_stats)
+        return read_crop(self.episode(key), request, self.decode_stats)
 
     def read_crop(
         self,

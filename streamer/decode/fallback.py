@@ -27,6 +27,7 @@ import numpy as np
 
 from ..formats.ffmpeg import open_input
 from ..formats.frames import frame_to_float32
+from ..interrupts import interrupts_held
 from ..timing import record
 from .resample import crop_span, past_the_end
 
@@ -61,6 +62,7 @@ class PastTheEnd(Exception):
         self.decoded, self.rate = decoded, rate
 
 
+@interrupts_held()  # FFmpeg's demuxer reads the blob through Python here
 def decode_range(
     source: BinaryIO, start: float, end: float, target_rate: int | None = None
 ) -> tuple[np.ndarray, int, int]:

@@ -2,7 +2,8 @@
 own loop, a notebook) is delivered, never lost: PyAV drops an exception
 raised while FFmpeg reads through a Python file object, and the crop then
 failed as "past the end" (counted, the loop going on) or the Ctrl-C
-vanished. The crop holds the signal and delivers it when done."""
+vanished. The decoders that read so (MP4, FFmpeg's packet index, the
+fallback: this one) hold the signal for the crop and deliver it when done."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ...interrupts import interrupts_held
 from ...timing import record
 from ..frames import SampleBuffer
 from ..job import CropPlan, DecodeContext, Fetched, Pieces, decode_span, to_gapless
@@ -146,6 +147,7 @@ class _PlannedFile(SparseFile):
         return super()._unplanned(position, size)
 
 
+@interrupts_held()  # FFmpeg's demuxer reads through Python here
 def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:

@@ -37,6 +37,7 @@ import av
 import numpy as np
 
 from ...index.table import SeekIndex
+from ...interrupts import interrupts_held
 from ...timing import record
 from ..ffmpeg import OPUS_HELD_BACK, TRIMS_MP4_END, new_decoder, open_input
 from ..frames import SampleBuffer
@@ -209,6 +210,7 @@ def _open(index: SeekIndex, fetched: Fetched, context: DecodeContext) -> _Demuxe
     return _Demuxer(container, source, view.origin)
 
 
+@interrupts_held()  # FFmpeg's demuxer reads through Python here
 def decode(
     index: SeekIndex, plan: CropPlan, fetched: Fetched, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
