@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SECRET
+from helpers import SECRET, slow
 
 from streamer import RandomCrops, Streamer, open_dataset
 from streamer.errors import StorageError
@@ -502,7 +502,7 @@ STALLS = {
 
 
 @pytest.mark.parametrize("stall", STALLS)
-@pytest.mark.parametrize("hedge_after", [None, pytest.param(0.3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("hedge_after", [None, *slow(0.3)])
 def test_a_stalled_first_attempt_gives_up_with_the_budget(served_moto, stall, hedge_after) -> None:  # type: ignore[no-untyped-def]
     """``give_up_after`` bounds the whole request, its first attempt (and
     that attempt's hedge) included. The first attempt used to be bounded by

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import write_audio
+from helpers import slow, write_audio
 
 from streamer.dataset import Dataset
 from streamer.interrupts import interrupts_as_ctrl_c, interrupts_held
@@ -123,7 +123,7 @@ def _check_whole(dataset: Path) -> int:
     return len(names)
 
 
-@pytest.mark.parametrize("workers", ["1", pytest.param("2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("workers", ["1", *slow("2")])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_index_stops_and_a_rerun_completes(
     unindexed: Path, tmp_path: Path, signum: int, workers: str
