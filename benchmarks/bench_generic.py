@@ -9,6 +9,11 @@ and a folder of real-world files checked crop by crop.
   built, whose points include SimpleBlocks between clusters, against the
   same index with cluster starts only (a crop then decodes whole clusters),
   from the same run.
+- cut short: the ADTS AAC file cut at two thirds of its bytes, inside a
+  packet (a download or a recording that stopped), through the index that
+  ends where FFmpeg's decode does against the fallback alone (its crops
+  decode from the start), over the part that decodes: ms per crop and the
+  fallback/index ratio from the same run.
 - ``--corpus DIR``: every file under DIR FFmpeg decodes gets the generic
   index alone; about 15 crops each (first and last samples included) are
   compared with the full decode (lossless codecs bit for bit, lossy within
@@ -90,6 +95,23 @@ def cost(seconds: float, crops: int) -> dict[str, dict[str, float]]:
         ratio = out[generic]["ms"] / out[native]["ms"]
         print(f"{codec}: generic/native time {ratio:.2f}x")
     out.update(matroska_points(seconds, crops))
+    out.update(cut_short(adts, seconds, crops))
+    return out
+
+
+def cut_short(data: bytes, seconds: float, crops: int) -> dict[str, dict[str, float]]:
+    """Per-crop cost of a file cut short, through its index and the fallback."""
+    cut = data[: len(data) * 2 // 3]
+    index = _generic(cut)
+    decoded = index.num_samples / index.sample_rate
+    fallback = SeekIndex.unavailable("the benchmark's fallback")
+    runs = {"cut index": index, "cut fallback": fallback}
+    out = {f"aac adts {label}": per_crop(cut, ix, decoded, crops) for label, ix in runs.items()}
+    through, alone = out["aac adts cut index"]["ms"], out["aac adts cut fallback"]["ms"]
+    print(
+        f"aac adts cut at 2/3 ({decoded:.0f} of {seconds:.0f} s decode): index {through:.2f} "
+        f"ms/crop, fallback {alone:.2f} ms/crop: {alone / through:.0f}x"
+    )
     return out
 
 

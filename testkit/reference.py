@@ -16,7 +16,7 @@ import numpy as np
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 
-__all__ = ["NoSamples", "decode_first_stream", "full_decode"]
+__all__ = ["NoSamples", "decode_first_stream", "full_decode", "full_decode_to_failure"]
 
 
 class NoSamples(ValueError):
@@ -28,6 +28,24 @@ def full_decode(data: bytes) -> tuple[np.ndarray, int]:
     and its sample rate; raises what FFmpeg raises on bytes it cannot decode."""
     with open_input(io.BytesIO(data)) as container:
         return decode_first_stream(container)
+
+
+def full_decode_to_failure(data: bytes) -> tuple[np.ndarray, int]:
+    """``full_decode`` of a file whose decode ends early: the frames FFmpeg
+    outputs before its decoder rejects a packet or its demuxer fails (a file
+    cut short mid-packet, damaged bytes); the full decode ends there
+    (docs/decoding.md). A failure before the first frame raises."""
+    frames: list[av.AudioFrame] = []
+    with open_input(io.BytesIO(data)) as container:
+        try:
+            for frame in container.decode(container.streams.audio[0]):
+                frames.append(frame)
+        except av.FFmpegError:
+            if not frames:
+                raise
+    if not sum(f.samples for f in frames):
+        raise NoSamples("decodes to no samples")
+    return np.concatenate([frame_to_float32(f) for f in frames], axis=1), frames[0].sample_rate
 
 
 def decode_first_stream(container: av.container.InputContainer) -> tuple[np.ndarray, int]:

@@ -18,6 +18,7 @@ import struct
 import subprocess
 import time
 import wave
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from streamer.storage import MemoryReader
 from streamer.synth import signal
 from streamer.write.pack import pack
 from testkit.matroska import LACINGS, laced
-from testkit.reference import full_decode
+from testkit.reference import full_decode, full_decode_to_failure
 from testkit.video import with_video
 
 SECONDS = 3.0
@@ -329,8 +330,10 @@ def _encoded(path: Path, seconds: float, command: list[str], out: str) -> bytes:
     return (path / out).read_bytes()
 
 
-def _assert_crops_exact(data: bytes, index: SeekIndex, lossless: bool) -> None:
-    full, rate = full_decode(data)
+def _assert_crops_exact(
+    data: bytes, index: SeekIndex, lossless: bool, reference: Callable = full_decode
+) -> None:
+    full, rate = reference(data)
     stats = DecodeStats()
     for start, end in spans(full.shape[1] / rate, index.container):
         crop = read_crop(episode(data, index), CropRequest("k", start, end), stats)
@@ -532,6 +535,39 @@ def test_garbage_is_unknown_and_truncation_is_no_index_or_a_clear_error() -> Non
     assert all(outcomes), outcomes
 
 
+#: Files cut short inside a packet (a download or a recording stopped
+#: midway), by where: FFmpeg's decoder rejects the cut packet (ADTS AAC,
+#: TTA, FLAC) or its demuxer fails to read it (WavPack: its last block,
+#: after every sample).
+CUT_SHORT = [("adts.aac", 2 / 3), ("tta.tta", 2 / 3), ("native.flac", 2 / 3), ("wavpack.wv", -7)]
+
+
+@pytest.mark.parametrize(("name", "where"), CUT_SHORT)
+def test_a_file_cut_short_is_indexed_up_to_where_its_decode_ends(name: str, where: float) -> None:
+    spec = {**FILES, **DIRECT}[name]
+    whole = make(*spec[:6], seconds=6.0)
+    data = whole[: int(len(whole) * where) if where > 0 else int(where)]
+    full, rate = full_decode_to_failure(data)
+    with pytest.raises(av.FFmpegError):
+        full_decode(data)  # the decode does end early
+    index = verify_index(episode(data, generic_index(data)))
+    assert (index.ok, index.verdict, index.reason) == (True, "verified", "")
+    assert index.num_samples == full.shape[1]
+    assert index.data_end < len(data)
+    _assert_crops_exact(data, index, spec[6], full_decode_to_failure)
+    with pytest.raises(CropError, match="past the end"):
+        read_crop(episode(data, index), CropRequest("k", full.shape[1] / rate + 0.1, 7.0))
+
+
+def test_a_cut_packet_sharing_its_byte_with_good_ones_is_no_index() -> None:
+    """ASF puts several WMA packets at one byte position: cut there, the
+    file would lose good packets too, so the decode's end is no seek point."""
+    whole = make(*FILES["wma.wma"][:6], seconds=6.0)
+    data = whole[: len(whole) * 2 // 3]
+    with pytest.raises(NoIndex, match="decoder rejects the packet at byte"):
+        generic_index(data)
+
+
 def _garbled(data: bytes, rng: np.random.Generator) -> bytes:
     out = bytearray(data)
     at = len(out) // 2
@@ -542,7 +578,7 @@ def _garbled(data: bytes, rng: np.random.Generator) -> bytes:
 def _exact_or_error(data: bytes, index: SeekIndex) -> str:
     """Every crop of a damaged file equals its full decode or is a CropError
     naming the episode; how many were which."""
-    full, rate = full_decode(data)
+    full, rate = full_decode_to_failure(data)
     exact = errors = 0
     for start, end in spans(full.shape[1] / rate, "damaged"):
         try:

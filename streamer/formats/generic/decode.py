@@ -159,7 +159,10 @@ def decode(
         if name in SPLICED:
             container = open_spliced(fetched.header, bytes(fetched.data), name)
         else:
-            source = _PlannedFile(context.episode.blob.length, fetched.pieces, context, start)
+            length = min(
+                index.data_end, context.episode.blob.length
+            )  # (a decode that ends early: parse)
+            source = _PlannedFile(length, fetched.pieces, context, start)
             container = open_demuxer(source, name)
     with container:
         if name not in SPLICED and start > index.data_start:

@@ -230,7 +230,16 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
     except av.FFmpegError:
         raise NoIndex("unknown container") from None
     try:
-        index = _pass(source, name, density)
+        try:
+            index = _pass(source, name, density)
+        except _EndsEarly as early:
+            # Indexed again as a file that ends there, as its full decode
+            # does: header reads, seek points and the measures after a
+            # seek all see that end (one that ends early again has no index).
+            source = _Recording(stream, early.at)
+            index = _pass(source, name, density)
+            if index.num_samples != early.samples:  # (packets sharing the byte: ASF, Ogg)
+                raise NoIndex(str(early)) from None
     except av.FFmpegError as exc:
         raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
     try:
@@ -320,22 +329,52 @@ def _table(container: Any) -> _Table:
     return _Table(entries[:, 0], entries[:, 1], stream.time_base * stream.codec_context.sample_rate)
 
 
+class _EndsEarly(NoIndex):
+    """FFmpeg's decode of the file ends at byte ``at``, before the file does:
+    its decoder rejects the packet there, or its demuxer fails to read one
+    after the packet ending there (a file cut short mid-packet, damage). The
+    full decode ends there (docs/decoding.md), so the index can too."""
+
+    def __init__(self, reason: str, at: int, samples: int) -> None:
+        super().__init__(reason)
+        self.at = at
+        #: Samples decoded before it: what the file cut there must decode to.
+        self.samples = samples
+
+
 def _count(container: Any) -> _Counted:
-    """Every packet of the first audio stream, and the samples before each."""
+    """Every packet of the first audio stream, and the samples before each.
+    Raises ``_EndsEarly`` where FFmpeg's decode ends before the file, once
+    it has decoded samples."""
     stream = container.streams.audio[0]
     decoder = stream.codec_context
     counted = _Counted()
-    for packet in container.demux(stream):
+    packets = container.demux(stream)
+    while True:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            break
+        except av.FFmpegError as exc:
+            at = counted.data_end()
+            if not counted.total or at is None:
+                raise
+            raise _EndsEarly(
+                f"FFmpeg cannot read past byte {at} ({exc})", at, counted.total
+            ) from None
         if packet.size == 0:  # the end of the stream: what the decoder still holds
             counted.frames(decoder.decode(None))
             continue
-        counted.packet(packet)
-        if decoder.name == "opus" and packet.size:
-            counted.lowest = min(counted.lowest, toc_config(memoryview(packet)[0]))
         try:
             frames = decoder.decode(packet)
         except (av.FFmpegError, ValueError) as exc:
-            raise NoIndex(f"decoder rejects the packet at byte {packet.pos} ({exc})") from None
+            reason = f"decoder rejects the packet at byte {packet.pos} ({exc})"
+            if not counted.total or packet.pos is None or packet.pos <= 0:
+                raise NoIndex(reason) from None
+            raise _EndsEarly(reason, packet.pos, counted.total) from None
+        counted.packet(packet)
+        if decoder.name == "opus":
+            counted.lowest = min(counted.lowest, toc_config(memoryview(packet)[0]))
         counted.frames(frames)
     if not counted.total:
         raise NoIndex("no audio decoded")
@@ -474,6 +513,12 @@ class _Counted:
                 raise NoIndex("sample rate or channels change mid-stream")
             self.rate, self.channels = shape
             self.total += frame.samples
+
+    def data_end(self) -> int | None:
+        """Where the last packet counted ends (None: packets have no place)."""
+        if self.unplaced or not self.positions:
+            return None
+        return self.positions[-1] + self.sizes[-1]
 
     def keys(self) -> np.ndarray:
         """Which packets a decoder can start at: the keyframe flags, or every
