@@ -56,7 +56,7 @@ REVISION_KEY = b"streamer.index_revision"
 #: The builder revision this version writes: raised by a fix that changes
 #: what the builder stores for a codec, so that what an older one stored
 #: for it (``EXACT_FROM``) is rebuilt, not served.
-INDEX_REVISION = 5
+INDEX_REVISION = 6
 #: Codec -> the first builder revision whose rows it serves crops from;
 #: rows an older builder stored for it place or pre-roll crops wrongly:
 #: they are not served (their crops fall back, ``checks.stale_build``)
@@ -75,6 +75,9 @@ INDEX_REVISION = 5
 #: seeded per frame, not from the first packet; an older row was checked
 #: only as decoded from there (its pre-roll never checked, a generic one's
 #: measured loss stored without the codec's 0.1 s on top).
+#: 6: FFmpeg's packet index ends where FFmpeg's decode ends early (a file cut
+#: short inside a packet), which had "no index": no codec's rows change,
+#: the "no index" rows of older builders are built again.
 EXACT_FROM: dict[str, int] = {"opus": 3, "alac": 2, "flac": 4, "vorbis": 3, "ac3": 5, "eac3": 5}
 #: The byte length of the blob each row was built from. Byte positions are
 #: only right for that blob: an audio shard re-packed from retagged files
