@@ -6,7 +6,9 @@ generic = FFmpeg's packet index, or none with the reason), the index's
 verdict, crops checked through the indexed dataset, their max abs error at
 zero lag and result, and the fallback alone (the same files packed with
 ``index=False``): how many of its random crops were exact. Totals: the share
-of FFmpeg-decodable files served from an index, and how many are exact.
+of the files FFmpeg decodes fully served from an index, and how many are
+exact; apart, the same for files whose decode ends early (FFmpeg fails
+after frames came out), checked against what it decodes up to there.
 
 Run: ``python -m benchmarks.corpus_table [FOLDER] [--small] [--crops 8]
 [--fallback-crops 50] [--json PATH]``. Without FOLDER it reads the fetched
@@ -42,13 +44,17 @@ from testkit.corpus_manifest import corpus_dir, load_manifest
 
 from ._report import write_json
 
+#: How a row's FFmpeg column starts for a file whose decode ends early.
+ENDS_EARLY = "ends early: "
+
 
 @dataclass
 class Row:
     file: str
     codec: str = ""
     container: str = ""
-    ffmpeg: str = "full"  # "full", "errors: ...", or why FFmpeg does not decode it
+    # "full", "errors: ...", ENDS_EARLY + what FFmpeg raised, or why it does not decode it
+    ffmpeg: str = "full"
     index: str = ""
     verdict: str = ""
     crops: int = 0
@@ -92,7 +98,9 @@ def measure(name: str, path: Path, packed: Packed, crops: int, fallback: int) ->
     if reference.audio is None:
         row.ffmpeg = reference.problem
         return row
-    if reference.errors:
+    if reference.ends_early:
+        row.ffmpeg = ENDS_EARLY + reference.ends_early
+    elif reference.errors:
         row.ffmpeg = f"errors: {reference.errors}"
     indexed, plain = packed.indexed, packed.plain
     if indexed is None or plain is None or name not in indexed:
@@ -148,7 +156,11 @@ def render(rows: list[Row]) -> str:
 
 
 def totals(rows: list[Row]) -> dict[str, object]:
-    decodable = [r for r in rows if r.index]
+    """The goal's figures over the files FFmpeg decodes fully; apart, the
+    files whose decode ends early (checked against what it decodes)."""
+    measured = [r for r in rows if r.index]
+    decodable = [r for r in measured if not r.ffmpeg.startswith(ENDS_EARLY)]
+    early = [r for r in measured if r.ffmpeg.startswith(ENDS_EARLY)]
     served = [r for r in decodable if not r.index.startswith("none")]
     count = len(decodable) or 1
     return {
@@ -160,6 +172,10 @@ def totals(rows: list[Row]) -> dict[str, object]:
         "generic": sum(r.index == "generic" for r in decodable),
         "indexed_exact": sum(r.result.startswith("exact") for r in decodable),
         "fallback_exact": sum(r.fallback.startswith("exact") for r in decodable),
+        "ends_early": len(early),
+        "ends_early_served_from_index": sum(not r.index.startswith("none") for r in early),
+        "ends_early_indexed_exact": sum(r.result.startswith("exact") for r in early),
+        "ends_early_fallback_exact": sum(r.fallback.startswith("exact") for r in early),
     }
 
 
@@ -185,6 +201,12 @@ def main() -> int:
         f"{total['native']} native, {total['generic']} generic); "
         f"exact through the index: {total['indexed_exact']}; "
         f"fallback alone exact: {total['fallback_exact']}"
+    )
+    print(
+        f"FFmpeg's decode ends early in {total['ends_early']} more (checked up to there); "
+        f"served from an index: {total['ends_early_served_from_index']}; exact through the "
+        f"index: {total['ends_early_indexed_exact']}; fallback alone exact: "
+        f"{total['ends_early_fallback_exact']}"
     )
     payload = {"totals": total, "rows": [asdict(r) for r in rows]}
     path = write_json("corpus_table", payload)

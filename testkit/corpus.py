@@ -26,7 +26,7 @@ from streamer.formats.ffmpeg import open_input
 from streamer.formats.job import to_gapless
 from streamer.formats.registry import format_for
 from streamer.index import SeekIndex
-from testkit.reference import NoSamples, decode_first_stream
+from testkit.reference import NoSamples, decode_to_failure
 
 #: Max abs error a lossy crop may have at zero lag (docs/decoding.md).
 TOLERANCE = 1e-4
@@ -54,12 +54,22 @@ class Reference:
     container: str = ""
     problem: str = ""
     errors: str = ""
+    #: What FFmpeg raised where its decode ended before the file did (a
+    #: file cut short inside a packet, damage): ``audio`` is what it decoded
+    #: up to there, the full decode of such a file (docs/decoding.md).
+    ends_early: str = ""
+
+    @property
+    def whole(self) -> bool:
+        """Whether FFmpeg decodes the file fully: to its end, without failing."""
+        return self.audio is not None and not self.ends_early
 
 
 def full_decode(data: bytes) -> Reference:
     """The full decode (docs/decoding.md). A file FFmpeg cannot open, has no
-    audio stream in, raises on while decoding or decodes to no samples is
-    "not decoded fully": ``problem`` says how. Metadata that is not UTF-8
+    audio stream in, raises on before its first frame or decodes to no
+    samples has none: ``problem`` says how. One FFmpeg fails on after
+    frames came out is decoded up to there (``ends_early``). Metadata that is not UTF-8
     (Latin-1 BWF ``bext`` fields) does not count: PyAV's strict decoding of
     it is not FFmpeg failing to decode the audio."""
     codec = container = ""
@@ -76,7 +86,7 @@ def full_decode(data: bytes) -> Reference:
             if stream.codec_context is None:
                 return Reference(None, container=container, problem="no decoder for the stream")
             codec, rate = stream.codec_context.name, stream.codec_context.sample_rate
-            audio, rate = decode_first_stream(opened)
+            audio, rate, failure = decode_to_failure(opened)
     except NoSamples as exc:
         return Reference(None, rate, codec, container, problem=str(exc))
     except (av.FFmpegError, ValueError, OSError) as exc:
@@ -84,7 +94,8 @@ def full_decode(data: bytes) -> Reference:
     finally:
         av.logging.set_level(level)
     errors = sorted({message.strip() for level, _, message in logs if level <= av.logging.ERROR})
-    return Reference(audio, rate, codec, container, errors="; ".join(errors)[:120])
+    ends = "" if failure is None else _first_line(failure)
+    return Reference(audio, rate, codec, container, errors="; ".join(errors)[:120], ends_early=ends)
 
 
 def _first_line(exc: BaseException) -> str:

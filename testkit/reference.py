@@ -16,7 +16,13 @@ import numpy as np
 from streamer.formats.ffmpeg import open_input
 from streamer.formats.frames import frame_to_float32
 
-__all__ = ["NoSamples", "decode_first_stream", "full_decode", "full_decode_to_failure"]
+__all__ = [
+    "NoSamples",
+    "decode_first_stream",
+    "decode_to_failure",
+    "full_decode",
+    "full_decode_to_failure",
+]
 
 
 class NoSamples(ValueError):
@@ -31,29 +37,41 @@ def full_decode(data: bytes) -> tuple[np.ndarray, int]:
 
 
 def full_decode_to_failure(data: bytes) -> tuple[np.ndarray, int]:
-    """``full_decode`` of a file whose decode ends early: the frames FFmpeg
-    outputs before its decoder rejects a packet or its demuxer fails (a file
-    cut short mid-packet, damaged bytes); the full decode ends there
-    (docs/decoding.md). A failure before the first frame raises."""
-    frames: list[av.AudioFrame] = []
+    """``full_decode`` of a file whose decode ends early (``decode_to_failure``)."""
     with open_input(io.BytesIO(data)) as container:
-        try:
-            for frame in container.decode(container.streams.audio[0]):
-                frames.append(frame)
-        except av.FFmpegError:
-            if not frames:
-                raise
-    if not sum(f.samples for f in frames):
-        raise NoSamples("decodes to no samples")
-    return np.concatenate([frame_to_float32(f) for f in frames], axis=1), frames[0].sample_rate
+        audio, rate, _ = decode_to_failure(container)
+    return audio, rate
 
 
 def decode_first_stream(container: av.container.InputContainer) -> tuple[np.ndarray, int]:
     """Every sample of an open container's first audio stream, in order, and
     the rate the decoder outputs (the first frame's: a stream header can
-    state HE-AAC's core rate); ``NoSamples`` when it decodes to nothing."""
-    stream = container.streams.audio[0]
-    frames = list(container.decode(stream))
+    state HE-AAC's core rate); ``NoSamples`` when it decodes to nothing, and
+    what FFmpeg raises when it fails on the way."""
+    audio, rate, failure = decode_to_failure(container)
+    if failure is not None:
+        raise failure
+    return audio, rate
+
+
+def decode_to_failure(
+    container: av.container.InputContainer,
+) -> tuple[np.ndarray, int, av.FFmpegError | None]:
+    """``decode_first_stream`` of a stream whose decode may end early: the
+    frames FFmpeg outputs before its decoder rejects a packet or its demuxer
+    fails (a file cut short inside a packet, damaged bytes), where the full
+    decode ends (docs/decoding.md), and that failure (None: none). A
+    failure before the first frame raises."""
+    frames: list[av.AudioFrame] = []
+    failure = None
+    try:
+        for frame in container.decode(container.streams.audio[0]):
+            frames.append(frame)
+    except av.FFmpegError as exc:
+        if not frames:
+            raise
+        failure = exc
     if not sum(f.samples for f in frames):
         raise NoSamples("decodes to no samples")
-    return np.concatenate([frame_to_float32(f) for f in frames], axis=1), frames[0].sample_rate
+    audio = np.concatenate([frame_to_float32(f) for f in frames], axis=1)
+    return audio, frames[0].sample_rate, failure

@@ -19,11 +19,12 @@ from _index_support import (
 )
 
 from streamer import open_dataset
+from streamer.errors import CropError
 from streamer.formats import extract
 from streamer.formats.flac import parse as flac
 from streamer.formats.reader import NoIndex
 from streamer.write.pack import pack
-from testkit.reference import full_decode
+from testkit.reference import full_decode, full_decode_to_failure
 
 
 @pytest.mark.parametrize(
@@ -176,3 +177,40 @@ def test_crops_of_frames_the_native_index_cannot_place_are_the_full_decode(tmp_p
             got = dataset.read_crop(key, start, end)
             np.testing.assert_array_equal(got, full[:, round(start * rate) : round(end * rate)])
     assert dataset.decode_stats.bad_packets == 0
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.9, 0.999])
+def test_a_last_frame_cut_short_ends_the_index_where_the_full_decode_ends(
+    tmp_path: Path, kept: float
+) -> None:
+    """A download or a recording that stopped inside the last frame: FFmpeg's
+    decoder rejects that frame, so the full decode ends before it, and so
+    does the index. Before, the index ran to the frame's end: the check
+    failed, the index was kept "unverified" with the frame reported as
+    damage, and crops over it were its length of silence, counted as a bad
+    packet."""
+    plain = encoded("flac", 44100, 2, seconds=3.0)
+    _, frames = _frames(plain)
+    data = plain[: len(plain) - len(frames[-1]) + round(len(frames[-1]) * kept)]
+    full, rate = full_decode_to_failure(data)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "cut.flac").write_bytes(data)
+    pack(tmp_path / "src", tmp_path / "ds", progress=False)
+    dataset = open_dataset(tmp_path / "ds")
+    index = dataset.seek_index("cut")
+    assert (index.container, index.verdict) == ("flac", "verified")
+    assert index.num_samples == full.shape[1] < decoded_length(plain)
+    assert index.byte_pos[-1] < len(plain) - len(frames[-1])  # no point at the cut frame
+    end = full.shape[1] / rate
+    for start, stop in ((0.0, 0.5), (end - 0.4, end), (end - 0.2, end + 1.0)):
+        got = dataset.read_crop("cut", start, stop)
+        np.testing.assert_array_equal(got, full[:, round(start * rate) : round(stop * rate)])
+    with pytest.raises(CropError, match="past the end of the episode"):
+        dataset.read_crop("cut", end + 0.01, end + 0.5)
+    assert dataset.decode_stats.bad_packets == 0
+
+
+def test_a_whole_last_frame_with_a_tag_after_it_is_indexed_to_its_end() -> None:
+    plain = encoded("flac", 44100, 2, seconds=3.0)
+    index = index_of(plain + b"TAG" + bytes(125))
+    assert index.num_samples == decoded_length(plain)

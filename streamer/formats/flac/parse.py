@@ -5,7 +5,8 @@ encoder delay). Every frame header states its position: a frame number for
 fixed-blocksize streams (position = number x the stream's block size) or a
 sample number for variable-blocksize ones; ``sample_pos`` is that position,
 which is also FFmpeg's packet timestamp. ``num_samples`` runs to the end of
-the last frame found.
+the last frame found, or to its start when FFmpeg's decoder rejects it (a
+file cut short inside its last frame: the full decode ends before it).
 
 The header range is everything before the first frame (``fLaC`` and all
 metadata blocks, cover art included), which is a valid FLAC header as it
@@ -34,7 +35,11 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, NamedTuple
 
+import av
+
 from ...index.table import OK, SeekIndex
+from ..ffmpeg import new_decoder
+from ..packets import padded_packet
 from ..reader import NoIndex, Points, Reader, interval
 
 __all__ = [
@@ -89,6 +94,8 @@ class StreamInfo(NamedTuple):
     channels: int
     bits: int
     total: int
+    #: The block's body as stored: a decoder's extradata.
+    body: bytes = b""
 
 
 class FrameHeader(NamedTuple):
@@ -192,6 +199,7 @@ def streaminfo(body: bytes) -> StreamInfo:
         channels=((packed >> 41) & 7) + 1,
         bits=((packed >> 36) & 31) + 1,
         total=packed & ((1 << 36) - 1),
+        body=bytes(body[:STREAMINFO_SIZE]),
     )
     if not info.sample_rate:
         raise NoIndex("invalid flac streaminfo")
@@ -203,8 +211,10 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     reader = stream if isinstance(stream, Reader) else Reader(stream)
     info, audio_start = metadata(reader)
     points = Points(interval(info.sample_rate, density))
-    end_sample = _scan(reader, audio_start, info, points)
+    end_sample, rejected = _scan(reader, audio_start, info, points)
     sample_pos, byte_pos = points.arrays()
+    if rejected is not None:  # no seek point at a frame that does not decode
+        sample_pos, byte_pos = sample_pos[byte_pos < rejected], byte_pos[byte_pos < rejected]
     first_sample = int(sample_pos[0])
     return SeekIndex(
         status=OK,
@@ -263,8 +273,11 @@ class _Stream:
             )
 
 
-def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
-    """Walk the frames; returns the sample just past the last one."""
+def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> tuple[int, int | None]:
+    """Walk the frames; returns the sample just past the last one FFmpeg
+    decodes, and where the last frame starts when FFmpeg's decoder rejects
+    it (a frame cut short: the data still runs to the end of the blob, as
+    every FLAC index's does, but no crop's samples are in that frame)."""
     reader.seek(start)
     buf, i = reader.window(_MAX_HEADER)
     first = frame_header(buf, i) if buf.startswith((b"\xff\xf8", b"\xff\xf9"), i) else None
@@ -274,6 +287,7 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
     points.add(stream.position(first), start)
     stream.advance(first)
     end_sample = stream.position(first) + first.block
+    last = (start, stream.position(first))  # the last frame's byte and first sample
     position = start + 2
     while True:
         reader.seek(position)
@@ -306,11 +320,30 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> int:
                 )
             stream.check_block(base + j)
             points.add(stream.position(header), base + j)
+            last = (base + j, stream.position(header))
             stream.advance(header)
             end_sample = stream.position(header) + header.block
         if eof:
-            return end_sample
+            if last[0] >= base and not _decodes(info, buf[last[0] - base :]):
+                if last[0] == start:
+                    raise NoIndex("the only flac frame does not decode (cut short?)")
+                return last[1], last[0]
+            return end_sample, None
         position = base + limit
+
+
+def _decodes(info: StreamInfo, last: bytes) -> bool:
+    """Whether FFmpeg's decoder decodes the last frame (``last``: its bytes
+    to the end of the file). One cut short by the file's end (a download
+    that stopped) it rejects, and FFmpeg's decode, the full decode, ends
+    before it: so does the index, or a crop over it would be that frame's
+    length of silence counted as damage, and the index unverified."""
+    decoder = new_decoder("flac")
+    decoder.extradata = info.body
+    try:
+        return bool(decoder.decode(padded_packet(last)))
+    except (av.FFmpegError, ValueError):
+        return False
 
 
 def _confirmed(buf: bytes, j: int, header: FrameHeader, stream: _Stream) -> bool:
