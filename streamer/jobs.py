@@ -380,6 +380,7 @@ def _index_counts(report: IndexReport) -> Counter[str]:
     )
     counts.update({f"index {label}": n for label, n in report.labels.items()})
     counts["index verified with a larger pre-roll"] = report.larger_preroll
+    counts["decode ends early"] = sum(len(keys) for keys in report.ends_early.values())
     counts.update({f"no index: {reason}": n for reason, n in report.reasons.items()})
     return +counts
 

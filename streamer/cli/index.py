@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 def print_index_report(report: IndexReport, done: str = "indexed") -> None:
     """The closing summary: shards, episodes, counts per verdict and per "no index" reason, and
-    the shards that could not be indexed and the episodes whose audio data
-    is damaged, the ``audio_info`` rows that contradict the audio
+    the shards that could not be indexed, the episodes whose audio data
+    is damaged or whose FFmpeg decode ends early, the ``audio_info`` rows that contradict the audio
     (``--verify``), a key the dataset holds twice, and planned shards
     missing (any of them: ``streamer index`` exits 1)."""
     failed = f", {len(report.failed)} failed" if report.failed else ""
@@ -111,6 +111,9 @@ def print_index_report(report: IndexReport, done: str = "indexed") -> None:
         for key, spans in episodes.items():
             ranges = ", ".join(f"[{offset}, {offset + length})" for offset, length in spans)
             print(f"  damaged audio data in shard {name}, key {key!r}: bytes {ranges}")
+    for name, episodes in sorted(report.ends_early.items()):
+        for key, note in episodes.items():
+            print(f"  shard {name}, key {key!r}: {note} (crops are served up to there)")
     for name, episodes in sorted(report.info.items()):
         for key, why in episodes.items():
             print(f"  {INFO_DIR}/{name}, key {key!r}: {why}")

@@ -29,6 +29,7 @@ __all__ = [
     "BLOB_BYTES_COLUMN",
     "CONTENT_COLUMN",
     "CONTENT_TYPE",
+    "ENDS_EARLY",
     "EXACT_FROM",
     "INDEX_COLUMN",
     "INDEX_DIR",
@@ -106,6 +107,11 @@ SPAN_SIZE_COLUMN = "span_size"
 ROW_CRC_COLUMN = "row_crc"
 OK = "ok"
 NO_INDEX = "no index"
+#: How the ``reason`` of an index whose episode FFmpeg's decode ends before
+#: its blob does begins (a file cut short inside a packet, damage): the index
+#: ends there, as the full decode does (docs/seek-index.md); ``streamer index``
+#: and ``inspect`` report such episodes, whose later bytes no crop serves.
+ENDS_EARLY = "FFmpeg's decode ends early"
 #: ``SeekIndex.verdict`` values: what the indexer's own check of the index found.
 UNVERIFIED = "unverified"
 VERIFIED = "verified"
@@ -134,6 +140,8 @@ class SeekIndex:
     """
 
     status: str
+    #: Why there is no index; for an index, "" or a note on the episode
+    #: (``ENDS_EARLY``).
     reason: str = ""
     codec: str = ""
     container: str = ""

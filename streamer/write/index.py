@@ -79,6 +79,7 @@ from ..index.table import (
     BLOB_BYTES_COLUMN,
     CONTENT_COLUMN,
     CONTENT_TYPE,
+    ENDS_EARLY,
     INDEX_COLUMN,
     INDEX_DIR,
     INDEX_REVISION,
@@ -159,6 +160,9 @@ class ShardResult:
     #: found by ``verify_index_shards``; or the first frame or page failing
     #: its own CRC, found when an index check failed: ``decode.verify.check``).
     damaged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: Episodes whose FFmpeg decode ends before their blob does (a file cut
+    #: short, damage): key -> the index's note (``ENDS_EARLY``).
+    ends_early: dict[str, str] = field(default_factory=dict)
     #: Episodes whose ``audio_info`` row contradicts the audio (found by
     #: ``verify_index_shards``): key -> what, and which table is wrong.
     info: dict[str, str] = field(default_factory=dict)
@@ -171,6 +175,8 @@ class ShardResult:
         """The index to store from a check's answer, its damage noted."""
         if checked.damage is not None:
             self.damaged[key] = [checked.damage]
+        if checked.index.ok and checked.index.reason.startswith(ENDS_EARLY):
+            self.ends_early[key] = checked.index.reason
         self.larger_preroll += checked.raised
         return checked.index
 
@@ -213,6 +219,8 @@ class IndexReport:
     larger_preroll: int = 0
     durations: list[tuple[str, float, float]] = field(default_factory=list)
     damaged: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)
+    #: shard -> key -> where FFmpeg's decode ends early (``ShardResult.ends_early``).
+    ends_early: dict[str, dict[str, str]] = field(default_factory=dict)
     #: shard -> key -> how its ``audio_info`` row contradicts the audio (``ShardResult.info``).
     info: dict[str, dict[str, str]] = field(default_factory=dict)
     #: A key in the dataset twice, where (``Dataset.check_keys``): the dataset
@@ -248,6 +256,8 @@ class IndexReport:
     def add(self, result: ShardResult) -> None:
         if result.damaged:
             self.damaged[result.name] = result.damaged
+        if result.ends_early:
+            self.ends_early[result.name] = result.ends_early
         if result.info:
             self.info[result.name] = result.info
         if result.failed:

@@ -23,6 +23,7 @@ from streamer.errors import CropError
 from streamer.formats import extract
 from streamer.formats.flac import parse as flac
 from streamer.formats.reader import NoIndex
+from streamer.index.table import ENDS_EARLY
 from streamer.write.pack import pack
 from testkit.reference import full_decode, full_decode_to_failure
 
@@ -199,6 +200,7 @@ def test_a_last_frame_cut_short_ends_the_index_where_the_full_decode_ends(
     dataset = open_dataset(tmp_path / "ds")
     index = dataset.seek_index("cut")
     assert (index.container, index.verdict) == ("flac", "verified")
+    assert index.reason.startswith(f"{ENDS_EARLY}: its decoder rejects the last flac frame")
     assert index.num_samples == full.shape[1] < decoded_length(plain)
     assert index.byte_pos[-1] < len(plain) - len(frames[-1])  # no point at the cut frame
     end = full.shape[1] / rate

@@ -11,11 +11,12 @@ import pytest
 from _index_support import cli_encode, encoded, packed_dataset
 from helpers import rewrite_index_shard
 
-from streamer import open_dataset
+from streamer import open_dataset, synth
 from streamer.cli import main
 from streamer.cli.index import print_index_report
 from streamer.formats.mp3 import decode as mp3_decode
 from streamer.index.table import (
+    ENDS_EARLY,
     INDEX_DIR,
     NO_INDEX,
     UNVERIFIED,
@@ -23,6 +24,7 @@ from streamer.index.table import (
     IndexReader,
     SeekIndex,
 )
+from streamer.jobs import _index_counts
 from streamer.shard.ipc import Shard
 from streamer.write.index import build_index
 from streamer.write.pack import pack
@@ -154,3 +156,36 @@ def test_only_a_pre_roll_the_check_raised_is_counted_as_larger(
     print_index_report(report)
     out = capsys.readouterr().out
     assert "  verified: 2\n  of them verified with a larger pre-roll: 1\n" in out
+
+
+def test_episodes_whose_decode_ends_early_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Files cut short inside a packet are indexed up to where FFmpeg's decode
+    ends (docs/seek-index.md): ``streamer index`` names each, with where and
+    why, ``inspect`` counts them, a job counts them. (Before, such an ADTS
+    file was counted "no index", a FLAC file reported damaged.)"""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, codec, container in (("adts.aac", "aac", "adts"), ("native.flac", "flac", None)):
+        whole = synth.encode(synth.signal(4.0, 44100, 2, seed=1), 44100, codec, container=container)
+        (src / name).write_bytes(whole[: len(whole) * 2 // 3])
+    (src / "whole.flac").write_bytes(encoded("flac", 22050, 1, seconds=2.0))
+    pack(src, tmp_path / "ds", progress=False, index=False)
+    capsys.readouterr()
+    assert main(["index", str(tmp_path / "ds"), "--no-progress", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "3 episodes: 3 ok, 0 without index" in out
+    lines = [line for line in out.splitlines() if ENDS_EARLY in line]
+    assert len(lines) == 2, out
+    assert any(
+        "key 'adts': " in line and "decoder rejects the packet at byte" in line for line in lines
+    )
+    assert any(
+        "key 'native': " in line and "the last flac frame, at byte" in line for line in lines
+    )
+    assert main(["inspect", str(tmp_path / "ds")]) == 0
+    assert "indexes   decode ends early 2, generic 1, verified 3" in capsys.readouterr().out
+    report = build_index(tmp_path / "ds", progress=False, force=True)
+    assert sum(len(keys) for keys in report.ends_early.values()) == 2
+    assert _index_counts(report)["decode ends early"] == 2

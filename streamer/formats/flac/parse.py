@@ -37,7 +37,7 @@ from typing import BinaryIO, NamedTuple
 
 import av
 
-from ...index.table import OK, SeekIndex
+from ...index.table import ENDS_EARLY, OK, SeekIndex
 from ..ffmpeg import new_decoder
 from ..packets import padded_packet
 from ..reader import NoIndex, Points, Reader, interval
@@ -213,11 +213,14 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     points = Points(interval(info.sample_rate, density))
     end_sample, rejected = _scan(reader, audio_start, info, points)
     sample_pos, byte_pos = points.arrays()
+    note = ""
     if rejected is not None:  # no seek point at a frame that does not decode
         sample_pos, byte_pos = sample_pos[byte_pos < rejected], byte_pos[byte_pos < rejected]
+        note = f"{ENDS_EARLY}: its decoder rejects the last flac frame, at byte {rejected}"
     first_sample = int(sample_pos[0])
     return SeekIndex(
         status=OK,
+        reason=note,
         codec="flac",
         container="flac",
         sample_rate=info.sample_rate,

@@ -50,7 +50,7 @@ from typing import Any, BinaryIO
 import av
 import numpy as np
 
-from ...index.table import SeekIndex
+from ...index.table import ENDS_EARLY, SeekIndex
 from ...storage.files import RangeFile
 from ..ffmpeg import LENGTH_POLICY, open_input
 from ..opus import NO_PACKET, mode_preroll, toc_config
@@ -240,6 +240,7 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
             index = _pass(source, name, density)
             if index.num_samples != early.samples:  # (packets sharing the byte: ASF, Ogg)
                 raise NoIndex(str(early)) from None
+            index = dataclasses.replace(index, reason=f"{ENDS_EARLY}: {early}")
     except av.FFmpegError as exc:
         raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
     try:
