@@ -26,6 +26,7 @@ from streamer.decode.crop import CropRequest, prepare
 from streamer.formats import extract
 from streamer.formats.ffmpeg import LENGTH_POLICY, full_decode_length
 from streamer.formats.job import to_native
+from streamer.index.table import ENDS_EARLY
 from streamer.write.pack import pack
 from testkit.reference import full_decode
 from testkit.video import with_video
@@ -90,6 +91,9 @@ def test_truncated_with_moov_first_keeps_whole_samples() -> None:
     index = index_of(data[:cut])
     assert 0 < len(index.byte_pos) < len(whole.byte_pos)
     assert index.data_end <= cut
+    # Said, for streamer index, pack and inspect to report (docs/seek-index.md).
+    assert whole.reason == ""
+    assert index.reason.startswith(f"{ENDS_EARLY}: the file holds "), index.reason
 
 
 def test_truncated_with_moov_last_has_no_index() -> None:

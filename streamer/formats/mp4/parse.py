@@ -29,7 +29,7 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from ...index.table import OK, SeekIndex
+from ...index.table import ENDS_EARLY, OK, SeekIndex
 from ..ffmpeg import LENGTH_POLICY
 from ..ogg.parse import packet_durations
 from ..opus import DECODED_RATE, NO_PACKET, mode_preroll, toc_config
@@ -204,8 +204,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         padding = end - cut
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
+    cut_short = len(sizes) < listed  # the file ends inside the packets its tables list
     return SeekIndex(
         status=OK,
+        reason=f"{ENDS_EARLY}: the file holds {len(sizes)} of its track's {listed} packets"
+        if cut_short
+        else "",
         codec=entry.codec,
         container="mp4",
         # The sample entry's 16.16 rate cannot say 96 kHz; audio timescales are the rate.
