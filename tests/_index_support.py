@@ -6,7 +6,6 @@ positions and timestamps, and the length of its full decode.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shutil
@@ -24,9 +23,7 @@ import pytest
 from streamer import open_dataset, synth
 from streamer.dataset import Dataset
 from streamer.formats import extract
-from streamer.formats.ffmpeg import open_input
 from streamer.formats.flac.parse import crc8
-from streamer.formats.frames import frame_to_float32
 from streamer.formats.ogg import pages as ogg
 from streamer.formats.reader import Reader
 from streamer.index import SeekIndex
@@ -106,17 +103,6 @@ def first_packet_per_position(data: bytes) -> dict[int, int]:
 def decoded_length(data: bytes) -> int:
     with av.open(io.BytesIO(data)) as container:
         return sum(frame.samples for frame in container.decode(audio=0))
-
-
-def decoded_until_rejected(data: bytes) -> np.ndarray:
-    """The full decode of a file whose stream holds bytes FFmpeg's decoder
-    rejects (docs/decoding.md): every sample out before the first rejected
-    packet, float32 ``(channels, samples)``."""
-    frames = []
-    with open_input(io.BytesIO(data)) as container, contextlib.suppress(av.FFmpegError):
-        for frame in container.decode(container.streams.audio[0]):
-            frames.append(frame)
-    return np.concatenate([frame_to_float32(f) for f in frames], axis=1)
 
 
 def flac_crc16(data: bytes) -> int:

@@ -19,7 +19,7 @@ import av
 import numpy as np
 import pytest
 import soxr
-from _index_support import cli_encode, decoded_until_rejected, encoded, wav_bytes
+from _index_support import cli_encode, encoded, wav_bytes
 from _ogg_layout import Stream, joined, paginate, split
 
 from streamer.decode import verify
@@ -34,7 +34,7 @@ from streamer.index.table import NO_INDEX, UNVERIFIED, VERIFIED, SeekIndex
 from streamer.shard.blob import BlobHandle
 from streamer.storage.local import MemoryReader
 from testkit.corpus_manifest import corpus_dir
-from testkit.reference import decode_first_stream, full_decode
+from testkit.reference import decode_first_stream, full_decode, full_decode_to_failure
 from tests.decode.test_odd_episodes import _encode
 
 LONG = verify.FULL_DECODE_SECONDS + 4.0
@@ -437,7 +437,7 @@ def test_a_long_mp3_with_bytes_inside_its_stream_ends_where_ffmpegs_decode_does(
     FFmpeg's decode (a frame off against FFmpeg's output after the gap).
     Short files failed the full-length check; long ones were served."""
     data = _with_gap(gap)
-    want = decoded_until_rejected(data)
+    want = full_decode_to_failure(data)[0]
     checked = verify.verify_index(episode(data))
     assert checked.ok and checked.verdict == VERIFIED, checked.reason
     assert checked.num_samples == want.shape[1]
@@ -468,7 +468,7 @@ def test_a_long_vob_is_verified_though_a_seek_lands_inside_a_frame(codec: str, l
 def _assert_served_as_ffmpeg_decodes_it(data: bytes) -> None:
     """The index ``streamer index`` keeps for a damaged file passes its check,
     is as long as FFmpeg's decode and serves crops after the damage exactly."""
-    want = decoded_until_rejected(data)
+    want = full_decode_to_failure(data)[0]
     blob = BlobHandle(MemoryReader(data), 0, len(data), shard="s", key="k")
     checked = verify.choose_index(blob, key="k").index
     assert checked.ok and checked.verdict == VERIFIED, checked.reason

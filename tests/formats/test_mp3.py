@@ -11,7 +11,6 @@ from _index_support import (
     assert_points_are_packets,
     cli_encode,
     decoded_length,
-    decoded_until_rejected,
     encode_with_pts,
     encoded,
     first_packet_per_position,
@@ -20,6 +19,8 @@ from _index_support import (
 
 from streamer.formats import extract
 from streamer.formats.mp3 import parse as mp3
+from streamer.index.table import ENDS_EARLY
+from testkit.reference import full_decode_to_failure
 
 
 @pytest.mark.parametrize(
@@ -93,12 +94,38 @@ def test_garbage_in_the_middle_ends_the_stream_as_ffmpegs_decode_does() -> None:
     np.testing.assert_array_equal(index.sample_pos, clean.sample_pos[:40])
     np.testing.assert_array_equal(index.byte_pos, clean.byte_pos[:40])
     assert index.data_end == cut and index.num_samples == 40 * 1152 - index.first_sample
-    assert decoded_until_rejected(data).shape[1] == 40 * 1152 - index.first_sample
+    assert full_decode_to_failure(data)[0].shape[1] == 40 * 1152 - index.first_sample
     before = first_packet_per_position(data[:cut])
     assert all(
         before[p] == s
         for p, s in zip(index.byte_pos.tolist(), index.sample_pos.tolist(), strict=True)
     )
+    # The frames after it are audio no crop reaches: said, for the reports.
+    assert index.reason == (
+        f"{ENDS_EARLY}: bytes at {cut} are no mpeg audio frame, and frames follow from "
+        f"byte {data.index(plain[cut : cut + 64], cut)}"
+    )
+
+
+def test_files_joined_with_their_tags_end_at_the_second_files_tag() -> None:
+    """``cat a.mp3 b.mp3`` of files with ID3v2 tags: FFmpeg's decoder rejects
+    the packet its parser makes of the second tag, so the full decode (and
+    the index) ends with the first file; the index says that frames follow."""
+    plain = encoded("mp3", 44100, 2, seconds=2.0)
+    tagged = _id3v2(2000) + plain
+    index = index_of(tagged + tagged)
+    # (the first file's LAME padding is not trimmed: FFmpeg trims it at the stream's end only)
+    assert index.num_samples == full_decode_to_failure(tagged + tagged)[0].shape[1]
+    assert index.reason.startswith(f"{ENDS_EARLY}: bytes at {len(tagged)} are no mpeg audio")
+
+
+def test_bytes_after_the_last_frame_are_no_early_end() -> None:
+    """Tags or junk after the audio end FFmpeg's decode too, with no audio
+    lost: nothing to say."""
+    plain = encoded("mp3", 44100, 2, seconds=2.0)
+    junk = np.random.default_rng(2).integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    for data in (plain + junk, plain + b"APETAGEX" + bytes(24) + b"TAG" + bytes(125)):
+        assert index_of(data).reason == ""
 
 
 def test_zero_bytes_in_the_middle_are_passed_over_as_ffmpeg_does() -> None:
@@ -111,7 +138,7 @@ def test_zero_bytes_in_the_middle_are_passed_over_as_ffmpeg_does() -> None:
     np.testing.assert_array_equal(index.byte_pos, shifted)
     assert index.num_samples == clean.num_samples
     assert (
-        decoded_until_rejected(plain[:cut] + bytes(3000) + plain[cut:]).shape[1]
+        full_decode_to_failure(plain[:cut] + bytes(3000) + plain[cut:])[0].shape[1]
         == clean.num_samples
     )
 

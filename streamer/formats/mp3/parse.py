@@ -33,7 +33,7 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from ...index.table import OK, SeekIndex
+from ...index.table import ENDS_EARLY, OK, SeekIndex
 from ..base import TailSplice
 from ..reader import NoIndex, Points, Reader, interval
 
@@ -142,8 +142,13 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     scan = _scan(reader, start, first_header & _SAME_HEADER, first, points)
     sample_pos, byte_pos = points.arrays()
     first_sample, end = _gapless(tag, reader.length() - tags_end - 4, scan.frames, first.samples)
+    lost = scan.resumes is not None  # (files joined with their ID3v2 tags, damage)
     return SeekIndex(
         status=OK,
+        reason=f"{ENDS_EARLY}: bytes at {scan.data_end} are no mpeg audio frame, and frames "
+        f"follow from byte {scan.resumes}"
+        if lost
+        else "",
         codec=f"mp{first.layer}",
         container="mp3",
         sample_rate=first.sample_rate,
@@ -306,6 +311,9 @@ class _Scan(NamedTuple):
     frames: int  # audio frames
     data_end: int  # end of the last one
     preroll: int  # frames to decode before any frame for its output to be exact
+    #: Where frames begin again after the bytes that ended the walk (None:
+    #: none do): audio the full decode does not reach (``ENDS_EARLY``).
+    resumes: int | None = None
 
 
 def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points) -> _Scan:
@@ -358,7 +366,9 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
             if _sync(reader, after, same) == after:
                 position = after
                 continue
-        elif not eof:
+            resumes = _sync(reader, after, same, paired=True)
+            return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1, resumes)
+        if not eof:
             position = base + i
             continue
         return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1)
