@@ -119,6 +119,20 @@ def test_files_joined_with_their_tags_end_at_the_second_files_tag() -> None:
     assert index.reason.startswith(f"{ENDS_EARLY}: bytes at {len(tagged)} are no mpeg audio")
 
 
+def test_frames_far_after_junk_are_found_without_reading_back() -> None:
+    """Junk longer than the reader's buffer (5 MB, no 0xff): the search for
+    frames after it goes on from where the first search stopped. (Searching
+    again from the junk's start read back past the buffer: a ValueError,
+    and the file lost its index as "malformed mp3 data".)"""
+    plain = encoded("mp3", 44100, 2, seconds=2.0)
+    junk = np.random.default_rng(3).integers(0, 255, 5_000_000, dtype=np.uint8).tobytes()
+    index = index_of(plain + junk + plain)
+    assert index.ok and index.num_samples == index_of(plain + junk).num_samples
+    follows = int(index.reason.rsplit(" ", 1)[1])  # at the second copy's first frame
+    assert len(plain) + len(junk) < follows < len(plain) + len(junk) + 1000, index.reason
+    assert index_of(plain + junk).reason == ""
+
+
 def test_bytes_after_the_last_frame_are_no_early_end() -> None:
     """Tags or junk after the audio end FFmpeg's decode too, with no audio
     lost: nothing to say."""

@@ -363,10 +363,13 @@ def _scan(reader: Reader, position: int, same: int, first: Frame, points: Points
             # frames after it ends the full decode: its parser makes packets
             # of those bytes and its decoder rejects them (docs/decoding.md).
             after = _past_zeros(reader, base + i)
-            if _sync(reader, after, same) == after:
+            found = _sync(reader, after, same)
+            if found == after:
                 position = after
                 continue
-            resumes = _sync(reader, after, same, paired=True)
+            # Frames after those bytes (a pair, searched on from the first
+            # candidate: the reader does not go back) are audio the decode loses.
+            resumes = None if found is None else _sync(reader, found, same, paired=True)
             return _Scan(frames, data_end, _reservoir_need(heads) if keep else 1, resumes)
         if not eof:
             position = base + i
