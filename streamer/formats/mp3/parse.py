@@ -142,13 +142,15 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
     scan = _scan(reader, start, first_header & _SAME_HEADER, first, points)
     sample_pos, byte_pos = points.arrays()
     first_sample, end = _gapless(tag, reader.length() - tags_end - 4, scan.frames, first.samples)
-    lost = scan.resumes is not None  # (files joined with their ID3v2 tags, damage)
+    note = ""
+    if scan.resumes is not None:  # audio the decode loses (files joined with their tags, damage)
+        note = (
+            f"{ENDS_EARLY}: bytes at {scan.data_end} are no mpeg audio frame, "
+            f"and frames follow from byte {scan.resumes}"
+        )
     return SeekIndex(
         status=OK,
-        reason=f"{ENDS_EARLY}: bytes at {scan.data_end} are no mpeg audio frame, and frames "
-        f"follow from byte {scan.resumes}"
-        if lost
-        else "",
+        reason=note,
         codec=f"mp{first.layer}",
         container="mp3",
         sample_rate=first.sample_rate,

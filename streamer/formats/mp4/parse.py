@@ -204,12 +204,12 @@ def parse(stream: BinaryIO | Reader, *, density: float = 1.0) -> SeekIndex:
         padding = end - cut
     num_samples = max(0, end - first_sample)
     keep = thin(times[:-1], interval(timescale, density))
-    cut_short = len(sizes) < listed  # the file ends inside the packets its tables list
+    note = ""
+    if len(sizes) < listed:  # the file ends inside the packets its tables list
+        note = f"{ENDS_EARLY}: the file holds {len(sizes)} of its track's {listed} packets"
     return SeekIndex(
         status=OK,
-        reason=f"{ENDS_EARLY}: the file holds {len(sizes)} of its track's {listed} packets"
-        if cut_short
-        else "",
+        reason=note,
         codec=entry.codec,
         container="mp4",
         # The sample entry's 16.16 rate cannot say 96 kHz; audio timescales are the rate.
