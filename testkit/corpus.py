@@ -69,9 +69,9 @@ def full_decode(data: bytes) -> Reference:
     """The full decode (docs/decoding.md). A file FFmpeg cannot open, has no
     audio stream in, raises on before its first frame or decodes to no
     samples has none: ``problem`` says how. One FFmpeg fails on after
-    frames came out is decoded up to there (``ends_early``). Metadata that is not UTF-8
-    (Latin-1 BWF ``bext`` fields) does not count: PyAV's strict decoding of
-    it is not FFmpeg failing to decode the audio."""
+    frames came out is decoded up to there (``ends_early``). Metadata that
+    is not UTF-8 (Latin-1 BWF ``bext`` fields) does not count: PyAV's
+    strict decoding of it is not FFmpeg failing to decode the audio."""
     codec = container = ""
     rate = 0
     level = av.logging.get_level()

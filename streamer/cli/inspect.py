@@ -18,7 +18,7 @@ from ..dataset.dataset import INFO_DIR
 from ..decode.verify import countable
 from ..errors import DataError, LayoutError, ShardError
 from ..index.checks import stale_build
-from ..index.table import ENDS_EARLY, INDEX_DIR, IndexReader, SeekIndex
+from ..index.table import INDEX_DIR, IndexReader, SeekIndex
 from ..write.durations import DURATION, is_numeric
 from ..write.index import index_label, is_generic
 from ._options import add_url_arguments, storage_options
@@ -225,7 +225,7 @@ def _columns(dataset: Dataset, column_dir: str) -> dict[str, str]:
 
 def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
     """Stored indexes counted: verified, unverified, generic (FFmpeg's packet
-    index), those of episodes whose FFmpeg decode ends early (``ENDS_EARLY``),
+    index), those of episodes whose FFmpeg decode ends early (``SeekIndex.ends_early``),
     and "no index" per reason (as stored, and the rows an older
     builder stored that are not served, ``checks.stale_build``; the
     open-time checks may demote more, counted by a crop's
@@ -251,7 +251,7 @@ def _indexes(dataset: Dataset) -> tuple[dict[str, int], dict[str, int], int]:
                 index = SeekIndex.unavailable(stale, index.container)
             labels[index_label(index)] += 1
             labels["generic"] += is_generic(index)
-            labels["decode ends early"] += index.ok and index.reason.startswith(ENDS_EARLY)
+            labels["decode ends early"] += index.ends_early
             spans += bool(len(index.span_crc))
             if not index.ok:
                 reasons[countable(index.reason)] += 1

@@ -206,6 +206,12 @@ class SeekIndex:
         """The "no index" record: the episode stays readable by a full decode."""
         return cls(status=NO_INDEX, reason=reason, container=container)
 
+    @property
+    def ends_early(self) -> bool:
+        """Whether it is an index of an episode whose FFmpeg decode ends
+        before its blob does (its ``reason`` is the note, ``ENDS_EARLY``)."""
+        return self.ok and self.reason.startswith(ENDS_EARLY)
+
     def __repr__(self) -> str:
         if not self.ok:
             return f"SeekIndex({self.status}: {self.reason!r}, container={self.container!r})"

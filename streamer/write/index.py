@@ -79,7 +79,6 @@ from ..index.table import (
     BLOB_BYTES_COLUMN,
     CONTENT_COLUMN,
     CONTENT_TYPE,
-    ENDS_EARLY,
     INDEX_COLUMN,
     INDEX_DIR,
     INDEX_REVISION,
@@ -175,7 +174,7 @@ class ShardResult:
         """The index to store from a check's answer, its damage noted."""
         if checked.damage is not None:
             self.damaged[key] = [checked.damage]
-        if checked.index.ok and checked.index.reason.startswith(ENDS_EARLY):
+        if checked.index.ends_early:
             self.ends_early[key] = checked.index.reason
         self.larger_preroll += checked.raised
         return checked.index

@@ -159,9 +159,8 @@ def decode(
         if name in SPLICED:
             container = open_spliced(fetched.header, bytes(fetched.data), name)
         else:
-            length = min(
-                index.data_end, context.episode.blob.length
-            )  # (a decode that ends early: parse)
+            # The file as indexed: it ends at ``data_end`` where FFmpeg's decode ends early (parse).
+            length = min(index.data_end, context.episode.blob.length)
             source = _PlannedFile(length, fetched.pieces, context, start)
             container = open_demuxer(source, name)
     with container:

@@ -230,23 +230,33 @@ def parse(reader: Reader, *, density: float) -> SeekIndex:
     except av.FFmpegError:
         raise NoIndex("unknown container") from None
     try:
-        try:
-            index = _pass(source, name, density)
-        except _EndsEarly as early:
-            # Indexed again as a file that ends there, as its full decode
-            # does: header reads, seek points and the measures after a
-            # seek all see that end (one that ends early again has no index).
-            source = _Recording(stream, early.at)
-            index = _pass(source, name, density)
-            if index.num_samples != early.samples:  # (packets sharing the byte: ASF, Ogg)
-                raise NoIndex(str(early)) from None
-            index = dataclasses.replace(index, reason=f"{ENDS_EARLY}: {early}")
+        index, source = _pass_to_the_end(stream, source, name, density)
     except av.FFmpegError as exc:
         raise NoIndex(f"FFmpeg cannot read it ({type(exc).__name__})") from None
     try:
         return _with_seek_loss(index, source, name)
     except av.FFmpegError as exc:
         raise NoIndex(f"{name}: decoding after a seek fails ({type(exc).__name__})") from None
+
+
+def _pass_to_the_end(
+    stream: BinaryIO, source: _Recording, name: str, density: float
+) -> tuple[SeekIndex, _Recording]:
+    """``_pass``, and the source it ran over: where FFmpeg's decode ends early
+    (``_EndsEarly``), the pass runs again over the file as if it ended there,
+    as its full decode does, so that header reads, seek points and the
+    measures after a seek all see that end; the index's reason notes it.
+    One that ends early again, or whose cut file decodes to other than the
+    samples counted before the failure (packets sharing the cut's byte:
+    ASF), has no index."""
+    try:
+        return _pass(source, name, density), source
+    except _EndsEarly as early:
+        cut = _Recording(stream, early.at)
+        index = _pass(cut, name, density)
+        if index.num_samples != early.samples:
+            raise NoIndex(str(early)) from None
+        return dataclasses.replace(index, reason=f"{ENDS_EARLY}: {early}"), cut
 
 
 def _pass(source: _Recording, name: str, density: float) -> SeekIndex:
