@@ -28,6 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import av
@@ -280,10 +281,18 @@ def _small(header: tuple[tuple[int, int], ...]) -> bool:
     return 0 < sum(length for _, length in header) <= SMALL_HEADER
 
 
-def fetch(job: CropJob) -> Fetched:
-    """The planned bytes but the deferred ones (zero-copy views for local shards)."""
+def fetch(job: CropJob, *, copy: bool = False) -> Fetched:
+    """The planned bytes but the deferred ones: for local shards zero-copy
+    views of the memory map, or, with ``copy``, copies of them.
+
+    A process decoding for itself (``workers=0``, ``Dataset.crop``) copies:
+    the reader has just checked that the file still holds the bytes, and
+    the decode then never touches the mapping, where a file truncated in
+    place meanwhile would kill it with SIGBUS, no exception. A decode
+    worker reads the views: such a fault kills the worker, which the pool
+    replaces, and the crop's retry meets the reader's check."""
     with record("fetch"):
-        return Fetched(_at(job.upfront, job.episode.blob.read_ranges(job.upfront)))
+        return Fetched(_at(job.upfront, _read(job, job.upfront, copy)))
 
 
 async def afetch(job: CropJob, *, with_deferred: bool = False) -> Fetched:
@@ -300,9 +309,16 @@ async def afetch(job: CropJob, *, with_deferred: bool = False) -> Fetched:
     return Fetched(tuple(p for p in pieces if (p[0], len(p[1])) not in job.deferred))
 
 
-def read_deferred(job: CropJob) -> Pieces:
-    """The job's deferred ranges, read from its blob."""
-    return _at(job.deferred, job.episode.blob.read_ranges(job.deferred))
+def read_deferred(job: CropJob, *, copy: bool = False) -> Pieces:
+    """The job's deferred ranges, read from its blob (``copy``: as ``fetch``)."""
+    return _at(job.deferred, _read(job, job.deferred, copy))
+
+
+def _read(job: CropJob, ranges: Ranges, copy: bool) -> list[memoryview]:
+    views = job.episode.blob.read_ranges(ranges)
+    if copy and job.episode.blob.reader.mapped:
+        return [memoryview(bytes(view)) for view in views]
+    return views
 
 
 def _at(ranges: Ranges, views: list[memoryview]) -> Pieces:
@@ -561,12 +577,14 @@ def decode_fallback(job: CropJob, stats: DecodeStats) -> Crop:
 
 
 def read_crop(episode: Episode, request: CropRequest, stats: DecodeStats | None = None) -> Crop:
-    """Decode one crop: ``prepare``, ``fetch`` and ``decode_job`` in a row."""
+    """Decode one crop in this process: ``prepare``, ``fetch`` (copying mapped
+    bytes) and ``decode_job`` in a row."""
     stats = stats if stats is not None else DecodeStats()
     job = prepare(episode, request)
     if job.plan is None:
         return decode_fallback(job, stats)
-    return decode_job(job, fetch(job), stats)
+    deferred = partial(read_deferred, job, copy=True)
+    return decode_job(job, fetch(job, copy=True), stats, held_back=deferred)
 
 
 def _format(episode: Episode, index: SeekIndex) -> Format:

@@ -191,7 +191,7 @@ def _attempt_all(
         if thread.stopping.is_set():
             break
         thread.doing = _crop_name(task.job)
-        done.append(attempt(task))
+        done.append(attempt(task, copy=True))
         thread.doing = ""
         end_if_store_gave_up(done[-1][0])
     return done
@@ -442,7 +442,7 @@ class Run:
                     continue
                 # The task reads its bytes itself: a failed read is the crop's failure.
                 thread.doing = _crop_name(job)
-                result, decoded = attempt(Task(job))
+                result, decoded = attempt(Task(job), copy=True)
                 thread.doing = ""
                 done.append((result, decoded, job.nbytes if is_mapped(job) else 0))
             return done

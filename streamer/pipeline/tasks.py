@@ -18,6 +18,7 @@ import logging
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from mmap import mmap
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch
+from ..decode.crop import Crop, CropJob, decode_fallback, decode_job, fetch, read_deferred
 from ..errors import StorageError, StreamerError, WorkerError
 from ..formats.job import DecodeStats, Fetched, Pieces
 from ..storage.retry import StoreUnavailable
@@ -152,27 +153,34 @@ def _failure(
 ASK_HELD_BACK = "held-back"
 
 
-def run(task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None) -> Crop:
+def run(
+    task: Task, stats: DecodeStats, ask: Callable[[], Pieces] | None = None, *, copy: bool = False
+) -> Crop:
     """Decode the task's crop (reading a local shard's planned bytes from the
-    mapping). The deferred ranges of shipped bytes come from ``ask()`` (the
-    parent) when given, else from the blob."""
+    mapping, or copies of them with ``copy``: the in-process decode, which
+    a fault in the mapping would kill, ``decode.crop.fetch``). The deferred
+    ranges of shipped bytes come from ``ask()`` (the parent) when given,
+    else from the blob."""
     job = task.job
     if job.plan is None:
         return decode_fallback(job, stats)
     # A crop bound for shared memory is copied there: no contiguous copy before.
     contiguous = task.region is None
     if task.fetched is None:
-        return decode_job(job, fetch(job), stats, contiguous=contiguous)
+        deferred = partial(read_deferred, job, copy=copy)
+        return decode_job(
+            job, fetch(job, copy=copy), stats, held_back=deferred, contiguous=contiguous
+        )
     return decode_job(job, task.fetched, stats, held_back=ask, contiguous=contiguous)
 
 
 def attempt(
-    task: Task, ask: Callable[[], Pieces] | None = None
+    task: Task, ask: Callable[[], Pieces] | None = None, *, copy: bool = False
 ) -> tuple[Crop | Failure, DecodeStats]:
     """``run``, with any failure turned into a ``Failure`` (a bad crop must not end a worker)."""
     stats = DecodeStats()
     try:
-        return run(task, stats, ask), stats
+        return run(task, stats, ask, copy=copy), stats
     except Exception as exc:
         return failure_of(exc, task.job.request.key, task.job.episode.shard), stats
 

@@ -14,7 +14,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -86,6 +86,9 @@ class LocalFileReader(MemoryReader):
             # which a dataset listing one never has: only a file is mapped.
             if not stat.S_ISREG(os.stat(path).st_mode):
                 raise OSError(errno.EINVAL, "not a regular file")
+            # Opened before the mapping, so that it is the mapped file (or,
+            # renamed over in between, an older one), never a newer one.
+            self._file = open(path, "rb")  # noqa: SIM115 (lives as long as the mapping)
             self.mapping = pa.memory_map(_arrow_path(path), "r")
         except FileNotFoundError as exc:
             raise NotFound(f"cannot map {path}: {exc}") from exc
@@ -93,6 +96,33 @@ class LocalFileReader(MemoryReader):
             raise StorageError(f"cannot map {path}: {exc}") from exc
         self.path = path
         super().__init__(_whole(self.mapping), url=path)
+
+    def read_sync(self, offset: int, length: int) -> memoryview:
+        view = super().read_sync(offset, length)
+        self._check_still_there(offset, offset + length)
+        return view
+
+    def read_many_sync(self, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        views = [super(LocalFileReader, self).read_sync(o, n) for o, n in ranges]
+        if ranges:
+            self._check_still_there(min(o for o, _ in ranges), max(o + n for o, n in ranges))
+        return views
+
+    def _check_still_there(self, start: int, end: int) -> None:
+        """Raise ``StorageError`` when the file no longer holds ``[start, end)``.
+
+        A file truncated in place after it was mapped (``truncate``, ``rsync
+        --inplace``; not a copy renamed over it, which leaves the mapping
+        whole) faults on the pages it lost: SIGBUS, which kills the process
+        touching them with no exception. Its current size (one ``fstat``)
+        turns that into this crop's error before anything touches them."""
+        size = os.fstat(self._file.fileno()).st_size
+        if end > size:
+            raise StorageError(
+                f"range [{start}, {end}) is past the end of {self.path}, which shrank from "
+                f"{len(self.view)} to {size} bytes since it was opened (truncated or rewritten "
+                "in place: replace a shard by renaming a complete copy over it)"
+            )
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
         # A mapping cannot be pickled; a worker process maps the file itself, once.

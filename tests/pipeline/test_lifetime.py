@@ -356,14 +356,14 @@ class _SlowCrops:
         self.started = self.finished = 0
         self.second = threading.Event()
 
-    def __call__(self, task: Any) -> Any:
+    def __call__(self, task: Any, **options: Any) -> Any:
         self.threads.add(threading.current_thread())
         self.started += 1
         if self.started == 2:
             self.second.set()
         try:
             time.sleep(self.seconds)
-            return self._attempt(task)
+            return self._attempt(task, **options)
         finally:
             self.finished += 1
 
