@@ -1,7 +1,8 @@
 """S3-compatible object stores (AWS, Backblaze B2, MinIO, R2, ...).
 
 ``s3://bucket/key``. The endpoint comes from the ``endpoint_url`` option
-(``--endpoint-url``), else ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``;
+(``--endpoint-url``), else ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``,
+else the profile's in the AWS config file (as botocore resolves them);
 credentials and region from the options or the standard AWS chain
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_DEFAULT_REGION``, ``~/.aws``). ``b2://bucket/key`` is the same store
@@ -64,10 +65,12 @@ from typing import Any
 
 import aiohttp
 import botocore.exceptions
+import botocore.session
 import yarl
 from aiobotocore.session import get_session
 from botocore import UNSIGNED
 from botocore.config import Config
+from botocore.configprovider import ConfiguredEndpointProvider
 
 from ..errors import StorageError, UnsupportedURLError
 from ._urls import redact, register_secret, safe_url
@@ -204,24 +207,34 @@ class S3Store(RangeGetStore):
 
     @classmethod
     def canonical_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """The remote options, with the endpoint the environment names (when
-        the options name none) as the ``endpoint_url`` option: stores are
-        shared per canonical options, so a process whose environment names
-        another endpoint later (a job runner reusing a process) gets a store
-        of that endpoint, not the first one's."""
+        """The remote options, with the profile the environment names
+        (``AWS_PROFILE``) as the ``profile`` option and the endpoint botocore
+        will use (when the options name none: ``_configured_endpoint``) as
+        the ``endpoint_url`` option. Stores are shared per canonical options
+        and keep their disk-cache entries apart by endpoint
+        (``cache_namespace``): a process whose environment names another
+        profile or endpoint later (a job runner reusing a process) gets a
+        store of that one, and two servers named by profiles never share
+        cached bytes (they did: a profile's endpoint was invisible here, and
+        one server's blocks were served for the other's, without a request)."""
         canonical = super().canonical_options(options)
+        profile = canonical.get("profile") or os.environ.get("AWS_PROFILE")
+        if profile:
+            canonical["profile"] = profile
         if not canonical.get("endpoint_url") and not canonical.get("client_kwargs", {}).get(
             "endpoint_url"
         ):
             canonical.pop("endpoint_url", None)
-            endpoint = cls._endpoint_from_env()
+            endpoint = cls._configured_endpoint(profile)
             if endpoint:
                 canonical["endpoint_url"] = endpoint
         return canonical
 
     @classmethod
-    def _endpoint_from_env(cls) -> str | None:
-        return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    def _configured_endpoint(cls, profile: str | None) -> str | None:
+        """The endpoint botocore configures itself (``_botocore_endpoint``)."""
+        settings = tuple(os.environ.get(name) for name in _ENDPOINT_SETTINGS)
+        return _botocore_endpoint(profile, settings)
 
     def display(self, path: str) -> str:
         return f"{self.scheme}://{path}"
@@ -536,14 +549,48 @@ class B2Store(S3Store):
         return {**super()._default_config(), "request_checksum_calculation": "when_required"}
 
     @classmethod
-    def _endpoint_from_env(cls) -> str | None:
-        endpoint = os.environ.get("B2_ENDPOINT_URL") or super()._endpoint_from_env()
+    def _configured_endpoint(cls, profile: str | None) -> str | None:
+        endpoint = os.environ.get("B2_ENDPOINT_URL") or super()._configured_endpoint(profile)
         if not endpoint:
             raise StorageError(
                 "b2:// needs the bucket's S3 endpoint (e.g. https://s3.<region>.backblazeb2.com): "
                 "pass endpoint_url=... (CLI: --endpoint-url) or set B2_ENDPOINT_URL"
             )
         return endpoint
+
+
+#: The environment variables that decide which endpoint botocore configures.
+_ENDPOINT_SETTINGS = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+    "AWS_CONFIG_FILE",
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _botocore_endpoint(profile: str | None, settings: tuple[str | None, ...]) -> str | None:
+    """The endpoint botocore resolves for S3 under ``profile``:
+    ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``, then the profile's
+    ``services`` section or ``endpoint_url`` in the AWS config file; None for
+    AWS's own (or when configured endpoints are ignored, or the profile does
+    not exist: connecting says so). Kept per profile and ``settings`` (the
+    values of ``_ENDPOINT_SETTINGS``): a botocore session costs about 20 ms,
+    and a store is rebuilt from its options in every process it is sent to
+    (an edit of the config file is seen by the next process)."""
+    del settings  # a cache key only: botocore reads the environment itself
+    session = botocore.session.Session(profile=profile)
+    try:
+        if session.get_config_variable("ignore_configured_endpoint_urls"):
+            return None
+        provider = ConfiguredEndpointProvider(
+            full_config=session.full_config,
+            scoped_config=session.get_scoped_config(),
+            client_name="s3",
+        )
+        return provider.provide()
+    except botocore.exceptions.ProfileNotFound:
+        return None
 
 
 class _Clients:

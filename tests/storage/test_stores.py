@@ -20,6 +20,7 @@ from streamer.errors import StorageError
 from streamer.storage import LocalStore, open_url
 from streamer.storage.fsspec import FsspecStore
 from streamer.storage.http import HTTPStore
+from streamer.storage.loop import run_sync
 from streamer.storage.s3 import B2Store, S3Store
 from testkit.servers import LoopbackServer, file_handler, proxy_handler
 
@@ -127,6 +128,54 @@ def test_a_changed_endpoint_variable_gives_a_store_of_the_new_endpoint(  # type:
         # An endpoint given as an option wins over the environment, as before.
         chosen, _ = open_url(url, endpoint_url=other.url, **credentials)
         assert chosen is second
+    finally:
+        other.stop()
+
+
+@pytest.mark.parametrize("named_by", ["option", "AWS_PROFILE"])
+def test_servers_named_by_profiles_get_stores_and_cache_entries_of_their_own(  # type: ignore[no-untyped-def]
+    s3, s3_uploaded, moto_endpoint, monkeypatch, tmp_path, named_by
+) -> None:
+    """An endpoint set in the AWS config file (a profile's ``endpoint_url``)
+    is the store's, as one given as an option: two profiles naming two
+    servers get two stores, whose disk-cache entries stay apart. Before, both
+    were ``s3://``: the second server's reads were answered from the first
+    one's cached blocks without a request (another server's bytes under the
+    same bucket and key), and one process switching ``AWS_PROFILE`` kept the
+    first profile's store."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    other = LoopbackServer(proxy_handler(moto_endpoint)).start()
+    try:
+        config = tmp_path / "config"
+        config.write_text(
+            "".join(
+                f"[profile {name}]\nendpoint_url = {server.url}\nregion = us-east-1\n"
+                for name, server in (("first", s3), ("second", other))
+            )
+        )
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+        options = {"key": "test-key-id", "secret": SECRET, "cache_dir": str(tmp_path / "cache")}
+        url = f"s3://{s3_uploaded}/random.bin"
+
+        def store_of(profile: str) -> S3Store:
+            if named_by == "option":
+                return open_url(url, profile=profile, **options)[0]
+            monkeypatch.setenv("AWS_PROFILE", profile)
+            return open_url(url, **options)[0]
+
+        first, second = store_of("first"), store_of("second")
+        assert second is not first
+        assert (first.url, second.url) == (f"s3:// at {s3.url}", f"s3:// at {other.url}")
+        assert first.cache_namespace() != second.cache_namespace()
+        path = f"{s3_uploaded}/random.bin"
+        s3.reset()
+        expected = first.reader(path).read_sync(0, 10)
+        run_sync(first.drain())  # its disk writes done
+        second.clear_memory_cache()
+        assert second.reader(path).read_sync(0, 10) == expected
+        assert len(s3.ranged()) == len(other.ranged()) == 1
+        assert store_of("first") is first
     finally:
         other.stop()
 
