@@ -499,15 +499,40 @@ def _query_values(url: str) -> list[str]:
 
 def _network_error(url: str, exc: BaseException) -> Exception:
     """What a failure below HTTP means: retry it (``TransientError``), except a
-    URL aiohttp cannot request and a certificate that does not verify,
-    which no retry mends (they would cost the whole time budget)."""
+    URL aiohttp cannot request and a TLS connection that cannot be made
+    (``tls_failure``), which no retry mends (they would cost the whole time
+    budget)."""
     if isinstance(exc, aiohttp.InvalidURL):
         return StorageError(f"{url}: not a valid URL")
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return StorageError(f"{url}: the server's certificate does not verify ({describe(exc)})")
+    failure = tls_failure(exc)
+    if failure is not None:
+        return StorageError(f"{url}: {failure}")
     return TransientError(
         describe(exc), congestion=is_timeout(exc), unresolved=unresolved_host(exc)
     )
+
+
+#: TLS errors of a handshake cut short (a server under load, a connection
+#: reset): worth retrying, unlike the other TLS errors.
+_HANDSHAKE_CUT = (ssl_module.SSLEOFError, ssl_module.SSLZeroReturnError, ssl_module.SSLSyscallError)
+
+
+def tls_failure(exc: BaseException | None) -> str | None:
+    """Why a TLS connection to the server can never be made, or None: its
+    certificate does not verify, or the handshake fails on what the server
+    sent (no TLS at all, as from an ``https://`` URL naming a plain HTTP
+    port; no protocol version or cipher in common). A handshake cut short is
+    None (``_HANDSHAKE_CUT``)."""
+    if isinstance(exc, (aiohttp.ClientConnectorCertificateError, ssl_module.CertificateError)):
+        return f"the server's certificate does not verify ({describe(exc)})"
+    if isinstance(exc, aiohttp.ClientConnectorSSLError) and not isinstance(
+        exc.os_error, _HANDSHAKE_CUT
+    ):
+        return (
+            f"the TLS handshake fails ({describe(exc)}): does the URL name an https server "
+            "(not a plain HTTP port)?"
+        )
+    return None
 
 
 #: getaddrinfo's answers that the name does not exist (EAI_AGAIN, a resolver
@@ -557,12 +582,14 @@ def check_span(url: str, span: Span, start: int, end: int) -> None:
 def check_status(
     url: str, byte_range: str | None, response: aiohttp.ClientResponse, detail: str = ""
 ) -> None:
-    """Raise what an unusable answer means: ``TransientError`` for 5xx and 429
-    (with ``Retry-After``), ``StorageError`` naming ``url`` for the rest
-    (501 and 505, ``UNSUPPORTED``, among them)."""
+    """Raise what an unusable answer means: ``TransientError`` for 5xx, 429
+    (with ``Retry-After``) and 408 (a server, proxy or load balancer that
+    closed an idle connection the request came on: RFC 9110 lets the client
+    send it again), ``StorageError`` naming ``url`` for the rest (501 and
+    505, ``UNSUPPORTED``, among them)."""
     status = response.status
     more = f" ({detail})" if detail else ""
-    if (status >= 500 and status not in UNSUPPORTED) or status == 429:
+    if (status >= 500 and status not in UNSUPPORTED) or status in (408, 429):
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
         congestion = status in (429, 503)  # overloaded: the adaptive limit backs off
         message = f"HTTP {status} {_reason(response)}{more}"

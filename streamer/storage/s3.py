@@ -57,7 +57,6 @@ import functools
 import logging
 import os
 import re
-import ssl
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -84,6 +83,7 @@ from .http import (
     open_session,
     proxy_for,
     ranged_get,
+    tls_failure,
     unresolved_host,
     version_tags,
 )
@@ -654,14 +654,9 @@ class _S3Errors:
             raise _client_error(self.url, exc) from None
         if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
             raise TransientError(f"checksum mismatch: {exc}") from None
-        if isinstance(exc, botocore.exceptions.SSLError) and isinstance(
-            exc.kwargs.get("error"),
-            (aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError),
-        ):  # no retry makes it verify
-            cause = exc.kwargs["error"]
-            raise StorageError(
-                f"{self.url}: the server's certificate does not verify ({describe(cause)})"
-            ) from None
+        failure = tls_failure(getattr(exc, "kwargs", {}).get("error"))
+        if isinstance(exc, _NETWORK_ERRORS) and failure is not None:  # no retry mends it
+            raise StorageError(f"{self.url}: {failure}") from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
             cause = getattr(exc, "kwargs", {}).get("error")  # what aiohttp said, if anything
             message = redact(f"{type(exc).__name__}: {exc}")

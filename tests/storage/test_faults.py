@@ -52,6 +52,18 @@ def test_503_bursts_are_retried_honouring_retry_after(served, data) -> None:  # 
     assert reader.store.stats.retries == 2
 
 
+def test_a_408_is_retried(served, data) -> None:  # type: ignore[no-untyped-def]
+    """408 Request Timeout (nginx, load balancers and CDNs close an idle
+    kept-alive connection so; RFC 9110 lets the client send the request
+    again) is retried. It failed the read at once, over HTTP and S3."""
+    open_reader, server = served
+    reader = open_reader(**FAST)
+    server.faults.errors, server.faults.error_status = 1, 408
+    assert bytes(reader.read_sync(1000, 100)) == data[1000:1100]
+    assert len(server.ranged()) == 2
+    assert reader.store.stats.retries == 1
+
+
 @pytest.fixture
 def local_zone(request, monkeypatch):  # type: ignore[no-untyped-def]
     """The process's local time zone set to ``request.param`` (``TZ``) for the test."""
@@ -422,6 +434,19 @@ def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no
         store = make_store("http", give_up_after=30, **FAST)
         url = f"{server.url}/random.bin"
         fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
+    finally:
+        server.stop()
+
+
+def test_https_to_a_plain_http_port_fails_at_once(storage_root, make_store) -> None:  # type: ignore[no-untyped-def]
+    """An ``https://`` URL naming a plain HTTP server: its handshake fails
+    on every try (WRONG_VERSION_NUMBER), so one clear error at once. It was
+    retried as an outage for the whole time budget (5 minutes by default)."""
+    server = LoopbackServer(file_handler(storage_root)).start()
+    try:
+        store = make_store("http", give_up_after=30, **FAST)
+        url = f"{server.url.replace('http:', 'https:')}/random.bin"
+        fails_at_once(store, store.reader(url).size_sync, url, "TLS handshake fails")
     finally:
         server.stop()
 
