@@ -209,14 +209,15 @@ def _raised_while_interrupted(exc: BaseException) -> bool:
 
 
 def _describe(exc: Exception) -> str:
-    """One line naming what went wrong: streamer's own messages as they are,
-    an OS error with its file, anything else with its class (a library's
-    error, or a bug: ``-v`` shows the traceback)."""
+    """One line naming what went wrong: streamer's own messages as they are
+    (with their notes: the crop a storage error met), an OS error with its
+    file, anything else with its class (a library's error, or a bug: ``-v``
+    shows the traceback)."""
     from ..storage import redact
     from ._options import UsageError
 
     if isinstance(exc, StreamerError | UsageError):
-        text = str(exc)
+        text = "; ".join([str(exc), *getattr(exc, "__notes__", ())])
     elif isinstance(exc, KeyError):  # an unknown episode key: the message says which
         text = str(exc.args[0]) if exc.args else "KeyError"
     elif isinstance(exc, OSError) and exc.strerror:

@@ -107,10 +107,17 @@ class Failure:
         return isinstance(self.exception, StoreUnavailable)
 
     def error(self) -> BaseException:
-        """The exception to raise for ``on_error="raise"``."""
-        if self.exception is not None:
-            return self.exception
-        return WorkerError(self.reason, self.message)
+        """The exception to raise for ``on_error="raise"``, or for a storage
+        failure, noted with the episode it was reading (a store's message
+        names the object and the byte range, not the key): tracebacks show
+        the note, and so does the CLI's error line."""
+        if self.exception is None:
+            return WorkerError(self.reason, self.message)
+        if self.storage and self.key is not None:
+            note = f"reading key {self.key!r} (shard {self.shard})"
+            if note not in getattr(self.exception, "__notes__", ()):
+                self.exception.add_note(note)
+        return self.exception
 
     def __reduce__(self) -> tuple[object, ...]:
         fields = (self.reason, self.message, self.key, _pickled(self.exception))

@@ -611,7 +611,8 @@ def check_status(
         )
     if status == 404:
         raise NotFound(f"{url}: not found (HTTP 404{': ' + detail if detail else ''})")
-    raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}")
+    asked = f", answering Range {byte_range}" if byte_range else ""
+    raise StorageError(f"{url}: HTTP {status} {_reason(response)}{more}{asked}")
 
 
 async def _range_body(url: str, response: aiohttp.ClientResponse, span: Span) -> bytes:

@@ -102,3 +102,17 @@ def test_crop_writes_the_same_array_as_read_crop(packed: Path, tmp_path: Path, c
     with wave.open(str(wav)) as file:
         assert (file.getnchannels(), file.getframerate(), file.getnframes()) == (1, 8000, 6000)
     assert main(["crop", str(packed), "nope", "0", "1", "-o", str(npy)]) == 1
+
+
+def test_an_error_line_carries_the_notes_of_the_error() -> None:
+    """A storage error raised by a pass carries a note naming the episode it
+    was reading (``Failure.error``); the command's one error line shows it."""
+    from streamer.cli import _describe
+    from streamer.errors import StorageError
+
+    error = StorageError("http://h/audio/s.wsds: HTTP 403 Forbidden, answering Range bytes=0-9")
+    error.add_note("reading key 'a' (shard http://h/audio/s.wsds)")
+    assert _describe(error) == (
+        "http://h/audio/s.wsds: HTTP 403 Forbidden, answering Range bytes=0-9; "
+        "reading key 'a' (shard http://h/audio/s.wsds)"
+    )

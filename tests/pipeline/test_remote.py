@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -81,9 +82,12 @@ def test_remote_storage_failures_raise_and_lose_no_crop(s3_dataset, s3) -> None:
     for key in dataset:
         dataset.seek_index(key)
     s3.faults.errors = 10_000
-    with pytest.raises(StorageError):
+    with pytest.raises(StorageError) as raised:
         list(s)
     s3.faults.errors = 0
+    # Which episode met the outage: the store's message names the object only.
+    (note,) = raised.value.__notes__
+    assert re.fullmatch(r"reading key '.+' \(shard s3://.+/shard-\d+\.wsds\)", note), note
     assert s.stats.skipped == {} and s.stats.yielded == 0
     assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (0, 0)
     assert len(list(s)) == 7 and s.stats.skipped == {} and s.epoch == 1
