@@ -152,6 +152,31 @@ def test_a_frame_that_comes_again_is_no_native_index() -> None:
     assert decoded_length(data) == decoded_length(plain) + 4608
 
 
+def _numbered_alike(data: bytes) -> bytes:
+    """``data`` with every frame numbered 0, as a test tool writes them
+    (python-audio-tools' ``flac-allframes.flac``): FFmpeg decodes them one
+    after another all the same."""
+    head, frames = _frames(data)
+    return head + b"".join(flac_frame_renumbered(frame, 0) for frame in frames)
+
+
+def test_frames_numbered_alike_are_no_native_index() -> None:
+    """No successor confirms such a header (the next one is numbered 0 too),
+    so it was taken for a sync code inside a frame: the index ended after
+    the first frame, its check failed as "damaged audio", and crops after
+    it were lost as past the end. A header whose bytes decode as a whole
+    frame, CRC-16 checked, is a frame played again."""
+    plain = encoded("flac", 44100, 1, seconds=1.0)
+    data = _numbered_alike(plain)
+    second = int(index_of(plain).byte_pos[1])
+    with pytest.raises(NoIndex) as raised:
+        flac.parse(io.BytesIO(data))
+    assert str(raised.value) == (
+        f"flac frame at byte {second} repeats an earlier position: FFmpeg's decode plays it again"
+    )
+    assert decoded_length(data) == decoded_length(plain)
+
+
 def test_crops_of_frames_the_native_index_cannot_place_are_the_full_decode(tmp_path: Path) -> None:
     """Served through FFmpeg's packet index instead. The native one had
     every crop of the first fail; the second's short frame decode as
@@ -165,6 +190,7 @@ def test_crops_of_frames_the_native_index_cannot_place_are_the_full_decode(tmp_p
         "streaminfo-65535": _streaminfo_block(plain, 65535),
         "short": _short_frame_inside(plain),
         "again": head + b"".join([*frames[:11], frames[10], *frames[11:]]),
+        "numbered-alike": _numbered_alike(plain),
     }
     (tmp_path / "src").mkdir()
     for key, data in files.items():

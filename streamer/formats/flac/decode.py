@@ -32,15 +32,21 @@ from ..ffmpeg import new_decoder
 from ..job import CropPlan, DecodeContext, Fetched, to_gapless, to_native
 from ..packets import decode_into, padded_packet
 from ..reader import NoIndex, Reader
-from .parse import STREAMINFO_SIZE, FrameHeader, StreamInfo, frame_header, metadata, streaminfo
+from .parse import (
+    CHECK_CRC,
+    STREAMINFO_SIZE,
+    FrameHeader,
+    StreamInfo,
+    frame_header,
+    metadata,
+    streaminfo,
+)
 
 __all__ = ["Frame", "decode", "first_damaged_frame", "frames"]
 
 #: A frame's first two bytes (fixed or variable block size). A regular
 #: expression finds them twice as fast as ``bytes.find`` (0xff is common).
 _SYNC = re.compile(rb"\xff[\xf8\xf9]")
-#: FFmpeg's decoder checks each frame's CRC-16 and rejects a frame that fails.
-_CHECK_CRC = {"err_detect": "crccheck+explode"}
 #: Bytes of frames ``first_damaged_frame`` checks at a time, and the most it
 #: reads for one frame: a FLAC frame is at most about 2 MiB (65535 samples
 #: of 8 channels of 32 bits, stored verbatim).
@@ -106,7 +112,7 @@ def _checking_decoder(header: bytes) -> tuple[av.CodecContext, StreamInfo]:
     info = streaminfo(body)
     decoder = new_decoder("flac")
     decoder.extradata = body
-    decoder.options = _CHECK_CRC
+    decoder.options = CHECK_CRC
     return decoder, info
 
 
@@ -118,7 +124,7 @@ def first_damaged_frame(stream: BinaryIO) -> tuple[int, int] | None:
     its bytes to the frame before) and decoded with the CRC-16 check on, a
     chunk at a time: a frame is damaged when the decoder rejects it or it
     does not decode to the samples up to the next frame. Decoding is how
-    the CRC-16 is checked in C (``_CHECK_CRC``); it costs about one FFmpeg
+    the CRC-16 is checked in C (``CHECK_CRC``); it costs about one FFmpeg
     decode of the file, which only an index check that failed pays."""
     reader = Reader(stream)
     buf, i = reader.window(8 + STREAMINFO_SIZE)

@@ -43,6 +43,7 @@ from ..packets import padded_packet
 from ..reader import NoIndex, Points, Reader, interval
 
 __all__ = [
+    "CHECK_CRC",
     "STREAMINFO_SIZE",
     "StreamInfo",
     "crc8",
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 _SYNC = re.compile(rb"\xff[\xf8\xf9]")
+#: Decoder options that make FFmpeg check each frame's CRC-16 and reject a
+#: frame that fails (it does not by default).
+CHECK_CRC = {"err_detect": "crccheck+explode"}
 _MAX_HEADER = 16
 #: Bytes of a STREAMINFO block's body.
 STREAMINFO_SIZE = 34
@@ -304,7 +308,7 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> tuple
             if header is None or not stream.fits(header):
                 continue
             if header.number < stream.expected:
-                if _confirmed(buf, j, header, stream):
+                if _confirmed(buf, j, header, stream) or _whole_frame(buf, j, eof, stream, info):
                     # A frame again (a recorder's repeat, a restarted
                     # stream): FFmpeg's decode plays it again, and every
                     # sample after it comes later than its number says.
@@ -335,18 +339,39 @@ def _scan(reader: Reader, start: int, info: StreamInfo, points: Points) -> tuple
         position = base + limit
 
 
-def _decodes(info: StreamInfo, last: bytes) -> bool:
-    """Whether FFmpeg's decoder decodes the last frame (``last``: its bytes
-    to the end of the file). One cut short by the file's end (a download
-    that stopped) it rejects, and FFmpeg's decode, the full decode, ends
-    before it: so does the index, or a crop over it would be that frame's
-    length of silence counted as damage, and the index unverified."""
+def _decodes(info: StreamInfo, frame: bytes, *, check_crc: bool = False) -> bool:
+    """Whether FFmpeg's decoder decodes ``frame`` (with ``check_crc``, and
+    its CRC-16 matches: ``CHECK_CRC``).
+
+    Asked of the last frame (its bytes to the end of the file): one cut
+    short by the file's end (a download that stopped) the decoder rejects,
+    and FFmpeg's decode, the full decode, ends before it: so does the index,
+    or a crop over it would be that frame's length of silence counted as
+    damage, and the index unverified."""
     decoder = new_decoder("flac")
     decoder.extradata = info.body
+    if check_crc:
+        decoder.options = CHECK_CRC
     try:
-        return bool(decoder.decode(padded_packet(last)))
+        return bool(decoder.decode(padded_packet(frame)))
     except (av.FFmpegError, ValueError):
         return False
+
+
+def _whole_frame(buf: bytes, j: int, eof: bool, stream: _Stream, info: StreamInfo) -> bool:
+    """Whether the header at ``j`` starts a whole frame: its bytes up to the
+    next header of the stream's shape (or to the end of the file) decode,
+    CRC-16 checked. Asked of a header numbered before the stream's position
+    whose successor does not confirm it (``_confirmed``): frames a writer
+    numbered all alike (a test tool's frames all numbered 0), which FFmpeg
+    decodes one after another. Taken for sync codes inside a frame, they
+    were skipped: the index ended after the first, its check failed as
+    damaged audio, and crops past it were lost as past the end."""
+    for match in _SYNC.finditer(buf, j + 2, min(len(buf), j + _CONFIRM_WINDOW)):
+        successor = frame_header(buf, match.start())
+        if successor is not None and stream.fits(successor):
+            return _decodes(info, buf[j : match.start()], check_crc=True)
+    return eof and _decodes(info, buf[j:], check_crc=True)
 
 
 def _confirmed(buf: bytes, j: int, header: FrameHeader, stream: _Stream) -> bool:
