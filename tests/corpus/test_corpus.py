@@ -69,13 +69,6 @@ EXPECTED_FAILURES: dict[str, dict[str, str]] = {
     # shares its ASF packet's byte position with good ones: FFmpeg's packet
     # index cannot end there (docs/seek-index.md, "A decode that ends early").
     "mutagen/issue_29.wma": {"index": "no-index: decoder rejects the packet at byte 29304"},
-    # FAAC 1.28 (2009) without an edit list, the first packet shifted by a
-    # composition offset: the MP4 index's check finds its head crop
-    # differing, and so does FFmpeg's packet index; served by the fallback, exact.
-    **{
-        f"pyaudiotools/m4a-faac{n}.m4a": {"index": "no-index: failed its check"}
-        for n in ("", "2", "3")
-    },
 }
 
 

@@ -303,6 +303,17 @@ def _fresh_decoder(template: Any) -> av.CodecContext:
     return decoder
 
 
+def _placed_at(frame: av.AudioFrame) -> int:
+    """Where a frame's samples go, in the track's timescale: its packet's
+    decode time, as the index counts (``stts``). Its presentation time is
+    the same but where ``ctts`` moves the first packet, as FAAC 1.28 writes
+    it (no edit list, the first packet one frame later): that packet's
+    output, which FFmpeg's decoder skips itself and only ``skip_manual``
+    lets out, then came at the second packet's place, and every crop
+    decoded from the first packet was a frame late."""
+    return frame.dts if frame.dts is not None else frame.pts
+
+
 def _demux_decode(
     demuxer: _Demuxer, index: SeekIndex, plan: CropPlan, context: DecodeContext
 ) -> tuple[np.ndarray, int]:
@@ -322,16 +333,17 @@ def _demux_decode(
             context.bad_packet(f"decoder rejected it ({exc})", packet.pos)
             continue
         for frame in frames:
+            at = _placed_at(frame)
             if first is None:
-                first = expected = frame.pts
-            if frame.pts != expected:  # a gap: a packet failed, keep timing
-                missing = to_gapless(index, frame.pts) - to_gapless(index, expected)
+                first = expected = at
+            if at != expected:  # a gap: a packet failed, keep timing
+                missing = to_gapless(index, at) - to_gapless(index, expected)
                 out.add_silence(max(missing, 0))
             out.add_frame(frame)
             # What its packet stands for: an Opus decoder started on
             # narrowband SILK holds samples back (``OPUS_HELD_BACK``), and
             # the frame is that much shorter, not followed by a gap.
-            expected = frame.pts + (
+            expected = at + (
                 frame.duration or round(frame.samples * index.timescale / index.sample_rate)
             )
         if first is not None and to_gapless(index, first + origin) + out.length >= plan.last:
