@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -87,8 +88,11 @@ class LocalFileReader(MemoryReader):
             if not stat.S_ISREG(os.stat(path).st_mode):
                 raise OSError(errno.EINVAL, "not a regular file")
             # Opened before the mapping, so that it is the mapped file (or,
-            # renamed over in between, an older one), never a newer one.
-            self._file = open(path, "rb")  # noqa: SIM115 (lives as long as the mapping)
+            # renamed over in between, an older one), never a newer one;
+            # closed with the reader (a descriptor, not a file object, whose
+            # collection warns).
+            self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            weakref.finalize(self, os.close, self._fd)
             self.mapping = pa.memory_map(_arrow_path(path), "r")
         except FileNotFoundError as exc:
             raise NotFound(f"cannot map {path}: {exc}") from exc
@@ -116,7 +120,7 @@ class LocalFileReader(MemoryReader):
         whole) faults on the pages it lost: SIGBUS, which kills the process
         touching them with no exception. Its current size (one ``fstat``)
         turns that into this crop's error before anything touches them."""
-        size = os.fstat(self._file.fileno()).st_size
+        size = os.fstat(self._fd).st_size
         if end > size:
             raise StorageError(
                 f"range [{start}, {end}) is past the end of {self.path}, which shrank from "

@@ -12,9 +12,12 @@ test run, and shows as its exit status.
 
 from __future__ import annotations
 
+import gc
+import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -160,3 +163,21 @@ def test_a_reader_checks_the_size_of_the_file_it_mapped(tmp_path: Path) -> None:
         mapped.read_sync(8000, 200)
     with pytest.raises(StorageError, match="shrank from 16384 to 8192 bytes"):
         mapped.read_many_sync([(0, 4), (9000, 4)])
+
+
+def test_a_dropped_reader_closes_its_file_without_a_warning(tmp_path: Path) -> None:
+    """The descriptor the size checks use closes with the reader; a file
+    object there was left to the garbage collector, which warned
+    (``ResourceWarning: unclosed file``) for every shard of every pass."""
+    path = tmp_path / "blob"
+    path.write_bytes(b"x" * 4096)
+    open_before = len(os.listdir("/proc/self/fd"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            reader = LocalFileReader(path)
+            assert bytes(reader.read_sync(0, 2)) == b"xx"
+            del reader
+            gc.collect()
+    assert [str(w.message) for w in caught] == []
+    assert len(os.listdir("/proc/self/fd")) == open_before
