@@ -42,6 +42,7 @@ import sniffio
 from ..dataset.dataset import Dataset
 from ..decode.crop import Crop, CropJob, CropRequest
 from ..decode.resample import DEFAULT_QUALITY, check_quality, check_sample_rate
+from ..interrupts import interrupts_held
 from ..storage.base import Store
 from ..storage.loop import background_loop, run_async
 from ..timing import record
@@ -614,7 +615,12 @@ class Streamer:
                         item = _blocking(self._next(handover))
                     except BaseException:
                         if self._unreceived(handover):
-                            handover.settled.wait()
+                            # Held: a Ctrl-C inside ``Condition.wait`` breaks
+                            # its lock ("release unlocked lock"), and a wait cut
+                            # short let the next loop start while this one's
+                            # request still ran (refused as already iterated).
+                            with interrupts_held():
+                                handover.settled.wait()
                         raise
                 if item is _END:
                     return

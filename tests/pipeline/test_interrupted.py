@@ -7,6 +7,7 @@ already past it: a resumed run never saw that crop."""
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import threading
 import time
@@ -119,6 +120,51 @@ def test_ctrl_c_as_a_crop_arrives_loses_no_crop(packed: Path, everything: list) 
         signal.signal(signal.SIGINT, previous)
     assert len(got) == 3 and s.state_dict()["position"] == 3
     assert signature(got + resumed(packed, s.state_dict())) == everything
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_burst_of_ctrl_cs_leaves_the_streamer_usable(packed: Path) -> None:
+    """Ctrl-C every 3-30 ms for 30 s at a loop inside ``with``: each is a
+    ``KeyboardInterrupt`` and the next loop starts. One landing while the
+    loop waited for the store loop to settle the crop the one before cut
+    off broke that wait ("release unlocked lock" from ``Condition.wait``),
+    and the next loop started while the store loop still handed the crop
+    over: refused as "already being iterated" (21 times in 90 s). The wait
+    now holds interrupts. Random by nature, so ``slow``: run it with ``-m
+    slow`` when touching ``Streamer.__iter__``."""
+    sampler = RandomCrops(0.5, per_episode=200, min_duration=0.2)
+    s = Streamer(streamer.open_dataset(packed), sampler, workers=2, seed=1)
+    main, rng = threading.main_thread().ident, random.Random(0)
+    armed, stop = threading.Event(), threading.Event()
+
+    def interrupt() -> None:
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.003, 0.03))
+            if armed.is_set():
+                signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    interrupts, refused = 0, []
+    deadline = time.monotonic() + 30
+    try:
+        with s:
+            while time.monotonic() < deadline and s.epoch == 0:
+                armed.set()
+                try:
+                    try:
+                        for _ in s:
+                            pass
+                    finally:
+                        armed.clear()
+                except KeyboardInterrupt:
+                    interrupts += 1
+                except RuntimeError as exc:
+                    refused.append(str(exc))
+                    time.sleep(0.2)
+    finally:
+        stop.set()
+    assert interrupts > 100 and refused == []
 
 
 @pytest.mark.timeout(120)
