@@ -422,31 +422,24 @@ def test_a_suffix_answered_from_the_start_is_a_clear_error(storage_root, data, m
         server.stop()
 
 
-def test_a_certificate_that_fails_verification_fails_at_once(  # type: ignore[no-untyped-def]
-    storage_root, make_store, self_signed
+@pytest.mark.parametrize(
+    ("served_as", "match"),
+    [("https", "certificate does not verify"), ("http", "TLS handshake fails")],
+)
+def test_a_tls_connection_that_cannot_be_made_fails_at_once(  # type: ignore[no-untyped-def]
+    storage_root, make_store, request, served_as, match
 ) -> None:
     """An HTTPS server whose certificate does not verify (self-signed, another
-    host, expired): no retry makes it verify, so one clear error at once,
-    not retries for the whole time budget (5 minutes by default)."""
-    _, context = self_signed
+    host, expired), or an ``https://`` URL naming a plain HTTP server (its
+    handshake fails on every try: WRONG_VERSION_NUMBER): no retry mends
+    either, so one clear error at once, not retries for the whole time
+    budget (5 minutes by default; the second was retried until 2026-12-06)."""
+    context = request.getfixturevalue("self_signed")[1] if served_as == "https" else None
     server = LoopbackServer(file_handler(storage_root), ssl_context=context).start()
     try:
         store = make_store("http", give_up_after=30, **FAST)
-        url = f"{server.url}/random.bin"
-        fails_at_once(store, store.reader(url).size_sync, url, "certificate does not verify")
-    finally:
-        server.stop()
-
-
-def test_https_to_a_plain_http_port_fails_at_once(storage_root, make_store) -> None:  # type: ignore[no-untyped-def]
-    """An ``https://`` URL naming a plain HTTP server: its handshake fails
-    on every try (WRONG_VERSION_NUMBER), so one clear error at once. It was
-    retried as an outage for the whole time budget (5 minutes by default)."""
-    server = LoopbackServer(file_handler(storage_root)).start()
-    try:
-        store = make_store("http", give_up_after=30, **FAST)
         url = f"{server.url.replace('http:', 'https:')}/random.bin"
-        fails_at_once(store, store.reader(url).size_sync, url, "TLS handshake fails")
+        fails_at_once(store, store.reader(url).size_sync, url, match)
     finally:
         server.stop()
 
