@@ -654,11 +654,11 @@ class _S3Errors:
             raise _client_error(self.url, exc) from None
         if isinstance(exc, botocore.exceptions.FlexibleChecksumError):  # bytes changed on the way
             raise TransientError(f"checksum mismatch: {exc}") from None
-        failure = tls_failure(getattr(exc, "kwargs", {}).get("error"))
-        if isinstance(exc, _NETWORK_ERRORS) and failure is not None:  # no retry mends it
-            raise StorageError(f"{self.url}: {failure}") from None
         if isinstance(exc, _NETWORK_ERRORS):  # botocore's messages name the endpoint URL
             cause = getattr(exc, "kwargs", {}).get("error")  # what aiohttp said, if anything
+            failure = tls_failure(cause)
+            if failure is not None:  # no retry mends it
+                raise StorageError(f"{self.url}: {failure}") from None
             message = redact(f"{type(exc).__name__}: {exc}")
             if isinstance(cause, aiohttp.ClientError):
                 message = f"{message} ({describe(cause)})"

@@ -367,10 +367,9 @@ def _whole_frame(buf: bytes, j: int, eof: bool, stream: _Stream, info: StreamInf
     decodes one after another. Taken for sync codes inside a frame, they
     were skipped: the index ended after the first, its check failed as
     damaged audio, and crops past it were lost as past the end."""
-    for match in _SYNC.finditer(buf, j + 2, min(len(buf), j + _CONFIRM_WINDOW)):
-        successor = frame_header(buf, match.start())
-        if successor is not None and stream.fits(successor):
-            return _decodes(info, buf[j : match.start()], check_crc=True)
+    found = _next_header(buf, j, stream)
+    if found is not None:
+        return _decodes(info, buf[j : found[0]], check_crc=True)
     return eof and _decodes(info, buf[j:], check_crc=True)
 
 
@@ -378,10 +377,18 @@ def _confirmed(buf: bytes, j: int, header: FrameHeader, stream: _Stream) -> bool
     """Whether a header that skips frames is followed by its own successor:
     the next header of the stream's shape must be it. (Looking further would
     let a run of false headers, each searching far ahead, cost quadratic time.)"""
-    after = header.number + (header.block if stream.variable else 1)
+    found = _next_header(buf, j, stream)
+    # The last frame of the stream has no successor to confirm it.
+    return found is not None and found[1].number == header.number + (
+        header.block if stream.variable else 1
+    )
+
+
+def _next_header(buf: bytes, j: int, stream: _Stream) -> tuple[int, FrameHeader] | None:
+    """The first header of the stream's shape after the one at ``j``, and
+    where it starts, within ``_CONFIRM_WINDOW``; None when there is none."""
     for match in _SYNC.finditer(buf, j + 2, min(len(buf), j + _CONFIRM_WINDOW)):
         successor = frame_header(buf, match.start())
         if successor is not None and stream.fits(successor):
-            return successor.number == after
-    # The last frame of the stream has no successor to confirm it.
-    return False
+            return match.start(), successor
+    return None
